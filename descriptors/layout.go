@@ -1,0 +1,115 @@
+package descriptors
+
+import (
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Region is one contiguous KV-cache tensor as registered with NIXL: the
+// NumBlocks blocks of one layer's K (or V, or MLA latent) cache, back to back.
+type Region struct {
+	// Base is the address of block 0 (for FILE memory, the file offset).
+	Base uint64 `msgpack:"base"`
+	// DevID is the device id NIXL needs with the address (GPU index for
+	// VRAM, 0 for DRAM, the file descriptor for FILE).
+	DevID uint64 `msgpack:"dev_id"`
+}
+
+// Layout describes one engine rank's KV cache as NIXL sees it. It is sent in
+// the handshake (msgpack), so both sides know each other's geometry.
+//
+// Regions are layer-major: layer 0 K, layer 0 V, layer 1 K, ... (2*NumLayers
+// regions), or one region per layer when MLA is set (NumLayers regions). Each
+// region holds NumBlocks blocks of BlockLen bytes back to back, block b at
+// Base + b*BlockLen.
+//
+// Inside a block the memory order is HND: head-major, then token, then the
+// HeadBytes bytes of one token of one head. So the bytes of head h (counted
+// from this rank's first head) and token t of a block start at
+// h*BlockTokens*HeadBytes + t*HeadBytes. This is the order vLLM requires for
+// heterogeneous TP, because a rank's share of heads is then one contiguous run
+// of every block.
+//
+// Heads: the model has ModelKVHeads KV heads (0 means KVHeads*TPSize). When
+// TPSize <= ModelKVHeads, rank r holds heads [r*KVHeads, (r+1)*KVHeads). When
+// TPSize > ModelKVHeads (vLLM replicates KV heads), each rank holds KVHeads=1
+// head, head r/(TPSize/ModelKVHeads). With MLA the latent cache is the same on
+// every rank: KVHeads is the latent "head" count (usually 1) and every rank
+// holds all of it.
+type Layout struct {
+	// Mem is the memory type of every region.
+	Mem nixl.MemType `msgpack:"mem"`
+	// Regions are the KV tensors, layer-major (see the type's doc).
+	Regions []Region `msgpack:"regions"`
+	// NumLayers is the number of attention layers.
+	NumLayers int `msgpack:"num_layers"`
+	// NumBlocks is the number of blocks in every region.
+	NumBlocks int `msgpack:"num_blocks"`
+	// BlockTokens is the block size in tokens.
+	BlockTokens int `msgpack:"block_tokens"`
+	// KVHeads is the number of KV heads this rank holds (MLA: latent heads).
+	KVHeads int `msgpack:"kv_heads"`
+	// ModelKVHeads is the model's number of KV heads; 0 means KVHeads*TPSize.
+	// Set it only when TPSize exceeds it (replicated heads). Ignored for MLA.
+	ModelKVHeads int `msgpack:"model_kv_heads,omitempty"`
+	// HeadBytes is the size of one token of one head: head_dim x dtype size.
+	HeadBytes int `msgpack:"head_bytes"`
+	// DType names the element type ("bfloat16", "float8_e4m3fn", ...); both
+	// sides must agree.
+	DType string `msgpack:"dtype"`
+	// MLA is set for multi-head latent attention (one region per layer, KV
+	// replicated on every TP rank).
+	MLA bool `msgpack:"mla"`
+	// TPRank is this rank's tensor-parallel rank, in [0, TPSize).
+	TPRank int `msgpack:"tp_rank"`
+	// TPSize is the engine's tensor-parallel size.
+	TPSize int `msgpack:"tp_size"`
+}
+
+// NumRegions returns the number of regions the layout must have: 2*NumLayers,
+// or NumLayers with MLA.
+func (l *Layout) NumRegions() int {
+	if l.MLA {
+		return l.NumLayers
+	}
+	return 2 * l.NumLayers
+}
+
+// BlockLen returns the bytes of one block in one region:
+// BlockTokens*KVHeads*HeadBytes.
+func (l *Layout) BlockLen() uint64 {
+	return uint64(l.BlockTokens) * uint64(l.KVHeads) * uint64(l.HeadBytes)
+}
+
+// RegionLen returns the bytes of one region: NumBlocks*BlockLen.
+func (l *Layout) RegionLen() uint64 { return uint64(l.NumBlocks) * l.BlockLen() }
+
+// DescID returns the index of (region, block) in BlockDescs:
+// region*NumBlocks + block.
+func (l *Layout) DescID(region, block int) int { return region*l.NumBlocks + block }
+
+// Validate reports the first field that makes the layout unusable; the error
+// matches ErrInvalid and names the field and its value.
+func (l *Layout) Validate() error {
+	return errNotImplemented
+}
+
+// RegList returns the registration list: one descriptor per region covering
+// its NumBlocks*BlockLen bytes, in region order.
+func (l *Layout) RegList() nixl.RegList {
+	return nixl.RegList{}
+}
+
+// BlockDescs returns one descriptor per (region, block), in DescID order
+// (region*NumBlocks + block): the list a connector prepares once with
+// PrepXferDlist to address blocks by index.
+func (l *Layout) BlockDescs() nixl.XferList {
+	return nixl.XferList{}
+}
+
+// BlockDesc returns the descriptor of one block of one region. It does not
+// check the indexes; see Validate and the mapping functions for checked use.
+func (l *Layout) BlockDesc(region, block int) nixl.Desc {
+	r := l.Regions[region]
+	n := l.BlockLen()
+	return nixl.Desc{Addr: r.Base + uint64(block)*n, Len: n, DevID: r.DevID}
+}
