@@ -1,0 +1,98 @@
+//go:build cuda
+
+package cudamem
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+func openOrSkip(tb testing.TB, ord int) *Device {
+	tb.Helper()
+	n, err := Count()
+	if err != nil || n <= ord {
+		tb.Skipf("no CUDA device %d: %v (count %d)", ord, err, n)
+	}
+	d, err := Open(ord)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestRoundTrip(t *testing.T) {
+	d := openOrSkip(t, 0)
+	const n = 1 << 20
+	a, err := d.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(a)
+	b, err := d.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(b)
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*7 + 3)
+	}
+	if err := d.CopyHtoD(a, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Memset(b, 0, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CopyDtoD(b, a, n); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if err := d.CopyDtoH(got, b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, src) {
+		t.Fatal("bytes differ after HtoD, DtoD, DtoH")
+	}
+}
+
+func TestFreeTwiceIsAnError(t *testing.T) {
+	d := openOrSkip(t, 0)
+	p, err := d.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Free(p); err == nil {
+		t.Fatal("second Free of the same pointer returned nil")
+	}
+}
+
+// BenchmarkMemcpyDtoD is the yardstick the GPU transfer benchmarks report
+// their ratio against: 1 GiB device-to-device on one GPU.
+func BenchmarkMemcpyDtoD(b *testing.B) {
+	d := openOrSkip(b, 0)
+	const n = 1 << 30
+	src, err := d.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Free(src)
+	dst, err := d.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Free(dst)
+	b.SetBytes(n)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := d.CopyDtoD(dst, src, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/time.Since(start).Seconds()/1e9, "GB/s")
+}
