@@ -1,0 +1,177 @@
+package pushwire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// FailPrefix starts every failure notification.
+const FailPrefix = "PUSH_FAIL:"
+
+// MaxReasonLen bounds the reason text that AppendFailure writes, so a
+// failure notification stays small whatever error caused it.
+const MaxReasonLen = 1024
+
+// FailKind says at which step a push failed on the prefill rank.
+type FailKind string
+
+// Failure kinds. Decoders accept any kind, so new ones can be added.
+const (
+	FailHandshake FailKind = "handshake" // could not handshake with the decode engine
+	FailLayout    FailKind = "layout"    // block ids or layouts do not map to descriptors
+	FailPost      FailKind = "post"      // the WRITE could not be created or posted
+	FailTransfer  FailKind = "transfer"  // the WRITE failed in flight
+	FailExpired   FailKind = "expired"   // the registration expired before prefill finished
+	FailClosed    FailKind = "closed"    // the producer shut down before writing
+)
+
+// Failure is a prefill rank's report that it will not write a registered
+// request, so decode fails the request at once instead of at its timeout.
+type Failure struct {
+	// RequestID is decode's request id, as in the registration.
+	RequestID string
+	// TransferID is the registration's transfer id, empty when it had none.
+	TransferID string
+	// EngineID and Rank name the prefill engine and the global rank
+	// (pp index * TP size + tp index) that failed.
+	EngineID string
+	Rank     int
+	// Kind is the failed step; Reason says what went wrong, for people.
+	Kind   FailKind
+	Reason string
+}
+
+// IsFailure reports whether msg starts with FailPrefix, without decoding it.
+func IsFailure(msg []byte) bool { return bytes.HasPrefix(msg, []byte(FailPrefix)) }
+
+// AppendFailure appends f's notification bytes to dst: FailPrefix, then a
+// msgpack map with keys request_id, transfer_id (only when set), engine_id,
+// rank, kind and reason, in that order. A reason longer than MaxReasonLen is
+// cut on a character boundary.
+func AppendFailure(dst []byte, f *Failure) ([]byte, error) {
+	if f.RequestID == "" {
+		return dst, fmt.Errorf("%w: PUSH_FAIL field request_id is empty", ErrMalformed)
+	}
+	if f.Rank < 0 || f.Rank > maxFieldInt {
+		return dst, fmt.Errorf("%w: PUSH_FAIL field rank %d is out of range", ErrMalformed, f.Rank)
+	}
+	reason := f.Reason
+	if len(reason) > MaxReasonLen {
+		cut := MaxReasonLen
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		reason = reason[:cut]
+	}
+	buf := bytes.NewBuffer(append(dst, FailPrefix...))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	n := 5
+	if f.TransferID != "" {
+		n++
+	}
+	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", f.RequestID))
+	if f.TransferID != "" {
+		err = errors.Join(err, encodeStr(enc, "transfer_id", f.TransferID))
+	}
+	err = errors.Join(err,
+		encodeStr(enc, "engine_id", f.EngineID),
+		encodeInt(enc, "rank", f.Rank),
+		encodeStr(enc, "kind", string(f.Kind)),
+		encodeStr(enc, "reason", reason),
+	)
+	if err != nil {
+		return dst, fmt.Errorf("encode PUSH_FAIL: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeFailure returns f's notification bytes.
+func EncodeFailure(f *Failure) ([]byte, error) { return AppendFailure(nil, f) }
+
+// DecodeFailure parses a PUSH_FAIL notification. request_id, engine_id,
+// rank, kind and reason are required; unknown keys are skipped.
+func DecodeFailure(msg []byte) (*Failure, error) {
+	if !IsFailure(msg) {
+		return nil, fmt.Errorf("%w: PUSH_FAIL: message does not start with %q", ErrMalformed, FailPrefix)
+	}
+	rd := &reader{b: msg, off: len(FailPrefix)}
+	n, err := rd.mapLen()
+	if err != nil {
+		return nil, fmt.Errorf("PUSH_FAIL: %w", err)
+	}
+	var f Failure
+	var seen [6]bool
+	names := [6]string{"request_id", "transfer_id", "engine_id", "rank", "kind", "reason"}
+	for range n {
+		key, err := rd.str()
+		if err != nil {
+			return nil, fmt.Errorf("PUSH_FAIL: map key: %w", err)
+		}
+		idx := -1
+		for i, name := range names {
+			if name == key {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			if err := rd.skip(1); err != nil {
+				return nil, fmt.Errorf("PUSH_FAIL: unknown field %q: %w", key, err)
+			}
+			continue
+		}
+		if seen[idx] {
+			return nil, fmt.Errorf("%w: PUSH_FAIL: field %s appears twice", ErrMalformed, key)
+		}
+		seen[idx] = true
+		var s string
+		switch idx {
+		case 3:
+			f.Rank, err = boundedInt(rd)
+			if err == nil && f.Rank < 0 {
+				err = rd.errorf("rank %d is negative", f.Rank)
+			}
+		default:
+			s, err = rd.str()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("PUSH_FAIL: field %s: %w", key, err)
+		}
+		switch idx {
+		case 0:
+			f.RequestID = s
+		case 1:
+			f.TransferID = s
+		case 2:
+			f.EngineID = s
+		case 4:
+			f.Kind = FailKind(s)
+		case 5:
+			f.Reason = s
+		}
+	}
+	if rd.left() != 0 {
+		return nil, fmt.Errorf("%w: PUSH_FAIL: %d bytes after the map", ErrMalformed, rd.left())
+	}
+	for i, name := range names {
+		if i != 1 && !seen[i] {
+			return nil, fmt.Errorf("%w: PUSH_FAIL field %s is missing", ErrMalformed, name)
+		}
+	}
+	if f.RequestID == "" {
+		return nil, fmt.Errorf("%w: PUSH_FAIL field request_id is empty", ErrMalformed)
+	}
+	return &f, nil
+}
+
+// Error returns the failure as text, for the error decode reports.
+func (f *Failure) Error() string {
+	return fmt.Sprintf("prefill engine %q rank %d could not push request %q (%s): %s",
+		f.EngineID, f.Rank, f.RequestID, f.Kind, f.Reason)
+}

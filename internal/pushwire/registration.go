@@ -1,0 +1,316 @@
+package pushwire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// RegPrefix starts every registration notification.
+const RegPrefix = "PUSH_REG:"
+
+// Registration is the decode side's early registration of its destination
+// blocks for one request, sent to every prefill rank that will write them.
+// "Remote" means the prefill engine, seen from decode.
+type Registration struct {
+	// RequestID is decode's id of the request; completions carry it back.
+	RequestID string
+	// DecodeEngineID names the decode engine; its side channel is at
+	// DecodeHost:DecodePort.
+	DecodeEngineID string
+	DecodeHost     string
+	DecodePort     int
+	// DecodeTPSize is the decode engine's tensor-parallel size.
+	DecodeTPSize int
+	// LocalBlockIDs are decode's destination block ids, one list per
+	// KV-cache group. An empty list means decode already holds everything.
+	LocalBlockIDs [][]int
+	// RemoteEngineID names the prefill engine the registration is for, whose
+	// side channel is at RemoteHost:RemotePort.
+	RemoteEngineID string
+	RemoteHost     string
+	RemotePort     int
+	// RemoteTPSize and RemotePPSize are the prefill engine's tensor- and
+	// pipeline-parallel sizes as decode knows them.
+	RemoteTPSize int
+	RemotePPSize int
+	// TransferID, when not empty, is a router-assigned id that both sides
+	// carry and that matching prefers over request ids.
+	TransferID string
+}
+
+// Validate reports the first field that no peer may send.
+func (r *Registration) Validate() error {
+	switch {
+	case r.RequestID == "":
+		return fieldError("request_id", "is empty")
+	case r.DecodeEngineID == "":
+		return fieldError("decode_engine_id", "is empty")
+	case r.DecodeHost == "":
+		return fieldError("decode_host", "is empty")
+	case r.DecodePort < 0 || r.DecodePort > 65535:
+		return fieldError("decode_port", fmt.Sprintf("%d is outside 0..65535", r.DecodePort))
+	case r.DecodeTPSize < 1:
+		return fieldError("decode_tp_size", fmt.Sprintf("%d is below 1", r.DecodeTPSize))
+	case len(r.LocalBlockIDs) == 0:
+		return fieldError("local_block_ids", "has no KV-cache group")
+	case r.RemoteEngineID == "":
+		return fieldError("remote_engine_id", "is empty")
+	case r.RemoteHost == "":
+		return fieldError("remote_host", "is empty")
+	case r.RemotePort < 0 || r.RemotePort > 65535:
+		return fieldError("remote_port", fmt.Sprintf("%d is outside 0..65535", r.RemotePort))
+	case r.RemoteTPSize < 1:
+		return fieldError("remote_tp_size", fmt.Sprintf("%d is below 1", r.RemoteTPSize))
+	case r.RemotePPSize < 1:
+		return fieldError("remote_pp_size", fmt.Sprintf("%d is below 1", r.RemotePPSize))
+	}
+	for g, ids := range r.LocalBlockIDs {
+		for i, id := range ids {
+			if id < 0 {
+				return fieldError("local_block_ids", fmt.Sprintf("group %d entry %d is negative (%d)", g, i, id))
+			}
+		}
+	}
+	return nil
+}
+
+// BlockCount returns the number of block ids over all groups.
+func (r *Registration) BlockCount() int {
+	n := 0
+	for _, ids := range r.LocalBlockIDs {
+		n += len(ids)
+	}
+	return n
+}
+
+func fieldError(field, what string) error {
+	return fmt.Errorf("%w: PUSH_REG field %s %s", ErrMalformed, field, what)
+}
+
+// IsRegistration reports whether msg starts with RegPrefix, without decoding it.
+func IsRegistration(msg []byte) bool { return bytes.HasPrefix(msg, []byte(RegPrefix)) }
+
+// AppendRegistration validates r and appends its notification bytes to dst:
+// RegPrefix, then a msgpack map whose keys come in the order of the wire
+// vectors, with the most compact integer widths, transfer_id last and only
+// when set.
+func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return dst, err
+	}
+	buf := bytes.NewBuffer(append(dst, RegPrefix...))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	n := 11
+	if r.TransferID != "" {
+		n++
+	}
+	err := errors.Join(
+		enc.EncodeMapLen(n),
+		encodeStr(enc, "request_id", r.RequestID),
+		encodeStr(enc, "decode_engine_id", r.DecodeEngineID),
+		encodeStr(enc, "decode_host", r.DecodeHost),
+		encodeInt(enc, "decode_port", r.DecodePort),
+		encodeInt(enc, "decode_tp_size", r.DecodeTPSize),
+		encodeGroups(enc, "local_block_ids", r.LocalBlockIDs),
+		encodeStr(enc, "remote_engine_id", r.RemoteEngineID),
+		encodeStr(enc, "remote_host", r.RemoteHost),
+		encodeInt(enc, "remote_port", r.RemotePort),
+		encodeInt(enc, "remote_tp_size", r.RemoteTPSize),
+		encodeInt(enc, "remote_pp_size", r.RemotePPSize),
+	)
+	if err == nil && r.TransferID != "" {
+		err = encodeStr(enc, "transfer_id", r.TransferID)
+	}
+	if err != nil {
+		return dst, fmt.Errorf("encode PUSH_REG: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeRegistration returns r's notification bytes.
+func EncodeRegistration(r *Registration) ([]byte, error) { return AppendRegistration(nil, r) }
+
+func encodeStr(enc *msgpack.Encoder, key, v string) error {
+	return errors.Join(enc.EncodeString(key), enc.EncodeString(v))
+}
+
+func encodeInt(enc *msgpack.Encoder, key string, v int) error {
+	return errors.Join(enc.EncodeString(key), enc.EncodeInt(int64(v)))
+}
+
+func encodeGroups(enc *msgpack.Encoder, key string, groups [][]int) error {
+	if err := errors.Join(enc.EncodeString(key), enc.EncodeArrayLen(len(groups))); err != nil {
+		return err
+	}
+	for _, ids := range groups {
+		if err := enc.EncodeArrayLen(len(ids)); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := enc.EncodeInt(int64(id)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Fields of a registration, as bits, to find missing and repeated keys.
+const (
+	fRequestID = 1 << iota
+	fDecodeEngineID
+	fDecodeHost
+	fDecodePort
+	fDecodeTPSize
+	fLocalBlockIDs
+	fRemoteEngineID
+	fRemoteHost
+	fRemotePort
+	fRemoteTPSize
+	fRemotePPSize
+	fTransferID
+
+	requiredFields = fTransferID - 1
+)
+
+var regFieldNames = []string{
+	"request_id", "decode_engine_id", "decode_host", "decode_port", "decode_tp_size",
+	"local_block_ids", "remote_engine_id", "remote_host", "remote_port",
+	"remote_tp_size", "remote_pp_size", "transfer_id",
+}
+
+// DecodeRegistration parses a PUSH_REG notification. Unknown keys are
+// skipped; a missing required key, a repeated key, a value of the wrong type
+// or out of range, or trailing bytes give an error wrapping ErrMalformed.
+func DecodeRegistration(msg []byte) (*Registration, error) {
+	if !IsRegistration(msg) {
+		return nil, fmt.Errorf("%w: PUSH_REG: message does not start with %q", ErrMalformed, RegPrefix)
+	}
+	rd := &reader{b: msg, off: len(RegPrefix)}
+	n, err := rd.mapLen()
+	if err != nil {
+		return nil, fmt.Errorf("PUSH_REG: %w", err)
+	}
+	var reg Registration
+	var seen int
+	for range n {
+		key, err := rd.str()
+		if err != nil {
+			return nil, fmt.Errorf("PUSH_REG: map key: %w", err)
+		}
+		bit := 0
+		for i, name := range regFieldNames {
+			if name == key {
+				bit = 1 << i
+				break
+			}
+		}
+		if bit == 0 {
+			if err := rd.skip(1); err != nil {
+				return nil, fmt.Errorf("PUSH_REG: unknown field %q: %w", key, err)
+			}
+			continue
+		}
+		if seen&bit != 0 {
+			return nil, fmt.Errorf("%w: PUSH_REG: field %s appears twice", ErrMalformed, key)
+		}
+		seen |= bit
+		if err := reg.decodeField(rd, bit); err != nil {
+			return nil, fmt.Errorf("PUSH_REG: field %s: %w", key, err)
+		}
+	}
+	if rd.left() != 0 {
+		return nil, fmt.Errorf("%w: PUSH_REG: %d bytes after the map", ErrMalformed, rd.left())
+	}
+	if missing := requiredFields &^ seen; missing != 0 {
+		for i, name := range regFieldNames {
+			if missing&(1<<i) != 0 {
+				return nil, fieldError(name, "is missing")
+			}
+		}
+	}
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	return &reg, nil
+}
+
+func (r *Registration) decodeField(rd *reader, bit int) error {
+	var err error
+	switch bit {
+	case fRequestID:
+		r.RequestID, err = rd.str()
+	case fDecodeEngineID:
+		r.DecodeEngineID, err = rd.str()
+	case fDecodeHost:
+		r.DecodeHost, err = rd.str()
+	case fDecodePort:
+		r.DecodePort, err = boundedInt(rd)
+	case fDecodeTPSize:
+		r.DecodeTPSize, err = boundedInt(rd)
+	case fLocalBlockIDs:
+		r.LocalBlockIDs, err = decodeGroups(rd)
+	case fRemoteEngineID:
+		r.RemoteEngineID, err = rd.str()
+	case fRemoteHost:
+		r.RemoteHost, err = rd.str()
+	case fRemotePort:
+		r.RemotePort, err = boundedInt(rd)
+	case fRemoteTPSize:
+		r.RemoteTPSize, err = boundedInt(rd)
+	case fRemotePPSize:
+		r.RemotePPSize, err = boundedInt(rd)
+	case fTransferID:
+		if !rd.isNil() { // encoders that write None for "no transfer id"
+			r.TransferID, err = rd.str()
+		}
+	}
+	return err
+}
+
+// maxFieldInt bounds sizes and ports read from the wire so that later
+// arithmetic on them (TP ratios, products) cannot overflow.
+const maxFieldInt = 1 << 31
+
+func boundedInt(rd *reader) (int, error) {
+	v, err := rd.int()
+	if err != nil {
+		return 0, err
+	}
+	if v < -maxFieldInt || v > maxFieldInt {
+		return 0, rd.errorf("integer %d is out of range", v)
+	}
+	return int(v), nil
+}
+
+func decodeGroups(rd *reader) ([][]int, error) {
+	n, err := rd.arrayLen()
+	if err != nil {
+		return nil, err
+	}
+	groups := make([][]int, n)
+	for g := range groups {
+		m, err := rd.arrayLen()
+		if err != nil {
+			return nil, fmt.Errorf("group %d: %w", g, err)
+		}
+		ids := make([]int, m)
+		for i := range ids {
+			v, err := rd.int()
+			if err != nil {
+				return nil, fmt.Errorf("group %d entry %d: %w", g, i, err)
+			}
+			if v < 0 {
+				return nil, fmt.Errorf("group %d entry %d: %w", g, i, rd.errorf("block id %d is negative", v))
+			}
+			ids[i] = int(v)
+		}
+		groups[g] = ids
+	}
+	return groups, nil
+}
