@@ -87,27 +87,62 @@ func (l *Layout) RegionLen() uint64 { return uint64(l.NumBlocks) * l.BlockLen() 
 // region*NumBlocks + block.
 func (l *Layout) DescID(region, block int) int { return region*l.NumBlocks + block }
 
-// Validate reports the first field that makes the layout unusable; the error
-// matches ErrInvalid and names the field and its value.
-func (l *Layout) Validate() error {
-	return errNotImplemented
+// TotalKVHeads returns the model's KV head count as this layout implies it:
+// KVHeads for MLA, else ModelKVHeads or, when that is 0, KVHeads*TPSize.
+func (l *Layout) TotalKVHeads() int {
+	switch {
+	case l.MLA:
+		return l.KVHeads
+	case l.ModelKVHeads > 0:
+		return l.ModelKVHeads
+	}
+	return l.KVHeads * l.TPSize
+}
+
+// FirstHead returns the model index of the first KV head this rank holds
+// (0 for MLA); the rank holds KVHeads heads from there.
+func (l *Layout) FirstHead() int { return l.firstHeadOf(l.TPRank) }
+
+// firstHeadOf is FirstHead for another rank of the same engine.
+func (l *Layout) firstHeadOf(rank int) int {
+	if l.MLA {
+		return 0
+	}
+	total := l.TotalKVHeads()
+	if l.TPSize > total {
+		return rank / (l.TPSize / total)
+	}
+	return rank * l.KVHeads
 }
 
 // RegList returns the registration list: one descriptor per region covering
 // its NumBlocks*BlockLen bytes, in region order.
 func (l *Layout) RegList() nixl.RegList {
-	return nixl.RegList{}
+	n := l.RegionLen()
+	descs := make([]nixl.RegDesc, len(l.Regions))
+	for i, r := range l.Regions {
+		descs[i] = nixl.RegDesc{Desc: nixl.Desc{Addr: r.Base, Len: n, DevID: r.DevID}}
+	}
+	return nixl.RegList{Mem: l.Mem, Descs: descs}
 }
 
 // BlockDescs returns one descriptor per (region, block), in DescID order
 // (region*NumBlocks + block): the list a connector prepares once with
 // PrepXferDlist to address blocks by index.
 func (l *Layout) BlockDescs() nixl.XferList {
-	return nixl.XferList{}
+	n := l.BlockLen()
+	descs := make([]nixl.Desc, 0, len(l.Regions)*l.NumBlocks)
+	for _, r := range l.Regions {
+		for b := 0; b < l.NumBlocks; b++ {
+			descs = append(descs, nixl.Desc{Addr: r.Base + uint64(b)*n, Len: n, DevID: r.DevID})
+		}
+	}
+	return nixl.XferList{Mem: l.Mem, Descs: descs}
 }
 
 // BlockDesc returns the descriptor of one block of one region. It does not
-// check the indexes; see Validate and the mapping functions for checked use.
+// check the indexes (it panics on a region out of range, like a slice); see
+// Validate and the mapping functions for checked use.
 func (l *Layout) BlockDesc(region, block int) nixl.Desc {
 	r := l.Regions[region]
 	n := l.BlockLen()

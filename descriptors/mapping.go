@@ -1,35 +1,55 @@
 package descriptors
 
-import "errors"
-
-var errNotImplemented = errors.New("descriptors: not implemented")
-
 // Map pairs srcBlocks (on src) with dstBlocks (on dst) for one source rank and
 // one destination rank, with no prefix hit, one descriptor pair per region and
-// block (per head where the block sizes differ and a rank holds several
-// heads). It is MapRequest with Request{SrcBlocks: srcBlocks, DstBlocks:
-// dstBlocks}. Use MapCoalesced to get the merged lists to post.
+// block (per head too where the block sizes differ). It is MapRequest with
+// Request{SrcBlocks: srcBlocks, DstBlocks: dstBlocks}. Use MapCoalesced for
+// the lists to post.
 func Map(src, dst *Layout, srcBlocks, dstBlocks []int) (Transfer, error) {
 	return MapRequest(src, dst, Request{SrcBlocks: srcBlocks, DstBlocks: dstBlocks})
 }
 
-// MapRequest is Map with a prefix hit (see Request). The lists are not
-// coalesced: each pair covers at most one block on each side, which is what
-// tests and per-block accounting want.
+// MapRequest pairs a request's source blocks with its destination blocks for
+// one source rank and one destination rank (see Request for the lists and the
+// prefix hit). The lists are not coalesced: each pair lies inside one block on
+// each side, which is what tests and per-block accounting want.
 //
-// src and dst must be a pair that Sources/Targets returns (dst's heads
-// intersect src's); errors match ErrInvalid (bad layout or block ids) or
-// ErrIncompatible (layouts that cannot exchange blocks) and name both sides'
-// values.
+// What it produces, region by region (regions in order, same index on both
+// sides):
+//   - equal block sizes: one pair per block, covering the heads both ranks
+//     hold, at their offsets inside each block (the whole block when TP sizes
+//     are equal or for MLA; a head slice otherwise);
+//   - block sizes in an integer ratio: one pair per head per smaller block,
+//     taking the tokens in order (a large block is several small ones).
+//
+// src and dst must be a pair that Sources or Targets names (their heads must
+// intersect). Errors match ErrInvalid (bad layout, block id, list lengths, or
+// no common head) or ErrIncompatible (layouts that cannot exchange blocks)
+// and name both sides' values. On error the Transfer is empty.
 func MapRequest(src, dst *Layout, req Request) (Transfer, error) {
-	return Transfer{}, errNotImplemented
+	p, err := newPlan(src, dst, req)
+	if err != nil {
+		return Transfer{}, err
+	}
+	n := p.perRegion()
+	t := p.build(false, n)
+	t.regionPairs = n
+	return t, nil
 }
 
-// MapCoalesced returns what Coalesce(MapRequest(src, dst, req)) returns, but
-// works per run of contiguous block ids rather than per block, and allocates
-// only the two result slices: it is the call for the transfer path. Stats
-// counts the pairs MapRequest would give (Before) and the pairs returned
-// (After).
+// MapCoalesced returns what Coalesce(MapRequest(src, dst, req)) returns,
+// but walks the request once for one region, shifts the result into the
+// others, and allocates only the two result slices: it is the call for the
+// transfer path. Stats counts the pairs MapRequest would give (Before) and
+// the pairs returned (After).
 func MapCoalesced(src, dst *Layout, req Request) (Transfer, Stats, error) {
-	return Transfer{}, Stats{}, errNotImplemented
+	p, err := newPlan(src, dst, req)
+	if err != nil {
+		return Transfer{}, Stats{}, err
+	}
+	n := p.walk(true, nil, nil)
+	t := p.build(true, n)
+	t.regionPairs = -1
+	regions := len(src.Regions)
+	return t, Stats{Before: p.perRegion() * regions, After: n * regions}, nil
 }
