@@ -1,0 +1,452 @@
+package match
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultRegistrationTTL is how long a registration waits for its
+	// request to finish: vLLM's push_registration_timeout default.
+	DefaultRegistrationTTL = 480 * time.Second
+	// DefaultFinishedTTL is how long finished blocks wait for their
+	// registrations before they are released: vLLM's lease default.
+	DefaultFinishedTTL = 30 * time.Second
+)
+
+// Config sets a Matcher's timeouts.
+type Config struct {
+	// RegistrationTTL: a registration that has not paired this long after it
+	// arrived expires. Zero means DefaultRegistrationTTL.
+	RegistrationTTL time.Duration
+	// FinishedTTL: finished blocks that have not received every
+	// registration they expect this long after they finished expire (their
+	// lease). Zero means DefaultFinishedTTL.
+	FinishedTTL time.Duration
+}
+
+// ErrDuplicateFinished is returned by Finish for a request id that already
+// waits in the matcher.
+var ErrDuplicateFinished = errors.New("match: request already finished and waiting")
+
+// Outcome is what Register did with a registration.
+type Outcome int
+
+// Outcomes of Register.
+const (
+	Pending   Outcome = iota + 1 // stored until finished blocks arrive
+	Matched                      // paired at once
+	Duplicate                    // same sender, id and transfer id as one pending or recently paired: dropped
+)
+
+// Match is one registration paired with finished blocks.
+type Match[R, F any] struct {
+	Kind   Kind
+	Sender string
+	RegKey Key
+	FinKey Key
+	Reg    R
+	Fin    F
+	// Last is set on the pair that gave the finished blocks the last
+	// registration they expected: they have left the matcher.
+	Last bool
+}
+
+// ExpiredRegistration is a registration whose request never finished in time.
+type ExpiredRegistration[R any] struct {
+	Sender string
+	Key    Key
+	Reg    R
+}
+
+// ExpiredFinished is finished blocks whose lease ran out. Served is the
+// number of registrations they had paired with (writes may still use them).
+type ExpiredFinished[F any] struct {
+	Key    Key
+	Fin    F
+	Served int
+}
+
+// Stats counts what a Matcher has seen.
+type Stats struct {
+	Registrations        uint64 // Register calls that passed validation
+	Finished             uint64 // Finish calls that passed validation
+	MatchedTransferID    uint64
+	MatchedExact         uint64
+	MatchedStripped      uint64
+	Duplicates           uint64 // duplicate registrations dropped
+	ExpiredRegistrations uint64 // registrations that never paired
+	ExpiredFinished      uint64 // finished blocks released by their lease
+	PendingRegistrations int    // registrations waiting now
+	PendingFinished      int    // finished requests waiting now
+}
+
+type regEntry[R any] struct {
+	sender   string
+	key      Key
+	base     string
+	fanout   int
+	reg      R
+	deadline time.Time
+	gone     bool
+}
+
+func (e *regEntry[R]) deadlineAt() time.Time { return e.deadline }
+func (e *regEntry[R]) isGone() bool          { return e.gone }
+
+type finEntry[F any] struct {
+	key      Key
+	base     string
+	fin      F
+	want     int // registrations expected; 0 until the first pairs
+	served   []string
+	deadline time.Time
+	indexed  bool // waiting in the indexes (not paired on arrival)
+	gone     bool
+}
+
+func (e *finEntry[F]) deadlineAt() time.Time { return e.deadline }
+func (e *finEntry[F]) isGone() bool          { return e.gone }
+
+func (e *finEntry[F]) hasServed(sender string) bool {
+	for _, s := range e.served {
+		if s == sender {
+			return true
+		}
+	}
+	return false
+}
+
+// identity is what makes two registrations the same message.
+type identity struct {
+	sender string
+	key    Key
+}
+
+type tombstone struct {
+	id       identity
+	deadline time.Time
+	gone     bool
+}
+
+func (t *tombstone) deadlineAt() time.Time { return t.deadline }
+func (t *tombstone) isGone() bool          { return t.gone }
+
+// index maps a key string to the entries that carry it, oldest first.
+type index[E comparable] map[string][]E
+
+func (ix index[E]) add(k string, e E) { ix[k] = append(ix[k], e) }
+
+func (ix index[E]) remove(k string, e E) {
+	list := ix[k]
+	for i, x := range list {
+		if x == e {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(ix, k)
+	} else {
+		ix[k] = list
+	}
+}
+
+// Matcher pairs registrations with finished blocks. R and F are the
+// caller's payloads, returned untouched. It is not safe for concurrent use:
+// one goroutine owns it. Calls must see a clock that does not go back.
+type Matcher[R, F any] struct {
+	cfg Config
+
+	regByTID, regByID, regByBase index[*regEntry[R]]
+	finByTID, finByID, finByBase index[*finEntry[F]]
+	pendingIDs                   map[identity]*regEntry[R]
+	tombs                        map[identity]*tombstone
+
+	regQ  fifo[*regEntry[R]]
+	finQ  fifo[*finEntry[F]]
+	tombQ fifo[*tombstone]
+
+	stats Stats
+}
+
+// New returns an empty Matcher; zero Config fields take their defaults.
+func New[R, F any](cfg Config) (*Matcher[R, F], error) {
+	if cfg.RegistrationTTL < 0 || cfg.FinishedTTL < 0 {
+		return nil, fmt.Errorf("match: timeouts must not be negative (RegistrationTTL %v, FinishedTTL %v)",
+			cfg.RegistrationTTL, cfg.FinishedTTL)
+	}
+	if cfg.RegistrationTTL == 0 {
+		cfg.RegistrationTTL = DefaultRegistrationTTL
+	}
+	if cfg.FinishedTTL == 0 {
+		cfg.FinishedTTL = DefaultFinishedTTL
+	}
+	return &Matcher[R, F]{
+		cfg:        cfg,
+		regByTID:   index[*regEntry[R]]{},
+		regByID:    index[*regEntry[R]]{},
+		regByBase:  index[*regEntry[R]]{},
+		finByTID:   index[*finEntry[F]]{},
+		finByID:    index[*finEntry[F]]{},
+		finByBase:  index[*finEntry[F]]{},
+		pendingIDs: map[identity]*regEntry[R]{},
+		tombs:      map[identity]*tombstone{},
+	}, nil
+}
+
+// Config returns the configuration in use, defaults filled in.
+func (m *Matcher[R, F]) Config() Config { return m.cfg }
+
+// Stats returns the counters.
+func (m *Matcher[R, F]) Stats() Stats {
+	s := m.stats
+	s.PendingRegistrations = len(m.pendingIDs)
+	s.PendingFinished = len(m.finByID)
+	return s
+}
+
+// Register adds decode's registration from sender (the decode rank's agent).
+// fanout is the number of decode ranks the finished blocks are written to,
+// so the number of registrations they expect; only the first pairing
+// registration's fanout counts. A registration identical (sender, request id,
+// transfer id) to one pending or paired within the registration TTL is a
+// Duplicate and changes nothing but a counter.
+func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, fanout int, reg R) (Match[R, F], Outcome, error) {
+	var none Match[R, F]
+	if key.RequestID == "" {
+		return none, 0, errors.New("match: registration has an empty request id")
+	}
+	if fanout < 1 {
+		return none, 0, fmt.Errorf("match: registration fanout must be at least 1, got %d", fanout)
+	}
+	id := identity{sender: sender, key: key}
+	if _, ok := m.pendingIDs[id]; ok {
+		m.stats.Duplicates++
+		return none, Duplicate, nil
+	}
+	if _, ok := m.tombs[id]; ok {
+		m.stats.Duplicates++
+		return none, Duplicate, nil
+	}
+	m.stats.Registrations++
+	e := &regEntry[R]{sender: sender, key: key, base: Base(key.RequestID), fanout: fanout, reg: reg}
+	if f, kind := m.findFinished(e); f != nil {
+		return m.pair(now, e, f, kind), Matched, nil
+	}
+	e.deadline = now.Add(m.cfg.RegistrationTTL)
+	m.pendingIDs[id] = e
+	if key.TransferID != "" {
+		m.regByTID.add(key.TransferID, e)
+	}
+	m.regByID.add(key.RequestID, e)
+	m.regByBase.add(e.base, e)
+	m.regQ.push(e)
+	return none, Pending, nil
+}
+
+// findFinished returns the finished entry that registration e pairs with,
+// by the first rule that finds one.
+func (m *Matcher[R, F]) findFinished(e *regEntry[R]) (*finEntry[F], Kind) {
+	ok := func(f *finEntry[F]) bool { return !f.hasServed(e.sender) }
+	if e.key.TransferID != "" {
+		for _, f := range m.finByTID[e.key.TransferID] {
+			if ok(f) {
+				return f, ByTransferID
+			}
+		}
+	}
+	for _, f := range m.finByID[e.key.RequestID] {
+		if !conflicts(f.key, e.key) && ok(f) {
+			return f, ByExactID
+		}
+	}
+	for _, f := range m.finByBase[e.base] {
+		if !conflicts(f.key, e.key) && ok(f) {
+			return f, ByStrippedID
+		}
+	}
+	return nil, 0
+}
+
+// Finish adds a finished request's blocks and returns the registrations they
+// pair with at once: none, or up to their fanout from distinct senders.
+// Finishing a request id that is already waiting is an error and changes
+// nothing.
+func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], error) {
+	if key.RequestID == "" {
+		return nil, errors.New("match: finished request has an empty id")
+	}
+	if _, ok := m.finByID[key.RequestID]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrDuplicateFinished, key.RequestID)
+	}
+	m.stats.Finished++
+	f := &finEntry[F]{key: key, base: Base(key.RequestID), fin: fin, deadline: now.Add(m.cfg.FinishedTTL)}
+	var out []Match[R, F]
+	for f.want == 0 || len(f.served) < f.want {
+		e, kind := m.findRegistration(f)
+		if e == nil {
+			break
+		}
+		m.dropRegistration(e)
+		out = append(out, m.pair(now, e, f, kind))
+	}
+	if f.want != 0 && len(f.served) >= f.want {
+		return out, nil
+	}
+	if key.TransferID != "" {
+		m.finByTID.add(key.TransferID, f)
+	}
+	m.finByID.add(key.RequestID, f)
+	m.finByBase.add(f.base, f)
+	f.indexed = true
+	m.finQ.push(f)
+	return out, nil
+}
+
+func (m *Matcher[R, F]) findRegistration(f *finEntry[F]) (*regEntry[R], Kind) {
+	ok := func(e *regEntry[R]) bool { return !f.hasServed(e.sender) }
+	if f.key.TransferID != "" {
+		for _, e := range m.regByTID[f.key.TransferID] {
+			if ok(e) {
+				return e, ByTransferID
+			}
+		}
+	}
+	for _, e := range m.regByID[f.key.RequestID] {
+		if !conflicts(f.key, e.key) && ok(e) {
+			return e, ByExactID
+		}
+	}
+	for _, e := range m.regByBase[f.base] {
+		if !conflicts(f.key, e.key) && ok(e) {
+			return e, ByStrippedID
+		}
+	}
+	return nil, 0
+}
+
+// pair records that registration e is served by f, counts it, leaves a
+// tombstone for duplicates, and removes f once it has every registration it
+// expects.
+func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind Kind) Match[R, F] {
+	switch kind {
+	case ByTransferID:
+		m.stats.MatchedTransferID++
+	case ByExactID:
+		m.stats.MatchedExact++
+	case ByStrippedID:
+		m.stats.MatchedStripped++
+	}
+	if f.want == 0 {
+		f.want = e.fanout
+	}
+	f.served = append(f.served, e.sender)
+	t := &tombstone{id: identity{sender: e.sender, key: e.key}, deadline: now.Add(m.cfg.RegistrationTTL)}
+	if old, ok := m.tombs[t.id]; ok {
+		old.gone = true
+	}
+	m.tombs[t.id] = t
+	m.tombQ.push(t)
+	last := len(f.served) >= f.want
+	if last && f.indexed {
+		m.dropFinished(f)
+	}
+	return Match[R, F]{Kind: kind, Sender: e.sender, RegKey: e.key, FinKey: f.key, Reg: e.reg, Fin: f.fin, Last: last}
+}
+
+func (m *Matcher[R, F]) dropRegistration(e *regEntry[R]) {
+	e.gone = true
+	delete(m.pendingIDs, identity{sender: e.sender, key: e.key})
+	if e.key.TransferID != "" {
+		m.regByTID.remove(e.key.TransferID, e)
+	}
+	m.regByID.remove(e.key.RequestID, e)
+	m.regByBase.remove(e.base, e)
+}
+
+func (m *Matcher[R, F]) dropFinished(f *finEntry[F]) {
+	f.gone = true
+	f.indexed = false
+	if f.key.TransferID != "" {
+		m.finByTID.remove(f.key.TransferID, f)
+	}
+	m.finByID.remove(f.key.RequestID, f)
+	m.finByBase.remove(f.base, f)
+}
+
+// Cancel removes a finished request that still waits for registrations
+// (the engine aborted it) and returns its payload and how many
+// registrations it had served.
+func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
+	list := m.finByID[requestID]
+	if len(list) == 0 {
+		return fin, 0, false
+	}
+	f := list[0]
+	m.dropFinished(f)
+	return f.fin, len(f.served), true
+}
+
+// Expire removes and returns, each exactly once, the registrations and the
+// finished requests whose deadline is at or before now.
+func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []ExpiredFinished[F]) {
+	var regs []ExpiredRegistration[R]
+	var fins []ExpiredFinished[F]
+	for {
+		e, ok := m.regQ.front()
+		if !ok || e.deadline.After(now) {
+			break
+		}
+		m.regQ.pop()
+		m.dropRegistration(e)
+		m.stats.ExpiredRegistrations++
+		regs = append(regs, ExpiredRegistration[R]{Sender: e.sender, Key: e.key, Reg: e.reg})
+	}
+	for {
+		f, ok := m.finQ.front()
+		if !ok || f.deadline.After(now) {
+			break
+		}
+		m.finQ.pop()
+		m.dropFinished(f)
+		m.stats.ExpiredFinished++
+		fins = append(fins, ExpiredFinished[F]{Key: f.key, Fin: f.fin, Served: len(f.served)})
+	}
+	for {
+		t, ok := m.tombQ.front()
+		if !ok || t.deadline.After(now) {
+			break
+		}
+		m.tombQ.pop()
+		t.gone = true
+		delete(m.tombs, t.id)
+	}
+	return regs, fins
+}
+
+// Next returns the earliest deadline of a pending registration or finished
+// request, so the owner can sleep until then. Duplicate-detection memory
+// expires too, but nothing waits on it.
+func (m *Matcher[R, F]) Next() (time.Time, bool) {
+	r, rok := m.regQ.next()
+	f, fok := m.finQ.next()
+	switch {
+	case rok && fok:
+		if f.Before(r) {
+			return f, true
+		}
+		return r, true
+	case rok:
+		return r, true
+	case fok:
+		return f, true
+	}
+	return time.Time{}, false
+}
+
+// WaitingFinished reports whether any finished request waits for a
+// registration: the writer polls for notifications only then.
+func (m *Matcher[R, F]) WaitingFinished() bool { return len(m.finByID) > 0 }

@@ -1,0 +1,327 @@
+package match
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func newM(t testing.TB) *Matcher[string, string] {
+	t.Helper()
+	m, err := New[string, string](Config{RegistrationTTL: 480 * time.Second, FinishedTTL: 30 * time.Second})
+	require.NoError(t, err)
+	return m
+}
+
+func TestBase(t *testing.T) {
+	for in, want := range map[string]string{
+		"cmpl-7f3a9c21-0-1a2b3c4d": "cmpl-7f3a9c21-0",
+		"cmpl-abc-1A2B3C4D":        "cmpl-abc",
+		"cmpl-abc-1a2b3c4":         "cmpl-abc-1a2b3c4",  // 7 digits
+		"cmpl-abc-1a2b3c4g":        "cmpl-abc-1a2b3c4g", // not hex
+		"cmpl-abc_1a2b3c4d":        "cmpl-abc_1a2b3c4d", // no dash
+		"-1a2b3c4d":                "",
+		"abc":                      "abc",
+		"":                         "",
+	} {
+		require.Equal(t, want, Base(in), in)
+	}
+}
+
+func TestRegisterThenFinish(t *testing.T) {
+	m := newM(t)
+	_, out, err := m.Register(t0, "d0", Key{RequestID: "r1"}, 1, "reg")
+	require.NoError(t, err)
+	require.Equal(t, Pending, out)
+	got, err := m.Finish(t0.Add(time.Second), Key{RequestID: "r1"}, "fin")
+	require.NoError(t, err)
+	require.Equal(t, []Match[string, string]{{Kind: ByExactID, Sender: "d0", RegKey: Key{RequestID: "r1"},
+		FinKey: Key{RequestID: "r1"}, Reg: "reg", Fin: "fin", Last: true}}, got)
+	s := m.Stats()
+	require.Equal(t, uint64(1), s.MatchedExact)
+	require.Zero(t, s.PendingRegistrations)
+	require.Zero(t, s.PendingFinished)
+	_, ok := m.Next()
+	require.False(t, ok, "nothing waits")
+}
+
+func TestFinishThenRegister(t *testing.T) {
+	m := newM(t)
+	got, err := m.Finish(t0, Key{RequestID: "r1"}, "fin")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.True(t, m.WaitingFinished())
+	mt, out, err := m.Register(t0, "d0", Key{RequestID: "r1"}, 1, "reg")
+	require.NoError(t, err)
+	require.Equal(t, Matched, out)
+	require.Equal(t, "fin", mt.Fin)
+	require.True(t, mt.Last)
+	require.False(t, m.WaitingFinished())
+	regs, fins := m.Expire(t0.Add(time.Hour))
+	require.Empty(t, regs)
+	require.Empty(t, fins, "a paired request never expires")
+}
+
+func TestStrippedMatch(t *testing.T) {
+	m := newM(t)
+	// Decode and prefill each appended their own suffix to the proxy's id.
+	_, out, err := m.Register(t0, "d0", Key{RequestID: "cmpl-42-0-DEADBEEF"}, 1, "reg")
+	require.NoError(t, err)
+	require.Equal(t, Pending, out)
+	got, err := m.Finish(t0, Key{RequestID: "cmpl-42-0-0badf00d"}, "fin")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, ByStrippedID, got[0].Kind)
+
+	// Only one side carries a suffix.
+	_, err = m.Finish(t0, Key{RequestID: "cmpl-43-12345678"}, "fin2")
+	require.NoError(t, err)
+	mt, out, err := m.Register(t0, "d0", Key{RequestID: "cmpl-43"}, 1, "reg2")
+	require.NoError(t, err)
+	require.Equal(t, Matched, out)
+	require.Equal(t, ByStrippedID, mt.Kind)
+	require.Equal(t, uint64(2), m.Stats().MatchedStripped)
+
+	// Different bases never pair.
+	_, err = m.Finish(t0, Key{RequestID: "cmpl-44-12345678"}, "fin3")
+	require.NoError(t, err)
+	_, out, err = m.Register(t0, "d0", Key{RequestID: "cmpl-45-12345678"}, 1, "reg3")
+	require.NoError(t, err)
+	require.Equal(t, Pending, out)
+}
+
+func TestTransferIDMatch(t *testing.T) {
+	m := newM(t)
+	_, _, err := m.Register(t0, "d0", Key{RequestID: "decode-side", TransferID: "x1"}, 1, "reg")
+	require.NoError(t, err)
+	got, err := m.Finish(t0, Key{RequestID: "prefill-side", TransferID: "x1"}, "fin")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, ByTransferID, got[0].Kind)
+	require.Equal(t, uint64(1), m.Stats().MatchedTransferID)
+}
+
+func TestTransferIDConflictBlocksIDMatch(t *testing.T) {
+	m := newM(t)
+	_, _, err := m.Register(t0, "d0", Key{RequestID: "r1", TransferID: "x1"}, 1, "reg")
+	require.NoError(t, err)
+	got, err := m.Finish(t0, Key{RequestID: "r1", TransferID: "x2"}, "fin")
+	require.NoError(t, err)
+	require.Empty(t, got, "both carry transfer ids and they differ")
+	// One side without a transfer id falls back to request ids.
+	_, err = m.Finish(t0, Key{RequestID: "r2"}, "fin2")
+	require.NoError(t, err)
+	mt, out, err := m.Register(t0, "d0", Key{RequestID: "r2", TransferID: "x3"}, 1, "reg2")
+	require.NoError(t, err)
+	require.Equal(t, Matched, out)
+	require.Equal(t, ByExactID, mt.Kind)
+}
+
+func TestRulePrecedence(t *testing.T) {
+	m := newM(t)
+	// Three waiting finished requests, each pairable with the registration
+	// by a different rule; the transfer id wins, then the exact id.
+	_, err := m.Finish(t0, Key{RequestID: "a-12345678"}, "stripped")
+	require.NoError(t, err)
+	_, err = m.Finish(t0, Key{RequestID: "a-87654321"}, "exact")
+	require.NoError(t, err)
+	_, err = m.Finish(t0, Key{RequestID: "zzz", TransferID: "t"}, "tid")
+	require.NoError(t, err)
+	for _, want := range []struct {
+		fin  string
+		kind Kind
+	}{{"tid", ByTransferID}, {"exact", ByExactID}, {"stripped", ByStrippedID}} {
+		mt, out, err := m.Register(t0, "d"+want.fin, Key{RequestID: "a-87654321", TransferID: "t"}, 1, "r")
+		require.NoError(t, err)
+		require.Equal(t, Matched, out)
+		require.Equal(t, want.fin, mt.Fin)
+		require.Equal(t, want.kind, mt.Kind)
+	}
+}
+
+func TestDuplicateRegistration(t *testing.T) {
+	m := newM(t)
+	k := Key{RequestID: "r1"}
+	_, out, _ := m.Register(t0, "d0", k, 1, "first")
+	require.Equal(t, Pending, out)
+	_, out, _ = m.Register(t0, "d0", k, 1, "second")
+	require.Equal(t, Duplicate, out, "duplicate while pending")
+	got, err := m.Finish(t0, k, "fin")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "first", got[0].Reg)
+	_, out, _ = m.Register(t0.Add(time.Minute), "d0", k, 1, "third")
+	require.Equal(t, Duplicate, out, "duplicate after pairing: no second write")
+	require.Equal(t, uint64(2), m.Stats().Duplicates)
+	require.Equal(t, uint64(1), m.Stats().Registrations)
+
+	// The duplicate memory lasts one registration TTL.
+	m.Expire(t0.Add(481 * time.Second))
+	_, out, _ = m.Register(t0.Add(481*time.Second), "d0", k, 1, "late")
+	require.Equal(t, Pending, out)
+}
+
+func TestFanoutServesEachSenderOnce(t *testing.T) {
+	m := newM(t)
+	_, err := m.Finish(t0, Key{RequestID: "r"}, "fin")
+	require.NoError(t, err)
+	mt, out, _ := m.Register(t0, "d0", Key{RequestID: "r"}, 2, "a")
+	require.Equal(t, Matched, out)
+	require.False(t, mt.Last)
+	// The same sender under another id variant may not take a second write.
+	_, out, _ = m.Register(t0, "d0", Key{RequestID: "r-0000aaaa"}, 2, "b")
+	require.Equal(t, Pending, out)
+	mt, out, _ = m.Register(t0, "d1", Key{RequestID: "r"}, 2, "c")
+	require.Equal(t, Matched, out)
+	require.True(t, mt.Last)
+	require.False(t, m.WaitingFinished())
+
+	// Finish pairs with up to fanout registrations of distinct senders at once.
+	for _, s := range []string{"d0", "d0x", "d1"} {
+		_, _, err := m.Register(t0, s, Key{RequestID: "q"}, 2, s)
+		require.NoError(t, err)
+	}
+	got, err := m.Finish(t0, Key{RequestID: "q"}, "fin2")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "d0", got[0].Sender)
+	require.Equal(t, "d0x", got[1].Sender)
+	require.True(t, got[1].Last)
+}
+
+func TestRegistrationExpiresOnce(t *testing.T) {
+	m := newM(t)
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "never"}, 1, "reg")
+	next, ok := m.Next()
+	require.True(t, ok)
+	require.Equal(t, t0.Add(480*time.Second), next)
+	regs, fins := m.Expire(t0.Add(479 * time.Second))
+	require.Empty(t, regs)
+	require.Empty(t, fins)
+	regs, _ = m.Expire(t0.Add(480 * time.Second))
+	require.Equal(t, []ExpiredRegistration[string]{{Sender: "d0", Key: Key{RequestID: "never"}, Reg: "reg"}}, regs)
+	regs, _ = m.Expire(t0.Add(time.Hour))
+	require.Empty(t, regs, "reported once")
+	require.Equal(t, uint64(1), m.Stats().ExpiredRegistrations)
+	got, err := m.Finish(t0.Add(time.Hour), Key{RequestID: "never"}, "fin")
+	require.NoError(t, err)
+	require.Empty(t, got, "an expired registration cannot pair")
+}
+
+func TestFinishedLeaseExpiresOnce(t *testing.T) {
+	m := newM(t)
+	_, _ = m.Finish(t0, Key{RequestID: "lonely"}, "fin")
+	_, _ = m.Finish(t0, Key{RequestID: "half"}, "fin2")
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "half"}, 2, "reg")
+	_, fins := m.Expire(t0.Add(30 * time.Second))
+	require.Equal(t, []ExpiredFinished[string]{
+		{Key: Key{RequestID: "lonely"}, Fin: "fin", Served: 0},
+		{Key: Key{RequestID: "half"}, Fin: "fin2", Served: 1},
+	}, fins)
+	_, fins = m.Expire(t0.Add(time.Hour))
+	require.Empty(t, fins)
+	require.Equal(t, uint64(2), m.Stats().ExpiredFinished)
+	_, out, _ := m.Register(t0.Add(31*time.Second), "d1", Key{RequestID: "lonely"}, 1, "late")
+	require.Equal(t, Pending, out, "late registration does not pair with released blocks")
+}
+
+func TestDuplicateFinishRefused(t *testing.T) {
+	m := newM(t)
+	_, err := m.Finish(t0, Key{RequestID: "r"}, "a")
+	require.NoError(t, err)
+	_, err = m.Finish(t0, Key{RequestID: "r"}, "b")
+	require.ErrorIs(t, err, ErrDuplicateFinished)
+	mt, _, _ := m.Register(t0, "d", Key{RequestID: "r"}, 1, "reg")
+	require.Equal(t, "a", mt.Fin, "the first finish is kept")
+	require.Equal(t, uint64(1), m.Stats().Finished)
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	m := newM(t)
+	_, _, err := m.Register(t0, "d", Key{}, 1, "")
+	require.ErrorContains(t, err, "empty request id")
+	_, _, err = m.Register(t0, "d", Key{RequestID: "r"}, 0, "")
+	require.ErrorContains(t, err, "fanout must be at least 1, got 0")
+	_, err = m.Finish(t0, Key{}, "")
+	require.ErrorContains(t, err, "empty id")
+	require.Equal(t, Stats{}, m.Stats())
+	_, err = New[int, int](Config{FinishedTTL: -1})
+	require.ErrorContains(t, err, "must not be negative")
+}
+
+func TestCancel(t *testing.T) {
+	m := newM(t)
+	_, _ = m.Finish(t0, Key{RequestID: "r"}, "fin")
+	fin, served, ok := m.Cancel("r")
+	require.True(t, ok)
+	require.Equal(t, "fin", fin)
+	require.Zero(t, served)
+	_, _, ok = m.Cancel("r")
+	require.False(t, ok)
+	_, fins := m.Expire(t0.Add(time.Hour))
+	require.Empty(t, fins, "a cancelled request does not expire later")
+}
+
+// TestRandomOrderEveryRequestEndsOnce interleaves registrations, finishes
+// and duplicates of many requests in random order, with suffixes and
+// transfer ids mixed in, and checks that every request pairs exactly once.
+func TestRandomOrderEveryRequestEndsOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := newM(t)
+	const n = 5000
+	type ev struct {
+		reg bool
+		i   int
+	}
+	var evs []ev
+	for i := range n {
+		evs = append(evs, ev{true, i}, ev{false, i})
+		if i%7 == 0 {
+			evs = append(evs, ev{true, i}) // duplicate
+		}
+	}
+	rng.Shuffle(len(evs), func(a, b int) { evs[a], evs[b] = evs[b], evs[a] })
+	keys := func(i int) (Key, Key) {
+		switch i % 3 {
+		case 0:
+			return Key{RequestID: fmt.Sprintf("r%d", i)}, Key{RequestID: fmt.Sprintf("r%d", i)}
+		case 1:
+			return Key{RequestID: fmt.Sprintf("r%d-%08x", i, i)}, Key{RequestID: fmt.Sprintf("r%d-%08X", i, i+1)}
+		}
+		return Key{RequestID: fmt.Sprintf("d%d", i), TransferID: fmt.Sprint(i)}, Key{RequestID: fmt.Sprintf("p%d", i), TransferID: fmt.Sprint(i)}
+	}
+	paired := make([]int, n)
+	now := t0
+	for _, e := range evs {
+		now = now.Add(time.Millisecond)
+		rk, fk := keys(e.i)
+		if e.reg {
+			mt, out, err := m.Register(now, "d0", rk, 1, rk.RequestID)
+			require.NoError(t, err)
+			if out == Matched {
+				require.Equal(t, fk, mt.FinKey)
+				paired[e.i]++
+			}
+			continue
+		}
+		got, err := m.Finish(now, fk, fk.RequestID)
+		require.NoError(t, err)
+		for _, mt := range got {
+			require.Equal(t, rk, mt.RegKey)
+			paired[e.i]++
+		}
+	}
+	for i, c := range paired {
+		require.Equal(t, 1, c, "request %d", i)
+	}
+	s := m.Stats()
+	require.Equal(t, uint64(n), s.MatchedExact+s.MatchedStripped+s.MatchedTransferID)
+	require.Equal(t, uint64((n+6)/7), s.Duplicates)
+	require.Zero(t, s.PendingRegistrations)
+	require.Zero(t, s.PendingFinished)
+}
