@@ -1,0 +1,69 @@
+package sidechannel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// Call dials addr, sends req as one frame, reads one reply frame into a
+// Resp, and closes the connection. Every step obeys ctx's deadline; without
+// one, Call applies fallback so that it never waits forever.
+func Call[Req, Resp any](ctx context.Context, addr string, req Req, maxFrame int, fallback time.Duration) (Resp, error) {
+	var zero Resp
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, fallback)
+		defer cancel()
+	}
+	body, err := Encode(req)
+	if err != nil {
+		return zero, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return zero, fmt.Errorf("sidechannel: dial %s: %w", addr, err)
+	}
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	if err := c.SetDeadline(deadline); err != nil {
+		return zero, fmt.Errorf("sidechannel: %s: %w", addr, err)
+	}
+	// Closing the connection when ctx is cancelled (not only at its
+	// deadline) unblocks the read below.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := WriteFrame(c, body, maxFrame); err != nil {
+		return zero, fmt.Errorf("sidechannel: send to %s: %w", addr, ctxErr(ctx, err))
+	}
+	reply, err := ReadFrame(c, maxFrame)
+	if err != nil {
+		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, ctxErr(ctx, err))
+	}
+	var resp Resp
+	if err := Decode(reply, &resp); err != nil {
+		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, err)
+	}
+	return resp, nil
+}
+
+// ctxErr prefers the context's reason (deadline, cancel) over the I/O
+// error it caused.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w (%v)", cerr, err)
+	}
+	// The connection's deadline is ctx's and may fire a moment before
+	// ctx itself reports it.
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+	}
+	return err
+}
