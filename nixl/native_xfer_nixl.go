@@ -1,0 +1,291 @@
+//go:build nixl
+
+package nixl
+
+/*
+#include <stddef.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+)
+
+// PrepXferDlist prepares descriptors for MakeXferReq
+// (nixlAgent::prepXferDlist): remote "" prepares the local side (NIXL's
+// NIXL_INIT_AGENT), a peer's name its side, and this agent's own name the
+// target side of a transfer within the agent. Release the handle with
+// ReleaseDlistHandle (or Close).
+func (a *NativeAgent) PrepXferDlist(remote string, descs XferList, opts *Options) (DlistHandle, error) {
+	const op = "nixlAgent::prepXferDlist"
+	if err := a.enter(op); err != nil {
+		return 0, err
+	}
+	defer a.exit()
+	if err := checkMem(op, descs.Mem); err != nil {
+		return 0, err
+	}
+	o, err := a.options(op, opts)
+	if err != nil {
+		return 0, err
+	}
+	ptr, s := shimPrepXferDlist(a.agent, remote, descs, o)
+	if err := check(op, s, "%d %s descriptors of %s", len(descs.Descs), descs.Mem, side(remote)); err != nil {
+		return 0, err
+	}
+	return DlistHandle(a.dlists.add(ptr)), nil
+}
+
+func side(remote string) string {
+	if remote == "" {
+		return "the local side"
+	}
+	return fmt.Sprintf("remote agent %q (metadata loaded and covering them?)", remote)
+}
+
+// ReleaseDlistHandle frees a prepared list (nixlAgent::releasedDlistH).
+// Requests made from it stay valid. Releasing twice, or a handle of another
+// agent, gives ErrInvalidParam.
+func (a *NativeAgent) ReleaseDlistHandle(h DlistHandle) error {
+	const op = "nixlAgent::releasedDlistH"
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.exit()
+	s, found := a.dlists.free(uint64(h), func(ptr uintptr) Status { return shimReleaseDlist(a.agent, ptr) })
+	if !found {
+		return a.badHandle(op, "prepared list", uint64(h))
+	}
+	return check(op, s, "prepared list %d", h)
+}
+
+func (a *NativeAgent) badHandle(op, kind string, h uint64) error {
+	return &Error{Op: op, Status: StatusInvalidParam,
+		Msg: fmt.Sprintf("%s handle %d is not live on agent %q (released already, never made, or from another agent)", kind, h, a.name)}
+}
+
+// indices converts Go indices to C ints, refusing values that C would
+// truncate into a different, valid index.
+func indices(op, which string, idx []int) ([]C.int, error) {
+	out := make([]C.int, len(idx))
+	for i, v := range idx {
+		if v < 0 || v > math.MaxInt32 {
+			return nil, &Error{Op: op, Status: StatusInvalidParam, Msg: fmt.Sprintf("%s index %d at position %d out of range", which, v, i)}
+		}
+		out[i] = C.int(v)
+	}
+	return out, nil
+}
+
+// MakeXferReq makes a transfer request pairing entry localIdx[i] of the
+// prepared local list with entry remoteIdx[i] of the prepared remote list
+// (nixlAgent::makeXferReq). NIXL merges runs of consecutive indices into one
+// descriptor unless opts.SkipDescMerge is set; opts.Notif sets the
+// notification sent on completion, opts.Backends limits the backends
+// considered, opts.CustomParam goes to the backend.
+func (a *NativeAgent) MakeXferReq(op XferOp, local DlistHandle, localIdx []int, remote DlistHandle, remoteIdx []int, opts *Options) (XferHandle, error) {
+	const name = "nixlAgent::makeXferReq"
+	if err := a.enter(name); err != nil {
+		return 0, err
+	}
+	defer a.exit()
+	if op != Read && op != Write {
+		return 0, &Error{Op: name, Status: StatusInvalidParam, Msg: fmt.Sprintf("unknown operation %d", int32(op))}
+	}
+	li, err := indices(name, "local", localIdx)
+	if err != nil {
+		return 0, err
+	}
+	ri, err := indices(name, "remote", remoteIdx)
+	if err != nil {
+		return 0, err
+	}
+	o, err := a.options(name, opts)
+	if err != nil {
+		return 0, err
+	}
+	le := a.dlists.acquire(uint64(local))
+	if le == nil {
+		return 0, a.badHandle(name, "local prepared list", uint64(local))
+	}
+	defer le.done()
+	re := le
+	if remote != local {
+		if re = a.dlists.acquire(uint64(remote)); re == nil {
+			return 0, a.badHandle(name, "remote prepared list", uint64(remote))
+		}
+		defer re.done()
+	}
+	ptr, s := shimMakeXferReq(a.agent, op, le.ptr, li, re.ptr, ri, o)
+	if err := check(name, s, "%s of %d local and %d remote indices", op, len(localIdx), len(remoteIdx)); err != nil {
+		return 0, err
+	}
+	return XferHandle(a.xfers.add(ptr)), nil
+}
+
+// CreateXferReq makes a transfer request from two descriptor lists of equal
+// length, pairing them by position (nixlAgent::createXferReq); remoteAgent
+// is the peer, or this agent's own name for a transfer within the agent.
+// NIXL does not merge adjacent descriptors here. Options as for MakeXferReq.
+func (a *NativeAgent) CreateXferReq(op XferOp, local, remote XferList, remoteAgent string, opts *Options) (XferHandle, error) {
+	const name = "nixlAgent::createXferReq"
+	if err := a.enter(name); err != nil {
+		return 0, err
+	}
+	defer a.exit()
+	if op != Read && op != Write {
+		return 0, &Error{Op: name, Status: StatusInvalidParam, Msg: fmt.Sprintf("unknown operation %d", int32(op))}
+	}
+	if err := checkMem(name, local.Mem); err != nil {
+		return 0, err
+	}
+	if err := checkMem(name, remote.Mem); err != nil {
+		return 0, err
+	}
+	o, err := a.options(name, opts)
+	if err != nil {
+		return 0, err
+	}
+	ptr, s := shimCreateXferReq(a.agent, op, local, remote, remoteAgent, o)
+	if err := check(name, s, "%s of %d %s descriptors to %d %s descriptors of agent %q", op,
+		len(local.Descs), local.Mem, len(remote.Descs), remote.Mem, remoteAgent); err != nil {
+		return 0, err
+	}
+	return XferHandle(a.xfers.add(ptr)), nil
+}
+
+// EstimateXferCost asks the request's backend how long the transfer should
+// take (nixlAgent::estimateXferCost). Backends without a model return
+// ErrNotSupported.
+func (a *NativeAgent) EstimateXferCost(req XferHandle, opts *Options) (XferCost, error) {
+	const op = "nixlAgent::estimateXferCost"
+	if err := a.enter(op); err != nil {
+		return XferCost{}, err
+	}
+	defer a.exit()
+	o, err := a.options(op, opts)
+	if err != nil {
+		return XferCost{}, err
+	}
+	e := a.xfers.acquire(uint64(req))
+	if e == nil {
+		return XferCost{}, a.badHandle(op, "transfer", uint64(req))
+	}
+	defer e.done()
+	cost, s := shimEstimateXferCost(a.agent, e.ptr, o)
+	if err := check(op, s, "transfer %d", req); err != nil {
+		return XferCost{}, err
+	}
+	return cost, nil
+}
+
+// PostXferReq starts (or restarts, once finished) a transfer request
+// (nixlAgent::postXferReq). It returns StatusSuccess if the transfer
+// completed within the call, else StatusInProgress; poll XferStatus. When
+// opts.Notif is set it replaces the notification given at creation, for
+// this and later posts; the other fields of opts are ignored, so that a
+// creation-time notification is kept unless overridden.
+func (a *NativeAgent) PostXferReq(req XferHandle, opts *Options) (Status, error) {
+	const op = "nixlAgent::postXferReq"
+	if err := a.enter(op); err != nil {
+		return StatusUnknown, err
+	}
+	defer a.exit()
+	var o *shimOpts
+	if opts != nil && opts.Notif != nil {
+		o = &shimOpts{present: true, hasNotif: true, notif: opts.Notif}
+	}
+	e := a.xfers.acquire(uint64(req))
+	if e == nil {
+		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
+	}
+	defer e.done()
+	s := shimPostXferReq(a.agent, e.ptr, o)
+	return s, check(op, s, "transfer %d", req)
+}
+
+// XferStatus returns StatusInProgress or StatusSuccess, or the error that
+// ended the transfer (nixlAgent::getXferStatus). Without a progress thread
+// it also progresses the agent.
+func (a *NativeAgent) XferStatus(req XferHandle) (Status, error) {
+	const op = "nixlAgent::getXferStatus"
+	if err := a.enter(op); err != nil {
+		return StatusUnknown, err
+	}
+	defer a.exit()
+	e := a.xfers.acquire(uint64(req))
+	if e == nil {
+		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
+	}
+	defer e.done()
+	s := shimXferStatus(a.agent, e.ptr)
+	return s, check(op, s, "transfer %d", req)
+}
+
+// QueryXferBackend returns the name of the backend NIXL chose for a request
+// (nixlAgent::queryXferBackend), for use in Options.Backends.
+func (a *NativeAgent) QueryXferBackend(req XferHandle) (string, error) {
+	const op = "nixlAgent::queryXferBackend"
+	if err := a.enter(op); err != nil {
+		return "", err
+	}
+	defer a.exit()
+	e := a.xfers.acquire(uint64(req))
+	if e == nil {
+		return "", a.badHandle(op, "transfer", uint64(req))
+	}
+	defer e.done()
+	b, s := shimQueryXferBackend(a.agent, e.ptr)
+	if err := check(op, s, "transfer %d", req); err != nil {
+		return "", err
+	}
+	name, ok := a.backendName(b)
+	if !ok {
+		return "", &Error{Op: op, Status: StatusNotFound, Msg: fmt.Sprintf("transfer %d uses a backend gonixl did not create", req)}
+	}
+	return name, nil
+}
+
+// XferTelemetry returns the telemetry of a completed transfer
+// (nixlAgent::getXferTelemetry). Without Config.CaptureTelemetry it fails
+// with ErrNoTelemetry; before the transfer completed it fails with the
+// transfer's status (StatusInProgress, or its error).
+func (a *NativeAgent) XferTelemetry(req XferHandle) (XferTelemetry, error) {
+	const op = "nixlAgent::getXferTelemetry"
+	if err := a.enter(op); err != nil {
+		return XferTelemetry{}, err
+	}
+	defer a.exit()
+	e := a.xfers.acquire(uint64(req))
+	if e == nil {
+		return XferTelemetry{}, a.badHandle(op, "transfer", uint64(req))
+	}
+	defer e.done()
+	t, s := shimXferTelemetry(a.agent, e.ptr)
+	switch {
+	case s == StatusSuccess:
+		return t, nil
+	case s == StatusNoTelemetry:
+		return XferTelemetry{}, &Error{Op: op, Status: s, Msg: "telemetry is off; create the agent with Config.CaptureTelemetry"}
+	default:
+		return XferTelemetry{}, &Error{Op: op, Status: s, Msg: fmt.Sprintf("transfer %d has not completed", req)}
+	}
+}
+
+// ReleaseXferReq frees a request, cancelling it if still in flight
+// (nixlAgent::releaseXferReq). If the backend cannot cancel it the request
+// stays live and ErrRepostActive is returned. Releasing twice, or a handle
+// of another agent, gives ErrInvalidParam.
+func (a *NativeAgent) ReleaseXferReq(req XferHandle) error {
+	const op = "nixlAgent::releaseXferReq"
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.exit()
+	s, found := a.xfers.free(uint64(req), func(ptr uintptr) Status { return shimReleaseXferReq(a.agent, ptr) })
+	if !found {
+		return a.badHandle(op, "transfer", uint64(req))
+	}
+	return check(op, s, "transfer %d could not be cancelled", req)
+}

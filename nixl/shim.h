@@ -1,0 +1,173 @@
+//go:build nixl
+
+/*
+ * gonixl's extern "C" shim over NIXL's C++ agent (nixl.h).
+ *
+ * Rules every entry point follows:
+ *   - it returns the raw nixl_status_t as an int and never lets a C++
+ *     exception escape (an escaped exception is reported as
+ *     NIXL_ERR_UNKNOWN);
+ *   - descriptor lists cross as whole arrays, one call per list;
+ *   - pointers it receives are valid for the call only: it copies what it
+ *     keeps, so Go memory is never retained by C;
+ *   - variable-size results come back in one malloc'd buffer (nixlgo_buf)
+ *     that the caller frees with free(); the encoding is described at
+ *     nixlgo_buf.
+ *
+ * Agents, backends, prepared lists and transfer requests are passed as
+ * uintptr_t values of the C++ pointers; Go keeps them in its own tables and
+ * never dereferences them.
+ */
+#ifndef GONIXL_SHIM_H
+#define GONIXL_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A transfer descriptor (nixlBasicDesc). */
+typedef struct {
+	uint64_t addr;
+	uint64_t len;
+	uint64_t dev_id;
+} nixlgo_desc;
+
+/* A registration descriptor (nixlBlobDesc): its metadata is the byte range
+ * [meta_off, meta_off+meta_len) of the blob passed alongside the array. */
+typedef struct {
+	uint64_t addr;
+	uint64_t len;
+	uint64_t dev_id;
+	uint64_t meta_off;
+	uint64_t meta_len;
+} nixlgo_reg_desc;
+
+/* nixl_opt_args_t, flattened. Passed by value; present == 0 means "no
+ * extra_params" (nullptr). Strings are (pointer, length) pairs. */
+typedef struct {
+	int present;
+	const uintptr_t *backends; /* nixlBackendH* values */
+	size_t n_backends;
+	int has_notif;
+	const char *notif;
+	size_t notif_len;
+	int skip_desc_merge;
+	int include_conn_info;
+	const char *ip_addr;
+	size_t ip_addr_len;
+	int port; /* 0: NIXL's default_comm_port */
+	const char *metadata_label;
+	size_t metadata_label_len;
+	const char *custom_param;
+	size_t custom_param_len;
+} nixlgo_opts;
+
+/* nixlAgentConfig. Durations in microseconds. */
+typedef struct {
+	int use_prog_thread;
+	int use_listen_thread;
+	uint16_t listen_port;
+	int sync_mode; /* nixl_thread_sync_t */
+	int capture_telemetry;
+	uint64_t pthr_delay_us;
+	uint64_t lthr_delay_us;
+	uint64_t etcd_watch_timeout_us;
+} nixlgo_config;
+
+/*
+ * A result buffer, allocated with malloc (data may be NULL when len is 0).
+ * Encodings, all integers little-endian uint64 ("u64"), byte strings as a
+ * u64 length followed by the bytes ("bytes"):
+ *   blob:    the raw bytes (metadata, agent name)
+ *   strings: u64 count, then count bytes
+ *   params:  u64 count, then count (bytes key, bytes value) pairs, as
+ *            written by nixlgo_encode-compatible Go code
+ *   mems+params: u64 count, count u64 memory types, then params
+ *   query:   u64 count, then per entry u64 has_value and, if 1, params
+ *   notifs:  u64 agents, then per agent bytes name, u64 count, count bytes
+ */
+typedef struct {
+	char *data;
+	size_t len;
+} nixlgo_buf;
+
+/* nixl_xfer_telem_t. start_age_ns is how long ago (steady clock) the
+ * transfer was posted, so Go can turn it into wall-clock time. */
+typedef struct {
+	int64_t start_age_ns;
+	int64_t post_us;
+	int64_t xfer_us;
+	uint64_t total_bytes;
+	uint64_t desc_count;
+} nixlgo_telemetry;
+
+/* Agent lifetime. */
+int nixlgo_agent_new(const char *name, size_t name_len, nixlgo_config cfg, uintptr_t *agent);
+int nixlgo_agent_delete(uintptr_t agent);
+
+/* Plugins and backends. */
+int nixlgo_get_avail_plugins(uintptr_t agent, nixlgo_buf *out);
+int nixlgo_get_plugin_params(uintptr_t agent, const char *type, size_t type_len, nixlgo_buf *out);
+int nixlgo_create_backend(uintptr_t agent, const char *type, size_t type_len,
+                          const char *params, size_t params_len, uintptr_t *backend);
+int nixlgo_get_backend_params(uintptr_t agent, uintptr_t backend, nixlgo_buf *out);
+
+/* Memory. */
+int nixlgo_register_mem(uintptr_t agent, int mem, const nixlgo_reg_desc *descs, size_t n,
+                        const char *meta, size_t meta_len, nixlgo_opts opts);
+int nixlgo_deregister_mem(uintptr_t agent, int mem, const nixlgo_reg_desc *descs, size_t n,
+                          const char *meta, size_t meta_len, nixlgo_opts opts);
+int nixlgo_query_mem(uintptr_t agent, int mem, const nixlgo_reg_desc *descs, size_t n,
+                     const char *meta, size_t meta_len, nixlgo_opts opts, nixlgo_buf *out);
+
+/* Metadata. */
+int nixlgo_get_local_md(uintptr_t agent, nixlgo_buf *out);
+int nixlgo_get_local_partial_md(uintptr_t agent, int mem, const nixlgo_reg_desc *descs, size_t n,
+                                const char *meta, size_t meta_len, nixlgo_opts opts,
+                                nixlgo_buf *out);
+int nixlgo_load_remote_md(uintptr_t agent, const char *md, size_t md_len, nixlgo_buf *name);
+int nixlgo_invalidate_remote_md(uintptr_t agent, const char *remote, size_t remote_len);
+int nixlgo_check_remote_md(uintptr_t agent, const char *remote, size_t remote_len, int mem,
+                           const nixlgo_desc *descs, size_t n);
+int nixlgo_send_local_md(uintptr_t agent, nixlgo_opts opts);
+int nixlgo_send_local_partial_md(uintptr_t agent, int mem, const nixlgo_reg_desc *descs, size_t n,
+                                 const char *meta, size_t meta_len, nixlgo_opts opts);
+int nixlgo_fetch_remote_md(uintptr_t agent, const char *remote, size_t remote_len,
+                           nixlgo_opts opts);
+int nixlgo_invalidate_local_md(uintptr_t agent, nixlgo_opts opts);
+int nixlgo_make_connection(uintptr_t agent, const char *remote, size_t remote_len,
+                           nixlgo_opts opts);
+
+/* Transfers. */
+int nixlgo_prep_xfer_dlist(uintptr_t agent, const char *remote, size_t remote_len, int mem,
+                           const nixlgo_desc *descs, size_t n, nixlgo_opts opts,
+                           uintptr_t *dlist);
+int nixlgo_release_dlist(uintptr_t agent, uintptr_t dlist);
+int nixlgo_make_xfer_req(uintptr_t agent, int op, uintptr_t local, const int *local_idx,
+                         size_t n_local, uintptr_t remote, const int *remote_idx, size_t n_remote,
+                         nixlgo_opts opts, uintptr_t *req);
+int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_desc *local,
+                           size_t n_local, int remote_mem, const nixlgo_desc *remote,
+                           size_t n_remote, const char *remote_agent, size_t remote_agent_len,
+                           nixlgo_opts opts, uintptr_t *req);
+int nixlgo_estimate_xfer_cost(uintptr_t agent, uintptr_t req, nixlgo_opts opts,
+                              int64_t *duration_us, int64_t *err_margin_us, int *method);
+int nixlgo_post_xfer_req(uintptr_t agent, uintptr_t req, nixlgo_opts opts);
+int nixlgo_get_xfer_status(uintptr_t agent, uintptr_t req);
+int nixlgo_query_xfer_backend(uintptr_t agent, uintptr_t req, uintptr_t *backend);
+int nixlgo_get_xfer_telemetry(uintptr_t agent, uintptr_t req, nixlgo_telemetry *out);
+int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req);
+
+/* Notifications. */
+int nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, nixlgo_buf *out);
+int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
+                     size_t msg_len, nixlgo_opts opts);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
