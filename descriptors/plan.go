@@ -2,6 +2,11 @@ package descriptors
 
 import "github.com/gonixl/gonixl/nixl"
 
+// MaxPairs bounds the uncoalesced descriptor pairs of one Transfer (16M,
+// about 800 MB of lists). A 16k-token request of a 64-layer model with K and
+// V regions and 16-token blocks needs 131072 even fully fragmented.
+const MaxPairs = 1 << 24
+
 // plan is the geometry of one request between one source rank and one
 // destination rank, reduced to what the walk needs. The request is cut into
 // units of unit tokens, the smaller of the two block sizes, so that every
@@ -78,6 +83,14 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 		return p, invalidf("block lists do not cover the same tokens: source %d blocks of %d tokens (tokens %d..%d), destination %d cached + %d blocks of %d tokens (tokens %d..%d)",
 			len(req.SrcBlocks), src.BlockTokens, (srcEnd-p.srcUnits)*p.unitTokens+1, srcEnd*p.unitTokens,
 			req.DstCached, len(req.DstBlocks), dst.BlockTokens, (dstEnd-p.dstUnits)*p.unitTokens+1, dstEnd*p.unitTokens)
+	}
+	// Bound the work and the result before anything is allocated: layouts
+	// come from the network, and a hostile block-size ratio or head count
+	// must give an error, not an out-of-memory crash.
+	units, pieces, regions := p.end-p.first, p.heads/p.pieceHeads, len(src.Regions)
+	if units > MaxPairs/pieces || units*pieces > MaxPairs/regions {
+		return p, invalidf("request needs %d units x %d head pieces x %d regions descriptor pairs, more than MaxPairs %d",
+			units, pieces, regions, MaxPairs)
 	}
 	return p, nil
 }
