@@ -1,0 +1,87 @@
+package handshake
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Version is the handshake protocol version; engines of different versions
+// refuse each other.
+const Version = 1
+
+// Transfer modes: who initiates the transfer.
+const (
+	ModePull = "pull" // decode READs prefill's blocks
+	ModePush = "push" // prefill WRITEs into decode's blocks
+)
+
+// ErrIncompatible is matched by every error that refuses a pair of engines.
+var ErrIncompatible = errors.New("handshake: incompatible engines")
+
+// Compat are the facts two engines must agree on to exchange KV blocks.
+// TP sizes and block sizes may differ and are not part of it.
+type Compat struct {
+	Version int    `msgpack:"version"`
+	Model   string `msgpack:"model"`  // model name or path
+	DType   string `msgpack:"dtype"`  // KV-cache element type
+	Layout  string `msgpack:"layout"` // KV-cache layout name, e.g. "HND" or "MLA"
+	Mode    string `msgpack:"mode"`   // ModePull or ModePush
+}
+
+// Hash returns the compatibility hash: hex of the first 16 bytes of the
+// SHA-256 of the msgpack encoding of c.
+func (c Compat) Hash() string {
+	b, err := msgpack.Marshal(c)
+	if err != nil {
+		// A struct of strings and an int always encodes.
+		panic(fmt.Sprintf("handshake: encode compat: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// Validate reports an unusable field of the local engine's facts.
+func (c Compat) Validate() error {
+	switch {
+	case c.Version != Version:
+		return fmt.Errorf("handshake: compat version is %d, this build speaks %d", c.Version, Version)
+	case c.Model == "":
+		return errors.New("handshake: compat model is empty")
+	case c.DType == "":
+		return errors.New("handshake: compat dtype is empty")
+	case c.Layout == "":
+		return errors.New("handshake: compat layout is empty")
+	case c.Mode != ModePull && c.Mode != ModePush:
+		return fmt.Errorf("handshake: compat mode is %q, want %q or %q", c.Mode, ModePull, ModePush)
+	}
+	return nil
+}
+
+// Check refuses a remote engine that local cannot exchange blocks with. The
+// error matches ErrIncompatible and names the first differing fact with both
+// values, e.g. `transfer mode mismatch: local "pull", remote "push"`.
+// remoteHash is the hash the remote computed; a hash that differs although
+// every field agrees (another hashing rule) is refused too.
+func Check(local, remote Compat, remoteHash string) error {
+	if local.Version != remote.Version {
+		return fmt.Errorf("%w: protocol version mismatch: local %d, remote %d", ErrIncompatible, local.Version, remote.Version)
+	}
+	for _, f := range []struct{ what, l, r string }{
+		{"transfer mode", local.Mode, remote.Mode},
+		{"model", local.Model, remote.Model},
+		{"kv dtype", local.DType, remote.DType},
+		{"kv layout", local.Layout, remote.Layout},
+	} {
+		if f.l != f.r {
+			return fmt.Errorf("%w: %s mismatch: local %q, remote %q", ErrIncompatible, f.what, f.l, f.r)
+		}
+	}
+	if h := local.Hash(); h != remoteHash {
+		return fmt.Errorf("%w: compatibility hash mismatch: local %q, remote %q", ErrIncompatible, h, remoteHash)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package handshake
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/gonixl/gonixl/internal/sidechannel"
+)
+
+// Engine is the engine-wide part of a payload.
+type Engine struct {
+	EngineID  string
+	Compat    Compat
+	TPSize    int
+	PPSize    int
+	BlockSize int
+}
+
+// Server serves one engine's payload on the side channel. Ranks add
+// themselves with SetRank as their agents come up; until every rank has,
+// clients are told to retry.
+type Server struct {
+	engine Engine
+	hash   string
+	sc     *sidechannel.Server[Hello, Reply]
+
+	// OnRefused, when set before clients connect, is called with the reason
+	// for every refused hello (for the failed-handshakes counter).
+	onRefused func(error)
+
+	mu    sync.Mutex
+	ranks []*Rank
+}
+
+// ServerOptions configure Serve.
+type ServerOptions struct {
+	sidechannel.ServerOptions
+	// OnRefused is called for every hello refused as incompatible.
+	OnRefused func(error)
+}
+
+// Serve validates engine and starts answering hellos on addr.
+func Serve(addr string, engine Engine, opts ServerOptions) (*Server, error) {
+	if err := engine.Compat.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case engine.EngineID == "":
+		return nil, errors.New("handshake: engine id is empty")
+	case engine.TPSize < 1:
+		return nil, fmt.Errorf("handshake: engine tp size is %d, want >= 1", engine.TPSize)
+	case engine.PPSize < 1:
+		return nil, fmt.Errorf("handshake: engine pp size is %d, want >= 1", engine.PPSize)
+	case engine.BlockSize < 1:
+		return nil, fmt.Errorf("handshake: engine block size is %d, want >= 1", engine.BlockSize)
+	}
+	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, ranks: make([]*Rank, engine.TPSize)}
+	sc, err := sidechannel.Listen(addr, s.answer, opts.ServerOptions)
+	if err != nil {
+		return nil, err
+	}
+	s.sc = sc
+	return s, nil
+}
+
+// Addr returns the address the side channel listens on.
+func (s *Server) Addr() *net.TCPAddr { return s.sc.Addr() }
+
+// Engine returns the engine-wide facts the server was started with.
+func (s *Server) Engine() Engine { return s.engine }
+
+// SetRank publishes one rank's agent and layout. The layout must belong to
+// this engine (rank in range, TP size and block size equal to the engine's).
+func (s *Server) SetRank(r Rank) error {
+	if r.TPRank < 0 || r.TPRank >= s.engine.TPSize {
+		return fmt.Errorf("handshake: rank %d outside engine tp size %d", r.TPRank, s.engine.TPSize)
+	}
+	if r.Layout.TPRank != r.TPRank || r.Layout.TPSize != s.engine.TPSize {
+		return fmt.Errorf("handshake: rank %d layout says rank %d of %d, engine tp size is %d", r.TPRank, r.Layout.TPRank, r.Layout.TPSize, s.engine.TPSize)
+	}
+	if r.Layout.BlockTokens != s.engine.BlockSize {
+		return fmt.Errorf("handshake: rank %d layout block_tokens is %d, engine block size is %d", r.TPRank, r.Layout.BlockTokens, s.engine.BlockSize)
+	}
+	if err := r.Layout.Validate(); err != nil {
+		return fmt.Errorf("handshake: rank %d: %w", r.TPRank, err)
+	}
+	if r.Agent == "" || len(r.Metadata) == 0 {
+		return fmt.Errorf("handshake: rank %d needs an agent name and its metadata", r.TPRank)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ranks[r.TPRank] != nil {
+		return fmt.Errorf("handshake: rank %d is already set", r.TPRank)
+	}
+	s.ranks[r.TPRank] = &r
+	return nil
+}
+
+// ClearRank withdraws a rank (its agent is closing); clients are told to
+// retry until it is set again.
+func (s *Server) ClearRank(tpRank int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tpRank >= 0 && tpRank < len(s.ranks) {
+		s.ranks[tpRank] = nil
+	}
+}
+
+// Close stops the side channel and waits for its goroutines.
+func (s *Server) Close() error { return s.sc.Close() }
+
+func (s *Server) answer(h Hello) Reply {
+	r := Reply{Compat: s.engine.Compat, Hash: s.hash}
+	if err := Check(s.engine.Compat, h.Compat, h.Hash); err != nil {
+		err = fmt.Errorf("engine %q refused engine %q: %w", s.engine.EngineID, h.EngineID, err)
+		if s.onRefused != nil {
+			s.onRefused(err)
+		}
+		r.Error = err.Error()
+		return r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := &Payload{
+		EngineID: s.engine.EngineID, Compat: s.engine.Compat, Hash: s.hash,
+		TPSize: s.engine.TPSize, PPSize: s.engine.PPSize, BlockSize: s.engine.BlockSize,
+	}
+	for i, rk := range s.ranks {
+		if rk == nil {
+			r.Error = fmt.Sprintf("engine %q is not ready: rank %d has not started", s.engine.EngineID, i)
+			r.Retry = true
+			return r
+		}
+		p.Ranks = append(p.Ranks, *rk)
+	}
+	r.Payload = p
+	return r
+}
