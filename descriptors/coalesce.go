@@ -18,6 +18,10 @@ func Coalesce(t Transfer) (Transfer, Stats) {
 		// fix: pass them on untouched rather than guess.
 		return t, Stats{Before: n, After: n}
 	}
+	if n == 0 {
+		t.regionPairs = -1
+		return t, Stats{}
+	}
 	chunk := t.regionPairs
 	if chunk == 0 {
 		chunk = n

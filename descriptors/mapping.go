@@ -53,3 +53,24 @@ func MapCoalesced(src, dst *Layout, req Request) (Transfer, Stats, error) {
 	regions := len(src.Regions)
 	return t, Stats{Before: p.perRegion() * regions, After: n * regions}, nil
 }
+
+// MapCoalescedInto is MapCoalesced writing into buf: it reuses the capacity
+// of buf.Src.Descs and buf.Dst.Descs and allocates nothing once they are
+// large enough, so a writer or reader goroutine that keeps one buf per peer
+// maps requests without garbage. Reuse buf only after the agent call that
+// took its lists (CreateXferReq, PrepXferDlist) has returned; the lists'
+// contents are overwritten. On error buf is left unchanged.
+func MapCoalescedInto(buf *Transfer, src, dst *Layout, req Request) (Stats, error) {
+	if buf == nil {
+		return Stats{}, invalidf("MapCoalescedInto: buf is nil")
+	}
+	p, err := newPlan(src, dst, req)
+	if err != nil {
+		return Stats{}, err
+	}
+	n := p.walk(true, nil, nil)
+	p.fill(buf, true, n)
+	buf.regionPairs = -1
+	regions := len(src.Regions)
+	return Stats{Before: p.perRegion() * regions, After: n * regions}, nil
+}

@@ -54,7 +54,7 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 	p.srcUnits = src.BlockTokens / p.unitTokens
 	p.dstUnits = dst.BlockTokens / p.unitTokens
 	p.pieceHeads = 1
-	if p.srcUnits == p.dstUnits {
+	if p.srcUnits == 1 && p.dstUnits == 1 {
 		p.pieceHeads = p.heads
 	}
 
@@ -137,10 +137,12 @@ func (p *plan) perRegion() int {
 // head, unit by unit. That makes each head's run through a large block one
 // stretch of memory on that side, which is where merges are possible.
 func (p *plan) walk(merge bool, srcOut, dstOut []nixl.Desc) int {
+	if p.srcUnits == 1 && p.dstUnits == 1 {
+		return p.walkEqual(merge, srcOut, dstOut)
+	}
 	src, dst := p.src, p.dst
 	hb := uint64(src.HeadBytes)
 	unitLen := uint64(p.unitTokens) * hb
-	pieceLen := unitLen * uint64(p.pieceHeads)
 	srcBlockLen, dstBlockLen := src.BlockLen(), dst.BlockLen()
 	srcHeadStride := uint64(src.BlockTokens) * hb
 	dstHeadStride := uint64(dst.BlockTokens) * hb
@@ -148,47 +150,105 @@ func (p *plan) walk(merge bool, srcOut, dstOut []nixl.Desc) int {
 	sDev, dDev := src.Regions[0].DevID, dst.Regions[0].DevID
 
 	group := max(p.srcUnits, p.dstUnits)
-	n := 0
-	var lastSrcEnd, lastDstEnd uint64
+	w := pairWriter{merge: merge, src: srcOut, dst: dstOut, srcDev: sDev, dstDev: dDev, len: unitLen}
 	for g := p.first / group * group; g < p.end; g += group {
 		lo, hi := max(g, p.first), min(g+group, p.end)
-		for h := 0; h < p.heads; h += p.pieceHeads {
-			srcHeadOff := uint64(p.srcHead+h) * srcHeadStride
-			dstHeadOff := uint64(p.dstHead+h) * dstHeadStride
+		// Position of unit lo on each side; the loops below step it
+		// without dividing.
+		sIdx0, sSub0 := lo/p.srcUnits, lo%p.srcUnits
+		dIdx0, dSub0 := (lo-p.first)/p.dstUnits, (lo-p.first)%p.dstUnits
+		for h := 0; h < p.heads; h++ {
+			srcHeadOff := sBase + uint64(p.srcHead+h)*srcHeadStride
+			dstHeadOff := dBase + uint64(p.dstHead+h)*dstHeadStride
+			sIdx, sSub, dIdx, dSub := sIdx0, sSub0, dIdx0, dSub0
 			for u := lo; u < hi; u++ {
-				v := u - p.first
-				s := sBase + uint64(p.srcBlocks[u/p.srcUnits])*srcBlockLen + srcHeadOff + uint64(u%p.srcUnits)*unitLen
-				d := dBase + uint64(p.dstBlocks[v/p.dstUnits])*dstBlockLen + dstHeadOff + uint64(v%p.dstUnits)*unitLen
-				if merge && n > 0 && s == lastSrcEnd && d == lastDstEnd {
-					if srcOut != nil {
-						srcOut[n-1].Len += pieceLen
-						dstOut[n-1].Len += pieceLen
-					}
-				} else {
-					if srcOut != nil {
-						srcOut[n] = nixl.Desc{Addr: s, Len: pieceLen, DevID: sDev}
-						dstOut[n] = nixl.Desc{Addr: d, Len: pieceLen, DevID: dDev}
-					}
-					n++
+				w.put(srcHeadOff+uint64(p.srcBlocks[sIdx])*srcBlockLen+uint64(sSub)*unitLen,
+					dstHeadOff+uint64(p.dstBlocks[dIdx])*dstBlockLen+uint64(dSub)*unitLen)
+				if sSub++; sSub == p.srcUnits {
+					sIdx, sSub = sIdx+1, 0
 				}
-				lastSrcEnd, lastDstEnd = s+pieceLen, d+pieceLen
+				if dSub++; dSub == p.dstUnits {
+					dIdx, dSub = dIdx+1, 0
+				}
 			}
 		}
 	}
-	return n
+	return w.n
 }
 
-// build allocates the result for count pairs per region, walks region 0 and
-// shifts its pairs into every other region.
+// walkEqual is walk for equal block sizes: one piece per block pair, all
+// common heads at once, no division.
+func (p *plan) walkEqual(merge bool, srcOut, dstOut []nixl.Desc) int {
+	src, dst := p.src, p.dst
+	hb := uint64(src.HeadBytes)
+	pieceLen := uint64(p.unitTokens) * hb * uint64(p.heads)
+	srcBlockLen, dstBlockLen := src.BlockLen(), dst.BlockLen()
+	sOff := src.Regions[0].Base + uint64(p.srcHead)*uint64(src.BlockTokens)*hb
+	dOff := dst.Regions[0].Base + uint64(p.dstHead)*uint64(dst.BlockTokens)*hb
+	w := pairWriter{merge: merge, src: srcOut, dst: dstOut,
+		srcDev: src.Regions[0].DevID, dstDev: dst.Regions[0].DevID, len: pieceLen}
+	srcIDs := p.srcBlocks[p.first:p.end]
+	dstIDs := p.dstBlocks[:len(srcIDs)]
+	for i, sb := range srcIDs {
+		w.put(sOff+uint64(sb)*srcBlockLen, dOff+uint64(dstIDs[i])*dstBlockLen)
+	}
+	return w.n
+}
+
+// pairWriter appends equal-length pairs to preallocated lists (or only
+// counts them when the lists are nil), extending the last pair instead when
+// merging and both sides continue it.
+type pairWriter struct {
+	merge          bool
+	src, dst       []nixl.Desc
+	srcDev, dstDev uint64
+	len            uint64
+	n              int
+	srcEnd, dstEnd uint64 // where the last pair ends
+}
+
+func (w *pairWriter) put(s, d uint64) {
+	if w.merge && w.n > 0 && s == w.srcEnd && d == w.dstEnd {
+		if w.src != nil {
+			w.src[w.n-1].Len += w.len
+			w.dst[w.n-1].Len += w.len
+		}
+	} else {
+		if w.src != nil {
+			w.src[w.n] = nixl.Desc{Addr: s, Len: w.len, DevID: w.srcDev}
+			w.dst[w.n] = nixl.Desc{Addr: d, Len: w.len, DevID: w.dstDev}
+		}
+		w.n++
+	}
+	w.srcEnd, w.dstEnd = s+w.len, d+w.len
+}
+
+// build allocates the result for count pairs per region (one allocation for
+// both lists), walks region 0 and shifts its pairs into every other region.
 func (p *plan) build(merge bool, count int) Transfer {
+	var t Transfer
+	p.fill(&t, merge, count)
+	return t
+}
+
+// fill is build into t, reusing the capacity of t's lists when it suffices.
+func (p *plan) fill(t *Transfer, merge bool, count int) {
 	src, dst := p.src, p.dst
 	regions := len(src.Regions)
-	t := Transfer{
-		Src: nixl.XferList{Mem: src.Mem, Descs: make([]nixl.Desc, count*regions)},
-		Dst: nixl.XferList{Mem: dst.Mem, Descs: make([]nixl.Desc, count*regions)},
+	total := count * regions
+	sDescs, dDescs := t.Src.Descs, t.Dst.Descs
+	if cap(sDescs) < total || cap(dDescs) < total {
+		// Both lists in one allocation; the capacity limit on the first
+		// keeps an append to it from running into the second.
+		all := make([]nixl.Desc, 2*total)
+		sDescs, dDescs = all[:0:total], all[total:total]
+	}
+	*t = Transfer{
+		Src: nixl.XferList{Mem: src.Mem, Descs: sDescs[:total]},
+		Dst: nixl.XferList{Mem: dst.Mem, Descs: dDescs[:total]},
 	}
 	if count == 0 {
-		return t
+		return
 	}
 	s0, d0 := t.Src.Descs[:count], t.Dst.Descs[:count]
 	p.walk(merge, s0, d0)
@@ -207,5 +267,4 @@ func (p *plan) build(merge bool, count int) Transfer {
 			dOut[i] = nixl.Desc{Addr: d0[i].Addr + dShift, Len: d0[i].Len, DevID: dr.DevID}
 		}
 	}
-	return t
 }

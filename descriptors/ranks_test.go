@@ -159,7 +159,10 @@ func TestCompatibleErrors(t *testing.T) {
 				func() error { _, err := Sources(src, dst); return err }(),
 				func() error { _, err := Targets(src, dst); return err }(),
 				func() error { _, err := Map(src, dst, []int{0}, []int{0}); return err }(),
-				func() error { _, _, err := MapCoalesced(src, dst, Request{SrcBlocks: []int{0}, DstBlocks: []int{0}}); return err }(),
+				func() error {
+					_, _, err := MapCoalesced(src, dst, Request{SrcBlocks: []int{0}, DstBlocks: []int{0}})
+					return err
+				}(),
 			} {
 				require.Error(t, err)
 				assert.True(t, errors.Is(err, tc.kind), "%v is not %v", err, tc.kind)
