@@ -1,0 +1,23 @@
+// Package loopback is an in-process implementation of [nixl.Agent] written
+// in pure Go, for testing code that moves memory over NIXL without GPUs and
+// without NIXL installed, the way net/http/httptest stands in for a network.
+//
+// Agents live on a [Fabric], a value that plays the network: agents find
+// each other through it by name once they have loaded each other's metadata,
+// and READ and WRITE copy real bytes between memory registered from
+// [nixl.Buffer]s. A transfer's notification reaches its target only after
+// the transfer's bytes are in place. How long transfers take is set by a
+// [TransferModel] (instant, a fixed latency, or a link bandwidth plus
+// latency), measured on an injectable [Clock]. Faults — dropped or delayed
+// notifications, failed posts, transfers failing in flight, disconnected
+// agents — are injected per fabric or per agent pair, deterministically from a
+// seed, and counted.
+//
+// Like a NIXL agent without a progress thread, a fabric has no goroutines of
+// its own: transfers and notifications that are due are carried out whenever
+// any agent of the fabric is called (GetNotifs and XferStatus being the usual
+// polls). The errors returned are those of NIXL's nixlAgent for the same
+// mistakes, as [*nixl.Error] values that match nixl's sentinel errors; the
+// differences from the native agent are listed in the README section
+// "Testing without GPUs" and on the methods concerned.
+package loopback

@@ -1,0 +1,133 @@
+package loopback
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// transfer is one posting of a request: what to copy between which agent
+// instances, and what the fault rules decided for it.
+type transfer struct {
+	init, target *Agent
+	req          *xferReq
+	epoch        uint64 // the request's epoch when posted
+	op           nixl.XferOp
+	local        []nixl.Desc
+	remote       []nixl.Desc
+	bytes        uint64
+	notif        []byte
+	hasNotif     bool
+	fate         transferFate
+}
+
+// execute carries out a transfer that is due: it copies the bytes, ends the
+// request, then sends the notification, so the target never sees the
+// notification before the bytes.
+func (f *Fabric) execute(t *transfer) {
+	if !t.init.posted(t.req, t.epoch) {
+		return // released (cancelled) or its initiator closed
+	}
+	if !reachable(t.init, t.target) {
+		f.failDisconnected(t)
+		return
+	}
+	st, injected, err := f.copyBytes(t)
+	if st.IsError() {
+		f.stats.failed.Add(1)
+		if injected {
+			f.stats.inFlightFailed.Add(1)
+			f.log.Debug("loopback: injected in-flight failure",
+				zap.String("from", t.init.name), zap.String("to", t.target.name), zap.Stringer("status", st))
+		}
+		t.init.finish(t.req, t.epoch, st, err)
+		return
+	}
+	if !t.init.finish(t.req, t.epoch, nixl.StatusSuccess, nil) {
+		return
+	}
+	f.stats.completed.Add(1)
+	if !t.hasNotif {
+		return
+	}
+	f.stats.notifsSent.Add(1)
+	if t.fate.notif.drop {
+		f.stats.notifsDropped.Add(1)
+		f.log.Debug("loopback: injected notification drop", zap.String("from", t.init.name), zap.String("to", t.target.name))
+		return
+	}
+	if t.fate.notif.delay > 0 {
+		f.stats.delayed.Add(1)
+	}
+	f.sendNotice(notice{from: t.init, to: t.target, msg: t.notif}, f.clock.Now().Add(t.fate.notif.delay))
+}
+
+// copyBytes moves the transfer's bytes, or the first half of them when a
+// FailInFlight rule hit it. It checks, under the fabric's memory lock, that
+// both sides are still registered: memory deregistered since the request was
+// made fails the transfer with StatusBackend, as a stale remote key does on a
+// real backend.
+func (f *Fabric) copyBytes(t *transfer) (st nixl.Status, injected bool, err error) {
+	const op = "loopback.transfer"
+	f.memMu.RLock()
+	defer f.memMu.RUnlock()
+	if i := t.init.regs.coversAll(t.local); i >= 0 {
+		return nixl.StatusBackend, false, nixl.NewError(op, nixl.StatusBackend,
+			"%v from %q to %q: local descriptor %d [%#x, +%d) is no longer registered", t.op, t.init.name, t.target.name, i, t.local[i].Addr, t.local[i].Len)
+	}
+	if i := t.target.regs.coversAll(t.remote); i >= 0 {
+		return nixl.StatusBackend, false, nixl.NewError(op, nixl.StatusBackend,
+			"%v from %q to %q: remote descriptor %d [%#x, +%d) is no longer registered by %q", t.op, t.init.name, t.target.name, i, t.remote[i].Addr, t.remote[i].Len, t.target.name)
+	}
+	n := len(t.local)
+	if t.fate.failInFlight != 0 {
+		n /= 2
+	}
+	var moved uint64
+	defer func() { f.stats.bytes.Add(moved) }()
+	for i := 0; i < n; i++ {
+		l, err1 := nixl.HostBytes(t.local[i].Addr, t.local[i].Len)
+		r, err2 := nixl.HostBytes(t.remote[i].Addr, t.remote[i].Len)
+		if err1 != nil || err2 != nil {
+			// Registered memory that was freed without being deregistered.
+			return nixl.StatusBackend, false, nixl.NewError(op, nixl.StatusBackend,
+				"%v from %q to %q: descriptor %d: memory was freed while registered", t.op, t.init.name, t.target.name, i)
+		}
+		if t.op == nixl.Write {
+			copy(r, l)
+		} else {
+			copy(l, r)
+		}
+		moved += uint64(len(l))
+	}
+	if t.fate.failInFlight != 0 {
+		return t.fate.failInFlight, true, nixl.NewError(op, t.fate.failInFlight,
+			"%v from %q to %q failed in flight after %d of %d descriptors (injected fault)", t.op, t.init.name, t.target.name, n, len(t.local))
+	}
+	return nixl.StatusSuccess, false, nil
+}
+
+// failDisconnected ends a transfer whose initiator or target was cut off.
+func (f *Fabric) failDisconnected(t *transfer) {
+	err := nixl.NewError("loopback.transfer", nixl.StatusRemoteDisconnect,
+		"%v from %q to %q: %s", t.op, t.init.name, t.target.name, disconnectReason(t.init, t.target))
+	if t.init.finish(t.req, t.epoch, nixl.StatusRemoteDisconnect, err) {
+		f.stats.failed.Add(1)
+		f.stats.disconnects.Add(1)
+	}
+}
+
+// disconnectReason says which side of a link is gone.
+func disconnectReason(from, to *Agent) string {
+	switch {
+	case to.closed.Load():
+		return "agent " + quote(to.name) + " closed"
+	case to.disconnected.Load():
+		return "agent " + quote(to.name) + " is disconnected"
+	case from.disconnected.Load():
+		return "agent " + quote(from.name) + " is disconnected"
+	case from.closed.Load():
+		return "agent " + quote(from.name) + " closed"
+	}
+	return "agent " + quote(to.name) + " is gone"
+}

@@ -1,0 +1,73 @@
+package nixltest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Factory makes a new, open agent named name, ready to register DRAM from
+// nixl.AllocBuffer and to transfer to and notify the other agents the same
+// factory makes in the same test (for the native agent: with a backend such
+// as UCX created). The suite closes every agent it gets before the test
+// ends; a factory may also register its own cleanup, since Close is
+// idempotent. Agents need no progress thread: the suite's waits poll
+// (GetNotifs, XferStatus) every agent of the test.
+type Factory func(t *testing.T, name string) nixl.Agent
+
+// RunAgentSuite runs the conformance suite as subtests of t, each on fresh
+// agents from f.
+func RunAgentSuite(t *testing.T, f Factory) {
+	cases := []struct {
+		name string
+		run  func(*env)
+	}{
+		{"Registration", testRegistration},
+		{"MetadataExchange", testMetadataExchange},
+		{"PartialMetadata", testPartialMetadata},
+		{"Write", testWrite},
+		{"Read", testRead},
+		{"PreparedLists", testPreparedLists},
+		{"PreparedListErrors", testPreparedListErrors},
+		{"Repost", testRepost},
+		{"GenNotifOrder", testGenNotifOrder},
+		{"TransferNotifications", testTransferNotifications},
+		{"DescriptorErrors", testDescriptorErrors},
+		{"UnknownRemote", testUnknownRemote},
+		{"Invalidation", testInvalidation},
+		{"NotPosted", testNotPosted},
+		{"ReleaseTwice", testReleaseTwice},
+		{"CloseWhilePolling", testCloseWhilePolling},
+		{"ConcurrentTransfers", testConcurrentTransfers},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(newEnv(t, f)) })
+	}
+}
+
+// wantErr fails the test unless err matches sentinel, or, with a nil
+// sentinel, unless err is non-nil.
+func (e *env) wantErr(err, sentinel error, what string) {
+	e.t.Helper()
+	switch {
+	case err == nil:
+		if sentinel == nil {
+			e.t.Errorf("%s: got no error, want one", what)
+		} else {
+			e.t.Errorf("%s: got no error, want %v", what, sentinel)
+		}
+	case sentinel != nil && !errors.Is(err, sentinel):
+		e.t.Errorf("%s: got %s, want %v", what, describe(err), sentinel)
+	}
+}
+
+// noErr fails the test at once on an error.
+func (e *env) noErr(err error, what string) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatalf("%s: %s", what, describe(err))
+	}
+}
+
+func isClosed(err error) bool { return errors.Is(err, nixl.ErrClosed) }
