@@ -40,16 +40,22 @@ type Stats struct {
 //
 // SrcBlocks are the source's block ids for the whole request, in token order,
 // from token 0. DstBlocks are the destination block ids that must receive
-// data, in token order; when the destination already holds the first
-// DstCached blocks of the request (a prefix-cache hit) they are left out of
-// DstBlocks, which then starts with the block right after them — the way
-// vLLM hands a connector only the blocks without cached content. Only the
-// tokens after DstCached*dst.BlockTokens move.
+// data, in token order. When the destination already holds the first
+// DstCached blocks of the request (a prefix-cache hit), they are left out of
+// DstBlocks, which then starts with the block right after them, the way
+// vLLM hands a connector only the blocks without cached content; only the
+// tokens from DstCached*dst.BlockTokens on move. The prefix is counted in
+// destination blocks and given explicitly because, with source blocks larger
+// than destination blocks, list lengths alone cannot tell a prefix hit from a
+// partly used last block.
 //
 // The lists must describe the same tokens: after the skipped prefix, each
-// list must reach the end of the request, with only its last block partly
+// list must reach the end of the request with only its last block partly
 // used. With equal block sizes that means len(SrcBlocks) ==
-// DstCached+len(DstBlocks).
+// DstCached+len(DstBlocks). Blocks move whole (in units of the smaller block
+// size), so the unused tail of the last block moves too; it is padding the
+// destination owns. An empty DstBlocks (everything cached) moves nothing.
+// Destination ids must be distinct; a source id may repeat.
 type Request struct {
 	SrcBlocks []int
 	DstBlocks []int
