@@ -1,0 +1,164 @@
+package pullconn
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Defaults for zero configuration fields; where vLLM has a default, it is
+// vLLM's.
+const (
+	// DefaultLease is how long prefill holds a request's blocks for decode
+	// (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 30 s).
+	DefaultLease = 30 * time.Second
+	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultTransferTimeout bounds a READ in flight on decode.
+	DefaultTransferTimeout = 30 * time.Second
+	// DefaultPollInterval is the agent polling period while transfers or
+	// leases are pending.
+	DefaultPollInterval = time.Millisecond
+	// DefaultIdleInterval is the polling period otherwise; the native
+	// agent needs progress for connection setup even when idle.
+	DefaultIdleInterval = 50 * time.Millisecond
+	// DefaultStatsInterval is the period of the "KV Transfer metrics:"
+	// line when a Logger is set.
+	DefaultStatsInterval = 10 * time.Second
+)
+
+// Policy says what decode does with a request whose blocks could not be
+// read (vLLM's kv_load_failure_policy).
+type Policy string
+
+// Failure policies.
+const (
+	// PolicyFail fails the request; nothing is recomputed (vLLM's default).
+	PolicyFail Policy = "fail"
+	// PolicyRecompute fails the load but reports the local blocks whose
+	// content is invalid, so the engine can recompute them.
+	PolicyRecompute Policy = "recompute"
+)
+
+// Clock tells the time for leases and deadlines; tests inject one.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// RankConfig is what a Producer or a Consumer needs for its TP rank. Fields
+// marked prefill or decode are read by that side only.
+type RankConfig struct {
+	// Agent is this rank's NIXL agent. The connector registers Layout's
+	// memory with it on creation and deregisters it on Close; the agent
+	// itself stays the caller's.
+	Agent nixl.Agent
+	// Layout is this rank's KV cache; TPSize and BlockTokens must equal
+	// the engine's.
+	Layout descriptors.Layout
+	// Lease (prefill) is how long finished blocks wait for decode's
+	// completions (default DefaultLease).
+	Lease time.Duration
+	// HeartbeatInterval (decode) is how often decode sends "HB:" for its
+	// pending requests (default Lease/6, as vLLM).
+	HeartbeatInterval time.Duration
+	// HeartbeatExtension (prefill) is how far a heartbeat pushes a lease
+	// from the time it arrives (default 2/3 of Lease, as vLLM).
+	HeartbeatExtension time.Duration
+	// TransferTimeout (decode) bounds a READ in flight (default
+	// DefaultTransferTimeout).
+	TransferTimeout time.Duration
+	// FailurePolicy (decode) is PolicyFail (default) or PolicyRecompute.
+	FailurePolicy Policy
+	// Inline (decode) maps descriptors and posts READs on the goroutine
+	// that calls Load (or, for requests that waited for a handshake,
+	// Drain), as vLLM does in its engine loop, instead of on the reader
+	// goroutine.
+	Inline bool
+	// PollInterval and IdleInterval are the agent polling periods while
+	// work is pending and otherwise (defaults DefaultPollInterval,
+	// DefaultIdleInterval).
+	PollInterval time.Duration
+	IdleInterval time.Duration
+	// Clock is the time source for leases and deadlines (default: wall clock).
+	Clock Clock
+	// Logger receives warnings and the periodic metrics line (default: none).
+	Logger *zap.Logger
+	// StatsInterval is the metrics line's period when Logger is set
+	// (default DefaultStatsInterval; negative disables it).
+	StatsInterval time.Duration
+}
+
+func (c *RankConfig) withDefaults() {
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.Lease / 6
+	}
+	if c.HeartbeatExtension == 0 {
+		c.HeartbeatExtension = c.Lease * 2 / 3
+	}
+	if c.TransferTimeout == 0 {
+		c.TransferTimeout = DefaultTransferTimeout
+	}
+	if c.FailurePolicy == "" {
+		c.FailurePolicy = PolicyFail
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.IdleInterval == 0 {
+		c.IdleInterval = DefaultIdleInterval
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.StatsInterval == 0 {
+		c.StatsInterval = DefaultStatsInterval
+	}
+}
+
+// validate runs after withDefaults, so zero means the user wrote a
+// negative number or an unknown word.
+func (c *RankConfig) validate(e *Engine) error {
+	switch {
+	case c.Agent == nil:
+		return invalidf("RankConfig.Agent is nil")
+	case c.Lease < 0:
+		return invalidf("RankConfig.Lease is %v, want > 0", c.Lease)
+	case c.HeartbeatInterval <= 0:
+		return invalidf("RankConfig.HeartbeatInterval is %v, want > 0", c.HeartbeatInterval)
+	case c.HeartbeatInterval >= c.Lease:
+		return invalidf("RankConfig.HeartbeatInterval %v must be shorter than RankConfig.Lease %v", c.HeartbeatInterval, c.Lease)
+	case c.HeartbeatExtension <= 0:
+		return invalidf("RankConfig.HeartbeatExtension is %v, want > 0", c.HeartbeatExtension)
+	case c.TransferTimeout < 0:
+		return invalidf("RankConfig.TransferTimeout is %v, want > 0", c.TransferTimeout)
+	case c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute:
+		return invalidf("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
+	case c.PollInterval < 0:
+		return invalidf("RankConfig.PollInterval is %v, want > 0", c.PollInterval)
+	case c.IdleInterval < 0:
+		return invalidf("RankConfig.IdleInterval is %v, want > 0", c.IdleInterval)
+	case c.Layout.TPSize != e.cfg.TPSize:
+		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.cfg.EngineID, e.cfg.TPSize)
+	case c.Layout.BlockTokens != e.cfg.BlockSize:
+		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.cfg.EngineID, e.cfg.BlockSize)
+	case c.Layout.DType != e.cfg.DType:
+		return invalidf("RankConfig.Layout.DType is %q, engine %q has dtype %q", c.Layout.DType, e.cfg.EngineID, e.cfg.DType)
+	}
+	if err := c.Layout.Validate(); err != nil {
+		return invalidf("RankConfig.Layout: %v", err)
+	}
+	return nil
+}

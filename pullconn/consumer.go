@@ -1,0 +1,313 @@
+package pullconn
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Consumer is one decode TP rank: it loads requests' blocks from prefill
+// engines. Load and Drain never wait for the network; a reader goroutine
+// (the poller) handshakes, posts READs (unless Inline), polls them and sends
+// heartbeats. All methods are safe for concurrent use.
+type Consumer struct {
+	e       *Engine
+	cfg     RankConfig
+	stats   *stats.Set
+	rejects *stats.Counter
+	log     *zap.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
+	hsWG    sync.WaitGroup // handshake goroutines
+	poll    *poller.Poller
+	stopLog func()
+
+	// Engine-facing state. Lock order: wmu before qmu.
+	qmu     sync.Mutex
+	closed  bool
+	live    map[string]struct{} // requests not yet ended
+	queue   []*load             // submitted, not yet seen by the reader
+	hsDone  []handshakeDone
+	results []Result
+	waiting map[string]*Params // Wait-registered, heartbeats only
+
+	// Work state: the reader's, and the caller's too in Inline mode.
+	wmu     sync.Mutex
+	remotes map[string]*remote
+	reading []*load
+	ready   []*load // handshake done, to post on the next Drain (Inline)
+	lastHB  time.Time
+}
+
+// load is one request on its way through a decode rank.
+type load struct {
+	id       string
+	p        Params
+	local    []int
+	key      string
+	r        *remote
+	deadline time.Time
+	xfers    []*xfer
+	after    []int // prefill ranks to notify with GenNotif once done
+	ended    bool
+}
+
+type xfer struct {
+	h     nixl.XferHandle
+	rank  int
+	start time.Time
+	bytes uint64
+	descs int
+	done  bool
+}
+
+type handshakeDone struct {
+	r   *remote
+	set *pairing
+	err error
+}
+
+// NewConsumer registers cfg.Layout's memory with cfg.Agent and starts the
+// rank's reader goroutine.
+func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
+	cfg.withDefaults()
+	if err := cfg.validate(e); err != nil {
+		return nil, err
+	}
+	if err := cfg.Agent.RegisterMem(cfg.Layout.RegList(), nil); err != nil {
+		return nil, err
+	}
+	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
+		log:     cfg.Logger.With(zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
+		live:    map[string]struct{}{},
+		waiting: map[string]*Params{},
+		remotes: map[string]*remote{},
+	}
+	c.rejects = c.stats.Counter("rejected_loads", "Load or Wait calls refused for invalid arguments.")
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.poll = poller.New(cfg.Agent, poller.Options{
+		Interval:     cfg.PollInterval,
+		IdleInterval: cfg.IdleInterval,
+		Busy:         c.busy,
+		Tick:         c.tick,
+		OnError:      func(err error) { c.log.Warn("pullconn: GetNotifs failed", zap.Error(err)) },
+	})
+	// Pull decode expects no notifications; count whatever comes.
+	c.poll.Handle("", func(sender string, msg []byte) { c.stats.UnknownNotifications.Inc() })
+	c.poll.Start()
+	if cfg.StatsInterval > 0 {
+		c.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, c.stats, zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer"))
+	} else {
+		c.stopLog = func() {}
+	}
+	return c, nil
+}
+
+// Load starts loading request requestID, prefilled remotely as p says, into
+// localBlocks (the decode blocks still to fill, in token order, after any
+// prefix hit). It returns at once; the request's end comes out of Drain,
+// exactly once. An empty localBlocks means decode already has every block:
+// only the completions are sent. Invalid arguments and a request id still
+// loading are refused with an error and change nothing.
+func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
+	l, err := c.newLoad(requestID, &p, localBlocks)
+	if err != nil {
+		c.rejects.Inc()
+		return err
+	}
+	if c.cfg.Inline {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+	}
+	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		return ErrClosed
+	}
+	if _, dup := c.live[requestID]; dup {
+		c.qmu.Unlock()
+		c.rejects.Inc()
+		return invalidf("request %q is already loading", requestID)
+	}
+	c.live[requestID] = struct{}{}
+	delete(c.waiting, requestID)
+	if !c.cfg.Inline {
+		c.queue = append(c.queue, l)
+	}
+	c.qmu.Unlock()
+	if c.cfg.Inline {
+		c.route(l)
+	} else {
+		c.poll.Wake()
+	}
+	return nil
+}
+
+// Wait tells the rank that request requestID, prefilled as p says, waits
+// for decode blocks: the rank handshakes with the prefill engine now and
+// sends heartbeats for the request until Load or Abort, so its prefill lease
+// does not run out while decode is busy.
+func (c *Consumer) Wait(requestID string, p Params) error {
+	if _, err := c.newLoad(requestID, &p, nil); err != nil {
+		c.rejects.Inc()
+		return err
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.waiting[requestID] = &p
+	c.poll.Wake()
+	return nil
+}
+
+// Abort stops the heartbeats of a request registered with Wait and not yet
+// loaded; prefill then frees its blocks when the lease expires.
+func (c *Consumer) Abort(requestID string) {
+	c.qmu.Lock()
+	delete(c.waiting, requestID)
+	c.qmu.Unlock()
+}
+
+// Drain returns, without waiting, the requests that ended since the last
+// call. In Inline mode it first posts the READs of requests whose handshake
+// finished since, on the calling goroutine.
+func (c *Consumer) Drain() []Result {
+	if c.cfg.Inline {
+		c.wmu.Lock()
+		ready := c.ready
+		c.ready = nil
+		for _, l := range ready {
+			c.post(l)
+		}
+		c.wmu.Unlock()
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	out := c.results
+	c.results = nil
+	return out
+}
+
+// Pending returns the number of requests loaded and not yet ended.
+func (c *Consumer) Pending() int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return len(c.live)
+}
+
+// Stats returns a snapshot of the rank's counters.
+func (c *Consumer) Stats() Stats { return c.stats.Snapshot() }
+
+// Close stops the reader and the handshakes, ends every pending request with
+// ErrClosed (cancelling its READs) and deregisters the memory. Results stay
+// available from Drain. It is idempotent.
+func (c *Consumer) Close() error {
+	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.qmu.Unlock()
+	c.cancel()
+	c.poll.Stop()
+	c.hsWG.Wait()
+	c.stopLog()
+
+	c.wmu.Lock()
+	c.qmu.Lock()
+	queued := c.queue
+	c.queue = nil
+	clear(c.waiting)
+	c.qmu.Unlock()
+	for _, l := range queued {
+		c.fail(l, ErrClosed)
+	}
+	for _, l := range c.reading {
+		c.fail(l, ErrClosed)
+	}
+	c.reading = nil
+	for _, l := range c.ready {
+		c.fail(l, ErrClosed)
+	}
+	c.ready = nil
+	for _, r := range c.remotes {
+		for _, l := range r.parked {
+			c.fail(l, ErrClosed)
+		}
+		r.parked = nil
+	}
+	c.wmu.Unlock()
+	return c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
+}
+
+// newLoad checks a request's arguments without touching any state.
+func (c *Consumer) newLoad(id string, p *Params, local []int) (*load, error) {
+	if id == "" {
+		return nil, invalidf("request id is empty")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if len(p.RemoteRequestID) > notif.MaxIDLen {
+		return nil, invalidf("Params.RemoteRequestID is %d bytes, limit %d", len(p.RemoteRequestID), notif.MaxIDLen)
+	}
+	for i, b := range local {
+		if b < 0 || b >= c.cfg.Layout.NumBlocks {
+			return nil, invalidf("request %q: localBlocks[%d] is %d, layout has %d blocks", id, i, b, c.cfg.Layout.NumBlocks)
+		}
+	}
+	addr := joinHostPort(p.RemoteHost, p.RemotePort)
+	return &load{id: id, p: *p, local: append([]int(nil), local...), key: p.RemoteEngineID + "@" + addr}, nil
+}
+
+func (c *Consumer) busy() bool {
+	c.qmu.Lock()
+	n := len(c.queue) + len(c.hsDone)
+	c.qmu.Unlock()
+	c.wmu.Lock()
+	n += len(c.reading)
+	c.wmu.Unlock()
+	return n > 0
+}
+
+// end ends a request exactly once; wmu is held.
+func (c *Consumer) end(l *load, res Result) {
+	if l.ended {
+		return
+	}
+	l.ended = true
+	c.qmu.Lock()
+	delete(c.live, l.id)
+	c.results = append(c.results, res)
+	c.qmu.Unlock()
+}
+
+func (c *Consumer) fail(l *load, err error) {
+	res := Result{RequestID: l.id, Err: err}
+	if c.cfg.FailurePolicy == PolicyRecompute && len(l.local) > 0 {
+		res.InvalidBlocks = append([]int(nil), l.local...)
+	}
+	c.releaseXfers(l)
+	c.end(l, res)
+}
+
+func (c *Consumer) releaseXfers(l *load) {
+	for _, x := range l.xfers {
+		if x.h != 0 {
+			if err := c.cfg.Agent.ReleaseXferReq(x.h); err != nil {
+				c.log.Debug("pullconn: release transfer", zap.Error(err))
+			}
+			x.h = 0
+		}
+	}
+}

@@ -1,0 +1,31 @@
+// Package pullconn is the pull connector: the decode engine READs the KV
+// blocks that the prefill engine computed, the way vLLM's NixlConnector does.
+//
+// Prefill: every TP rank runs a Producer with its own NIXL agent; the ranks
+// of one engine share an Engine, whose side channel serves all their agents'
+// metadata and KV layouts at one address. When a request finishes prefill,
+// the engine calls RequestFinished on every rank with the request's block
+// ids; the blocks stay held and leased (30 s by default) and every rank
+// returns the same Params, which travel to decode through the proxy as
+// vLLM's kv_transfer_params. A rank frees a request's blocks once every
+// decode rank that reads from it has sent its completion notification
+// "<request id>:<decode TP size>", or when the lease expires; heartbeats
+// "HB:<id>,..." from decode extend the lease. DrainFreed hands those ids to
+// the engine without blocking.
+//
+// Decode: every TP rank runs a Consumer with its own agent. Load(id, params,
+// local block ids) returns at once: a background reader goroutine handshakes
+// with the prefill engine (once per engine, at most one in flight), maps the
+// blocks to descriptors for each prefill rank this rank reads from
+// (descriptors.Sources; TP sizes and block sizes may differ), posts the READs
+// with the completion notification, polls them and queues the result, which
+// Drain returns. With RankConfig.Inline the mapping and posting run on the
+// caller instead, as in vLLM today; that mode exists to measure the
+// difference. An empty local block list (decode already holds every block)
+// sends the completion notifications only.
+//
+// Every request ends exactly once: done, or failed with an error that says
+// why (and, under the recompute policy, which local blocks hold no valid
+// data). Every wait has a deadline: the handshake timeout, the transfer
+// timeout, the lease. Close stops every goroutine the package started.
+package pullconn

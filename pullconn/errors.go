@@ -1,0 +1,31 @@
+package pullconn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gonixl/gonixl/internal/handshake"
+)
+
+// Errors that results and calls match with errors.Is.
+var (
+	// ErrInvalid: a configuration, Params or block list that cannot be
+	// used; the message names the field.
+	ErrInvalid = errors.New("pullconn: invalid argument")
+	// ErrIncompatible: the two engines cannot exchange blocks (transfer
+	// mode, model, dtype, layout, TP pairing); the message names both values.
+	ErrIncompatible = handshake.ErrIncompatible
+	// ErrHandshake: the prefill engine's side channel could not be reached
+	// or answered badly within the handshake timeout.
+	ErrHandshake = handshake.ErrFailed
+	// ErrTransfer: posting a READ failed, or it failed in flight.
+	ErrTransfer = errors.New("pullconn: transfer failed")
+	// ErrTimeout: a READ stayed in flight past the transfer timeout.
+	ErrTimeout = errors.New("pullconn: transfer timed out")
+	// ErrClosed: the connector was closed while the request was pending.
+	ErrClosed = errors.New("pullconn: connector closed")
+)
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,110 @@
+package pullconn
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/internal/notif"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+func TestHoldsReleaseAfterExpectedCompletions(t *testing.T) {
+	h, err := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, err)
+	require.NoError(t, h.finish("r", []int{1, 2}, t0))
+	// Decode TP 2 reads prefill TP 1: two completions "r:2".
+	out, err := h.complete(notif.Completion{ID: "r", N: 2})
+	require.NoError(t, err)
+	assert.Equal(t, completionCounted, out)
+	out, err = h.complete(notif.Completion{ID: "r", N: 2})
+	require.NoError(t, err)
+	assert.Equal(t, completionDone, out)
+	assert.Equal(t, 0, h.len())
+	out, _ = h.complete(notif.Completion{ID: "r", N: 2})
+	assert.Equal(t, completionUnknown, out, "a third completion is for no held request")
+	assert.Empty(t, h.expire(t0.Add(time.Hour)), "released requests never expire")
+}
+
+func TestHoldsExpectedCount(t *testing.T) {
+	h, _ := newHolds(2, time.Second, 1)
+	assert.Equal(t, 1, h.expectedFor(1), "decode TP 1 reads both prefill ranks once")
+	assert.Equal(t, 1, h.expectedFor(2))
+	assert.Equal(t, 2, h.expectedFor(4))
+}
+
+func TestHoldsInconsistentCountChangesNothing(t *testing.T) {
+	h, _ := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, h.finish("r", nil, t0))
+	out, _ := h.complete(notif.Completion{ID: "r", N: 4})
+	require.Equal(t, completionCounted, out)
+	out, err := h.complete(notif.Completion{ID: "r", N: 2})
+	assert.Equal(t, completionInvalid, out)
+	assert.EqualError(t, err, `completion for request "r" says decode TP 2 (expect 2 completions), earlier ones said 4`)
+	assert.Equal(t, 1, h.reqs["r"].got)
+}
+
+func TestHoldsExpireThenLate(t *testing.T) {
+	h, _ := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, h.finish("r", nil, t0))
+	assert.Empty(t, h.expire(t0.Add(29*time.Second)))
+	assert.Equal(t, []string{"r"}, h.expire(t0.Add(30*time.Second)))
+	assert.Empty(t, h.expire(t0.Add(31*time.Second)), "expires once")
+	out, err := h.complete(notif.Completion{ID: "r", N: 1})
+	assert.Equal(t, completionLate, out)
+	assert.EqualError(t, err, `completion for request "r" after its lease expired`)
+	out, _ = h.complete(notif.Completion{ID: "never", N: 1})
+	assert.Equal(t, completionUnknown, out)
+}
+
+func TestHoldsHeartbeatExtends(t *testing.T) {
+	h, _ := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, h.finish("r", nil, t0))
+	assert.Equal(t, 1, h.heartbeat([]string{"r", "zz"}, t0.Add(25*time.Second), 20*time.Second))
+	assert.Empty(t, h.expire(t0.Add(44*time.Second)))
+	assert.Equal(t, []string{"r"}, h.expire(t0.Add(45*time.Second)))
+}
+
+func TestHoldsDuplicateFinish(t *testing.T) {
+	h, _ := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, h.finish("r", []int{1}, t0))
+	assert.ErrorIs(t, h.finish("r", []int{2}, t0), ErrInvalid)
+	assert.Equal(t, []int{1}, h.reqs["r"].blocks)
+}
+
+func TestHoldsIDReusedAfterExpiry(t *testing.T) {
+	h, _ := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, h.finish("r", nil, t0))
+	h.expire(t0.Add(time.Minute))
+	require.NoError(t, h.finish("r", nil, t0.Add(time.Minute)))
+	out, _ := h.complete(notif.Completion{ID: "r", N: 1})
+	assert.Equal(t, completionDone, out)
+}
+
+func TestRecentForgetsOldest(t *testing.T) {
+	r := newRecent(2)
+	r.add("a")
+	r.add("b")
+	r.add("c")
+	assert.False(t, r.has("a"))
+	assert.True(t, r.has("b"))
+	assert.True(t, r.has("c"))
+	r.remove("b")
+	assert.False(t, r.has("b"))
+	r.add("d")
+	r.add("e")
+	assert.False(t, r.has("c"))
+	assert.True(t, r.has("d"))
+}
+
+func TestHoldsReleaseAll(t *testing.T) {
+	h, _ := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, h.finish("a", nil, t0))
+	require.NoError(t, h.finish("b", nil, t0))
+	assert.ElementsMatch(t, []string{"a", "b"}, h.releaseAll())
+	assert.Empty(t, h.expire(t0.Add(time.Hour)))
+	assert.Equal(t, 0, h.leases.Len())
+}

@@ -1,0 +1,56 @@
+package pullconn
+
+import "fmt"
+
+// Params are the transfer parameters prefill returns for a finished request
+// and decode needs to load it: vLLM's kv_transfer_params, with the same JSON
+// keys, plus the transfer mode.
+type Params struct {
+	DoRemotePrefill bool   `json:"do_remote_prefill"`
+	DoRemoteDecode  bool   `json:"do_remote_decode"`
+	RemoteBlockIDs  []int  `json:"remote_block_ids"`
+	RemoteEngineID  string `json:"remote_engine_id"`
+	RemoteRequestID string `json:"remote_request_id"`
+	RemoteHost      string `json:"remote_host"`
+	RemotePort      int    `json:"remote_port"`
+	TPSize          int    `json:"tp_size"`
+	PPSize          int    `json:"pp_size,omitempty"`
+	// NumTokens is the request's prompt length when prefill knows it; decode
+	// needs it only for a prefix hit with a smaller block size than prefill's.
+	NumTokens int `json:"num_tokens,omitempty"`
+	// TransferMode is "pull"; a push decode engine refuses these params.
+	TransferMode string `json:"transfer_mode,omitempty"`
+}
+
+// maxBlockID bounds block ids from the network far above any real cache.
+const maxBlockID = 1 << 30
+
+// Validate reports the first field that makes p unusable for a pull load.
+func (p *Params) Validate() error {
+	switch {
+	case !p.DoRemotePrefill:
+		return invalidf("Params.DoRemotePrefill is false: the request was not prefilled remotely")
+	case p.TransferMode != "" && p.TransferMode != "pull":
+		return fmt.Errorf("%w: transfer mode mismatch: local %q, remote %q", ErrIncompatible, "pull", p.TransferMode)
+	case p.RemoteEngineID == "":
+		return invalidf("Params.RemoteEngineID is empty")
+	case p.RemoteRequestID == "":
+		return invalidf("Params.RemoteRequestID is empty")
+	case p.RemoteHost == "":
+		return invalidf("Params.RemoteHost is empty")
+	case p.RemotePort < 1 || p.RemotePort > 65535:
+		return invalidf("Params.RemotePort is %d, want 1..65535", p.RemotePort)
+	case p.TPSize < 1:
+		return invalidf("Params.TPSize is %d, want >= 1", p.TPSize)
+	case p.PPSize > 1:
+		return invalidf("Params.PPSize is %d: the pull connector supports prefill PP size 1 only", p.PPSize)
+	case p.NumTokens < 0:
+		return invalidf("Params.NumTokens is %d, want >= 0", p.NumTokens)
+	}
+	for i, b := range p.RemoteBlockIDs {
+		if b < 0 || b > maxBlockID {
+			return invalidf("Params.RemoteBlockIDs[%d] is %d, want 0..%d", i, b, maxBlockID)
+		}
+	}
+	return nil
+}

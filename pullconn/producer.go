@@ -1,0 +1,215 @@
+package pullconn
+
+import (
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/stats"
+)
+
+// recentExpired is how many expired request ids a Producer remembers to
+// count late completions apart from unknown ones.
+const recentExpired = 1 << 16
+
+// Producer is one prefill TP rank: it holds finished requests' blocks until
+// decode has read them or their lease expires. Its poller goroutine receives
+// completions and heartbeats and expires leases. All methods are safe for
+// concurrent use.
+type Producer struct {
+	e     *Engine
+	cfg   RankConfig
+	stats *stats.Set
+	log   *zap.Logger
+
+	mu     sync.Mutex
+	holds  *holds
+	freed  []string
+	closed bool
+
+	poll    *poller.Poller
+	stopLog func()
+}
+
+// NewProducer registers cfg.Layout's memory with cfg.Agent, publishes the
+// rank on the engine's side channel and starts its poller.
+func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
+	cfg.withDefaults()
+	if err := cfg.validate(e); err != nil {
+		return nil, err
+	}
+	h, err := newHolds(e.cfg.TPSize, cfg.Lease, recentExpired)
+	if err != nil {
+		return nil, invalidf("RankConfig.Lease: %v", err)
+	}
+	if err := cfg.Agent.RegisterMem(cfg.Layout.RegList(), nil); err != nil {
+		return nil, err
+	}
+	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
+		log: cfg.Logger.With(zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
+	md, err := cfg.Agent.LocalMD()
+	if err == nil {
+		err = e.server.SetRank(handshake.Rank{TPRank: cfg.Layout.TPRank, Agent: cfg.Agent.Name(), Metadata: md, Layout: cfg.Layout})
+	}
+	if err != nil {
+		cfg.Agent.DeregisterMem(cfg.Layout.RegList(), nil)
+		return nil, err
+	}
+	p.poll = poller.New(cfg.Agent, poller.Options{
+		Interval:     cfg.PollInterval,
+		IdleInterval: cfg.IdleInterval,
+		Busy:         p.busy,
+		Tick:         p.tick,
+		OnError:      func(err error) { p.log.Warn("pullconn: GetNotifs failed", zap.Error(err)) },
+	})
+	p.poll.Handle(notif.HeartbeatPrefix, p.onHeartbeat)
+	p.poll.Handle("", p.onCompletion)
+	p.poll.Start()
+	if cfg.StatsInterval > 0 {
+		p.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, p.stats, zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))
+	} else {
+		p.stopLog = func() {}
+	}
+	return p, nil
+}
+
+// RequestFinished holds blockIDs for requestID, starts their lease and
+// returns the Params to send to decode. Every rank of the engine returns the
+// same Params for the same call. An id already held, an id containing ','
+// (it could not travel in a heartbeat) or a block id outside the layout is
+// refused with an error and changes nothing.
+func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, error) {
+	if requestID == "" || len(requestID) > notif.MaxIDLen || strings.IndexByte(requestID, ',') >= 0 {
+		return Params{}, invalidf("request id %q: want 1..%d bytes without ','", requestID, notif.MaxIDLen)
+	}
+	for i, b := range blockIDs {
+		if b < 0 || b >= p.cfg.Layout.NumBlocks {
+			return Params{}, invalidf("request %q: blockIDs[%d] is %d, layout has %d blocks", requestID, i, b, p.cfg.Layout.NumBlocks)
+		}
+	}
+	blocks := append([]int(nil), blockIDs...)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return Params{}, ErrClosed
+	}
+	err := p.holds.finish(requestID, blocks, p.cfg.Clock.Now())
+	p.mu.Unlock()
+	if err != nil {
+		return Params{}, err
+	}
+	p.poll.Wake() // switch to the fast polling period
+	return Params{
+		DoRemotePrefill: true,
+		RemoteBlockIDs:  blocks,
+		RemoteEngineID:  p.e.cfg.EngineID,
+		RemoteRequestID: requestID,
+		RemoteHost:      p.e.host,
+		RemotePort:      p.e.port,
+		TPSize:          p.e.cfg.TPSize,
+		PPSize:          1,
+		TransferMode:    handshake.ModePull,
+	}, nil
+}
+
+// DrainFreed returns, without blocking, the ids whose blocks the engine may
+// free now: read by every decode rank that reads this rank, or expired, or
+// released by Close. Each id is returned once.
+func (p *Producer) DrainFreed() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.freed
+	p.freed = nil
+	return out
+}
+
+// Held returns the number of requests whose blocks are held.
+func (p *Producer) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holds.len()
+}
+
+// Stats returns a snapshot of the rank's counters.
+func (p *Producer) Stats() Stats { return p.stats.Snapshot() }
+
+// Close stops the poller, withdraws the rank from the side channel, hands
+// every still-held request to DrainFreed and deregisters the memory. It is
+// idempotent.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.poll.Stop()
+	p.stopLog()
+	p.e.server.ClearRank(p.cfg.Layout.TPRank)
+	p.mu.Lock()
+	p.freed = append(p.freed, p.holds.releaseAll()...)
+	p.mu.Unlock()
+	return p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
+}
+
+func (p *Producer) busy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holds.len() > 0
+}
+
+func (p *Producer) tick() {
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	ids := p.holds.expire(now)
+	p.freed = append(p.freed, ids...)
+	p.mu.Unlock()
+	if len(ids) > 0 {
+		p.stats.ExpiredRequests.Add(uint64(len(ids)))
+		p.log.Warn("pullconn: lease expired, releasing blocks decode never read", zap.Strings("request_ids", ids), zap.Duration("lease", p.cfg.Lease))
+	}
+}
+
+func (p *Producer) onCompletion(sender string, msg []byte) {
+	c, err := notif.DecodeCompletion(msg)
+	if err != nil {
+		p.stats.MalformedNotifications.Inc()
+		p.log.Debug("pullconn: dropped malformed notification", zap.String("from", sender), zap.Error(err))
+		return
+	}
+	p.mu.Lock()
+	out, err := p.holds.complete(c)
+	if out == completionDone {
+		p.freed = append(p.freed, c.ID)
+	}
+	p.mu.Unlock()
+	switch out {
+	case completionUnknown:
+		p.stats.UnknownNotifications.Inc()
+	case completionLate:
+		p.stats.LateNotifications.Inc()
+	case completionInvalid:
+		p.stats.MalformedNotifications.Inc()
+	}
+	if err != nil {
+		p.log.Debug("pullconn: completion ignored", zap.String("from", sender), zap.Error(err))
+	}
+}
+
+func (p *Producer) onHeartbeat(sender string, msg []byte) {
+	ids, err := notif.DecodeHeartbeat(msg)
+	if err != nil {
+		p.stats.MalformedNotifications.Inc()
+		p.log.Debug("pullconn: dropped malformed heartbeat", zap.String("from", sender), zap.Error(err))
+		return
+	}
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	p.holds.heartbeat(ids, now, p.cfg.HeartbeatExtension)
+	p.mu.Unlock()
+}

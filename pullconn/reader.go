@@ -1,0 +1,344 @@
+package pullconn
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// maxHeartbeatLen bounds one heartbeat message.
+const maxHeartbeatLen = 16 << 10
+
+func joinHostPort(host string, port int) string {
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// tick is one round of the reader: handshake results, new loads, READ
+// polling, heartbeats. It runs on the poller goroutine.
+func (c *Consumer) tick() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.qmu.Lock()
+	queued, done := c.queue, c.hsDone
+	c.queue, c.hsDone = nil, nil
+	var waiting []*Params
+	if len(c.waiting) > 0 {
+		waiting = make([]*Params, 0, len(c.waiting))
+		for _, p := range c.waiting {
+			waiting = append(waiting, p)
+		}
+	}
+	c.qmu.Unlock()
+
+	for _, d := range done {
+		c.applyHandshake(d)
+	}
+	for _, l := range queued {
+		c.route(l)
+	}
+	for _, p := range waiting {
+		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
+	}
+	c.pollReads()
+	if now := c.cfg.Clock.Now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval {
+		c.lastHB = now
+		c.heartbeat()
+	}
+}
+
+// remoteFor returns the engine's state, starting its handshake if this is
+// the first request for it (or the last handshake failed).
+func (c *Consumer) remoteFor(engineID, addr string) *remote {
+	key := engineID + "@" + addr
+	if r, ok := c.remotes[key]; ok {
+		return r
+	}
+	r := &remote{key: key, engineID: engineID, addr: addr}
+	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		return r // not kept: Close ends its loads
+	}
+	c.hsWG.Add(1)
+	c.qmu.Unlock()
+	c.remotes[key] = r
+	go c.handshake(r)
+	return r
+}
+
+// route sends a load to its engine: posted now if the handshake is done,
+// else parked until it is. wmu is held.
+func (c *Consumer) route(l *load) {
+	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort))
+	l.r = r
+	if r.ready {
+		c.post(l)
+		return
+	}
+	c.qmu.Lock()
+	closed := c.closed
+	c.qmu.Unlock()
+	if closed {
+		c.fail(l, ErrClosed)
+		return
+	}
+	r.parked = append(r.parked, l)
+}
+
+// handshake fetches the engine's payload (shared by the engine's ranks,
+// one fetch in flight), pairs this rank with it and loads the metadata of
+// the prefill ranks it will contact. It runs on its own goroutine.
+func (c *Consumer) handshake(r *remote) {
+	defer c.hsWG.Done()
+	set, err := c.connect(r)
+	c.qmu.Lock()
+	c.hsDone = append(c.hsDone, handshakeDone{r: r, set: set, err: err})
+	c.qmu.Unlock()
+	c.poll.Wake()
+}
+
+func (c *Consumer) connect(r *remote) (*pairing, error) {
+	p, err := c.e.client.Get(c.ctx, r.engineID, r.addr)
+	if err != nil {
+		return nil, err
+	}
+	set, err := pair(p, &c.cfg.Layout)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range set.notify {
+		name, err := c.cfg.Agent.LoadRemoteMD(p.Ranks[s].Metadata)
+		if err != nil {
+			c.e.client.Forget(r.engineID, r.addr)
+			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", ErrHandshake, r.engineID, s, err)
+		}
+		if name != p.Ranks[s].Agent {
+			return nil, fmt.Errorf("%w: engine %q rank %d: metadata is agent %q, payload says %q", ErrHandshake, r.engineID, s, name, p.Ranks[s].Agent)
+		}
+		set.agents[s] = name
+	}
+	return set, nil
+}
+
+// applyHandshake makes an engine ready, or fails the loads that waited for
+// it and forgets it so the next request tries again. wmu is held.
+func (c *Consumer) applyHandshake(d handshakeDone) {
+	r := d.r
+	if c.remotes[r.key] == r && d.err != nil {
+		delete(c.remotes, r.key)
+	}
+	parked := r.parked
+	r.parked = nil
+	if d.err != nil {
+		c.stats.FailedHandshakes.Inc()
+		c.log.Warn("pullconn: handshake failed", zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr), zap.Error(d.err))
+		for _, l := range parked {
+			c.fail(l, d.err)
+		}
+		return
+	}
+	r.ready, r.setup = true, d.set
+	if c.cfg.Inline {
+		c.ready = append(c.ready, parked...)
+		return
+	}
+	for _, l := range parked {
+		c.post(l)
+	}
+}
+
+// post maps a load's blocks and posts one READ per prefill rank it reads,
+// each carrying the completion for that rank. wmu is held.
+func (c *Consumer) post(l *load) {
+	set := l.r.setup
+	msg, err := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
+	if err != nil {
+		c.fail(l, invalidf("request %q: %v", l.id, err))
+		return
+	}
+	if len(l.local) == 0 {
+		l.after = set.notify
+		c.succeed(l)
+		return
+	}
+	if l.p.TPSize != set.payload.TPSize {
+		c.fail(l, invalidf("request %q: Params.TPSize is %d, engine %q has TP size %d", l.id, l.p.TPSize, set.payload.EngineID, set.payload.TPSize))
+		return
+	}
+	cached, err := cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockTokens, len(l.local))
+	if err != nil {
+		c.fail(l, err)
+		return
+	}
+	req := descriptors.Request{SrcBlocks: l.p.RemoteBlockIDs, DstBlocks: l.local, DstCached: cached}
+	start := time.Now()
+	var notified []int
+	for _, s := range set.sources {
+		tr, _, err := descriptors.MapCoalesced(&set.payload.Ranks[s].Layout, &c.cfg.Layout, req)
+		if err != nil {
+			c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", ErrInvalid, l.id, s, err))
+			return
+		}
+		if tr.Len() == 0 {
+			continue
+		}
+		local, remote := tr.Sides(nixl.Read)
+		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nixl.NotifOptions(msg))
+		if err == nil {
+			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: tr.Bytes, descs: tr.Len()})
+			var st nixl.Status
+			st, err = c.cfg.Agent.PostXferReq(h, nil)
+			x := l.xfers[len(l.xfers)-1]
+			x.start = time.Now()
+			if err == nil && st == nixl.StatusSuccess {
+				x.done = true
+				c.stats.RecordTransfer(x.bytes, x.descs, 0)
+			}
+		}
+		if err != nil {
+			c.stats.FailedTransfers.Inc()
+			c.forgetIfGone(l.r, err)
+			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %v", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
+			return
+		}
+		notified = append(notified, s)
+	}
+	c.stats.RecordPost(time.Since(start))
+	for _, s := range set.notify {
+		if !slices.Contains(notified, s) {
+			l.after = append(l.after, s)
+		}
+	}
+	l.deadline = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
+	if l.allDone() {
+		c.succeed(l)
+		return
+	}
+	c.reading = append(c.reading, l)
+}
+
+func (l *load) allDone() bool {
+	for _, x := range l.xfers {
+		if !x.done {
+			return false
+		}
+	}
+	return true
+}
+
+// succeed sends the completions no READ carried, releases the requests and
+// ends the load as done. wmu is held.
+func (c *Consumer) succeed(l *load) {
+	c.releaseXfers(l)
+	if len(l.after) > 0 {
+		msg, _ := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
+		for _, s := range l.after {
+			if err := c.cfg.Agent.GenNotif(l.r.setup.agents[s], msg, nil); err != nil {
+				// The data is here; prefill frees by lease instead.
+				c.stats.FailedNotifications.Inc()
+				c.log.Warn("pullconn: completion not sent", zap.String("request_id", l.id), zap.Int("prefill_rank", s), zap.Error(err))
+			}
+		}
+	}
+	c.end(l, Result{RequestID: l.id})
+}
+
+// pollReads checks every READ in flight once. wmu is held.
+func (c *Consumer) pollReads() {
+	if len(c.reading) == 0 {
+		return
+	}
+	now := c.cfg.Clock.Now()
+	keep := c.reading[:0]
+	for _, l := range c.reading {
+		if c.pollLoad(l, now) {
+			keep = append(keep, l)
+		}
+	}
+	clear(c.reading[len(keep):])
+	c.reading = keep
+}
+
+// pollLoad reports whether l is still in flight.
+func (c *Consumer) pollLoad(l *load, now time.Time) bool {
+	for _, x := range l.xfers {
+		if x.done {
+			continue
+		}
+		st, err := c.cfg.Agent.XferStatus(x.h)
+		if err != nil {
+			c.stats.FailedTransfers.Inc()
+			c.forgetIfGone(l.r, err)
+			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d failed in flight: %v", ErrTransfer, l.id, l.p.RemoteEngineID, x.rank, err))
+			return false
+		}
+		if st == nixl.StatusSuccess {
+			x.done = true
+			c.stats.RecordTransfer(x.bytes, x.descs, time.Since(x.start))
+		}
+	}
+	if l.allDone() {
+		c.succeed(l)
+		return false
+	}
+	if !now.Before(l.deadline) {
+		c.stats.FailedTransfers.Inc()
+		c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q still in flight after %v", ErrTimeout, l.id, l.p.RemoteEngineID, c.cfg.TransferTimeout))
+		return false
+	}
+	return true
+}
+
+// forgetIfGone drops an engine whose agent disconnected, so the next request
+// handshakes again. wmu is held.
+func (c *Consumer) forgetIfGone(r *remote, err error) {
+	if !errors.Is(err, nixl.ErrRemoteDisconnect) && !errors.Is(err, nixl.ErrNotFound) {
+		return
+	}
+	if c.remotes[r.key] == r {
+		delete(c.remotes, r.key)
+	}
+	c.e.client.Forget(r.engineID, r.addr)
+}
+
+// heartbeat sends "HB:" with the remote request ids of every request still
+// waiting on each ready engine, to the prefill ranks this rank notifies.
+// wmu is held.
+func (c *Consumer) heartbeat() {
+	ids := map[*remote][]string{}
+	for _, l := range c.reading {
+		if l.r.ready {
+			ids[l.r] = append(ids[l.r], l.p.RemoteRequestID)
+		}
+	}
+	c.qmu.Lock()
+	for _, p := range c.waiting {
+		if r, ok := c.remotes[p.RemoteEngineID+"@"+joinHostPort(p.RemoteHost, p.RemotePort)]; ok && r.ready {
+			ids[r] = append(ids[r], p.RemoteRequestID)
+		}
+	}
+	c.qmu.Unlock()
+	for r, list := range ids {
+		msgs, bad := notif.SplitHeartbeats(list, maxHeartbeatLen)
+		for _, err := range bad {
+			c.log.Debug("pullconn: id cannot go in a heartbeat", zap.Error(err))
+		}
+		for _, s := range r.setup.notify {
+			for _, m := range msgs {
+				if err := c.cfg.Agent.GenNotif(r.setup.agents[s], m, nil); err != nil {
+					c.stats.FailedNotifications.Inc()
+					c.log.Debug("pullconn: heartbeat not sent", zap.String("remote_engine_id", r.engineID), zap.Int("prefill_rank", s), zap.Error(err))
+				}
+			}
+		}
+	}
+}
