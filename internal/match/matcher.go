@@ -450,3 +450,29 @@ func (m *Matcher[R, F]) Next() (time.Time, bool) {
 // WaitingFinished reports whether any finished request waits for a
 // registration: the writer polls for notifications only then.
 func (m *Matcher[R, F]) WaitingFinished() bool { return len(m.finByID) > 0 }
+
+// Flush removes and returns every pending registration and finished
+// request, for an owner that shuts down; nothing is counted as expired.
+func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F]) {
+	var regs []ExpiredRegistration[R]
+	var fins []ExpiredFinished[F]
+	for {
+		e, ok := m.regQ.front()
+		if !ok {
+			break
+		}
+		m.regQ.pop()
+		m.dropRegistration(e)
+		regs = append(regs, ExpiredRegistration[R]{Sender: e.sender, Key: e.key, Reg: e.reg})
+	}
+	for {
+		f, ok := m.finQ.front()
+		if !ok {
+			break
+		}
+		m.finQ.pop()
+		m.dropFinished(f)
+		fins = append(fins, ExpiredFinished[F]{Key: f.key, Fin: f.fin, Served: len(f.served)})
+	}
+	return regs, fins
+}

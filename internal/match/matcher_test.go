@@ -325,3 +325,20 @@ func TestRandomOrderEveryRequestEndsOnce(t *testing.T) {
 	require.Zero(t, s.PendingRegistrations)
 	require.Zero(t, s.PendingFinished)
 }
+
+func TestFlush(t *testing.T) {
+	m := newM(t)
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "a"}, 1, "ra")
+	_, _ = m.Finish(t0, Key{RequestID: "b"}, "fb")
+	_, _ = m.Finish(t0, Key{RequestID: "c"}, "fc")
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "c"}, 1, "rc") // pairs: not flushed
+	regs, fins := m.Flush()
+	require.Equal(t, []ExpiredRegistration[string]{{Sender: "d0", Key: Key{RequestID: "a"}, Reg: "ra"}}, regs)
+	require.Equal(t, []ExpiredFinished[string]{{Key: Key{RequestID: "b"}, Fin: "fb"}}, fins)
+	s := m.Stats()
+	require.Zero(t, s.PendingRegistrations+s.PendingFinished)
+	require.Zero(t, s.ExpiredRegistrations+s.ExpiredFinished, "a flush is not an expiry")
+	regs, fins = m.Expire(t0.Add(time.Hour))
+	require.Empty(t, regs)
+	require.Empty(t, fins)
+}

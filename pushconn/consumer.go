@@ -1,0 +1,465 @@
+package pushconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Prefill names the prefill engine a request comes from, as the proxy
+// gives it to decode before prefill runs.
+type Prefill struct {
+	EngineID string
+	Host     string
+	Port     int
+	TPSize   int
+	PPSize   int
+}
+
+func (p Prefill) validate() error {
+	switch {
+	case p.EngineID == "":
+		return invalidf("Prefill.EngineID is empty")
+	case p.Host == "":
+		return invalidf("Prefill.Host is empty")
+	case p.Port < 1 || p.Port > 65535:
+		return invalidf("Prefill.Port is %d, want 1..65535", p.Port)
+	case p.TPSize < 1:
+		return invalidf("Prefill.TPSize is %d, want >= 1", p.TPSize)
+	case p.PPSize != 1:
+		// The handshake payload names one agent per TP rank, so there is
+		// no agent to register with for the other pipeline stages.
+		return invalidf("Prefill.PPSize is %d: only pipeline-parallel size 1 is supported", p.PPSize)
+	}
+	return nil
+}
+
+// Result is the end of one decode request: Err is nil when every prefill
+// rank's WRITE has arrived, so the blocks hold the KV cache.
+type Result struct {
+	RequestID string
+	// Err says why the request failed: it matches ErrPushFailed (a
+	// *PushError from prefill), ErrRegistrationTimeout, ErrHandshake,
+	// ErrIncompatible, ErrNotifySend or ErrClosed.
+	Err error
+	// Start is when Register was called and End when the request ended,
+	// on the configured Clock.
+	Start, End time.Time
+}
+
+// Consumer is the decode side of the push connector for one TP rank: it
+// registers the rank's destination blocks with the prefill engine early
+// and reports each request once every prefill rank that writes to it has
+// written. Register and Drain never block on I/O; a background goroutine
+// handshakes, sends registrations and receives completions.
+type Consumer struct {
+	engine  *Engine
+	cfg     RankConfig
+	log     *zap.Logger
+	stats   *stats.Set
+	push    *pushCounters
+	poll    *poller.Poller
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopLog func()
+	ready   chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	tracker *tracker
+	inbox   []*decodeReq
+	shakes  []shakeResult
+
+	// Poller goroutine only.
+	peers map[string]*decodePeer
+}
+
+// decodePeer is a prefill engine as one decode rank sees it.
+type decodePeer struct {
+	prefill Prefill
+	payload *handshake.Payload
+	sources []string // agent names of the prefill ranks that write here
+	err     error    // why the peer cannot be used (set with payload nil)
+	busy    bool     // handshake in flight
+	waiting []*decodeReq
+}
+
+type shakeResult struct {
+	key     string
+	payload *handshake.Payload
+	err     error
+}
+
+// NewConsumer starts a decode rank: it registers the layout's memory with
+// the agent, publishes the rank on the engine's side channel and starts the
+// background goroutine.
+func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
+	if e == nil {
+		return nil, invalidf("NewConsumer: engine is nil")
+	}
+	cfg.withDefaults()
+	if err := cfg.validate(e); err != nil {
+		return nil, err
+	}
+	c := &Consumer{
+		engine:  e,
+		cfg:     cfg,
+		log:     logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "decode")),
+		stats:   stats.New(),
+		tracker: newTracker(cfg.RegistrationTimeout),
+		peers:   map[string]*decodePeer{},
+		ready:   make(chan struct{}, 1),
+	}
+	c.push = newPushCounters(c.stats)
+	if err := publishRank(e, cfg); err != nil {
+		return nil, err
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.poll = poller.New(cfg.Agent, poller.Options{
+		Interval:     cfg.PollInterval,
+		IdleInterval: cfg.IdleInterval,
+		Busy:         c.busy,
+		Tick:         c.tick,
+		OnError:      func(err error) { c.log.Warn("pushconn: polling the agent failed", zap.Error(err)) },
+	})
+	c.poll.Handle(pushwire.FailPrefix, c.onFailure)
+	c.poll.Handle(pushwire.RegPrefix, c.onStray)
+	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
+	c.poll.Handle("", c.onCompletion)
+	c.stopLog = startStatsLog(cfg, c.log, c.stats)
+	c.poll.Start()
+	return c, nil
+}
+
+// Register starts request requestID: once the engine knows the prefill
+// engine (one handshake per engine, in the background), it sends a PUSH_REG
+// registration of blockIDs (one list per KV-cache group; this connector
+// maps one group) to every prefill rank that writes into this rank. It
+// returns at once; the request's Result comes from Drain. An error means
+// nothing was registered.
+func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int, opts ...RequestOption) error {
+	o := applyOpts(opts)
+	r := &decodeReq{id: requestID, transferID: o.transferID, prefill: prefill, blocks: blockIDs}
+	if err := prefill.validate(); err != nil {
+		return err
+	}
+	if requestID == "" || len(requestID) > notif.MaxIDLen {
+		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
+	}
+	if len(blockIDs) != 1 {
+		return invalidf("request %q has %d KV-cache groups of block ids; this connector maps exactly one", requestID, len(blockIDs))
+	}
+	for i, id := range blockIDs[0] {
+		if id < 0 || id >= c.cfg.Layout.NumBlocks {
+			return invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, c.cfg.Layout.NumBlocks-1)
+		}
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	err := c.tracker.add(c.cfg.Clock.Now(), r)
+	if err == nil {
+		c.inbox = append(c.inbox, r)
+	}
+	c.mu.Unlock()
+	if err == nil {
+		c.poll.Wake()
+	}
+	return err
+}
+
+// Drain returns the requests that ended since the last call, each exactly
+// once. It never blocks.
+func (c *Consumer) Drain() []Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tracker.drain()
+}
+
+// Ready is signalled (without blocking the sender) whenever results are
+// waiting for Drain, for callers that would rather sleep than poll.
+func (c *Consumer) Ready() <-chan struct{} { return c.ready }
+
+// Pending returns how many requests wait for their result.
+func (c *Consumer) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tracker.pending()
+}
+
+// Stats returns a snapshot of the rank's counters.
+func (c *Consumer) Stats() stats.Snapshot { return c.stats.Snapshot() }
+
+// Close stops the background goroutine, ends every pending request with
+// ErrClosed (Drain still returns them), withdraws the rank from the side
+// channel and deregisters the layout's memory. It is idempotent.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.poll.Stop()
+	c.wg.Wait()
+	c.stopLog()
+	c.mu.Lock()
+	now := c.cfg.Clock.Now()
+	for id := range c.tracker.reqs {
+		c.tracker.fail(now, id, fmt.Errorf("%w: consumer closed while request %q waited for its push", ErrClosed, id))
+	}
+	c.inbox = nil
+	c.mu.Unlock()
+	c.signal()
+	c.engine.server.ClearRank(c.cfg.Layout.TPRank)
+	if err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil); err != nil && !errors.Is(err, nixl.ErrClosed) {
+		return fmt.Errorf("pushconn: deregister KV memory: %w", err)
+	}
+	return nil
+}
+
+func (c *Consumer) signal() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// busy keeps the poller at its fast period while requests wait for
+// completions.
+func (c *Consumer) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tracker.pending() > 0
+}
+
+// tick runs on the poller goroutine after each round of notifications.
+func (c *Consumer) tick() {
+	c.mu.Lock()
+	inbox, shakes := c.inbox, c.shakes
+	c.inbox, c.shakes = nil, nil
+	c.mu.Unlock()
+
+	for _, s := range shakes {
+		c.handshakeDone(s)
+	}
+	for _, r := range inbox {
+		c.route(r)
+	}
+	c.mu.Lock()
+	n := c.tracker.expire(c.cfg.Clock.Now())
+	ready := len(c.tracker.results) > 0
+	c.mu.Unlock()
+	if n > 0 {
+		c.push.timeouts.Add(uint64(n))
+	}
+	if ready {
+		c.signal()
+	}
+}
+
+func peerKey(p Prefill) string { return fmt.Sprintf("%s@%s:%d", p.EngineID, p.Host, p.Port) }
+
+// route sends r's registrations if its prefill engine is known, else parks
+// it behind the engine's handshake.
+func (c *Consumer) route(r *decodeReq) {
+	key := peerKey(r.prefill)
+	p := c.peers[key]
+	if p == nil {
+		p = &decodePeer{prefill: r.prefill}
+		c.peers[key] = p
+	}
+	if p.payload != nil {
+		c.send(p, r)
+		return
+	}
+	p.waiting = append(p.waiting, r)
+	if !p.busy {
+		p.busy = true
+		c.wg.Add(1)
+		go c.handshake(key, r.prefill)
+	}
+}
+
+func (c *Consumer) handshake(key string, pf Prefill) {
+	defer c.wg.Done()
+	payload, err := c.engine.client.Get(c.ctx, pf.EngineID, c.engine.addr(pf.Host, pf.Port))
+	c.mu.Lock()
+	c.shakes = append(c.shakes, shakeResult{key: key, payload: payload, err: err})
+	c.mu.Unlock()
+	c.poll.Wake()
+}
+
+// handshakeDone checks a prefill engine's payload against this rank and
+// releases the requests that waited for it.
+func (c *Consumer) handshakeDone(s shakeResult) {
+	p := c.peers[s.key]
+	p.busy = false
+	err := s.err
+	if err == nil {
+		p.sources, err = c.acceptPrefill(p.prefill, s.payload)
+	}
+	waiting := p.waiting
+	p.waiting = nil
+	if err != nil {
+		c.stats.FailedHandshakes.Inc()
+		c.engine.client.Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+		c.log.Warn("pushconn: handshake with prefill engine failed", zap.String("prefill", p.prefill.EngineID), zap.Error(err))
+		c.mu.Lock()
+		now := c.cfg.Clock.Now()
+		for _, r := range waiting {
+			c.tracker.fail(now, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+		}
+		c.mu.Unlock()
+		c.signal()
+		return
+	}
+	p.payload = s.payload
+	for _, r := range waiting {
+		c.send(p, r)
+	}
+}
+
+// acceptPrefill checks that the payload is the engine the request named,
+// that its layouts can write into this rank, loads the metadata of the
+// ranks that will write here and returns their agent names.
+func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, error) {
+	if pl.TPSize != pf.TPSize {
+		return nil, fmt.Errorf("%w: prefill engine %q has TP size %d, the request says %d", ErrHandshake, pf.EngineID, pl.TPSize, pf.TPSize)
+	}
+	if pl.PPSize != pf.PPSize {
+		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d, the request says %d", ErrHandshake, pf.EngineID, pl.PPSize, pf.PPSize)
+	}
+	src := &pl.Ranks[0].Layout
+	if err := descriptors.Compatible(src, &c.cfg.Layout); err != nil {
+		return nil, fmt.Errorf("%w: prefill engine %q cannot write into this rank: %v", ErrIncompatible, pf.EngineID, err)
+	}
+	ranks, err := descriptors.Sources(src, &c.cfg.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: prefill engine %q: %v", ErrIncompatible, pf.EngineID, err)
+	}
+	names := make([]string, 0, len(ranks))
+	for _, tp := range ranks {
+		rk := &pl.Ranks[tp]
+		if _, err := c.cfg.Agent.LoadRemoteMD(rk.Metadata); err != nil {
+			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", ErrHandshake, pf.EngineID, tp, err)
+		}
+		names = append(names, rk.Agent)
+	}
+	return names, nil
+}
+
+// send registers r with every prefill rank that writes into this rank.
+func (c *Consumer) send(p *decodePeer, r *decodeReq) {
+	c.mu.Lock()
+	alive := c.tracker.expect(r.id, p.sources)
+	c.mu.Unlock()
+	if !alive {
+		return // ended while it waited (timeout)
+	}
+	reg := &pushwire.Registration{
+		RequestID:      r.id,
+		DecodeEngineID: c.engine.ID(),
+		DecodeHost:     c.engine.Host(),
+		DecodePort:     c.engine.Port(),
+		DecodeTPSize:   c.cfg.Layout.TPSize,
+		LocalBlockIDs:  r.blocks,
+		RemoteEngineID: p.prefill.EngineID,
+		RemoteHost:     p.prefill.Host,
+		RemotePort:     p.prefill.Port,
+		RemoteTPSize:   p.prefill.TPSize,
+		RemotePPSize:   p.prefill.PPSize,
+		TransferID:     r.transferID,
+	}
+	msg, err := pushwire.EncodeRegistration(reg)
+	if err == nil {
+		for _, agent := range p.sources {
+			if err = c.cfg.Agent.GenNotif(agent, msg, nil); err != nil {
+				err = fmt.Errorf("%w to prefill agent %q: %v", ErrNotifySend, agent, err)
+				break
+			}
+			c.push.regsSent.Inc()
+		}
+	}
+	if err != nil {
+		c.stats.FailedNotifications.Inc()
+		if errors.Is(err, nixl.ErrRemoteDisconnect) || errors.Is(err, nixl.ErrNotFound) {
+			// The prefill engine went away: handshake again next time.
+			delete(c.peers, peerKey(p.prefill))
+			c.engine.client.Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+		}
+		c.mu.Lock()
+		c.tracker.fail(c.cfg.Clock.Now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+		c.mu.Unlock()
+		c.signal()
+	}
+}
+
+// onCompletion handles "<request id>:<n>" from a prefill rank whose WRITE
+// has landed.
+func (c *Consumer) onCompletion(sender string, msg []byte) {
+	comp, err := notif.DecodeCompletion(msg)
+	if err != nil {
+		c.stats.MalformedNotifications.Inc()
+		c.log.Debug("pushconn: dropped a malformed notification", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	c.mu.Lock()
+	a := c.tracker.complete(c.cfg.Clock.Now(), comp.ID, sender)
+	c.mu.Unlock()
+	switch a {
+	case arrivalDone:
+		c.signal()
+	case arrivalLate:
+		c.stats.LateNotifications.Inc()
+	case arrivalUnknown, arrivalStranger, arrivalDuplicate:
+		c.stats.UnknownNotifications.Inc()
+	}
+}
+
+// onFailure handles a prefill rank's PUSH_FAIL: the request fails now.
+func (c *Consumer) onFailure(sender string, msg []byte) {
+	f, err := pushwire.DecodeFailure(msg)
+	if err != nil {
+		c.stats.MalformedNotifications.Inc()
+		c.log.Debug("pushconn: dropped a malformed PUSH_FAIL", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	c.push.failReceived.Inc()
+	c.mu.Lock()
+	var ended bool
+	if c.tracker.isSource(f.RequestID, sender) {
+		ended = c.tracker.fail(c.cfg.Clock.Now(), f.RequestID, &PushError{
+			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
+		})
+	}
+	c.mu.Unlock()
+	if ended {
+		c.signal()
+		return
+	}
+	c.stats.UnknownNotifications.Inc()
+}
+
+// onStray counts notifications that a decode rank never expects.
+func (c *Consumer) onStray(sender string, msg []byte) {
+	c.stats.UnknownNotifications.Inc()
+	c.log.Debug("pushconn: dropped a notification decode does not expect", zap.String("sender", sender), zap.Int("bytes", len(msg)))
+}

@@ -1,0 +1,34 @@
+package pushconn
+
+// ModePush is the transfer_mode of push transfer params.
+const ModePush = "push"
+
+// TransferParams are what prefill returns for a finished request, with
+// the JSON names of vLLM's kv_transfer_params. In push mode decode has
+// registered before prefill finished, so they inform the proxy and decode
+// of where the blocks come from rather than start anything.
+type TransferParams struct {
+	DoRemotePrefill bool   `json:"do_remote_prefill"`
+	DoRemoteDecode  bool   `json:"do_remote_decode"`
+	RemoteBlockIDs  []int  `json:"remote_block_ids"`
+	RemoteEngineID  string `json:"remote_engine_id"`
+	RemoteRequestID string `json:"remote_request_id"`
+	RemoteHost      string `json:"remote_host"`
+	RemotePort      int    `json:"remote_port"`
+	TPSize          int    `json:"tp_size"`
+	PPSize          int    `json:"pp_size"`
+	TransferMode    string `json:"transfer_mode"`
+	TransferID      string `json:"transfer_id,omitempty"`
+}
+
+// Prefill returns the prefill coordinates the params name, for
+// Consumer.Register.
+func (p TransferParams) Prefill() Prefill {
+	return Prefill{EngineID: p.RemoteEngineID, Host: p.RemoteHost, Port: p.RemotePort, TPSize: p.TPSize, PPSize: p.PPSize}
+}
+
+// Coordinates returns how a decode engine reaches this (prefill) engine:
+// what the proxy hands to Consumer.Register before prefill runs.
+func (e *Engine) Coordinates() Prefill {
+	return Prefill{EngineID: e.ID(), Host: e.Host(), Port: e.Port(), TPSize: e.cfg.TPSize, PPSize: 1}
+}

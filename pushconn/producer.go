@@ -1,0 +1,199 @@
+package pushconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Producer is the prefill side of the push connector for one TP rank with
+// its own agent. RequestFinished hands it a request's blocks; its writer
+// goroutine pairs them with decode's registration (whichever comes second
+// triggers the WRITE), handshakes with the decode engine when needed
+// without holding up other requests, WRITEs the blocks with a completion
+// notification, reports any failure to decode with PUSH_FAIL, and hands
+// the blocks back through DrainFreed exactly once: after the WRITEs ended,
+// or when their lease expired with no registration.
+type Producer struct {
+	engine  *Engine
+	cfg     RankConfig
+	log     *zap.Logger
+	stats   *stats.Set
+	push    *pushCounters
+	poll    *poller.Poller
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopLog func()
+	world   int
+
+	mu       sync.Mutex
+	closed   bool
+	held     map[string]bool // request ids given and not yet freed
+	finished []*hold
+	shakes   []shakeResult
+	freed    []string
+
+	w writer // poller goroutine only
+}
+
+// NewProducer starts a prefill rank: it registers the layout's memory with
+// the agent, publishes the rank on the engine's side channel and starts the
+// writer goroutine.
+func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
+	if e == nil {
+		return nil, invalidf("NewProducer: engine is nil")
+	}
+	cfg.withDefaults()
+	if err := cfg.validate(e); err != nil {
+		return nil, err
+	}
+	m, err := match.New[*pendingReg, *hold](match.Config{RegistrationTTL: cfg.RegistrationTimeout, FinishedTTL: cfg.Lease})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	p := &Producer{
+		engine: e,
+		cfg:    cfg,
+		log:    logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "prefill")),
+		stats:  stats.New(),
+		held:   map[string]bool{},
+		world:  e.cfg.TPSize, // times the PP size, which is 1
+	}
+	p.push = newPushCounters(p.stats)
+	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}}
+	if err := publishRank(e, cfg); err != nil {
+		return nil, err
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.poll = poller.New(cfg.Agent, poller.Options{
+		Interval:     cfg.PollInterval,
+		IdleInterval: cfg.IdleInterval,
+		Busy:         p.w.busy,
+		Tick:         p.w.tick,
+		OnError:      func(err error) { p.log.Warn("pushconn: polling the agent failed", zap.Error(err)) },
+	})
+	p.poll.Handle(pushwire.RegPrefix, p.w.onRegistration)
+	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
+	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
+	p.poll.Handle("", p.w.onStray)
+	p.stopLog = startStatsLog(cfg, p.log, p.stats)
+	p.poll.Start()
+	return p, nil
+}
+
+// RequestFinished hands over a finished request's blocks (this rank's
+// block ids, in token order) and returns its transfer params. The blocks
+// stay held until DrainFreed returns requestID. It never blocks: the
+// writer goroutine does the rest. An error means nothing was taken.
+func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...RequestOption) (TransferParams, error) {
+	o := applyOpts(opts)
+	if requestID == "" || len(requestID) > notif.MaxIDLen {
+		return TransferParams{}, invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
+	}
+	if len(blockIDs) == 0 {
+		return TransferParams{}, invalidf("request %q has no blocks", requestID)
+	}
+	for i, id := range blockIDs {
+		if id < 0 || id >= p.cfg.Layout.NumBlocks {
+			return TransferParams{}, invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, p.cfg.Layout.NumBlocks-1)
+		}
+	}
+	if o.tokens < 0 || o.tokens > len(blockIDs)*p.cfg.Layout.BlockTokens {
+		return TransferParams{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockTokens)
+	}
+	h := &hold{id: requestID, transferID: o.transferID, blocks: blockIDs, tokens: o.tokens}
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return TransferParams{}, ErrClosed
+	case p.held[requestID]:
+		p.mu.Unlock()
+		return TransferParams{}, invalidf("request %q is already finished and held", requestID)
+	}
+	p.held[requestID] = true
+	p.finished = append(p.finished, h)
+	p.mu.Unlock()
+	p.poll.Wake()
+	return TransferParams{
+		DoRemotePrefill: true,
+		RemoteBlockIDs:  blockIDs,
+		RemoteEngineID:  p.engine.ID(),
+		RemoteRequestID: requestID,
+		RemoteHost:      p.engine.Host(),
+		RemotePort:      p.engine.Port(),
+		TPSize:          p.engine.cfg.TPSize,
+		PPSize:          1,
+		TransferMode:    ModePush,
+		TransferID:      o.transferID,
+	}, nil
+}
+
+// DrainFreed returns the ids of requests whose blocks the engine may free
+// now, each exactly once. It never blocks; it counts as an engine step and
+// wakes the writer.
+func (p *Producer) DrainFreed() []string {
+	p.mu.Lock()
+	out := p.freed
+	p.freed = nil
+	p.mu.Unlock()
+	p.poll.Wake()
+	return out
+}
+
+// Stats returns a snapshot of the rank's counters.
+func (p *Producer) Stats() stats.Snapshot { return p.stats.Snapshot() }
+
+// Close stops the writer: WRITEs in flight are cancelled and reported to
+// decode with PUSH_FAIL, as are registrations still waiting; every held
+// request is freed (DrainFreed still returns them). It withdraws the rank
+// from the side channel and deregisters the layout's memory. It is
+// idempotent.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.poll.Stop()
+	p.wg.Wait()
+	p.stopLog()
+	p.mu.Lock()
+	unseen := p.finished
+	p.finished = nil
+	p.mu.Unlock()
+	for _, h := range unseen {
+		p.w.holds[h.id] = h
+	}
+	p.w.shutdown()
+	p.engine.server.ClearRank(p.cfg.Layout.TPRank)
+	if err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil); err != nil && !errors.Is(err, nixl.ErrClosed) {
+		return fmt.Errorf("pushconn: deregister KV memory: %w", err)
+	}
+	return nil
+}
+
+// free hands a request's blocks back to the engine.
+func (p *Producer) free(id string) {
+	p.mu.Lock()
+	delete(p.held, id)
+	p.freed = append(p.freed, id)
+	p.mu.Unlock()
+}
+
+func (p *Producer) now() time.Time { return p.cfg.Clock.Now() }

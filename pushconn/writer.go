@@ -1,0 +1,466 @@
+package pushconn
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// hold is a finished request's blocks on a prefill rank, from
+// RequestFinished until they are freed.
+type hold struct {
+	id         string
+	transferID string
+	blocks     []int
+	tokens     int
+	writes     int  // WRITEs started and not yet ended
+	inMatcher  bool // still waiting for registrations
+	released   bool
+}
+
+// pendingReg is a registration admitted into the matcher.
+type pendingReg struct {
+	reg    *pushwire.Registration
+	sender string // the decode rank's agent
+	peer   *decodeEngine
+	rank   int // the decode TP rank sender belongs to
+}
+
+// decodeEngine is a decode engine as one prefill rank sees it.
+type decodeEngine struct {
+	engineID string
+	addr     string
+	payload  *handshake.Payload
+	targets  map[string]int // decode agents this rank writes into -> their TP rank
+	busy     bool           // handshake in flight
+	parked   []parkedReg    // registrations waiting for the handshake
+}
+
+type parkedReg struct {
+	sender string
+	reg    *pushwire.Registration
+}
+
+// write is one WRITE in flight.
+type write struct {
+	reg      *pendingReg
+	hold     *hold
+	handle   nixl.XferHandle
+	posted   time.Time // wall clock, for the transfer time
+	deadline time.Time // on the configured clock
+	bytes    uint64
+	descs    int
+}
+
+// writer is the Producer's state on its poller goroutine: the matcher,
+// the held requests, the decode engines and the WRITEs in flight. Only the
+// poller goroutine touches it (and Close, once the poller stopped).
+type writer struct {
+	p        *Producer
+	matcher  *match.Matcher[*pendingReg, *hold]
+	holds    map[string]*hold
+	peers    map[string]*decodeEngine
+	inflight []*write
+}
+
+// busy keeps the poller at its 1 ms period only while finished blocks wait
+// for a registration or WRITEs are in flight.
+func (w *writer) busy() bool { return w.matcher.WaitingFinished() || len(w.inflight) > 0 }
+
+// tick runs after each round of notifications: handshakes that finished,
+// requests that finished, WRITEs in flight, and deadlines.
+func (w *writer) tick() {
+	p := w.p
+	p.mu.Lock()
+	finished, shakes := p.finished, p.shakes
+	p.finished, p.shakes = nil, nil
+	p.mu.Unlock()
+	for _, s := range shakes {
+		w.handshakeDone(s)
+	}
+	for _, h := range finished {
+		w.finish(h)
+	}
+	w.pollWrites()
+	w.expire(p.now())
+}
+
+// onRegistration handles a PUSH_REG from decode rank agent sender.
+func (w *writer) onRegistration(sender string, msg []byte) {
+	p := w.p
+	reg, err := pushwire.DecodeRegistration(msg)
+	if err != nil {
+		p.stats.MalformedNotifications.Inc()
+		p.log.Warn("pushconn: dropped a malformed PUSH_REG", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	p.push.regsReceived.Inc()
+	if reg.RemoteEngineID != p.engine.ID() {
+		p.push.misdirected.Inc()
+		p.log.Warn("pushconn: dropped a PUSH_REG for another engine", zap.String("sender", sender),
+			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
+		return
+	}
+	addr := p.engine.addr(reg.DecodeHost, reg.DecodePort)
+	key := reg.DecodeEngineID + "@" + addr
+	de := w.peers[key]
+	if de == nil {
+		de = &decodeEngine{engineID: reg.DecodeEngineID, addr: addr}
+		w.peers[key] = de
+	}
+	if de.payload != nil {
+		w.admit(de, sender, reg)
+		return
+	}
+	de.parked = append(de.parked, parkedReg{sender: sender, reg: reg})
+	if !de.busy {
+		de.busy = true
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			pl, err := p.engine.client.Get(p.ctx, de.engineID, de.addr)
+			p.mu.Lock()
+			p.shakes = append(p.shakes, shakeResult{key: key, payload: pl, err: err})
+			p.mu.Unlock()
+			p.poll.Wake()
+		}()
+	}
+}
+
+// handshakeDone admits the registrations that waited for a decode engine,
+// or reports the handshake's failure to their senders where it can.
+func (w *writer) handshakeDone(s shakeResult) {
+	p := w.p
+	de := w.peers[s.key]
+	de.busy = false
+	parked := de.parked
+	de.parked = nil
+	err := s.err
+	if err == nil {
+		err = w.acceptDecode(de, s.payload)
+	}
+	if err != nil {
+		p.stats.FailedHandshakes.Inc()
+		p.engine.client.Forget(de.engineID, de.addr)
+		p.log.Warn("pushconn: handshake with decode engine failed", zap.String("decode", de.engineID), zap.Error(err))
+		for _, r := range parked {
+			w.sendFail(r.sender, r.reg, pushwire.FailHandshake, err.Error())
+		}
+		return
+	}
+	for _, r := range parked {
+		w.admit(de, r.sender, r.reg)
+	}
+}
+
+// acceptDecode checks that this rank can write into the decode engine and
+// loads the metadata of the decode ranks it writes into.
+func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
+	p := w.p
+	dst := &pl.Ranks[0].Layout
+	if err := descriptors.Compatible(&p.cfg.Layout, dst); err != nil {
+		return fmt.Errorf("%w: decode engine %q: %v", ErrIncompatible, de.engineID, err)
+	}
+	ranks, err := descriptors.Targets(&p.cfg.Layout, dst)
+	if err != nil {
+		return fmt.Errorf("%w: decode engine %q: %v", ErrIncompatible, de.engineID, err)
+	}
+	targets := make(map[string]int, len(ranks))
+	for _, r := range ranks {
+		if _, err := p.cfg.Agent.LoadRemoteMD(pl.Ranks[r].Metadata); err != nil {
+			return fmt.Errorf("%w: decode engine %q rank %d: load agent metadata: %v", ErrHandshake, de.engineID, r, err)
+		}
+		targets[pl.Ranks[r].Agent] = r
+	}
+	de.payload, de.targets = pl, targets
+	return nil
+}
+
+// admit checks a registration against the decode engine's payload and
+// gives it to the matcher; a match starts the WRITE.
+func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registration) {
+	p := w.p
+	rank, ok := de.targets[sender]
+	var why string
+	switch {
+	case !ok:
+		p.push.misdirected.Inc()
+		why = fmt.Sprintf("prefill rank %d does not write into decode agent %q", p.cfg.Layout.TPRank, sender)
+	case reg.RemoteTPSize != p.engine.cfg.TPSize:
+		why = fmt.Sprintf("registration says prefill TP size %d, engine %q has %d", reg.RemoteTPSize, p.engine.ID(), p.engine.cfg.TPSize)
+	case reg.DecodeTPSize != de.payload.TPSize:
+		why = fmt.Sprintf("registration says decode TP size %d, its handshake says %d", reg.DecodeTPSize, de.payload.TPSize)
+	case len(reg.LocalBlockIDs) != 1:
+		why = fmt.Sprintf("registration has %d KV-cache groups; this connector maps exactly one", len(reg.LocalBlockIDs))
+	}
+	if why != "" {
+		w.sendFail(sender, reg, pushwire.FailLayout, why)
+		return
+	}
+	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank}
+	m, out, err := w.matcher.Register(p.now(), sender, match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}, len(de.targets), pr)
+	switch {
+	case err != nil:
+		w.sendFail(sender, reg, pushwire.FailLayout, err.Error())
+	case out == match.Duplicate:
+		p.push.duplicates.Inc()
+	case out == match.Matched:
+		w.countMatch(m.Kind)
+		h := m.Fin
+		if m.Last {
+			h.inMatcher = false
+		}
+		h.writes++
+		w.startWrite(pr, h)
+	}
+}
+
+// finish gives a finished request to the matcher and starts the WRITEs of
+// the registrations already waiting for it.
+func (w *writer) finish(h *hold) {
+	p := w.p
+	w.holds[h.id] = h
+	ms, err := w.matcher.Finish(p.now(), match.Key{RequestID: h.id, TransferID: h.transferID}, h)
+	if err != nil { // RequestFinished refuses held ids, so this is a bug
+		p.log.Error("pushconn: matcher refused a finished request", zap.String("request", h.id), zap.Error(err))
+		w.maybeRelease(h)
+		return
+	}
+	h.inMatcher = true
+	for _, m := range ms {
+		w.countMatch(m.Kind)
+		if m.Last {
+			h.inMatcher = false
+		}
+	}
+	h.writes += len(ms)
+	for _, m := range ms {
+		w.startWrite(m.Reg, h)
+	}
+	w.maybeRelease(h)
+}
+
+func (w *writer) countMatch(k match.Kind) {
+	switch k {
+	case match.ByExactID:
+		w.p.push.matchedExact.Inc()
+	case match.ByStrippedID:
+		w.p.push.matchedStrip.Inc()
+	case match.ByTransferID:
+		w.p.push.matchedXferID.Inc()
+	}
+}
+
+// startWrite maps the request's blocks onto decode's, posts the WRITE with
+// the completion notification and, unless it completed at once, leaves it
+// in flight. Every failure ends in a PUSH_FAIL to decode.
+func (w *writer) startWrite(pr *pendingReg, h *hold) {
+	p := w.p
+	msg, err := notif.EncodeCompletion(pr.reg.RequestID, p.world)
+	if err != nil {
+		w.failWrite(pr, h, pushwire.FailLayout, err)
+		return
+	}
+	dstBlocks := pr.reg.LocalBlockIDs[0]
+	if len(dstBlocks) == 0 { // decode holds everything: only say so
+		if err := p.cfg.Agent.GenNotif(pr.sender, msg, nil); err != nil {
+			p.stats.FailedNotifications.Inc()
+			w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("send completion: %w", err))
+			return
+		}
+		w.endWrite(h)
+		return
+	}
+	dst := &pr.peer.payload.Ranks[pr.rank].Layout
+	start := time.Now()
+	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockTokens, dst.BlockTokens, h.tokens)
+	var t descriptors.Transfer
+	if err == nil {
+		t, _, err = descriptors.MapCoalesced(&p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks, DstBlocks: dstBlocks, DstCached: cached})
+	}
+	if err != nil {
+		w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
+		return
+	}
+	local, remote := t.Sides(nixl.Write)
+	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
+	if err != nil {
+		p.stats.FailedTransfers.Inc()
+		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("create WRITE: %w", err))
+		return
+	}
+	status, err := p.cfg.Agent.PostXferReq(xh, nil)
+	p.stats.RecordPost(time.Since(start))
+	wr := &write{reg: pr, hold: h, handle: xh, posted: start, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: t.Bytes, descs: t.Len()}
+	switch {
+	case err != nil:
+		_ = p.cfg.Agent.ReleaseXferReq(xh)
+		p.stats.FailedTransfers.Inc()
+		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("post WRITE: %w", err))
+	case status == nixl.StatusSuccess:
+		w.completeWrite(wr)
+	default:
+		w.inflight = append(w.inflight, wr)
+	}
+}
+
+// dstCached returns how many of the request's blocks decode already held
+// (a prefix-cache hit), which are left out of its registration.
+func dstCached(srcBlocks, dstBlocks, srcTokens, dstTokens, tokens int) (int, error) {
+	var total int
+	switch {
+	case tokens > 0:
+		total = (tokens + dstTokens - 1) / dstTokens
+	case dstTokens >= srcTokens:
+		// Exact: the request's last token lies in prefill's last block.
+		total = (srcBlocks*srcTokens + dstTokens - 1) / dstTokens
+	default:
+		// Ambiguous without the token count: assume no prefix hit.
+		total = dstBlocks
+	}
+	if dstBlocks > total {
+		return 0, fmt.Errorf("%w: decode registered %d blocks of %d tokens, the request needs at most %d",
+			descriptors.ErrInvalid, dstBlocks, dstTokens, total)
+	}
+	return total - dstBlocks, nil
+}
+
+// pollWrites checks every WRITE in flight once.
+func (w *writer) pollWrites() {
+	if len(w.inflight) == 0 {
+		return
+	}
+	p := w.p
+	now := p.now()
+	still := w.inflight[:0]
+	for _, wr := range w.inflight {
+		status, err := p.cfg.Agent.XferStatus(wr.handle)
+		switch {
+		case err != nil:
+			_ = p.cfg.Agent.ReleaseXferReq(wr.handle)
+			p.stats.FailedTransfers.Inc()
+			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE failed in flight: %w", err))
+		case status == nixl.StatusSuccess:
+			w.completeWrite(wr)
+		case !now.Before(wr.deadline):
+			_ = p.cfg.Agent.ReleaseXferReq(wr.handle) // cancels it
+			p.stats.FailedTransfers.Inc()
+			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE still in flight after %v: cancelled", p.cfg.WriteTimeout))
+		default:
+			still = append(still, wr)
+		}
+	}
+	clear(w.inflight[len(still):])
+	w.inflight = still
+}
+
+func (w *writer) completeWrite(wr *write) {
+	p := w.p
+	if err := p.cfg.Agent.ReleaseXferReq(wr.handle); err != nil {
+		p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
+	}
+	p.stats.RecordTransfer(wr.bytes, wr.descs, time.Since(wr.posted))
+	w.endWrite(wr.hold)
+}
+
+// failWrite reports a WRITE that will not happen to decode and ends it.
+func (w *writer) failWrite(pr *pendingReg, h *hold, kind pushwire.FailKind, err error) {
+	w.p.log.Warn("pushconn: push failed", zap.String("request", h.id), zap.String("decode_request", pr.reg.RequestID),
+		zap.String("step", string(kind)), zap.Error(err))
+	w.sendFail(pr.sender, pr.reg, kind, err.Error())
+	w.endWrite(h)
+}
+
+// sendFail sends decode a PUSH_FAIL for its registration reg.
+func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwire.FailKind, reason string) {
+	p := w.p
+	msg, err := pushwire.EncodeFailure(&pushwire.Failure{
+		RequestID: reg.RequestID, TransferID: reg.TransferID, EngineID: p.engine.ID(),
+		Rank: p.cfg.Layout.TPRank, Kind: kind, Reason: reason,
+	})
+	if err == nil {
+		err = p.cfg.Agent.GenNotif(sender, msg, nil)
+	}
+	if err != nil {
+		p.push.failUndeliver.Inc()
+		p.stats.FailedNotifications.Inc()
+		p.log.Warn("pushconn: could not send PUSH_FAIL", zap.String("decode_request", reg.RequestID), zap.String("to", sender), zap.Error(err))
+		return
+	}
+	p.push.failSent.Inc()
+}
+
+func (w *writer) endWrite(h *hold) {
+	h.writes--
+	w.maybeRelease(h)
+}
+
+// maybeRelease frees a request's blocks once nothing can still use them.
+func (w *writer) maybeRelease(h *hold) {
+	if h.released || h.writes > 0 || h.inMatcher {
+		return
+	}
+	h.released = true
+	delete(w.holds, h.id)
+	w.p.free(h.id)
+}
+
+// expire ends registrations that waited too long (decode hears why) and
+// releases finished blocks whose lease ran out.
+func (w *writer) expire(now time.Time) {
+	regs, fins := w.matcher.Expire(now)
+	for _, r := range regs {
+		w.p.push.unmatchedExp.Inc()
+		w.sendFail(r.Sender, r.Reg.reg, pushwire.FailExpired,
+			fmt.Sprintf("request did not finish on prefill within the registration timeout (%v)", w.p.cfg.RegistrationTimeout))
+	}
+	for _, f := range fins {
+		w.p.stats.ExpiredRequests.Inc()
+		f.Fin.inMatcher = false
+		w.maybeRelease(f.Fin)
+	}
+}
+
+// onStray counts notifications a prefill rank never expects.
+func (w *writer) onStray(sender string, msg []byte) {
+	w.p.stats.UnknownNotifications.Inc()
+	w.p.log.Debug("pushconn: dropped a notification prefill does not expect", zap.String("sender", sender), zap.Int("bytes", len(msg)))
+}
+
+// shutdown ends everything after the poller stopped: WRITEs in flight are
+// cancelled, waiting registrations told, every held request freed.
+func (w *writer) shutdown() {
+	const why = "prefill rank closed"
+	for _, wr := range w.inflight {
+		_ = w.p.cfg.Agent.ReleaseXferReq(wr.handle)
+		w.p.stats.FailedTransfers.Inc()
+		w.sendFail(wr.reg.sender, wr.reg.reg, pushwire.FailClosed, why)
+		wr.hold.writes--
+	}
+	w.inflight = nil
+	regs, fins := w.matcher.Flush()
+	for _, r := range regs {
+		w.sendFail(r.Sender, r.Reg.reg, pushwire.FailClosed, why)
+	}
+	for _, f := range fins {
+		f.Fin.inMatcher = false
+	}
+	for _, de := range w.peers {
+		for _, r := range de.parked {
+			w.sendFail(r.sender, r.reg, pushwire.FailClosed, why)
+		}
+		de.parked = nil
+	}
+	for _, h := range w.holds {
+		h.inMatcher = false
+		w.maybeRelease(h)
+	}
+}
