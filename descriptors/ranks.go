@@ -32,7 +32,9 @@ func Sources(src, dst *Layout) ([]int, error) {
 // contains src.TPRank, in ascending order. A push writer on source rank s
 // writes into each of them; the list may be empty (MLA, or replicated heads,
 // with more source than destination ranks), and then that writer has nothing
-// to send for any request.
+// to send for any request. In pull mode it is the set of destination ranks
+// that read from source rank s, so s frees a request's blocks after
+// len(Targets) read notifications.
 func Targets(src, dst *Layout) ([]int, error) {
 	if err := Compatible(src, dst); err != nil {
 		return nil, err
