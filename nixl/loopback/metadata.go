@@ -25,8 +25,41 @@ type metadata struct {
 	Fabric uint64 `msgpack:"f"`
 	// Conn identifies the agent instance; 0 means the blob carries no
 	// connection information (partial metadata without IncludeConnInfo).
-	Conn    uint64     `msgpack:"c"`
-	Regions []mdRegion `msgpack:"r"`
+	Conn    uint64    `msgpack:"c"`
+	Regions mdRegions `msgpack:"r"`
+}
+
+// maxRegions bounds the regions of one blob.
+const maxRegions = 1 << 20
+
+// mdRegions decodes itself because msgpack v5.4.1 allocates a slice of
+// structs as long as the array header claims, before reading any element:
+// five bytes could then ask for gigabytes.
+type mdRegions []mdRegion
+
+// DecodeMsgpack reads the list one element at a time.
+func (l *mdRegions) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if n > maxRegions {
+		return fmt.Errorf("%d regions is over the limit of %d", n, maxRegions)
+	}
+	if n <= 0 {
+		*l = nil
+		return nil
+	}
+	out := make(mdRegions, 0, min(n, 64))
+	for i := 0; i < n; i++ {
+		var r mdRegion
+		if err := dec.Decode(&r); err != nil {
+			return fmt.Errorf("region %d: %w", i, err)
+		}
+		out = append(out, r)
+	}
+	*l = out
+	return nil
 }
 
 type mdRegion struct {
@@ -78,8 +111,8 @@ func (r mdRegion) region() region {
 	return region{Desc: nixl.Desc{Addr: r.Addr, Len: r.Len, DevID: r.Dev}, meta: r.Meta}
 }
 
-func toMDRegions(rs []region) []mdRegion {
-	out := make([]mdRegion, len(rs))
+func toMDRegions(rs []region) mdRegions {
+	out := make(mdRegions, len(rs))
 	for i, r := range rs {
 		out[i] = mdRegion{Mem: nixl.DRAM, Addr: r.Addr, Len: r.Len, Dev: r.DevID, Meta: r.meta}
 	}
