@@ -49,9 +49,10 @@ func (c *Consumer) tick() {
 		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
 	}
 	c.pollReads()
-	if now := c.cfg.Clock.Now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval {
+	// The period starts at the first heartbeat actually sent, so a request
+	// gets one as soon as its engine is ready.
+	if now := c.cfg.Clock.Now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval && c.heartbeat() {
 		c.lastHB = now
-		c.heartbeat()
 	}
 }
 
@@ -207,7 +208,7 @@ func (c *Consumer) post(l *load) {
 		if err != nil {
 			c.stats.FailedTransfers.Inc()
 			c.forgetIfGone(l.r, err)
-			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %v", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
+			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
 			return
 		}
 		notified = append(notified, s)
@@ -278,7 +279,7 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		if err != nil {
 			c.stats.FailedTransfers.Inc()
 			c.forgetIfGone(l.r, err)
-			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d failed in flight: %v", ErrTransfer, l.id, l.p.RemoteEngineID, x.rank, err))
+			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d failed in flight: %w", ErrTransfer, l.id, l.p.RemoteEngineID, x.rank, err))
 			return false
 		}
 		if st == nixl.StatusSuccess {
@@ -312,8 +313,8 @@ func (c *Consumer) forgetIfGone(r *remote, err error) {
 
 // heartbeat sends "HB:" with the remote request ids of every request still
 // waiting on each ready engine, to the prefill ranks this rank notifies.
-// wmu is held.
-func (c *Consumer) heartbeat() {
+// It reports whether there was anything to send. wmu is held.
+func (c *Consumer) heartbeat() bool {
 	ids := map[*remote][]string{}
 	for _, l := range c.reading {
 		if l.r.ready {
@@ -327,6 +328,9 @@ func (c *Consumer) heartbeat() {
 		}
 	}
 	c.qmu.Unlock()
+	if len(ids) == 0 {
+		return false
+	}
 	for r, list := range ids {
 		msgs, bad := notif.SplitHeartbeats(list, maxHeartbeatLen)
 		for _, err := range bad {
@@ -341,4 +345,5 @@ func (c *Consumer) heartbeat() {
 			}
 		}
 	}
+	return true
 }

@@ -1,0 +1,330 @@
+package pullconn
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/sidechannel"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// manualClock drives leases in tests; the fabric keeps real time.
+type manualClock struct{ *loopback.ManualClock }
+
+func withClock(clk Clock) func(*RankConfig) {
+	return func(c *RankConfig) { c.Clock = clk }
+}
+
+func TestLeaseExpiresWhenDecodeNeverReads(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{prefill: side{2, 16}, prefillCfg: withClock(clk)})
+	c.finish("req-1", []int{1, 2})
+	clk.Advance(29 * time.Second)
+	settle()
+	for _, p := range c.prods {
+		assert.Empty(t, p.DrainFreed())
+		assert.Equal(t, 1, p.Held())
+	}
+	clk.Advance(time.Second)
+	freed := c.freed(1)
+	for r, p := range c.prods {
+		assert.Equal(t, map[string]int{"req-1": 1}, freed[r])
+		assert.Equal(t, uint64(1), p.Stats().ExpiredRequests)
+	}
+	clk.Advance(time.Minute)
+	settle()
+	for _, p := range c.prods {
+		assert.Empty(t, p.DrainFreed(), "released once")
+		assert.Equal(t, uint64(1), p.Stats().ExpiredRequests)
+	}
+}
+
+func TestLateCompletionAfterExpiryCountedAndIgnored(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
+	p := c.finish("req-1", []int{1})
+	clk.Advance(31 * time.Second)
+	c.freed(1)
+	// Decode reads anyway (the blocks may have been reused: its result is
+	// its own business); its completion arrives after the expiry.
+	c.load("dreq-1", p, []int{5})
+	require.NoError(t, c.result("dreq-1")[0].Err)
+	require.Eventually(t, func() bool { return c.prods[0].Stats().LateNotifications == 1 }, 10*time.Second, time.Millisecond)
+	settle()
+	assert.Empty(t, c.prods[0].DrainFreed(), "nothing freed twice")
+	s := c.prods[0].Stats()
+	assert.Equal(t, uint64(1), s.ExpiredRequests)
+	assert.Equal(t, uint64(0), s.UnknownNotifications)
+	assert.Equal(t, 0, c.prods[0].Held())
+}
+
+func TestUnknownCompletionCounted(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	c.finish("held", []int{1})
+	msg := []byte("never-finished:1")
+	require.NoError(t, loadPeer(c.dagents[0], c.pagents[0]))
+	require.NoError(t, c.dagents[0].GenNotif("prefill-0", msg, nil))
+	require.Eventually(t, func() bool { return c.prods[0].Stats().UnknownNotifications == 1 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, 1, c.prods[0].Held(), "the held request is untouched")
+}
+
+func loadPeer(from, to nixl.Agent) error {
+	md, err := to.LocalMD()
+	if err != nil {
+		return err
+	}
+	_, err = from.LoadRemoteMD(md)
+	return err
+}
+
+func TestReadFailsInFlight(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	for _, policy := range []Policy{PolicyFail, PolicyRecompute} {
+		t.Run(string(policy), func(t *testing.T) {
+			c := newCluster(t, clusterOpts{
+				prefillCfg: withClock(clk),
+				decodeCfg:  func(rc *RankConfig) { rc.FailurePolicy = policy },
+			})
+			_, err := c.fab.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "decode-0", Status: nixl.StatusBackend})
+			require.NoError(t, err)
+			p := c.finish("req-1", []int{1, 2})
+			c.load("dreq-1", p, []int{7, 8})
+			r := c.result("dreq-1")[0]
+			require.Error(t, r.Err)
+			assert.ErrorIs(t, r.Err, ErrTransfer)
+			assert.ErrorIs(t, r.Err, nixl.ErrBackend)
+			assert.ErrorContains(t, r.Err, `READ from engine "prefill" rank 0`)
+			if policy == PolicyRecompute {
+				assert.Equal(t, []int{7, 8}, r.InvalidBlocks)
+			} else {
+				assert.Nil(t, r.InvalidBlocks)
+			}
+			assert.Equal(t, uint64(1), c.cons[0].Stats().FailedTransfers)
+			// No completion reached prefill: the lease frees the blocks.
+			settle()
+			assert.Empty(t, c.prods[0].DrainFreed())
+			clk.Advance(31 * time.Second)
+			assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
+			assert.Equal(t, uint64(1), c.prods[0].Stats().ExpiredRequests)
+		})
+	}
+}
+
+func TestPostFailure(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	_, err := c.fab.AddFault(loopback.Fault{Kind: loopback.FailPost, From: "decode-0", Count: 1})
+	require.NoError(t, err)
+	p := c.finish("req-1", []int{1})
+	c.load("dreq-1", p, []int{7})
+	r := c.result("dreq-1")[0]
+	assert.ErrorIs(t, r.Err, ErrTransfer)
+	assert.Equal(t, uint64(1), c.cons[0].Stats().FailedTransfers)
+	// The next request goes through: the engine is still known.
+	p2 := c.finish("req-2", []int{2})
+	c.load("dreq-2", p2, []int{8})
+	require.NoError(t, c.result("dreq-2")[0].Err)
+}
+
+func TestPrefillDisconnectsMidTransfer(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{
+		fabric:     []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))},
+		prefillCfg: withClock(clk),
+	})
+	p := c.finish("req-1", []int{1})
+	c.load("dreq-1", p, []int{7})
+	require.Eventually(t, func() bool { return c.fab.Counters().Posted == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, c.fab.Disconnect("prefill-0"))
+	r := c.result("dreq-1")[0]
+	assert.ErrorIs(t, r.Err, ErrTransfer)
+	assert.ErrorIs(t, r.Err, nixl.ErrRemoteDisconnect)
+	assert.Equal(t, uint64(1), c.cons[0].Stats().FailedTransfers)
+	// Prefill frees by lease.
+	clk.Advance(31 * time.Second)
+	assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
+}
+
+func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 300 * time.Millisecond }})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	p := c.finish("req-1", []int{1})
+	p.RemotePort = port
+	start := time.Now()
+	c.load("dreq-1", p, []int{7})
+	r := c.result("dreq-1")[0]
+	assert.ErrorIs(t, r.Err, ErrHandshake)
+	assert.ErrorContains(t, r.Err, `engine "prefill" at 127.0.0.1:`)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, uint64(1), c.cons[0].Stats().FailedHandshakes)
+}
+
+func TestHandshakeToSilentServerFailsAtDeadline(t *testing.T) {
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn
+		}
+		close(accepted)
+	}()
+	defer func() {
+		ln.Close()
+		for conn := range accepted {
+			conn.Close()
+		}
+	}()
+	p := c.finish("req-1", []int{1})
+	p.RemotePort = ln.Addr().(*net.TCPAddr).Port
+	c.load("dreq-1", p, []int{7})
+	r := c.result("dreq-1")[0]
+	assert.ErrorIs(t, r.Err, ErrHandshake)
+	assert.ErrorContains(t, r.Err, "deadline exceeded")
+}
+
+func TestMismatchedCompatibilityRefused(t *testing.T) {
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.Model = "other-model" }})
+	p := c.finish("req-1", []int{1})
+	c.load("dreq-1", p, []int{7})
+	r := c.result("dreq-1")[0]
+	assert.ErrorIs(t, r.Err, ErrIncompatible)
+	assert.ErrorContains(t, r.Err, `model mismatch: local "other-model", remote "m"`)
+	assert.Equal(t, uint64(0), c.fab.Counters().Posted, "no transfer")
+	assert.Equal(t, uint64(1), c.cons[0].Stats().FailedHandshakes)
+	assert.Equal(t, uint64(1), c.pe.Stats().FailedHandshakes, "prefill refused too")
+}
+
+func TestPushEngineRefusedAtHandshake(t *testing.T) {
+	// A push-mode decode engine handshaking with this pull prefill engine.
+	c := newCluster(t, clusterOpts{})
+	push := handshake.Compat{Version: handshake.Version, Model: "m", DType: "bfloat16", Layout: "HND", Mode: handshake.ModePush}
+	cl, err := handshake.NewClient("push-decode", push, time.Second, 0)
+	require.NoError(t, err)
+	_, err = cl.Get(t.Context(), "prefill", net.JoinHostPort(c.pe.Host(), itoa(c.pe.Port())))
+	assert.ErrorIs(t, err, ErrIncompatible)
+	assert.ErrorContains(t, err, `transfer mode mismatch: local "push", remote "pull"`)
+	assert.Equal(t, uint64(1), c.pe.Stats().FailedHandshakes)
+}
+
+func TestMalformedSideChannelFramesCounted(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	addr := net.JoinHostPort(c.pe.Host(), itoa(c.pe.Port()))
+	for _, raw := range [][]byte{
+		{0, 0, 0, 2, 0xc1, 0xc1},
+		{0xff, 0xff, 0xff, 0xff},
+		{0, 0, 0, 1, 0x07},
+	} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		conn.Write(raw)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		assert.Error(t, err, "connection closed after %x", raw)
+		conn.Close()
+	}
+	assert.Equal(t, uint64(3), c.pe.Stats().MalformedFrames)
+	// The engine still serves: a real load works.
+	p := c.finish("req-1", []int{1})
+	c.load("dreq-1", p, []int{7})
+	require.NoError(t, c.result("dreq-1")[0].Err)
+	_ = sidechannel.DefaultMaxFrame
+}
+
+func TestMalformedNotificationsCountedNoStateChange(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	p := c.finish("req-1", []int{1})
+	require.NoError(t, loadPeer(c.dagents[0], c.pagents[0]))
+	bad := [][]byte{[]byte("req-1"), []byte("req-1:0"), []byte("req-1:x"), []byte("HB:"), []byte("HB:a,,b"), []byte(":1"), {0xff, ':'}}
+	for _, m := range bad {
+		require.NoError(t, c.dagents[0].GenNotif("prefill-0", m, nil))
+	}
+	require.Eventually(t, func() bool { return c.prods[0].Stats().MalformedNotifications == uint64(len(bad)) }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, 1, c.prods[0].Held())
+	assert.Empty(t, c.prods[0].DrainFreed())
+	// The request still completes normally.
+	c.load("dreq-1", p, []int{7})
+	require.NoError(t, c.result("dreq-1")[0].Err)
+	assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
+}
+
+func TestHeartbeatsKeepWaitingRequestAlive(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
+	p := c.finish("req-1", []int{1})
+	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	// Let the handshake finish and the first heartbeat go.
+	hbs := func() uint64 { return c.fab.Counters().NotifsDelivered }
+	require.Eventually(t, func() bool { return hbs() >= 1 }, 10*time.Second, time.Millisecond)
+	// 60 s of waiting in 5 s steps (lease/6): every step sends a heartbeat
+	// that extends the 30 s lease by 20 s.
+	for i := 0; i < 12; i++ {
+		before := hbs()
+		clk.Advance(5 * time.Second)
+		require.Eventually(t, func() bool { return hbs() > before }, 10*time.Second, time.Millisecond)
+		settle()
+		require.Equal(t, 1, c.prods[0].Held(), "step %d", i)
+	}
+	assert.Equal(t, uint64(0), c.prods[0].Stats().ExpiredRequests)
+	c.load("dreq-1", p, []int{7})
+	require.NoError(t, c.result("dreq-1")[0].Err)
+	assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
+	assert.Equal(t, uint64(0), c.prods[0].Stats().ExpiredRequests)
+}
+
+func TestHeartbeatsStopAfterAbort(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
+	p := c.finish("req-1", []int{1})
+	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.Eventually(t, func() bool { return c.fab.Counters().NotifsDelivered >= 1 }, 10*time.Second, time.Millisecond)
+	c.cons[0].Abort("dreq-1")
+	for i := 0; i < 7; i++ {
+		clk.Advance(5 * time.Second)
+		settle()
+	}
+	assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
+	assert.Equal(t, uint64(1), c.prods[0].Stats().ExpiredRequests)
+}
+
+func TestTransferTimeout(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{
+		fabric:    []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))},
+		decodeCfg: func(rc *RankConfig) { rc.Clock = clk; rc.TransferTimeout = 10 * time.Second },
+	})
+	p := c.finish("req-1", []int{1})
+	c.load("dreq-1", p, []int{7})
+	require.Eventually(t, func() bool { return c.fab.Counters().Posted == 1 }, 10*time.Second, time.Millisecond)
+	clk.Advance(10 * time.Second)
+	r := c.result("dreq-1")[0]
+	assert.ErrorIs(t, r.Err, ErrTimeout)
+	assert.ErrorContains(t, r.Err, "still in flight after 10s")
+	require.Eventually(t, func() bool { return c.fab.Counters().Cancelled == 1 }, 10*time.Second, time.Millisecond)
+}
+
+func TestCloseEndsPendingRequests(t *testing.T) {
+	c := newCluster(t, clusterOpts{fabric: []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))}})
+	p := c.finish("req-1", []int{1})
+	c.load("dreq-1", p, []int{7})
+	require.Eventually(t, func() bool { return c.fab.Counters().Posted == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, c.cons[0].Close())
+	require.NoError(t, c.cons[0].Close())
+	rs := c.cons[0].Drain()
+	require.Len(t, rs, 1)
+	assert.ErrorIs(t, rs[0].Err, ErrClosed)
+	assert.ErrorIs(t, c.cons[0].Load("dreq-2", p, nil), ErrClosed)
+	require.NoError(t, c.prods[0].Close())
+	assert.Equal(t, []string{"req-1"}, c.prods[0].DrainFreed())
+	_, err := c.prods[0].RequestFinished("req-3", nil)
+	assert.ErrorIs(t, err, ErrClosed)
+}

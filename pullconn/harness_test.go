@@ -1,0 +1,329 @@
+package pullconn
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// Test geometry: 2 layers, 4 KV heads in the model, 8 bytes per head per token.
+const (
+	testLayers    = 2
+	testHeads     = 4
+	testHeadBytes = 8
+	testBlocks    = 64
+)
+
+type side struct {
+	tp, bs int
+}
+
+type clusterOpts struct {
+	prefill, decode side
+	fabric          []loopback.FabricOption
+	prefillCfg      func(*RankConfig)
+	decodeCfg       func(*RankConfig)
+	decodeEngine    func(*EngineConfig)
+}
+
+// cluster is one prefill engine and one decode engine, each with a Producer
+// or Consumer per TP rank, on one loopback fabric.
+type cluster struct {
+	t        *testing.T
+	fab      *loopback.Fabric
+	pe, de   *Engine
+	prods    []*Producer
+	cons     []*Consumer
+	pagents  []*loopback.Agent
+	dagents  []*loopback.Agent
+	pbufs    []*nixl.Buffer
+	dbufs    []*nixl.Buffer
+	playouts []descriptors.Layout
+	dlayouts []descriptors.Layout
+}
+
+func newLayout(buf *nixl.Buffer, rank, tp, bs int) descriptors.Layout {
+	l := descriptors.Layout{
+		Mem: nixl.DRAM, NumLayers: testLayers, NumBlocks: testBlocks, BlockTokens: bs,
+		KVHeads: testHeads / tp, HeadBytes: testHeadBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
+	}
+	for i := 0; i < l.NumRegions(); i++ {
+		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
+	}
+	return l
+}
+
+func layoutBytes(tp, bs int) int {
+	return 2 * testLayers * testBlocks * bs * (testHeads / tp) * testHeadBytes
+}
+
+func (o *clusterOpts) defaults() {
+	if o.prefill.tp == 0 {
+		o.prefill = side{1, 16}
+	}
+	if o.decode.tp == 0 {
+		o.decode = side{1, 16}
+	}
+}
+
+func newCluster(t *testing.T, o clusterOpts) *cluster {
+	t.Helper()
+	o.defaults()
+	fab, err := loopback.NewFabric(o.fabric...)
+	require.NoError(t, err)
+	c := &cluster{t: t, fab: fab}
+	t.Cleanup(c.close)
+
+	c.pe, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: o.prefill.tp, BlockSize: o.prefill.bs})
+	require.NoError(t, err)
+	dcfg := EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: o.decode.tp, BlockSize: o.decode.bs, HandshakeTimeout: 2 * time.Second}
+	if o.decodeEngine != nil {
+		o.decodeEngine(&dcfg)
+	}
+	c.de, err = NewEngine(dcfg)
+	require.NoError(t, err)
+
+	for r := 0; r < o.prefill.tp; r++ {
+		a, err := fab.NewAgent(fmt.Sprintf("prefill-%d", r))
+		require.NoError(t, err)
+		buf, err := nixl.AllocBuffer(layoutBytes(o.prefill.tp, o.prefill.bs))
+		require.NoError(t, err)
+		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
+		cfg := RankConfig{Agent: a, Layout: l, StatsInterval: -1}
+		if o.prefillCfg != nil {
+			o.prefillCfg(&cfg)
+		}
+		p, err := NewProducer(c.pe, cfg)
+		require.NoError(t, err)
+		c.pagents, c.pbufs, c.playouts, c.prods = append(c.pagents, a), append(c.pbufs, buf), append(c.playouts, l), append(c.prods, p)
+	}
+	for r := 0; r < o.decode.tp; r++ {
+		a, err := fab.NewAgent(fmt.Sprintf("decode-%d", r))
+		require.NoError(t, err)
+		buf, err := nixl.AllocBuffer(layoutBytes(o.decode.tp, o.decode.bs))
+		require.NoError(t, err)
+		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
+		cfg := RankConfig{Agent: a, Layout: l, StatsInterval: -1}
+		if o.decodeCfg != nil {
+			o.decodeCfg(&cfg)
+		}
+		cn, err := NewConsumer(c.de, cfg)
+		require.NoError(t, err)
+		c.dagents, c.dbufs, c.dlayouts, c.cons = append(c.dagents, a), append(c.dbufs, buf), append(c.dlayouts, l), append(c.cons, cn)
+	}
+	return c
+}
+
+func (c *cluster) close() {
+	for _, p := range c.prods {
+		p.Close()
+	}
+	for _, cn := range c.cons {
+		cn.Close()
+	}
+	if c.pe != nil {
+		c.pe.Close()
+	}
+	if c.de != nil {
+		c.de.Close()
+	}
+	for _, a := range append(c.pagents, c.dagents...) {
+		a.Close()
+	}
+	for _, b := range append(c.pbufs, c.dbufs...) {
+		b.Free()
+	}
+	c.fab.Close()
+}
+
+// value is the byte at position i of head h (model index), token t, region
+// g of request seed.
+func value(seed, g, h, t, i int) byte {
+	x := uint32(seed)*2654435761 ^ uint32(g)*40503 ^ uint32(h)*9176 ^ uint32(t)*31337 ^ uint32(i)*7
+	x ^= x >> 13
+	x *= 0x5bd1e995
+	return byte(x ^ x>>15)
+}
+
+// tokenBytes returns the bytes of (region g, local head h, token t) in a
+// rank's memory, where blocks hold the request's tokens from token first.
+func tokenBytes(buf *nixl.Buffer, l *descriptors.Layout, blocks []int, first, g, h, t int) []byte {
+	rel := t - first
+	b := blocks[rel/l.BlockTokens]
+	off := uint64(g)*l.RegionLen() + uint64(b)*l.BlockLen() + uint64(h*l.BlockTokens*l.HeadBytes+(rel%l.BlockTokens)*l.HeadBytes)
+	return buf.Bytes()[off : off+uint64(l.HeadBytes)]
+}
+
+// fill writes request seed's tokens into every prefill rank's blocks.
+func (c *cluster) fill(seed int, blocks []int, tokens int) {
+	for r, l := range c.playouts {
+		for g := 0; g < l.NumRegions(); g++ {
+			for h := 0; h < l.KVHeads; h++ {
+				for t := 0; t < tokens; t++ {
+					dst := tokenBytes(c.pbufs[r], &l, blocks, 0, g, h, t)
+					for i := range dst {
+						dst[i] = value(seed, g, l.FirstHead()+h, t, i)
+					}
+				}
+			}
+		}
+	}
+}
+
+// verify checks that every decode rank holds request seed's tokens from
+// token first on, in blocks.
+func (c *cluster) verify(seed int, blocks []int, first, tokens int) {
+	c.t.Helper()
+	for r, l := range c.dlayouts {
+		for g := 0; g < l.NumRegions(); g++ {
+			for h := 0; h < l.KVHeads; h++ {
+				for t := first; t < tokens; t++ {
+					got := tokenBytes(c.dbufs[r], &l, blocks, first, g, h, t)
+					for i := range got {
+						if want := value(seed, g, l.FirstHead()+h, t, i); got[i] != want {
+							c.t.Fatalf("decode rank %d region %d head %d token %d byte %d: got %#x, want %#x", r, g, l.FirstHead()+h, t, i, got[i], want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// finish calls RequestFinished on every prefill rank and returns rank 0's
+// params, checking that all ranks agree.
+func (c *cluster) finish(id string, blocks []int) Params {
+	c.t.Helper()
+	var first Params
+	for i, p := range c.prods {
+		params, err := p.RequestFinished(id, blocks)
+		require.NoError(c.t, err)
+		if i == 0 {
+			first = params
+		} else {
+			require.Equal(c.t, first, params)
+		}
+	}
+	return first
+}
+
+// load calls Load on every decode rank.
+func (c *cluster) load(id string, p Params, local []int) {
+	c.t.Helper()
+	for _, cn := range c.cons {
+		require.NoError(c.t, cn.Load(id, p, local))
+	}
+}
+
+// results collects results from every decode rank until n per rank have
+// arrived, and fails the test on a second result for any (rank, request).
+func (c *cluster) results(n int) []map[string]Result {
+	c.t.Helper()
+	out := make([]map[string]Result, len(c.cons))
+	for i := range out {
+		out[i] = map[string]Result{}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		doneAll := true
+		for i, cn := range c.cons {
+			for _, r := range cn.Drain() {
+				if _, dup := out[i][r.RequestID]; dup {
+					c.t.Fatalf("decode rank %d: second result for %q", i, r.RequestID)
+				}
+				out[i][r.RequestID] = r
+			}
+			if len(out[i]) < n {
+				doneAll = false
+			}
+		}
+		if doneAll {
+			return out
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for %d results per rank, have %d", n, len(out[0]))
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// result waits for request id's result on every decode rank.
+func (c *cluster) result(id string) []Result {
+	c.t.Helper()
+	rs := c.results(1)
+	out := make([]Result, len(rs))
+	for i, m := range rs {
+		r, ok := m[id]
+		require.True(c.t, ok, "rank %d ended %v, not %q", i, m, id)
+		out[i] = r
+	}
+	return out
+}
+
+// freed collects freed ids from every prefill rank until each has freed n,
+// failing on any id freed twice by one rank.
+func (c *cluster) freed(n int) []map[string]int {
+	c.t.Helper()
+	out := make([]map[string]int, len(c.prods))
+	for i := range out {
+		out[i] = map[string]int{}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		all := true
+		for i, p := range c.prods {
+			for _, id := range p.DrainFreed() {
+				out[i][id]++
+				if out[i][id] > 1 {
+					c.t.Fatalf("prefill rank %d freed %q twice", i, id)
+				}
+			}
+			if len(out[i]) < n {
+				all = false
+			}
+		}
+		if all {
+			return out
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for %d freed ids per prefill rank, have %v", n, out)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// settle gives the pollers a few rounds, for tests that assert that nothing
+// more happens.
+func settle() { time.Sleep(30 * time.Millisecond) }
+
+func sumStats(f func(Stats) uint64, ss ...Stats) uint64 {
+	var n uint64
+	for _, s := range ss {
+		n += f(s)
+	}
+	return n
+}
+
+func (c *cluster) decodeStats() []Stats {
+	var out []Stats
+	for _, cn := range c.cons {
+		out = append(out, cn.Stats())
+	}
+	return out
+}
+
+func (c *cluster) prefillStats() []Stats {
+	var out []Stats
+	for _, p := range c.prods {
+		out = append(out, p.Stats())
+	}
+	return out
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }
