@@ -1,0 +1,159 @@
+//go:build nixl
+
+package nixl
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNativePluginsAndBackends(t *testing.T) {
+	a := newAgent(t, testName(t), Config{})
+	plugins, err := a.AvailPlugins()
+	require.NoError(t, err)
+	assert.Contains(t, plugins, "UCX")
+	assert.Contains(t, plugins, "POSIX")
+	assert.True(t, slices.IsSorted(plugins))
+
+	mems, params, err := a.PluginParams("UCX")
+	require.NoError(t, err)
+	assert.Contains(t, mems, DRAM)
+	assert.Contains(t, params, "ucx_error_handling_mode", "UCX advertises the parameter the tests set")
+
+	mems, _, err = a.PluginParams("POSIX")
+	require.NoError(t, err)
+	assert.Contains(t, mems, FILE)
+
+	_, _, err = a.PluginParams("NO_SUCH_PLUGIN")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, a.CreateBackend("NO_SUCH_PLUGIN", nil), ErrNotFound)
+
+	_, _, err = a.BackendParams("UCX")
+	require.ErrorIs(t, err, ErrNotFound, "no UCX backend created yet")
+
+	require.NoError(t, a.CreateBackend("UCX", ucxShm))
+	err = a.CreateBackend("UCX", nil)
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), `already has a "UCX" backend`)
+
+	mems, params, err = a.BackendParams("UCX")
+	require.NoError(t, err)
+	assert.Contains(t, mems, DRAM)
+	assert.Equal(t, "none", params["ucx_error_handling_mode"], "the backend runs with the parameter it was given")
+}
+
+func TestNativeUCXErrorSignalsLeftToGo(t *testing.T) {
+	newUCXAgent(t, testName(t), Config{})
+	v, set := os.LookupEnv("UCX_ERROR_SIGNALS")
+	require.True(t, set)
+	if v != "" {
+		t.Skipf("UCX_ERROR_SIGNALS=%q was set by the user; gonixl leaves it alone", v)
+	}
+	// With UCX's SIGSEGV handler in place this would kill the process.
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		var p *int
+		return *p
+	}()
+	require.NotNil(t, recovered)
+	assert.Contains(t, recovered.(error).Error(), "nil pointer dereference")
+}
+
+func TestNativePOSIXFileRoundTrip(t *testing.T) {
+	const size = 256 << 10
+	a := newAgent(t, testName(t), Config{})
+	require.NoError(t, a.CreateBackend("POSIX", nil))
+
+	path := filepath.Join(t.TempDir(), "kv.bin")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.Truncate(size))
+
+	src := newBuffer(t, size, 0x61)
+	dst := newBuffer(t, size, 0)
+	file := RegList{Mem: FILE, Descs: []RegDesc{{Desc: Desc{Addr: 0, Len: size, DevID: uint64(f.Fd())}, Meta: []byte(path)}}}
+	posix := &Options{Backends: []string{"POSIX"}}
+	require.NoError(t, a.RegisterMem(regDRAM(src), posix))
+	require.NoError(t, a.RegisterMem(regDRAM(dst), posix))
+	require.NoError(t, a.RegisterMem(file, posix))
+
+	fileSide := XferList{Mem: FILE, Descs: []Desc{{Addr: 0, Len: size, DevID: uint64(f.Fd())}}}
+	run := func(op XferOp, local *Buffer) {
+		t.Helper()
+		req, err := a.CreateXferReq(op, dram(local.Desc(0, size)), fileSide, a.Name(), nil)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, a.ReleaseXferReq(req)) }()
+		backend, err := a.QueryXferBackend(req)
+		require.NoError(t, err)
+		require.Equal(t, "POSIX", backend)
+		s, err := a.PostXferReq(req, nil)
+		require.NoError(t, err)
+		deadline := time.Now().Add(waitLimit)
+		for s != StatusSuccess {
+			require.False(t, time.Now().After(deadline), "%s still in progress", op)
+			s, err = a.XferStatus(req)
+			require.NoError(t, err)
+		}
+	}
+
+	run(Write, src) // DRAM -> FILE
+	onDisk, err := os.ReadFile(path)
+	require.NoError(t, err)
+	requireBytes(t, pattern(size, 0x61), onDisk, "file contents after WRITE")
+
+	run(Read, dst) // FILE -> DRAM
+	requireBytes(t, pattern(size, 0x61), dst.Bytes(), "DRAM after READ from the file")
+
+	resp, err := a.QueryMem(RegList{Mem: FILE, Descs: []RegDesc{{Meta: []byte(path)}, {Meta: []byte(path + ".missing")}}}, posix)
+	require.NoError(t, err)
+	require.Len(t, resp, 2)
+	assert.Equal(t, "262144", resp[0]["size"])
+	assert.Nil(t, resp[1], "no answer for a file that does not exist")
+
+	_, err = a.QueryMem(file, nil)
+	require.ErrorIs(t, err, ErrInvalidParam, "queryMem needs exactly one backend")
+
+	require.NoError(t, a.DeregisterMem(file, posix))
+	require.NoError(t, a.DeregisterMem(regDRAM(src), posix))
+	require.NoError(t, a.DeregisterMem(regDRAM(dst), posix))
+}
+
+func TestNativeLibfabric(t *testing.T) {
+	probe := newAgent(t, testName(t)+".probe", Config{})
+	plugins, err := probe.AvailPlugins()
+	require.NoError(t, err)
+	if !slices.Contains(plugins, "LIBFABRIC") {
+		t.Skipf("no LIBFABRIC plugin in NIXL's plugin directory (found %v)", plugins)
+	}
+	cfg := Config{ProgressThread: true}
+	mk := func(role string) *NativeAgent {
+		a := newAgent(t, testName(t)+"."+role, cfg)
+		if err := a.CreateBackend("LIBFABRIC", nil); err != nil {
+			t.Skipf("LIBFABRIC plugin present but its backend cannot start here: %v", err)
+		}
+		return a
+	}
+	init, target := mk("init"), mk("target")
+	const size = 64 << 10
+	src := newBuffer(t, size, 0x71)
+	dst := newBuffer(t, size, 0)
+	require.NoError(t, init.RegisterMem(regDRAM(src), nil))
+	require.NoError(t, target.RegisterMem(regDRAM(dst), nil))
+	exchangeMD(t, init, target)
+
+	p := &peers{t: t, init: init, target: target, received: map[*NativeAgent]Notifs{}}
+	req, err := init.CreateXferReq(Write, dram(src.Desc(0, size)), dram(dst.Desc(0, size)), target.Name(), NotifOptions([]byte("fabric")))
+	require.NoError(t, err)
+	p.run(req, nil)
+	require.NoError(t, init.ReleaseXferReq(req))
+	// The notification follows the data, so the bytes are checked after it.
+	assert.Equal(t, [][]byte{[]byte("fabric")}, p.waitNotifs(target, init.Name(), 1))
+	requireBytes(t, pattern(size, 0x71), dst.Bytes(), "LIBFABRIC WRITE")
+}

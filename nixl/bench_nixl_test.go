@@ -1,0 +1,309 @@
+//go:build nixl
+
+package nixl
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The Go benchmarks below and testdata/cbench/cbench.cc do the same
+// transfers with the same setup, the first through this binding and the
+// second through nixl.h directly:
+//
+//   - write64m: a 64 MiB WRITE made of 1024 x 64 KiB descriptors; each
+//     operation creates the request, posts it, polls it to completion and
+//     releases it;
+//   - roundtrip4k: a 4 KiB WRITE with a notification, reposted; each
+//     operation posts it and polls until the transfer is done and the target
+//     has seen the notification.
+//
+// Both poll the initiator's status and the target's notifications in turn,
+// as an agent without a progress thread needs.
+
+const (
+	writeDescs   = 1024
+	writeDescLen = 64 << 10
+	rtLen        = 4096
+)
+
+type benchSetup struct {
+	init, target *NativeAgent
+	notifs       int
+}
+
+func newBenchSetup(b testing.TB, size int) (*benchSetup, *Buffer, *Buffer) {
+	p := newPeers(b, size, Config{})
+	return &benchSetup{init: p.init, target: p.target}, p.initBuf, p.tgtBuf
+}
+
+// waitDone polls req on the initiator and progresses the target until the
+// transfer completes, counting the target's notifications.
+func (s *benchSetup) waitDone(b testing.TB, req XferHandle) {
+	for {
+		st, err := s.init.XferStatus(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st == StatusSuccess {
+			return
+		}
+		n, err := s.target.GetNotifs(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.notifs += n.Count()
+	}
+}
+
+// write64MiB sets up the 64 MiB WRITE and returns one operation of it,
+// already run once (connection setup) and checked, and its size in bytes.
+func write64MiB(tb testing.TB) (one func(), bytes int64) {
+	s, src, dst := newBenchSetup(tb, writeDescs*writeDescLen)
+	local := XferList{Mem: DRAM, Descs: make([]Desc, writeDescs)}
+	remote := XferList{Mem: DRAM, Descs: make([]Desc, writeDescs)}
+	for i := range writeDescs {
+		local.Descs[i] = src.Desc(uint64(i*writeDescLen), writeDescLen)
+		remote.Descs[i] = dst.Desc(uint64(i*writeDescLen), writeDescLen)
+	}
+	name := s.target.Name()
+	one = func() {
+		req, err := s.init.CreateXferReq(Write, local, remote, name, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := s.init.PostXferReq(req, nil); err != nil {
+			tb.Fatal(err)
+		}
+		s.waitDone(tb, req)
+		if err := s.init.ReleaseXferReq(req); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	one()
+	requireBytes(tb, src.Bytes(), dst.Bytes(), "benchmark destination")
+	return one, writeDescs * writeDescLen
+}
+
+// roundTrip4KiB sets up the 4 KiB round trip and returns one operation of
+// it, already run once, and its size in bytes.
+func roundTrip4KiB(tb testing.TB) (one func(), bytes int64) {
+	s, src, dst := newBenchSetup(tb, rtLen)
+	req, err := s.init.CreateXferReq(Write, dram(src.Desc(0, rtLen)), dram(dst.Desc(0, rtLen)), s.target.Name(), NotifOptions([]byte("rt")))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.init.ReleaseXferReq(req) })
+	one = func() {
+		want := s.notifs + 1
+		if _, err := s.init.PostXferReq(req, nil); err != nil {
+			tb.Fatal(err)
+		}
+		s.waitDone(tb, req)
+		for s.notifs < want {
+			n, err := s.target.GetNotifs(nil)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			s.notifs += n.Count()
+		}
+	}
+	one()
+	requireBytes(tb, src.Bytes(), dst.Bytes(), "benchmark destination")
+	return one, rtLen
+}
+
+func benchGo(b *testing.B, workload func(testing.TB) (func(), int64)) {
+	one, bytes := workload(b)
+	b.SetBytes(bytes)
+	b.ResetTimer()
+	for range b.N {
+		one()
+	}
+}
+
+// BenchmarkWrite64MiB: go is this binding, cpp the same transfer through
+// nixl.h (testdata/cbench), measured in the same run.
+func BenchmarkWrite64MiB(b *testing.B) {
+	b.Run("go", func(b *testing.B) { benchGo(b, write64MiB) })
+	b.Run("cpp", func(b *testing.B) { benchCpp(b, "write64m") })
+}
+
+// BenchmarkRoundTrip4KiB: post, completion and notification of a 4 KiB
+// WRITE; go against cpp as for BenchmarkWrite64MiB.
+func BenchmarkRoundTrip4KiB(b *testing.B) {
+	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiB) })
+	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4k") })
+}
+
+// benchCpp runs the C++ program for b.N operations and reports its own
+// timing, which excludes process start and setup as the Go side does.
+func benchCpp(b *testing.B, name string) {
+	bin := cbenchBinary(b)
+	ns, bytes := runCbench(b, bin, name, b.N)
+	perOp := float64(ns) / float64(b.N)
+	b.ReportMetric(perOp, "ns/op")
+	b.ReportMetric(float64(bytes)*1e3/perOp, "MB/s")
+}
+
+var cbench struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// cbenchBinary compiles testdata/cbench once per test binary, with the
+// compiler and the CXXFLAGS/LDFLAGS of the cgo build: $CGO_CXXFLAGS and
+// $CGO_LDFLAGS first, then the #cgo lines of shim_nixl.go.
+func cbenchBinary(tb testing.TB) string {
+	cbench.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gonixl-cbench-")
+		if err != nil {
+			cbench.err = err
+			return
+		}
+		afterTests = append(afterTests, func() { os.RemoveAll(dir) })
+		cxxflags, ldflags, err := cgoFlags("shim_nixl.go")
+		if err != nil {
+			cbench.err = err
+			return
+		}
+		cxx := os.Getenv("CXX")
+		if cxx == "" {
+			cxx = "g++"
+		}
+		bin := filepath.Join(dir, "cbench")
+		args := append(envFlags("CGO_CXXFLAGS", "-g -O2"), cxxflags...)
+		args = append(args, filepath.Join("testdata", "cbench", "cbench.cc"), "-o", bin)
+		args = append(args, envFlags("CGO_LDFLAGS", "-g -O2")...)
+		args = append(args, ldflags...)
+		out, err := exec.Command(cxx, args...).CombinedOutput()
+		if err != nil {
+			cbench.err = fmt.Errorf("building the C++ benchmark: %s %s: %v\n%s", cxx, strings.Join(args, " "), err, out)
+			return
+		}
+		cbench.bin = bin
+	})
+	if cbench.err != nil {
+		tb.Fatal(cbench.err)
+	}
+	return cbench.bin
+}
+
+func envFlags(name, def string) []string {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		v = def
+	}
+	return strings.Fields(v)
+}
+
+// cgoFlags reads the #cgo CXXFLAGS and LDFLAGS directives of a Go file.
+func cgoFlags(file string) (cxx, ld []string, err error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if v, ok := strings.CutPrefix(line, "#cgo CXXFLAGS:"); ok {
+			cxx = append(cxx, strings.Fields(v)...)
+		}
+		if v, ok := strings.CutPrefix(line, "#cgo LDFLAGS:"); ok {
+			ld = append(ld, strings.Fields(v)...)
+		}
+	}
+	if len(cxx) == 0 || len(ld) == 0 {
+		return nil, nil, fmt.Errorf("no #cgo CXXFLAGS/LDFLAGS lines in %s", file)
+	}
+	return cxx, ld, sc.Err()
+}
+
+var cbenchResult = regexp.MustCompile(`(?m)^RESULT (\S+) (\d+) (\d+) (\d+)$`)
+
+// runCbench runs one C++ benchmark and returns its total time in ns for n
+// operations and the bytes of one operation.
+func runCbench(tb testing.TB, bin, name string, n int) (ns, bytes int64) {
+	cmd := exec.Command(bin, name, strconv.Itoa(n))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("%s %s %d: %v\n%s", bin, name, n, err, out)
+	}
+	m := cbenchResult.FindSubmatch(out)
+	if m == nil || string(m[1]) != name || string(m[2]) != strconv.Itoa(n) {
+		tb.Fatalf("unexpected output from %s %s %d:\n%s", bin, name, n, out)
+	}
+	ns, _ = strconv.ParseInt(string(m[3]), 10, 64)
+	bytes, _ = strconv.ParseInt(string(m[4]), 10, 64)
+	return ns, bytes
+}
+
+// TestCompareWithCpp measures the binding against NIXL's C++ API on the same
+// transfers, alternating Go and C++ runs, and logs the medians and the
+// Go/C++ ratio. It only reports (timing is never asserted) and runs only
+// when selected, e.g. go test -tags nixl -run TestCompareWithCpp -v ./nixl/.
+func TestCompareWithCpp(t *testing.T) {
+	if f := flag.Lookup("test.run"); f == nil || !strings.Contains(f.Value.String(), "CompareWithCpp") {
+		t.Skip("a measurement, not a check: run it with -run TestCompareWithCpp -v")
+	}
+	rounds := 5
+	if v, err := strconv.Atoi(os.Getenv("GONIXL_COMPARE_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	bin := cbenchBinary(t)
+	for _, c := range []struct {
+		name     string
+		cpp      string
+		n        int
+		workload func(testing.TB) (func(), int64)
+	}{
+		{"Write64MiB (1024 x 64 KiB)", "write64m", 30, write64MiB},
+		{"RoundTrip4KiB (post + done + notif)", "roundtrip4k", 20000, roundTrip4KiB},
+	} {
+		var goNs, cppNs []float64
+		var bytes int64
+		for round := range rounds {
+			// A subtest per round, so each round's agents and buffers are
+			// released before the next.
+			t.Run(fmt.Sprintf("%s/%d", c.cpp, round), func(t *testing.T) {
+				one, _ := c.workload(t)
+				start := time.Now()
+				for range c.n {
+					one()
+				}
+				goNs = append(goNs, float64(time.Since(start).Nanoseconds())/float64(c.n))
+			})
+			ns, by := runCbench(t, bin, c.cpp, c.n)
+			cppNs = append(cppNs, float64(ns)/float64(c.n))
+			bytes = by
+		}
+		if len(goNs) != rounds {
+			t.Fatalf("%s: a Go round failed", c.name)
+		}
+		g, cp := median(goNs), median(cppNs)
+		t.Logf("%-38s go %12s/op %9.1f MB/s | cpp %12s/op %9.1f MB/s | go/cpp time %.3f (%d rounds of %d ops, medians)",
+			c.name, time.Duration(g), float64(bytes)*1e3/g, time.Duration(cp), float64(bytes)*1e3/cp, g/cp, rounds, c.n)
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,80 @@
+//go:build nixl
+
+package nixl
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNativeNotificationCarriesExactMessage(t *testing.T) {
+	p := newPeers(t, 8192, Config{})
+	msg := []byte("req-42:2")
+	req, err := p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 8192)), dram(p.tgtBuf.Desc(0, 8192)), p.target.Name(), NotifOptions(msg))
+	require.NoError(t, err)
+	defer p.init.ReleaseXferReq(req)
+	p.run(req, nil)
+
+	got := p.waitNotifs(p.target, p.init.Name(), 1)
+	assert.Equal(t, [][]byte{msg}, got)
+	// The data is in place when the notification is seen.
+	requireBytes(t, pattern(8192, 0x11), p.tgtBuf.Bytes(), "data before notification")
+
+	// Reposting keeps the creation-time message unless PostXferReq overrides it.
+	p.run(req, nil)
+	p.run(req, NotifOptions([]byte("override")))
+	p.run(req, nil)
+	got = p.waitNotifs(p.target, p.init.Name(), 4)
+	assert.Equal(t, [][]byte{msg, msg, []byte("override"), []byte("override")}, got)
+	assert.Empty(t, p.received[p.init], "the initiator receives nothing")
+}
+
+func TestNativeNotificationOnPostOnly(t *testing.T) {
+	p := newPeers(t, 4096, Config{})
+	req, err := p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 4096)), p.target.Name(), nil)
+	require.NoError(t, err)
+	defer p.init.ReleaseXferReq(req)
+	p.run(req, nil)
+	p.progress()
+	assert.Empty(t, p.received[p.target], "no notification was asked for")
+
+	// An empty, non-nil message is a notification too.
+	p.run(req, NotifOptions(nil))
+	assert.Equal(t, [][]byte{{}}, p.waitNotifs(p.target, p.init.Name(), 1))
+}
+
+func TestNativeGenNotifBinaryAndOrdered(t *testing.T) {
+	p := newPeers(t, 4096, Config{})
+	msgs := [][]byte{[]byte("HB:a,b"), {0, 1, 2, 0, 255}, []byte("PUSH_REG:\x81\xa1k\xa1v"), make([]byte, 64<<10)}
+	for _, m := range msgs {
+		require.NoError(t, p.init.GenNotif(p.target.Name(), m, nil))
+	}
+	require.NoError(t, p.target.GenNotif(p.init.Name(), []byte("back"), &Options{Backends: []string{"UCX"}}))
+	got := p.waitNotifs(p.target, p.init.Name(), len(msgs))
+	require.Len(t, got, len(msgs))
+	for i := range msgs {
+		requireBytes(t, msgs[i], got[i], "message")
+	}
+	assert.Equal(t, [][]byte{[]byte("back")}, p.waitNotifs(p.init, p.target.Name(), 1))
+	assert.Len(t, p.received[p.target], 1, "one sender")
+}
+
+func TestNativeGetNotifsEmptyAndWithBackend(t *testing.T) {
+	a := newUCXAgent(t, testName(t), Config{})
+	n, err := a.GetNotifs(nil)
+	require.NoError(t, err)
+	assert.Nil(t, n)
+	n, err = a.GetNotifs(&Options{Backends: []string{"UCX"}})
+	require.NoError(t, err)
+	assert.Nil(t, n)
+	_, err = a.GetNotifs(&Options{Backends: []string{"POSIX"}})
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestNativeGetNotifsWithoutNotifyingBackend(t *testing.T) {
+	a := newAgent(t, testName(t), Config{})
+	_, err := a.GetNotifs(nil)
+	require.ErrorIs(t, err, ErrBackend, "an agent with no backend that supports notifications")
+}
