@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -48,7 +50,10 @@ type cluster struct {
 	dlayouts []descriptors.Layout
 }
 
-func newLayout(buf *nixl.Buffer, rank, tp, bs int) descriptors.Layout {
+// addresser is what newLayout needs of a buffer.
+type addresser interface{ Addr() uint64 }
+
+func newLayout(buf addresser, rank, tp, bs int) descriptors.Layout {
 	l := descriptors.Layout{
 		Mem: nixl.DRAM, NumLayers: testLayers, NumBlocks: testBlocks, BlockTokens: bs,
 		KVHeads: testHeads / tp, HeadBytes: testHeadBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
@@ -327,3 +332,7 @@ func (c *cluster) prefillStats() []Stats {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+var nopLogger = zap.NewNop()
+
+func newStatsForTest() *stats.Set { return stats.New() }

@@ -1,0 +1,175 @@
+package pullconn
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/internal/lease"
+	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+func TestDefaultsMatchVLLM(t *testing.T) {
+	cfg := RankConfig{}
+	cfg.withDefaults()
+	assert.Equal(t, 30*time.Second, cfg.Lease)
+	assert.Equal(t, 5*time.Second, cfg.HeartbeatInterval, "lease/6")
+	assert.Equal(t, 20*time.Second, cfg.HeartbeatExtension, "2/3 lease")
+	assert.Equal(t, PolicyFail, cfg.FailurePolicy)
+	assert.Equal(t, 5*time.Second, DefaultHandshakeTimeout)
+	assert.False(t, cfg.Inline)
+}
+
+func TestRankConfigErrorsNameTheField(t *testing.T) {
+	e, err := NewEngine(EngineConfig{EngineID: "e", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	require.NoError(t, err)
+	defer e.Close()
+	fab, _ := loopback.NewFabric()
+	defer fab.Close()
+	a, _ := fab.NewAgent("a")
+	good := func() RankConfig {
+		return RankConfig{Agent: a, Layout: newLayout(fakeBuffer{}, 0, 1, 16), StatsInterval: -1}
+	}
+	for want, mutate := range map[string]func(*RankConfig){
+		"RankConfig.Agent is nil": func(c *RankConfig) { c.Agent = nil },
+		"RankConfig.Lease is -1s": func(c *RankConfig) { c.Lease = -time.Second },
+		"RankConfig.HeartbeatInterval 40s must be shorter than RankConfig.Lease 30s": func(c *RankConfig) { c.HeartbeatInterval = 40 * time.Second },
+		"RankConfig.HeartbeatExtension is -1s":                                       func(c *RankConfig) { c.HeartbeatExtension = -time.Second },
+		"RankConfig.TransferTimeout is -1s":                                          func(c *RankConfig) { c.TransferTimeout = -time.Second },
+		`RankConfig.FailurePolicy is "retry"`:                                        func(c *RankConfig) { c.FailurePolicy = "retry" },
+		"RankConfig.PollInterval is -1ms":                                            func(c *RankConfig) { c.PollInterval = -time.Millisecond },
+		`RankConfig.Layout.TPSize is 2, engine "e" has TP size 1`:                    func(c *RankConfig) { c.Layout.TPSize = 2 },
+		`RankConfig.Layout.BlockTokens is 32, engine "e" has block size 16`:          func(c *RankConfig) { c.Layout.BlockTokens = 32 },
+		"RankConfig.Layout: descriptors":                                             func(c *RankConfig) { c.Layout.HeadBytes = 0 },
+	} {
+		cfg := good()
+		mutate(&cfg)
+		_, err := NewProducer(e, cfg)
+		require.Error(t, err, want)
+		assert.ErrorIs(t, err, ErrInvalid, want)
+		assert.Contains(t, err.Error(), want)
+		_, err = NewConsumer(e, cfg)
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// fakeBuffer gives layouts an address without memory, for validation only.
+type fakeBuffer struct{}
+
+func (fakeBuffer) Addr() uint64 { return 1 << 20 }
+
+func TestEngineConfigErrorsNameTheField(t *testing.T) {
+	for want, cfg := range map[string]EngineConfig{
+		"EngineConfig.EngineID is empty":         {Model: "m", DType: "d", TPSize: 1, BlockSize: 16},
+		"EngineConfig.TPSize is 0, want >= 1":    {EngineID: "e", Model: "m", DType: "d", BlockSize: 16},
+		"EngineConfig.BlockSize is 0, want >= 1": {EngineID: "e", Model: "m", DType: "d", TPSize: 1},
+		"EngineConfig.Model is empty":            {EngineID: "e", DType: "d", TPSize: 1, BlockSize: 16},
+		"EngineConfig.HandshakeTimeout is -1s":   {EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, HandshakeTimeout: -time.Second},
+	} {
+		_, err := NewEngine(cfg)
+		require.Error(t, err, want)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+func TestParamsJSONKeysLikeVLLM(t *testing.T) {
+	p := Params{DoRemotePrefill: true, RemoteBlockIDs: []int{1, 2}, RemoteEngineID: "e", RemoteRequestID: "r",
+		RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: 2, PPSize: 1, TransferMode: "pull"}
+	b, err := json.Marshal(p)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2],
+		"remote_engine_id":"e","remote_request_id":"r","remote_host":"127.0.0.1","remote_port":5600,
+		"tp_size":2,"pp_size":1,"transfer_mode":"pull"}`, string(b))
+	// What vLLM's prefill returns decodes into Params.
+	var q Params
+	require.NoError(t, json.Unmarshal([]byte(`{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[4],
+		"remote_engine_id":"e","remote_request_id":"r","remote_host":"h","remote_port":1,"tp_size":8}`), &q))
+	require.NoError(t, q.Validate())
+	assert.Equal(t, []int{4}, q.RemoteBlockIDs)
+}
+
+func TestCachedBlocks(t *testing.T) {
+	p := &Params{RemoteRequestID: "r", RemoteBlockIDs: make([]int, 5)}
+	n, err := cachedBlocks(p, 16, 16, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	n, err = cachedBlocks(p, 16, 32, 3) // 5 blocks of 16 -> 3 of 32
+	require.NoError(t, err)
+	assert.Equal(t, 0, n)
+	n, err = cachedBlocks(p, 32, 16, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 0, n)
+	_, err = cachedBlocks(p, 32, 16, 4)
+	assert.ErrorContains(t, err, "without Params.NumTokens")
+	p.NumTokens = 150 // 10 blocks of 16, 4 to load
+	n, err = cachedBlocks(p, 32, 16, 4)
+	require.NoError(t, err)
+	assert.Equal(t, 6, n)
+	_, err = cachedBlocks(&Params{RemoteRequestID: "r", RemoteBlockIDs: []int{1}}, 16, 16, 2)
+	assert.ErrorContains(t, err, "2 local blocks but the request needs only 1")
+}
+
+func TestNotifyRanks(t *testing.T) {
+	n, err := notifyRanks(1, 4, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int{0}, n)
+	n, _ = notifyRanks(3, 4, 2)
+	assert.Equal(t, []int{1}, n)
+	n, _ = notifyRanks(1, 2, 4)
+	assert.Equal(t, []int{2, 3}, n)
+	_, err = notifyRanks(0, 3, 2)
+	assert.ErrorIs(t, err, ErrIncompatible)
+}
+
+// FuzzProducerNotification feeds arbitrary notifications to a prefill
+// rank's handlers: no panic; only a well-formed completion for the held
+// request releases it; everything else is counted and changes nothing.
+func FuzzProducerNotification(f *testing.F) {
+	for _, s := range []string{"held:1", "held:2", "HB:held", "HB:", "other:1", "held:0", "held", ":1", "HB:a,,b", "PUSH_REG:\x80"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, err := newHolds(1, time.Minute, 16)
+		require.NoError(t, err)
+		clk := lease.NewManualClock(time.Unix(0, 0))
+		p := &Producer{cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
+		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
+		if notif.IsHeartbeat(msg) {
+			p.onHeartbeat("peer", msg)
+		} else {
+			p.onCompletion("peer", msg)
+		}
+		c, cerr := notif.DecodeCompletion(msg)
+		forHeld := !notif.IsHeartbeat(msg) && cerr == nil && c.ID == "held"
+		s := p.stats.Snapshot()
+		if forHeld && c.N > 1 {
+			// A valid first completion of several: counted, not released.
+			require.Empty(t, p.freed)
+			require.Equal(t, 1, h.reqs["held"].got)
+			return
+		}
+		if forHeld {
+			require.Equal(t, []string{"held"}, p.freed)
+			require.Equal(t, 0, h.len())
+			return
+		}
+		require.Empty(t, p.freed)
+		require.Equal(t, 1, h.len())
+		counted := s.MalformedNotifications + s.UnknownNotifications + s.LateNotifications
+		_, herr := notif.DecodeHeartbeat(msg)
+		if notif.IsHeartbeat(msg) && herr == nil {
+			require.Equal(t, uint64(0), counted)
+		} else {
+			require.Equal(t, uint64(1), counted, "%q counted once", msg)
+		}
+		if errors.Is(cerr, notif.ErrMalformed) && !notif.IsHeartbeat(msg) {
+			require.Equal(t, uint64(1), s.MalformedNotifications)
+		}
+	})
+}
