@@ -335,6 +335,7 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 	for _, r := range waiting {
 		c.send(p, r)
 	}
+	c.push.handshakes.Inc()
 }
 
 // acceptPrefill checks that the payload is the engine the request named,

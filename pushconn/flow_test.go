@@ -37,7 +37,7 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 		register()
 		// Every prefill rank has the registration before the finish.
 		for _, p := range r.producers {
-			eventually(t, "registration received", func() bool { return extra(t, p.Stats(), "registrations_received") >= 1 })
+			admitted(t, p, 1)
 		}
 		finish()
 	} else {

@@ -113,7 +113,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	if o.tokens < 0 || o.tokens > len(blockIDs)*p.cfg.Layout.BlockTokens {
 		return TransferParams{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockTokens)
 	}
-	h := &hold{id: requestID, transferID: o.transferID, blocks: blockIDs, tokens: o.tokens}
+	h := &hold{id: requestID, transferID: o.transferID, blocks: blockIDs, tokens: o.tokens, finished: p.now()}
 	p.mu.Lock()
 	switch {
 	case p.closed:

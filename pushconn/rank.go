@@ -56,6 +56,7 @@ type pushCounters struct {
 	failUndeliver *stats.Counter
 	timeouts      *stats.Counter
 	misdirected   *stats.Counter
+	handshakes    *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -72,5 +73,6 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		failUndeliver: s.Counter("push_fail_undeliverable", "PUSH_FAIL notifications that could not be sent."),
 		timeouts:      s.Counter("registration_timeouts", "Decode requests failed at the registration timeout."),
 		misdirected:   s.Counter("misdirected_registrations", "Registrations for another engine or from an agent this rank does not write to."),
+		handshakes:    s.Counter("handshakes", "Side-channel handshakes with peer engines that succeeded."),
 	}
 }

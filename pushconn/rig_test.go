@@ -288,3 +288,14 @@ func isPushFail(err error, kind string) bool {
 	var pe *PushError
 	return errors.As(err, &pe) && pe.Kind == kind && errors.Is(err, ErrPushFailed)
 }
+
+// admitted waits until prefill rank p has received n registrations and
+// finished its handshake with the decode engine, so they are in its
+// matcher before anything the test does next.
+func admitted(t *testing.T, p *Producer, n uint64) {
+	t.Helper()
+	eventually(t, "registrations admitted", func() bool {
+		s := p.Stats()
+		return extra(t, s, "registrations_received") >= n && extra(t, s, "handshakes") >= 1
+	})
+}

@@ -21,8 +21,9 @@ type hold struct {
 	transferID string
 	blocks     []int
 	tokens     int
-	writes     int  // WRITEs started and not yet ended
-	inMatcher  bool // still waiting for registrations
+	finished   time.Time // when RequestFinished took it: the lease counts from here
+	writes     int       // WRITEs started and not yet ended
+	inMatcher  bool      // still waiting for registrations
 	released   bool
 }
 
@@ -45,8 +46,9 @@ type decodeEngine struct {
 }
 
 type parkedReg struct {
-	sender string
-	reg    *pushwire.Registration
+	sender   string
+	reg      *pushwire.Registration
+	received time.Time // its registration timeout counts from here
 }
 
 // write is one WRITE in flight.
@@ -117,10 +119,10 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		w.peers[key] = de
 	}
 	if de.payload != nil {
-		w.admit(de, sender, reg)
+		w.admit(de, sender, reg, p.now())
 		return
 	}
-	de.parked = append(de.parked, parkedReg{sender: sender, reg: reg})
+	de.parked = append(de.parked, parkedReg{sender: sender, reg: reg, received: p.now()})
 	if !de.busy {
 		de.busy = true
 		p.wg.Add(1)
@@ -157,8 +159,9 @@ func (w *writer) handshakeDone(s shakeResult) {
 		return
 	}
 	for _, r := range parked {
-		w.admit(de, r.sender, r.reg)
+		w.admit(de, r.sender, r.reg, r.received)
 	}
+	p.push.handshakes.Inc()
 }
 
 // acceptDecode checks that this rank can write into the decode engine and
@@ -186,7 +189,7 @@ func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 
 // admit checks a registration against the decode engine's payload and
 // gives it to the matcher; a match starts the WRITE.
-func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registration) {
+func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registration, received time.Time) {
 	p := w.p
 	rank, ok := de.targets[sender]
 	var why string
@@ -206,7 +209,7 @@ func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registrati
 		return
 	}
 	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank}
-	m, out, err := w.matcher.Register(p.now(), sender, match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}, len(de.targets), pr)
+	m, out, err := w.matcher.Register(received, sender, match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}, len(de.targets), pr)
 	switch {
 	case err != nil:
 		w.sendFail(sender, reg, pushwire.FailLayout, err.Error())
@@ -228,7 +231,7 @@ func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registrati
 func (w *writer) finish(h *hold) {
 	p := w.p
 	w.holds[h.id] = h
-	ms, err := w.matcher.Finish(p.now(), match.Key{RequestID: h.id, TransferID: h.transferID}, h)
+	ms, err := w.matcher.Finish(h.finished, match.Key{RequestID: h.id, TransferID: h.transferID}, h)
 	if err != nil { // RequestFinished refuses held ids, so this is a bug
 		p.log.Error("pushconn: matcher refused a finished request", zap.String("request", h.id), zap.Error(err))
 		w.maybeRelease(h)

@@ -156,7 +156,7 @@ func (ix index[E]) remove(k string, e E) {
 
 // Matcher pairs registrations with finished blocks. R and F are the
 // caller's payloads, returned untouched. It is not safe for concurrent use:
-// one goroutine owns it. Calls must see a clock that does not go back.
+// one goroutine owns it.
 type Matcher[R, F any] struct {
 	cfg Config
 
@@ -165,9 +165,9 @@ type Matcher[R, F any] struct {
 	pendingIDs                   map[identity]*regEntry[R]
 	tombs                        map[identity]*tombstone
 
-	regQ  fifo[*regEntry[R]]
-	finQ  fifo[*finEntry[F]]
-	tombQ fifo[*tombstone]
+	regQ  deadlines[*regEntry[R]]
+	finQ  deadlines[*finEntry[F]]
+	tombQ deadlines[*tombstone]
 
 	stats Stats
 }
@@ -213,7 +213,9 @@ func (m *Matcher[R, F]) Stats() Stats {
 // so the number of registrations they expect; only the first pairing
 // registration's fanout counts. A registration identical (sender, request id,
 // transfer id) to one pending or paired within the registration TTL is a
-// Duplicate and changes nothing but a counter.
+// Duplicate and changes nothing but a counter. now is when the
+// registration was received, which may be before the previous call's now
+// (it waited for a handshake): its deadline counts from then.
 func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, fanout int, reg R) (Match[R, F], Outcome, error) {
 	var none Match[R, F]
 	if key.RequestID == "" {
@@ -274,7 +276,7 @@ func (m *Matcher[R, F]) findFinished(e *regEntry[R]) (*finEntry[F], Kind) {
 // Finish adds a finished request's blocks and returns the registrations they
 // pair with at once: none, or up to their fanout from distinct senders.
 // Finishing a request id that is already waiting is an error and changes
-// nothing.
+// nothing. now is when the request finished; its lease counts from then.
 func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], error) {
 	if key.RequestID == "" {
 		return nil, errors.New("match: finished request has an empty id")

@@ -342,3 +342,16 @@ func TestFlush(t *testing.T) {
 	require.Empty(t, regs)
 	require.Empty(t, fins)
 }
+
+func TestRegistrationDeadlineCountsFromReceipt(t *testing.T) {
+	m := newM(t)
+	_, _, _ = m.Register(t0.Add(10*time.Second), "d0", Key{RequestID: "later"}, 1, "b")
+	// Received earlier, admitted after a handshake.
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "earlier"}, 1, "a")
+	next, ok := m.Next()
+	require.True(t, ok)
+	require.Equal(t, t0.Add(480*time.Second), next)
+	regs, _ := m.Expire(t0.Add(480 * time.Second))
+	require.Len(t, regs, 1)
+	require.Equal(t, "earlier", regs[0].Key.RequestID)
+}

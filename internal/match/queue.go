@@ -1,6 +1,9 @@
 package match
 
-import "time"
+import (
+	"container/heap"
+	"time"
+)
 
 // expiring is an entry that a deadline queue can hold: it says its deadline
 // and whether it already left the matcher some other way.
@@ -9,46 +12,51 @@ type expiring interface {
 	isGone() bool
 }
 
-// fifo holds entries in deadline order. Every entry of one queue gets the
-// same TTL from a clock that does not go back, so arrival order is deadline
-// order and a slice is enough: entries that leave early are skipped lazily.
-type fifo[E expiring] struct {
-	items []E
-	head  int
+// deadlines holds entries by deadline, earliest first. Entries that leave
+// the matcher some other way stay until they reach the front and are then
+// skipped, which keeps removal O(1) and bounds memory by arrival rate times
+// TTL. A heap rather than arrival order, because registrations may enter
+// with the time they were received, after later ones.
+type deadlines[E expiring] struct {
+	h entryHeap[E]
 }
 
-func (q *fifo[E]) push(e E) { q.items = append(q.items, e) }
+func (q *deadlines[E]) push(e E) { heap.Push(&q.h, e) }
 
-// front returns the first entry still in the matcher.
-func (q *fifo[E]) front() (E, bool) {
-	for q.head < len(q.items) && q.items[q.head].isGone() {
-		q.pop()
+// front returns the earliest entry still in the matcher.
+func (q *deadlines[E]) front() (E, bool) {
+	for len(q.h) > 0 && q.h[0].isGone() {
+		heap.Pop(&q.h)
 	}
-	if q.head == len(q.items) {
+	if len(q.h) == 0 {
 		var zero E
 		return zero, false
 	}
-	return q.items[q.head], true
+	return q.h[0], true
 }
 
-func (q *fifo[E]) pop() {
-	var zero E
-	q.items[q.head] = zero
-	q.head++
-	// Reuse the slice once the dead prefix is at least half of it.
-	if q.head >= 64 && q.head*2 >= len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items = q.items[:n]
-		q.head = 0
-	}
-}
+func (q *deadlines[E]) pop() { heap.Pop(&q.h) }
 
-// next returns the deadline of the first live entry.
-func (q *fifo[E]) next() (time.Time, bool) {
+// next returns the deadline of the earliest live entry.
+func (q *deadlines[E]) next() (time.Time, bool) {
 	e, ok := q.front()
 	if !ok {
 		return time.Time{}, false
 	}
 	return e.deadlineAt(), true
+}
+
+type entryHeap[E expiring] []E
+
+func (h entryHeap[E]) Len() int           { return len(h) }
+func (h entryHeap[E]) Less(i, j int) bool { return h[i].deadlineAt().Before(h[j].deadlineAt()) }
+func (h entryHeap[E]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *entryHeap[E]) Push(x any)        { *h = append(*h, x.(E)) }
+func (h *entryHeap[E]) Pop() any {
+	old := *h
+	var zero E
+	e := old[len(old)-1]
+	old[len(old)-1] = zero
+	*h = old[:len(old)-1]
+	return e
 }
