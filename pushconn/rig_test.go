@@ -31,6 +31,7 @@ type rigConfig struct {
 	preRank, decRank   func(*RankConfig) // then to one side's
 	clock              Clock
 	noProducers        bool
+	numBlocks          int // per region; default numBlocks
 }
 
 // rig is one prefill and one decode engine on a loopback fabric, each TP
@@ -64,6 +65,9 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	if rc.decBlock == 0 {
 		rc.decBlock = rc.preBlock
 	}
+	if rc.numBlocks == 0 {
+		rc.numBlocks = numBlocks
+	}
 	f, err := loopback.NewFabric(rc.fabric...)
 	require.NoError(t, err)
 	r := &rig{t: t, fabric: f, clock: lease.NewManualClock(rigStart)}
@@ -79,7 +83,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	mk := func(side string, tp, rank, block int) (*loopback.Agent, descriptors.Layout, RankConfig) {
 		a, err := f.NewAgent(fmt.Sprintf("%s-%d", side, rank))
 		require.NoError(t, err)
-		l := testLayout(t, tp, rank, block)
+		l := testLayout(t, tp, rank, block, rc.numBlocks)
 		cfg := RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}
 		if rc.rank != nil {
 			rc.rank(&cfg)
@@ -126,13 +130,13 @@ func (r *rig) close() {
 
 // testLayout allocates one rank's KV cache: 2*numLayers regions of
 // numBlocks blocks, the rank's share of the model's heads.
-func testLayout(t *testing.T, tp, rank, block int) descriptors.Layout {
+func testLayout(t testing.TB, tp, rank, block, blocks int) descriptors.Layout {
 	t.Helper()
 	l := descriptors.Layout{
-		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: numBlocks, BlockTokens: block,
+		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: blocks, BlockTokens: block,
 		KVHeads: modelHeads / tp, HeadBytes: headBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
 	}
-	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * numBlocks * 2 * numLayers)
+	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * blocks * 2 * numLayers)
 	require.NoError(t, err)
 	for i := range 2 * numLayers {
 		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
