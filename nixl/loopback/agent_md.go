@@ -64,7 +64,9 @@ func (a *Agent) LocalPartialMD(descs nixl.RegList, opts *nixl.Options) ([]byte, 
 // of another fabric nixl.ErrBackend (no common backend); connection info
 // of a different instance of a known peer (it closed and a new agent took
 // its name), or a known region with different backend metadata,
-// nixl.ErrNotAllowed. A failed load changes nothing.
+// nixl.ErrNotAllowed; regions of a peer whose connection info is not known
+// yet nixl.ErrNotFound, as with NIXL's UCX backend. A failed load changes
+// nothing.
 func (a *Agent) LoadRemoteMD(b []byte) (string, error) {
 	const op = "LoadRemoteMD"
 	if err := a.enter(op); err != nil {
@@ -93,7 +95,12 @@ func (a *Agent) LoadRemoteMD(b []byte) (string, error) {
 				return "", a.errorf(op, nixl.StatusNotAllowed, "region %d of %q [%#x, +%d) is known with different backend metadata", i, md.Agent, r.Addr, r.Len)
 			}
 		}
-	} else {
+	}
+	if md.Conn == 0 && (p == nil || p.conn == 0) && len(md.Regions) > 0 {
+		// NIXL's UCX backend needs the connection to unpack a region's keys.
+		return "", a.errorf(op, nixl.StatusNotFound, "no connection info for %q: load its full metadata, or partial metadata made with IncludeConnInfo, before partial metadata without it", md.Agent)
+	}
+	if p == nil {
 		a.nextGen++
 		p = &peer{gen: a.nextGen}
 		a.peers[md.Agent] = p

@@ -129,7 +129,7 @@ func FuzzLoadRemoteMD(f *testing.F) {
 			if name == "" {
 				t.Fatal("loaded metadata with no name")
 			}
-		case s == nixl.StatusMismatch, s == nixl.StatusInvalidParam, s == nixl.StatusNotAllowed, s == nixl.StatusBackend:
+		case s == nixl.StatusMismatch, s == nixl.StatusInvalidParam, s == nixl.StatusNotAllowed, s == nixl.StatusBackend, s == nixl.StatusNotFound:
 			if err := a.CheckRemoteMD("peer", nixl.XferList{}); err != nil {
 				t.Fatalf("a failed load (%v) lost the known peer: %v", s, err)
 			}

@@ -85,20 +85,22 @@ func (f *Fabric) copyBytes(t *transfer) (st nixl.Status, injected bool, err erro
 	}
 	var moved uint64
 	defer func() { f.stats.bytes.Add(moved) }()
-	for i := 0; i < n; i++ {
-		l, err1 := nixl.HostBytes(t.local[i].Addr, t.local[i].Len)
-		r, err2 := nixl.HostBytes(t.remote[i].Addr, t.remote[i].Len)
-		if err1 != nil || err2 != nil {
+	// Descriptors that continue each other on both sides are copied as one
+	// range, as NIXL merges consecutive descriptors: large copies are much
+	// faster than many 64 KiB ones.
+	for i := 0; i < n; {
+		j := i + 1
+		for j < n && t.local[j].Addr == t.local[j-1].End() && t.remote[j].Addr == t.remote[j-1].End() {
+			j++
+		}
+		m, ok := t.copyRun(i, j)
+		moved += m
+		if !ok {
 			// Registered memory that was freed without being deregistered.
 			return nixl.StatusBackend, false, nixl.NewError(op, nixl.StatusBackend,
-				"%v from %q to %q: descriptor %d: memory was freed while registered", t.op, t.init.name, t.target.name, i)
+				"%v from %q to %q: descriptors %d to %d: memory was freed while registered", t.op, t.init.name, t.target.name, i, j-1)
 		}
-		if t.op == nixl.Write {
-			copy(r, l)
-		} else {
-			copy(l, r)
-		}
-		moved += uint64(len(l))
+		i = j
 	}
 	if t.fate.failInFlight != 0 {
 		return t.fate.failInFlight, true, nixl.NewError(op, t.fate.failInFlight,
@@ -130,4 +132,37 @@ func disconnectReason(from, to *Agent) string {
 		return "agent " + quote(from.name) + " closed"
 	}
 	return "agent " + quote(to.name) + " is gone"
+}
+
+// copyRun copies descriptors [i, j), which are contiguous on both sides, in
+// one copy when each side lies in one Buffer, else one by one.
+func (t *transfer) copyRun(i, j int) (moved uint64, ok bool) {
+	n := t.local[j-1].End() - t.local[i].Addr
+	l, err1 := nixl.HostBytes(t.local[i].Addr, n)
+	r, err2 := nixl.HostBytes(t.remote[i].Addr, n)
+	if err1 == nil && err2 == nil {
+		t.copy(l, r)
+		return n, true
+	}
+	if j-i == 1 {
+		return 0, false
+	}
+	for k := i; k < j; k++ {
+		m, ok := t.copyRun(k, k+1)
+		moved += m
+		if !ok {
+			return moved, false
+		}
+	}
+	return moved, true
+}
+
+// copy moves bytes in the transfer's direction between local and remote
+// memory.
+func (t *transfer) copy(local, remote []byte) {
+	if t.op == nixl.Write {
+		copy(remote, local)
+	} else {
+		copy(local, remote)
+	}
 }

@@ -78,6 +78,26 @@ func testPartialMetadata(e *env) {
 
 	_, err := a.LocalPartialMD(regList(bufB), nil)
 	e.wantErr(err, nixl.ErrNotFound, "LocalPartialMD of memory the agent did not register")
+	p1, err := a.LocalPartialMD(regList(buf1), nil)
+	e.noErr(err, "LocalPartialMD(buf1)")
+	p2, err := a.LocalPartialMD(regList(buf2), &nixl.Options{IncludeConnInfo: true})
+	e.noErr(err, "LocalPartialMD(buf2, IncludeConnInfo)")
+
+	// Regions without connection info cannot be loaded before the
+	// connection info (UCX needs the connection to unpack their keys); the
+	// failed load leaves nothing behind. IncludeConnInfo makes a partial
+	// blob loadable on its own.
+	c := e.agent("c")
+	_, err = c.LoadRemoteMD(p1)
+	e.wantErr(err, nil, "loading partial metadata without connection info first")
+	e.wantErr(c.CheckRemoteMD(a.Name(), nixl.XferList{Mem: nixl.DRAM}), nixl.ErrNotFound, "CheckRemoteMD after the refused load")
+	_, err = c.LoadRemoteMD(p2)
+	e.noErr(err, "loading partial metadata with connection info")
+	e.noErr(c.CheckRemoteMD(a.Name(), xferList(buf2.Desc(0, 64))), "CheckRemoteMD(buf2) from metadata with connection info")
+	e.wantErr(c.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, 64))), nixl.ErrNotFound, "CheckRemoteMD(buf1), which was never loaded")
+	_, err = c.LoadRemoteMD(p1)
+	e.noErr(err, "loading partial metadata without connection info after it")
+	e.noErr(c.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, 64))), "CheckRemoteMD(buf1) after loading it")
 
 	conn, err := a.LocalPartialMD(nixl.RegList{Mem: nixl.DRAM}, nil)
 	e.noErr(err, "LocalPartialMD with no descriptors (connection info only)")
@@ -93,15 +113,11 @@ func testPartialMetadata(e *env) {
 		e.t.Errorf("a got %q, want [conn-only]", strs(got))
 	}
 
-	p1, err := a.LocalPartialMD(regList(buf1), nil)
-	e.noErr(err, "LocalPartialMD(buf1)")
 	_, err = b.LoadRemoteMD(p1)
 	e.noErr(err, "load partial metadata of buf1")
 	e.noErr(b.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, uint64(buf1.Len())))), "CheckRemoteMD(buf1) after loading it")
 	e.wantErr(b.CheckRemoteMD(a.Name(), xferList(buf2.Desc(0, 64))), nixl.ErrNotFound, "CheckRemoteMD(buf2) before loading it")
 
-	p2, err := a.LocalPartialMD(regList(buf2), &nixl.Options{IncludeConnInfo: true})
-	e.noErr(err, "LocalPartialMD(buf2, IncludeConnInfo)")
 	_, err = b.LoadRemoteMD(p2)
 	e.noErr(err, "load partial metadata of buf2")
 	e.noErr(b.CheckRemoteMD(a.Name(), xferList(buf2.Desc(0, uint64(buf2.Len())))), "CheckRemoteMD(buf2) after loading it")

@@ -93,10 +93,11 @@ func (e *env) buffer(size int, seed byte) *nixl.Buffer {
 	return b
 }
 
-// fill writes a pattern that differs per seed and per position.
+// fill writes a pattern that differs per seed and has no period shorter
+// than 16 MiB, so bytes copied from the wrong offset show.
 func fill(p []byte, seed byte) {
 	for i := range p {
-		p[i] = byte(i*131+int(seed)*17) ^ byte(i>>8) ^ seed
+		p[i] = byte(i*131+int(seed)*17) ^ byte(i>>8)*29 ^ byte(i>>16)*101 ^ seed
 	}
 }
 
