@@ -144,9 +144,10 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 	c.qmu.Unlock()
 	if c.cfg.Inline {
 		c.route(l)
-	} else {
-		c.poll.Wake()
 	}
+	// Background: the reader takes the load. Inline: the reader polls the
+	// READ just posted, at the fast period from now on.
+	c.poll.Wake()
 	return nil
 }
 
@@ -189,6 +190,9 @@ func (c *Consumer) Drain() []Result {
 			c.post(l)
 		}
 		c.wmu.Unlock()
+		if len(ready) > 0 {
+			c.poll.Wake()
+		}
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()

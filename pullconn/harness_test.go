@@ -32,6 +32,9 @@ type clusterOpts struct {
 	prefillCfg      func(*RankConfig)
 	decodeCfg       func(*RankConfig)
 	decodeEngine    func(*EngineConfig)
+	// newAgent creates the agents (default: loopback agents on the
+	// cluster's fabric); the cluster closes them.
+	newAgent func(t *testing.T, name string) nixl.Agent
 }
 
 // cluster is one prefill engine and one decode engine, each with a Producer
@@ -42,8 +45,8 @@ type cluster struct {
 	pe, de   *Engine
 	prods    []*Producer
 	cons     []*Consumer
-	pagents  []*loopback.Agent
-	dagents  []*loopback.Agent
+	pagents  []nixl.Agent
+	dagents  []nixl.Agent
 	pbufs    []*nixl.Buffer
 	dbufs    []*nixl.Buffer
 	playouts []descriptors.Layout
@@ -84,6 +87,13 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	require.NoError(t, err)
 	c := &cluster{t: t, fab: fab}
 	t.Cleanup(c.close)
+	if o.newAgent == nil {
+		o.newAgent = func(t *testing.T, name string) nixl.Agent {
+			a, err := fab.NewAgent(name)
+			require.NoError(t, err)
+			return a
+		}
+	}
 
 	c.pe, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: o.prefill.tp, BlockSize: o.prefill.bs})
 	require.NoError(t, err)
@@ -95,8 +105,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	require.NoError(t, err)
 
 	for r := 0; r < o.prefill.tp; r++ {
-		a, err := fab.NewAgent(fmt.Sprintf("prefill-%d", r))
-		require.NoError(t, err)
+		a := o.newAgent(t, fmt.Sprintf("prefill-%d", r))
 		buf, err := nixl.AllocBuffer(layoutBytes(o.prefill.tp, o.prefill.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
@@ -109,8 +118,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		c.pagents, c.pbufs, c.playouts, c.prods = append(c.pagents, a), append(c.pbufs, buf), append(c.playouts, l), append(c.prods, p)
 	}
 	for r := 0; r < o.decode.tp; r++ {
-		a, err := fab.NewAgent(fmt.Sprintf("decode-%d", r))
-		require.NoError(t, err)
+		a := o.newAgent(t, fmt.Sprintf("decode-%d", r))
 		buf, err := nixl.AllocBuffer(layoutBytes(o.decode.tp, o.decode.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
