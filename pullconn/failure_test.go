@@ -148,6 +148,18 @@ func TestPrefillDisconnectsMidTransfer(t *testing.T) {
 	// Prefill frees by lease.
 	clk.Advance(31 * time.Second)
 	assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
+
+	// Once prefill is back, the next request handshakes again (decode
+	// forgot the agent's metadata at the disconnect) and its completion is
+	// sent. The link is still an hour long, so this is a prefix hit, which
+	// needs no READ, and the notification is seen leaving, not arriving.
+	require.NoError(t, c.fab.Reconnect("prefill-0"))
+	sent := c.fab.Counters().NotifsSent
+	p2 := c.finish("req-2", []int{2})
+	c.load("dreq-2", p2, nil)
+	require.NoError(t, c.result("dreq-2")[0].Err)
+	assert.Equal(t, sent+1, c.fab.Counters().NotifsSent)
+	assert.Equal(t, uint64(0), c.cons[0].Stats().FailedNotifications)
 }
 
 func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {
