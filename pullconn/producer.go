@@ -167,10 +167,12 @@ func (p *Producer) tick() {
 	now := p.cfg.Clock.Now()
 	p.mu.Lock()
 	ids := p.holds.expire(now)
+	// Count before the ids become visible to DrainFreed, so a caller that
+	// sees them also sees the count.
+	p.stats.ExpiredRequests.Add(uint64(len(ids)))
 	p.freed = append(p.freed, ids...)
 	p.mu.Unlock()
 	if len(ids) > 0 {
-		p.stats.ExpiredRequests.Add(uint64(len(ids)))
 		p.log.Warn("pullconn: lease expired, releasing blocks decode never read", zap.Strings("request_ids", ids), zap.Duration("lease", p.cfg.Lease))
 	}
 }
