@@ -129,16 +129,31 @@ func (a *Agent) posted(req *xferReq, epoch uint64) bool {
 	return a.reqs[req.handle] == req && req.epoch == epoch && req.status == nixl.StatusInProgress
 }
 
-// finish ends the posting epoch of req with a status. It reports false when
-// the request was released, reposted or already ended.
-func (a *Agent) finish(req *xferReq, epoch uint64, s nixl.Status, err error) bool {
+// finish ends the posting epoch of req with a status and, for a success,
+// the notification to send when the initiator sees it. It reports false
+// when the request was released, reposted or already ended.
+func (a *Agent) finish(req *xferReq, epoch uint64, s nixl.Status, err error, held *heldNotif) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.reqs[req.handle] != req || req.epoch != epoch || req.status != nixl.StatusInProgress {
 		return false
 	}
-	req.status, req.err = s, err
+	req.status, req.err, req.held = s, err, held
 	return true
+}
+
+// takeHeldLocked removes and returns req's held notification, if any.
+func takeHeldLocked(req *xferReq) *heldNotif {
+	h := req.held
+	req.held = nil
+	return h
+}
+
+// release sends a held notification; call it without a.mu held.
+func (a *Agent) release(h *heldNotif) {
+	if h != nil {
+		a.f.sendTransferNotif(a, h.target, h.msg, h.fate)
+	}
 }
 
 // remoteLocked resolves a transfer target name: the agent itself, or a

@@ -143,10 +143,12 @@ func TestNotificationBytesAreCopied(t *testing.T) {
 	copy(msg, "CHANGED!")
 	must(t, r.a.GenNotif(r.b.Name(), []byte{}, nil))
 	r.clock.Advance(time.Millisecond)
+	st, err := r.a.XferStatus(h)
+	wantStatus(t, "status", st, err, nixl.StatusSuccess, nil)
 	n, err := r.b.GetNotifs(nil)
 	must(t, err)
 	// The GenNotifs were queued at once; the transfer's notification joins
-	// the queue when the transfer completes, behind them.
+	// the queue when the initiator sees the transfer done, behind them.
 	got := n[r.a.Name()]
 	if len(got) != 3 || string(got[0]) != "original" || got[1] == nil || len(got[1]) != 0 || string(got[2]) != "original" {
 		t.Errorf("notifications %q, want [original \"\" original] (the empty one not nil)", got)

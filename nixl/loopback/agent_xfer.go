@@ -26,7 +26,8 @@ type xferReq struct {
 	status   nixl.Status
 	err      error
 	epoch    uint64
-	observed bool // a remote disconnect was reported (and the peer forgotten)
+	observed bool       // a remote disconnect was reported (and the peer forgotten)
+	held     *heldNotif // notification waiting for the initiator to see success
 }
 
 // PrepXferDlist prepares descriptors for MakeXferReq: the local side when
@@ -211,11 +212,13 @@ func (a *Agent) newReqLocked(op nixl.XferOp, remote string, p *peer, local, rdes
 	return req.handle
 }
 
-// PostXferReq starts a request. With the Instant model the transfer is done
-// when it returns StatusSuccess; otherwise it returns StatusInProgress and
-// XferStatus reports the end. A nil opts keeps the request's notification;
-// non-nil opts replace it with opts.Notif, or remove it when opts.Notif is
-// nil, as NIXL does. Errors, as NIXL's: an unknown handle
+// PostXferReq starts a request. With the Instant model the transfer, and
+// the sending of its notification, are done when it returns StatusSuccess;
+// otherwise it returns StatusInProgress, XferStatus reports the end, and the
+// notification goes out when XferStatus (or ReleaseXferReq) first sees the
+// transfer done, as with NIXL's UCX backend: an initiator that never polls
+// never notifies. opts.Notif, when non-nil, replaces the request's
+// notification for this and later posts. Errors, as NIXL's: an unknown handle
 // nixl.ErrInvalidParam; a peer forgotten or reloaded since the request was
 // made nixl.ErrNotFound; a request still in flight nixl.ErrRepostActive; a
 // peer that is disconnected or closed nixl.ErrRemoteDisconnect, after which
@@ -251,12 +254,8 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		a.mu.Unlock()
 		return nixl.StatusRepostActive, a.errorf(op, nixl.StatusRepostActive, "request %d is still in progress", h)
 	}
-	if opts != nil {
-		if opts.Notif != nil {
-			req.notif, req.hasNotif = append([]byte{}, opts.Notif...), true
-		} else {
-			req.notif, req.hasNotif = nil, false
-		}
+	if opts != nil && opts.Notif != nil {
+		req.notif, req.hasNotif = append([]byte{}, opts.Notif...), true
 	}
 	target := a
 	if req.remote != a.name {
@@ -283,7 +282,7 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		return fate.failPost, err
 	}
 	req.epoch++
-	req.status, req.err, req.observed = nixl.StatusInProgress, nil, false
+	req.status, req.err, req.observed, req.held = nixl.StatusInProgress, nil, false, nil
 	t := &transfer{
 		init: a, target: target, req: req, epoch: req.epoch, op: req.op,
 		local: req.local, remote: req.rdescs, bytes: req.bytes,
@@ -296,6 +295,7 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		a.f.scheduleTransfer(t, a.model)
 		return nixl.StatusInProgress, nil
 	}
+	t.inline = true
 	a.f.execute(t)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -320,19 +320,24 @@ func (a *Agent) XferStatus(h nixl.XferHandle) (nixl.Status, error) {
 	defer a.leave()
 	a.f.progress()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	req := a.reqs[h]
 	if req == nil {
+		a.mu.Unlock()
 		return nixl.StatusInvalidParam, a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
 	}
+	if req.status == nixl.StatusSuccess {
+		held := takeHeldLocked(req)
+		a.mu.Unlock()
+		a.release(held)
+		return nixl.StatusSuccess, nil
+	}
+	defer a.mu.Unlock()
 	switch req.status {
 	case nixl.StatusInProgress:
 		if req.remote != a.name && a.peers[req.remote] == nil {
 			return nixl.StatusNotFound, a.errorf(op, nixl.StatusNotFound, "metadata of %q was invalidated during the transfer", req.remote)
 		}
 		return nixl.StatusInProgress, nil
-	case nixl.StatusSuccess:
-		return nixl.StatusSuccess, nil
 	case nixl.StatusRemoteDisconnect:
 		if !req.observed {
 			req.observed = true
@@ -343,23 +348,28 @@ func (a *Agent) XferStatus(h nixl.XferHandle) (nixl.Status, error) {
 }
 
 // ReleaseXferReq frees a request, cancelling it if still in flight: a
-// cancelled transfer copies nothing more and sends no notification. An
-// unknown or already released handle gives nixl.ErrInvalidParam.
+// cancelled transfer copies nothing more and sends no notification. A
+// completed transfer whose notification was held for XferStatus sends it
+// now. An unknown or already released handle gives nixl.ErrInvalidParam.
 func (a *Agent) ReleaseXferReq(h nixl.XferHandle) error {
 	const op = "ReleaseXferReq"
 	if err := a.enter(op); err != nil {
 		return err
 	}
 	defer a.leave()
+	a.f.progress()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	req := a.reqs[h]
 	if req == nil {
+		a.mu.Unlock()
 		return a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
 	}
 	if req.status == nixl.StatusInProgress {
 		a.f.stats.cancelled.Add(1)
 	}
+	held := takeHeldLocked(req)
 	delete(a.reqs, h)
+	a.mu.Unlock()
+	a.release(held)
 	return nil
 }

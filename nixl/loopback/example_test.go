@@ -52,9 +52,14 @@ func Example() {
 	fmt.Println("posted:", st, err)
 
 	// Wait, with a deadline, for decode's notification; its bytes are in
-	// place before it is visible.
+	// place before it is visible. As with NIXL, the initiator must poll its
+	// request too: the notification leaves when prefill sees the transfer
+	// done.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		if _, err := prefill.XferStatus(req); err != nil {
+			panic(err)
+		}
 		notifs, err := decode.GetNotifs(nil)
 		if err != nil {
 			panic(err)

@@ -19,6 +19,7 @@ type transfer struct {
 	notif        []byte
 	hasNotif     bool
 	fate         transferFate
+	inline       bool // carried out inside PostXferReq (Instant model)
 }
 
 // execute carries out a transfer that is due: it copies the bytes, ends the
@@ -40,26 +41,48 @@ func (f *Fabric) execute(t *transfer) {
 			f.log.Debug("loopback: injected in-flight failure",
 				zap.String("from", t.init.name), zap.String("to", t.target.name), zap.Stringer("status", st))
 		}
-		t.init.finish(t.req, t.epoch, st, err)
+		t.init.finish(t.req, t.epoch, st, err, nil)
 		return
 	}
-	if !t.init.finish(t.req, t.epoch, nixl.StatusSuccess, nil) {
+	if t.inline || !t.hasNotif {
+		if !t.init.finish(t.req, t.epoch, nixl.StatusSuccess, nil, nil) {
+			return
+		}
+		f.stats.completed.Add(1)
+		if t.hasNotif {
+			f.sendTransferNotif(t.init, t.target, t.notif, t.fate.notif)
+		}
 		return
 	}
-	f.stats.completed.Add(1)
-	if !t.hasNotif {
-		return
+	// As with NIXL's UCX backend, the notification of a transfer that did
+	// not complete inside PostXferReq goes out when the initiator next sees
+	// the transfer done (XferStatus, or ReleaseXferReq).
+	held := &heldNotif{target: t.target, msg: t.notif, fate: t.fate.notif}
+	if t.init.finish(t.req, t.epoch, nixl.StatusSuccess, nil, held) {
+		f.stats.completed.Add(1)
 	}
+}
+
+// heldNotif is the notification of a completed transfer that waits for its
+// initiator to see the completion.
+type heldNotif struct {
+	target *Agent
+	msg    []byte
+	fate   notifFate
+}
+
+// sendTransferNotif sends a transfer's notification, after its bytes.
+func (f *Fabric) sendTransferNotif(from, to *Agent, msg []byte, fate notifFate) {
 	f.stats.notifsSent.Add(1)
-	if t.fate.notif.drop {
+	if fate.drop {
 		f.stats.notifsDropped.Add(1)
-		f.log.Debug("loopback: injected notification drop", zap.String("from", t.init.name), zap.String("to", t.target.name))
+		f.log.Debug("loopback: injected notification drop", zap.String("from", from.name), zap.String("to", to.name))
 		return
 	}
-	if t.fate.notif.delay > 0 {
+	if fate.delay > 0 {
 		f.stats.delayed.Add(1)
 	}
-	f.sendNotice(notice{from: t.init, to: t.target, msg: t.notif}, f.clock.Now().Add(t.fate.notif.delay))
+	f.sendNotice(notice{from: from, to: to, msg: msg}, f.clock.Now().Add(fate.delay))
 }
 
 // copyBytes moves the transfer's bytes, or the first half of them when a
@@ -113,7 +136,7 @@ func (f *Fabric) copyBytes(t *transfer) (st nixl.Status, injected bool, err erro
 func (f *Fabric) failDisconnected(t *transfer) {
 	err := nixl.NewError("loopback.transfer", nixl.StatusRemoteDisconnect,
 		"%v from %q to %q: %s", t.op, t.init.name, t.target.name, disconnectReason(t.init, t.target))
-	if t.init.finish(t.req, t.epoch, nixl.StatusRemoteDisconnect, err) {
+	if t.init.finish(t.req, t.epoch, nixl.StatusRemoteDisconnect, err, nil) {
 		f.stats.failed.Add(1)
 		f.stats.disconnects.Add(1)
 	}
