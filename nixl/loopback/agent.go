@@ -30,7 +30,7 @@ type Agent struct {
 
 	regs regionSet // guarded by f.memMu
 
-	mu         sync.Mutex // guards what follows; never held while taking another lock
+	mu         sync.Mutex // guards what follows; held only while taking the fabric's leaf locks (registry, faults, memory)
 	peers      map[string]*peer
 	nextGen    uint64
 	dlists     map[nixl.DlistHandle]*dlist
