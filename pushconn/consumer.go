@@ -184,11 +184,18 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int,
 }
 
 // Drain returns the requests that ended since the last call, each exactly
-// once. It never blocks.
+// once. It never blocks. Like an engine step in vLLM, it also wakes the
+// background goroutine to fetch notifications now, so completions that
+// arrived since are seen at the engine's pace, not only at the poll period.
 func (c *Consumer) Drain() []Result {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tracker.drain()
+	out := c.tracker.drain()
+	pending := c.tracker.pending()
+	c.mu.Unlock()
+	if pending > 0 {
+		c.poll.Wake()
+	}
+	return out
 }
 
 // Ready is signalled (without blocking the sender) whenever results are
@@ -203,7 +210,7 @@ func (c *Consumer) Pending() int {
 }
 
 // Stats returns a snapshot of the rank's counters.
-func (c *Consumer) Stats() stats.Snapshot { return c.stats.Snapshot() }
+func (c *Consumer) Stats() Stats { return c.stats.Snapshot() }
 
 // Close stops the background goroutine, ends every pending request with
 // ErrClosed (Drain still returns them), withdraws the rank from the side

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/sidechannel"
+	"github.com/gonixl/gonixl/internal/stats"
 )
 
 // EngineConfig describes the local engine: who it is, what it serves, and
@@ -47,14 +47,13 @@ type EngineConfig struct {
 // (every rank's agent metadata and layout, in push mode) and fetches peer
 // engines' payloads, once per peer.
 type Engine struct {
-	cfg     EngineConfig
-	compat  handshake.Compat
-	server  *handshake.Server
-	client  *handshake.Client
-	host    string
-	port    int
-	refused atomic.Uint64
-	bad     atomic.Uint64
+	cfg    EngineConfig
+	compat handshake.Compat
+	server *handshake.Server
+	client *handshake.Client
+	host   string
+	port   int
+	stats  *stats.Set
 }
 
 // NewEngine validates cfg and starts the side channel.
@@ -91,16 +90,16 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: EngineConfig: %v", ErrInvalid, err)
 	}
-	e := &Engine{cfg: cfg, compat: compat, client: client}
+	e := &Engine{cfg: cfg, compat: compat, client: client, stats: stats.New()}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
 		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{
 		ServerOptions: sidechannel.ServerOptions{
 			Logger:      cfg.Logger,
-			OnMalformed: func(error) { e.bad.Add(1) },
+			OnMalformed: func(error) { e.stats.MalformedFrames.Inc() },
 		},
 		OnRefused: func(err error) {
-			e.refused.Add(1)
+			e.stats.FailedHandshakes.Inc()
 			cfg.Logger.Warn("pushconn: refused a handshake", zap.Error(err))
 		},
 	})
@@ -131,12 +130,10 @@ func (e *Engine) Port() int { return e.port }
 // TPSize returns the engine's tensor-parallel size.
 func (e *Engine) TPSize() int { return e.cfg.TPSize }
 
-// RefusedHandshakes returns how many peers' hellos this engine refused as
-// incompatible (another transfer mode, model, dtype or layout).
-func (e *Engine) RefusedHandshakes() uint64 { return e.refused.Load() }
-
-// MalformedFrames returns how many side-channel frames did not decode.
-func (e *Engine) MalformedFrames() uint64 { return e.bad.Load() }
+// Stats returns the side channel's counters: MalformedFrames, and
+// FailedHandshakes for the hellos it refused as incompatible (another
+// transfer mode, model, dtype or layout).
+func (e *Engine) Stats() Stats { return e.stats.Snapshot() }
 
 // Close stops the side channel. Close the engine's Producers and
 // Consumers first.

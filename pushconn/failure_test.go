@@ -264,7 +264,7 @@ func TestModeMismatchRefusedAtHandshake(t *testing.T) {
 	_, err = client.Get(t.Context(), "decode", r.dec.addr(r.dec.Host(), r.dec.Port()))
 	require.ErrorIs(t, err, ErrIncompatible)
 	require.Contains(t, err.Error(), `transfer mode mismatch: local "pull", remote "push"`)
-	require.Equal(t, uint64(1), r.dec.RefusedHandshakes())
+	require.Equal(t, uint64(1), r.dec.Stats().FailedHandshakes)
 }
 
 func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {

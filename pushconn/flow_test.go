@@ -35,9 +35,10 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 	}
 	if registerFirst {
 		register()
-		// Every prefill rank has the registration before the finish.
+		// Every prefill rank has its registrations (one per decode rank
+		// it writes into) before the finish.
 		for _, p := range r.producers {
-			admitted(t, p, 1)
+			admitted(t, p, uint64(max(len(r.consumers)/len(r.producers), 1)))
 		}
 		finish()
 	} else {

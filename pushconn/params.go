@@ -17,8 +17,10 @@ type TransferParams struct {
 	RemotePort      int    `json:"remote_port"`
 	TPSize          int    `json:"tp_size"`
 	PPSize          int    `json:"pp_size"`
-	TransferMode    string `json:"transfer_mode"`
-	TransferID      string `json:"transfer_id,omitempty"`
+	// NumTokens is the prompt length when RequestFinished was given it.
+	NumTokens    int    `json:"num_tokens,omitempty"`
+	TransferMode string `json:"transfer_mode"`
+	TransferID   string `json:"transfer_id,omitempty"`
 }
 
 // Prefill returns the prefill coordinates the params name, for

@@ -136,6 +136,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 		RemotePort:      p.engine.Port(),
 		TPSize:          p.engine.cfg.TPSize,
 		PPSize:          1,
+		NumTokens:       o.tokens,
 		TransferMode:    ModePush,
 		TransferID:      o.transferID,
 	}, nil
@@ -154,7 +155,7 @@ func (p *Producer) DrainFreed() []string {
 }
 
 // Stats returns a snapshot of the rank's counters.
-func (p *Producer) Stats() stats.Snapshot { return p.stats.Snapshot() }
+func (p *Producer) Stats() Stats { return p.stats.Snapshot() }
 
 // Close stops the writer: WRITEs in flight are cancelled and reported to
 // decode with PUSH_FAIL, as are registrations still waiting; every held

@@ -1,0 +1,105 @@
+// Package pushconn is the push connector: the decode engine registers its
+// destination blocks with the prefill engine as soon as it allocates them,
+// and the prefill rank that finishes the request WRITEs its KV blocks
+// straight into decode's memory, the way vLLM's NixlPushConnector does.
+// Compared with pull (package pullconn) the transfer starts the moment
+// prefill ends, without a round trip through the proxy and decode's
+// scheduler.
+//
+// Both engines create an Engine (their side channel and handshake client,
+// in push mode); every TP rank then runs, with its own NIXL agent, a
+// Consumer on decode or a Producer on prefill.
+//
+// Decode: Consumer.Register(id, prefill coordinates, block ids) returns at
+// once. In the background the rank handshakes with the prefill engine
+// (notification-only: it loads the metadata of the prefill ranks that write
+// into it, descriptors.Sources) and sends each of them a PUSH_REG
+// notification, "PUSH_REG:" + msgpack map, in exactly the wire format of
+// testdata/push_reg.json (keys request_id, decode_engine_id, decode_host,
+// decode_port, decode_tp_size, local_block_ids, remote_engine_id,
+// remote_host, remote_port, remote_tp_size, remote_pp_size, optional
+// transfer_id). The request is done when every one of those ranks has
+// sent its completion "<decode request id>:<prefill world size>" (the
+// WRITE's notification, which arrives after the data); it fails at once on
+// a PUSH_FAIL from any of them, and with ErrRegistrationTimeout when the
+// registration timeout (default 480 s) passes. Drain returns each request's
+// Result exactly once.
+//
+// Prefill: Producer.RequestFinished(id, block ids) holds the blocks and
+// returns the TransferParams. The rank's writer goroutine (the shared
+// poller) pairs registrations with finished requests in either order — by
+// transfer_id when both carry one, else by exact request id, else by the
+// ids with a trailing "-" and 8 hex digits stripped — so each request is
+// written once per decode rank it feeds (descriptors.Targets); duplicate
+// registrations are counted and dropped. On the first registration from a
+// decode engine it handshakes with that engine's side channel in the
+// background, holding only that engine's registrations. It maps both
+// layouts' block ids with descriptors.MapCoalesced (TP sizes and block
+// sizes may differ), posts the WRITE with the completion notification,
+// polls it, and frees the blocks (DrainFreed) when every WRITE has ended.
+// Finished blocks that no registration claims are freed when their lease
+// (default 30 s) ends; registrations whose request never finishes expire
+// after the registration timeout. The writer polls every millisecond only
+// while finished blocks wait for a registration or WRITEs are in flight;
+// otherwise it sleeps until woken by a registration, a finished request, an
+// engine step (DrainFreed) or a finished handshake, still progressing its
+// agent at the idle period (50 ms) as the native agent needs.
+//
+// A push engine paired with a pull engine is refused at the handshake, on
+// either side, with an error naming both modes (ErrIncompatible).
+//
+// # PUSH_FAIL
+//
+// vLLM never tells decode that a WRITE failed to post, so decode waits for
+// its registration timeout. This connector closes that gap: whenever a
+// prefill rank will not write a registered request it sends the decode
+// rank that registered it
+//
+//	"PUSH_FAIL:" + msgpack map {
+//	    "request_id":  str,  decode's request id, from the registration
+//	    "transfer_id": str,  the registration's transfer id; only when it had one
+//	    "engine_id":   str,  the prefill engine id
+//	    "rank":        int,  the prefill rank (pp rank * TP size + TP rank), >= 0
+//	    "kind":        str,  the step that failed (below)
+//	    "reason":      str,  what went wrong, for people; at most 1024 bytes
+//	}
+//
+// with the keys in that order and the most compact msgpack encodings, like
+// PUSH_REG. Kinds: "handshake" (the decode engine's side channel could not
+// be used), "layout" (the registration or the layouts do not map: other TP
+// size, several KV-cache groups, block lists of the wrong length, a rank
+// that does not write into the sender), "post" (the WRITE could not be
+// created or posted, or the completion of an empty registration could not
+// be sent), "transfer" (the WRITE failed in flight or outlived the write
+// timeout and was cancelled), "expired" (the request did not finish on
+// prefill within the registration timeout) and "closed" (the Producer was
+// closed first). Decoders must accept unknown kinds and skip unknown keys;
+// the other keys are required. Decode ends the request with a *PushError
+// (errors.Is(err, ErrPushFailed)). A PUSH_FAIL can only reach a decode rank
+// whose metadata prefill has loaded, so a failed handshake with the decode
+// engine is reported only by decode's own timeout
+// (push_fail_undeliverable counts these).
+//
+// # Metrics
+//
+// Each rank's Stats has the counters both connectors keep (transfers,
+// bytes, descriptors, transfer and post times, failed transfers,
+// notifications and handshakes, expired requests, unknown, late and
+// malformed notifications) and, in Extra: registrations_received,
+// registrations_sent, matched_exact, matched_stripped,
+// matched_transfer_id, duplicate_registrations, unmatched_expired,
+// push_fail_sent, push_fail_received, push_fail_undeliverable,
+// registration_timeouts, misdirected_registrations and handshakes. With a
+// Logger they are logged as one "KV Transfer metrics:" line every
+// StatsInterval.
+//
+// # Limits
+//
+// One KV-cache group per request; prefill pipeline-parallel size 1 (the
+// handshake payload names one agent per TP rank). With a prefix hit on
+// decode and prefill blocks larger than decode's, pass WithTokens to
+// RequestFinished. As in vLLM, nothing cancels the other prefill ranks' WRITEs
+// when one rank fails or decode times out: a failed request's blocks may
+// still receive a late WRITE, so an engine that reuses them at once accepts
+// that risk.
+package pushconn
