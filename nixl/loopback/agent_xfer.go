@@ -254,6 +254,9 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		a.mu.Unlock()
 		return nixl.StatusRepostActive, a.errorf(op, nixl.StatusRepostActive, "request %d is still in progress", h)
 	}
+	// The last posting's notification, if still held, goes out first, as
+	// NIXL checks the request before reposting it.
+	prev := takeHeldLocked(req)
 	if opts != nil && opts.Notif != nil {
 		req.notif, req.hasNotif = append([]byte{}, opts.Notif...), true
 	}
@@ -270,6 +273,7 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		req.status, req.err, req.observed = nixl.StatusRemoteDisconnect, err, true
 		a.forgetLocked(req.remote, req.gen)
 		a.mu.Unlock()
+		a.release(prev)
 		a.f.stats.disconnects.Add(1)
 		return nixl.StatusRemoteDisconnect, err
 	}
@@ -278,6 +282,7 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		err := a.errorf(op, fate.failPost, "%v to %q failed to post (injected fault)", req.op, req.remote)
 		req.status, req.err = fate.failPost, err
 		a.mu.Unlock()
+		a.release(prev)
 		a.f.stats.postsFailed.Add(1)
 		return fate.failPost, err
 	}
@@ -289,6 +294,7 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 		notif: req.notif, hasNotif: req.hasNotif, fate: fate,
 	}
 	a.mu.Unlock()
+	a.release(prev)
 	a.f.stats.posted.Add(1)
 
 	if !a.model.instant() {
@@ -326,6 +332,12 @@ func (a *Agent) XferStatus(h nixl.XferHandle) (nixl.Status, error) {
 		return nixl.StatusInvalidParam, a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
 	}
 	if req.status == nixl.StatusSuccess {
+		if req.held != nil && req.remote != a.name && a.peers[req.remote] == nil {
+			// Not yet seen done, and the peer is forgotten: as NIXL reports
+			// a transfer in flight to an invalidated peer.
+			a.mu.Unlock()
+			return nixl.StatusNotFound, a.errorf(op, nixl.StatusNotFound, "metadata of %q was invalidated during the transfer", req.remote)
+		}
 		held := takeHeldLocked(req)
 		a.mu.Unlock()
 		a.release(held)

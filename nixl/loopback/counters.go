@@ -36,7 +36,7 @@ type Counters struct {
 	NotifsDropped uint64
 	// NotifsDelayed counts notifications delayed by DelayNotif rules.
 	NotifsDelayed uint64
-	// Disconnects counts transfers and posts that ended in
+	// Disconnects counts transfers, posts and GenNotif calls that ended in
 	// nixl.ErrRemoteDisconnect because an agent was disconnected or closed.
 	Disconnects uint64
 }

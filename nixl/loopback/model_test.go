@@ -201,7 +201,7 @@ func TestReleaseCancels(t *testing.T) {
 // NOT_FOUND, as NIXL does; the transfer itself goes on.
 func TestInvalidateInFlight(t *testing.T) {
 	r := newRig(t, loopback.WithModel(loopback.FixedLatency(time.Millisecond)))
-	h := r.write(0, 64, "")
+	h := r.write(0, 64, "held")
 	_, err := r.a.PostXferReq(h, nil)
 	must(t, err)
 	must(t, r.a.InvalidateRemoteMD(r.b.Name()))
@@ -211,6 +211,14 @@ func TestInvalidateInFlight(t *testing.T) {
 	r.notifs() // progress
 	if !r.landed(0, 64) {
 		t.Error("the transfer stopped when its initiator forgot the target")
+	}
+	st, err = r.status(h)
+	wantStatus(t, "status after completion, peer still forgotten", st, err, nixl.StatusNotFound, nixl.ErrNotFound)
+	load(t, r.a, r.b)
+	st, err = r.status(h)
+	wantStatus(t, "status after reloading the peer", st, err, nixl.StatusSuccess, nil)
+	if got := fmt.Sprint(r.notifs()); got != "[held]" {
+		t.Errorf("notifications %s, want [held]", got)
 	}
 }
 
@@ -243,5 +251,24 @@ func TestModelString(t *testing.T) {
 		if got := m.String(); got != want {
 			t.Errorf("%+v.String() = %q, want %q", m, got, want)
 		}
+	}
+}
+
+// Reposting a request whose last transfer completed unseen sends the held
+// notification first.
+func TestRepostSendsHeldNotificationFirst(t *testing.T) {
+	r := newRig(t, loopback.WithModel(loopback.FixedLatency(time.Millisecond)))
+	h := r.write(0, 64, "first")
+	_, err := r.a.PostXferReq(h, nil)
+	must(t, err)
+	r.clock.Advance(time.Millisecond)
+	r.notifs() // the bytes land; the notification is held
+	_, err = r.a.PostXferReq(h, nixl.NotifOptions([]byte("second")))
+	must(t, err)
+	r.clock.Advance(time.Millisecond)
+	st, err := r.status(h)
+	wantStatus(t, "status", st, err, nixl.StatusSuccess, nil)
+	if got := fmt.Sprint(r.notifs()); got != "[first second]" {
+		t.Errorf("notifications %s, want [first second]", got)
 	}
 }
