@@ -15,8 +15,11 @@
 //
 // Like a NIXL agent without a progress thread, a fabric has no goroutines of
 // its own: transfers and notifications that are due are carried out whenever
-// any agent of the fabric is called (GetNotifs and XferStatus being the usual
-// polls). The errors returned are those of NIXL's nixlAgent for the same
+// an agent of the fabric is polled (GetNotifs, XferStatus, PostXferReq,
+// ReleaseXferReq). As with NIXL's UCX backend, the notification of a
+// transfer that did not complete inside PostXferReq leaves only when the
+// initiator sees the transfer done, so an initiator must poll its requests.
+// The errors returned are those of NIXL's nixlAgent for the same
 // mistakes, as [*nixl.Error] values that match nixl's sentinel errors; the
 // differences from the native agent are listed in the README section
 // "Testing without GPUs" and on the methods concerned.
