@@ -25,6 +25,8 @@ typedef int (*fn_dtod)(uint64_t, uint64_t, size_t);
 typedef int (*fn_memset)(uint64_t, unsigned char, size_t);
 typedef int (*fn_peer)(uint64_t, void*, uint64_t, void*, size_t);
 typedef int (*fn_errstr)(int, const char**);
+typedef int (*fn_can_peer)(int*, int, int);
+typedef int (*fn_enable_peer)(void*, unsigned int);
 
 static struct {
 	void *lib;
@@ -32,6 +34,7 @@ static struct {
 	fn_ctx_retain retain; fn_ctx_release release; fn_ctx_set set; fn_ctx_sync sync;
 	fn_alloc alloc; fn_free free_; fn_htod htod; fn_dtoh dtoh; fn_dtod dtod;
 	fn_memset memset_; fn_peer peer; fn_errstr errstr;
+	fn_can_peer can_peer; fn_enable_peer enable_peer;
 } cu;
 
 // cudamem_load returns 0 on success, -1 if the library is missing, -2 if a
@@ -47,6 +50,7 @@ static int cudamem_load(void) {
 	SYM(alloc, "cuMemAlloc_v2") SYM(free_, "cuMemFree_v2")
 	SYM(htod, "cuMemcpyHtoD_v2") SYM(dtoh, "cuMemcpyDtoH_v2") SYM(dtod, "cuMemcpyDtoD_v2")
 	SYM(memset_, "cuMemsetD8_v2") SYM(peer, "cuMemcpyPeer") SYM(errstr, "cuGetErrorString")
+	SYM(can_peer, "cuDeviceCanAccessPeer") SYM(enable_peer, "cuCtxEnablePeerAccess")
 #undef SYM
 	cu.lib = l;
 	return cu.init(0);
@@ -66,6 +70,12 @@ static int cm_dtoh(void *d, uint64_t s, size_t n) { return cu.dtoh(d, s, n); }
 static int cm_dtod(uint64_t d, uint64_t s, size_t n) { return cu.dtod(d, s, n); }
 static int cm_memset(uint64_t d, unsigned char v, size_t n) { return cu.memset_(d, v, n); }
 static int cm_peer(uint64_t d, void *dc, uint64_t s, void *sc, size_t n) { return cu.peer(d, dc, s, sc, n); }
+static int cm_can_peer(int *can, int a, int b) {
+	int da, db; int r = cu.dev_get(&da, a); if (r) return r;
+	r = cu.dev_get(&db, b); if (r) return r;
+	return cu.can_peer(can, da, db);
+}
+static int cm_enable_peer(void *peer) { return cu.enable_peer(peer, 0); }
 static const char *cm_errstr(int r) { const char *s = 0; if (cu.errstr) cu.errstr(r, &s); return s ? s : "unknown CUDA error"; }
 */
 import "C"
@@ -212,6 +222,45 @@ func CopyPeer(dst uint64, dstDev *Device, src uint64, srcDev *Device, n uint64) 
 		}
 		return C.cm_sync()
 	})
+}
+
+// SetCurrent makes the device's primary context current on the calling OS
+// thread and leaves it so. Native code that issues CUDA work without making a
+// context current itself (UCX on a thread Go picked) needs one there; callers
+// lock the goroutine to its thread first so the binding reaches the thread
+// they prepared.
+func (d *Device) SetCurrent() error { return check("cuCtxSetCurrent", C.cm_set(d.ctx)) }
+
+// CanAccessPeer reports whether device a can address device b's memory
+// directly (NVLink or PCIe peer to peer).
+func CanAccessPeer(a, b int) (bool, error) {
+	if err := load(); err != nil {
+		return false, err
+	}
+	var can C.int
+	if err := check("cuDeviceCanAccessPeer", C.cm_can_peer(&can, C.int(a), C.int(b))); err != nil {
+		return false, err
+	}
+	return can != 0, nil
+}
+
+// errPeerAccessAlreadyEnabled is CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
+const errPeerAccessAlreadyEnabled = 704
+
+// EnablePeerAccess lets kernels and copies issued in d's context address
+// peer's memory directly, so cuMemcpyPeer between them is a device-to-device
+// copy rather than one staged through the host. Enabling it twice is not an
+// error.
+func (d *Device) EnablePeerAccess(peer *Device) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := check("cuCtxSetCurrent", C.cm_set(d.ctx)); err != nil {
+		return err
+	}
+	if r := C.cm_enable_peer(peer.ctx); r != 0 && r != errPeerAccessAlreadyEnabled {
+		return check("cuCtxEnablePeerAccess", r)
+	}
+	return nil
 }
 
 // Close releases the primary context retained by Open.

@@ -42,3 +42,12 @@ func CopyPeer(dst uint64, dstDev *Device, src uint64, srcDev *Device, n uint64) 
 
 // Close returns nil in this build.
 func (d *Device) Close() error { return nil }
+
+// SetCurrent returns ErrUnavailable without the `cuda` build tag.
+func (d *Device) SetCurrent() error { return ErrUnavailable }
+
+// CanAccessPeer returns ErrUnavailable without the `cuda` build tag.
+func CanAccessPeer(a, b int) (bool, error) { return false, ErrUnavailable }
+
+// EnablePeerAccess returns ErrUnavailable without the `cuda` build tag.
+func (d *Device) EnablePeerAccess(peer *Device) error { return ErrUnavailable }

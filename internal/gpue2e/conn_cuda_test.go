@@ -1,0 +1,690 @@
+//go:build nixl && cuda
+
+package gpue2e
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/latency"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pullconn"
+	"github.com/gonixl/gonixl/pushconn"
+)
+
+// The connector runs put a prefill engine (one TP rank, this process, GPU
+// 0) and a decode engine (one TP rank, a peer process, GPU 0 or 1) around
+// the same Qwen3-32B-like KV cache as BenchmarkKV, 1024 blocks a side, and
+// 2k-token requests (128 blocks, 512 MiB of KV each). Blocks are handed out
+// in slots of one request; a request's blocks are a slot's, in order
+// (contiguous) or shuffled (fragmented). Decode checks the bytes of every
+// request, then zeroes its blocks, so a request that moved nothing cannot
+// pass on what an earlier one left behind.
+type connGeometry struct {
+	layers, blocks, reqBlocks int
+}
+
+func connGeom() connGeometry {
+	if useDRAM() {
+		return connGeometry{layers: 2, blocks: 64, reqBlocks: 8}
+	}
+	return connGeometry{layers: 64, blocks: 1024, reqBlocks: 128}
+}
+
+const (
+	modelName   = "qwen3-32b-like"
+	prefillSeed = 42
+)
+
+// pollInterval lets a run set both connectors' polling period
+// (GONIXL_E2E_POLL, a Go duration); zero keeps their defaults.
+func pollInterval() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("GONIXL_E2E_POLL"))
+	return d
+}
+
+// slotBlocks returns slot s's blocks, shuffled with seed when fragmented.
+func slotBlocks(g connGeometry, s int, fragmented bool, seed uint64) []int {
+	b := make([]int, g.reqBlocks)
+	for i := range b {
+		b[i] = s*g.reqBlocks + i
+	}
+	if fragmented {
+		rand.New(rand.NewPCG(seed, uint64(s))).Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+	}
+	return b
+}
+
+// Messages between the prefill process and a "decode" peer.
+type (
+	decodeHello struct {
+		Agent string `json:"agent"`
+	}
+	// loadMsg starts a request on decode: Load (pull) or Register (push).
+	loadMsg struct {
+		ID        string           `json:"id"`
+		Pull      *pullconn.Params `json:"pull,omitempty"`
+		Push      pushconn.Prefill `json:"push"`
+		Blocks    []int            `json:"blocks"`
+		SrcBlocks []int            `json:"src_blocks"`
+		Full      bool             `json:"full"`
+	}
+	// doneMsg is a request's end on decode: when (wall clock), how, and
+	// what the byte check found.
+	doneMsg struct {
+		ID      string `json:"id"`
+		EndNano int64  `json:"end"`
+		Err     string `json:"err,omitempty"`
+		Checked uint64 `json:"checked"`
+	}
+)
+
+// runDecode serves a "decode" peer: a decode engine with one Consumer in
+// GONIXL_PEER_MODE (pull or push) on device GONIXL_PEER_DEV.
+func runDecode() error {
+	c, err := ParentConn()
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { c.Send("error", err.Error()); return err }
+	mode, dev := os.Getenv("GONIXL_PEER_MODE"), envInt("GONIXL_PEER_DEV", 0)
+	g := connGeom()
+	m, err := openMemory(dev)
+	if err != nil {
+		return fail(err)
+	}
+	defer m.close()
+	size := kvBytes(g.layers, g.blocks)
+	base, err := m.alloc(size)
+	if err != nil {
+		return fail(err)
+	}
+	defer m.free(base)
+	if err := m.set(base, 0, size); err != nil {
+		return fail(err)
+	}
+	layout := kvLayout(m, base, g.layers, g.blocks)
+	name := fmt.Sprintf("decode-%s-gpu%d", mode, dev)
+	agent, err := newAgent(nil, name, m)
+	if err != nil {
+		return fail(err)
+	}
+	defer agent.Close()
+
+	type consumer interface {
+		Close() error
+		Pending() int
+	}
+	var cons consumer
+	var start func(loadMsg) error
+	var drain func() []doneMsg
+	ends := func(id string, err error) doneMsg {
+		d := doneMsg{ID: id, EndNano: time.Now().UnixNano()}
+		if err != nil {
+			d.Err = err.Error()
+		}
+		return d
+	}
+	poll := pollInterval()
+	switch mode {
+	case "pull":
+		e, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16})
+		if err != nil {
+			return fail(err)
+		}
+		defer e.Close()
+		pc, err := pullconn.NewConsumer(e, pullconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+		if err != nil {
+			return fail(err)
+		}
+		cons = pc
+		start = func(l loadMsg) error { return pc.Load(l.ID, *l.Pull, l.Blocks) }
+		drain = func() (out []doneMsg) {
+			for _, r := range pc.Drain() {
+				out = append(out, ends(r.RequestID, r.Err))
+			}
+			return out
+		}
+	case "push":
+		e, err := pushconn.NewEngine(pushconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16})
+		if err != nil {
+			return fail(err)
+		}
+		defer e.Close()
+		pc, err := pushconn.NewConsumer(e, pushconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+		if err != nil {
+			return fail(err)
+		}
+		cons = pc
+		start = func(l loadMsg) error { return pc.Register(l.ID, l.Push, [][]int{l.Blocks}) }
+		drain = func() (out []doneMsg) {
+			for _, r := range pc.Drain() {
+				out = append(out, ends(r.RequestID, r.Err))
+			}
+			return out
+		}
+	default:
+		return fail(fmt.Errorf("GONIXL_PEER_MODE is %q, want pull or push", mode))
+	}
+	defer cons.Close()
+	if err := c.Send("hello", decodeHello{Agent: name}); err != nil {
+		return err
+	}
+
+	var mu sync.Mutex
+	reqs := map[string]loadMsg{}
+	toCheck := make(chan doneMsg, 1024)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // drainer: stamps each end as soon as the connector reports it
+		defer wg.Done()
+		for {
+			for _, d := range drain() {
+				toCheck <- d
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Microsecond):
+			}
+		}
+	}()
+	go func() { // checker: bytes, then zero the blocks, then report
+		defer wg.Done()
+		for {
+			var d doneMsg
+			select {
+			case <-stop:
+				return
+			case d = <-toCheck:
+			}
+			mu.Lock()
+			l := reqs[d.ID]
+			delete(reqs, d.ID)
+			mu.Unlock()
+			if d.Err == "" {
+				spans := requestSpans(&layout, base, l)
+				for _, s := range spans {
+					d.Checked += s.Len
+				}
+				if err := checkPattern(m, prefillSeed, spans); err != nil {
+					d.Err = "bytes: " + err.Error()
+				}
+			}
+			for _, s := range requestSpans(&layout, base, loadMsg{Blocks: l.Blocks, SrcBlocks: l.SrcBlocks, Full: true}) {
+				m.set(s.Addr, 0, s.Len)
+			}
+			c.Send("done", d)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for {
+		msg, err := c.Recv(30 * time.Minute)
+		if err != nil {
+			return fmt.Errorf("parent gone: %w", err)
+		}
+		switch msg.Kind {
+		case "load":
+			var l loadMsg
+			if err := msg.Decode(&l); err != nil {
+				return fail(err)
+			}
+			mu.Lock()
+			reqs[l.ID] = l
+			mu.Unlock()
+			if err := start(l); err != nil {
+				mu.Lock()
+				delete(reqs, l.ID)
+				mu.Unlock()
+				c.Send("done", doneMsg{ID: l.ID, EndNano: time.Now().UnixNano(), Err: "start: " + err.Error()})
+			}
+		case "quit":
+			if n := cons.Pending(); n != 0 {
+				c.Send("error", fmt.Sprintf("%d requests still pending at quit", n))
+			}
+			return c.Send("bye", nil)
+		default:
+			return fail(fmt.Errorf("unknown command %q", msg.Kind))
+		}
+	}
+}
+
+// requestSpans returns the decode spans a request must fill, with the
+// prefill pattern offsets they must hold: every block of every region
+// (Full), or one block per region, a different one per region.
+func requestSpans(l *descriptors.Layout, base uint64, r loadMsg) []span {
+	var out []span
+	for reg := range l.NumRegions() {
+		for i := range r.Blocks {
+			if !r.Full && i != reg%len(r.Blocks) {
+				continue
+			}
+			d := l.BlockDesc(reg, r.Blocks[i])
+			// Prefill's layout is the same geometry from its own base.
+			pat := uint64(reg)*l.RegionLen() + uint64(r.SrcBlocks[i])*l.BlockLen()
+			out = append(out, span{Addr: d.Addr, PatOff: pat, Len: d.Len})
+		}
+	}
+	return out
+}
+
+// connFixture is a prefill rank in this process and a decode rank in a
+// peer, in one transfer mode.
+type connFixture struct {
+	mode   string
+	g      connGeometry
+	m      memory
+	base   uint64
+	agent  nixl.Agent
+	pullE  *pullconn.Engine
+	pullP  *pullconn.Producer
+	pushE  *pushconn.Engine
+	pushP  *pushconn.Producer
+	peer   *Peer
+	dones  chan doneMsg
+	errs   chan error
+	seq    int
+	closed bool
+}
+
+func newConnFixture(mode string, dev int) (*connFixture, error) {
+	f := &connFixture{mode: mode, g: connGeom(), dones: make(chan doneMsg, 4096), errs: make(chan error, 1)}
+	m, err := openMemory(0)
+	if err != nil {
+		return nil, err
+	}
+	f.m = m
+	size := kvBytes(f.g.layers, f.g.blocks)
+	if f.base, err = m.alloc(size); err != nil {
+		f.close()
+		return nil, err
+	}
+	if err := fillSpans(m, prefillSeed, []span{{Addr: f.base, PatOff: 0, Len: size}}); err != nil {
+		f.close()
+		return nil, err
+	}
+	layout := kvLayout(m, f.base, f.g.layers, f.g.blocks)
+	name := fmt.Sprintf("prefill-%s-gpu0", mode)
+	if f.agent, err = newAgent(nil, name, m); err != nil {
+		f.close()
+		return nil, err
+	}
+	poll := pollInterval()
+	switch mode {
+	case "pull":
+		if f.pullE, err = pullconn.NewEngine(pullconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16}); err == nil {
+			f.pullP, err = pullconn.NewProducer(f.pullE, pullconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+		}
+	case "push":
+		if f.pushE, err = pushconn.NewEngine(pushconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16}); err == nil {
+			f.pushP, err = pushconn.NewProducer(f.pushE, pushconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+		}
+	}
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	f.peer, err = StartPeer("TestGPUPeer", "decode", []string{"GONIXL_PEER_MODE=" + mode, "GONIXL_PEER_DEV=" + strconv.Itoa(dev)}, os.Stderr)
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	if err := f.peer.Conn().Expect(waitLimit, "hello", &decodeHello{}); err != nil {
+		f.close()
+		return nil, err
+	}
+	go func() {
+		for {
+			msg, err := f.peer.Conn().Recv(time.Hour)
+			if err != nil {
+				f.errs <- err
+				return
+			}
+			switch msg.Kind {
+			case "done":
+				var d doneMsg
+				if err := msg.Decode(&d); err != nil {
+					f.errs <- err
+					return
+				}
+				f.dones <- d
+			case "bye":
+				f.errs <- errBye
+				return
+			default:
+				var s string
+				msg.Decode(&s)
+				f.errs <- fmt.Errorf("decode peer: %s: %s", msg.Kind, s)
+				return
+			}
+		}
+	}()
+	return f, nil
+}
+
+var errBye = errors.New("decode peer said bye")
+
+func (f *connFixture) close() error {
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if f.peer != nil {
+		f.peer.Conn().Send("quit", nil)
+		select {
+		case err := <-f.errs:
+			if !errors.Is(err, errBye) {
+				keep(err)
+			}
+		case <-time.After(waitLimit):
+			keep(fmt.Errorf("decode peer did not say bye within %s", waitLimit))
+		}
+		keep(f.peer.Wait(waitLimit))
+	}
+	if f.pullP != nil {
+		keep(f.pullP.Close())
+	}
+	if f.pullE != nil {
+		keep(f.pullE.Close())
+	}
+	if f.pushP != nil {
+		keep(f.pushP.Close())
+	}
+	if f.pushE != nil {
+		keep(f.pushE.Close())
+	}
+	if f.agent != nil {
+		keep(f.agent.Close())
+	}
+	if f.base != 0 {
+		keep(f.m.free(f.base))
+	}
+	if f.m != nil {
+		keep(f.m.close())
+	}
+	return first
+}
+
+func (f *connFixture) drainFreed() []string {
+	if f.pullP != nil {
+		return f.pullP.DrainFreed()
+	}
+	return f.pushP.DrainFreed()
+}
+
+// runStats is what one run of requests measured.
+type runStats struct {
+	critical []time.Duration // prefill finished -> decode has every block
+	bytes    uint64          // checked on decode
+	stalls   int             // requests that waited for a free slot
+}
+
+// run sends n requests at rate per second. Each request's prefill compute
+// is prefillTime: push registers at the request's arrival and prefill
+// finishes prefillTime later; pull starts loading when prefill finishes.
+// fragEvery > 0 makes every fragEvery-th request fragmented; full checks
+// every byte instead of one block per region. It fails unless every
+// request ends exactly once, without error, with the right bytes, and
+// prefill frees every request exactly once.
+func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEvery int, full bool) (runStats, error) {
+	type event struct {
+		at  time.Time
+		k   int
+		fin bool
+	}
+	slots := f.g.blocks / f.g.reqBlocks
+	pFree, dFree := make([]int, 0, slots), make([]int, 0, slots)
+	for s := range slots {
+		pFree, dFree = append(pFree, s), append(dFree, (s+slots/2)%slots)
+	}
+	begin := time.Now().Add(5 * time.Millisecond)
+	var evs []event
+	for k := range n {
+		arrive := begin.Add(time.Duration(float64(k) / rate * float64(time.Second)))
+		if f.mode == "push" {
+			evs = append(evs, event{at: arrive, k: k})
+		}
+		evs = append(evs, event{at: arrive.Add(prefillTime), k: k, fin: true})
+	}
+	slices.SortStableFunc(evs, func(a, b event) int { return a.at.Compare(b.at) })
+
+	type req struct {
+		id           string
+		pSlot, dSlot int
+		pBlocks      []int
+		dBlocks      []int
+		t0           int64
+		frag         bool
+		ended, freed bool
+	}
+	reqs := make([]*req, n)
+	byID := map[string]*req{}
+	var st runStats
+	var failed []string
+	pending, unfreed := 0, 0
+	handle := func(d doneMsg) error {
+		r := byID[d.ID]
+		if r == nil || r.ended {
+			return fmt.Errorf("decode ended request %q twice or unknown", d.ID)
+		}
+		r.ended = true
+		pending--
+		dFree = append(dFree, r.dSlot)
+		if d.Err != "" {
+			failed = append(failed, d.ID+": "+d.Err)
+			return nil
+		}
+		st.critical = append(st.critical, time.Duration(d.EndNano-r.t0))
+		st.bytes += d.Checked
+		return nil
+	}
+	step := func(wait time.Duration) error {
+		for _, id := range f.drainFreed() {
+			r := byID[id]
+			if r == nil || r.freed {
+				return fmt.Errorf("prefill freed request %q twice or unknown", id)
+			}
+			r.freed = true
+			unfreed--
+			pFree = append(pFree, r.pSlot)
+		}
+		select {
+		case d := <-f.dones:
+			return handle(d)
+		case err := <-f.errs:
+			return err
+		case <-time.After(wait):
+			return nil
+		}
+	}
+	deadline := time.Now().Add(waitLimit + time.Duration(float64(n)/rate*float64(time.Second)))
+	// waitFor steps until cond holds.
+	waitFor := func(what string, cond func() bool) error {
+		for !cond() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not within the deadline", what)
+			}
+			if err := step(100 * time.Microsecond); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, ev := range evs {
+		for d := time.Until(ev.at); d > 0; d = time.Until(ev.at) {
+			if err := step(min(d, 200*time.Microsecond)); err != nil {
+				return st, err
+			}
+		}
+		r := reqs[ev.k]
+		if r == nil {
+			f.seq++
+			r = &req{id: fmt.Sprintf("req-%d-%s", f.seq, f.mode)}
+			reqs[ev.k], byID[r.id] = r, r
+			r.frag = fragEvery > 0 && ev.k%fragEvery == fragEvery-1
+			if len(dFree) == 0 {
+				st.stalls++
+			}
+			if err := waitFor("a free decode slot", func() bool { return len(dFree) > 0 }); err != nil {
+				return st, err
+			}
+			r.dSlot, dFree = dFree[0], dFree[1:]
+			r.dBlocks = slotBlocks(f.g, r.dSlot, r.frag, uint64(f.seq))
+		}
+		if f.mode == "push" && !ev.fin {
+			// The proxy hands decode the request; decode registers.
+			// The prefill slot is chosen now so decode knows the
+			// source blocks it checks against (prefill would choose
+			// them when it schedules the request).
+			if err := f.choosePrefill(r.frag, &pFree, &st, waitFor, r.dSlot, &r.pSlot, &r.pBlocks); err != nil {
+				return st, err
+			}
+			pending++
+			unfreed++
+			coords := f.pushE.Coordinates()
+			if err := f.peer.Conn().Send("load", loadMsg{ID: r.id, Push: coords, Blocks: r.dBlocks, SrcBlocks: r.pBlocks, Full: full}); err != nil {
+				return st, err
+			}
+			continue
+		}
+		if f.mode == "pull" {
+			if err := f.choosePrefill(r.frag, &pFree, &st, waitFor, r.dSlot, &r.pSlot, &r.pBlocks); err != nil {
+				return st, err
+			}
+		}
+		r.t0 = time.Now().UnixNano()
+		if f.mode == "push" {
+			if _, err := f.pushP.RequestFinished(r.id, r.pBlocks); err != nil {
+				return st, err
+			}
+			continue
+		}
+		params, err := f.pullP.RequestFinished(r.id, r.pBlocks)
+		if err != nil {
+			return st, err
+		}
+		pending++
+		unfreed++
+		if err := f.peer.Conn().Send("load", loadMsg{ID: r.id, Pull: &params, Blocks: r.dBlocks, SrcBlocks: r.pBlocks, Full: full}); err != nil {
+			return st, err
+		}
+	}
+	if err := waitFor("every request ended on decode and freed on prefill", func() bool { return pending == 0 && unfreed == 0 }); err != nil {
+		return st, fmt.Errorf("%w (%d pending, %d not freed)", err, pending, unfreed)
+	}
+	if len(failed) > 0 {
+		return st, fmt.Errorf("%d of %d requests failed, first: %s", len(failed), n, failed[0])
+	}
+	return st, nil
+}
+
+// choosePrefill takes a free prefill slot for a request.
+func (f *connFixture) choosePrefill(frag bool, pFree *[]int, st *runStats, waitFor func(string, func() bool) error, dSlot int, pSlot *int, pBlocks *[]int) error {
+	if len(*pFree) == 0 {
+		st.stalls++
+	}
+	if err := waitFor("a free prefill slot", func() bool { return len(*pFree) > 0 }); err != nil {
+		return err
+	}
+	*pSlot, *pFree = (*pFree)[0], (*pFree)[1:]
+	*pBlocks = slotBlocks(f.g, *pSlot, frag, uint64(dSlot)+1000)
+	return nil
+}
+
+var (
+	connMu       sync.Mutex
+	connFixtures = map[string]*connFixture{}
+)
+
+// sharedConn returns the fixture for mode with decode on device dev, shared
+// by the tests and benchmarks and closed after them.
+func sharedConn(tb testing.TB, mode string, dev int) *connFixture {
+	connMu.Lock()
+	defer connMu.Unlock()
+	key := fmt.Sprintf("%s-%d", mode, dev)
+	if f := connFixtures[key]; f != nil {
+		return f
+	}
+	f, err := newConnFixture(mode, dev)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	connFixtures[key] = f
+	afterTests = append(afterTests, func() {
+		if err := f.close(); err != nil {
+			fmt.Printf("closing the %s connector fixture: %v\n", key, err)
+		}
+	})
+	return f
+}
+
+// TestConnectors moves four requests through each connector with both KV
+// caches in VRAM, prefill on GPU 0 and decode in another process on GPU 0
+// and, when present, GPU 1; every byte of every request is checked on
+// decode, alternately contiguous and fragmented blocks.
+func TestConnectors(t *testing.T) {
+	needDevices(t, 1)
+	for _, dev := range benchDevices() {
+		for _, mode := range []string{"pull", "push"} {
+			t.Run(fmt.Sprintf("gpu0-gpu%d/%s", dev, mode), func(t *testing.T) {
+				f := sharedConn(t, mode, dev)
+				st, err := f.run(4, 20, 5*time.Millisecond, 2, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := f.g
+				l := kvLayout(f.m, 0, g.layers, g.blocks)
+				want := uint64(4*g.reqBlocks*2*g.layers) * l.BlockLen()
+				if st.bytes != want || len(st.critical) != 4 {
+					t.Fatalf("checked %d bytes of %d requests, want %d bytes of 4", st.bytes, len(st.critical), want)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCriticalPath sends b.N 2k-token requests at a fixed rate
+// through each connector and reports the critical path, from prefill
+// finishing a request to decode holding all its blocks (push: decode
+// registered at arrival, prefill WRITEs when done; pull: decode READs once
+// prefill's params reached it), as p50 and p99 in ms. Prefill compute is
+// 10 ms per request. Every request's bytes are checked on decode (one
+// block per region).
+func BenchmarkCriticalPath(b *testing.B) {
+	needDevices(b, 1)
+	for _, dev := range benchDevices() {
+		for _, rate := range []float64{10, 50, 200} {
+			for _, mode := range []string{"pull", "push"} {
+				b.Run(fmt.Sprintf("gpu0-gpu%d/rate=%g/%s", dev, rate, mode), func(b *testing.B) {
+					f := sharedConn(b, mode, dev)
+					b.ResetTimer()
+					st, err := f.run(b.N, rate, 10*time.Millisecond, 0, false)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+					sum := latency.Summarize(st.critical)
+					b.ReportMetric(ms(sum.P50), "p50_ms")
+					b.ReportMetric(ms(sum.P99), "p99_ms")
+					b.ReportMetric(float64(st.stalls), "stalls")
+				})
+			}
+		}
+	}
+}
