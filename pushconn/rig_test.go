@@ -32,26 +32,30 @@ type rigConfig struct {
 	clock              Clock
 	noProducers        bool
 	numBlocks          int // per region; default numBlocks
+	// newAgent creates the agents (default: loopback agents on the rig's
+	// fabric); the rig closes them.
+	newAgent func(t testing.TB, name string) nixl.Agent
 }
 
 // rig is one prefill and one decode engine on a loopback fabric, each TP
 // rank with its own agent and KV buffer.
 type rig struct {
-	t         *testing.T
+	t         testing.TB
 	fabric    *loopback.Fabric
 	clock     *lease.ManualClock
 	pre, dec  *Engine
 	producers []*Producer
 	consumers []*Consumer
-	preAgents []*loopback.Agent
-	decAgents []*loopback.Agent
+	agents    []nixl.Agent // closed by the rig
+	preAgents []nixl.Agent
+	decAgents []nixl.Agent
 	preLayout []descriptors.Layout
 	decLayout []descriptors.Layout
 }
 
 var rigStart = time.Unix(1_800_000_000, 0)
 
-func newRig(t *testing.T, rc rigConfig) *rig {
+func newRig(t testing.TB, rc rigConfig) *rig {
 	t.Helper()
 	if rc.preTP == 0 {
 		rc.preTP = 1
@@ -80,9 +84,16 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	require.NoError(t, err)
 	r.dec, err = NewEngine(EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: rc.decTP, BlockSize: rc.decBlock})
 	require.NoError(t, err)
-	mk := func(side string, tp, rank, block int) (*loopback.Agent, descriptors.Layout, RankConfig) {
-		a, err := f.NewAgent(fmt.Sprintf("%s-%d", side, rank))
-		require.NoError(t, err)
+	mk := func(side string, tp, rank, block int) (nixl.Agent, descriptors.Layout, RankConfig) {
+		var a nixl.Agent
+		name := fmt.Sprintf("%s-%d", side, rank)
+		if rc.newAgent != nil {
+			a = rc.newAgent(t, name)
+			r.agents = append(r.agents, a)
+		} else {
+			a, err = f.NewAgent(name)
+			require.NoError(t, err)
+		}
 		l := testLayout(t, tp, rank, block, rc.numBlocks)
 		cfg := RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}
 		if rc.rank != nil {
@@ -122,6 +133,9 @@ func (r *rig) close() {
 	}
 	require.NoError(r.t, r.pre.Close())
 	require.NoError(r.t, r.dec.Close())
+	for _, a := range r.agents {
+		require.NoError(r.t, a.Close())
+	}
 	for _, l := range append(append([]descriptors.Layout{}, r.preLayout...), r.decLayout...) {
 		freeLayout(l)
 	}
@@ -166,7 +180,7 @@ func kvByte(seed, region, head, token, b int) byte {
 
 // visit calls f for every byte of the first tokens tokens that blocks
 // (starting at token firstToken) hold on layout l.
-func visit(t *testing.T, l descriptors.Layout, blocks []int, firstToken, tokens int, f func(p *byte, region, head, token, b int)) {
+func visit(t testing.TB, l descriptors.Layout, blocks []int, firstToken, tokens int, f func(p *byte, region, head, token, b int)) {
 	t.Helper()
 	for region := range l.NumRegions() {
 		for i, blk := range blocks {
@@ -190,13 +204,13 @@ func visit(t *testing.T, l descriptors.Layout, blocks []int, firstToken, tokens 
 }
 
 // fill writes request seed's KV content into prefill blocks.
-func fill(t *testing.T, l descriptors.Layout, blocks []int, seed, tokens int) {
+func fill(t testing.TB, l descriptors.Layout, blocks []int, seed, tokens int) {
 	visit(t, l, blocks, 0, tokens, func(p *byte, region, head, token, b int) { *p = kvByte(seed, region, head, token, b) })
 }
 
 // check verifies decode blocks (after cached leading blocks) hold request
 // seed's KV content; it returns the bytes checked.
-func check(t *testing.T, l descriptors.Layout, blocks []int, cached, seed, tokens int) int {
+func check(t testing.TB, l descriptors.Layout, blocks []int, cached, seed, tokens int) int {
 	n := 0
 	var bad error
 	visit(t, l, blocks, cached*l.BlockTokens, tokens, func(p *byte, region, head, token, b int) {
@@ -210,12 +224,12 @@ func check(t *testing.T, l descriptors.Layout, blocks []int, cached, seed, token
 }
 
 // clear zeroes decode blocks so a later check proves a fresh copy.
-func zero(t *testing.T, l descriptors.Layout, blocks []int) {
+func zero(t testing.TB, l descriptors.Layout, blocks []int) {
 	visit(t, l, blocks, 0, 1<<30, func(p *byte, _, _, _, _ int) { *p = 0 })
 }
 
 // await returns the next n results of consumer c, failing after 10 s.
-func await(t *testing.T, c *Consumer, n int) []Result {
+func await(t testing.TB, c *Consumer, n int) []Result {
 	t.Helper()
 	var out []Result
 	deadline := time.After(10 * time.Second)
@@ -235,7 +249,7 @@ func await(t *testing.T, c *Consumer, n int) []Result {
 }
 
 // eventually polls cond every millisecond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -248,7 +262,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // freedOnce collects DrainFreed ids until want are all there and checks
 // that nothing is freed twice.
-func freedOnce(t *testing.T, p *Producer, want ...string) {
+func freedOnce(t testing.TB, p *Producer, want ...string) {
 	t.Helper()
 	seen := map[string]int{}
 	eventually(t, fmt.Sprintf("freed %v", want), func() bool {
@@ -273,7 +287,7 @@ func freedOnce(t *testing.T, p *Producer, want ...string) {
 	require.Equal(t, want2, seen, "each request freed exactly once")
 }
 
-func extra(t *testing.T, s interface{ Get(string) (uint64, bool) }, name string) uint64 {
+func extra(t testing.TB, s interface{ Get(string) (uint64, bool) }, name string) uint64 {
 	t.Helper()
 	v, ok := s.Get(name)
 	require.True(t, ok, "counter %s exists", name)
@@ -296,7 +310,7 @@ func isPushFail(err error, kind string) bool {
 // admitted waits until prefill rank p has received n registrations and
 // finished its handshake with the decode engine, so they are in its
 // matcher before anything the test does next.
-func admitted(t *testing.T, p *Producer, n uint64) {
+func admitted(t testing.TB, p *Producer, n uint64) {
 	t.Helper()
 	eventually(t, "registrations admitted", func() bool {
 		s := p.Stats()
