@@ -18,7 +18,7 @@ func Encode(v any) ([]byte, error) {
 
 // Decode reads one msgpack value from body into v. Trailing bytes, unknown
 // fields of the wrong type and truncated values are errors matching
-// ErrMalformed.
+// ErrMalformed, and so are shapes the decoder must not see (see checkShape).
 func Decode(body []byte, v any) (err error) {
 	defer func() {
 		// The decoder is not ours; a panic on hostile input must not
@@ -27,6 +27,9 @@ func Decode(body []byte, v any) (err error) {
 			err = fmt.Errorf("%w: decoder panicked: %v", ErrMalformed, r)
 		}
 	}()
+	if _, err := checkShape(body); err != nil {
+		return err
+	}
 	r := bytes.NewReader(body)
 	dec := msgpack.NewDecoder(r)
 	if err := dec.Decode(v); err != nil {
