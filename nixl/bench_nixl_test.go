@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -41,6 +43,7 @@ const (
 type benchSetup struct {
 	init, target *NativeAgent
 	notifs       int
+	inbox        Notifs // reused by poll when not nil
 }
 
 func newBenchSetup(b testing.TB, size int) (*benchSetup, *Buffer, *Buffer) {
@@ -48,22 +51,38 @@ func newBenchSetup(b testing.TB, size int) (*benchSetup, *Buffer, *Buffer) {
 	return &benchSetup{init: p.init, target: p.target}, p.initBuf, p.tgtBuf
 }
 
+// poll progresses the target once and counts the notifications it got.
+func (s *benchSetup) poll(tb testing.TB) {
+	if s.inbox == nil {
+		n, err := s.target.GetNotifs(nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s.notifs += n.Count()
+		return
+	}
+	n, err := s.target.AppendNotifs(s.inbox, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if m := n[s.init.name]; len(m) > 0 {
+		s.notifs += len(m)
+		n[s.init.name] = m[:0]
+	}
+}
+
 // waitDone polls req on the initiator and progresses the target until the
 // transfer completes, counting the target's notifications.
-func (s *benchSetup) waitDone(b testing.TB, req XferHandle) {
+func (s *benchSetup) waitDone(tb testing.TB, req XferHandle) {
 	for {
 		st, err := s.init.XferStatus(req)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		if st == StatusSuccess {
 			return
 		}
-		n, err := s.target.GetNotifs(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.notifs += n.Count()
+		s.poll(tb)
 	}
 }
 
@@ -97,14 +116,28 @@ func write64MiB(tb testing.TB) (one func(), bytes int64) {
 }
 
 // roundTrip4KiB sets up the 4 KiB round trip and returns one operation of
-// it, already run once, and its size in bytes.
+// it, already run once, and its size in bytes. The target is polled with
+// AppendNotifs into one reused map, as cbench reuses its nixl_notifs_t.
 func roundTrip4KiB(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, true)
+}
+
+// roundTrip4KiBGetNotifs is roundTrip4KiB polling with GetNotifs, which
+// returns a new map whenever something arrived (the Agent interface's way).
+func roundTrip4KiBGetNotifs(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, false)
+}
+
+func roundTrip(tb testing.TB, reuse bool) (one func(), bytes int64) {
 	s, src, dst := newBenchSetup(tb, rtLen)
 	req, err := s.init.CreateXferReq(Write, dram(src.Desc(0, rtLen)), dram(dst.Desc(0, rtLen)), s.target.Name(), NotifOptions([]byte("rt")))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { s.init.ReleaseXferReq(req) })
+	if reuse {
+		s.inbox = Notifs{}
+	}
 	one = func() {
 		want := s.notifs + 1
 		if _, err := s.init.PostXferReq(req, nil); err != nil {
@@ -112,11 +145,7 @@ func roundTrip4KiB(tb testing.TB) (one func(), bytes int64) {
 		}
 		s.waitDone(tb, req)
 		for s.notifs < want {
-			n, err := s.target.GetNotifs(nil)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			s.notifs += n.Count()
+			s.poll(tb)
 		}
 	}
 	one()
@@ -124,26 +153,53 @@ func roundTrip4KiB(tb testing.TB) (one func(), bytes int64) {
 	return one, rtLen
 }
 
+// benchGo runs a workload on a goroutine locked to its OS thread, as a
+// polling goroutine should be (see the package documentation): otherwise the
+// Go scheduler moves it between threads, and UCX's shared-memory copies lose
+// their cache.
 func benchGo(b *testing.B, workload func(testing.TB) (func(), int64)) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	benchGoUnpinned(b, workload)
+}
+
+func benchGoUnpinned(b *testing.B, workload func(testing.TB) (func(), int64)) {
 	one, bytes := workload(b)
 	b.SetBytes(bytes)
 	b.ResetTimer()
+	cpu := processCPU()
 	for range b.N {
 		one()
 	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU returns the user plus system time of the whole process, the
+// same measure cbench reports, which a busy shared machine disturbs less
+// than wall time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkWrite64MiB: go is this binding, cpp the same transfer through
-// nixl.h (testdata/cbench), measured in the same run.
+// nixl.h (testdata/cbench), measured in the same run; go-unpinned polls
+// from a goroutine not locked to its OS thread.
 func BenchmarkWrite64MiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, write64MiB) })
+	b.Run("go-unpinned", func(b *testing.B) { benchGoUnpinned(b, write64MiB) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "write64m") })
 }
 
 // BenchmarkRoundTrip4KiB: post, completion and notification of a 4 KiB
-// WRITE; go against cpp as for BenchmarkWrite64MiB.
+// WRITE; go (polling with AppendNotifs into a reused map, as cbench does)
+// and go-getnotifs (a new map per delivery) against cpp.
 func BenchmarkRoundTrip4KiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiB) })
+	b.Run("go-getnotifs", func(b *testing.B) { benchGo(b, roundTrip4KiBGetNotifs) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4k") })
 }
 
@@ -151,10 +207,11 @@ func BenchmarkRoundTrip4KiB(b *testing.B) {
 // timing, which excludes process start and setup as the Go side does.
 func benchCpp(b *testing.B, name string) {
 	bin := cbenchBinary(b)
-	ns, bytes := runCbench(b, bin, name, b.N)
-	perOp := float64(ns) / float64(b.N)
+	r := runCbench(b, bin, name, b.N)
+	perOp := float64(r.ns) / float64(b.N)
 	b.ReportMetric(perOp, "ns/op")
-	b.ReportMetric(float64(bytes)*1e3/perOp, "MB/s")
+	b.ReportMetric(float64(r.bytes)*1e3/perOp, "MB/s")
+	b.ReportMetric(float64(r.cpuNs)/float64(b.N), "cpu-ns/op")
 }
 
 var cbench struct {
@@ -232,11 +289,16 @@ func cgoFlags(file string) (cxx, ld []string, err error) {
 	return cxx, ld, sc.Err()
 }
 
-var cbenchResult = regexp.MustCompile(`(?m)^RESULT (\S+) (\d+) (\d+) (\d+)$`)
+var cbenchResult = regexp.MustCompile(`(?m)^RESULT (\S+) (\d+) (\d+) (\d+) (\d+)$`)
 
-// runCbench runs one C++ benchmark and returns its total time in ns for n
-// operations and the bytes of one operation.
-func runCbench(tb testing.TB, bin, name string, n int) (ns, bytes int64) {
+// cbenchRun is what cbench reports for one run: wall and process CPU time
+// of all operations, and the bytes of one operation.
+type cbenchRun struct {
+	ns, cpuNs, bytes int64
+}
+
+// runCbench runs one C++ benchmark for n operations.
+func runCbench(tb testing.TB, bin, name string, n int) cbenchRun {
 	cmd := exec.Command(bin, name, strconv.Itoa(n))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -246,14 +308,16 @@ func runCbench(tb testing.TB, bin, name string, n int) (ns, bytes int64) {
 	if m == nil || string(m[1]) != name || string(m[2]) != strconv.Itoa(n) {
 		tb.Fatalf("unexpected output from %s %s %d:\n%s", bin, name, n, out)
 	}
-	ns, _ = strconv.ParseInt(string(m[3]), 10, 64)
-	bytes, _ = strconv.ParseInt(string(m[4]), 10, 64)
-	return ns, bytes
+	var r cbenchRun
+	r.ns, _ = strconv.ParseInt(string(m[3]), 10, 64)
+	r.bytes, _ = strconv.ParseInt(string(m[4]), 10, 64)
+	r.cpuNs, _ = strconv.ParseInt(string(m[5]), 10, 64)
+	return r
 }
 
 // TestCompareWithCpp measures the binding against NIXL's C++ API on the same
 // transfers, alternating Go and C++ runs, and logs the medians and the
-// Go/C++ ratio. It only reports (timing is never asserted) and runs only
+// Go/C++ ratio. The Go side polls from a goroutine locked to its thread. It only reports (timing is never asserted) and runs only
 // when selected, e.g. go test -tags nixl -run TestCompareWithCpp -v ./nixl/.
 func TestCompareWithCpp(t *testing.T) {
 	if f := flag.Lookup("test.run"); f == nil || !strings.Contains(f.Value.String(), "CompareWithCpp") {
@@ -271,32 +335,51 @@ func TestCompareWithCpp(t *testing.T) {
 		workload func(testing.TB) (func(), int64)
 	}{
 		{"Write64MiB (1024 x 64 KiB)", "write64m", 30, write64MiB},
-		{"RoundTrip4KiB (post + done + notif)", "roundtrip4k", 20000, roundTrip4KiB},
+		{"RoundTrip4KiB (post + done + notif), AppendNotifs", "roundtrip4k", 20000, roundTrip4KiB},
+		{"RoundTrip4KiB (post + done + notif), GetNotifs", "roundtrip4k", 20000, roundTrip4KiBGetNotifs},
 	} {
-		var goNs, cppNs []float64
+		var goNs, cppNs, goCPU, cppCPU []float64
 		var bytes int64
 		for round := range rounds {
 			// A subtest per round, so each round's agents and buffers are
 			// released before the next.
 			t.Run(fmt.Sprintf("%s/%d", c.cpp, round), func(t *testing.T) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
 				one, _ := c.workload(t)
+				cpu := processCPU()
 				start := time.Now()
 				for range c.n {
 					one()
 				}
 				goNs = append(goNs, float64(time.Since(start).Nanoseconds())/float64(c.n))
+				goCPU = append(goCPU, float64((processCPU()-cpu).Nanoseconds())/float64(c.n))
 			})
-			ns, by := runCbench(t, bin, c.cpp, c.n)
-			cppNs = append(cppNs, float64(ns)/float64(c.n))
-			bytes = by
+			r := runCbench(t, bin, c.cpp, c.n)
+			cppNs = append(cppNs, float64(r.ns)/float64(c.n))
+			cppCPU = append(cppCPU, float64(r.cpuNs)/float64(c.n))
+			bytes = r.bytes
 		}
 		if len(goNs) != rounds {
 			t.Fatalf("%s: a Go round failed", c.name)
 		}
 		g, cp := median(goNs), median(cppNs)
-		t.Logf("%-38s go %12s/op %9.1f MB/s | cpp %12s/op %9.1f MB/s | go/cpp time %.3f (%d rounds of %d ops, medians)",
-			c.name, time.Duration(g), float64(bytes)*1e3/g, time.Duration(cp), float64(bytes)*1e3/cp, g/cp, rounds, c.n)
+		gc, cc := median(goCPU), median(cppCPU)
+		t.Logf("%s, %d rounds of %d ops, medians:", c.name, rounds, c.n)
+		t.Logf("  wall: go %s/op (%.0f MB/s), cpp %s/op (%.0f MB/s), go/cpp %.3f",
+			time.Duration(g), float64(bytes)*1e3/g, time.Duration(cp), float64(bytes)*1e3/cp, g/cp)
+		t.Logf("  cpu:  go %s/op, cpp %s/op, go/cpp %.3f", time.Duration(gc), time.Duration(cc), gc/cc)
+		t.Logf("  wall per round: go %s", fmtDurations(goNs))
+		t.Logf("                 cpp %s", fmtDurations(cppNs))
 	}
+}
+
+func fmtDurations(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = time.Duration(x).String()
+	}
+	return strings.Join(parts, " ")
 }
 
 func median(v []float64) float64 {

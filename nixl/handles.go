@@ -12,10 +12,13 @@ import (
 //
 // Each entry has its own read-write lock: calls that use a handle hold it
 // for reading, and freeing holds it for writing, so a request can never be
-// freed while another goroutine is inside a NIXL call with it.
+// freed while another goroutine is inside a NIXL call with it. A table whose
+// every use is already serialised by its owner (serial) skips the locking
+// on the hot path, acquire and done.
 type handleTable struct {
-	mu sync.Mutex
-	m  map[uint64]*handleEntry
+	serial bool
+	mu     sync.RWMutex
+	m      map[uint64]*handleEntry
 }
 
 type handleEntry struct {
@@ -41,11 +44,14 @@ func (t *handleTable) add(ptr uintptr) uint64 {
 }
 
 // acquire returns the live entry for id, locked for reading, or nil. The
-// caller must call done on it.
+// caller must pass it to done.
 func (t *handleTable) acquire(id uint64) *handleEntry {
-	t.mu.Lock()
+	if t.serial {
+		return t.m[id]
+	}
+	t.mu.RLock()
 	e := t.m[id]
-	t.mu.Unlock()
+	t.mu.RUnlock()
 	if e == nil {
 		return nil
 	}
@@ -57,7 +63,12 @@ func (t *handleTable) acquire(id uint64) *handleEntry {
 	return e
 }
 
-func (e *handleEntry) done() { e.mu.RUnlock() }
+// done ends a use of an entry returned by acquire.
+func (t *handleTable) done(e *handleEntry) {
+	if !t.serial {
+		e.mu.RUnlock()
+	}
+}
 
 // free calls release on id's pointer while no one else uses it, and forgets
 // the handle if release succeeds (a failed release leaves the handle live,

@@ -18,7 +18,7 @@ func TestHandleTableLifecycle(t *testing.T) {
 	e := tab.acquire(h)
 	require.NotNil(t, e)
 	assert.Equal(t, uintptr(0x1000), e.ptr)
-	e.done()
+	tab.done(e)
 
 	var freed []uintptr
 	s, found := tab.free(h, func(p uintptr) Status { freed = append(freed, p); return StatusSuccess })
@@ -40,7 +40,7 @@ func TestHandleTableFailedFreeKeepsHandle(t *testing.T) {
 	assert.Equal(t, StatusRepostActive, s)
 	e := tab.acquire(h)
 	require.NotNil(t, e, "a request NIXL could not release is still live")
-	e.done()
+	tab.done(e)
 }
 
 func TestHandlesAreUniqueAcrossTables(t *testing.T) {
@@ -68,7 +68,7 @@ func TestHandleFreeWaitsForUsers(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	assert.False(t, released.Load(), "free ran while the handle was in use")
-	e.done()
+	tab.done(e)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -88,12 +88,26 @@ func TestHandleTableConcurrentFreeOnce(t *testing.T) {
 			defer wg.Done()
 			tab.free(h, func(uintptr) Status { calls.Add(1); return StatusSuccess })
 			if e := tab.acquire(h); e != nil {
-				e.done()
+				tab.done(e)
 			}
 		}()
 	}
 	wg.Wait()
 	assert.Equal(t, int32(1), calls.Load())
+}
+
+func TestSerialHandleTable(t *testing.T) {
+	tab := handleTable{serial: true}
+	h := tab.add(0x5000)
+	e := tab.acquire(h)
+	require.NotNil(t, e)
+	assert.Equal(t, uintptr(0x5000), e.ptr)
+	tab.done(e)
+	_, found := tab.free(h, func(uintptr) Status { return StatusSuccess })
+	assert.True(t, found)
+	assert.Nil(t, tab.acquire(h))
+	_, found = tab.free(h, func(uintptr) Status { t.Fatal("freed twice"); return 0 })
+	assert.False(t, found)
 }
 
 func TestHandleTableDrain(t *testing.T) {

@@ -17,7 +17,7 @@ func (a *NativeAgent) AvailPlugins() ([]string, error) {
 	}
 	defer a.exit()
 	b, s := shimAvailPlugins(a.agent)
-	if err := check(op, s, ""); err != nil {
+	if err := check(op, s, nil); err != nil {
 		return nil, err
 	}
 	names, err := decodeStrings(b)
@@ -38,7 +38,7 @@ func (a *NativeAgent) PluginParams(plugin string) ([]MemType, map[string]string,
 	}
 	defer a.exit()
 	b, s := shimPluginParams(a.agent, plugin)
-	if err := check(op, s, "plugin %q (see AvailPlugins)", plugin); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("plugin %q (see AvailPlugins)", plugin) }); err != nil {
 		return nil, nil, err
 	}
 	mems, params, err := decodeMemsParams(b)
@@ -68,7 +68,7 @@ func (a *NativeAgent) CreateBackend(plugin string, params map[string]string) err
 		return &Error{Op: op, Status: StatusInvalidParam, Msg: fmt.Sprintf("agent %q already has a %q backend", a.name, plugin)}
 	}
 	h, s := shimCreateBackend(a.agent, plugin, encodeParams(params))
-	if err := check(op, s, "backend %q on agent %q", plugin, a.name); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("backend %q on agent %q", plugin, a.name) }); err != nil {
 		return err
 	}
 	a.backends[plugin] = h
@@ -89,7 +89,7 @@ func (a *NativeAgent) BackendParams(backend string) ([]MemType, map[string]strin
 		return nil, nil, err
 	}
 	b, s := shimBackendParams(a.agent, o.backends[0])
-	if err := check(op, s, "backend %q", backend); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("backend %q", backend) }); err != nil {
 		return nil, nil, err
 	}
 	mems, params, err := decodeMemsParams(b)

@@ -2,6 +2,8 @@
 
 package nixl
 
+import "fmt"
+
 // LocalMD returns this agent's metadata: its name, backends' connection
 // info and registered memory, for peers to pass to LoadRemoteMD
 // (nixlAgent::getLocalMD).
@@ -12,7 +14,7 @@ func (a *NativeAgent) LocalMD() ([]byte, error) {
 	}
 	defer a.exit()
 	md, s := shimLocalMD(a.agent)
-	if err := check(op, s, "agent %q", a.name); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) }); err != nil {
 		return nil, err
 	}
 	return md, nil
@@ -36,7 +38,9 @@ func (a *NativeAgent) LocalPartialMD(descs RegList, opts *Options) ([]byte, erro
 		return nil, err
 	}
 	md, s := shimLocalPartialMD(a.agent, descs, o)
-	if err := check(op, s, "%d %s descriptors of agent %q (registered?)", len(descs.Descs), descs.Mem, a.name); err != nil {
+	if err := check(op, s, func() string {
+		return fmt.Sprintf("%d %s descriptors of agent %q (registered?)", len(descs.Descs), descs.Mem, a.name)
+	}); err != nil {
 		return nil, err
 	}
 	return md, nil
@@ -52,7 +56,7 @@ func (a *NativeAgent) LoadRemoteMD(md []byte) (string, error) {
 	}
 	defer a.exit()
 	name, s := shimLoadRemoteMD(a.agent, md)
-	if err := check(op, s, "%d bytes of metadata", len(md)); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("%d bytes of metadata", len(md)) }); err != nil {
 		return "", err
 	}
 	return name, nil
@@ -66,7 +70,7 @@ func (a *NativeAgent) InvalidateRemoteMD(remote string) error {
 		return err
 	}
 	defer a.exit()
-	return check(op, shimInvalidateRemoteMD(a.agent, remote), "remote agent %q", remote)
+	return check(op, shimInvalidateRemoteMD(a.agent, remote), func() string { return fmt.Sprintf("remote agent %q", remote) })
 }
 
 // CheckRemoteMD reports whether the peer's metadata is loaded and, when
@@ -81,7 +85,9 @@ func (a *NativeAgent) CheckRemoteMD(remote string, descs XferList) error {
 	if err := checkMem(op, descs.Mem); err != nil {
 		return err
 	}
-	return check(op, shimCheckRemoteMD(a.agent, remote, descs), "remote agent %q, %d %s descriptors", remote, len(descs.Descs), descs.Mem)
+	return check(op, shimCheckRemoteMD(a.agent, remote, descs), func() string {
+		return fmt.Sprintf("remote agent %q, %d %s descriptors", remote, len(descs.Descs), descs.Mem)
+	})
 }
 
 // SendLocalMD sends this agent's metadata to the listener of the peer at
@@ -98,7 +104,7 @@ func (a *NativeAgent) SendLocalMD(opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimSendLocalMD(a.agent, o), "agent %q", a.name)
+	return check(op, shimSendLocalMD(a.agent, o), func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 
 // SendLocalPartialMD sends metadata covering descs, as LocalPartialMD
@@ -118,7 +124,9 @@ func (a *NativeAgent) SendLocalPartialMD(descs RegList, opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimSendLocalPartialMD(a.agent, descs, o), "%d %s descriptors of agent %q", len(descs.Descs), descs.Mem, a.name)
+	return check(op, shimSendLocalPartialMD(a.agent, descs, o), func() string {
+		return fmt.Sprintf("%d %s descriptors of agent %q", len(descs.Descs), descs.Mem, a.name)
+	})
 }
 
 // FetchRemoteMD asks the listener at opts.IPAddr/opts.Port (or the metadata
@@ -135,7 +143,7 @@ func (a *NativeAgent) FetchRemoteMD(remote string, opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimFetchRemoteMD(a.agent, remote, o), "remote agent %q", remote)
+	return check(op, shimFetchRemoteMD(a.agent, remote, o), func() string { return fmt.Sprintf("remote agent %q", remote) })
 }
 
 // InvalidateLocalMD tells the peer at opts.IPAddr/opts.Port, or the metadata
@@ -150,7 +158,7 @@ func (a *NativeAgent) InvalidateLocalMD(opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimInvalidateLocalMD(a.agent, o), "agent %q", a.name)
+	return check(op, shimInvalidateLocalMD(a.agent, o), func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 
 // MakeConnection connects to a peer whose metadata is loaded now rather than
@@ -166,5 +174,5 @@ func (a *NativeAgent) MakeConnection(remote string, opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimMakeConnection(a.agent, remote, o), "remote agent %q (metadata loaded?)", remote)
+	return check(op, shimMakeConnection(a.agent, remote, o), func() string { return fmt.Sprintf("remote agent %q (metadata loaded?)", remote) })
 }

@@ -2,6 +2,8 @@
 
 package nixl
 
+import "fmt"
+
 // RegisterMem registers memory with the agent's backends
 // (nixlAgent::registerMem): DRAM and VRAM by address, length and device id,
 // FILE by file descriptor (DevID) with Addr as offset, BLK and OBJ as their
@@ -23,7 +25,9 @@ func (a *NativeAgent) RegisterMem(descs RegList, opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimRegisterMem(a.agent, descs, o), "%d %s descriptors on agent %q", len(descs.Descs), descs.Mem, a.name)
+	return check(op, shimRegisterMem(a.agent, descs, o), func() string {
+		return fmt.Sprintf("%d %s descriptors on agent %q", len(descs.Descs), descs.Mem, a.name)
+	})
 }
 
 // DeregisterMem undoes RegisterMem (nixlAgent::deregisterMem); each
@@ -41,7 +45,9 @@ func (a *NativeAgent) DeregisterMem(descs RegList, opts *Options) error {
 	if err != nil {
 		return err
 	}
-	return check(op, shimDeregisterMem(a.agent, descs, o), "%d %s descriptors on agent %q", len(descs.Descs), descs.Mem, a.name)
+	return check(op, shimDeregisterMem(a.agent, descs, o), func() string {
+		return fmt.Sprintf("%d %s descriptors on agent %q", len(descs.Descs), descs.Mem, a.name)
+	})
 }
 
 // QueryMem asks a backend about memory or storage (nixlAgent::queryMem),
@@ -62,7 +68,7 @@ func (a *NativeAgent) QueryMem(descs RegList, opts *Options) ([]map[string]strin
 		return nil, err
 	}
 	b, s := shimQueryMem(a.agent, descs, o)
-	if err := check(op, s, "%d %s descriptors", len(descs.Descs), descs.Mem); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("%d %s descriptors", len(descs.Descs), descs.Mem) }); err != nil {
 		return nil, err
 	}
 	resp, err := decodeQuery(b)

@@ -22,20 +22,25 @@ type NativeAgent struct {
 	name string
 	cfg  Config
 
-	// life is held for reading by every call and for writing by Close, so
-	// Close waits for calls in flight and no call starts on a deleted agent.
+	// Calls hold call (under SyncNone, where NIXL does no locking and gonixl
+	// serialises the calls) or life for reading (otherwise); Close holds
+	// both, so it waits for calls in flight and no call starts on a deleted
+	// agent. closed is written under both and read under either.
+	serial bool
+	call   sync.Mutex
 	life   sync.RWMutex
 	closed bool
 	agent  uintptr // nixlAgent*
-
-	serial bool       // SyncNone: NIXL does no locking, so gonixl does
-	call   sync.Mutex // serialises calls when serial
 
 	bmu      sync.RWMutex
 	backends map[string]uintptr // backend name (its plugin type) -> nixlBackendH*
 
 	xfers  handleTable // XferHandle -> nixlXferReqH*
 	dlists handleTable // DlistHandle -> nixlDlistH*
+
+	notifMu sync.Mutex        // one GetNotifs at a time
+	scratch notifScratch      // C buffer GetNotifs results are written to
+	names   map[string]string // interned sender names
 }
 
 var quietUCXSignals sync.Once
@@ -68,12 +73,17 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 	if s != StatusSuccess {
 		return nil, &Error{Op: op, Status: failed(s), Msg: fmt.Sprintf("creating agent %q", name)}
 	}
+	serial := cfg.SyncMode == SyncNone
 	return &NativeAgent{
 		name:     name,
 		cfg:      cfg,
 		agent:    ptr,
-		serial:   cfg.SyncMode == SyncNone,
+		serial:   serial,
+		xfers:    handleTable{serial: serial},
+		dlists:   handleTable{serial: serial},
 		backends: make(map[string]uintptr),
+		scratch:  newNotifScratch(),
+		names:    make(map[string]string),
 	}, nil
 }
 
@@ -94,15 +104,22 @@ func (a *NativeAgent) Name() string { return a.name }
 func (a *NativeAgent) Config() Config { return a.cfg }
 
 // enter starts a call: it fails with ErrClosed after Close, and otherwise
-// holds the agent alive (and serialised, under SyncNone) until exit.
+// holds the agent alive until exit. Under SyncNone a single mutex both
+// serialises the calls and keeps Close out; otherwise calls share a read
+// lock that Close takes for writing.
 func (a *NativeAgent) enter(op string) error {
+	if a.serial {
+		a.call.Lock()
+		if a.closed {
+			a.call.Unlock()
+			return a.closedError(op)
+		}
+		return nil
+	}
 	a.life.RLock()
 	if a.closed {
 		a.life.RUnlock()
-		return fmt.Errorf("nixl: %s on agent %q: %w", op, a.name, ErrClosed)
-	}
-	if a.serial {
-		a.call.Lock()
+		return a.closedError(op)
 	}
 	return nil
 }
@@ -110,17 +127,27 @@ func (a *NativeAgent) enter(op string) error {
 func (a *NativeAgent) exit() {
 	if a.serial {
 		a.call.Unlock()
+		return
 	}
 	a.life.RUnlock()
 }
 
+func (a *NativeAgent) closedError(op string) error {
+	return fmt.Errorf("nixl: %s on agent %q: %w", op, a.name, ErrClosed)
+}
+
 // check turns a status into the Go result: nil for success and in-progress,
-// an *Error naming op and the context for failures.
-func check(op string, s Status, format string, args ...any) error {
+// an *Error naming op and, from detail, the context for failures. detail
+// runs only on failure, so the success path formats and allocates nothing.
+func check(op string, s Status, detail func() string) error {
 	if !s.IsError() {
 		return nil
 	}
-	return &Error{Op: op, Status: s, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{Op: op, Status: s}
+	if detail != nil {
+		e.Msg = detail()
+	}
+	return e
 }
 
 // options resolves opts for the shim. Backend names must name backends
@@ -177,6 +204,8 @@ func checkMem(op string, m MemType) error {
 func (a *NativeAgent) Close() error {
 	a.life.Lock()
 	defer a.life.Unlock()
+	a.call.Lock()
+	defer a.call.Unlock()
 	if a.closed {
 		return nil
 	}
@@ -196,6 +225,9 @@ func (a *NativeAgent) Close() error {
 		errs = append(errs, &Error{Op: "nixlAgent::~nixlAgent", Status: s, Msg: fmt.Sprintf("destroying agent %q", a.name)})
 	}
 	a.agent = 0
+	a.notifMu.Lock()
+	a.scratch.free()
+	a.notifMu.Unlock()
 	a.bmu.Lock()
 	a.backends = nil
 	a.bmu.Unlock()

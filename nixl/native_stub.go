@@ -166,6 +166,11 @@ func (a *NativeAgent) GetNotifs(opts *Options) (Notifs, error) {
 	return nil, unavailable("nixlAgent::getNotifs")
 }
 
+// AppendNotifs wraps nixlAgent::getNotifs; unavailable in this build.
+func (a *NativeAgent) AppendNotifs(dst Notifs, opts *Options) (Notifs, error) {
+	return dst, unavailable("nixlAgent::getNotifs")
+}
+
 // GenNotif wraps nixlAgent::genNotif; unavailable in this build.
 func (a *NativeAgent) GenNotif(remote string, msg []byte, opts *Options) error {
 	return unavailable("nixlAgent::genNotif")

@@ -31,7 +31,9 @@ func (a *NativeAgent) PrepXferDlist(remote string, descs XferList, opts *Options
 		return 0, err
 	}
 	ptr, s := shimPrepXferDlist(a.agent, remote, descs, o)
-	if err := check(op, s, "%d %s descriptors of %s", len(descs.Descs), descs.Mem, side(remote)); err != nil {
+	if err := check(op, s, func() string {
+		return fmt.Sprintf("%d %s descriptors of %s", len(descs.Descs), descs.Mem, side(remote))
+	}); err != nil {
 		return 0, err
 	}
 	return DlistHandle(a.dlists.add(ptr)), nil
@@ -57,7 +59,7 @@ func (a *NativeAgent) ReleaseDlistHandle(h DlistHandle) error {
 	if !found {
 		return a.badHandle(op, "prepared list", uint64(h))
 	}
-	return check(op, s, "prepared list %d", h)
+	return check(op, s, func() string { return fmt.Sprintf("prepared list %d", h) })
 }
 
 func (a *NativeAgent) badHandle(op, kind string, h uint64) error {
@@ -109,16 +111,18 @@ func (a *NativeAgent) MakeXferReq(op XferOp, local DlistHandle, localIdx []int, 
 	if le == nil {
 		return 0, a.badHandle(name, "local prepared list", uint64(local))
 	}
-	defer le.done()
+	defer a.dlists.done(le)
 	re := le
 	if remote != local {
 		if re = a.dlists.acquire(uint64(remote)); re == nil {
 			return 0, a.badHandle(name, "remote prepared list", uint64(remote))
 		}
-		defer re.done()
+		defer a.dlists.done(re)
 	}
 	ptr, s := shimMakeXferReq(a.agent, op, le.ptr, li, re.ptr, ri, o)
-	if err := check(name, s, "%s of %d local and %d remote indices", op, len(localIdx), len(remoteIdx)); err != nil {
+	if err := check(name, s, func() string {
+		return fmt.Sprintf("%s of %d local and %d remote indices", op, len(localIdx), len(remoteIdx))
+	}); err != nil {
 		return 0, err
 	}
 	return XferHandle(a.xfers.add(ptr)), nil
@@ -148,8 +152,9 @@ func (a *NativeAgent) CreateXferReq(op XferOp, local, remote XferList, remoteAge
 		return 0, err
 	}
 	ptr, s := shimCreateXferReq(a.agent, op, local, remote, remoteAgent, o)
-	if err := check(name, s, "%s of %d %s descriptors to %d %s descriptors of agent %q", op,
-		len(local.Descs), local.Mem, len(remote.Descs), remote.Mem, remoteAgent); err != nil {
+	if err := check(name, s, func() string {
+		return fmt.Sprintf("%s of %d %s descriptors to %d %s descriptors of agent %q", op, len(local.Descs), local.Mem, len(remote.Descs), remote.Mem, remoteAgent)
+	}); err != nil {
 		return 0, err
 	}
 	return XferHandle(a.xfers.add(ptr)), nil
@@ -172,9 +177,9 @@ func (a *NativeAgent) EstimateXferCost(req XferHandle, opts *Options) (XferCost,
 	if e == nil {
 		return XferCost{}, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer e.done()
+	defer a.xfers.done(e)
 	cost, s := shimEstimateXferCost(a.agent, e.ptr, o)
-	if err := check(op, s, "transfer %d", req); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("transfer %d", req) }); err != nil {
 		return XferCost{}, err
 	}
 	return cost, nil
@@ -200,9 +205,9 @@ func (a *NativeAgent) PostXferReq(req XferHandle, opts *Options) (Status, error)
 	if e == nil {
 		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer e.done()
+	defer a.xfers.done(e)
 	s := shimPostXferReq(a.agent, e.ptr, o)
-	return s, check(op, s, "transfer %d", req)
+	return s, check(op, s, func() string { return fmt.Sprintf("transfer %d", req) })
 }
 
 // XferStatus returns StatusInProgress or StatusSuccess, or the error that
@@ -218,9 +223,9 @@ func (a *NativeAgent) XferStatus(req XferHandle) (Status, error) {
 	if e == nil {
 		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer e.done()
+	defer a.xfers.done(e)
 	s := shimXferStatus(a.agent, e.ptr)
-	return s, check(op, s, "transfer %d", req)
+	return s, check(op, s, func() string { return fmt.Sprintf("transfer %d", req) })
 }
 
 // QueryXferBackend returns the name of the backend NIXL chose for a request
@@ -235,9 +240,9 @@ func (a *NativeAgent) QueryXferBackend(req XferHandle) (string, error) {
 	if e == nil {
 		return "", a.badHandle(op, "transfer", uint64(req))
 	}
-	defer e.done()
+	defer a.xfers.done(e)
 	b, s := shimQueryXferBackend(a.agent, e.ptr)
-	if err := check(op, s, "transfer %d", req); err != nil {
+	if err := check(op, s, func() string { return fmt.Sprintf("transfer %d", req) }); err != nil {
 		return "", err
 	}
 	name, ok := a.backendName(b)
@@ -261,7 +266,7 @@ func (a *NativeAgent) XferTelemetry(req XferHandle) (XferTelemetry, error) {
 	if e == nil {
 		return XferTelemetry{}, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer e.done()
+	defer a.xfers.done(e)
 	t, s := shimXferTelemetry(a.agent, e.ptr)
 	switch {
 	case s == StatusSuccess:
@@ -287,5 +292,5 @@ func (a *NativeAgent) ReleaseXferReq(req XferHandle) error {
 	if !found {
 		return a.badHandle(op, "transfer", uint64(req))
 	}
-	return check(op, s, "transfer %d could not be cancelled", req)
+	return check(op, s, func() string { return fmt.Sprintf("transfer %d could not be cancelled", req) })
 }

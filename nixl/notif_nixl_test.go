@@ -78,3 +78,29 @@ func TestNativeGetNotifsWithoutNotifyingBackend(t *testing.T) {
 	_, err := a.GetNotifs(nil)
 	require.ErrorIs(t, err, ErrBackend, "an agent with no backend that supports notifications")
 }
+
+func TestNativeAppendNotifsReusesTheMap(t *testing.T) {
+	p := newPeers(t, 4096, Config{})
+	for _, m := range []string{"a", "b", "c"} {
+		require.NoError(t, p.init.GenNotif(p.target.Name(), []byte(m), nil))
+	}
+	inbox := Notifs{"earlier": {[]byte("kept")}}
+	eventually(t, "three notifications appended", func() bool {
+		var err error
+		inbox, err = p.target.AppendNotifs(inbox, nil)
+		require.NoError(t, err)
+		return len(inbox[p.init.Name()]) >= 3
+	}, p.init)
+	assert.Equal(t, Notifs{
+		"earlier":     {[]byte("kept")},
+		p.init.Name(): {[]byte("a"), []byte("b"), []byte("c")},
+	}, inbox)
+
+	// Nothing new: the map comes back unchanged, and a nil map stays nil.
+	same, err := p.target.AppendNotifs(inbox, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 4, same.Count())
+	none, err := p.target.AppendNotifs(nil, nil)
+	require.NoError(t, err)
+	assert.Nil(t, none)
+}

@@ -462,26 +462,46 @@ int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req) {
 	    [&] { return agentOf(agent)->releaseXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
 }
 
-int nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, nixlgo_buf *out) {
-	return guard([&] {
-		out->data = nullptr;
-		out->len = 0;
+nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
+                                       size_t scratch_cap) {
+	nixlgo_notifs_result r{0, nullptr, 0};
+	r.status = guard([&] {
 		nixl_opt_args_t args;
 		nixl_notifs_t notifs;
 		// getNotifs may fail for one backend and still return what the others
 		// delivered, so the notifications are handed over whatever the status.
 		nixl_status_t s = agentOf(agent)->getNotifs(notifs, optArgs(opts, args));
 		if (notifs.empty()) return s;
-		encoder e;
-		e.u64(notifs.size());
+		size_t size = 8;
 		for (const auto &kv : notifs) {
-			e.bytes(kv.first);
-			e.u64(kv.second.size());
-			for (const auto &m : kv.second) e.bytes(m);
+			size += 16 + kv.first.size();
+			for (const auto &m : kv.second) size += 8 + m.size();
 		}
-		e.finish(out);
+		char *dst = reinterpret_cast<char *>(scratch);
+		if (size > scratch_cap || dst == nullptr) {
+			dst = static_cast<char *>(std::malloc(size));
+			if (dst == nullptr) throw std::bad_alloc();
+		}
+		char *w = dst;
+		auto u64 = [&w](uint64_t v) {
+			for (int i = 0; i < 8; i++) *w++ = static_cast<char>((v >> (8 * i)) & 0xff);
+		};
+		auto bytes = [&](const std::string &v) {
+			u64(v.size());
+			if (!v.empty()) std::memcpy(w, v.data(), v.size());
+			w += v.size();
+		};
+		u64(notifs.size());
+		for (const auto &kv : notifs) {
+			bytes(kv.first);
+			u64(kv.second.size());
+			for (const auto &m : kv.second) bytes(m);
+		}
+		r.data = dst;
+		r.len = size;
 		return s;
 	});
+	return r;
 }
 
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,

@@ -161,8 +161,18 @@ int nixlgo_query_xfer_backend(uintptr_t agent, uintptr_t req, uintptr_t *backend
 int nixlgo_get_xfer_telemetry(uintptr_t agent, uintptr_t req, nixlgo_telemetry *out);
 int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req);
 
-/* Notifications. */
-int nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, nixlgo_buf *out);
+/* Notifications. nixlgo_get_notifs writes the "notifs" encoding into the
+ * caller's C buffer scratch when it fits (then data == scratch), else into
+ * a malloc'd buffer the caller frees; data is NULL when there are none. It
+ * returns a struct, not through pointers, to keep the polling path free of
+ * cgo pointer checks and allocations. */
+typedef struct {
+	int status;
+	char *data;
+	size_t len;
+} nixlgo_notifs_result;
+nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
+                                       size_t scratch_cap);
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts);
 

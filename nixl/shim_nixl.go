@@ -41,7 +41,6 @@ package nixl
 #cgo noescape nixlgo_post_xfer_req
 #cgo noescape nixlgo_query_xfer_backend
 #cgo noescape nixlgo_get_xfer_telemetry
-#cgo noescape nixlgo_get_notifs
 #cgo noescape nixlgo_gen_notif
 
 #cgo nocallback nixlgo_agent_new
@@ -413,10 +412,39 @@ func shimReleaseXferReq(agent, req uintptr) Status {
 	return Status(C.nixlgo_release_xfer_req(C.uintptr_t(agent), C.uintptr_t(req)))
 }
 
-func shimGetNotifs(agent uintptr, o *shimOpts) ([]byte, Status) {
-	var out C.nixlgo_buf
-	s := C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), &out)
-	return takeBuf(out), Status(s)
+// notifScratch is C memory that nixlgo_get_notifs writes small results
+// into, so that polling for notifications needs no malloc and free in C.
+type notifScratch struct {
+	ptr unsafe.Pointer
+	cap int
+}
+
+const notifScratchSize = 64 << 10
+
+func newNotifScratch() notifScratch {
+	return notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize}
+}
+
+func (s *notifScratch) free() {
+	if s.ptr != nil {
+		C.free(s.ptr)
+		s.ptr = nil
+	}
+}
+
+// shimGetNotifs returns a Go copy of the encoded notifications. The caller
+// must not call it concurrently with the same scratch.
+func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) ([]byte, Status) {
+	r := C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap))
+	if r.data == nil {
+		return nil, Status(r.status)
+	}
+	out := make([]byte, int(r.len))
+	copy(out, unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.len)))
+	if unsafe.Pointer(r.data) != scratch.ptr {
+		C.free(unsafe.Pointer(r.data))
+	}
+	return out, Status(r.status)
 }
 
 func shimGenNotif(agent uintptr, remote string, msg []byte, o *shimOpts) Status {

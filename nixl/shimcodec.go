@@ -154,38 +154,61 @@ func decodeQuery(b []byte) ([]map[string]string, error) {
 	return out, r.end()
 }
 
-// decodeNotifs decodes a "notifs" buffer. The messages are sub-slices of b,
-// so b must be a Go copy that nothing else writes to.
-func decodeNotifs(b []byte) (Notifs, error) {
+// decodeNotifs decodes a "notifs" buffer into a new map. The messages are
+// sub-slices of b, so b must be a Go copy that nothing else writes to.
+// intern, when not nil, turns sender names into strings, so that a poller
+// can reuse them instead of allocating one per call.
+func decodeNotifs(b []byte, intern func([]byte) string) (Notifs, error) {
 	if len(b) == 0 {
 		return nil, nil
+	}
+	return appendNotifs(nil, b, intern)
+}
+
+// appendNotifs decodes a "notifs" buffer into dst, appending to the message
+// lists already there, and returns dst (a new map if dst is nil). On error
+// dst may hold part of the buffer's messages.
+func appendNotifs(dst Notifs, b []byte, intern func([]byte) string) (Notifs, error) {
+	if len(b) == 0 {
+		return dst, nil
 	}
 	r := shimReader{b}
 	agents, err := r.count(16)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make(Notifs, agents)
+	if dst == nil {
+		dst = make(Notifs, agents)
+	}
 	for range agents {
 		name, err := r.bytes()
 		if err != nil {
-			return nil, err
+			return dst, err
 		}
 		n, err := r.count(8)
 		if err != nil {
-			return nil, err
+			return dst, err
 		}
-		msgs := make([][]byte, 0, n)
+		var sender string
+		if intern != nil {
+			sender = intern(name)
+		} else {
+			sender = string(name)
+		}
+		msgs := dst[sender]
+		if msgs == nil {
+			msgs = make([][]byte, 0, n)
+		}
 		for range n {
 			m, err := r.bytes()
 			if err != nil {
-				return nil, err
+				return dst, err
 			}
 			msgs = append(msgs, m)
 		}
-		out[string(name)] = append(out[string(name)], msgs...)
+		dst[sender] = msgs
 	}
-	return out, r.end()
+	return dst, r.end()
 }
 
 // encodeParams encodes a parameter map for the shim, keys sorted so that

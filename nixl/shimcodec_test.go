@@ -53,7 +53,7 @@ func TestDecodeNotifs(t *testing.T) {
 	b := shimBuf{}.u64(2).
 		str("prefill-0").u64(2).str("req-1:2").str("").
 		str("prefill-1").u64(1).str("req-1:2")
-	got, err := decodeNotifs(b)
+	got, err := decodeNotifs(b, nil)
 	require.NoError(t, err)
 	assert.Equal(t, Notifs{
 		"prefill-0": {[]byte("req-1:2"), []byte("")},
@@ -65,9 +65,30 @@ func TestDecodeNotifs(t *testing.T) {
 	m := got["prefill-0"][0]
 	assert.Equal(t, len(m), cap(m))
 
-	none, err := decodeNotifs(nil)
+	interned := 0
+	withIntern, err := decodeNotifs(b, func(n []byte) string { interned++; return "x" + string(n) })
+	require.NoError(t, err)
+	assert.Equal(t, 2, interned)
+	assert.Len(t, withIntern["xprefill-0"], 2)
+
+	none, err := decodeNotifs(nil, nil)
 	require.NoError(t, err)
 	assert.Nil(t, none)
+}
+
+func TestAppendNotifsReusesTheCallersMap(t *testing.T) {
+	dst := Notifs{"prefill-0": make([][]byte, 1, 8)}
+	dst["prefill-0"][0] = []byte("earlier")
+	arr := &dst["prefill-0"][:1][0]
+	b := shimBuf{}.u64(2).str("prefill-0").u64(1).str("later").str("prefill-1").u64(1).str("x")
+	got, err := appendNotifs(dst, b, nil)
+	require.NoError(t, err)
+	assert.Equal(t, Notifs{"prefill-0": {[]byte("earlier"), []byte("later")}, "prefill-1": {[]byte("x")}}, got)
+	assert.Same(t, arr, &dst["prefill-0"][0], "the existing slice's array is reused")
+	got["prefill-0"] = got["prefill-0"][:0]
+	got, err = appendNotifs(got, nil, nil)
+	require.NoError(t, err)
+	assert.Empty(t, got["prefill-0"])
 }
 
 func TestDecodersRejectMalformedBuffers(t *testing.T) {
@@ -83,7 +104,7 @@ func TestDecodersRejectMalformedBuffers(t *testing.T) {
 	}
 	_, _, err := decodeMemsParams(shimBuf{}.u64(1).u64(0).u64(1).str("k"))
 	assert.ErrorIs(t, err, errShimEncoding)
-	_, err = decodeNotifs(shimBuf{}.u64(1).str("a").u64(2).str("m"))
+	_, err = decodeNotifs(shimBuf{}.u64(1).str("a").u64(2).str("m"), nil)
 	assert.ErrorIs(t, err, errShimEncoding)
 }
 
@@ -110,7 +131,7 @@ func FuzzDecodeNotifs(f *testing.F) {
 	f.Add([]byte(shimBuf{}.u64(1 << 62)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		n, err := decodeNotifs(b)
+		n, err := decodeNotifs(b, nil)
 		_, _ = decodeStrings(b)
 		_, _, _ = decodeMemsParams(b)
 		_, _ = decodeQuery(b)

@@ -66,9 +66,11 @@ func TestStubMethodsReturnUnavailable(t *testing.T) {
 	collect(a.ReleaseXferReq(1))
 	_, err = a.GetNotifs(nil)
 	collect(err)
+	_, err = a.AppendNotifs(nil, nil)
+	collect(err)
 	collect(a.GenNotif("b", []byte("m"), nil))
 
-	require.Len(t, errs, 29)
+	require.Len(t, errs, 30)
 	for i, err := range errs {
 		assert.True(t, errors.Is(err, ErrUnavailable), "call %d: %v", i, err)
 		assert.Contains(t, err.Error(), "nixlAgent::", "call %d names the NIXL call", i)

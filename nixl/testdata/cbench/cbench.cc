@@ -4,7 +4,9 @@
 // which builds and runs this program). It is not part of the Go build.
 //
 // Usage: cbench write64m|roundtrip4k ITERATIONS
-// Output: one line "RESULT <name> <iterations> <total ns> <bytes per op>".
+// Output: one line "RESULT <name> <iterations> <total ns> <bytes per op>
+// <process CPU ns>", the CPU time being user plus system time of the whole
+// process over the timed loop.
 //
 // The setup matches the Go side: two agents in one process, no progress
 // thread, a UCX backend with ucx_error_handling_mode=none on each, DRAM
@@ -13,6 +15,7 @@
 #include <nixl.h>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -22,6 +25,13 @@
 #include <vector>
 
 namespace {
+
+long long cpuNs() {
+	rusage ru{};
+	getrusage(RUSAGE_SELF, &ru);
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
+}
 
 void must(nixl_status_t s, const char *what) {
 	if (s != NIXL_SUCCESS) {
@@ -100,10 +110,12 @@ long long write64m(long long iters) {
 		must(init.agent.releaseXferReq(req), "releaseXferReq");
 	};
 	one();  // connection setup, outside the timing, as in the Go benchmark
+	long long cpu = cpuNs();
 	auto start = std::chrono::steady_clock::now();
 	for (long long i = 0; i < iters; i++) one();
 	auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-	std::printf("RESULT write64m %lld %lld %zu\n", iters, static_cast<long long>(ns), size);
+	cpu = cpuNs() - cpu;
+	std::printf("RESULT write64m %lld %lld %zu %lld\n", iters, static_cast<long long>(ns), size, cpu);
 	return ns;
 }
 
@@ -130,11 +142,13 @@ long long roundtrip4k(long long iters) {
 		}
 	};
 	one();
+	long long cpu = cpuNs();
 	auto start = std::chrono::steady_clock::now();
 	for (long long i = 0; i < iters; i++) one();
 	auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+	cpu = cpuNs() - cpu;
 	must(init.agent.releaseXferReq(req), "releaseXferReq");
-	std::printf("RESULT roundtrip4k %lld %lld %zu\n", iters, static_cast<long long>(ns), len);
+	std::printf("RESULT roundtrip4k %lld %lld %zu %lld\n", iters, static_cast<long long>(ns), len, cpu);
 	return ns;
 }
 
