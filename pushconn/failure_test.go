@@ -9,6 +9,7 @@ import (
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	"github.com/gonixl/gonixl/pullconn"
 )
 
 // registrationFrom returns the PUSH_REG bytes decode rank 0 sends for id.
@@ -340,4 +341,55 @@ func TestCloseEndsEverythingOnce(t *testing.T) {
 	require.Len(t, res, 1)
 	require.ErrorIs(t, res[0].Err, ErrClosed)
 	require.ErrorIs(t, c.Register("x", r.pre.Coordinates(), [][]int{{1}}), ErrClosed)
+}
+
+func TestPullPrefillRefusedByPushDecode(t *testing.T) {
+	// A real pull prefill engine with a rank: the push decode engine refuses
+	// it at the handshake, naming both modes, and sends nothing.
+	f, err := loopback.NewFabric()
+	require.NoError(t, err)
+	defer f.Close()
+	pe, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "pull-prefill", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	require.NoError(t, err)
+	defer pe.Close()
+	a, err := f.NewAgent("pull-prefill-0")
+	require.NoError(t, err)
+	l := testLayout(t, 1, 0, 16, numBlocks)
+	defer freeLayout(l)
+	pp, err := pullconn.NewProducer(pe, pullconn.RankConfig{Agent: a, Layout: l})
+	require.NoError(t, err)
+	defer pp.Close()
+
+	r := newRig(t, rigConfig{noProducers: true})
+	c := r.consumers[0]
+	require.NoError(t, c.Register("mm", Prefill{EngineID: "pull-prefill", Host: pe.Host(), Port: pe.Port(), TPSize: 1, PPSize: 1}, [][]int{{1}}))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrIncompatible)
+	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "push", remote "pull"`)
+	require.Zero(t, extra(t, c.Stats(), "registrations_sent"))
+	require.Equal(t, uint64(1), pe.Stats().FailedHandshakes, "the pull engine refused us too")
+}
+
+func TestPushPrefillRefusedByPullDecode(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	de, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "pull-decode", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	require.NoError(t, err)
+	defer de.Close()
+	a, err := r.fabric.NewAgent("pull-decode-0")
+	require.NoError(t, err)
+	l := testLayout(t, 1, 0, 16, numBlocks)
+	defer freeLayout(l)
+	pc, err := pullconn.NewConsumer(de, pullconn.RankConfig{Agent: a, Layout: l})
+	require.NoError(t, err)
+	defer pc.Close()
+	params := pullconn.Params{
+		DoRemotePrefill: true, RemoteBlockIDs: []int{0}, RemoteEngineID: r.pre.ID(), RemoteRequestID: "x",
+		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), TPSize: 1, TransferMode: "pull",
+	}
+	require.NoError(t, pc.Load("x", params, []int{0}))
+	var res []pullconn.Result
+	eventually(t, "pull result", func() bool { res = append(res, pc.Drain()...); return len(res) == 1 })
+	require.ErrorIs(t, res[0].Err, ErrIncompatible)
+	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "pull", remote "push"`)
+	require.Equal(t, uint64(1), r.pre.Stats().FailedHandshakes, "the push engine refused it too")
 }

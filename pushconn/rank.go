@@ -40,39 +40,3 @@ func startStatsLog(cfg RankConfig, log *zap.Logger, s *stats.Set) func() {
 	}
 	return stats.StartLogger(log, cfg.StatsInterval, s)
 }
-
-// pushCounters are the counters the push connector keeps besides the
-// shared ones; both sides register all of them so their lines read alike.
-type pushCounters struct {
-	regsReceived  *stats.Counter
-	regsSent      *stats.Counter
-	matchedExact  *stats.Counter
-	matchedStrip  *stats.Counter
-	matchedXferID *stats.Counter
-	duplicates    *stats.Counter
-	unmatchedExp  *stats.Counter
-	failSent      *stats.Counter
-	failReceived  *stats.Counter
-	failUndeliver *stats.Counter
-	timeouts      *stats.Counter
-	misdirected   *stats.Counter
-	handshakes    *stats.Counter
-}
-
-func newPushCounters(s *stats.Set) *pushCounters {
-	return &pushCounters{
-		regsReceived:  s.Counter("registrations_received", "PUSH_REG registrations received and decoded (prefill)."),
-		regsSent:      s.Counter("registrations_sent", "PUSH_REG registrations sent to prefill ranks (decode)."),
-		matchedExact:  s.Counter("matched_exact", "Registrations matched to finished blocks by exact request id."),
-		matchedStrip:  s.Counter("matched_stripped", "Registrations matched by request id without its -xxxxxxxx suffix."),
-		matchedXferID: s.Counter("matched_transfer_id", "Registrations matched by transfer id."),
-		duplicates:    s.Counter("duplicate_registrations", "Registrations dropped as duplicates of one pending or already written."),
-		unmatchedExp:  s.Counter("unmatched_expired", "Registrations whose request never finished within the registration timeout."),
-		failSent:      s.Counter("push_fail_sent", "PUSH_FAIL notifications sent to decode."),
-		failReceived:  s.Counter("push_fail_received", "PUSH_FAIL notifications received from prefill."),
-		failUndeliver: s.Counter("push_fail_undeliverable", "PUSH_FAIL notifications that could not be sent."),
-		timeouts:      s.Counter("registration_timeouts", "Decode requests failed at the registration timeout."),
-		misdirected:   s.Counter("misdirected_registrations", "Registrations for another engine or from an agent this rank does not write to."),
-		handshakes:    s.Counter("handshakes", "Side-channel handshakes with peer engines that succeeded."),
-	}
-}
