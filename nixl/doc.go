@@ -8,6 +8,25 @@
 // that matches [ErrUnavailable]; the pure-Go agent in nixl/loopback implements
 // the same interface for tests and demos.
 //
+// # Building with NIXL
+//
+// With `-tags nixl` the package compiles a small extern "C" shim (shim.cc)
+// against nixl.h and links -lnixl -lnixl_build. By default it looks in
+// /opt/nvidia/nvda_nixl (include/, and lib/x86_64-linux-gnu, lib, lib64 with
+// an rpath to each). Flags in CGO_CXXFLAGS and CGO_LDFLAGS come first, so
+// another installation is used with, for example,
+//
+//	CGO_CXXFLAGS="-I$NIXL/include" CGO_LDFLAGS="-L$NIXL/lib -Wl,-rpath,$NIXL/lib" go build -tags nixl
+//
+// NIXL finds its backend plugins in $NIXL_PLUGIN_DIR, else in plugins/ next
+// to libnixl.so.
+//
+// Every method of [NativeAgent] wraps one nixlAgent call and names it in its
+// documentation. Failures are *[Error] values carrying the call, NIXL's
+// status and context, matching the status's sentinel with errors.Is;
+// StatusInProgress is a result, not an error. A C++ exception never crosses
+// into Go: the shim reports it as [StatusUnknown].
+//
 // # Signals
 //
 // UCX installs handlers for SIGSEGV and SIGBUS, which the Go runtime owns: a
@@ -17,8 +36,22 @@
 //
 // # Concurrency
 //
-// All methods of [NativeAgent] may be called from several goroutines; NIXL's
-// own thread-sync mode ([Config.SyncMode]) decides how the C++ agent itself
-// serialises them. Close is idempotent, waits for calls in flight, and every
-// method called after it returns [ErrClosed].
+// All methods of [NativeAgent] may be called from several goroutines. Under
+// [SyncNone] (NIXL's default, in which NIXL does no locking) gonixl
+// serialises the calls of one agent; under [SyncStrict] or [SyncRW] NIXL
+// locks, and calls such as PostXferReq run in parallel. Handles are plain
+// numbers checked in Go: a released, foreign or forged handle gives
+// [ErrInvalidParam], and no handle is freed while another call uses it.
+// Close is idempotent, waits for calls in progress, and every method called
+// after it returns an error matching [ErrClosed].
+//
+// # Progress
+//
+// Without [Config.ProgressThread] an agent makes progress only inside its
+// calls, so every agent of a process, senders and receivers alike, must be
+// polled (GetNotifs or XferStatus) while transfers or connections are
+// pending. A goroutine that polls continuously does best locked to its OS
+// thread (runtime.LockOSThread): UCX's shared-memory transport copies
+// through buffers that stay in the CPU's cache only if the polling stays on
+// one thread. [NativeAgent.AppendNotifs] lets a poller reuse one map.
 package nixl

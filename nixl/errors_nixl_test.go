@@ -3,6 +3,7 @@
 package nixl
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -126,6 +127,7 @@ func TestNativeCreateAgentErrors(t *testing.T) {
 	port := freePort(t)
 	newAgent(t, testName(t)+".first", Config{ListenThread: true, ListenPort: uint16(port)})
 	_, err = New(testName(t)+".second", Config{ListenThread: true, ListenPort: uint16(port)})
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrUnknown, "NIXL throws; the shim reports the exception as NIXL_ERR_UNKNOWN")
 	assert.Contains(t, err.Error(), "nixlAgent::nixlAgent")
+	assert.Contains(t, err.Error(), fmt.Sprintf("is listener port %d free?", port))
 }

@@ -71,7 +71,11 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 	cfg = cfg.withDefaults()
 	ptr, s := shimAgentNew(name, cfg)
 	if s != StatusSuccess {
-		return nil, &Error{Op: op, Status: failed(s), Msg: fmt.Sprintf("creating agent %q", name)}
+		msg := fmt.Sprintf("creating agent %q", name)
+		if cfg.ListenThread {
+			msg += fmt.Sprintf(" (is listener port %d free?)", cfg.ListenPort)
+		}
+		return nil, &Error{Op: op, Status: failed(s), Msg: msg}
 	}
 	serial := cfg.SyncMode == SyncNone
 	return &NativeAgent{
