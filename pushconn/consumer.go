@@ -366,7 +366,7 @@ func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, e
 	names := make([]string, 0, len(ranks))
 	for _, tp := range ranks {
 		rk := &pl.Ranks[tp]
-		if _, err := c.cfg.Agent.LoadRemoteMD(rk.Metadata); err != nil {
+		if err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata); err != nil {
 			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", ErrHandshake, pf.EngineID, tp, err)
 		}
 		names = append(names, rk.Agent)
@@ -408,7 +408,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 	}
 	if err != nil {
 		c.stats.FailedNotifications.Inc()
-		if errors.Is(err, nixl.ErrRemoteDisconnect) || errors.Is(err, nixl.ErrNotFound) {
+		if peerGone(err) {
 			// The prefill engine went away: handshake again next time.
 			delete(c.peers, peerKey(p.prefill))
 			c.engine.client.Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))

@@ -393,3 +393,24 @@ func TestPushPrefillRefusedByPullDecode(t *testing.T) {
 	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "pull", remote "push"`)
 	require.Equal(t, uint64(1), r.pre.Stats().FailedHandshakes, "the push engine refused it too")
 }
+
+func TestDecodeRestartRehandshakes(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	p := r.producers[0]
+	pushOne(t, r, true, "before", "before", blocksFrom(0, 2), blocksFrom(0, 2), 32)
+	// The decode engine's rank restarts: new agent under the same name.
+	require.NoError(t, r.consumers[0].Close())
+	require.NoError(t, r.decAgents[0].Close())
+	a, err := r.fabric.NewAgent("decode-0")
+	require.NoError(t, err)
+	c, err := NewConsumer(r.dec, RankConfig{Agent: a, Layout: r.decLayout[0], Clock: r.clock})
+	require.NoError(t, err)
+	r.consumers[0], r.decAgents[0] = c, a
+	// Prefill still holds the old instance's metadata: its first WRITE
+	// fails, it handshakes again and retries once, and the request works.
+	pushOne(t, r, true, "after", "after", blocksFrom(2, 2), blocksFrom(2, 2), 32)
+	s := p.Stats()
+	require.Equal(t, uint64(2), s.Transfers)
+	require.Zero(t, s.FailedTransfers)
+	require.Equal(t, uint64(2), extra(t, s, "handshakes"))
+}

@@ -32,17 +32,27 @@ type pendingReg struct {
 	reg    *pushwire.Registration
 	sender string // the decode rank's agent
 	peer   *decodeEngine
-	rank   int // the decode TP rank sender belongs to
+	rank   int  // the decode TP rank sender belongs to
+	retry  bool // already retried after a fresh handshake
 }
 
 // decodeEngine is a decode engine as one prefill rank sees it.
 type decodeEngine struct {
+	key      string
 	engineID string
 	addr     string
 	payload  *handshake.Payload
 	targets  map[string]int // decode agents this rank writes into -> their TP rank
 	busy     bool           // handshake in flight
 	parked   []parkedReg    // registrations waiting for the handshake
+	rewrites []rewrite      // matched WRITEs waiting for a new handshake
+}
+
+// rewrite is a matched WRITE whose decode engine's metadata went stale (it
+// restarted): it is retried once after a fresh handshake.
+type rewrite struct {
+	reg  *pendingReg
+	hold *hold
 }
 
 type parkedReg struct {
@@ -115,7 +125,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 	key := reg.DecodeEngineID + "@" + addr
 	de := w.peers[key]
 	if de == nil {
-		de = &decodeEngine{engineID: reg.DecodeEngineID, addr: addr}
+		de = &decodeEngine{key: key, engineID: reg.DecodeEngineID, addr: addr}
 		w.peers[key] = de
 	}
 	if de.payload != nil {
@@ -123,18 +133,27 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		return
 	}
 	de.parked = append(de.parked, parkedReg{sender: sender, reg: reg, received: p.now()})
-	if !de.busy {
-		de.busy = true
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			pl, err := p.engine.client.Get(p.ctx, de.engineID, de.addr)
-			p.mu.Lock()
-			p.shakes = append(p.shakes, shakeResult{key: key, payload: pl, err: err})
-			p.mu.Unlock()
-			p.poll.Wake()
-		}()
+	w.handshake(de)
+}
+
+// handshake starts fetching a decode engine's payload in the background,
+// unless a fetch is already in flight; the result comes back through
+// handshakeDone on the writer goroutine.
+func (w *writer) handshake(de *decodeEngine) {
+	if de.busy {
+		return
 	}
+	de.busy = true
+	p := w.p
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		pl, err := p.engine.client.Get(p.ctx, de.engineID, de.addr)
+		p.mu.Lock()
+		p.shakes = append(p.shakes, shakeResult{key: de.key, payload: pl, err: err})
+		p.mu.Unlock()
+		p.poll.Wake()
+	}()
 }
 
 // handshakeDone admits the registrations that waited for a decode engine,
@@ -143,8 +162,8 @@ func (w *writer) handshakeDone(s shakeResult) {
 	p := w.p
 	de := w.peers[s.key]
 	de.busy = false
-	parked := de.parked
-	de.parked = nil
+	parked, rewrites := de.parked, de.rewrites
+	de.parked, de.rewrites = nil, nil
 	err := s.err
 	if err == nil {
 		err = w.acceptDecode(de, s.payload)
@@ -156,10 +175,22 @@ func (w *writer) handshakeDone(s shakeResult) {
 		for _, r := range parked {
 			w.sendFail(r.sender, r.reg, pushwire.FailHandshake, err.Error())
 		}
+		for _, r := range rewrites {
+			w.failWrite(r.reg, r.hold, pushwire.FailHandshake, err)
+		}
 		return
 	}
 	for _, r := range parked {
 		w.admit(de, r.sender, r.reg, r.received)
+	}
+	for _, r := range rewrites {
+		rank, ok := de.targets[r.reg.sender]
+		if !ok {
+			w.failWrite(r.reg, r.hold, pushwire.FailLayout, fmt.Errorf("after its restart decode engine %q no longer has agent %q among the ranks this rank writes into", de.engineID, r.reg.sender))
+			continue
+		}
+		r.reg.rank = rank
+		w.startWrite(r.reg, r.hold)
 	}
 	p.push.handshakes.Inc()
 }
@@ -178,7 +209,7 @@ func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 	}
 	targets := make(map[string]int, len(ranks))
 	for _, r := range ranks {
-		if _, err := p.cfg.Agent.LoadRemoteMD(pl.Ranks[r].Metadata); err != nil {
+		if err := loadPeerMD(p.cfg.Agent, pl.Ranks[r].Agent, pl.Ranks[r].Metadata); err != nil {
 			return fmt.Errorf("%w: decode engine %q rank %d: load agent metadata: %v", ErrHandshake, de.engineID, r, err)
 		}
 		targets[pl.Ranks[r].Agent] = r
@@ -282,6 +313,10 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		w.endWrite(h)
 		return
 	}
+	if pr.peer.payload == nil { // forgotten since the match: handshake again
+		w.retryAfterHandshake(pr, h)
+		return
+	}
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockTokens, dst.BlockTokens, h.tokens)
@@ -295,8 +330,14 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	}
 	local, remote := t.Sides(nixl.Write)
 	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
+	if err != nil && peerGone(err) && !pr.retry {
+		w.forgetIfGone(pr.peer, err)
+		w.retryAfterHandshake(pr, h)
+		return
+	}
 	if err != nil {
 		p.stats.FailedTransfers.Inc()
+		w.forgetIfGone(pr.peer, err)
 		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("create WRITE: %w", err))
 		return
 	}
@@ -304,9 +345,14 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	p.stats.RecordPost(time.Since(start))
 	wr := &write{reg: pr, hold: h, handle: xh, posted: start, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: t.Bytes, descs: t.Len()}
 	switch {
+	case err != nil && peerGone(err) && !pr.retry:
+		_ = p.cfg.Agent.ReleaseXferReq(xh)
+		w.forgetIfGone(pr.peer, err)
+		w.retryAfterHandshake(pr, h)
 	case err != nil:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
 		p.stats.FailedTransfers.Inc()
+		w.forgetIfGone(pr.peer, err)
 		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("post WRITE: %w", err))
 	case status == nixl.StatusSuccess:
 		w.completeWrite(wr)
@@ -350,6 +396,7 @@ func (w *writer) pollWrites() {
 		case err != nil:
 			_ = p.cfg.Agent.ReleaseXferReq(wr.handle)
 			p.stats.FailedTransfers.Inc()
+			w.forgetIfGone(wr.reg.peer, err)
 			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE failed in flight: %w", err))
 		case status == nixl.StatusSuccess:
 			w.completeWrite(wr)
@@ -363,6 +410,31 @@ func (w *writer) pollWrites() {
 	}
 	clear(w.inflight[len(still):])
 	w.inflight = still
+}
+
+// retryAfterHandshake parks a matched WRITE until a fresh handshake with
+// its decode engine, once: a decode engine that restarted under the same
+// name has new agents, and the first WRITE after that finds the old
+// metadata gone.
+func (w *writer) retryAfterHandshake(pr *pendingReg, h *hold) {
+	if pr.retry {
+		w.failWrite(pr, h, pushwire.FailHandshake, fmt.Errorf("decode engine %q is unreachable", pr.peer.engineID))
+		return
+	}
+	pr.retry = true
+	pr.peer.rewrites = append(pr.peer.rewrites, rewrite{reg: pr, hold: h})
+	w.handshake(pr.peer)
+}
+
+// forgetIfGone drops a decode engine's handshake when err says its agents
+// are gone (it restarted or left), so its next registration handshakes
+// again instead of using stale metadata.
+func (w *writer) forgetIfGone(de *decodeEngine, err error) {
+	if !peerGone(err) || de.payload == nil {
+		return
+	}
+	de.payload, de.targets = nil, nil
+	w.p.engine.client.Forget(de.engineID, de.addr)
 }
 
 func (w *writer) completeWrite(wr *write) {
@@ -460,7 +532,11 @@ func (w *writer) shutdown() {
 		for _, r := range de.parked {
 			w.sendFail(r.sender, r.reg, pushwire.FailClosed, why)
 		}
-		de.parked = nil
+		for _, r := range de.rewrites {
+			w.sendFail(r.reg.sender, r.reg.reg, pushwire.FailClosed, why)
+			r.hold.writes--
+		}
+		de.parked, de.rewrites = nil, nil
 	}
 	for _, h := range w.holds {
 		h.inMatcher = false
