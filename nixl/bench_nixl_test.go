@@ -369,6 +369,8 @@ func TestCompareWithCpp(t *testing.T) {
 		t.Logf("  wall: go %s/op (%.0f MB/s), cpp %s/op (%.0f MB/s), go/cpp %.3f",
 			time.Duration(g), float64(bytes)*1e3/g, time.Duration(cp), float64(bytes)*1e3/cp, g/cp)
 		t.Logf("  cpu:  go %s/op, cpp %s/op, go/cpp %.3f", time.Duration(gc), time.Duration(cc), gc/cc)
+		gm, cm := slices.Min(goNs), slices.Min(cppNs)
+		t.Logf("  best round (wall): go %s/op, cpp %s/op, go/cpp %.3f", time.Duration(gm), time.Duration(cm), gm/cm)
 		t.Logf("  wall per round: go %s", fmtDurations(goNs))
 		t.Logf("                 cpp %s", fmtDurations(cppNs))
 	}
