@@ -121,7 +121,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 // ID returns the engine id.
 func (e *Engine) ID() string { return e.cfg.EngineID }
 
-// Host and Port are where peers reach this engine's side channel.
+// Host returns the host peers reach this engine's side channel at.
 func (e *Engine) Host() string { return e.host }
 
 // Port returns the side channel's TCP port.
