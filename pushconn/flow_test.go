@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -128,4 +129,24 @@ func TestBlockSize32To16(t *testing.T) {
 func TestBlockSizesAndTPDiffer(t *testing.T) {
 	r := newRig(t, rigConfig{preTP: 2, decTP: 1, preBlock: 16, decBlock: 32})
 	pushOne(t, r, true, "mix", "mix", blocksFrom(0, 4), blocksFrom(9, 2), 64)
+}
+
+func TestDecodeWaitsForEveryWriterRank(t *testing.T) {
+	// Prefill TP 2 -> decode TP 1: decode needs both ranks' completions.
+	r := newRig(t, rigConfig{preTP: 2, decTP: 1})
+	c := r.consumers[0]
+	require.NoError(t, c.Register("both", r.pre.Coordinates(), [][]int{blocksFrom(0, 2)}))
+	for _, p := range r.producers {
+		admitted(t, p, 1)
+	}
+	_, err := r.producers[0].RequestFinished("both", blocksFrom(0, 2))
+	require.NoError(t, err)
+	freedOnce(t, r.producers[0], "both") // rank 0's WRITE is done
+	time.Sleep(20 * time.Millisecond)
+	require.Empty(t, c.Drain(), "one of two writer ranks reported")
+	require.Equal(t, 1, c.Pending())
+	_, err = r.producers[1].RequestFinished("both", blocksFrom(0, 2))
+	require.NoError(t, err)
+	require.NoError(t, await(t, c, 1)[0].Err)
+	require.Zero(t, c.Stats().UnknownNotifications)
 }
