@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gonixl/gonixl/promstats"
 )
 
 func TestMetricsLogLine(t *testing.T) {
@@ -26,4 +29,35 @@ func TestMetricsLogLine(t *testing.T) {
 		return line("prefill", "transfers=1 ") && line("prefill", " registrations_received=1 ") && line("prefill", " matched_exact=1 ") && line("prefill", " push_fail_sent=0 ")
 	})
 	eventually(t, "decode metrics line", func() bool { return line("decode", " registrations_sent=1 ") })
+}
+
+func TestPromstatsExportsPushCounters(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	pushOne(t, r, true, "p-1", "p-1", blocksFrom(0, 1), blocksFrom(1, 1), 16)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(promstats.New(r.producers[0], promstats.Options{Namespace: "vllm"})); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				got[f.GetName()] = c.GetValue()
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"vllm_nixl_registrations_received_total": 1,
+		"vllm_nixl_matched_exact_total":          1,
+		"vllm_nixl_push_fail_sent_total":         0,
+		"vllm_nixl_num_failed_transfers_total":   0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (exported %v), want %v", name, v, ok, want)
+		}
+	}
 }
