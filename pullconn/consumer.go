@@ -195,9 +195,16 @@ func (c *Consumer) Drain() []Result {
 		}
 	}
 	c.qmu.Lock()
-	defer c.qmu.Unlock()
 	out := c.results
 	c.results = nil
+	pending := len(c.live)
+	c.qmu.Unlock()
+	if pending > 0 {
+		// An engine step is the moment to look at READs in flight, as
+		// vLLM's get_finished does; without this a finished READ waits
+		// for the reader's next timer tick.
+		c.poll.Wake()
+	}
 	return out
 }
 

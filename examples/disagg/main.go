@@ -27,16 +27,17 @@ func main() {
 	requests := flag.Int("requests", 200, "requests per mode")
 	rate := flag.Float64("rate", 1000, "arrival rate, requests per second (0: all at once)")
 	prefill := flag.Duration("prefill-time", 2*time.Millisecond, "simulated prefill compute per request (push registers before it)")
+	handoff := flag.Duration("handoff", time.Millisecond, "pull only: prefill's answer to decode's Load (proxy round trip + decode scheduling)")
 	link := flag.String("link", "modeled", `loopback link: "instant" or "modeled" (2 GB/s per link + 50us)`)
 	inline := flag.Bool("inline", false, "also run pull with READs posted on the engine loop (vLLM today)")
 	flag.Parse()
-	if err := run(*requests, *rate, *prefill, *link, *inline); err != nil {
+	if err := run(*requests, *rate, *prefill, *handoff, *link, *inline); err != nil {
 		fmt.Fprintln(os.Stderr, "disagg:", err)
 		os.Exit(1)
 	}
 }
 
-func run(requests int, rate float64, prefill time.Duration, link string, inline bool) error {
+func run(requests int, rate float64, prefill, handoff time.Duration, link string, inline bool) error {
 	var model loopback.TransferModel
 	switch link {
 	case "instant":
@@ -49,8 +50,8 @@ func run(requests int, rate float64, prefill time.Duration, link string, inline 
 	if newAgent == nil {
 		agents += " (" + model.String() + ")"
 	}
-	fmt.Printf("1 prefill + 1 decode engine, TP 2 each; agents: %s; %d requests at %g/s, %v of prefill each\n\n",
-		agents, requests, rate, prefill)
+	fmt.Printf("1 prefill + 1 decode engine, TP 2 each; agents: %s; %d requests at %g/s, %v of prefill each, pull handoff %v\n\n",
+		agents, requests, rate, prefill, handoff)
 	modes := []critbench.Mode{critbench.Pull, critbench.Push}
 	if inline {
 		modes = []critbench.Mode{critbench.Pull, critbench.PullInline, critbench.Push}
@@ -61,7 +62,7 @@ func run(requests int, rate float64, prefill time.Duration, link string, inline 
 	for _, m := range modes {
 		rep, err := critbench.Run(context.Background(), critbench.Config{
 			Mode: m, PrefillTP: 2, DecodeTP: 2, Requests: requests, Rate: rate,
-			PrefillTime: prefill, Link: model, NewAgent: newAgent,
+			PrefillTime: prefill, Handoff: handoff, Link: model, NewAgent: newAgent,
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", m, err)

@@ -155,29 +155,33 @@ func (c *cluster) arrive(id string, i int) error {
 
 // finish is prefill finishing the request on every rank; in pull mode the
 // proxy then hands the params to decode at once, which loads them.
-func (c *cluster) finish(id string, i int) error {
+func (c *cluster) finish(id string, i int) (load func() error, err error) {
 	blocks := c.blocksOf(i)
 	for _, p := range c.pushProds {
 		if _, err := p.RequestFinished(id, blocks); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(c.pullProds) == 0 {
-		return nil
+		return nil, nil
 	}
 	var params pullconn.Params
 	for _, p := range c.pullProds {
 		var err error
 		if params, err = p.RequestFinished(id, blocks); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	for _, cn := range c.pullCons {
-		if err := cn.Load(id, params, blocks); err != nil {
-			return err
+	// Decode can start loading only once the params have travelled back
+	// through the proxy: the caller runs load after the handoff.
+	return func() error {
+		for _, cn := range c.pullCons {
+			if err := cn.Load(id, params, blocks); err != nil {
+				return err
+			}
 		}
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 // drainDecode returns the decode ranks' results since the last call.

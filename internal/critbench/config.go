@@ -36,6 +36,12 @@ type Config struct {
 	// PrefillTime is the simulated prefill compute: the time from a
 	// request's arrival (when push decode registers) to RequestFinished.
 	PrefillTime time.Duration
+	// Handoff is the time, in pull mode, from prefill's answer to decode
+	// calling Load: the proxy's round trip and decode scheduling the
+	// request. Push has none on its critical path, since decode registered
+	// when the request arrived. Zero models a proxy-less, in-process
+	// handoff, which favours pull.
+	Handoff time.Duration
 	// Link models the loopback fabric (default instant). Ignored with
 	// NewAgent.
 	Link loopback.TransferModel
@@ -76,8 +82,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("critbench: requests must be at least 1, got %d", c.Requests)
 	case modelHeads%c.PrefillTP != 0 || modelHeads%c.DecodeTP != 0:
 		return fmt.Errorf("critbench: TP sizes %d and %d must divide %d heads", c.PrefillTP, c.DecodeTP, modelHeads)
-	case c.Rate < 0 || c.PrefillTime < 0:
-		return fmt.Errorf("critbench: rate %v and prefill time %v must not be negative", c.Rate, c.PrefillTime)
+	case c.Rate < 0 || c.PrefillTime < 0 || c.Handoff < 0:
+		return fmt.Errorf("critbench: rate %v, prefill time %v and handoff %v must not be negative", c.Rate, c.PrefillTime, c.Handoff)
 	}
 	return nil
 }

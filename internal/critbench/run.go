@@ -156,11 +156,25 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			defer pending.Done()
 			t0 := time.Now()
 			finishedAt[i].Store(t0.UnixNano())
-			if err := c.finish(ids[i], i); err != nil {
+			load, err := c.finish(ids[i], i)
+			if err != nil {
 				fail(err)
 				return
 			}
 			loopNanos[i].Add(int64(time.Since(t0)))
+			if load == nil {
+				return
+			}
+			pending.Add(1)
+			time.AfterFunc(cfg.Handoff, func() {
+				defer pending.Done()
+				t0 := time.Now()
+				if err := load(); err != nil {
+					fail(err)
+					return
+				}
+				loopNanos[i].Add(int64(time.Since(t0)))
+			})
 		})
 	})
 	pending.Wait()
