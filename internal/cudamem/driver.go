@@ -211,6 +211,13 @@ func (d *Device) Memset(ptr uint64, v byte, n uint64) error {
 	})
 }
 
+// MemsetAsync sets n bytes at ptr to v without waiting for it: the driver
+// orders it before later work on the default stream, and Sync waits for it.
+// Zeroing many ranges then costs one wait instead of one each.
+func (d *Device) MemsetAsync(ptr uint64, v byte, n uint64) error {
+	return d.do("cuMemsetD8", func() C.int { return C.cm_memset(C.uint64_t(ptr), C.uchar(v), C.size_t(n)) })
+}
+
 // Sync waits for all work on the device's context.
 func (d *Device) Sync() error { return d.do("cuCtxSynchronize", func() C.int { return C.cm_sync() }) }
 

@@ -48,6 +48,20 @@ func TestRoundTrip(t *testing.T) {
 	if err := d.CopyDtoD(b, a, n); err != nil {
 		t.Fatal(err)
 	}
+	// Two async memsets of the first and last 4 KiB, one wait: the
+	// copy back must see both.
+	if err := d.MemsetAsync(b, 0xAB, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MemsetAsync(b+n-4096, 0xCD, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4096 {
+		src[i], src[n-4096+i] = 0xAB, 0xCD
+	}
 	got := make([]byte, n)
 	if err := d.CopyDtoH(got, b); err != nil {
 		t.Fatal(err)

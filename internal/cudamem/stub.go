@@ -51,3 +51,6 @@ func CanAccessPeer(a, b int) (bool, error) { return false, ErrUnavailable }
 
 // EnablePeerAccess returns ErrUnavailable without the `cuda` build tag.
 func (d *Device) EnablePeerAccess(peer *Device) error { return ErrUnavailable }
+
+// MemsetAsync returns ErrUnavailable without the `cuda` build tag.
+func (d *Device) MemsetAsync(ptr uint64, v byte, n uint64) error { return ErrUnavailable }

@@ -24,6 +24,8 @@ type memory interface {
 	write(addr uint64, src []byte) error
 	read(dst []byte, addr uint64) error
 	set(addr uint64, v byte, n uint64) error
+	// zero clears every span and waits once for all of them.
+	zero(spans []span) error
 	// copy is the yardstick: the platform's own copy (cuMemcpyDtoD, memmove).
 	copy(dst, src, n uint64) error
 	// current makes native code on the calling OS thread address this
@@ -76,10 +78,18 @@ func (g *gpuMem) free(a uint64) error                  { return g.d.Free(a) }
 func (g *gpuMem) write(a uint64, src []byte) error     { return g.d.CopyHtoD(a, src) }
 func (g *gpuMem) read(dst []byte, a uint64) error      { return g.d.CopyDtoH(dst, a) }
 func (g *gpuMem) set(a uint64, v byte, n uint64) error { return g.d.Memset(a, v, n) }
-func (g *gpuMem) copy(dst, src, n uint64) error        { return g.d.CopyDtoD(dst, src, n) }
-func (g *gpuMem) current() error                       { return g.d.SetCurrent() }
-func (g *gpuMem) close() error                         { return g.d.Close() }
-func (g *gpuMem) device() *cudamem.Device              { return g.d }
+func (g *gpuMem) zero(spans []span) error {
+	for _, s := range spans {
+		if err := g.d.MemsetAsync(s.Addr, 0, s.Len); err != nil {
+			return err
+		}
+	}
+	return g.d.Sync()
+}
+func (g *gpuMem) copy(dst, src, n uint64) error { return g.d.CopyDtoD(dst, src, n) }
+func (g *gpuMem) current() error                { return g.d.SetCurrent() }
+func (g *gpuMem) close() error                  { return g.d.Close() }
+func (g *gpuMem) device() *cudamem.Device       { return g.d }
 
 type hostMem struct {
 	mu   sync.Mutex
@@ -129,6 +139,14 @@ func (h *hostMem) set(a uint64, v byte, n uint64) error {
 		m[i] = v
 	}
 	return err
+}
+func (h *hostMem) zero(spans []span) error {
+	for _, s := range spans {
+		if err := h.set(s.Addr, 0, s.Len); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 func (h *hostMem) copy(dst, src, n uint64) error {
 	d, err := h.bytes(dst, n)
