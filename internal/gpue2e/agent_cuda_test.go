@@ -11,9 +11,13 @@ import (
 )
 
 // ucxEnv is the environment a user of VRAM transfers on one host needs too:
-// UCX over loopback only, cuda_ipc for READ (GET) on one GPU, which UCX
-// otherwise leaves off (a 1 GiB READ then ran at 0.5 GB/s), and cuda_ipc
-// between two agents of one process. Variables the caller set win.
+// UCX over loopback only, and cuda_ipc for READ (GET), which UCX otherwise
+// leaves off on this platform (a 1 GiB READ on one H200 then ran at
+// 0.8 GB/s instead of 2 TB/s). UCX_CUDA_IPC_ENABLE_SAME_PROCESS asked older
+// UCX releases for cuda_ipc between two agents of one process; UCX 1.22
+// reports it unused and never uses cuda_ipc within one process (VRAM then
+// moves by software emulation over shared memory: right bytes, low speed).
+// Variables the caller set win.
 var ucxEnv = [][2]string{
 	{"UCX_NET_DEVICES", "lo"},
 	{"UCX_CUDA_IPC_ENABLE_GET_ZCOPY", "y"},
