@@ -5,6 +5,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/internal/engine"
+
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 )
@@ -16,7 +18,7 @@ const (
 	// (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 30 s).
 	DefaultLease = 30 * time.Second
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
-	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
 	// DefaultTransferTimeout bounds a READ in flight on decode.
 	DefaultTransferTimeout = 30 * time.Second
 	// DefaultPollInterval is the agent polling period while transfers or
@@ -150,12 +152,12 @@ func (c *RankConfig) validate(e *Engine) error {
 		return invalidf("RankConfig.PollInterval is %v, want > 0", c.PollInterval)
 	case c.IdleInterval < 0:
 		return invalidf("RankConfig.IdleInterval is %v, want > 0", c.IdleInterval)
-	case c.Layout.TPSize != e.cfg.TPSize:
-		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.cfg.EngineID, e.cfg.TPSize)
-	case c.Layout.BlockTokens != e.cfg.BlockSize:
-		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.cfg.EngineID, e.cfg.BlockSize)
-	case c.Layout.DType != e.cfg.DType:
-		return invalidf("RankConfig.Layout.DType is %q, engine %q has dtype %q", c.Layout.DType, e.cfg.EngineID, e.cfg.DType)
+	case c.Layout.TPSize != e.core.Config().TPSize:
+		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.ID(), e.core.Config().TPSize)
+	case c.Layout.BlockTokens != e.core.Config().BlockSize:
+		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.ID(), e.core.Config().BlockSize)
+	case c.Layout.DType != e.core.Config().DType:
+		return invalidf("RankConfig.Layout.DType is %q, engine %q has dtype %q", c.Layout.DType, e.ID(), e.core.Config().DType)
 	}
 	if err := c.Layout.Validate(); err != nil {
 		return invalidf("RankConfig.Layout: %v", err)

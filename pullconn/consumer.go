@@ -85,7 +85,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
-		log:     cfg.Logger.With(zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
+		log:     cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
 		live:    map[string]struct{}{},
 		waiting: map[string]*Params{},
 		remotes: map[string]*remote{},
@@ -103,7 +103,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.poll.Handle("", func(sender string, msg []byte) { c.stats.UnknownNotifications.Inc() })
 	c.poll.Start()
 	if cfg.StatsInterval > 0 {
-		c.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, c.stats, zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer"))
+		c.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, c.stats, zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer"))
 	} else {
 		c.stopLog = func() {}
 	}

@@ -42,7 +42,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	if err := cfg.validate(e); err != nil {
 		return nil, err
 	}
-	h, err := newHolds(e.cfg.TPSize, cfg.Lease, recentExpired)
+	h, err := newHolds(e.core.Config().TPSize, cfg.Lease, recentExpired)
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
@@ -50,10 +50,10 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		return nil, err
 	}
 	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
-		log: cfg.Logger.With(zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
+		log: cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
 	md, err := cfg.Agent.LocalMD()
 	if err == nil {
-		err = e.server.SetRank(handshake.Rank{TPRank: cfg.Layout.TPRank, Agent: cfg.Agent.Name(), Metadata: md, Layout: cfg.Layout})
+		err = e.core.Server().SetRank(handshake.Rank{TPRank: cfg.Layout.TPRank, Agent: cfg.Agent.Name(), Metadata: md, Layout: cfg.Layout})
 	}
 	if err != nil {
 		cfg.Agent.DeregisterMem(cfg.Layout.RegList(), nil)
@@ -70,7 +70,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	p.poll.Handle("", p.onCompletion)
 	p.poll.Start()
 	if cfg.StatsInterval > 0 {
-		p.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, p.stats, zap.String("engine_id", e.cfg.EngineID), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))
+		p.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, p.stats, zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))
 	} else {
 		p.stopLog = func() {}
 	}
@@ -106,11 +106,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	return Params{
 		DoRemotePrefill: true,
 		RemoteBlockIDs:  blocks,
-		RemoteEngineID:  p.e.cfg.EngineID,
+		RemoteEngineID:  p.e.ID(),
 		RemoteRequestID: requestID,
-		RemoteHost:      p.e.host,
-		RemotePort:      p.e.port,
-		TPSize:          p.e.cfg.TPSize,
+		RemoteHost:      p.e.Host(),
+		RemotePort:      p.e.Port(),
+		TPSize:          p.e.core.Config().TPSize,
 		PPSize:          1,
 		TransferMode:    handshake.ModePull,
 	}, nil
@@ -150,7 +150,7 @@ func (p *Producer) Close() error {
 	p.mu.Unlock()
 	p.poll.Stop()
 	p.stopLog()
-	p.e.server.ClearRank(p.cfg.Layout.TPRank)
+	p.e.core.Server().ClearRank(p.cfg.Layout.TPRank)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.holds.releaseAll()...)
 	p.mu.Unlock()

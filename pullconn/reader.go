@@ -108,7 +108,7 @@ func (c *Consumer) handshake(r *remote) {
 }
 
 func (c *Consumer) connect(r *remote) (*pairing, error) {
-	p, err := c.e.client.Get(c.ctx, r.engineID, r.addr)
+	p, err := c.e.core.Client().Get(c.ctx, r.engineID, r.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (c *Consumer) connect(r *remote) (*pairing, error) {
 	for _, s := range set.notify {
 		name, err := c.cfg.Agent.LoadRemoteMD(p.Ranks[s].Metadata)
 		if err != nil {
-			c.e.client.Forget(r.engineID, r.addr)
+			c.e.core.Client().Forget(r.engineID, r.addr)
 			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", ErrHandshake, r.engineID, s, err)
 		}
 		if name != p.Ranks[s].Agent {
@@ -308,7 +308,7 @@ func (c *Consumer) forgetIfGone(r *remote, err error) {
 	if c.remotes[r.key] == r {
 		delete(c.remotes, r.key)
 	}
-	c.e.client.Forget(r.engineID, r.addr)
+	c.e.core.Client().Forget(r.engineID, r.addr)
 }
 
 // heartbeat sends "HB:" with the remote request ids of every request still

@@ -5,6 +5,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/internal/engine"
+
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 )
@@ -20,7 +22,7 @@ const (
 	// registration claims (vLLM's KV lease).
 	DefaultLease = 30 * time.Second
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM's).
-	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
 	// DefaultWriteTimeout bounds how long a posted WRITE may stay in
 	// flight before prefill cancels it and reports the failure.
 	DefaultWriteTimeout = 30 * time.Second
@@ -105,10 +107,10 @@ func (c *RankConfig) validate(e *Engine) error {
 		return invalidf("RankConfig.WriteTimeout is negative (%v)", c.WriteTimeout)
 	case c.PollInterval < 0 || c.IdleInterval < 0:
 		return invalidf("RankConfig.PollInterval (%v) and IdleInterval (%v) must not be negative", c.PollInterval, c.IdleInterval)
-	case c.Layout.TPSize != e.cfg.TPSize:
-		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.cfg.EngineID, e.cfg.TPSize)
-	case c.Layout.BlockTokens != e.cfg.BlockSize:
-		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.cfg.EngineID, e.cfg.BlockSize)
+	case c.Layout.TPSize != e.TPSize():
+		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.ID(), e.TPSize())
+	case c.Layout.BlockTokens != e.core.Config().BlockSize:
+		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.ID(), e.core.Config().BlockSize)
 	}
 	if err := c.Layout.Validate(); err != nil {
 		return invalidf("RankConfig.Layout: %v", err)

@@ -235,7 +235,7 @@ func (c *Consumer) Close() error {
 	c.inbox = nil
 	c.mu.Unlock()
 	c.signal()
-	c.engine.server.ClearRank(c.cfg.Layout.TPRank)
+	c.engine.core.Server().ClearRank(c.cfg.Layout.TPRank)
 	if err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil); err != nil && !errors.Is(err, nixl.ErrClosed) {
 		return fmt.Errorf("pushconn: deregister KV memory: %w", err)
 	}
@@ -307,7 +307,7 @@ func (c *Consumer) route(r *decodeReq) {
 
 func (c *Consumer) handshake(key string, pf Prefill) {
 	defer c.wg.Done()
-	payload, err := c.engine.client.Get(c.ctx, pf.EngineID, c.engine.addr(pf.Host, pf.Port))
+	payload, err := c.engine.core.Client().Get(c.ctx, pf.EngineID, c.engine.addr(pf.Host, pf.Port))
 	c.mu.Lock()
 	c.shakes = append(c.shakes, shakeResult{key: key, payload: payload, err: err})
 	c.mu.Unlock()
@@ -327,7 +327,7 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 	p.waiting = nil
 	if err != nil {
 		c.stats.FailedHandshakes.Inc()
-		c.engine.client.Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+		c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
 		c.log.Warn("pushconn: handshake with prefill engine failed", zap.String("prefill", p.prefill.EngineID), zap.Error(err))
 		c.mu.Lock()
 		now := c.cfg.Clock.Now()
@@ -411,7 +411,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 		if peerGone(err) {
 			// The prefill engine went away: handshake again next time.
 			delete(c.peers, peerKey(p.prefill))
-			c.engine.client.Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+			c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
 		}
 		c.mu.Lock()
 		c.tracker.fail(c.cfg.Clock.Now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))

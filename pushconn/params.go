@@ -32,5 +32,5 @@ func (p TransferParams) Prefill() Prefill {
 // Coordinates returns how a decode engine reaches this (prefill) engine:
 // what the proxy hands to Consumer.Register before prefill runs.
 func (e *Engine) Coordinates() Prefill {
-	return Prefill{EngineID: e.ID(), Host: e.Host(), Port: e.Port(), TPSize: e.cfg.TPSize, PPSize: 1}
+	return Prefill{EngineID: e.ID(), Host: e.Host(), Port: e.Port(), TPSize: e.TPSize(), PPSize: 1}
 }

@@ -69,7 +69,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		log:    logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "prefill")),
 		stats:  stats.New(),
 		held:   map[string]bool{},
-		world:  e.cfg.TPSize, // times the PP size, which is 1
+		world:  e.TPSize(), // times the PP size, which is 1
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}}
@@ -134,7 +134,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 		RemoteRequestID: requestID,
 		RemoteHost:      p.engine.Host(),
 		RemotePort:      p.engine.Port(),
-		TPSize:          p.engine.cfg.TPSize,
+		TPSize:          p.engine.TPSize(),
 		PPSize:          1,
 		NumTokens:       o.tokens,
 		TransferMode:    ModePush,
@@ -182,7 +182,7 @@ func (p *Producer) Close() error {
 		p.w.holds[h.id] = h
 	}
 	p.w.shutdown()
-	p.engine.server.ClearRank(p.cfg.Layout.TPRank)
+	p.engine.core.Server().ClearRank(p.cfg.Layout.TPRank)
 	if err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil); err != nil && !errors.Is(err, nixl.ErrClosed) {
 		return fmt.Errorf("pushconn: deregister KV memory: %w", err)
 	}

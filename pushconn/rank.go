@@ -17,7 +17,7 @@ func publishRank(e *Engine, cfg RankConfig) error {
 	}
 	md, err := cfg.Agent.LocalMD()
 	if err == nil {
-		err = e.server.SetRank(handshake.Rank{TPRank: cfg.Layout.TPRank, Agent: cfg.Agent.Name(), Metadata: md, Layout: cfg.Layout})
+		err = e.core.Server().SetRank(handshake.Rank{TPRank: cfg.Layout.TPRank, Agent: cfg.Agent.Name(), Metadata: md, Layout: cfg.Layout})
 	}
 	if err != nil {
 		_ = cfg.Agent.DeregisterMem(cfg.Layout.RegList(), nil)

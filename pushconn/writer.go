@@ -148,7 +148,7 @@ func (w *writer) handshake(de *decodeEngine) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		pl, err := p.engine.client.Get(p.ctx, de.engineID, de.addr)
+		pl, err := p.engine.core.Client().Get(p.ctx, de.engineID, de.addr)
 		p.mu.Lock()
 		p.shakes = append(p.shakes, shakeResult{key: de.key, payload: pl, err: err})
 		p.mu.Unlock()
@@ -170,7 +170,7 @@ func (w *writer) handshakeDone(s shakeResult) {
 	}
 	if err != nil {
 		p.stats.FailedHandshakes.Inc()
-		p.engine.client.Forget(de.engineID, de.addr)
+		p.engine.core.Client().Forget(de.engineID, de.addr)
 		p.log.Warn("pushconn: handshake with decode engine failed", zap.String("decode", de.engineID), zap.Error(err))
 		for _, r := range parked {
 			w.sendFail(r.sender, r.reg, pushwire.FailHandshake, err.Error())
@@ -228,8 +228,8 @@ func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registrati
 	case !ok:
 		p.push.misdirected.Inc()
 		why = fmt.Sprintf("prefill rank %d does not write into decode agent %q", p.cfg.Layout.TPRank, sender)
-	case reg.RemoteTPSize != p.engine.cfg.TPSize:
-		why = fmt.Sprintf("registration says prefill TP size %d, engine %q has %d", reg.RemoteTPSize, p.engine.ID(), p.engine.cfg.TPSize)
+	case reg.RemoteTPSize != p.engine.TPSize():
+		why = fmt.Sprintf("registration says prefill TP size %d, engine %q has %d", reg.RemoteTPSize, p.engine.ID(), p.engine.TPSize())
 	case reg.DecodeTPSize != de.payload.TPSize:
 		why = fmt.Sprintf("registration says decode TP size %d, its handshake says %d", reg.DecodeTPSize, de.payload.TPSize)
 	case len(reg.LocalBlockIDs) != 1:
@@ -434,7 +434,7 @@ func (w *writer) forgetIfGone(de *decodeEngine, err error) {
 		return
 	}
 	de.payload, de.targets = nil, nil
-	w.p.engine.client.Forget(de.engineID, de.addr)
+	w.p.engine.core.Client().Forget(de.engineID, de.addr)
 }
 
 func (w *writer) completeWrite(wr *write) {

@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
+const DefaultHandshakeTimeout = 5 * time.Second
+
+// Config describes the local engine: who it is, where its side channel
+// listens and what a peer must agree with.
+type Config struct {
+	// EngineID names the engine; peers address it by this id, and pull
+	// Params carry it as remote_engine_id.
+	EngineID string
+	// ListenAddr is the side channel's listen address (default
+	// "127.0.0.1:0", a free loopback port).
+	ListenAddr string
+	// AdvertiseHost is the host peers reach the side channel at (default:
+	// the listen address's host).
+	AdvertiseHost string
+	// Model and DType identify the model and the KV-cache element type;
+	// KVLayout names the KV-cache layout (default "HND"). A peer engine
+	// must agree on all three.
+	Model    string
+	DType    string
+	KVLayout string
+	// TPSize is the engine's tensor-parallel size; BlockSize its KV block
+	// size in tokens. Every rank's layout must agree.
+	TPSize    int
+	BlockSize int
+	// HandshakeTimeout bounds each handshake with a peer engine, retries
+	// included (default DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+	// Logger receives side-channel warnings (default: none).
+	Logger *zap.Logger
+}
+
+// withDefaults validates c and fills its zero fields. The error names the
+// first unusable field; the caller wraps it in its ErrInvalid.
+func (c *Config) withDefaults() error {
+	switch {
+	case c.EngineID == "":
+		return fmt.Errorf("EngineConfig.EngineID is empty")
+	case c.TPSize < 1:
+		return fmt.Errorf("EngineConfig.TPSize is %d, want >= 1", c.TPSize)
+	case c.BlockSize < 1:
+		return fmt.Errorf("EngineConfig.BlockSize is %d, want >= 1", c.BlockSize)
+	case c.HandshakeTimeout < 0:
+		return fmt.Errorf("EngineConfig.HandshakeTimeout is %v, want > 0", c.HandshakeTimeout)
+	case c.Model == "":
+		return fmt.Errorf("EngineConfig.Model is empty")
+	case c.DType == "":
+		return fmt.Errorf("EngineConfig.DType is empty")
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.KVLayout == "" {
+		c.KVLayout = "HND"
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"fmt"
+	"net"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/sidechannel"
+	"github.com/gonixl/gonixl/internal/stats"
+)
+
+// Connector says which connector starts an Engine: the connectors differ
+// only in these facts.
+type Connector struct {
+	// Name prefixes errors and log lines ("pullconn", "pushconn").
+	Name string
+	// Mode is the transfer mode put in the compatibility facts
+	// (handshake.ModePull or ModePush), so that a pull engine refuses a
+	// push peer and the other way round.
+	Mode string
+	// ErrInvalid is the connector's sentinel that configuration errors
+	// wrap.
+	ErrInvalid error
+}
+
+// Engine is one engine's side channel and handshake client, shared by its
+// ranks. Its side channel serves every rank's agent metadata and layout at
+// one address (vLLM's side-channel port); its client fetches each peer
+// engine's payload once for all ranks.
+type Engine struct {
+	cfg    Config
+	server *handshake.Server
+	client *handshake.Client
+	host   string
+	port   int
+	stats  *stats.Set
+}
+
+// Start validates cfg, fills its defaults and starts the side channel.
+// Configuration errors wrap conn.ErrInvalid and name the field.
+func Start(cfg Config, conn Connector) (*Engine, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, fmt.Errorf("%w: %v", conn.ErrInvalid, err)
+	}
+	compat := handshake.Compat{Version: handshake.Version, Model: cfg.Model, DType: cfg.DType, Layout: cfg.KVLayout, Mode: conn.Mode}
+	client, err := handshake.NewClient(cfg.EngineID, compat, cfg.HandshakeTimeout, sidechannel.DefaultMaxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
+	}
+	e := &Engine{cfg: cfg, client: client, stats: stats.New()}
+	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
+		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
+	}, handshake.ServerOptions{
+		ServerOptions: sidechannel.ServerOptions{
+			Logger:      cfg.Logger,
+			OnMalformed: func(error) { e.stats.MalformedFrames.Inc() },
+		},
+		OnRefused: func(err error) {
+			e.stats.FailedHandshakes.Inc()
+			cfg.Logger.Warn(conn.Name+": refused a handshake", zap.Error(err))
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: engine %q: side channel: %w", conn.Name, cfg.EngineID, err)
+	}
+	e.server = srv
+	e.port = srv.Addr().Port
+	e.host = cfg.AdvertiseHost
+	if e.host == "" {
+		e.host = srv.Addr().IP.String()
+		if h, _, err := net.SplitHostPort(cfg.ListenAddr); err == nil && h != "" && !srv.Addr().IP.IsUnspecified() {
+			e.host = h
+		}
+	}
+	return e, nil
+}
+
+// Config returns the configuration with its defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Server returns the side-channel server the ranks publish themselves on.
+func (e *Engine) Server() *handshake.Server { return e.server }
+
+// Client returns the handshake client that fetches peer engines' payloads.
+func (e *Engine) Client() *handshake.Client { return e.client }
+
+// Host returns the host peers reach the side channel at.
+func (e *Engine) Host() string { return e.host }
+
+// Port returns the side channel's TCP port.
+func (e *Engine) Port() int { return e.port }
+
+// Stats returns the side channel's counters: MalformedFrames, and
+// FailedHandshakes for hellos refused as incompatible.
+func (e *Engine) Stats() stats.Snapshot { return e.stats.Snapshot() }
+
+// Close stops the side channel.
+func (e *Engine) Close() error { return e.server.Close() }
