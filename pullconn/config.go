@@ -1,13 +1,14 @@
 package pullconn
 
 import (
+	"cmp"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/gonixl/gonixl/internal/engine"
-
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -16,20 +17,20 @@ import (
 const (
 	// DefaultLease is how long prefill holds a request's blocks for decode
 	// (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 30 s).
-	DefaultLease = 30 * time.Second
+	DefaultLease = engine.DefaultLease
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
 	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
 	// DefaultTransferTimeout bounds a READ in flight on decode.
 	DefaultTransferTimeout = 30 * time.Second
 	// DefaultPollInterval is the agent polling period while transfers or
 	// leases are pending.
-	DefaultPollInterval = time.Millisecond
+	DefaultPollInterval = engine.DefaultPollInterval
 	// DefaultIdleInterval is the polling period otherwise; the native
 	// agent needs progress for connection setup even when idle.
-	DefaultIdleInterval = 50 * time.Millisecond
+	DefaultIdleInterval = engine.DefaultIdleInterval
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:"
 	// line when a Logger is set.
-	DefaultStatsInterval = 10 * time.Second
+	DefaultStatsInterval = engine.DefaultStatsInterval
 )
 
 // Policy says what decode does with a request whose blocks could not be
@@ -49,10 +50,6 @@ const (
 type Clock interface {
 	Now() time.Time
 }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // RankConfig is what a Producer or a Consumer needs for its TP rank. Fields
 // marked prefill or decode are read by that side only.
@@ -98,69 +95,48 @@ type RankConfig struct {
 }
 
 func (c *RankConfig) withDefaults() {
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = c.Lease / 6
-	}
-	if c.HeartbeatExtension == 0 {
-		c.HeartbeatExtension = c.Lease * 2 / 3
-	}
-	if c.TransferTimeout == 0 {
-		c.TransferTimeout = DefaultTransferTimeout
-	}
-	if c.FailurePolicy == "" {
-		c.FailurePolicy = PolicyFail
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.IdleInterval == 0 {
-		c.IdleInterval = DefaultIdleInterval
-	}
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.Lease/6)
+	c.HeartbeatExtension = cmp.Or(c.HeartbeatExtension, c.Lease*2/3)
+	c.TransferTimeout = cmp.Or(c.TransferTimeout, DefaultTransferTimeout)
+	c.FailurePolicy = cmp.Or(c.FailurePolicy, PolicyFail)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
+	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = lease.SystemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
-	}
-	if c.StatsInterval == 0 {
-		c.StatsInterval = DefaultStatsInterval
 	}
 }
 
 // validate runs after withDefaults, so zero means the user wrote a
 // negative number or an unknown word.
 func (c *RankConfig) validate(e *Engine) error {
+	if err := e.core.CheckRank(c.Agent, c.Layout); err != nil {
+		return invalidf("%v", err)
+	}
+	err := engine.NotNegative(
+		engine.Duration{Field: "RankConfig.Lease", Value: c.Lease},
+		engine.Duration{Field: "RankConfig.TransferTimeout", Value: c.TransferTimeout},
+		engine.Duration{Field: "RankConfig.PollInterval", Value: c.PollInterval},
+		engine.Duration{Field: "RankConfig.IdleInterval", Value: c.IdleInterval},
+	)
+	if err != nil {
+		return invalidf("%v", err)
+	}
 	switch {
-	case c.Agent == nil:
-		return invalidf("RankConfig.Agent is nil")
-	case c.Lease < 0:
-		return invalidf("RankConfig.Lease is %v, want > 0", c.Lease)
 	case c.HeartbeatInterval <= 0:
 		return invalidf("RankConfig.HeartbeatInterval is %v, want > 0", c.HeartbeatInterval)
 	case c.HeartbeatInterval >= c.Lease:
 		return invalidf("RankConfig.HeartbeatInterval %v must be shorter than RankConfig.Lease %v", c.HeartbeatInterval, c.Lease)
 	case c.HeartbeatExtension <= 0:
 		return invalidf("RankConfig.HeartbeatExtension is %v, want > 0", c.HeartbeatExtension)
-	case c.TransferTimeout < 0:
-		return invalidf("RankConfig.TransferTimeout is %v, want > 0", c.TransferTimeout)
 	case c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute:
 		return invalidf("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
-	case c.PollInterval < 0:
-		return invalidf("RankConfig.PollInterval is %v, want > 0", c.PollInterval)
-	case c.IdleInterval < 0:
-		return invalidf("RankConfig.IdleInterval is %v, want > 0", c.IdleInterval)
-	case c.Layout.TPSize != e.core.Config().TPSize:
-		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.ID(), e.core.Config().TPSize)
-	case c.Layout.BlockTokens != e.core.Config().BlockSize:
-		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.ID(), e.core.Config().BlockSize)
 	case c.Layout.DType != e.core.Config().DType:
 		return invalidf("RankConfig.Layout.DType is %q, engine %q has dtype %q", c.Layout.DType, e.ID(), e.core.Config().DType)
-	}
-	if err := c.Layout.Validate(); err != nil {
-		return invalidf("RankConfig.Layout: %v", err)
 	}
 	return nil
 }

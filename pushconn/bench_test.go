@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/internal/latency"
+	"github.com/gonixl/gonixl/internal/lease"
 )
 
 // BenchmarkEngineLoopCalls measures what the engines' loops pay per request
@@ -14,7 +15,7 @@ import (
 // one request at a time through a TP 1 -> 1 pair on an instant loopback
 // link. Reported per call: p50 and p99 in ns.
 func BenchmarkEngineLoopCalls(b *testing.B) {
-	r := newRig(b, rigConfig{numBlocks: 4096, clock: systemClock{}})
+	r := newRig(b, rigConfig{numBlocks: 4096, clock: lease.SystemClock{}})
 	c, p := r.consumers[0], r.producers[0]
 	var reg, fin, drain, freed latency.Recorder
 	pf := r.pre.Coordinates()

@@ -7,7 +7,3 @@ import "time"
 type Clock interface {
 	Now() time.Time
 }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }

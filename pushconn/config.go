@@ -1,13 +1,14 @@
 package pushconn
 
 import (
+	"cmp"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/gonixl/gonixl/internal/engine"
-
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -20,7 +21,7 @@ const (
 	DefaultRegistrationTimeout = 480 * time.Second
 	// DefaultLease bounds how long prefill holds finished blocks that no
 	// registration claims (vLLM's KV lease).
-	DefaultLease = 30 * time.Second
+	DefaultLease = engine.DefaultLease
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM's).
 	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
 	// DefaultWriteTimeout bounds how long a posted WRITE may stay in
@@ -28,14 +29,14 @@ const (
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultPollInterval is the notification polling period while work
 	// waits (vLLM's push writer polls every 1 ms).
-	DefaultPollInterval = time.Millisecond
+	DefaultPollInterval = engine.DefaultPollInterval
 	// DefaultIdleInterval is the period at which an idle rank still
 	// progresses its agent, which the native agent needs for connection
 	// setup and for receiving registrations.
-	DefaultIdleInterval = 50 * time.Millisecond
+	DefaultIdleInterval = engine.DefaultIdleInterval
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:" log
 	// line when a Logger is set.
-	DefaultStatsInterval = 10 * time.Second
+	DefaultStatsInterval = engine.DefaultStatsInterval
 )
 
 // RankConfig is what a Producer or a Consumer needs for its TP rank.
@@ -72,48 +73,30 @@ type RankConfig struct {
 }
 
 func (c *RankConfig) withDefaults() {
-	if c.RegistrationTimeout == 0 {
-		c.RegistrationTimeout = DefaultRegistrationTimeout
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.IdleInterval == 0 {
-		c.IdleInterval = DefaultIdleInterval
-	}
+	c.RegistrationTimeout = cmp.Or(c.RegistrationTimeout, DefaultRegistrationTimeout)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
+	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	if c.Clock == nil {
-		c.Clock = systemClock{}
-	}
-	if c.StatsInterval == 0 {
-		c.StatsInterval = DefaultStatsInterval
+		c.Clock = lease.SystemClock{}
 	}
 }
 
 func (c *RankConfig) validate(e *Engine) error {
-	switch {
-	case c.Agent == nil:
-		return invalidf("RankConfig.Agent is nil")
-	case c.RegistrationTimeout < 0:
-		return invalidf("RankConfig.RegistrationTimeout is negative (%v)", c.RegistrationTimeout)
-	case c.Lease < 0:
-		return invalidf("RankConfig.Lease is negative (%v)", c.Lease)
-	case c.WriteTimeout < 0:
-		return invalidf("RankConfig.WriteTimeout is negative (%v)", c.WriteTimeout)
-	case c.PollInterval < 0 || c.IdleInterval < 0:
-		return invalidf("RankConfig.PollInterval (%v) and IdleInterval (%v) must not be negative", c.PollInterval, c.IdleInterval)
-	case c.Layout.TPSize != e.TPSize():
-		return invalidf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", c.Layout.TPSize, e.ID(), e.TPSize())
-	case c.Layout.BlockTokens != e.core.Config().BlockSize:
-		return invalidf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", c.Layout.BlockTokens, e.ID(), e.core.Config().BlockSize)
+	if err := e.core.CheckRank(c.Agent, c.Layout); err != nil {
+		return invalidf("%v", err)
 	}
-	if err := c.Layout.Validate(); err != nil {
-		return invalidf("RankConfig.Layout: %v", err)
+	err := engine.NotNegative(
+		engine.Duration{Field: "RankConfig.RegistrationTimeout", Value: c.RegistrationTimeout},
+		engine.Duration{Field: "RankConfig.Lease", Value: c.Lease},
+		engine.Duration{Field: "RankConfig.WriteTimeout", Value: c.WriteTimeout},
+		engine.Duration{Field: "RankConfig.PollInterval", Value: c.PollInterval},
+		engine.Duration{Field: "RankConfig.IdleInterval", Value: c.IdleInterval},
+	)
+	if err != nil {
+		return invalidf("%v", err)
 	}
 	return nil
 }

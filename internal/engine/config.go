@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,7 +45,7 @@ type Config struct {
 func (c *Config) withDefaults() error {
 	switch {
 	case c.EngineID == "":
-		return fmt.Errorf("EngineConfig.EngineID is empty")
+		return errors.New("EngineConfig.EngineID is empty")
 	case c.TPSize < 1:
 		return fmt.Errorf("EngineConfig.TPSize is %d, want >= 1", c.TPSize)
 	case c.BlockSize < 1:
@@ -52,9 +53,9 @@ func (c *Config) withDefaults() error {
 	case c.HandshakeTimeout < 0:
 		return fmt.Errorf("EngineConfig.HandshakeTimeout is %v, want > 0", c.HandshakeTimeout)
 	case c.Model == "":
-		return fmt.Errorf("EngineConfig.Model is empty")
+		return errors.New("EngineConfig.Model is empty")
 	case c.DType == "":
-		return fmt.Errorf("EngineConfig.DType is empty")
+		return errors.New("EngineConfig.DType is empty")
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:0"

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+)
+
+// Rank defaults that mean the same on both connectors.
+const (
+	// DefaultLease bounds how long prefill holds a request's finished
+	// blocks for decode (vLLM's KV lease, VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+	DefaultLease = 30 * time.Second
+	// DefaultPollInterval is the agent polling period while work waits
+	// (vLLM's push writer polls every 1 ms).
+	DefaultPollInterval = time.Millisecond
+	// DefaultIdleInterval is the polling period otherwise; the native agent
+	// needs progress for connection setup even when idle.
+	DefaultIdleInterval = 50 * time.Millisecond
+	// DefaultStatsInterval is the period of the "KV Transfer metrics:" line
+	// when a Logger is set.
+	DefaultStatsInterval = 10 * time.Second
+)
+
+// Duration is a duration field of a rank configuration, named as the user
+// wrote it ("RankConfig.Lease").
+type Duration struct {
+	Field string
+	Value time.Duration
+}
+
+// NotNegative reports the first negative duration, naming its field. It
+// runs after the defaults are filled, so zero is never reported here.
+func NotNegative(ds ...Duration) error {
+	for _, d := range ds {
+		if d.Value < 0 {
+			return fmt.Errorf("%s is %v, want > 0", d.Field, d.Value)
+		}
+	}
+	return nil
+}
+
+// CheckRank checks what a rank of this engine needs on either connector:
+// an agent, and a valid layout whose TP size and block size are the
+// engine's. The error names the field; the caller wraps it in its
+// ErrInvalid.
+func (e *Engine) CheckRank(agent nixl.Agent, l descriptors.Layout) error {
+	switch {
+	case agent == nil:
+		return errors.New("RankConfig.Agent is nil")
+	case l.TPSize != e.cfg.TPSize:
+		return fmt.Errorf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", l.TPSize, e.cfg.EngineID, e.cfg.TPSize)
+	case l.BlockTokens != e.cfg.BlockSize:
+		return fmt.Errorf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", l.BlockTokens, e.cfg.EngineID, e.cfg.BlockSize)
+	}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("RankConfig.Layout: %v", err)
+	}
+	return nil
+}
