@@ -46,19 +46,11 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
-	if err := cfg.Agent.RegisterMem(cfg.Layout.RegList(), nil); err != nil {
+	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
 		return nil, err
 	}
 	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
 		log: cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
-	md, err := cfg.Agent.LocalMD()
-	if err == nil {
-		err = e.core.Server().SetRank(handshake.Rank{TPRank: cfg.Layout.TPRank, Agent: cfg.Agent.Name(), Metadata: md, Layout: cfg.Layout})
-	}
-	if err != nil {
-		cfg.Agent.DeregisterMem(cfg.Layout.RegList(), nil)
-		return nil, err
-	}
 	p.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
 		IdleInterval: cfg.IdleInterval,

@@ -124,7 +124,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		ready:   make(chan struct{}, 1),
 	}
 	c.push = newPushCounters(c.stats)
-	if err := publishRank(e, cfg); err != nil {
+	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -73,7 +73,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}}
-	if err := publishRank(e, cfg); err != nil {
+	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
 		return nil, err
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())

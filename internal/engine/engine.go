@@ -31,6 +31,7 @@ type Connector struct {
 // engine's payload once for all ranks.
 type Engine struct {
 	cfg    Config
+	name   string // the connector's, for messages
 	server *handshake.Server
 	client *handshake.Client
 	host   string
@@ -49,7 +50,7 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
 	}
-	e := &Engine{cfg: cfg, client: client, stats: stats.New()}
+	e := &Engine{cfg: cfg, name: conn.Name, client: client, stats: stats.New()}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
 		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{

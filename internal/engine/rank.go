@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -58,6 +59,24 @@ func (e *Engine) CheckRank(agent nixl.Agent, l descriptors.Layout) error {
 	}
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("RankConfig.Layout: %v", err)
+	}
+	return nil
+}
+
+// PublishRank registers the rank's KV memory (layout l) with its agent and
+// publishes the agent's metadata and the layout on the side channel, where
+// peers fetch them in the handshake. On failure nothing stays registered.
+func (e *Engine) PublishRank(agent nixl.Agent, l descriptors.Layout) error {
+	if err := agent.RegisterMem(l.RegList(), nil); err != nil {
+		return fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
+	}
+	md, err := agent.LocalMD()
+	if err == nil {
+		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, Agent: agent.Name(), Metadata: md, Layout: l})
+	}
+	if err != nil {
+		_ = agent.DeregisterMem(l.RegList(), nil)
+		return fmt.Errorf("%s: publish rank %d: %w", e.name, l.TPRank, err)
 	}
 	return nil
 }
