@@ -1,7 +1,9 @@
 package descriptors
 
 import (
+	"cmp"
 	"math/bits"
+	"slices"
 
 	"github.com/gonixl/gonixl/nixl"
 )
@@ -17,22 +19,49 @@ const (
 	maxTP    = 1 << 16
 )
 
+// MaxLayers bounds NumLayers in a layout that Validate accepts: far above
+// any model (hundreds of layers), low enough that a hostile handshake cannot
+// make a peer check millions of regions.
+const MaxLayers = 1 << 14
+
 // Validate reports the first field that makes the layout unusable; the error
 // matches ErrInvalid and names the field and its value. Besides the checks
 // every mapping call repeats, it verifies that regions on one device do not
-// overlap, which costs O(regions^2) and so is done once, at handshake time.
+// overlap (sorted by device and base, O(regions log regions)); it is meant
+// for handshake time, not the transfer path.
 func (l *Layout) Validate() error {
 	if err := l.check(); err != nil {
 		return err
 	}
+	if l.NumLayers > MaxLayers {
+		return invalidf("NumLayers %d is above the limit of %d", l.NumLayers, MaxLayers)
+	}
 	n := l.RegionLen()
-	for i, a := range l.Regions {
-		for j := i + 1; j < len(l.Regions); j++ {
-			b := l.Regions[j]
-			if a.DevID == b.DevID && a.Base < b.Base+n && b.Base < a.Base+n {
-				return invalidf("Regions[%d] (base %#x) and Regions[%d] (base %#x) overlap on device %d (region length %d)",
-					i, a.Base, j, b.Base, a.DevID, n)
+	order := make([]int, len(l.Regions))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := l.Regions[i], l.Regions[j]
+		if c := cmp.Compare(a.DevID, b.DevID); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Base, b.Base); c != 0 {
+			return c
+		}
+		return cmp.Compare(i, j)
+	})
+	// Sorted by start, equal-length regions overlap only if some pair of
+	// neighbours does.
+	for k := 1; k < len(order); k++ {
+		i, j := order[k-1], order[k]
+		a, b := l.Regions[i], l.Regions[j]
+		if a.DevID == b.DevID && b.Base < a.Base+n {
+			if j < i {
+				i, j, a, b = j, i, b, a
 			}
+			return invalidf("Regions[%d] (base %#x) and Regions[%d] (base %#x) overlap on device %d (region length %d)",
+				i, a.Base, j, b.Base, a.DevID, n)
 		}
 	}
 	return nil
