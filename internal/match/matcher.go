@@ -160,10 +160,10 @@ func (ix index[E]) remove(k string, e E) {
 type Matcher[R, F any] struct {
 	cfg Config
 
-	regByTID, regByID, regByBase index[*regEntry[R]]
-	finByTID, finByID, finByBase index[*finEntry[F]]
-	pendingIDs                   map[identity]*regEntry[R]
-	tombs                        map[identity]*tombstone
+	regs       keyIndex[*regEntry[R]]
+	fins       keyIndex[*finEntry[F]]
+	pendingIDs map[identity]*regEntry[R]
+	tombs      map[identity]*tombstone
 
 	regQ  deadlines[*regEntry[R]]
 	finQ  deadlines[*finEntry[F]]
@@ -186,12 +186,8 @@ func New[R, F any](cfg Config) (*Matcher[R, F], error) {
 	}
 	return &Matcher[R, F]{
 		cfg:        cfg,
-		regByTID:   index[*regEntry[R]]{},
-		regByID:    index[*regEntry[R]]{},
-		regByBase:  index[*regEntry[R]]{},
-		finByTID:   index[*finEntry[F]]{},
-		finByID:    index[*finEntry[F]]{},
-		finByBase:  index[*finEntry[F]]{},
+		regs:       newKeyIndex[*regEntry[R]](),
+		fins:       newKeyIndex[*finEntry[F]](),
 		pendingIDs: map[identity]*regEntry[R]{},
 		tombs:      map[identity]*tombstone{},
 	}, nil
@@ -204,7 +200,7 @@ func (m *Matcher[R, F]) Config() Config { return m.cfg }
 func (m *Matcher[R, F]) Stats() Stats {
 	s := m.stats
 	s.PendingRegistrations = len(m.pendingIDs)
-	s.PendingFinished = len(m.finByID)
+	s.PendingFinished = len(m.fins.byID)
 	return s
 }
 
@@ -240,11 +236,7 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, fanout i
 	}
 	e.deadline = now.Add(m.cfg.RegistrationTTL)
 	m.pendingIDs[id] = e
-	if key.TransferID != "" {
-		m.regByTID.add(key.TransferID, e)
-	}
-	m.regByID.add(key.RequestID, e)
-	m.regByBase.add(e.base, e)
+	m.regs.add(key, e.base, e)
 	m.regQ.push(e)
 	return none, Pending, nil
 }
@@ -252,25 +244,9 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, fanout i
 // findFinished returns the finished entry that registration e pairs with,
 // by the first rule that finds one.
 func (m *Matcher[R, F]) findFinished(e *regEntry[R]) (*finEntry[F], Kind) {
-	ok := func(f *finEntry[F]) bool { return !f.hasServed(e.sender) }
-	if e.key.TransferID != "" {
-		for _, f := range m.finByTID[e.key.TransferID] {
-			if ok(f) {
-				return f, ByTransferID
-			}
-		}
-	}
-	for _, f := range m.finByID[e.key.RequestID] {
-		if !conflicts(f.key, e.key) && ok(f) {
-			return f, ByExactID
-		}
-	}
-	for _, f := range m.finByBase[e.base] {
-		if !conflicts(f.key, e.key) && ok(f) {
-			return f, ByStrippedID
-		}
-	}
-	return nil, 0
+	return m.fins.find(e.key, e.base,
+		func(f *finEntry[F]) Key { return f.key },
+		func(f *finEntry[F]) bool { return !f.hasServed(e.sender) })
 }
 
 // Finish adds a finished request's blocks and returns the registrations they
@@ -281,7 +257,7 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	if key.RequestID == "" {
 		return nil, errors.New("match: finished request has an empty id")
 	}
-	if _, ok := m.finByID[key.RequestID]; ok {
+	if _, ok := m.fins.byID[key.RequestID]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrDuplicateFinished, key.RequestID)
 	}
 	m.stats.Finished++
@@ -298,36 +274,18 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	if f.want != 0 && len(f.served) >= f.want {
 		return out, nil
 	}
-	if key.TransferID != "" {
-		m.finByTID.add(key.TransferID, f)
-	}
-	m.finByID.add(key.RequestID, f)
-	m.finByBase.add(f.base, f)
+	m.fins.add(key, f.base, f)
 	f.indexed = true
 	m.finQ.push(f)
 	return out, nil
 }
 
+// findRegistration returns a registration that finished entry f pairs
+// with, by the first rule that finds one.
 func (m *Matcher[R, F]) findRegistration(f *finEntry[F]) (*regEntry[R], Kind) {
-	ok := func(e *regEntry[R]) bool { return !f.hasServed(e.sender) }
-	if f.key.TransferID != "" {
-		for _, e := range m.regByTID[f.key.TransferID] {
-			if ok(e) {
-				return e, ByTransferID
-			}
-		}
-	}
-	for _, e := range m.regByID[f.key.RequestID] {
-		if !conflicts(f.key, e.key) && ok(e) {
-			return e, ByExactID
-		}
-	}
-	for _, e := range m.regByBase[f.base] {
-		if !conflicts(f.key, e.key) && ok(e) {
-			return e, ByStrippedID
-		}
-	}
-	return nil, 0
+	return m.regs.find(f.key, f.base,
+		func(e *regEntry[R]) Key { return e.key },
+		func(e *regEntry[R]) bool { return !f.hasServed(e.sender) })
 }
 
 // pair records that registration e is served by f, counts it, leaves a
@@ -362,28 +320,20 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind
 func (m *Matcher[R, F]) dropRegistration(e *regEntry[R]) {
 	e.gone = true
 	delete(m.pendingIDs, identity{sender: e.sender, key: e.key})
-	if e.key.TransferID != "" {
-		m.regByTID.remove(e.key.TransferID, e)
-	}
-	m.regByID.remove(e.key.RequestID, e)
-	m.regByBase.remove(e.base, e)
+	m.regs.remove(e.key, e.base, e)
 }
 
 func (m *Matcher[R, F]) dropFinished(f *finEntry[F]) {
 	f.gone = true
 	f.indexed = false
-	if f.key.TransferID != "" {
-		m.finByTID.remove(f.key.TransferID, f)
-	}
-	m.finByID.remove(f.key.RequestID, f)
-	m.finByBase.remove(f.base, f)
+	m.fins.remove(f.key, f.base, f)
 }
 
 // Cancel removes a finished request that still waits for registrations
 // (the engine aborted it) and returns its payload and how many
 // registrations it had served.
 func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
-	list := m.finByID[requestID]
+	list := m.fins.byID[requestID]
 	if len(list) == 0 {
 		return fin, 0, false
 	}
@@ -451,7 +401,7 @@ func (m *Matcher[R, F]) Next() (time.Time, bool) {
 
 // WaitingFinished reports whether any finished request waits for a
 // registration: the writer polls for notifications only then.
-func (m *Matcher[R, F]) WaitingFinished() bool { return len(m.finByID) > 0 }
+func (m *Matcher[R, F]) WaitingFinished() bool { return len(m.fins.byID) > 0 }
 
 // Flush removes and returns every pending registration and finished
 // request, for an owner that shuts down; nothing is counted as expired.
