@@ -29,7 +29,13 @@ import (
 //     releases it;
 //   - roundtrip4k: a 4 KiB WRITE with a notification, reposted; each
 //     operation posts it and polls until the transfer is done and the target
-//     has seen the notification.
+//     has seen the notification;
+//   - roundtrip4kx8: the same with eight such WRITEs in flight, every
+//     polling round asking all eight statuses.
+//
+// The Go side runs each round trip like-for-like (one binding call per NIXL
+// call) and batched (one Poll per agent and polling round, which makes the
+// same NIXL calls in the same order in one cgo crossing).
 //
 // Both poll the initiator's status and the target's notifications in turn,
 // as an agent without a progress thread needs.
@@ -115,42 +121,141 @@ func write64MiB(tb testing.TB) (one func(), bytes int64) {
 	return one, writeDescs * writeDescLen
 }
 
+// rtPoll is how a round-trip workload polls.
+type rtPoll int
+
+const (
+	// rtAppendNotifs: XferStatus per request, AppendNotifs into one reused
+	// map on the target, the call sequence of cbench one call at a time.
+	rtAppendNotifs rtPoll = iota
+	// rtGetNotifs: as rtAppendNotifs, with GetNotifs (a new map whenever
+	// something arrived, the Agent interface's way).
+	rtGetNotifs
+	// rtBatched: one Poll per agent and polling round, which makes the same
+	// NIXL calls in the same order in one cgo crossing per agent.
+	rtBatched
+)
+
 // roundTrip4KiB sets up the 4 KiB round trip and returns one operation of
-// it, already run once, and its size in bytes. The target is polled with
-// AppendNotifs into one reused map, as cbench reuses its nixl_notifs_t.
+// it, already run once, and its size in bytes: like cbench roundtrip4k, one
+// call per NIXL call, the target polled with AppendNotifs into one reused
+// map as cbench reuses its nixl_notifs_t.
 func roundTrip4KiB(tb testing.TB) (one func(), bytes int64) {
-	return roundTrip(tb, true)
+	return roundTrip(tb, 1, rtAppendNotifs)
 }
 
-// roundTrip4KiBGetNotifs is roundTrip4KiB polling with GetNotifs, which
-// returns a new map whenever something arrived (the Agent interface's way).
+// roundTrip4KiBGetNotifs is roundTrip4KiB polling with GetNotifs.
 func roundTrip4KiBGetNotifs(tb testing.TB) (one func(), bytes int64) {
-	return roundTrip(tb, false)
+	return roundTrip(tb, 1, rtGetNotifs)
 }
 
-func roundTrip(tb testing.TB, reuse bool) (one func(), bytes int64) {
-	s, src, dst := newBenchSetup(tb, rtLen)
-	req, err := s.init.CreateXferReq(Write, dram(src.Desc(0, rtLen)), dram(dst.Desc(0, rtLen)), s.target.Name(), NotifOptions([]byte("rt")))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.init.ReleaseXferReq(req) })
-	if reuse {
-		s.inbox = Notifs{}
-	}
-	one = func() {
-		want := s.notifs + 1
-		if _, err := s.init.PostXferReq(req, nil); err != nil {
+// roundTrip4KiBBatched is roundTrip4KiB polling each agent with Poll.
+func roundTrip4KiBBatched(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 1, rtBatched)
+}
+
+// roundTrip4KiBx8 is eight 4 KiB round trips in flight at once (cbench
+// roundtrip4kx8): each polling round asks all eight statuses, one
+// XferStatus call each, then progresses the target.
+func roundTrip4KiBx8(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 8, rtAppendNotifs)
+}
+
+// roundTrip4KiBx8Batched is roundTrip4KiBx8 asking the eight statuses with
+// one Poll.
+func roundTrip4KiBx8Batched(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 8, rtBatched)
+}
+
+// roundTrip posts k 4 KiB WRITEs with a notification each to k adjacent
+// slots, and polls until all are done and the target has seen the k
+// notifications, making the NIXL calls cbench's roundtrip4k makes.
+func roundTrip(tb testing.TB, k int, how rtPoll) (one func(), bytes int64) {
+	s, src, dst := newBenchSetup(tb, k*rtLen)
+	reqs := make([]XferHandle, k)
+	for i := range reqs {
+		off := uint64(i * rtLen)
+		req, err := s.init.CreateXferReq(Write, dram(src.Desc(off, rtLen)), dram(dst.Desc(off, rtLen)), s.target.Name(), NotifOptions([]byte("rt")))
+		if err != nil {
 			tb.Fatal(err)
 		}
-		s.waitDone(tb, req)
-		for s.notifs < want {
+		tb.Cleanup(func() { s.init.ReleaseXferReq(req) })
+		reqs[i] = req
+	}
+	if how != rtGetNotifs {
+		s.inbox = Notifs{}
+	}
+	statuses := make([]Status, k)
+	from := s.init.Name()
+	progressTarget := func() {
+		if how != rtBatched {
 			s.poll(tb)
+			return
+		}
+		if err := s.target.Poll(nil, nil, s.inbox); err != nil {
+			tb.Fatal(err)
+		}
+		if m := s.inbox[from]; len(m) > 0 {
+			s.notifs += len(m)
+			s.inbox[from] = m[:0]
 		}
 	}
+	allDone := func() bool {
+		if how == rtBatched {
+			if err := s.init.Poll(reqs, statuses, nil); err != nil {
+				tb.Fatal(err)
+			}
+		} else {
+			for i, req := range reqs {
+				st, err := s.init.XferStatus(req)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				statuses[i] = st
+			}
+		}
+		done := true
+		for _, st := range statuses {
+			switch {
+			case st == StatusInProgress:
+				done = false
+			case st != StatusSuccess:
+				tb.Fatalf("transfer failed: %v", st)
+			}
+		}
+		return done
+	}
+	one = func() {
+		want := s.notifs + k
+		for _, req := range reqs {
+			if _, err := s.init.PostXferReq(req, nil); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		for !allDone() {
+			progressTarget()
+		}
+		for s.notifs < want {
+			progressTarget()
+		}
+	}
+	copy(src.Bytes(), bytesPattern(k*rtLen))
 	one()
 	requireBytes(tb, src.Bytes(), dst.Bytes(), "benchmark destination")
-	return one, rtLen
+	if s.notifs != k {
+		tb.Fatalf("target saw %d notifications after one operation of %d transfers", s.notifs, k)
+	}
+	return one, int64(k * rtLen)
+}
+
+// bytesPattern returns n bytes that differ from a zeroed buffer at every
+// position, so that a transfer that moved nothing is caught.
+func bytesPattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i%251) + 1
+	}
+	return b
 }
 
 // benchGo runs a workload on a goroutine locked to its OS thread, as a
@@ -200,7 +305,17 @@ func BenchmarkWrite64MiB(b *testing.B) {
 func BenchmarkRoundTrip4KiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiB) })
 	b.Run("go-getnotifs", func(b *testing.B) { benchGo(b, roundTrip4KiBGetNotifs) })
+	b.Run("go-batched", func(b *testing.B) { benchGo(b, roundTrip4KiBBatched) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4k") })
+}
+
+// BenchmarkRoundTrip4KiBx8: eight 4 KiB round trips in flight; go asks each
+// status with its own XferStatus call, go-batched asks all eight with one
+// Poll (the same NIXL calls), cpp makes those calls through nixl.h.
+func BenchmarkRoundTrip4KiBx8(b *testing.B) {
+	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiBx8) })
+	b.Run("go-batched", func(b *testing.B) { benchGo(b, roundTrip4KiBx8Batched) })
+	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4kx8") })
 }
 
 // benchCpp runs the C++ program for b.N operations and reports its own
@@ -335,8 +450,11 @@ func TestCompareWithCpp(t *testing.T) {
 		workload func(testing.TB) (func(), int64)
 	}{
 		{"Write64MiB (1024 x 64 KiB)", "write64m", 30, write64MiB},
-		{"RoundTrip4KiB (post + done + notif), AppendNotifs", "roundtrip4k", 20000, roundTrip4KiB},
-		{"RoundTrip4KiB (post + done + notif), GetNotifs", "roundtrip4k", 20000, roundTrip4KiBGetNotifs},
+		{"RoundTrip4KiB (post + done + notif), like-for-like: a call per NIXL call, AppendNotifs", "roundtrip4k", 20000, roundTrip4KiB},
+		{"RoundTrip4KiB (post + done + notif), like-for-like, GetNotifs", "roundtrip4k", 20000, roundTrip4KiBGetNotifs},
+		{"RoundTrip4KiB (post + done + notif), batched: one Poll per agent and round", "roundtrip4k", 20000, roundTrip4KiBBatched},
+		{"RoundTrip4KiB x8 in flight, like-for-like: XferStatus per request", "roundtrip4kx8", 5000, roundTrip4KiBx8},
+		{"RoundTrip4KiB x8 in flight, batched: one Poll for the 8 statuses", "roundtrip4kx8", 5000, roundTrip4KiBx8Batched},
 	} {
 		var goNs, cppNs, goCPU, cppCPU []float64
 		var bytes int64

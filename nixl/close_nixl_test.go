@@ -86,12 +86,13 @@ func TestNativeEveryMethodAfterClose(t *testing.T) {
 		"ReleaseXferReq":     a.ReleaseXferReq(1),
 		"GetNotifs":          second(a.GetNotifs(nil)),
 		"GenNotif":           a.GenNotif("b", nil, nil),
+		"Poll":               a.Poll([]XferHandle{1}, make([]Status, 1), Notifs{}),
 	}
 	_, _, err := a.PluginParams("UCX")
 	errs["PluginParams"] = err
 	_, _, err = a.BackendParams("UCX")
 	errs["BackendParams"] = err
-	require.Len(t, errs, 29)
+	require.Len(t, errs, 30)
 	for name, err := range errs {
 		assert.ErrorIs(t, err, ErrClosed, name)
 	}

@@ -19,6 +19,11 @@ type handleTable struct {
 	serial bool
 	mu     sync.RWMutex
 	m      map[uint64]*handleEntry
+
+	// hot is the entry a serial table found last, so that polling one
+	// request until it completes skips the map. free and drain clear it.
+	hotID uint64
+	hot   *handleEntry
 }
 
 type handleEntry struct {
@@ -47,7 +52,14 @@ func (t *handleTable) add(ptr uintptr) uint64 {
 // caller must pass it to done.
 func (t *handleTable) acquire(id uint64) *handleEntry {
 	if t.serial {
-		return t.m[id]
+		if id == t.hotID && t.hot != nil {
+			return t.hot
+		}
+		e := t.m[id]
+		if e != nil {
+			t.hotID, t.hot = id, e
+		}
+		return e
 	}
 	t.mu.RLock()
 	e := t.m[id]
@@ -76,6 +88,9 @@ func (t *handleTable) done(e *handleEntry) {
 func (t *handleTable) free(id uint64, release func(ptr uintptr) Status) (s Status, found bool) {
 	t.mu.Lock()
 	e := t.m[id]
+	if t.hotID == id {
+		t.hotID, t.hot = 0, nil
+	}
 	t.mu.Unlock()
 	if e == nil {
 		return 0, false
@@ -100,6 +115,7 @@ func (t *handleTable) free(id uint64, release func(ptr uintptr) Status) (s Statu
 func (t *handleTable) drain() []uintptr {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.hotID, t.hot = 0, nil
 	ptrs := make([]uintptr, 0, len(t.m))
 	for id, e := range t.m {
 		e.mu.Lock()

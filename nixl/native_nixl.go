@@ -38,9 +38,10 @@ type NativeAgent struct {
 	xfers  handleTable // XferHandle -> nixlXferReqH*
 	dlists handleTable // DlistHandle -> nixlDlistH*
 
-	notifMu sync.Mutex        // one GetNotifs at a time
-	scratch notifScratch      // C buffer GetNotifs results are written to
-	names   map[string]string // interned sender names
+	notifMu  sync.Mutex        // one GetNotifs at a time
+	scratch  notifScratch      // C buffer GetNotifs results are written to
+	names    map[string]string // interned sender names
+	lastName string            // the sender internName returned last
 }
 
 var quietUCXSignals sync.Once

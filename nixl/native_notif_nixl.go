@@ -42,7 +42,14 @@ func (a *NativeAgent) getNotifs(op string, dst Notifs, opts *Options) (Notifs, e
 		a.notifMu.Lock()
 		defer a.notifMu.Unlock()
 	}
-	b, s := shimGetNotifs(a.agent, o, &a.scratch)
+	var b []byte
+	var s Status
+	if o == nil {
+		// The common case, no options, skips building nixl_opt_args_t.
+		b, s = shimPoll(a.agent, nil, nil, true, &a.scratch)
+	} else {
+		b, s = shimGetNotifs(a.agent, o, &a.scratch)
+	}
 	n, derr := appendNotifs(dst, b, a.internName)
 	if derr != nil {
 		return n, &Error{Op: op, Status: StatusUnknown, Msg: derr.Error()}
@@ -76,12 +83,17 @@ const maxInternedNames = 4096
 // internName returns the cached string for a sender name. Called by one
 // GetNotifs at a time.
 func (a *NativeAgent) internName(b []byte) string {
-	if s, ok := a.names[string(b)]; ok {
-		return s
+	// Most deliveries come from the sender of the previous one.
+	if string(b) == a.lastName {
+		return a.lastName
 	}
-	s := string(b)
-	if len(a.names) < maxInternedNames {
-		a.names[s] = s
+	s, ok := a.names[string(b)]
+	if !ok {
+		s = string(b)
+		if len(a.names) < maxInternedNames {
+			a.names[s] = s
+		}
 	}
+	a.lastName = s
 	return s
 }

@@ -178,3 +178,9 @@ func (a *NativeAgent) GenNotif(remote string, msg []byte, opts *Options) error {
 
 // Close does nothing in this build.
 func (a *NativeAgent) Close() error { return nil }
+
+// Poll wraps nixlAgent::getXferStatus and nixlAgent::getNotifs in one call;
+// unavailable in this build.
+func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) error {
+	return unavailable(pollOp)
+}

@@ -462,6 +462,39 @@ int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req) {
 	    [&] { return agentOf(agent)->releaseXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
 }
 
+// encodeNotifs writes notifs in the "notifs" encoding into scratch when it
+// fits, else into a malloc'd buffer, and points r at it.
+void encodeNotifs(const nixl_notifs_t &notifs, uintptr_t scratch, size_t scratch_cap,
+                  nixlgo_notifs_result &r) {
+	size_t size = 8;
+	for (const auto &kv : notifs) {
+		size += 16 + kv.first.size();
+		for (const auto &m : kv.second) size += 8 + m.size();
+	}
+	char *dst = reinterpret_cast<char *>(scratch);
+	if (size > scratch_cap || dst == nullptr) {
+		dst = static_cast<char *>(std::malloc(size));
+		if (dst == nullptr) throw std::bad_alloc();
+	}
+	char *w = dst;
+	auto u64 = [&w](uint64_t v) {
+		for (int i = 0; i < 8; i++) *w++ = static_cast<char>((v >> (8 * i)) & 0xff);
+	};
+	auto bytes = [&](const std::string &v) {
+		u64(v.size());
+		if (!v.empty()) std::memcpy(w, v.data(), v.size());
+		w += v.size();
+	};
+	u64(notifs.size());
+	for (const auto &kv : notifs) {
+		bytes(kv.first);
+		u64(kv.second.size());
+		for (const auto &m : kv.second) bytes(m);
+	}
+	r.data = dst;
+	r.len = size;
+}
+
 nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
                                        size_t scratch_cap) {
 	nixlgo_notifs_result r{0, nullptr, 0};
@@ -471,34 +504,23 @@ nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintpt
 		// getNotifs may fail for one backend and still return what the others
 		// delivered, so the notifications are handed over whatever the status.
 		nixl_status_t s = agentOf(agent)->getNotifs(notifs, optArgs(opts, args));
-		if (notifs.empty()) return s;
-		size_t size = 8;
-		for (const auto &kv : notifs) {
-			size += 16 + kv.first.size();
-			for (const auto &m : kv.second) size += 8 + m.size();
-		}
-		char *dst = reinterpret_cast<char *>(scratch);
-		if (size > scratch_cap || dst == nullptr) {
-			dst = static_cast<char *>(std::malloc(size));
-			if (dst == nullptr) throw std::bad_alloc();
-		}
-		char *w = dst;
-		auto u64 = [&w](uint64_t v) {
-			for (int i = 0; i < 8; i++) *w++ = static_cast<char>((v >> (8 * i)) & 0xff);
-		};
-		auto bytes = [&](const std::string &v) {
-			u64(v.size());
-			if (!v.empty()) std::memcpy(w, v.data(), v.size());
-			w += v.size();
-		};
-		u64(notifs.size());
-		for (const auto &kv : notifs) {
-			bytes(kv.first);
-			u64(kv.second.size());
-			for (const auto &m : kv.second) bytes(m);
-		}
-		r.data = dst;
-		r.len = size;
+		if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
+		return s;
+	});
+	return r;
+}
+
+nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n,
+                                 int want_notifs, uintptr_t scratch, size_t scratch_cap) {
+	nixlgo_notifs_result r{0, nullptr, 0};
+	nixlAgent *a = agentOf(agent);
+	for (size_t i = 0; i < n; i++)
+		statuses[i] = guard([&] { return a->getXferStatus(reinterpret_cast<nixlXferReqH *>(reqs[i])); });
+	if (!want_notifs) return r;
+	r.status = guard([&] {
+		nixl_notifs_t notifs;
+		nixl_status_t s = a->getNotifs(notifs);
+		if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
 		return s;
 	});
 	return r;

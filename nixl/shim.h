@@ -173,6 +173,14 @@ typedef struct {
 } nixlgo_notifs_result;
 nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
                                        size_t scratch_cap);
+/* nixlgo_poll is one polling round in one crossing: getXferStatus on each of
+ * the n requests in order, its status written to statuses[i], then, when
+ * want_notifs is non-zero, getNotifs with no options, its result returned
+ * as nixlgo_get_notifs returns it (status is then getNotifs' status; it is
+ * NIXL_SUCCESS when want_notifs is 0). A C++ exception while polling a
+ * request sets that request's status to NIXL_ERR_UNKNOWN. */
+nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n,
+                                 int want_notifs, uintptr_t scratch, size_t scratch_cap);
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts);
 

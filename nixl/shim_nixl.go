@@ -42,6 +42,8 @@ package nixl
 #cgo noescape nixlgo_query_xfer_backend
 #cgo noescape nixlgo_get_xfer_telemetry
 #cgo noescape nixlgo_gen_notif
+#cgo noescape nixlgo_get_notifs
+#cgo noescape nixlgo_poll
 
 #cgo nocallback nixlgo_agent_new
 #cgo nocallback nixlgo_agent_delete
@@ -74,6 +76,7 @@ package nixl
 #cgo nocallback nixlgo_release_xfer_req
 #cgo nocallback nixlgo_get_notifs
 #cgo nocallback nixlgo_gen_notif
+#cgo nocallback nixlgo_poll
 
 #include <stdlib.h>
 #include "shim.h"
@@ -86,8 +89,10 @@ import (
 )
 
 // Desc has exactly the layout of nixlgo_desc, so transfer descriptor lists
-// cross to C without a copy. These fail to compile if the layouts diverge.
+// cross to C without a copy, and Status that of int32_t, so nixlgo_poll
+// writes statuses straight into the caller's slice. These fail to compile if the layouts diverge.
 var (
+	_ = [1]struct{}{}[unsafe.Sizeof(Status(0))-unsafe.Sizeof(C.int32_t(0))]
 	_ = [1]struct{}{}[unsafe.Sizeof(Desc{})-unsafe.Sizeof(C.nixlgo_desc{})]
 	_ = [1]struct{}{}[unsafe.Offsetof(Desc{}.Len)-unsafe.Offsetof(C.nixlgo_desc{}.len)]
 	_ = [1]struct{}{}[unsafe.Offsetof(Desc{}.DevID)-unsafe.Offsetof(C.nixlgo_desc{}.dev_id)]
@@ -435,7 +440,31 @@ func (s *notifScratch) free() {
 // shimGetNotifs returns a Go copy of the encoded notifications. The caller
 // must not call it concurrently with the same scratch.
 func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) ([]byte, Status) {
-	r := C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap))
+	return takeNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap)), scratch)
+}
+
+// shimPoll writes the status of each request of reqs (C pointers) to
+// statuses, which must be as long, and, when wantNotifs is set, returns the
+// encoded notifications as shimGetNotifs does, all in one crossing.
+// scratch is used, and may be nil, only when wantNotifs is set.
+func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool, scratch *notifScratch) ([]byte, Status) {
+	var rp *C.uintptr_t
+	var sp *C.int32_t
+	if len(reqs) > 0 {
+		rp = (*C.uintptr_t)(unsafe.Pointer(unsafe.SliceData(reqs)))
+		sp = (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(statuses)))
+	}
+	if !wantNotifs {
+		C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 0, 0, 0)
+		return nil, StatusSuccess
+	}
+	return takeNotifs(C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 1,
+		C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap)), scratch)
+}
+
+// takeNotifs copies an encoded notifications result to Go memory, freeing
+// it when it is not the scratch buffer.
+func takeNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) ([]byte, Status) {
 	if r.data == nil {
 		return nil, Status(r.status)
 	}

@@ -69,8 +69,9 @@ func TestStubMethodsReturnUnavailable(t *testing.T) {
 	_, err = a.AppendNotifs(nil, nil)
 	collect(err)
 	collect(a.GenNotif("b", []byte("m"), nil))
+	collect(a.Poll(nil, nil, Notifs{}))
 
-	require.Len(t, errs, 30)
+	require.Len(t, errs, 31)
 	for i, err := range errs {
 		assert.True(t, errors.Is(err, ErrUnavailable), "call %d: %v", i, err)
 		assert.Contains(t, err.Error(), "nixlAgent::", "call %d names the NIXL call", i)

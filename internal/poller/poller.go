@@ -11,7 +11,8 @@ import (
 )
 
 // Handler receives one notification from the agent named sender. It runs
-// on the poller goroutine and must not block.
+// on the poller goroutine and must not block. msg is the handler's to keep:
+// the poller does not reuse it.
 type Handler func(sender string, msg []byte)
 
 // Options configure a Poller. Zero fields take the defaults below.
@@ -26,7 +27,8 @@ type Options struct {
 	Busy func() bool
 	// Tick runs after each round of notifications, on the poller goroutine.
 	Tick func()
-	// OnError receives GetNotifs errors; the poller keeps going.
+	// OnError receives errors fetching notifications; the poller keeps
+	// going.
 	OnError func(error)
 }
 
@@ -44,6 +46,12 @@ type Poller struct {
 	mu     sync.RWMutex
 	routes []route // longest prefix first
 	other  Handler
+
+	wmu     sync.Mutex
+	watches []watch // in the order watched
+
+	// round is the state of Round, reused from round to round.
+	round roundState
 
 	wake      chan struct{}
 	done      chan struct{}
@@ -139,18 +147,29 @@ func (p *Poller) run() {
 	}
 }
 
-// Round fetches and routes the agent's notifications once, then runs Tick.
-// The poller goroutine calls it; tests may call it directly on a poller that
-// was never started.
+// Round polls the watched transfers and fetches the agent's notifications,
+// then reports finished transfers to their Watch callbacks, routes the
+// notifications, and runs Tick. When the agent implements nixl.BatchPoller
+// all of that polling is one Poll call (one cgo crossing on the native
+// agent); otherwise it is one XferStatus per watched transfer and one
+// GetNotifs, the same NIXL calls in the same order. The poller goroutine
+// calls it; tests may call it directly on a poller that was never started.
 func (p *Poller) Round() {
-	notifs, err := p.agent.GetNotifs(nil)
+	r := &p.round
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.snapshotWatches(r)
+	notifs, err := p.pollAgent(r)
 	if err != nil {
 		if p.opts.OnError != nil && !errors.Is(err, nixl.ErrClosed) {
 			p.opts.OnError(err)
 		}
-	} else if len(notifs) > 0 {
+	}
+	p.finishWatches(r)
+	if len(notifs) > 0 {
 		p.dispatch(notifs)
 	}
+	r.clearInbox()
 	if p.opts.Tick != nil {
 		p.opts.Tick()
 	}
@@ -159,11 +178,14 @@ func (p *Poller) Round() {
 func (p *Poller) dispatch(notifs nixl.Notifs) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	senders := make([]string, 0, len(notifs))
-	for s := range notifs {
-		senders = append(senders, s)
+	senders := p.round.senders[:0]
+	for s, msgs := range notifs {
+		if len(msgs) > 0 {
+			senders = append(senders, s)
+		}
 	}
 	sort.Strings(senders) // deterministic order across senders
+	p.round.senders = senders
 	for _, s := range senders {
 		for _, msg := range notifs[s] {
 			if h := p.lookup(msg); h != nil {

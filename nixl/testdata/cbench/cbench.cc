@@ -3,7 +3,7 @@
 // overhead can be measured as a ratio in one run (see bench_nixl_test.go,
 // which builds and runs this program). It is not part of the Go build.
 //
-// Usage: cbench write64m|roundtrip4k ITERATIONS
+// Usage: cbench write64m|roundtrip4k|roundtrip4kx8 ITERATIONS
 // Output: one line "RESULT <name> <iterations> <total ns> <bytes per op>
 // <process CPU ns>", the CPU time being user plus system time of the whole
 // process over the timed loop.
@@ -119,27 +119,53 @@ long long write64m(long long iters) {
 	return ns;
 }
 
-long long roundtrip4k(long long iters) {
+// roundtrip4k posts k 4 KiB WRITEs, each with a notification, to k
+// adjacent slots, and polls until every one is done and the target has seen
+// all k notifications: each polling round asks the status of every request,
+// in order, then progresses the target, which is the call sequence of both
+// the Go like-for-like loop (XferStatus per request) and the Go batched one
+// (one Poll per agent makes these same calls). With k == 1 it is the single
+// round trip.
+long long roundtrip4k(const char *name, long long iters, size_t k) {
 	const size_t len = 4096;
-	side init("cbench.init", len), target("cbench.target", len);
+	side init("cbench.init", len * k), target("cbench.target", len * k);
 	exchange(init, target);
 	nixl_opt_args_t opts;
 	opts.notif = std::string("rt");
-	nixlXferReqH *req = nullptr;
-	must(init.agent.createXferReq(NIXL_WRITE, init.blocks(1, len), target.blocks(1, len), "cbench.target", req, &opts),
-	     "createXferReq");
+	nixl_xfer_dlist_t src = init.blocks(k, len), dst = target.blocks(k, len);
+	std::vector<nixlXferReqH *> reqs(k);
+	for (size_t i = 0; i < k; i++) {
+		nixl_xfer_dlist_t l(DRAM_SEG), r(DRAM_SEG);
+		l.addDesc(src[i]);
+		r.addDesc(dst[i]);
+		must(init.agent.createXferReq(NIXL_WRITE, l, r, "cbench.target", reqs[i], &opts), "createXferReq");
+	}
 	size_t notifs = 0;
+	nixl_notifs_t n;
+	auto progressTarget = [&] {
+		n.clear();
+		target.agent.getNotifs(n);
+		for (auto &kv : n) notifs += kv.second.size();
+	};
 	auto one = [&] {
-		size_t want = notifs + 1;
-		nixl_status_t s = init.agent.postXferReq(req);
-		if (s < 0) must(s, "postXferReq");
-		waitDone(init, target, req, notifs);
-		nixl_notifs_t n;
-		while (notifs < want) {
-			n.clear();
-			target.agent.getNotifs(n);
-			for (auto &kv : n) notifs += kv.second.size();
+		size_t want = notifs + k;
+		for (nixlXferReqH *req : reqs) {
+			nixl_status_t s = init.agent.postXferReq(req);
+			if (s < 0) must(s, "postXferReq");
 		}
+		for (;;) {
+			bool done = true;
+			for (nixlXferReqH *req : reqs) {
+				nixl_status_t s = init.agent.getXferStatus(req);
+				if (s == NIXL_IN_PROG)
+					done = false;
+				else if (s != NIXL_SUCCESS)
+					must(s, "getXferStatus");
+			}
+			if (done) break;
+			progressTarget();
+		}
+		while (notifs < want) progressTarget();
 	};
 	one();
 	long long cpu = cpuNs();
@@ -147,8 +173,8 @@ long long roundtrip4k(long long iters) {
 	for (long long i = 0; i < iters; i++) one();
 	auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
 	cpu = cpuNs() - cpu;
-	must(init.agent.releaseXferReq(req), "releaseXferReq");
-	std::printf("RESULT roundtrip4k %lld %lld %zu %lld\n", iters, static_cast<long long>(ns), len, cpu);
+	for (nixlXferReqH *req : reqs) must(init.agent.releaseXferReq(req), "releaseXferReq");
+	std::printf("RESULT %s %lld %lld %zu %lld\n", name, iters, static_cast<long long>(ns), len * k, cpu);
 	return ns;
 }
 
@@ -156,7 +182,7 @@ long long roundtrip4k(long long iters) {
 
 int main(int argc, char **argv) {
 	if (argc != 3) {
-		std::fprintf(stderr, "usage: cbench write64m|roundtrip4k ITERATIONS\n");
+		std::fprintf(stderr, "usage: cbench write64m|roundtrip4k|roundtrip4kx8 ITERATIONS\n");
 		return 2;
 	}
 	long long iters = std::atoll(argv[2]);
@@ -168,7 +194,9 @@ int main(int argc, char **argv) {
 	if (what == "write64m") {
 		write64m(iters);
 	} else if (what == "roundtrip4k") {
-		roundtrip4k(iters);
+		roundtrip4k("roundtrip4k", iters, 1);
+	} else if (what == "roundtrip4kx8") {
+		roundtrip4k("roundtrip4kx8", iters, 8);
 	} else {
 		std::fprintf(stderr, "cbench: unknown benchmark %s\n", argv[1]);
 		return 2;

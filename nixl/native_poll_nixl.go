@@ -1,0 +1,91 @@
+//go:build nixl
+
+package nixl
+
+import "fmt"
+
+var _ BatchPoller = (*NativeAgent)(nil)
+
+// pollStackReqs is how many requests Poll resolves without allocating.
+const pollStackReqs = 16
+
+// Poll is one polling round in one cgo crossing: nixlAgent::getXferStatus
+// for each request in order, its result in statuses[i], then, when notifs
+// is not nil, nixlAgent::getNotifs with its messages appended to notifs (a
+// poller reuses one map, truncating its lists, to receive without
+// allocating a map per round). It makes the same NIXL calls, in the same
+// order, as XferStatus on each request followed by AppendNotifs, and
+// progresses the agent as they do. See [BatchPoller] for what is a status
+// and what is an error; with an empty reqs and a nil notifs it does nothing.
+func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) error {
+	const (
+		opStatus = "nixlAgent::getXferStatus"
+		opNotifs = "nixlAgent::getNotifs"
+	)
+	if len(statuses) != len(reqs) {
+		return &Error{Op: opStatus, Status: StatusInvalidParam,
+			Msg: fmt.Sprintf("Poll got %d statuses for %d requests; pass one status per request", len(statuses), len(reqs))}
+	}
+	if len(reqs) == 0 && notifs == nil {
+		return nil
+	}
+	if err := a.enter(pollOp); err != nil {
+		return err
+	}
+	defer a.exit()
+
+	var ptrStack [pollStackReqs]uintptr
+	var heldStack [pollStackReqs]*handleEntry
+	ptrs, held := ptrStack[:0], heldStack[:0]
+	if len(reqs) > pollStackReqs {
+		ptrs, held = make([]uintptr, 0, len(reqs)), make([]*handleEntry, 0, len(reqs))
+	}
+	defer func() {
+		for _, e := range held {
+			a.xfers.done(e)
+		}
+	}()
+	for i, h := range reqs {
+		if j := a.earlier(reqs[:i], h); j >= 0 {
+			ptrs = append(ptrs, ptrs[j])
+			continue
+		}
+		e := a.xfers.acquire(uint64(h))
+		if e == nil {
+			return &Error{Op: opStatus, Status: StatusInvalidParam,
+				Msg: fmt.Sprintf("request %d of %d: transfer handle %d is not live on agent %q (released already, never made, or from another agent); nothing was polled", i, len(reqs), h, a.name)}
+		}
+		held = append(held, e)
+		ptrs = append(ptrs, e.ptr)
+	}
+
+	if notifs == nil {
+		shimPoll(a.agent, ptrs, statuses, false, nil)
+		return nil
+	}
+	if !a.serial {
+		a.notifMu.Lock()
+		defer a.notifMu.Unlock()
+	}
+	b, s := shimPoll(a.agent, ptrs, statuses, true, &a.scratch)
+	if _, err := appendNotifs(notifs, b, a.internName); err != nil {
+		return &Error{Op: opNotifs, Status: StatusUnknown, Msg: err.Error()}
+	}
+	return check(opNotifs, s, func() string { return fmt.Sprintf("agent %q", a.name) })
+}
+
+// earlier returns the position of h in prev, or -1. A handle listed twice
+// must be acquired once: a second read lock on its entry could wait behind
+// a pending ReleaseXferReq that itself waits for the first. Under SyncNone
+// nothing is locked, so it does not look.
+func (a *NativeAgent) earlier(prev []XferHandle, h XferHandle) int {
+	if a.serial {
+		return -1
+	}
+	for i, p := range prev {
+		if p == h {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,23 @@
+package nixl
+
+// BatchPoller is implemented by agents that poll several transfers and
+// fetch notifications in one call, which for the native agent is one cgo
+// crossing instead of one per request plus one for the notifications (the
+// batches-through-one-call style of confluent-kafka-go). It is optional:
+// pollers check for it with a type assertion and fall back to XferStatus
+// and GetNotifs.
+type BatchPoller interface {
+	// Poll sets statuses[i] to the status of reqs[i], as XferStatus
+	// returns it (StatusInProgress, StatusSuccess, or the failure that
+	// ended the transfer: a failed transfer is a status here, not an
+	// error), then, when notifs is not nil, appends every pending
+	// notification to it as AppendNotifs does. statuses must be exactly as
+	// long as reqs. The error reports a failure of the call itself: the
+	// agent closed, a request handle not live on this agent (then no
+	// status is written and nothing is polled), or fetching notifications
+	// failed (the statuses are then valid).
+	Poll(reqs []XferHandle, statuses []Status, notifs Notifs) error
+}
+
+// pollOp names Poll in errors: the NIXL calls it makes.
+const pollOp = "Poll (nixlAgent::getXferStatus, nixlAgent::getNotifs)"
