@@ -156,10 +156,12 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 // sends heartbeats for the request until Load or Abort, so its prefill lease
 // does not run out while decode is busy.
 func (c *Consumer) Wait(requestID string, p Params) error {
-	if _, err := c.newLoad(requestID, &p, nil); err != nil {
+	l, err := c.newLoad(requestID, &p, nil)
+	if err != nil {
 		c.rejects.Inc()
 		return err
 	}
+	p = l.p // its own copy of the block ids
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.closed {
@@ -278,7 +280,11 @@ func (c *Consumer) newLoad(id string, p *Params, local []int) (*load, error) {
 		}
 	}
 	addr := joinHostPort(p.RemoteHost, p.RemotePort)
-	return &load{id: id, p: *p, local: append([]int(nil), local...), key: p.RemoteEngineID + "@" + addr}, nil
+	// The reader goroutine uses the block ids long after Load returned, and
+	// the engine may reuse its slices by then: keep copies.
+	own := *p
+	own.RemoteBlockIDs = append([]int(nil), p.RemoteBlockIDs...)
+	return &load{id: id, p: own, local: append([]int(nil), local...), key: p.RemoteEngineID + "@" + addr}, nil
 }
 
 func (c *Consumer) busy() bool {

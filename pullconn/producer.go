@@ -97,7 +97,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	p.poll.Wake() // switch to the fast polling period
 	return Params{
 		DoRemotePrefill: true,
-		RemoteBlockIDs:  blocks,
+		RemoteBlockIDs:  append([]int(nil), blocks...), // the caller's to change; the hold keeps its own
 		RemoteEngineID:  p.e.ID(),
 		RemoteRequestID: requestID,
 		RemoteHost:      p.e.Host(),

@@ -152,7 +152,6 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 // nothing was registered.
 func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int, opts ...RequestOption) error {
 	o := applyOpts(opts)
-	r := &decodeReq{id: requestID, transferID: o.transferID, prefill: prefill, blocks: blockIDs}
 	if err := prefill.validate(); err != nil {
 		return err
 	}
@@ -167,6 +166,13 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int,
 			return invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, c.cfg.Layout.NumBlocks-1)
 		}
 	}
+	// The background goroutine encodes the block ids after Register
+	// returned, when the engine may have reused its slices: keep copies.
+	blocks := make([][]int, len(blockIDs))
+	for g, ids := range blockIDs {
+		blocks[g] = append([]int{}, ids...)
+	}
+	r := &decodeReq{id: requestID, transferID: o.transferID, prefill: prefill, blocks: blocks}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -113,7 +113,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	if o.tokens < 0 || o.tokens > len(blockIDs)*p.cfg.Layout.BlockTokens {
 		return TransferParams{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockTokens)
 	}
-	h := &hold{id: requestID, transferID: o.transferID, blocks: blockIDs, tokens: o.tokens, finished: p.now()}
+	// The writer goroutine reads the block ids after this call returned,
+	// when the engine may have reused its slice: the hold keeps a copy.
+	h := &hold{id: requestID, transferID: o.transferID, blocks: append([]int(nil), blockIDs...), tokens: o.tokens, finished: p.now()}
 	p.mu.Lock()
 	switch {
 	case p.closed:
@@ -129,7 +131,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	p.poll.Wake()
 	return TransferParams{
 		DoRemotePrefill: true,
-		RemoteBlockIDs:  blockIDs,
+		RemoteBlockIDs:  append([]int(nil), blockIDs...),
 		RemoteEngineID:  p.engine.ID(),
 		RemoteRequestID: requestID,
 		RemoteHost:      p.engine.Host(),
