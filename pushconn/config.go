@@ -19,6 +19,15 @@ const (
 	// its request to be pushed, on both sides (vLLM's
 	// push_registration_timeout, from decoder_kv_blocks_ttl).
 	DefaultRegistrationTimeout = 480 * time.Second
+	// DefaultProducerRegistrationTimeout is a Producer's default
+	// registration timeout: shorter than decode's by more than two
+	// handshakes and a notification, because prefill's count starts when
+	// the registration arrives, after decode's started. So with the
+	// defaults prefill gives a registration up (and says so with PUSH_FAIL
+	// "expired") before decode's timeout can end the request and reuse its
+	// blocks; PUSH_CANCEL covers the other order. Keep the rule when
+	// setting either side: prefill's timeout < decode's.
+	DefaultProducerRegistrationTimeout = DefaultRegistrationTimeout - 30*time.Second
 	// DefaultLease bounds how long prefill holds finished blocks that no
 	// registration claims (vLLM's KV lease).
 	DefaultLease = engine.DefaultLease
@@ -49,8 +58,11 @@ type RankConfig struct {
 	// must agree with the Engine.
 	Layout descriptors.Layout
 	// RegistrationTimeout: on decode, how long a request waits for every
-	// completion; on prefill, how long a registration waits for its
-	// request to finish. Zero means DefaultRegistrationTimeout.
+	// completion (zero means DefaultRegistrationTimeout); on prefill, how
+	// long a registration waits for its request to finish (zero means
+	// DefaultProducerRegistrationTimeout). Prefill's must be shorter than
+	// decode's, or a lost PUSH_CANCEL lets prefill WRITE into blocks
+	// decode already gave up.
 	RegistrationTimeout time.Duration
 	// Lease (prefill only) bounds how long finished blocks wait for their
 	// registration. Zero means DefaultLease.

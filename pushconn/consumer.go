@@ -137,6 +137,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	})
 	c.poll.Handle(pushwire.FailPrefix, c.onFailure)
 	c.poll.Handle(pushwire.RegPrefix, c.onStray)
+	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
 	c.poll.Handle("", c.onCompletion)
 	c.stopLog = startStatsLog(cfg, c.log, c.stats)
@@ -239,6 +240,11 @@ func (c *Consumer) Close() error {
 		c.tracker.fail(now, id, fmt.Errorf("%w: consumer closed while request %q waited for its push", ErrClosed, id))
 	}
 	c.inbox = nil
+	cancels := c.tracker.takeCancels()
+	c.mu.Unlock()
+	c.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
+	c.mu.Lock()
+	c.tracker.publish(cancels)
 	c.mu.Unlock()
 	c.signal()
 	c.engine.core.Server().ClearRank(c.cfg.Layout.TPRank)
@@ -278,11 +284,16 @@ func (c *Consumer) tick() {
 	}
 	c.mu.Lock()
 	n := c.tracker.expire(c.cfg.Clock.Now())
-	ready := len(c.tracker.results) > 0
+	cancels := c.tracker.takeCancels()
 	c.mu.Unlock()
 	if n > 0 {
 		c.push.timeouts.Add(uint64(n))
 	}
+	c.sendCancels(cancels)
+	c.mu.Lock()
+	c.tracker.publish(cancels)
+	ready := len(c.tracker.results) > 0
+	c.mu.Unlock()
 	if ready {
 		c.signal()
 	}
@@ -460,7 +471,7 @@ func (c *Consumer) onFailure(sender string, msg []byte) {
 	c.mu.Lock()
 	var ended bool
 	if c.tracker.isSource(f.RequestID, sender) {
-		ended = c.tracker.fail(c.cfg.Clock.Now(), f.RequestID, &PushError{
+		ended = c.tracker.failFrom(c.cfg.Clock.Now(), f.RequestID, sender, &PushError{
 			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
 		})
 	}
@@ -470,6 +481,31 @@ func (c *Consumer) onFailure(sender string, msg []byte) {
 		return
 	}
 	c.stats.UnknownNotifications.Inc()
+}
+
+// sendCancels tells prefill ranks that still may hold a failed request's
+// registration to drop it. A PUSH_CANCEL that cannot be sent is counted;
+// the prefill rank's own registration timeout, shorter than decode's by
+// default, then ends the registration.
+func (c *Consumer) sendCancels(orders []cancelOrder) {
+	for _, o := range orders {
+		msg, err := pushwire.EncodeCancel(&pushwire.Cancel{
+			RequestID: o.id, TransferID: o.transferID, EngineID: c.engine.ID(), Rank: c.cfg.Layout.TPRank,
+		})
+		for _, agent := range o.agents {
+			sendErr := err
+			if sendErr == nil {
+				sendErr = c.cfg.Agent.GenNotif(agent, msg, nil)
+			}
+			if sendErr != nil {
+				c.push.cancelUndeliver.Inc()
+				c.stats.FailedNotifications.Inc()
+				c.log.Debug("pushconn: could not send PUSH_CANCEL", zap.String("request", o.id), zap.String("to", agent), zap.Error(sendErr))
+				continue
+			}
+			c.push.cancelSent.Inc()
+		}
+	}
 }
 
 // onStray counts notifications that a decode rank never expects.

@@ -18,6 +18,11 @@ type pushCounters struct {
 	timeouts      *stats.Counter
 	misdirected   *stats.Counter
 	handshakes    *stats.Counter
+
+	cancelSent      *stats.Counter
+	cancelReceived  *stats.Counter
+	cancelUndeliver *stats.Counter
+	cancelDropped   *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -35,5 +40,10 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		timeouts:      s.Counter("registration_timeouts", "Decode requests failed at the registration timeout."),
 		misdirected:   s.Counter("misdirected_registrations", "Registrations for another engine or from an agent this rank does not write to."),
 		handshakes:    s.Counter("handshakes", "Side-channel handshakes with peer engines that succeeded."),
+
+		cancelSent:      s.Counter("push_cancel_sent", "PUSH_CANCEL notifications sent to prefill ranks for requests decode ended without success (decode)."),
+		cancelReceived:  s.Counter("push_cancel_received", "PUSH_CANCEL notifications received and decoded (prefill)."),
+		cancelUndeliver: s.Counter("push_cancel_undeliverable", "PUSH_CANCEL notifications that could not be sent (decode)."),
+		cancelDropped:   s.Counter("cancelled_registrations", "Registrations dropped without a WRITE because decode cancelled them (prefill)."),
 	}
 }

@@ -22,7 +22,8 @@
 // sent its completion "<decode request id>:<prefill world size>" (the
 // WRITE's notification, which arrives after the data); it fails at once on
 // a PUSH_FAIL from any of them, and with ErrRegistrationTimeout when the
-// registration timeout (default 480 s) passes. Drain returns each request's
+// registration timeout (default 480 s) passes; when it fails it tells the
+// other ranks with PUSH_CANCEL. Drain returns each request's
 // Result exactly once.
 //
 // Prefill: Producer.RequestFinished(id, block ids) holds the blocks and
@@ -80,6 +81,39 @@
 // engine is reported only by decode's own timeout
 // (push_fail_undeliverable counts these).
 //
+// # PUSH_CANCEL
+//
+// When decode ends a request other than by success — its registration
+// timeout, a PUSH_FAIL from one of several prefill ranks, a PUSH_REG that
+// reached some ranks but not another, or Consumer.Close — the other prefill
+// ranks may still hold the registration and would WRITE into blocks the
+// engine reuses. Decode therefore sends every prefill rank that got the
+// registration and has neither written nor failed it
+//
+//	"PUSH_CANCEL:" + msgpack map {
+//	    "request_id":  str,  decode's request id, as in the registration
+//	    "transfer_id": str,  the registration's transfer id; only when it had one
+//	    "engine_id":   str,  the decode engine id
+//	    "rank":        int,  the decode TP rank, >= 0
+//	}
+//
+// with the keys in that order and the most compact msgpack encodings.
+// Decoders must skip unknown keys; transfer_id is optional, the others
+// required. Prefill identifies the registration by the notification's
+// sender agent, request_id and transfer_id. A registration still waiting
+// for its request stays in the matcher marked cancelled: when the request
+// finishes it pairs and its blocks are freed at once, with no WRITE and no
+// lease wait, and its expiry sends no PUSH_FAIL. One waiting for a
+// handshake or for a retry is dropped. Decode publishes the failed Result
+// only after its PUSH_CANCELs were handed to the agent. Remaining window:
+// a WRITE prefill already posted (the request finished before the cancel
+// arrived), or one it posts in the moment between fetching notifications
+// and starting the WRITE, cannot be called back and may still land in the
+// released blocks; so may any WRITE if the cancel is lost. Prefill's
+// registration timeout defaults to DefaultProducerRegistrationTimeout
+// (450 s), shorter than decode's 480 s, so that without a cancel prefill
+// gives up first; keep prefill's shorter when configuring either side.
+//
 // # Metrics
 //
 // Each rank's Stats has the counters both connectors keep (transfers,
@@ -89,7 +123,9 @@
 // registrations_sent, matched_exact, matched_stripped,
 // matched_transfer_id, duplicate_registrations, unmatched_expired,
 // push_fail_sent, push_fail_received, push_fail_undeliverable,
-// registration_timeouts, misdirected_registrations and handshakes. With a
+// registration_timeouts, misdirected_registrations, handshakes,
+// push_cancel_sent, push_cancel_received, push_cancel_undeliverable and
+// cancelled_registrations. With a
 // Logger they are logged as one "KV Transfer metrics:" line every
 // StatsInterval.
 //
@@ -98,8 +134,8 @@
 // One KV-cache group per request; prefill pipeline-parallel size 1 (the
 // handshake payload names one agent per TP rank). With a prefix hit on
 // decode and prefill blocks larger than decode's, pass WithTokens to
-// RequestFinished. As in vLLM, nothing cancels the other prefill ranks' WRITEs
-// when one rank fails or decode times out: a failed request's blocks may
-// still receive a late WRITE, so an engine that reuses them at once accepts
-// that risk.
+// RequestFinished. PUSH_CANCEL stops the other prefill ranks' WRITEs that
+// have not started when one rank fails or decode times out, but not one
+// already posted (see PUSH_CANCEL): an engine that reuses a failed
+// request's blocks at once accepts that narrow risk.
 package pushconn

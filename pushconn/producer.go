@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	if e == nil {
 		return nil, invalidf("NewProducer: engine is nil")
 	}
+	cfg.RegistrationTimeout = cmp.Or(cfg.RegistrationTimeout, DefaultProducerRegistrationTimeout)
 	cfg.withDefaults()
 	if err := cfg.validate(e); err != nil {
 		return nil, err
@@ -85,6 +87,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		OnError:      func(err error) { p.log.Warn("pushconn: polling the agent failed", zap.Error(err)) },
 	})
 	p.poll.Handle(pushwire.RegPrefix, p.w.onRegistration)
+	p.poll.Handle(pushwire.CancelPrefix, p.w.onCancel)
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
 	p.poll.Handle("", p.w.onStray)

@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gonixl/gonixl/internal/lease"
@@ -46,6 +47,20 @@ type tracker struct {
 	ended     *lease.Table
 	results   []Result
 	timeout   time.Duration
+	// cancels are the PUSH_CANCELs owed to prefill ranks for requests
+	// that ended other than by success; the owner sends them.
+	cancels []cancelOrder
+}
+
+// cancelOrder is a failed request whose registration some prefill ranks
+// may still hold.
+type cancelOrder struct {
+	id, transferID string
+	agents         []string // the prefill agents to tell
+	// result is published only once the cancels went out, so an engine
+	// that reuses the blocks when it sees the failure does so after
+	// prefill was told.
+	result Result
 }
 
 func newTracker(timeout time.Duration) *tracker {
@@ -119,20 +134,51 @@ func (t *tracker) isSource(id, sender string) bool {
 
 // fail ends request id with err; it reports false if it had already ended.
 func (t *tracker) fail(now time.Time, id string, err error) bool {
+	return t.failFrom(now, id, "", err)
+}
+
+// failFrom ends request id with err reported by prefill agent from, which
+// needs no PUSH_CANCEL; it reports false if the request had already ended.
+func (t *tracker) failFrom(now time.Time, id, from string, err error) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		return false
 	}
-	t.end(now, r, err)
+	t.endFrom(now, r, from, err)
 	return true
 }
 
-func (t *tracker) end(now time.Time, r *decodeReq, err error) {
+func (t *tracker) end(now time.Time, r *decodeReq, err error) { t.endFrom(now, r, "", err) }
+
+// endFrom ends r with err; a failure owes a PUSH_CANCEL to every prefill
+// rank that got the registration and has neither written nor failed it
+// (from), since it may still hold the registration and WRITE later into
+// blocks the engine will reuse.
+func (t *tracker) endFrom(now time.Time, r *decodeReq, from string, err error) {
+	if err != nil && r.sources != nil {
+		var agents []string
+		for a, done := range r.sources {
+			if !done && a != from {
+				agents = append(agents, a)
+			}
+		}
+		if len(agents) > 0 {
+			slices.Sort(agents)
+			res := Result{RequestID: r.id, Err: err, Start: r.start, End: now}
+			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, agents: agents, result: res})
+			t.forget(now, r)
+			return
+		}
+	}
+	t.forget(now, r)
+	t.results = append(t.results, Result{RequestID: r.id, Err: err, Start: r.start, End: now})
+}
+
+func (t *tracker) forget(now time.Time, r *decodeReq) {
 	delete(t.reqs, r.id)
 	t.deadlines.Complete(r.id)
 	t.ended.Complete(r.id)
 	_ = t.ended.Add(r.id, now)
-	t.results = append(t.results, Result{RequestID: r.id, Err: err, Start: r.start, End: now})
 }
 
 // expire ends every request whose deadline passed, with a timeout error
@@ -163,6 +209,22 @@ func (t *tracker) drain() []Result {
 	out := t.results
 	t.results = nil
 	return out
+}
+
+// takeCancels returns and forgets the PUSH_CANCELs owed so far; their
+// results wait for publish.
+func (t *tracker) takeCancels() []cancelOrder {
+	out := t.cancels
+	t.cancels = nil
+	return out
+}
+
+// publish makes the results of cancelled requests visible to drain, once
+// their PUSH_CANCELs were sent.
+func (t *tracker) publish(orders []cancelOrder) {
+	for _, o := range orders {
+		t.results = append(t.results, o.result)
+	}
 }
 
 // pending returns how many requests wait for their result.

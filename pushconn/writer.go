@@ -34,6 +34,10 @@ type pendingReg struct {
 	peer   *decodeEngine
 	rank   int  // the decode TP rank sender belongs to
 	retry  bool // already retried after a fresh handshake
+	// cancelled: decode ended the request (PUSH_CANCEL). The registration
+	// keeps its place in the matcher so that its request, when it
+	// finishes, pairs with it and is freed at once, without a WRITE.
+	cancelled bool
 }
 
 // decodeEngine is a decode engine as one prefill rank sees it.
@@ -298,6 +302,10 @@ func (w *writer) countMatch(k match.Kind) {
 // in flight. Every failure ends in a PUSH_FAIL to decode.
 func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	p := w.p
+	if pr.cancelled {
+		w.endWrite(h)
+		return
+	}
 	msg, err := notif.EncodeCompletion(pr.reg.RequestID, p.world)
 	if err != nil {
 		w.failWrite(pr, h, pushwire.FailLayout, err)
@@ -493,6 +501,9 @@ func (w *writer) maybeRelease(h *hold) {
 func (w *writer) expire(now time.Time) {
 	regs, fins := w.matcher.Expire(now)
 	for _, r := range regs {
+		if r.Reg.cancelled {
+			continue // decode ended it already
+		}
 		w.p.push.unmatchedExp.Inc()
 		w.sendFail(r.Sender, r.Reg.reg, pushwire.FailExpired,
 			fmt.Sprintf("request did not finish on prefill within the registration timeout (%v)", w.p.cfg.RegistrationTimeout))
@@ -502,6 +513,60 @@ func (w *writer) expire(now time.Time) {
 		f.Fin.inMatcher = false
 		w.maybeRelease(f.Fin)
 	}
+}
+
+// onCancel handles decode's PUSH_CANCEL: the request ended on decode, whose
+// engine may reuse the blocks, so this rank must not write them. A
+// registration still waiting for its request is marked (its request is
+// then freed without a WRITE when it finishes); one waiting for a
+// handshake or for a retry is dropped. A WRITE already posted cannot be
+// called back: that window is documented in the package docs.
+func (w *writer) onCancel(sender string, msg []byte) {
+	p := w.p
+	c, err := pushwire.DecodeCancel(msg)
+	if err != nil {
+		p.stats.MalformedNotifications.Inc()
+		p.log.Warn("pushconn: dropped a malformed PUSH_CANCEL", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	p.push.cancelReceived.Inc()
+	if w.cancel(sender, c) {
+		p.push.cancelDropped.Inc()
+		return
+	}
+	p.log.Debug("pushconn: PUSH_CANCEL for no waiting registration (written, failed or never received)",
+		zap.String("sender", sender), zap.String("decode_request", c.RequestID))
+}
+
+// cancel drops or marks sender's registration named by c; it reports
+// whether there was one that had not started its WRITE.
+func (w *writer) cancel(sender string, c *pushwire.Cancel) bool {
+	same := func(reg *pushwire.Registration) bool {
+		return reg.RequestID == c.RequestID && reg.TransferID == c.TransferID
+	}
+	if pr, ok := w.matcher.Pending(sender, match.Key{RequestID: c.RequestID, TransferID: c.TransferID}); ok {
+		if pr.cancelled {
+			return false
+		}
+		pr.cancelled = true
+		return true
+	}
+	for _, de := range w.peers {
+		for i, r := range de.parked {
+			if r.sender == sender && same(r.reg) {
+				de.parked = append(de.parked[:i], de.parked[i+1:]...)
+				return true
+			}
+		}
+		for i, r := range de.rewrites {
+			if r.reg.sender == sender && same(r.reg.reg) {
+				de.rewrites = append(de.rewrites[:i], de.rewrites[i+1:]...)
+				w.endWrite(r.hold)
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // onStray counts notifications a prefill rank never expects.
@@ -523,7 +588,9 @@ func (w *writer) shutdown() {
 	w.inflight = nil
 	regs, fins := w.matcher.Flush()
 	for _, r := range regs {
-		w.sendFail(r.Sender, r.Reg.reg, pushwire.FailClosed, why)
+		if !r.Reg.cancelled {
+			w.sendFail(r.Sender, r.Reg.reg, pushwire.FailClosed, why)
+		}
 	}
 	for _, f := range fins {
 		f.Fin.inMatcher = false

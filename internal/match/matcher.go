@@ -428,3 +428,16 @@ func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F])
 	}
 	return regs, fins
 }
+
+// Pending returns the registration from sender with key that waits for its
+// request to finish, so the owner can mark it (decode cancelled it) while
+// it keeps its place: when the request finishes it still pairs, and the
+// finished blocks are not held for a registration that will never come.
+func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
+	e, ok := m.pendingIDs[identity{sender: sender, key: key}]
+	if !ok {
+		var none R
+		return none, false
+	}
+	return e.reg, true
+}

@@ -355,3 +355,25 @@ func TestRegistrationDeadlineCountsFromReceipt(t *testing.T) {
 	require.Len(t, regs, 1)
 	require.Equal(t, "earlier", regs[0].Key.RequestID)
 }
+
+func TestPendingFindsWaitingRegistrationsOnly(t *testing.T) {
+	m, err := New[string, string](Config{})
+	require.NoError(t, err)
+	now := time.Unix(0, 0)
+	k := Key{RequestID: "r-1", TransferID: "t"}
+	_, out, err := m.Register(now, "d0", k, 1, "reg")
+	require.NoError(t, err)
+	require.Equal(t, Pending, out)
+	got, ok := m.Pending("d0", k)
+	require.True(t, ok)
+	require.Equal(t, "reg", got)
+	_, ok = m.Pending("d1", k)
+	require.False(t, ok, "another sender")
+	_, ok = m.Pending("d0", Key{RequestID: "r-1"})
+	require.False(t, ok, "without the transfer id")
+	ms, err := m.Finish(now, Key{RequestID: "r-1"}, "fin")
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	_, ok = m.Pending("d0", k)
+	require.False(t, ok, "paired registrations no longer wait")
+}

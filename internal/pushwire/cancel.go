@@ -1,0 +1,132 @@
+package pushwire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// CancelPrefix starts every cancel notification.
+const CancelPrefix = "PUSH_CANCEL:"
+
+// Cancel is a decode rank's word that it ended a registered request other
+// than by success (its registration timeout, a PUSH_FAIL from another
+// prefill rank, a registration it could not send to every rank, or its
+// Consumer closing), so prefill ranks still holding the registration drop
+// it instead of later WRITEing into blocks decode has reused.
+type Cancel struct {
+	// RequestID and TransferID are the registration's, as sent in
+	// PUSH_REG; TransferID is empty when it had none.
+	RequestID  string
+	TransferID string
+	// EngineID and Rank name the decode engine and its TP rank that
+	// cancels, for logs; prefill identifies the registration by the
+	// notification's sender agent and the ids.
+	EngineID string
+	Rank     int
+}
+
+// IsCancel reports whether msg starts with CancelPrefix, without decoding it.
+func IsCancel(msg []byte) bool { return bytes.HasPrefix(msg, []byte(CancelPrefix)) }
+
+// AppendCancel appends c's notification bytes to dst: CancelPrefix, then a
+// msgpack map with keys request_id, transfer_id (only when set), engine_id
+// and rank, in that order, in their most compact encodings.
+func AppendCancel(dst []byte, c *Cancel) ([]byte, error) {
+	if c.RequestID == "" {
+		return dst, fmt.Errorf("%w: PUSH_CANCEL field request_id is empty", ErrMalformed)
+	}
+	if c.Rank < 0 || c.Rank > maxFieldInt {
+		return dst, fmt.Errorf("%w: PUSH_CANCEL field rank %d is out of range", ErrMalformed, c.Rank)
+	}
+	buf := bytes.NewBuffer(append(dst, CancelPrefix...))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	n := 3
+	if c.TransferID != "" {
+		n++
+	}
+	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", c.RequestID))
+	if c.TransferID != "" {
+		err = errors.Join(err, encodeStr(enc, "transfer_id", c.TransferID))
+	}
+	err = errors.Join(err, encodeStr(enc, "engine_id", c.EngineID), encodeInt(enc, "rank", c.Rank))
+	if err != nil {
+		return dst, fmt.Errorf("encode PUSH_CANCEL: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeCancel returns c's notification bytes.
+func EncodeCancel(c *Cancel) ([]byte, error) { return AppendCancel(nil, c) }
+
+// DecodeCancel parses a PUSH_CANCEL notification. request_id, engine_id and
+// rank are required; unknown keys are skipped so later versions may add
+// some.
+func DecodeCancel(msg []byte) (*Cancel, error) {
+	if !IsCancel(msg) {
+		return nil, fmt.Errorf("%w: PUSH_CANCEL: message does not start with %q", ErrMalformed, CancelPrefix)
+	}
+	rd := &reader{b: msg, off: len(CancelPrefix)}
+	n, err := rd.mapLen()
+	if err != nil {
+		return nil, fmt.Errorf("PUSH_CANCEL: %w", err)
+	}
+	var c Cancel
+	names := [4]string{"request_id", "transfer_id", "engine_id", "rank"}
+	var seen [4]bool
+	for range n {
+		key, err := rd.str()
+		if err != nil {
+			return nil, fmt.Errorf("PUSH_CANCEL: map key: %w", err)
+		}
+		idx := -1
+		for i, name := range names {
+			if name == key {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			if err := rd.skip(1); err != nil {
+				return nil, fmt.Errorf("PUSH_CANCEL: unknown field %q: %w", key, err)
+			}
+			continue
+		}
+		if seen[idx] {
+			return nil, fmt.Errorf("%w: PUSH_CANCEL: field %s appears twice", ErrMalformed, key)
+		}
+		seen[idx] = true
+		switch idx {
+		case 0:
+			c.RequestID, err = rd.str()
+		case 1:
+			c.TransferID, err = rd.str()
+		case 2:
+			c.EngineID, err = rd.str()
+		case 3:
+			c.Rank, err = boundedInt(rd)
+			if err == nil && c.Rank < 0 {
+				err = rd.errorf("rank %d is negative", c.Rank)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("PUSH_CANCEL: field %s: %w", key, err)
+		}
+	}
+	if rd.left() != 0 {
+		return nil, fmt.Errorf("%w: PUSH_CANCEL: %d bytes after the map", ErrMalformed, rd.left())
+	}
+	for i, name := range names {
+		if i != 1 && !seen[i] {
+			return nil, fmt.Errorf("%w: PUSH_CANCEL field %s is missing", ErrMalformed, name)
+		}
+	}
+	if c.RequestID == "" {
+		return nil, fmt.Errorf("%w: PUSH_CANCEL field request_id is empty", ErrMalformed)
+	}
+	return &c, nil
+}
