@@ -495,34 +495,49 @@ void encodeNotifs(const nixl_notifs_t &notifs, uintptr_t scratch, size_t scratch
 	r.len = size;
 }
 
+uintptr_t nixlgo_notifs_map_new(void) {
+	try {
+		return reinterpret_cast<uintptr_t>(new nixl_notifs_t());
+	} catch (...) {
+		return 0;
+	}
+}
+
+void nixlgo_notifs_map_free(uintptr_t notifs_map) { delete reinterpret_cast<nixl_notifs_t *>(notifs_map); }
+
+// getNotifsInto calls getNotifs with the reused map when there is one, else
+// a fresh one, and encodes what arrived into r. getNotifs may fail for one
+// backend and still return what the others delivered, so the notifications
+// are handed over whatever the status.
+nixl_status_t getNotifsInto(nixlAgent *a, const nixl_opt_args_t *args, uintptr_t scratch,
+                            size_t scratch_cap, uintptr_t notifs_map, nixlgo_notifs_result &r) {
+	nixl_notifs_t local;
+	nixl_notifs_t &notifs = notifs_map ? *reinterpret_cast<nixl_notifs_t *>(notifs_map) : local;
+	notifs.clear();
+	nixl_status_t s = a->getNotifs(notifs, args);
+	if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
+	return s;
+}
+
 nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
-                                       size_t scratch_cap) {
+                                       size_t scratch_cap, uintptr_t notifs_map) {
 	nixlgo_notifs_result r{0, nullptr, 0};
 	r.status = guard([&] {
 		nixl_opt_args_t args;
-		nixl_notifs_t notifs;
-		// getNotifs may fail for one backend and still return what the others
-		// delivered, so the notifications are handed over whatever the status.
-		nixl_status_t s = agentOf(agent)->getNotifs(notifs, optArgs(opts, args));
-		if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
-		return s;
+		return getNotifsInto(agentOf(agent), optArgs(opts, args), scratch, scratch_cap, notifs_map, r);
 	});
 	return r;
 }
 
 nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n,
-                                 int want_notifs, uintptr_t scratch, size_t scratch_cap) {
+                                 int want_notifs, uintptr_t scratch, size_t scratch_cap,
+                                 uintptr_t notifs_map) {
 	nixlgo_notifs_result r{0, nullptr, 0};
 	nixlAgent *a = agentOf(agent);
 	for (size_t i = 0; i < n; i++)
 		statuses[i] = guard([&] { return a->getXferStatus(reinterpret_cast<nixlXferReqH *>(reqs[i])); });
 	if (!want_notifs) return r;
-	r.status = guard([&] {
-		nixl_notifs_t notifs;
-		nixl_status_t s = a->getNotifs(notifs);
-		if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
-		return s;
-	});
+	r.status = guard([&] { return getNotifsInto(a, nullptr, scratch, scratch_cap, notifs_map, r); });
 	return r;
 }
 

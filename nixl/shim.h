@@ -172,7 +172,12 @@ typedef struct {
 	size_t len;
 } nixlgo_notifs_result;
 nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
-                                       size_t scratch_cap);
+                                       size_t scratch_cap, uintptr_t notifs_map);
+/* A nixl_notifs_t that nixlgo_get_notifs and nixlgo_poll clear and reuse
+ * when given one (notifs_map), as a C++ poller reuses its map, instead of
+ * building a new one per call; 0 means build one per call. */
+uintptr_t nixlgo_notifs_map_new(void);
+void nixlgo_notifs_map_free(uintptr_t notifs_map);
 /* nixlgo_poll is one polling round in one crossing: getXferStatus on each of
  * the n requests in order, its status written to statuses[i], then, when
  * want_notifs is non-zero, getNotifs with no options, its result returned
@@ -180,7 +185,8 @@ nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintpt
  * NIXL_SUCCESS when want_notifs is 0). A C++ exception while polling a
  * request sets that request's status to NIXL_ERR_UNKNOWN. */
 nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n,
-                                 int want_notifs, uintptr_t scratch, size_t scratch_cap);
+                                 int want_notifs, uintptr_t scratch, size_t scratch_cap,
+                                 uintptr_t notifs_map);
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts);
 

@@ -77,6 +77,8 @@ package nixl
 #cgo nocallback nixlgo_get_notifs
 #cgo nocallback nixlgo_gen_notif
 #cgo nocallback nixlgo_poll
+#cgo nocallback nixlgo_notifs_map_new
+#cgo nocallback nixlgo_notifs_map_free
 
 #include <stdlib.h>
 #include "shim.h"
@@ -422,12 +424,15 @@ func shimReleaseXferReq(agent, req uintptr) Status {
 type notifScratch struct {
 	ptr unsafe.Pointer
 	cap int
+	// notifs is the C++ nixl_notifs_t the shim clears and reuses per call
+	// (0 if it could not be allocated: the shim then makes one per call).
+	notifs uintptr
 }
 
 const notifScratchSize = 64 << 10
 
 func newNotifScratch() notifScratch {
-	return notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize}
+	return notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
 }
 
 func (s *notifScratch) free() {
@@ -435,12 +440,16 @@ func (s *notifScratch) free() {
 		C.free(s.ptr)
 		s.ptr = nil
 	}
+	if s.notifs != 0 {
+		C.nixlgo_notifs_map_free(C.uintptr_t(s.notifs))
+		s.notifs = 0
+	}
 }
 
 // shimGetNotifs returns a Go copy of the encoded notifications. The caller
 // must not call it concurrently with the same scratch.
 func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) ([]byte, Status) {
-	return takeNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap)), scratch)
+	return takeNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
 // shimPoll writes the status of each request of reqs (C pointers) to
@@ -455,11 +464,11 @@ func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool,
 		sp = (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(statuses)))
 	}
 	if !wantNotifs {
-		C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 0, 0, 0)
+		C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 0, 0, 0, 0)
 		return nil, StatusSuccess
 	}
 	return takeNotifs(C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 1,
-		C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap)), scratch)
+		C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
 // takeNotifs copies an encoded notifications result to Go memory, freeing
