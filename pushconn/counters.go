@@ -23,6 +23,7 @@ type pushCounters struct {
 	cancelReceived  *stats.Counter
 	cancelUndeliver *stats.Counter
 	cancelDropped   *stats.Counter
+	afterLease      *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -45,5 +46,6 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		cancelReceived:  s.Counter("push_cancel_received", "PUSH_CANCEL notifications received and decoded (prefill)."),
 		cancelUndeliver: s.Counter("push_cancel_undeliverable", "PUSH_CANCEL notifications that could not be sent (decode)."),
 		cancelDropped:   s.Counter("cancelled_registrations", "Registrations dropped without a WRITE because decode cancelled them (prefill)."),
+		afterLease:      s.Counter("registrations_after_lease", "Registrations refused with PUSH_FAIL expired because their request's lease had already run out (prefill)."),
 	}
 }

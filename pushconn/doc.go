@@ -39,7 +39,9 @@
 // sizes may differ), posts the WRITE with the completion notification,
 // polls it, and frees the blocks (DrainFreed) when every WRITE has ended.
 // Finished blocks that no registration claims are freed when their lease
-// (default 30 s) ends; registrations whose request never finishes expire
+// (default 30 s) ends, and a registration that arrives after that (the
+// rank remembers the last 4096 such requests) gets PUSH_FAIL "expired" at
+// once; registrations whose request never finishes expire
 // after the registration timeout. The writer polls every millisecond only
 // while finished blocks wait for a registration or WRITEs are in flight;
 // otherwise it sleeps until woken by a registration, a finished request, an
@@ -74,7 +76,8 @@
 // be sent), "transfer" (the WRITE failed in flight or outlived the write
 // timeout and was cancelled), "expired" (the request did not finish on
 // prefill within the registration timeout) and "closed" (the Producer was
-// closed first). Decoders must accept unknown kinds and skip unknown keys;
+// closed first); "expired" also answers a registration that arrives after
+// its request's lease ran out. Decoders must accept unknown kinds and skip unknown keys;
 // the other keys are required. Decode ends the request with a *PushError
 // (errors.Is(err, ErrPushFailed)). A PUSH_FAIL can only reach a decode rank
 // whose metadata prefill has loaded, so a failed handshake with the decode
@@ -124,8 +127,8 @@
 // matched_transfer_id, duplicate_registrations, unmatched_expired,
 // push_fail_sent, push_fail_received, push_fail_undeliverable,
 // registration_timeouts, misdirected_registrations, handshakes,
-// push_cancel_sent, push_cancel_received, push_cancel_undeliverable and
-// cancelled_registrations. With a
+// push_cancel_sent, push_cancel_received, push_cancel_undeliverable,
+// cancelled_registrations and registrations_after_lease. With a
 // Logger they are logged as one "KV Transfer metrics:" line every
 // StatsInterval.
 //

@@ -85,6 +85,7 @@ type writer struct {
 	holds    map[string]*hold
 	peers    map[string]*decodeEngine
 	inflight []*write
+	lapsed   *lapsed // finished requests whose lease ran out
 }
 
 // busy keeps the poller at its 1 ms period only while finished blocks wait
@@ -243,8 +244,17 @@ func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registrati
 		w.sendFail(sender, reg, pushwire.FailLayout, why)
 		return
 	}
+	key := match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}
+	if w.lapsed.has(key) {
+		// Its blocks were freed when their lease ran out: nothing will
+		// come, so decode hears it now, not at its registration timeout.
+		p.push.afterLease.Inc()
+		w.sendFail(sender, reg, pushwire.FailExpired,
+			fmt.Sprintf("prefill freed the request's blocks when their lease (%v) ran out before this registration arrived", p.cfg.Lease))
+		return
+	}
 	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank}
-	m, out, err := w.matcher.Register(received, sender, match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}, len(de.targets), pr)
+	m, out, err := w.matcher.Register(received, sender, key, len(de.targets), pr)
 	switch {
 	case err != nil:
 		w.sendFail(sender, reg, pushwire.FailLayout, err.Error())
@@ -266,7 +276,9 @@ func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registrati
 func (w *writer) finish(h *hold) {
 	p := w.p
 	w.holds[h.id] = h
-	ms, err := w.matcher.Finish(h.finished, match.Key{RequestID: h.id, TransferID: h.transferID}, h)
+	key := match.Key{RequestID: h.id, TransferID: h.transferID}
+	w.lapsed.forget(key) // registrations pair with these blocks now
+	ms, err := w.matcher.Finish(h.finished, key, h)
 	if err != nil { // RequestFinished refuses held ids, so this is a bug
 		p.log.Error("pushconn: matcher refused a finished request", zap.String("request", h.id), zap.Error(err))
 		w.maybeRelease(h)
@@ -511,6 +523,7 @@ func (w *writer) expire(now time.Time) {
 	for _, f := range fins {
 		w.p.stats.ExpiredRequests.Inc()
 		f.Fin.inMatcher = false
+		w.lapsed.add(f.Key)
 		w.maybeRelease(f.Fin)
 	}
 }

@@ -1,0 +1,91 @@
+package pushconn
+
+import "github.com/gonixl/gonixl/internal/match"
+
+// expiredCap bounds how many lapsed requests a prefill rank remembers.
+const expiredCap = 4096
+
+// lapsed remembers the keys of the last finished requests whose lease ran
+// out before every registration came, so a registration that arrives later
+// is told at once (PUSH_FAIL "expired") instead of waiting out its
+// registration timeout for blocks that are gone. It is a ring: the oldest
+// key is forgotten first, and a forgotten key costs only the fast answer.
+type lapsed struct {
+	ring  []match.Key
+	next  int
+	byTID map[string]int // live ring entries per transfer id
+	byID  map[string]int
+	byBas map[string]int
+}
+
+func newLapsed(n int) *lapsed {
+	return &lapsed{ring: make([]match.Key, 0, n), byTID: map[string]int{}, byID: map[string]int{}, byBas: map[string]int{}}
+}
+
+// add remembers k, forgetting the oldest key when full.
+func (l *lapsed) add(k match.Key) {
+	if len(l.ring) < cap(l.ring) {
+		l.ring = append(l.ring, k)
+	} else {
+		l.drop(l.ring[l.next])
+		l.ring[l.next] = k
+		l.next = (l.next + 1) % len(l.ring)
+	}
+	l.count(k, 1)
+}
+
+// forget removes every remembered key of k's request id (it finished
+// again, so registrations pair with the new blocks).
+func (l *lapsed) forget(k match.Key) {
+	if l.byID[k.RequestID] == 0 {
+		return // the common case: nothing to scan
+	}
+	for i, old := range l.ring {
+		if old.RequestID == k.RequestID && old != (match.Key{}) {
+			l.drop(old)
+			l.ring[i] = match.Key{}
+		}
+	}
+}
+
+func (l *lapsed) drop(k match.Key) {
+	if k != (match.Key{}) {
+		l.count(k, -1)
+	}
+}
+
+func (l *lapsed) count(k match.Key, d int) {
+	bump := func(m map[string]int, s string) {
+		if m[s] += d; m[s] <= 0 {
+			delete(m, s)
+		}
+	}
+	if k.TransferID != "" {
+		bump(l.byTID, k.TransferID)
+	}
+	bump(l.byID, k.RequestID)
+	bump(l.byBas, match.Base(k.RequestID))
+}
+
+// has reports whether a registration with key k would have paired with a
+// lapsed request, by the matching rules: the same transfer id, else the
+// same request id or the same id without its suffix unless both carry
+// different transfer ids. The maps filter; only a hit scans the ring.
+func (l *lapsed) has(k match.Key) bool {
+	if k.TransferID != "" && l.byTID[k.TransferID] > 0 {
+		return true
+	}
+	base := match.Base(k.RequestID)
+	if l.byID[k.RequestID] == 0 && l.byBas[base] == 0 {
+		return false
+	}
+	for _, old := range l.ring {
+		if old == (match.Key{}) || (old.TransferID != "" && k.TransferID != "" && old.TransferID != k.TransferID) {
+			continue
+		}
+		if old.RequestID == k.RequestID || match.Base(old.RequestID) == base {
+			return true
+		}
+	}
+	return false
+}
