@@ -143,10 +143,14 @@ func (p *Producer) Close() error {
 	p.poll.Stop()
 	p.stopLog()
 	p.e.core.Server().ClearRank(p.cfg.Layout.TPRank)
+	// Withdraw the memory from NIXL first: once DrainFreed hands the ids
+	// out, the engine may reuse the blocks, and no decode READ may reach
+	// them then.
+	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.holds.releaseAll()...)
 	p.mu.Unlock()
-	return p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
+	return err
 }
 
 func (p *Producer) busy() bool {

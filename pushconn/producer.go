@@ -39,12 +39,14 @@ type Producer struct {
 	stopLog func()
 	world   int
 
-	mu       sync.Mutex
-	closed   bool
-	held     map[string]bool // request ids given and not yet freed
-	finished []*hold
-	shakes   []shakeResult
-	freed    []string
+	mu        sync.Mutex
+	closed    bool
+	held      map[string]bool // request ids given and not yet freed
+	finished  []*hold
+	shakes    []shakeResult
+	freed     []string
+	closing   bool     // Close is releasing everything
+	lastFreed []string // freed by Close, published after DeregisterMem
 
 	w writer // poller goroutine only
 }
@@ -182,23 +184,35 @@ func (p *Producer) Close() error {
 	p.mu.Lock()
 	unseen := p.finished
 	p.finished = nil
+	p.closing = true // the ids shutdown frees wait for the deregistration
 	p.mu.Unlock()
 	for _, h := range unseen {
 		p.w.holds[h.id] = h
 	}
 	p.w.shutdown()
 	p.engine.core.Server().ClearRank(p.cfg.Layout.TPRank)
-	if err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil); err != nil && !errors.Is(err, nixl.ErrClosed) {
+	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
+	p.mu.Lock()
+	p.freed = append(p.freed, p.lastFreed...)
+	p.lastFreed = nil
+	p.mu.Unlock()
+	if err != nil && !errors.Is(err, nixl.ErrClosed) {
 		return fmt.Errorf("pushconn: deregister KV memory: %w", err)
 	}
 	return nil
 }
 
-// free hands a request's blocks back to the engine.
+// free hands a request's blocks back to the engine; while closing, only
+// once the memory is deregistered, so no WRITE can still read blocks the
+// engine reuses.
 func (p *Producer) free(id string) {
 	p.mu.Lock()
 	delete(p.held, id)
-	p.freed = append(p.freed, id)
+	if p.closing {
+		p.lastFreed = append(p.lastFreed, id)
+	} else {
+		p.freed = append(p.freed, id)
+	}
 	p.mu.Unlock()
 }
 
