@@ -7,7 +7,7 @@ import "fmt"
 var _ BatchPoller = (*NativeAgent)(nil)
 
 // pollStackReqs is how many requests Poll resolves without allocating.
-const pollStackReqs = 16
+const pollStackReqs = 4
 
 // Poll is one polling round in one cgo crossing: nixlAgent::getXferStatus
 // for each request in order, its result in statuses[i], then, when notifs
@@ -18,12 +18,8 @@ const pollStackReqs = 16
 // progresses the agent as they do. See [BatchPoller] for what is a status
 // and what is an error; with an empty reqs and a nil notifs it does nothing.
 func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) error {
-	const (
-		opStatus = "nixlAgent::getXferStatus"
-		opNotifs = "nixlAgent::getNotifs"
-	)
 	if len(statuses) != len(reqs) {
-		return &Error{Op: opStatus, Status: StatusInvalidParam,
+		return &Error{Op: "nixlAgent::getXferStatus", Status: StatusInvalidParam,
 			Msg: fmt.Sprintf("Poll got %d statuses for %d requests; pass one status per request", len(statuses), len(reqs))}
 	}
 	if len(reqs) == 0 && notifs == nil {
@@ -33,18 +29,21 @@ func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) 
 		return err
 	}
 	defer a.exit()
-
+	// The work is split so that each function has few returns per defer:
+	// Go open-codes such defers, and this is the polling hot path.
 	var ptrStack [pollStackReqs]uintptr
 	var heldStack [pollStackReqs]*handleEntry
-	ptrs, held := ptrStack[:0], heldStack[:0]
-	if len(reqs) > pollStackReqs {
-		ptrs, held = make([]uintptr, 0, len(reqs)), make([]*handleEntry, 0, len(reqs))
+	ptrs, held, err := a.acquireXfers(reqs, ptrStack[:0], heldStack[:0])
+	if err != nil {
+		return err
 	}
-	defer func() {
-		for _, e := range held {
-			a.xfers.done(e)
-		}
-	}()
+	return a.pollHeld(ptrs, held, statuses, notifs)
+}
+
+// acquireXfers resolves reqs to their C pointers, holding each entry (see
+// handleTable) in held, which the caller releases with releaseXfers. On a
+// handle that is not live it releases what it held and fails.
+func (a *NativeAgent) acquireXfers(reqs []XferHandle, ptrs []uintptr, held []*handleEntry) ([]uintptr, []*handleEntry, error) {
 	for i, h := range reqs {
 		if j := a.earlier(reqs[:i], h); j >= 0 {
 			ptrs = append(ptrs, ptrs[j])
@@ -52,26 +51,42 @@ func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) 
 		}
 		e := a.xfers.acquire(uint64(h))
 		if e == nil {
-			return &Error{Op: opStatus, Status: StatusInvalidParam,
+			a.releaseXfers(held)
+			return nil, nil, &Error{Op: "nixlAgent::getXferStatus", Status: StatusInvalidParam,
 				Msg: fmt.Sprintf("request %d of %d: transfer handle %d is not live on agent %q (released already, never made, or from another agent); nothing was polled", i, len(reqs), h, a.name)}
 		}
 		held = append(held, e)
 		ptrs = append(ptrs, e.ptr)
 	}
+	return ptrs, held, nil
+}
 
+func (a *NativeAgent) releaseXfers(held []*handleEntry) {
+	for _, e := range held {
+		a.xfers.done(e)
+	}
+}
+
+// pollHeld makes Poll's NIXL calls on requests already resolved and held,
+// and releases them.
+func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []Status, notifs Notifs) error {
+	const op = "nixlAgent::getNotifs"
+	defer a.releaseXfers(held)
 	if notifs == nil {
 		shimPoll(a.agent, ptrs, statuses, false, nil)
 		return nil
 	}
+	// One notification poller at a time: the scratch buffer and name cache
+	// are shared (under SyncNone enter has serialised the call already).
 	if !a.serial {
 		a.notifMu.Lock()
 		defer a.notifMu.Unlock()
 	}
 	b, s := shimPoll(a.agent, ptrs, statuses, true, &a.scratch)
 	if _, err := appendNotifs(notifs, b, a.internName); err != nil {
-		return &Error{Op: opNotifs, Status: StatusUnknown, Msg: err.Error()}
+		return &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
 	}
-	return check(opNotifs, s, func() string { return fmt.Sprintf("agent %q", a.name) })
+	return check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 
 // earlier returns the position of h in prev, or -1. A handle listed twice
