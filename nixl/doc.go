@@ -53,5 +53,16 @@
 // pending. A goroutine that polls continuously does best locked to its OS
 // thread (runtime.LockOSThread): UCX's shared-memory transport copies
 // through buffers that stay in the CPU's cache only if the polling stays on
-// one thread. [NativeAgent.AppendNotifs] lets a poller reuse one map.
+// one thread. [NativeAgent.AppendNotifs] lets a poller reuse one map, and
+// [NativeAgent.Poll] (the optional [BatchPoller] interface) asks the status
+// of several transfers and fetches the notifications in one cgo crossing,
+// making the same NIXL calls as XferStatus on each and AppendNotifs.
+//
+// # Cost of a call
+//
+// Measured on a 2-core VM, a crossing into C costs about 40-50 ns when hot
+// but about 100-200 ns inside a polling loop whose NIXL and UCX work evicts
+// the Go runtime's state from the caches; a 4 KiB round trip that makes
+// five NIXL calls therefore pays roughly 0.5-1 µs over the same calls made
+// from C, and batching requests into Poll is how to pay fewer crossings.
 package nixl
