@@ -73,7 +73,7 @@ func (c *Client) fetch(ctx context.Context, engineID, addr string) (*Payload, er
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w: engine %q at %s: %v (gave up after %v: %v)", ErrFailed, engineID, addr, err, c.timeout, ctx.Err())
+			return nil, fmt.Errorf("%w: engine %q at %s: %v (gave up after %v: %w)", ErrFailed, engineID, addr, err, c.timeout, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -82,7 +82,7 @@ func (c *Client) fetch(ctx context.Context, engineID, addr string) (*Payload, er
 func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, bool, error) {
 	r, err := sidechannel.Call[Hello, Reply](ctx, addr, c.hello, c.maxFrame, c.timeout)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: engine %q at %s: %v", ErrFailed, engineID, addr, err)
+		return nil, false, fmt.Errorf("%w: engine %q at %s: %w", ErrFailed, engineID, addr, err)
 	}
 	// Our own view first, so the message reads local/remote from here.
 	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {

@@ -16,48 +16,74 @@ type Cache[V any] struct {
 }
 
 type flight[V any] struct {
-	ready chan struct{}
-	val   V
-	err   error
+	ready   chan struct{}
+	val     V
+	err     error
+	waiters int                // callers still waiting for it
+	cancel  context.CancelFunc // stops the fetch once nobody waits
 }
 
-// Get returns key's cached value, or waits for the fetch in flight, or runs
-// fetch on the calling goroutine. A waiter whose ctx ends stops waiting
-// with ctx's error; the fetch itself obeys the ctx of the caller that runs it.
+// Get returns key's cached value, or waits for the fetch in flight, or
+// starts one. The fetch belongs to no caller: it runs on its own goroutine
+// with a context that keeps the first caller's values but not its
+// cancellation, and is cancelled only when every caller waiting for it has
+// stopped waiting. So one caller giving up (its ctx ended: a rank closed)
+// does not fail the others; each caller stops waiting when its own ctx
+// ends, with ctx's error. fetch must bound its own duration.
 func (c *Cache[V]) Get(ctx context.Context, key string, fetch func(context.Context) (V, error)) (V, error) {
 	c.mu.Lock()
 	if v, ok := c.done[key]; ok {
 		c.mu.Unlock()
 		return v, nil
 	}
-	if f, ok := c.flights[key]; ok {
-		c.mu.Unlock()
-		select {
-		case <-f.ready:
-			return f.val, f.err
-		case <-ctx.Done():
-			var zero V
-			return zero, ctx.Err()
+	f, ok := c.flights[key]
+	if ok {
+		f.waiters++
+	} else {
+		if c.flights == nil {
+			c.flights = map[string]*flight[V]{}
+			c.done = map[string]V{}
 		}
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &flight[V]{ready: make(chan struct{}), waiters: 1, cancel: cancel}
+		c.flights[key] = f
+		go c.run(fctx, key, f, fetch)
 	}
-	f := &flight[V]{ready: make(chan struct{})}
-	if c.flights == nil {
-		c.flights = map[string]*flight[V]{}
-		c.done = map[string]V{}
-	}
-	c.flights[key] = f
 	c.mu.Unlock()
+	select {
+	case <-f.ready:
+		return f.val, f.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			// Nobody wants the result: stop the fetch, and let the next
+			// Get start afresh rather than join a cancelled one.
+			f.cancel()
+			if c.flights[key] == f {
+				delete(c.flights, key)
+			}
+		}
+		c.mu.Unlock()
+		var zero V
+		return zero, ctx.Err()
+	}
+}
 
-	f.val, f.err = fetch(ctx)
-
+// run performs one fetch and hands its result to the waiters.
+func (c *Cache[V]) run(ctx context.Context, key string, f *flight[V], fetch func(context.Context) (V, error)) {
+	defer f.cancel()
+	val, err := fetch(ctx)
 	c.mu.Lock()
-	delete(c.flights, key)
-	if f.err == nil {
-		c.done[key] = f.val
+	f.val, f.err = val, err
+	if c.flights[key] == f {
+		delete(c.flights, key)
+	}
+	if err == nil {
+		c.done[key] = val
 	}
 	c.mu.Unlock()
 	close(f.ready)
-	return f.val, f.err
 }
 
 // Peek returns key's cached value without fetching.
