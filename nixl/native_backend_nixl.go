@@ -22,7 +22,7 @@ func (a *NativeAgent) AvailPlugins() ([]string, error) {
 	}
 	names, err := decodeStrings(b)
 	if err != nil {
-		return nil, &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
+		return nil, malformed(op, err)
 	}
 	sort.Strings(names)
 	return names, nil
@@ -43,7 +43,7 @@ func (a *NativeAgent) PluginParams(plugin string) ([]MemType, map[string]string,
 	}
 	mems, params, err := decodeMemsParams(b)
 	if err != nil {
-		return nil, nil, &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
+		return nil, nil, malformed(op, err)
 	}
 	return mems, params, nil
 }
@@ -94,7 +94,7 @@ func (a *NativeAgent) BackendParams(backend string) ([]MemType, map[string]strin
 	}
 	mems, params, err := decodeMemsParams(b)
 	if err != nil {
-		return nil, nil, &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
+		return nil, nil, malformed(op, err)
 	}
 	return mems, params, nil
 }

@@ -30,10 +30,7 @@ func (a *NativeAgent) LocalPartialMD(descs RegList, opts *Options) ([]byte, erro
 		return nil, err
 	}
 	defer a.exit()
-	if err := checkMem(op, descs.Mem); err != nil {
-		return nil, err
-	}
-	o, err := a.options(op, opts)
+	o, err := a.descOptions(op, descs.Mem, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -95,16 +92,9 @@ func (a *NativeAgent) CheckRemoteMD(remote string, descs XferList) error {
 // configured metadata server when IPAddr is empty (nixlAgent::sendLocalMD).
 // It returns once the send is queued; NIXL's own thread delivers it.
 func (a *NativeAgent) SendLocalMD(opts *Options) error {
-	const op = "nixlAgent::sendLocalMD"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimSendLocalMD(a.agent, o), func() string { return fmt.Sprintf("agent %q", a.name) })
+	return a.statusCall("nixlAgent::sendLocalMD", opts,
+		func(o *shimOpts) Status { return shimSendLocalMD(a.agent, o) },
+		func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 
 // SendLocalPartialMD sends metadata covering descs, as LocalPartialMD
@@ -112,21 +102,7 @@ func (a *NativeAgent) SendLocalMD(opts *Options) error {
 // IPAddr, to the metadata server under opts.MetadataLabel
 // (nixlAgent::sendLocalPartialMD).
 func (a *NativeAgent) SendLocalPartialMD(descs RegList, opts *Options) error {
-	const op = "nixlAgent::sendLocalPartialMD"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	if err := checkMem(op, descs.Mem); err != nil {
-		return err
-	}
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimSendLocalPartialMD(a.agent, descs, o), func() string {
-		return fmt.Sprintf("%d %s descriptors of agent %q", len(descs.Descs), descs.Mem, a.name)
-	})
+	return a.regListCall("nixlAgent::sendLocalPartialMD", descs, opts, shimSendLocalPartialMD, "of")
 }
 
 // FetchRemoteMD asks the listener at opts.IPAddr/opts.Port (or the metadata
@@ -134,45 +110,24 @@ func (a *NativeAgent) SendLocalPartialMD(descs RegList, opts *Options) error {
 // it arrives (nixlAgent::fetchRemoteMD). It returns before the metadata is
 // loaded: poll CheckRemoteMD until it succeeds.
 func (a *NativeAgent) FetchRemoteMD(remote string, opts *Options) error {
-	const op = "nixlAgent::fetchRemoteMD"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimFetchRemoteMD(a.agent, remote, o), func() string { return fmt.Sprintf("remote agent %q", remote) })
+	return a.statusCall("nixlAgent::fetchRemoteMD", opts,
+		func(o *shimOpts) Status { return shimFetchRemoteMD(a.agent, remote, o) },
+		func() string { return fmt.Sprintf("remote agent %q", remote) })
 }
 
 // InvalidateLocalMD tells the peer at opts.IPAddr/opts.Port, or the metadata
 // server, to forget this agent (nixlAgent::invalidateLocalMD).
 func (a *NativeAgent) InvalidateLocalMD(opts *Options) error {
-	const op = "nixlAgent::invalidateLocalMD"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimInvalidateLocalMD(a.agent, o), func() string { return fmt.Sprintf("agent %q", a.name) })
+	return a.statusCall("nixlAgent::invalidateLocalMD", opts,
+		func(o *shimOpts) Status { return shimInvalidateLocalMD(a.agent, o) },
+		func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 
 // MakeConnection connects to a peer whose metadata is loaded now rather than
 // at the first transfer (nixlAgent::makeConnection); opts.Backends limits it
 // to those backends.
 func (a *NativeAgent) MakeConnection(remote string, opts *Options) error {
-	const op = "nixlAgent::makeConnection"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimMakeConnection(a.agent, remote, o), func() string { return fmt.Sprintf("remote agent %q (metadata loaded?)", remote) })
+	return a.statusCall("nixlAgent::makeConnection", opts,
+		func(o *shimOpts) Status { return shimMakeConnection(a.agent, remote, o) },
+		func() string { return fmt.Sprintf("remote agent %q (metadata loaded?)", remote) })
 }

@@ -13,41 +13,13 @@ import "fmt"
 // The memory must stay valid until DeregisterMem or Close. Never register
 // Go heap memory: use Buffer or memory from C.
 func (a *NativeAgent) RegisterMem(descs RegList, opts *Options) error {
-	const op = "nixlAgent::registerMem"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	if err := checkMem(op, descs.Mem); err != nil {
-		return err
-	}
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimRegisterMem(a.agent, descs, o), func() string {
-		return fmt.Sprintf("%d %s descriptors on agent %q", len(descs.Descs), descs.Mem, a.name)
-	})
+	return a.regListCall("nixlAgent::registerMem", descs, opts, shimRegisterMem, "on")
 }
 
 // DeregisterMem undoes RegisterMem (nixlAgent::deregisterMem); each
 // descriptor must equal one that was registered.
 func (a *NativeAgent) DeregisterMem(descs RegList, opts *Options) error {
-	const op = "nixlAgent::deregisterMem"
-	if err := a.enter(op); err != nil {
-		return err
-	}
-	defer a.exit()
-	if err := checkMem(op, descs.Mem); err != nil {
-		return err
-	}
-	o, err := a.options(op, opts)
-	if err != nil {
-		return err
-	}
-	return check(op, shimDeregisterMem(a.agent, descs, o), func() string {
-		return fmt.Sprintf("%d %s descriptors on agent %q", len(descs.Descs), descs.Mem, a.name)
-	})
+	return a.regListCall("nixlAgent::deregisterMem", descs, opts, shimDeregisterMem, "on")
 }
 
 // QueryMem asks a backend about memory or storage (nixlAgent::queryMem),
@@ -60,10 +32,7 @@ func (a *NativeAgent) QueryMem(descs RegList, opts *Options) ([]map[string]strin
 		return nil, err
 	}
 	defer a.exit()
-	if err := checkMem(op, descs.Mem); err != nil {
-		return nil, err
-	}
-	o, err := a.options(op, opts)
+	o, err := a.descOptions(op, descs.Mem, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +42,7 @@ func (a *NativeAgent) QueryMem(descs RegList, opts *Options) ([]map[string]strin
 	}
 	resp, err := decodeQuery(b)
 	if err != nil {
-		return nil, &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
+		return nil, malformed(op, err)
 	}
 	return resp, nil
 }

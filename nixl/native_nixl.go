@@ -191,6 +191,55 @@ func (a *NativeAgent) options(op string, opts *Options) (*shimOpts, error) {
 	return o, nil
 }
 
+// descOptions checks a descriptor list's memory type, then resolves opts:
+// the checks every call that takes descriptors and options makes, in this
+// order, before it crosses into NIXL.
+func (a *NativeAgent) descOptions(op string, m MemType, opts *Options) (*shimOpts, error) {
+	if err := checkMem(op, m); err != nil {
+		return nil, err
+	}
+	return a.options(op, opts)
+}
+
+// statusCall runs a NIXL call whose only inputs besides the agent are
+// options and whose only result is a status: it holds the agent for the
+// call, resolves opts, and maps a failure to an *Error with detail. call
+// runs while the agent is held, so it may read a.agent.
+func (a *NativeAgent) statusCall(op string, opts *Options, call func(o *shimOpts) Status, detail func() string) error {
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.exit()
+	o, err := a.options(op, opts)
+	if err != nil {
+		return err
+	}
+	return check(op, call(o), detail)
+}
+
+// regListCall is statusCall for the NIXL calls that also take a
+// registration list (registerMem, deregisterMem, sendLocalPartialMD); the
+// failure message counts the descriptors, "<relation> agent <name>".
+func (a *NativeAgent) regListCall(op string, descs RegList, opts *Options, call func(agent uintptr, l RegList, o *shimOpts) Status, relation string) error {
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.exit()
+	o, err := a.descOptions(op, descs.Mem, opts)
+	if err != nil {
+		return err
+	}
+	return check(op, call(a.agent, descs, o), func() string {
+		return fmt.Sprintf("%d %s descriptors %s agent %q", len(descs.Descs), descs.Mem, relation, a.name)
+	})
+}
+
+// malformed reports a result from the shim that gonixl could not decode:
+// the NIXL call succeeded, but its answer is lost.
+func malformed(op string, err error) error {
+	return &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
+}
+
 // checkMem rejects memory types NIXL does not define before they reach C++,
 // where an out-of-range enum is undefined behaviour.
 func checkMem(op string, m MemType) error {

@@ -52,7 +52,7 @@ func (a *NativeAgent) getNotifs(op string, dst Notifs, opts *Options) (Notifs, e
 	}
 	n, derr := appendNotifs(dst, b, a.internName)
 	if derr != nil {
-		return n, &Error{Op: op, Status: StatusUnknown, Msg: derr.Error()}
+		return n, malformed(op, derr)
 	}
 	return n, check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }

@@ -84,7 +84,7 @@ func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []S
 	}
 	b, s := shimPoll(a.agent, ptrs, statuses, true, &a.scratch)
 	if _, err := appendNotifs(notifs, b, a.internName); err != nil {
-		return &Error{Op: op, Status: StatusUnknown, Msg: err.Error()}
+		return malformed(op, err)
 	}
 	return check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }

@@ -23,10 +23,7 @@ func (a *NativeAgent) PrepXferDlist(remote string, descs XferList, opts *Options
 		return 0, err
 	}
 	defer a.exit()
-	if err := checkMem(op, descs.Mem); err != nil {
-		return 0, err
-	}
-	o, err := a.options(op, opts)
+	o, err := a.descOptions(op, descs.Mem, opts)
 	if err != nil {
 		return 0, err
 	}
