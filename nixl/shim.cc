@@ -146,10 +146,21 @@ const nixl_opt_args_t *optArgs(const nixlgo_opts &o, nixl_opt_args_t &args) {
 	return &args;
 }
 
-void encodeMemsParams(encoder &e, const nixl_mem_list_t &mems, const nixl_b_params_t &params) {
+// putMemsParams hands mems and params to out in the "mems+params" encoding.
+nixl_status_t putMemsParams(const nixl_mem_list_t &mems, const nixl_b_params_t &params,
+                            nixlgo_buf *out) {
+	encoder e;
 	e.u64(mems.size());
 	for (auto m : mems) e.u64(static_cast<uint64_t>(m));
 	e.params(params);
+	return e.finish(out);
+}
+
+// putBlob hands the raw bytes of v to out.
+nixl_status_t putBlob(const std::string &v, nixlgo_buf *out) {
+	encoder e;
+	e.raw(v);
+	return e.finish(out);
 }
 
 }  // namespace
@@ -197,9 +208,7 @@ int nixlgo_get_plugin_params(uintptr_t agent, const char *type, size_t type_len,
 		nixl_b_params_t params;
 		nixl_status_t s = agentOf(agent)->getPluginParams(str(type, type_len), mems, params);
 		if (s != NIXL_SUCCESS) return s;
-		encoder e;
-		encodeMemsParams(e, mems, params);
-		return e.finish(out);
+		return putMemsParams(mems, params, out);
 	});
 }
 
@@ -223,9 +232,7 @@ int nixlgo_get_backend_params(uintptr_t agent, uintptr_t backend, nixlgo_buf *ou
 		nixl_status_t s = agentOf(agent)->getBackendParams(
 		    reinterpret_cast<const nixlBackendH *>(backend), mems, params);
 		if (s != NIXL_SUCCESS) return s;
-		encoder e;
-		encodeMemsParams(e, mems, params);
-		return e.finish(out);
+		return putMemsParams(mems, params, out);
 	});
 }
 
@@ -270,9 +277,7 @@ int nixlgo_get_local_md(uintptr_t agent, nixlgo_buf *out) {
 		nixl_blob_t md;
 		nixl_status_t s = agentOf(agent)->getLocalMD(md);
 		if (s != NIXL_SUCCESS) return s;
-		encoder e;
-		e.raw(md);
-		return e.finish(out);
+		return putBlob(md, out);
 	});
 }
 
@@ -285,9 +290,7 @@ int nixlgo_get_local_partial_md(uintptr_t agent, int mem, const nixlgo_reg_desc 
 		nixl_status_t s = agentOf(agent)->getLocalPartialMD(
 		    regList(mem, descs, n, meta, meta_len), md, optArgs(opts, args));
 		if (s != NIXL_SUCCESS) return s;
-		encoder e;
-		e.raw(md);
-		return e.finish(out);
+		return putBlob(md, out);
 	});
 }
 
@@ -296,9 +299,7 @@ int nixlgo_load_remote_md(uintptr_t agent, const char *md, size_t md_len, nixlgo
 		std::string remote;
 		nixl_status_t s = agentOf(agent)->loadRemoteMD(str(md, md_len), remote);
 		if (s != NIXL_SUCCESS) return s;
-		encoder e;
-		e.raw(remote);
-		return e.finish(name);
+		return putBlob(remote, name);
 	});
 }
 

@@ -163,43 +163,43 @@ func cDescs(d []Desc) (*C.nixlgo_desc, C.size_t) {
 	return (*C.nixlgo_desc)(unsafe.Pointer(unsafe.SliceData(d))), C.size_t(len(d))
 }
 
-// shimRegList is a RegList flattened for C: descriptors plus one blob
-// holding every descriptor's metadata.
-type shimRegList struct {
-	mem   C.int
-	descs []C.nixlgo_reg_desc
-	meta  []byte
-}
-
-func newShimRegList(l RegList) shimRegList {
-	r := shimRegList{mem: C.int(l.Mem), descs: make([]C.nixlgo_reg_desc, len(l.Descs))}
+// cRegList flattens a RegList into the arguments the shim's registration
+// calls take: memory type, descriptors, and one blob holding every
+// descriptor's metadata, which each descriptor locates by offset. Both
+// arrays are Go memory without Go pointers, used by C for the call only.
+func cRegList(l RegList) (C.int, *C.nixlgo_reg_desc, C.size_t, *C.char, C.size_t) {
+	descs := make([]C.nixlgo_reg_desc, len(l.Descs))
 	metaLen := 0
 	for _, d := range l.Descs {
 		metaLen += len(d.Meta)
 	}
+	var meta []byte
 	if metaLen > 0 {
-		r.meta = make([]byte, 0, metaLen)
+		meta = make([]byte, 0, metaLen)
 	}
 	for i, d := range l.Descs {
-		r.descs[i] = C.nixlgo_reg_desc{
+		descs[i] = C.nixlgo_reg_desc{
 			addr:     C.uint64_t(d.Addr),
 			len:      C.uint64_t(d.Len),
 			dev_id:   C.uint64_t(d.DevID),
-			meta_off: C.uint64_t(len(r.meta)),
+			meta_off: C.uint64_t(len(meta)),
 			meta_len: C.uint64_t(len(d.Meta)),
 		}
-		r.meta = append(r.meta, d.Meta...)
+		meta = append(meta, d.Meta...)
 	}
-	return r
+	var p *C.nixlgo_reg_desc
+	if len(descs) > 0 {
+		p = unsafe.SliceData(descs)
+	}
+	m, ml := cBytes(meta)
+	return C.int(l.Mem), p, C.size_t(len(descs)), m, ml
 }
 
-func (r *shimRegList) args() (C.int, *C.nixlgo_reg_desc, C.size_t, *C.char, C.size_t) {
-	var p *C.nixlgo_reg_desc
-	if len(r.descs) > 0 {
-		p = unsafe.SliceData(r.descs)
-	}
-	m, ml := cBytes(r.meta)
-	return r.mem, p, C.size_t(len(r.descs)), m, ml
+// goBytes copies n bytes of C memory at p into a new Go slice.
+func goBytes(p *C.char, n C.size_t) []byte {
+	out := make([]byte, int(n))
+	copy(out, unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n)))
+	return out
 }
 
 // takeBuf copies a result buffer to Go memory and frees the C copy.
@@ -207,8 +207,7 @@ func takeBuf(b C.nixlgo_buf) []byte {
 	if b.data == nil {
 		return nil
 	}
-	out := make([]byte, int(b.len))
-	copy(out, unsafe.Slice((*byte)(unsafe.Pointer(b.data)), int(b.len)))
+	out := goBytes(b.data, b.len)
 	C.free(unsafe.Pointer(b.data))
 	return out
 }
@@ -262,20 +261,17 @@ func shimBackendParams(agent, backend uintptr) ([]byte, Status) {
 }
 
 func shimRegisterMem(agent uintptr, l RegList, o *shimOpts) Status {
-	r := newShimRegList(l)
-	mem, d, n, m, ml := r.args()
+	mem, d, n, m, ml := cRegList(l)
 	return Status(C.nixlgo_register_mem(C.uintptr_t(agent), mem, d, n, m, ml, o.c()))
 }
 
 func shimDeregisterMem(agent uintptr, l RegList, o *shimOpts) Status {
-	r := newShimRegList(l)
-	mem, d, n, m, ml := r.args()
+	mem, d, n, m, ml := cRegList(l)
 	return Status(C.nixlgo_deregister_mem(C.uintptr_t(agent), mem, d, n, m, ml, o.c()))
 }
 
 func shimQueryMem(agent uintptr, l RegList, o *shimOpts) ([]byte, Status) {
-	r := newShimRegList(l)
-	mem, d, n, m, ml := r.args()
+	mem, d, n, m, ml := cRegList(l)
 	var out C.nixlgo_buf
 	s := C.nixlgo_query_mem(C.uintptr_t(agent), mem, d, n, m, ml, o.c(), &out)
 	return takeBuf(out), Status(s)
@@ -288,8 +284,7 @@ func shimLocalMD(agent uintptr) ([]byte, Status) {
 }
 
 func shimLocalPartialMD(agent uintptr, l RegList, o *shimOpts) ([]byte, Status) {
-	r := newShimRegList(l)
-	mem, d, n, m, ml := r.args()
+	mem, d, n, m, ml := cRegList(l)
 	var out C.nixlgo_buf
 	s := C.nixlgo_get_local_partial_md(C.uintptr_t(agent), mem, d, n, m, ml, o.c(), &out)
 	return takeBuf(out), Status(s)
@@ -318,8 +313,7 @@ func shimSendLocalMD(agent uintptr, o *shimOpts) Status {
 }
 
 func shimSendLocalPartialMD(agent uintptr, l RegList, o *shimOpts) Status {
-	r := newShimRegList(l)
-	mem, d, n, m, ml := r.args()
+	mem, d, n, m, ml := cRegList(l)
 	return Status(C.nixlgo_send_local_partial_md(C.uintptr_t(agent), mem, d, n, m, ml, o.c()))
 }
 
@@ -477,8 +471,7 @@ func takeNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) ([]byte, Status
 	if r.data == nil {
 		return nil, Status(r.status)
 	}
-	out := make([]byte, int(r.len))
-	copy(out, unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.len)))
+	out := goBytes(r.data, r.len)
 	if unsafe.Pointer(r.data) != scratch.ptr {
 		C.free(unsafe.Pointer(r.data))
 	}
