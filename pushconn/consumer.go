@@ -76,6 +76,9 @@ type Consumer struct {
 	wg      sync.WaitGroup
 	stopLog func()
 	ready   chan struct{}
+	// incarnation is this start of the rank, as its handshake payload
+	// publishes it; every PUSH_REG carries it (decode_incarnation).
+	incarnation uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -124,9 +127,11 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		ready:   make(chan struct{}, 1),
 	}
 	c.push = newPushCounters(c.stats)
-	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
+	inc, err := e.core.Publish(cfg.Agent, cfg.Layout)
+	if err != nil {
 		return nil, err
 	}
+	c.incarnation = inc
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
@@ -412,6 +417,8 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 		RemoteTPSize:   p.prefill.TPSize,
 		RemotePPSize:   p.prefill.PPSize,
 		TransferID:     r.transferID,
+
+		DecodeIncarnation: c.incarnation,
 	}
 	msg, err := pushwire.EncodeRegistration(reg)
 	if err == nil {

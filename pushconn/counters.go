@@ -24,6 +24,7 @@ type pushCounters struct {
 	cancelUndeliver *stats.Counter
 	cancelDropped   *stats.Counter
 	afterLease      *stats.Counter
+	stale           *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -47,5 +48,6 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		cancelUndeliver: s.Counter("push_cancel_undeliverable", "PUSH_CANCEL notifications that could not be sent (decode)."),
 		cancelDropped:   s.Counter("cancelled_registrations", "Registrations dropped without a WRITE because decode cancelled them (prefill)."),
 		afterLease:      s.Counter("registrations_after_lease", "Registrations refused with PUSH_FAIL expired because their request's lease had already run out (prefill)."),
+		stale:           s.Counter("stale_registrations", "Registrations dropped without a WRITE or PUSH_FAIL because the decode rank that sent them has restarted since (prefill)."),
 	}
 }

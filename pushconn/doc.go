@@ -18,7 +18,8 @@
 // testdata/push_reg.json (keys request_id, decode_engine_id, decode_host,
 // decode_port, decode_tp_size, local_block_ids, remote_engine_id,
 // remote_host, remote_port, remote_tp_size, remote_pp_size, optional
-// transfer_id). The request is done when every one of those ranks has
+// transfer_id), plus our own optional decode_incarnation (see Restarts).
+// The request is done when every one of those ranks has
 // sent its completion "<decode request id>:<prefill world size>" (the
 // WRITE's notification, which arrives after the data); it fails at once on
 // a PUSH_FAIL from any of them, and with ErrRegistrationTimeout when the
@@ -117,6 +118,46 @@
 // (450 s), shorter than decode's 480 s, so that without a cancel prefill
 // gives up first; keep prefill's shorter when configuring either side.
 //
+// # Restarts
+//
+// A decode engine that restarts keeps its engine id, side-channel port and
+// agent names, so a registration of the dead instance names the same
+// agent as the new one, whose blocks belong to other requests. Every time
+// a rank starts it draws a random non-zero 64-bit incarnation, which its
+// handshake payload publishes (ranks[i].incarnation) and every PUSH_REG it
+// sends carries as one more key, after the vLLM keys and transfer_id:
+//
+//	"decode_incarnation": uint  the registering decode rank's incarnation;
+//	                            1..2^64-1 in the most compact msgpack
+//	                            unsigned encoding; only when set
+//
+// A registration without it encodes exactly as vLLM's (every vector in
+// testdata/push_reg.json still decodes and re-encodes byte for byte), and
+// decoders skip keys they do not know. Nil counts as absent; 0, a negative
+// or a non-integer value is malformed.
+//
+// Prefill ties each registration to the incarnation of the sender's rank
+// in the payload it holds when it admits it. A registration whose
+// decode_incarnation differs from that payload's is either early (the
+// rank restarted since the handshake) or late (from a dead instance):
+// prefill handshakes again once and admits it if the fresh payload agrees,
+// and otherwise drops it; one whose incarnation belongs to a payload
+// prefill has already replaced is dropped at once. When a matched WRITE
+// finds the decode agent gone, prefill handshakes again and retries the
+// WRITE once only if the rank's incarnation is still the registration's
+// (prefill merely lost the connection); if decode restarted, or the
+// registration had no incarnation to compare, it drops the registration
+// and frees its request's blocks. A registration left in the matcher when
+// the new instance becomes known is dropped when its request finishes or
+// its registration timeout passes. Dropped registrations get no WRITE and
+// no PUSH_FAIL — the instance that could read one is gone, and the agent
+// of that name, the new instance, may hold a request of the same id — and
+// are counted in stale_registrations. Remaining window: a WRITE posted
+// before the restart (and PUSH_CANCEL, which a crash never sends) is not
+// recalled; and a handshake already in flight when prefill asks for a
+// fresh one may answer with the old payload, in which case a new
+// instance's registration is dropped and decode waits for its timeout.
+//
 // # Metrics
 //
 // Each rank's Stats has the counters both connectors keep (transfers,
@@ -128,7 +169,8 @@
 // push_fail_sent, push_fail_received, push_fail_undeliverable,
 // registration_timeouts, misdirected_registrations, handshakes,
 // push_cancel_sent, push_cancel_received, push_cancel_undeliverable,
-// cancelled_registrations and registrations_after_lease. With a
+// cancelled_registrations, registrations_after_lease and
+// stale_registrations. With a
 // Logger they are logged as one "KV Transfer metrics:" line every
 // StatsInterval.
 //

@@ -406,11 +406,13 @@ func TestDecodeRestartRehandshakes(t *testing.T) {
 	c, err := NewConsumer(r.dec, RankConfig{Agent: a, Layout: r.decLayout[0], Clock: r.clock})
 	require.NoError(t, err)
 	r.consumers[0], r.decAgents[0] = c, a
-	// Prefill still holds the old instance's metadata: its first WRITE
-	// fails, it handshakes again and retries once, and the request works.
+	// Prefill still holds the old instance's metadata, but the new rank's
+	// registration carries its new incarnation: prefill handshakes again
+	// before admitting it, and the WRITE goes to the new agent at once.
 	pushOne(t, r, true, "after", "after", blocksFrom(2, 2), blocksFrom(2, 2), 32)
 	s := p.Stats()
 	require.Equal(t, uint64(2), s.Transfers)
 	require.Zero(t, s.FailedTransfers)
 	require.Equal(t, uint64(2), extra(t, s, "handshakes"))
+	require.Zero(t, extra(t, s, "stale_registrations"))
 }

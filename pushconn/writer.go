@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,6 +35,10 @@ type pendingReg struct {
 	peer   *decodeEngine
 	rank   int  // the decode TP rank sender belongs to
 	retry  bool // already retried after a fresh handshake
+	// incarnation is the instance of the sender's rank this registration
+	// was admitted for (its payload's Incarnation): a WRITE goes only into
+	// that instance, never into one that restarted under the same name.
+	incarnation uint64
 	// cancelled: decode ended the request (PUSH_CANCEL). The registration
 	// keeps its place in the matcher so that its request, when it
 	// finishes, pairs with it and is freed at once, without a WRITE.
@@ -50,7 +55,14 @@ type decodeEngine struct {
 	busy     bool           // handshake in flight
 	parked   []parkedReg    // registrations waiting for the handshake
 	rewrites []rewrite      // matched WRITEs waiting for a new handshake
+	// retired holds the incarnations of payloads this rank dropped (the
+	// engine restarted or its agents left), newest last, so a late
+	// registration from a dead instance is recognised without a handshake.
+	retired []uint64
 }
+
+// retiredCap bounds decodeEngine.retired: a few restarts of a TP 8 engine.
+const retiredCap = 64
 
 // rewrite is a matched WRITE whose decode engine's metadata went stale (it
 // restarted): it is retried once after a fresh handshake.
@@ -63,6 +75,10 @@ type parkedReg struct {
 	sender   string
 	reg      *pushwire.Registration
 	received time.Time // its registration timeout counts from here
+	// refetched: it waits for a handshake it caused because its
+	// incarnation differed from the payload held; if the fresh payload
+	// differs too, it comes from a dead instance.
+	refetched bool
 }
 
 // write is one WRITE in flight.
@@ -134,7 +150,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		w.peers[key] = de
 	}
 	if de.payload != nil {
-		w.admit(de, sender, reg, p.now())
+		w.admit(de, parkedReg{sender: sender, reg: reg, received: p.now()})
 		return
 	}
 	de.parked = append(de.parked, parkedReg{sender: sender, reg: reg, received: p.now()})
@@ -186,15 +202,22 @@ func (w *writer) handshakeDone(s shakeResult) {
 		return
 	}
 	for _, r := range parked {
-		w.admit(de, r.sender, r.reg, r.received)
+		w.admit(de, r)
 	}
 	for _, r := range rewrites {
-		rank, ok := de.targets[r.reg.sender]
-		if !ok {
-			w.failWrite(r.reg, r.hold, pushwire.FailLayout, fmt.Errorf("after its restart decode engine %q no longer has agent %q among the ranks this rank writes into", de.engineID, r.reg.sender))
+		if de.payload == nil { // a registration above found it stale: wait for the next one
+			de.rewrites = append(de.rewrites, r)
 			continue
 		}
-		r.reg.rank = rank
+		// Retry only into the instance that registered: a decode rank
+		// that restarted under the same name has given those blocks to
+		// other requests. Without an incarnation that cannot be known, so
+		// such a registration is dropped rather than retried.
+		if !r.reg.sameInstance() || r.reg.incarnation == 0 {
+			w.dropStale(r.reg, r.hold)
+			continue
+		}
+		r.reg.rank = de.targets[r.reg.sender]
 		w.startWrite(r.reg, r.hold)
 	}
 	p.push.handshakes.Inc()
@@ -225,9 +248,35 @@ func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 
 // admit checks a registration against the decode engine's payload and
 // gives it to the matcher; a match starts the WRITE.
-func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registration, received time.Time) {
+func (w *writer) admit(de *decodeEngine, r parkedReg) {
 	p := w.p
+	sender, reg, received := r.sender, r.reg, r.received
+	if de.payload == nil { // dropped meanwhile (see below): wait for the fresh one
+		de.parked = append(de.parked, r)
+		w.handshake(de)
+		return
+	}
 	rank, ok := de.targets[sender]
+	if ok {
+		cur := de.payload.Ranks[rank].Incarnation
+		if inc := reg.DecodeIncarnation; inc != 0 && cur != 0 && inc != cur {
+			if r.refetched || slices.Contains(de.retired, inc) {
+				// From an instance that is gone: its blocks are not
+				// the new instance's, and a PUSH_FAIL would reach the
+				// new instance, which may hold a request of that id.
+				w.dropStale(&pendingReg{reg: reg, sender: sender, peer: de, incarnation: inc}, nil)
+				return
+			}
+			// Either the rank restarted since the payload was fetched, or
+			// this is a late registration from a dead instance: a fresh
+			// handshake tells which.
+			w.forget(de)
+			r.refetched = true
+			de.parked = append(de.parked, r)
+			w.handshake(de)
+			return
+		}
+	}
 	var why string
 	switch {
 	case !ok:
@@ -253,7 +302,7 @@ func (w *writer) admit(de *decodeEngine, sender string, reg *pushwire.Registrati
 			fmt.Sprintf("prefill freed the request's blocks when their lease (%v) ran out before this registration arrived", p.cfg.Lease))
 		return
 	}
-	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank}
+	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank, incarnation: de.payload.Ranks[rank].Incarnation}
 	m, out, err := w.matcher.Register(received, sender, key, len(de.targets), pr)
 	switch {
 	case err != nil:
@@ -318,6 +367,14 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		w.endWrite(h)
 		return
 	}
+	if pr.peer.payload == nil { // forgotten since the match: handshake again
+		w.retryAfterHandshake(pr, h)
+		return
+	}
+	if !pr.sameInstance() {
+		w.dropStale(pr, h)
+		return
+	}
 	msg, err := notif.EncodeCompletion(pr.reg.RequestID, p.world)
 	if err != nil {
 		w.failWrite(pr, h, pushwire.FailLayout, err)
@@ -331,10 +388,6 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 			return
 		}
 		w.endWrite(h)
-		return
-	}
-	if pr.peer.payload == nil { // forgotten since the match: handshake again
-		w.retryAfterHandshake(pr, h)
 		return
 	}
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
@@ -450,11 +503,50 @@ func (w *writer) retryAfterHandshake(pr *pendingReg, h *hold) {
 // are gone (it restarted or left), so its next registration handshakes
 // again instead of using stale metadata.
 func (w *writer) forgetIfGone(de *decodeEngine, err error) {
-	if !peerGone(err) || de.payload == nil {
+	if peerGone(err) {
+		w.forget(de)
+	}
+}
+
+// forget drops a decode engine's payload, here and in the engine's
+// handshake cache, and retires its incarnations.
+func (w *writer) forget(de *decodeEngine) {
+	if de.payload == nil {
 		return
+	}
+	for _, r := range de.payload.Ranks {
+		if r.Incarnation != 0 && !slices.Contains(de.retired, r.Incarnation) {
+			de.retired = append(de.retired, r.Incarnation)
+		}
+	}
+	if n := len(de.retired) - retiredCap; n > 0 {
+		de.retired = append(de.retired[:0], de.retired[n:]...)
 	}
 	de.payload, de.targets = nil, nil
 	w.p.engine.core.Client().Forget(de.engineID, de.addr)
+}
+
+// sameInstance reports whether the decode rank that sent the registration
+// is still the instance it was admitted for, by the payload prefill holds
+// now (which must be set).
+func (pr *pendingReg) sameInstance() bool {
+	de := pr.peer
+	rank, ok := de.targets[pr.sender]
+	return ok && de.payload.Ranks[rank].Incarnation == pr.incarnation
+}
+
+// dropStale drops a registration of a decode rank instance that has since
+// restarted under the same name (h, when set, is its matched request):
+// nothing is written, and no PUSH_FAIL is sent, because the instance that
+// could use it is gone and the agent of that name is the new instance's.
+func (w *writer) dropStale(pr *pendingReg, h *hold) {
+	w.p.push.stale.Inc()
+	w.p.log.Info("pushconn: dropped a registration from a decode instance that restarted",
+		zap.String("decode", pr.peer.engineID), zap.String("sender", pr.sender),
+		zap.String("decode_request", pr.reg.RequestID), zap.Uint64("incarnation", pr.incarnation))
+	if h != nil {
+		w.endWrite(h)
+	}
 }
 
 func (w *writer) completeWrite(wr *write) {
@@ -515,6 +607,10 @@ func (w *writer) expire(now time.Time) {
 	for _, r := range regs {
 		if r.Reg.cancelled {
 			continue // decode ended it already
+		}
+		if r.Reg.peer.payload != nil && !r.Reg.sameInstance() {
+			w.dropStale(r.Reg, nil) // its PUSH_FAIL would reach the new instance
+			continue
 		}
 		w.p.push.unmatchedExp.Inc()
 		w.sendFail(r.Sender, r.Reg.reg, pushwire.FailExpired,

@@ -67,16 +67,26 @@ func (e *Engine) CheckRank(agent nixl.Agent, l descriptors.Layout) error {
 // publishes the agent's metadata and the layout on the side channel, where
 // peers fetch them in the handshake. On failure nothing stays registered.
 func (e *Engine) PublishRank(agent nixl.Agent, l descriptors.Layout) error {
+	_, err := e.Publish(agent, l)
+	return err
+}
+
+// Publish is PublishRank that also returns the rank's incarnation, the
+// random non-zero id the payload carries for this start of the rank
+// (handshake.Rank.Incarnation), for connectors that put it in their own
+// messages so the peer can tell them from an earlier instance's.
+func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error) {
 	if err := agent.RegisterMem(l.RegList(), nil); err != nil {
-		return fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
+		return 0, fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
 	}
+	inc := NewIncarnation()
 	md, err := agent.LocalMD()
 	if err == nil {
-		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, Agent: agent.Name(), Metadata: md, Layout: l})
+		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, Agent: agent.Name(), Metadata: md, Layout: l, Incarnation: inc})
 	}
 	if err != nil {
 		_ = agent.DeregisterMem(l.RegList(), nil)
-		return fmt.Errorf("%s: publish rank %d: %w", e.name, l.TPRank, err)
+		return 0, fmt.Errorf("%s: publish rank %d: %w", e.name, l.TPRank, err)
 	}
-	return nil
+	return inc, nil
 }

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -8,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
@@ -36,4 +40,50 @@ func TestCheckRankComparesTheLayoutWithTheEngine(t *testing.T) {
 	err = e.CheckRank(a, descriptors.Layout{TPSize: 2, BlockTokens: 16})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "RankConfig.Layout: descriptors: ")
+}
+
+func TestPublishGivesEachStartOfARankANewIncarnation(t *testing.T) {
+	e, err := Start(Config{EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16}, testConn)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Close()) }()
+	fab, err := loopback.NewFabric()
+	require.NoError(t, err)
+	defer fab.Close()
+	a, err := fab.NewAgent("a")
+	require.NoError(t, err)
+	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 1, NumBlocks: 2, BlockTokens: 16, KVHeads: 1, HeadBytes: 16, DType: "d", TPSize: 1}
+	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * 2 * 2)
+	require.NoError(t, err)
+	defer buf.Free()
+	for i := range 2 {
+		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
+	}
+	first, err := e.Publish(a, l)
+	require.NoError(t, err)
+	require.NotZero(t, first)
+	pl, err := e.Client().Get(context.Background(), "e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())))
+	require.NoError(t, err)
+	assert.Equal(t, first, pl.Ranks[0].Incarnation, "the payload carries the incarnation Publish returned")
+
+	// The rank restarts: withdrawn, its memory deregistered, published again.
+	e.Server().ClearRank(0)
+	require.NoError(t, a.DeregisterMem(l.RegList(), nil))
+	second, err := e.Publish(a, l)
+	require.NoError(t, err)
+	assert.NotZero(t, second)
+	assert.NotEqual(t, first, second)
+	e.Client().Forget("e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())))
+	pl, err = e.Client().Get(context.Background(), "e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())))
+	require.NoError(t, err)
+	assert.Equal(t, second, pl.Ranks[0].Incarnation)
+}
+
+func TestNewIncarnationIsNonZeroAndVaries(t *testing.T) {
+	seen := map[uint64]bool{}
+	for range 1000 {
+		v := NewIncarnation()
+		require.NotZero(t, v)
+		seen[v] = true
+	}
+	assert.Len(t, seen, 1000)
 }

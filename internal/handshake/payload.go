@@ -13,6 +13,12 @@ type Rank struct {
 	Agent    string             `msgpack:"agent"`    // the NIXL agent's name
 	Metadata []byte             `msgpack:"metadata"` // its LocalMD
 	Layout   descriptors.Layout `msgpack:"layout"`
+	// Incarnation identifies this publication of the rank: a random
+	// non-zero number drawn each time the rank starts, so a peer can tell
+	// a rank that restarted under the same engine id, address and agent
+	// name from the instance it knew. Zero means the publisher does not
+	// say (peers then cannot tell restarts apart).
+	Incarnation uint64 `msgpack:"incarnation,omitempty"`
 }
 
 // Payload is everything a remote engine needs to transfer with this one.

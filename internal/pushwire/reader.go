@@ -202,6 +202,26 @@ func (r *reader) int() (int64, error) {
 	return 0, r.errorf("want an integer, got %s", typeName(c))
 }
 
+// uint reads a non-negative integer of any msgpack width, up to 2^64-1.
+func (r *reader) uint() (uint64, error) {
+	c, err := r.peek()
+	if err != nil {
+		return 0, err
+	}
+	if c == 0xcf {
+		r.off++
+		return r.uintN(8)
+	}
+	v, err := r.int()
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 {
+		return 0, r.errorf("integer %d is negative", v)
+	}
+	return uint64(v), nil
+}
+
 // skip consumes one value of any type, refusing nesting deeper than maxDepth.
 func (r *reader) skip(depth int) error {
 	if depth > maxDepth {

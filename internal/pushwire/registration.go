@@ -39,6 +39,13 @@ type Registration struct {
 	// TransferID, when not empty, is a router-assigned id that both sides
 	// carry and that matching prefers over request ids.
 	TransferID string
+	// DecodeIncarnation, when not zero, is the registering decode rank's
+	// incarnation (the random id its handshake payload publishes for this
+	// start of the rank; our own key "decode_incarnation", absent from
+	// vLLM's). Prefill compares it with the payload it holds, so that a
+	// registration from an instance that has since restarted under the
+	// same name is never written into the new instance's blocks.
+	DecodeIncarnation uint64
 }
 
 // Validate reports the first field that no peer may send.
@@ -95,8 +102,9 @@ func IsRegistration(msg []byte) bool { return bytes.HasPrefix(msg, []byte(RegPre
 
 // AppendRegistration validates r and appends its notification bytes to dst:
 // RegPrefix, then a msgpack map whose keys come in the order of the wire
-// vectors, with the most compact integer widths, transfer_id last and only
-// when set.
+// vectors, with the most compact integer widths, then transfer_id and
+// decode_incarnation, each only when set (so a registration without them
+// encodes exactly as vLLM's encoder does).
 func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return dst, err
@@ -107,6 +115,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	enc.Reset(buf)
 	n := 11
 	if r.TransferID != "" {
+		n++
+	}
+	if r.DecodeIncarnation != 0 {
 		n++
 	}
 	err := errors.Join(
@@ -125,6 +136,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	)
 	if err == nil && r.TransferID != "" {
 		err = encodeStr(enc, "transfer_id", r.TransferID)
+	}
+	if err == nil && r.DecodeIncarnation != 0 {
+		err = errors.Join(enc.EncodeString("decode_incarnation"), enc.EncodeUint(r.DecodeIncarnation))
 	}
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_REG: %w", err)
@@ -174,6 +188,7 @@ const (
 	fRemoteTPSize
 	fRemotePPSize
 	fTransferID
+	fDecodeIncarnation
 
 	requiredFields = fTransferID - 1
 )
@@ -181,7 +196,7 @@ const (
 var regFieldNames = []string{
 	"request_id", "decode_engine_id", "decode_host", "decode_port", "decode_tp_size",
 	"local_block_ids", "remote_engine_id", "remote_host", "remote_port",
-	"remote_tp_size", "remote_pp_size", "transfer_id",
+	"remote_tp_size", "remote_pp_size", "transfer_id", "decode_incarnation",
 }
 
 // DecodeRegistration parses a PUSH_REG notification. Unknown keys are
@@ -268,6 +283,13 @@ func (r *Registration) decodeField(rd *reader, bit int) error {
 	case fTransferID:
 		if !rd.isNil() { // encoders that write None for "no transfer id"
 			r.TransferID, err = rd.str()
+		}
+	case fDecodeIncarnation:
+		if !rd.isNil() { // nil, like a missing key, says nothing
+			r.DecodeIncarnation, err = rd.uint()
+			if err == nil && r.DecodeIncarnation == 0 {
+				err = rd.errorf("incarnation 0 is reserved for \"not said\": leave the key out")
+			}
 		}
 	}
 	return err

@@ -201,12 +201,65 @@ func TestRegistrationDecodeStrictness(t *testing.T) {
 	require.Equal(t, r, got)
 }
 
+func TestRegistrationDecodeIncarnation(t *testing.T) {
+	r := sampleRegistration()
+	plain, err := EncodeRegistration(r)
+	require.NoError(t, err)
+	for _, inc := range []uint64{1, 127, 128, 1 << 32, 1<<63 + 5, ^uint64(0)} {
+		r.DecodeIncarnation = inc
+		msg, err := EncodeRegistration(r)
+		require.NoError(t, err)
+		// The key comes last, after the vLLM keys, which keep their bytes.
+		require.Equal(t, plain[len(RegPrefix)]+1, msg[len(RegPrefix)], "one more map entry")
+		require.Equal(t, plain[len(RegPrefix)+1:], msg[len(RegPrefix)+1:len(plain)])
+		tail := msg[len(plain):]
+		require.True(t, bytes.HasPrefix(tail, []byte("\xb2decode_incarnation")), "%x", tail)
+		got, err := DecodeRegistration(msg)
+		require.NoError(t, err)
+		require.Equal(t, r, got)
+	}
+	r.DecodeIncarnation = 1<<63 + 5
+	msg, err := EncodeRegistration(r)
+	require.NoError(t, err)
+	require.True(t, bytes.HasSuffix(msg, []byte("\xcf\x80\x00\x00\x00\x00\x00\x00\x05")), "uint64 above int64: %x", msg[len(msg)-9:])
+
+	head := plain[:len(RegPrefix)]
+	withKey := func(value string) []byte {
+		m := append(bytes.Clone(head), plain[len(RegPrefix)]+1)
+		m = append(m, plain[len(RegPrefix)+1:]...)
+		return append(m, "\xb2decode_incarnation"+value...)
+	}
+	got, err := DecodeRegistration(withKey("\xc0"))
+	require.NoError(t, err, "nil says nothing, like a missing key")
+	require.Zero(t, got.DecodeIncarnation)
+	got, err = DecodeRegistration(withKey("\xd3\x00\x00\x00\x00\x00\x00\x00\x09"))
+	require.NoError(t, err, "a non-negative signed encoding is accepted")
+	require.Equal(t, uint64(9), got.DecodeIncarnation)
+	for value, want := range map[string]string{
+		"\x00":     `field decode_incarnation: malformed notification: at byte `,
+		"\xff":     "integer -1 is negative",
+		"\xa1x":    "want an integer, got a string",
+		"\xcf\x00": "message ends early",
+	} {
+		_, err := DecodeRegistration(withKey(value))
+		require.ErrorIs(t, err, ErrMalformed, "%x", value)
+		require.ErrorContains(t, err, want, "%x", value)
+	}
+	_, err = DecodeRegistration(withKey("\x00"))
+	require.ErrorContains(t, err, "incarnation 0 is reserved")
+}
+
 func FuzzDecodeRegistration(f *testing.F) {
 	for _, c := range loadVectors(f) {
 		msg, err := hex.DecodeString(c.Hex)
 		if err != nil {
 			f.Fatal(err)
 		}
+		f.Add(msg)
+	}
+	withInc := sampleRegistration()
+	withInc.DecodeIncarnation = 0x9e3779b97f4a7c15
+	if msg, err := EncodeRegistration(withInc); err == nil {
 		f.Add(msg)
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
