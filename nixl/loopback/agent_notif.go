@@ -48,11 +48,7 @@ func (a *Agent) GenNotif(remote string, msg []byte, _ *nixl.Options) error {
 		}
 		target = a.f.lookup(remote, conn)
 	}
-	if target == nil || !reachable(a, target) {
-		why := "agent " + quote(remote) + " closed"
-		if target != nil {
-			why = disconnectReason(a, target)
-		}
+	if why := unreachableReason(a, remote, target); why != "" {
 		a.f.stats.disconnects.Add(1)
 		return a.errorf(op, nixl.StatusRemoteDisconnect, "%s", why)
 	}

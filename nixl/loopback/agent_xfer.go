@@ -231,11 +231,9 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 	defer a.leave()
 	a.f.progress()
 
-	a.mu.Lock()
-	req := a.reqs[h]
-	if req == nil {
-		a.mu.Unlock()
-		return nixl.StatusInvalidParam, a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
+	req, err := a.lockRequest(op, h)
+	if err != nil {
+		return nixl.StatusInvalidParam, err
 	}
 	var conn uint64
 	if req.remote != a.name {
@@ -264,11 +262,7 @@ func (a *Agent) PostXferReq(h nixl.XferHandle, opts *nixl.Options) (nixl.Status,
 	if req.remote != a.name {
 		target = a.f.lookup(req.remote, conn)
 	}
-	if target == nil || !reachable(a, target) {
-		why := "agent " + quote(req.remote) + " closed"
-		if target != nil {
-			why = disconnectReason(a, target)
-		}
+	if why := unreachableReason(a, req.remote, target); why != "" {
 		err := a.errorf(op, nixl.StatusRemoteDisconnect, "%s; its metadata is now forgotten", why)
 		req.status, req.err, req.observed = nixl.StatusRemoteDisconnect, err, true
 		a.forgetLocked(req.remote, req.gen)
@@ -325,11 +319,9 @@ func (a *Agent) XferStatus(h nixl.XferHandle) (nixl.Status, error) {
 	}
 	defer a.leave()
 	a.f.progress()
-	a.mu.Lock()
-	req := a.reqs[h]
-	if req == nil {
-		a.mu.Unlock()
-		return nixl.StatusInvalidParam, a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
+	req, err := a.lockRequest(op, h)
+	if err != nil {
+		return nixl.StatusInvalidParam, err
 	}
 	if req.status == nixl.StatusSuccess {
 		if req.held != nil && req.remote != a.name && a.peers[req.remote] == nil {
@@ -370,11 +362,9 @@ func (a *Agent) ReleaseXferReq(h nixl.XferHandle) error {
 	}
 	defer a.leave()
 	a.f.progress()
-	a.mu.Lock()
-	req := a.reqs[h]
-	if req == nil {
-		a.mu.Unlock()
-		return a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
+	req, err := a.lockRequest(op, h)
+	if err != nil {
+		return err
 	}
 	if req.status == nixl.StatusInProgress {
 		a.f.stats.cancelled.Add(1)
@@ -384,4 +374,17 @@ func (a *Agent) ReleaseXferReq(h nixl.XferHandle) error {
 	a.mu.Unlock()
 	a.release(held)
 	return nil
+}
+
+// lockRequest locks a.mu and returns the live request h, which the caller
+// must unlock; for an unknown or released handle it leaves a.mu unlocked
+// and returns nixl.ErrInvalidParam.
+func (a *Agent) lockRequest(op string, h nixl.XferHandle) (*xferReq, error) {
+	a.mu.Lock()
+	req := a.reqs[h]
+	if req == nil {
+		a.mu.Unlock()
+		return nil, a.errorf(op, nixl.StatusInvalidParam, "unknown or released request handle %d", h)
+	}
+	return req, nil
 }

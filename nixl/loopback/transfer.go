@@ -142,6 +142,18 @@ func (f *Fabric) failDisconnected(t *transfer) {
 	}
 }
 
+// unreachableReason says why a cannot reach target, the agent it knows as
+// name (nil when no live agent has that name), or returns "" when it can.
+func unreachableReason(a *Agent, name string, target *Agent) string {
+	if target == nil {
+		return "agent " + quote(name) + " closed"
+	}
+	if reachable(a, target) {
+		return ""
+	}
+	return disconnectReason(a, target)
+}
+
 // disconnectReason says which side of a link is gone.
 func disconnectReason(from, to *Agent) string {
 	switch {
