@@ -12,11 +12,7 @@ import (
 // returns, the poller then gets nixl.ErrClosed, Close is idempotent, and
 // every method fails with nixl.ErrClosed afterwards.
 func testCloseWhilePolling(e *env) {
-	a, b := e.agent("closing"), e.agent("peer")
-	src, dst := e.buffer(4096, 1), e.buffer(4096, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("closing", "peer", 4096, 1, 0)
 	h, err := a.CreateXferReq(nixl.Write, xferList(src.Desc(0, 4096)), xferList(dst.Desc(0, 4096)), b.Name(), nil)
 	e.noErr(err, "CreateXferReq")
 	e.complete(a, h, nil)

@@ -68,11 +68,7 @@ func testUnknownRemote(e *env) {
 // made before a reload can no longer be posted; new ones work.
 func testInvalidation(e *env) {
 	const size = 8192
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(size, 4), e.buffer(size, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", size, 4, 0)
 	whole := func(buf *nixl.Buffer) nixl.XferList { return xferList(buf.Desc(0, size)) }
 
 	old, err := a.CreateXferReq(nixl.Write, whole(src), whole(dst), b.Name(), nixl.NotifOptions([]byte("old")))
@@ -106,11 +102,7 @@ func testInvalidation(e *env) {
 // testNotPosted: a request's status before its first post is
 // NIXL_ERR_NOT_POSTED.
 func testNotPosted(e *env) {
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(4096, 1), e.buffer(4096, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", 4096, 1, 0)
 	h, err := a.CreateXferReq(nixl.Write, xferList(src.Desc(0, 4096)), xferList(dst.Desc(0, 4096)), b.Name(), nil)
 	e.noErr(err, "CreateXferReq")
 	_, err = a.XferStatus(h)
@@ -122,11 +114,7 @@ func testNotPosted(e *env) {
 // testReleaseTwice: releasing a request or a list twice, or using a
 // released request, is an error, not a crash.
 func testReleaseTwice(e *env) {
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(4096, 1), e.buffer(4096, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", 4096, 1, 0)
 	h, err := a.CreateXferReq(nixl.Write, xferList(src.Desc(0, 4096)), xferList(dst.Desc(0, 4096)), b.Name(), nil)
 	e.noErr(err, "CreateXferReq")
 	e.complete(a, h, nil)

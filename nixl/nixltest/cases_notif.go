@@ -91,11 +91,7 @@ func trunc(m []byte) []byte {
 // their own notification, exactly once, after their bytes.
 func testTransferNotifications(e *env) {
 	const n, size = 32, 1024
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(n*size, 8), e.buffer(n*size, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", n*size, 8, 0)
 
 	hs := make([]nixl.XferHandle, n)
 	want := make([]string, n)

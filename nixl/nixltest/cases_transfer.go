@@ -48,21 +48,23 @@ var scatter = []struct{ local, remote, n uint64 }{
 	{200 << 10, 40 << 10, 1},
 }
 
+// scatterLists returns the scatter pairs as a transfer's two sides: the
+// local offsets into local, the remote offsets into remote.
+func scatterLists(local, remote *nixl.Buffer) (nixl.XferList, nixl.XferList) {
+	l, r := nixl.XferList{Mem: nixl.DRAM}, nixl.XferList{Mem: nixl.DRAM}
+	for _, s := range scatter {
+		l.Descs = append(l.Descs, local.Desc(s.local, s.n))
+		r.Descs = append(r.Descs, remote.Desc(s.remote, s.n))
+	}
+	return l, r
+}
+
 // testWrite: WRITE copies exactly the described bytes into the target and
 // then notifies it.
 func testWrite(e *env) {
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(256<<10, 7), e.buffer(256<<10, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", 256<<10, 7, 0)
 
-	var local, remote nixl.XferList
-	local.Mem, remote.Mem = nixl.DRAM, nixl.DRAM
-	for _, s := range scatter {
-		local.Descs = append(local.Descs, src.Desc(s.local, s.n))
-		remote.Descs = append(remote.Descs, dst.Desc(s.remote, s.n))
-	}
+	local, remote := scatterLists(src, dst)
 	h, err := a.CreateXferReq(nixl.Write, local, remote, b.Name(), nixl.NotifOptions([]byte("write-done")))
 	e.noErr(err, "CreateXferReq(WRITE)")
 	e.complete(a, h, nil)
@@ -89,18 +91,9 @@ func testWrite(e *env) {
 // testRead: READ copies the target's bytes into the initiator and notifies
 // the target.
 func testRead(e *env) {
-	a, b := e.agent("initiator"), e.agent("target")
-	dst, src := e.buffer(256<<10, 0), e.buffer(256<<10, 11)
-	e.register(a, dst)
-	e.register(b, src)
-	e.exchange(a, b)
+	a, b, dst, src := e.linked("initiator", "target", 256<<10, 0, 11)
 
-	var local, remote nixl.XferList
-	local.Mem, remote.Mem = nixl.DRAM, nixl.DRAM
-	for _, s := range scatter {
-		local.Descs = append(local.Descs, dst.Desc(s.local, s.n))
-		remote.Descs = append(remote.Descs, src.Desc(s.remote, s.n))
-	}
+	local, remote := scatterLists(dst, src)
 	h, err := a.CreateXferReq(nixl.Read, local, remote, b.Name(), nixl.NotifOptions([]byte("read-done")))
 	e.noErr(err, "CreateXferReq(READ)")
 	e.complete(a, h, nil)
@@ -130,11 +123,7 @@ func blocks(buf *nixl.Buffer, n int, size uint64) nixl.XferList {
 // order, consecutive or not.
 func testPreparedLists(e *env) {
 	const n, size = 8, 4096
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(n*size, 3), e.buffer(n*size, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", n*size, 3, 0)
 
 	lh, err := a.PrepXferDlist("", blocks(src, n, size), nil)
 	e.noErr(err, "PrepXferDlist(local)")
@@ -231,11 +220,7 @@ func testPreparedListErrors(e *env) {
 // without one keep it.
 func testRepost(e *env) {
 	const size = 16 << 10
-	a, b := e.agent("initiator"), e.agent("target")
-	src, dst := e.buffer(size, 1), e.buffer(size, 0)
-	e.register(a, src)
-	e.register(b, dst)
-	e.exchange(a, b)
+	a, b, src, dst := e.linked("initiator", "target", size, 1, 0)
 
 	h, err := a.CreateXferReq(nixl.Write, blocks(src, 1, size), blocks(dst, 1, size), b.Name(), nixl.NotifOptions([]byte("first")))
 	e.noErr(err, "CreateXferReq")

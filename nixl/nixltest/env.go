@@ -103,6 +103,19 @@ func (e *env) buffer(size int, seed byte) *nixl.Buffer {
 	return b
 }
 
+// linked makes agents a and b, named from roles ra and rb, that know each
+// other, with a buffer of size bytes registered on each, filled from seedA
+// and seedB (0 leaves it zeroed): the start of every two-agent transfer case.
+func (e *env) linked(ra, rb string, size int, seedA, seedB byte) (a, b nixl.Agent, bufA, bufB *nixl.Buffer) {
+	e.t.Helper()
+	a, b = e.agent(ra), e.agent(rb)
+	bufA, bufB = e.buffer(size, seedA), e.buffer(size, seedB)
+	e.register(a, bufA)
+	e.register(b, bufB)
+	e.exchange(a, b)
+	return a, b, bufA, bufB
+}
+
 // fill writes a pattern that differs per seed and has no period shorter
 // than 16 MiB, so bytes copied from the wrong offset show.
 func fill(p []byte, seed byte) {
