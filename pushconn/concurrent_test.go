@@ -108,6 +108,15 @@ func TestThousandConcurrentRequests(t *testing.T) {
 				require.Equal(t, 333*fanout, extra(t, s, "matched_stripped"))
 				require.Equal(t, 333*fanout, extra(t, s, "matched_transfer_id"))
 				require.Zero(t, s.FailedTransfers+s.ExpiredRequests+extra(t, s, "duplicate_registrations"))
+				// Every registration's reference to its decode engine ended
+				// with it, or MaxPeers could never evict the engine.
+				require.NoError(t, p.Close()) // the writer's state is the test's now
+				require.Len(t, p.w.peers, 1)
+				for _, de := range p.w.peers {
+					require.Zero(t, de.refs)
+					require.True(t, de.idle())
+				}
+				require.Zero(t, p.w.parked)
 			}
 		})
 	}

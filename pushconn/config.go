@@ -46,6 +46,12 @@ const (
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:" log
 	// line when a Logger is set.
 	DefaultStatsInterval = engine.DefaultStatsInterval
+	// DefaultMaxPeers bounds the decode engines one prefill rank keeps
+	// handshakes and state for.
+	DefaultMaxPeers = 1024
+	// DefaultMaxPendingRegistrations bounds the registrations one prefill
+	// rank holds while they wait for their request or for a handshake.
+	DefaultMaxPendingRegistrations = 65536
 )
 
 // RankConfig is what a Producer or a Consumer needs for its TP rank.
@@ -82,6 +88,18 @@ type RankConfig struct {
 	// StatsInterval is the metrics line's period when Logger is set. Zero
 	// means DefaultStatsInterval; negative disables the line.
 	StatsInterval time.Duration
+	// MaxPeers (prefill only) bounds the decode engines the rank keeps a
+	// handshake and state for; every registration from a new decode engine
+	// (engine id, host, port) adds one and starts a handshake. At the limit
+	// the least recently used engine with no registration, handshake or
+	// WRITE of its own is forgotten; if there is none the registration is
+	// refused. Zero means DefaultMaxPeers.
+	MaxPeers int
+	// MaxPendingRegistrations (prefill only) bounds the registrations the
+	// rank holds that wait for their request to finish or for a handshake
+	// with their decode engine; at the limit a new one is refused. Zero
+	// means DefaultMaxPendingRegistrations.
+	MaxPendingRegistrations int
 }
 
 func (c *RankConfig) withDefaults() {
@@ -91,6 +109,8 @@ func (c *RankConfig) withDefaults() {
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
+	c.MaxPeers = cmp.Or(c.MaxPeers, DefaultMaxPeers)
+	c.MaxPendingRegistrations = cmp.Or(c.MaxPendingRegistrations, DefaultMaxPendingRegistrations)
 	if c.Clock == nil {
 		c.Clock = lease.SystemClock{}
 	}
@@ -109,6 +129,12 @@ func (c *RankConfig) validate(e *Engine) error {
 	)
 	if err != nil {
 		return invalidf("%v", err)
+	}
+	switch {
+	case c.MaxPeers < 0:
+		return invalidf("RankConfig.MaxPeers is %d, want > 0", c.MaxPeers)
+	case c.MaxPendingRegistrations < 0:
+		return invalidf("RankConfig.MaxPendingRegistrations is %d, want > 0", c.MaxPendingRegistrations)
 	}
 	return nil
 }

@@ -25,6 +25,9 @@ type pushCounters struct {
 	cancelDropped   *stats.Counter
 	afterLease      *stats.Counter
 	stale           *stats.Counter
+	peerLimit       *stats.Counter
+	pendingLimit    *stats.Counter
+	evicted         *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -48,6 +51,9 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		cancelUndeliver: s.Counter("push_cancel_undeliverable", "PUSH_CANCEL notifications that could not be sent (decode)."),
 		cancelDropped:   s.Counter("cancelled_registrations", "Registrations dropped without a WRITE because decode cancelled them (prefill)."),
 		afterLease:      s.Counter("registrations_after_lease", "Registrations refused with PUSH_FAIL expired because their request's lease had already run out (prefill)."),
+		peerLimit:       s.Counter("peer_limit_refusals", "Registrations refused (PUSH_FAIL overloaded where deliverable) because the rank served MaxPeers decode engines and none was idle (prefill)."),
+		pendingLimit:    s.Counter("pending_limit_refusals", "Registrations refused (PUSH_FAIL overloaded where deliverable) because the rank held MaxPendingRegistrations registrations (prefill)."),
+		evicted:         s.Counter("evicted_peers", "Idle decode engines forgotten to make room for a new one under MaxPeers (prefill)."),
 		stale:           s.Counter("stale_registrations", "Registrations dropped without a WRITE or PUSH_FAIL because the decode rank that sent them has restarted since (prefill)."),
 	}
 }

@@ -77,8 +77,9 @@
 // be sent), "transfer" (the WRITE failed in flight or outlived the write
 // timeout and was cancelled), "expired" (the request did not finish on
 // prefill within the registration timeout) and "closed" (the Producer was
-// closed first); "expired" also answers a registration that arrives after
-// its request's lease ran out. Decoders must accept unknown kinds and skip unknown keys;
+// closed first) and "overloaded" (the rank refused the registration at
+// its MaxPeers or MaxPendingRegistrations limit); "expired" also answers a
+// registration that arrives after its request's lease ran out. Decoders must accept unknown kinds and skip unknown keys;
 // the other keys are required. Decode ends the request with a *PushError
 // (errors.Is(err, ErrPushFailed)). A PUSH_FAIL can only reach a decode rank
 // whose metadata prefill has loaded, so a failed handshake with the decode
@@ -158,6 +159,26 @@
 // fresh one may answer with the old payload, in which case a new
 // instance's registration is dropped and decode waits for its timeout.
 //
+// # Limits on what decode can make prefill hold
+//
+// Every registration from a decode engine (engine id, host, port) that a
+// prefill rank does not know yet adds a table entry and starts a
+// handshake; every registration waits up to the registration timeout.
+// Both are bounded per rank. RankConfig.MaxPeers (default 1024) bounds the
+// decode engines: at the limit the least recently used one with no
+// registration admitted or parked, no handshake in flight and no WRITE is
+// forgotten (with its cached handshake and its agents' metadata; a later
+// registration from it handshakes again, counted in evicted_peers), and
+// when every one is busy the new registration is refused
+// (peer_limit_refusals). RankConfig.MaxPendingRegistrations (default
+// 65536) bounds the registrations waiting for their request or for their
+// engine's handshake; at the limit a new one is refused
+// (pending_limit_refusals). A refused registration gets PUSH_FAIL
+// "overloaded" where it can be delivered: always under the pending limit
+// once prefill knows the engine, never for an engine refused by the peer
+// limit before its first handshake (push_fail_undeliverable counts it and
+// decode waits for its registration timeout).
+//
 // # Metrics
 //
 // Each rank's Stats has the counters both connectors keep (transfers,
@@ -169,8 +190,9 @@
 // push_fail_sent, push_fail_received, push_fail_undeliverable,
 // registration_timeouts, misdirected_registrations, handshakes,
 // push_cancel_sent, push_cancel_received, push_cancel_undeliverable,
-// cancelled_registrations, registrations_after_lease and
-// stale_registrations. With a
+// cancelled_registrations, registrations_after_lease,
+// stale_registrations, peer_limit_refusals, pending_limit_refusals and
+// evicted_peers. With a
 // Logger they are logged as one "KV Transfer metrics:" line every
 // StatsInterval.
 //

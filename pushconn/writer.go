@@ -55,6 +55,8 @@ type decodeEngine struct {
 	busy     bool           // handshake in flight
 	parked   []parkedReg    // registrations waiting for the handshake
 	rewrites []rewrite      // matched WRITEs waiting for a new handshake
+	refs     int            // its registrations admitted and not yet ended
+	lastUsed time.Time      // its latest registration, to evict the least recently used
 	// retired holds the incarnations of payloads this rank dropped (the
 	// engine restarted or its agents left), newest last, so a late
 	// registration from a dead instance is recognised without a handshake.
@@ -102,6 +104,19 @@ type writer struct {
 	peers    map[string]*decodeEngine
 	inflight []*write
 	lapsed   *lapsed // finished requests whose lease ran out
+	parked   int     // registrations parked over all peers
+}
+
+// idle reports whether nothing of the rank's refers to de: no handshake in
+// flight, no registration waiting for one, admitted or being written.
+func (de *decodeEngine) idle() bool {
+	return !de.busy && len(de.parked) == 0 && len(de.rewrites) == 0 && de.refs == 0
+}
+
+// park holds a registration until de's handshake is done.
+func (w *writer) park(de *decodeEngine, r parkedReg) {
+	de.parked = append(de.parked, r)
+	w.parked++
 }
 
 // busy keeps the poller at its 1 ms period only while finished blocks wait
@@ -142,19 +157,55 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
 		return
 	}
+	if held := w.matcher.PendingRegistrations() + w.parked; held >= p.cfg.MaxPendingRegistrations {
+		p.push.pendingLimit.Inc()
+		w.sendFail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
+			"prefill rank holds %d registrations, its limit (RankConfig.MaxPendingRegistrations)", held))
+		return
+	}
 	addr := p.engine.addr(reg.DecodeHost, reg.DecodePort)
 	key := reg.DecodeEngineID + "@" + addr
 	de := w.peers[key]
 	if de == nil {
+		if len(w.peers) >= p.cfg.MaxPeers && !w.evictIdlePeer() {
+			p.push.peerLimit.Inc()
+			w.sendFail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
+				"prefill rank already serves %d decode engines, its limit (RankConfig.MaxPeers), and none is idle", len(w.peers)))
+			return
+		}
 		de = &decodeEngine{key: key, engineID: reg.DecodeEngineID, addr: addr}
 		w.peers[key] = de
 	}
+	de.lastUsed = p.now()
 	if de.payload != nil {
 		w.admit(de, parkedReg{sender: sender, reg: reg, received: p.now()})
 		return
 	}
-	de.parked = append(de.parked, parkedReg{sender: sender, reg: reg, received: p.now()})
+	w.park(de, parkedReg{sender: sender, reg: reg, received: p.now()})
 	w.handshake(de)
+}
+
+// evictIdlePeer forgets the least recently used decode engine that nothing
+// refers to, with its cached handshake and its agents' metadata; it
+// reports whether there was one. A later registration from it handshakes
+// again.
+func (w *writer) evictIdlePeer() bool {
+	var victim *decodeEngine
+	for _, de := range w.peers {
+		if de.idle() && (victim == nil || de.lastUsed.Before(victim.lastUsed)) {
+			victim = de
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(w.peers, victim.key)
+	w.p.engine.core.Client().Forget(victim.engineID, victim.addr)
+	for agent := range victim.targets {
+		_ = w.p.cfg.Agent.InvalidateRemoteMD(agent) // loaded again by its next handshake
+	}
+	w.p.push.evicted.Inc()
+	return true
 }
 
 // handshake starts fetching a decode engine's payload in the background,
@@ -185,6 +236,7 @@ func (w *writer) handshakeDone(s shakeResult) {
 	de.busy = false
 	parked, rewrites := de.parked, de.rewrites
 	de.parked, de.rewrites = nil, nil
+	w.parked -= len(parked)
 	err := s.err
 	if err == nil {
 		err = w.acceptDecode(de, s.payload)
@@ -252,7 +304,7 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 	p := w.p
 	sender, reg, received := r.sender, r.reg, r.received
 	if de.payload == nil { // dropped meanwhile (see below): wait for the fresh one
-		de.parked = append(de.parked, r)
+		w.park(de, r)
 		w.handshake(de)
 		return
 	}
@@ -272,7 +324,7 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 			// handshake tells which.
 			w.forget(de)
 			r.refetched = true
-			de.parked = append(de.parked, r)
+			w.park(de, r)
 			w.handshake(de)
 			return
 		}
@@ -309,7 +361,10 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 		w.sendFail(sender, reg, pushwire.FailLayout, err.Error())
 	case out == match.Duplicate:
 		p.push.duplicates.Inc()
+	case out == match.Pending:
+		de.refs++
 	case out == match.Matched:
+		de.refs++
 		w.countMatch(m.Kind)
 		h := m.Fin
 		if m.Last {
@@ -364,7 +419,7 @@ func (w *writer) countMatch(k match.Kind) {
 func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	p := w.p
 	if pr.cancelled {
-		w.endWrite(h)
+		w.endWrite(pr, h)
 		return
 	}
 	if pr.peer.payload == nil { // forgotten since the match: handshake again
@@ -387,7 +442,7 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 			w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("send completion: %w", err))
 			return
 		}
-		w.endWrite(h)
+		w.endWrite(pr, h)
 		return
 	}
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
@@ -545,7 +600,7 @@ func (w *writer) dropStale(pr *pendingReg, h *hold) {
 		zap.String("decode", pr.peer.engineID), zap.String("sender", pr.sender),
 		zap.String("decode_request", pr.reg.RequestID), zap.Uint64("incarnation", pr.incarnation))
 	if h != nil {
-		w.endWrite(h)
+		w.endWrite(pr, h)
 	}
 }
 
@@ -555,7 +610,7 @@ func (w *writer) completeWrite(wr *write) {
 		p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
 	}
 	p.stats.RecordTransfer(wr.bytes, wr.descs, time.Since(wr.posted))
-	w.endWrite(wr.hold)
+	w.endWrite(wr.reg, wr.hold)
 }
 
 // failWrite reports a WRITE that will not happen to decode and ends it.
@@ -563,7 +618,7 @@ func (w *writer) failWrite(pr *pendingReg, h *hold, kind pushwire.FailKind, err 
 	w.p.log.Warn("pushconn: push failed", zap.String("request", h.id), zap.String("decode_request", pr.reg.RequestID),
 		zap.String("step", string(kind)), zap.Error(err))
 	w.sendFail(pr.sender, pr.reg, kind, err.Error())
-	w.endWrite(h)
+	w.endWrite(pr, h)
 }
 
 // sendFail sends decode a PUSH_FAIL for its registration reg.
@@ -585,7 +640,10 @@ func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwi
 	p.push.failSent.Inc()
 }
 
-func (w *writer) endWrite(h *hold) {
+// endWrite ends registration pr's part in request h: its WRITE is done,
+// failed or will not happen.
+func (w *writer) endWrite(pr *pendingReg, h *hold) {
+	pr.peer.refs--
 	h.writes--
 	w.maybeRelease(h)
 }
@@ -605,6 +663,7 @@ func (w *writer) maybeRelease(h *hold) {
 func (w *writer) expire(now time.Time) {
 	regs, fins := w.matcher.Expire(now)
 	for _, r := range regs {
+		r.Reg.peer.refs--
 		if r.Reg.cancelled {
 			continue // decode ended it already
 		}
@@ -664,13 +723,14 @@ func (w *writer) cancel(sender string, c *pushwire.Cancel) bool {
 		for i, r := range de.parked {
 			if r.sender == sender && same(r.reg) {
 				de.parked = append(de.parked[:i], de.parked[i+1:]...)
+				w.parked--
 				return true
 			}
 		}
 		for i, r := range de.rewrites {
 			if r.reg.sender == sender && same(r.reg.reg) {
 				de.rewrites = append(de.rewrites[:i], de.rewrites[i+1:]...)
-				w.endWrite(r.hold)
+				w.endWrite(r.reg, r.hold)
 				return true
 			}
 		}

@@ -429,6 +429,10 @@ func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F])
 	return regs, fins
 }
 
+// PendingRegistrations returns the number of registrations waiting for
+// their request to finish, for the owner's cap on them.
+func (m *Matcher[R, F]) PendingRegistrations() int { return len(m.pendingIDs) }
+
 // Pending returns the registration from sender with key that waits for its
 // request to finish, so the owner can mark it (decode cancelled it) while
 // it keeps its place: when the request finishes it still pairs, and the

@@ -27,6 +27,9 @@ const (
 	FailTransfer  FailKind = "transfer"  // the WRITE failed in flight
 	FailExpired   FailKind = "expired"   // the registration expired before prefill finished
 	FailClosed    FailKind = "closed"    // the producer shut down before writing
+	// FailOverloaded: the prefill rank holds as many registrations or
+	// decode engines as it is configured for and refused this one.
+	FailOverloaded FailKind = "overloaded"
 )
 
 // Failure is a prefill rank's report that it will not write a registered
