@@ -33,6 +33,9 @@
 // recoverable nil dereference would then kill the process with a UCX
 // backtrace. Before the first native agent is created, [New] therefore sets
 // UCX_ERROR_SIGNALS to the empty string unless the user already set it.
+// That variable does not cover the LIBFABRIC backend: once a LIBFABRIC
+// backend exists in a process, a SIGSEGV handler stays installed and a Go
+// nil dereference, even one a recover would catch, kills the process.
 //
 // # Concurrency
 //
