@@ -42,7 +42,12 @@
 // Finished blocks that no registration claims are freed when their lease
 // (default 30 s) ends, and a registration that arrives after that (the
 // rank remembers the last 4096 such requests) gets PUSH_FAIL "expired" at
-// once; registrations whose request never finishes expire
+// once when no live finished request pairs with it and it names the lapsed
+// request itself (its transfer id, or its exact request id); one that
+// matches a lapsed request only by stripped id may be an early
+// registration of a retry and waits as usual. A request that finishes
+// makes the rank forget the lapsed requests it would pair with (same
+// transfer id or same stripped id). Registrations whose request never finishes expire
 // after the registration timeout. The writer polls every millisecond only
 // while finished blocks wait for a registration or WRITEs are in flight;
 // otherwise it sleeps until woken by a registration, a finished request, an

@@ -34,18 +34,32 @@ func (l *lapsed) add(k match.Key) {
 	l.count(k, 1)
 }
 
-// forget removes every remembered key of k's request id (it finished
-// again, so registrations pair with the new blocks).
+// forget removes every remembered key that a finished request with key k
+// would pair with (the same transfer id, or the same id without its suffix
+// unless both carry different transfer ids): registrations pair with the
+// new blocks now, and a key left behind would refuse them.
 func (l *lapsed) forget(k match.Key) {
-	if l.byID[k.RequestID] == 0 {
+	base := match.Base(k.RequestID)
+	if l.byBas[base] == 0 && (k.TransferID == "" || l.byTID[k.TransferID] == 0) {
 		return // the common case: nothing to scan
 	}
 	for i, old := range l.ring {
-		if old.RequestID == k.RequestID && old != (match.Key{}) {
+		if old == (match.Key{}) {
+			continue
+		}
+		sameTID := k.TransferID != "" && old.TransferID == k.TransferID
+		sameBase := match.Base(old.RequestID) == base && !conflicting(old, k)
+		if sameTID || sameBase {
 			l.drop(old)
 			l.ring[i] = match.Key{}
 		}
 	}
+}
+
+// conflicting reports whether both keys carry different transfer ids, so
+// their request ids must not pair them.
+func conflicting(a, b match.Key) bool {
+	return a.TransferID != "" && b.TransferID != "" && a.TransferID != b.TransferID
 }
 
 func (l *lapsed) drop(k match.Key) {
@@ -67,23 +81,21 @@ func (l *lapsed) count(k match.Key, d int) {
 	bump(l.byBas, match.Base(k.RequestID))
 }
 
-// has reports whether a registration with key k would have paired with a
-// lapsed request, by the matching rules: the same transfer id, else the
-// same request id or the same id without its suffix unless both carry
-// different transfer ids. The maps filter; only a hit scans the ring.
+// has reports whether a registration with key k names a lapsed request
+// itself: the same transfer id, or the same request id unless both carry
+// different transfer ids. The same id without its suffix does not count:
+// it cannot tell a late registration of the lapsed attempt from an early
+// one of a retry, whose blocks are still to come. The maps filter; only a
+// hit scans the ring.
 func (l *lapsed) has(k match.Key) bool {
 	if k.TransferID != "" && l.byTID[k.TransferID] > 0 {
 		return true
 	}
-	base := match.Base(k.RequestID)
-	if l.byID[k.RequestID] == 0 && l.byBas[base] == 0 {
+	if l.byID[k.RequestID] == 0 {
 		return false
 	}
 	for _, old := range l.ring {
-		if old == (match.Key{}) || (old.TransferID != "" && k.TransferID != "" && old.TransferID != k.TransferID) {
-			continue
-		}
-		if old.RequestID == k.RequestID || match.Base(old.RequestID) == base {
+		if old != (match.Key{}) && old.RequestID == k.RequestID && !conflicting(old, k) {
 			return true
 		}
 	}

@@ -19,7 +19,7 @@ func TestRegistrationAfterLeaseExpiryFailsFast(t *testing.T) {
 	require.NoError(t, err)
 	r.clock.Advance(time.Second)
 	freedOnce(t, p, "gone-0123abcd")
-	require.NoError(t, c.Register("gone-89ABCDEF", r.pre.Coordinates(), [][]int{{3}})) // pairs by stripped id
+	require.NoError(t, c.Register("gone-0123abcd", r.pre.Coordinates(), [][]int{{3}})) // names the lapsed request itself
 	admitted(t, p, 1)
 	res := await(t, c, 1) // on the frozen clock: only a PUSH_FAIL can end it
 	require.True(t, isPushFail(res[0].Err, "expired"), "got %v", res[0].Err)
@@ -44,7 +44,7 @@ func TestLapsedRingMatchesLikeTheMatcher(t *testing.T) {
 	l.add(match.Key{RequestID: "a-0123abcd", TransferID: "ta"})
 	require.True(t, l.has(match.Key{RequestID: "x", TransferID: "ta"}), "transfer id")
 	require.True(t, l.has(match.Key{RequestID: "a-0123abcd"}), "exact id")
-	require.True(t, l.has(match.Key{RequestID: "a-ffffffff"}), "stripped id")
+	require.False(t, l.has(match.Key{RequestID: "a-ffffffff"}), "stripped id: may be a retry, whose blocks are to come")
 	require.False(t, l.has(match.Key{RequestID: "a-0123abcd", TransferID: "tb"}), "conflicting transfer ids do not pair")
 	l.add(match.Key{RequestID: "b"})
 	l.add(match.Key{RequestID: "c"}) // evicts a
@@ -57,4 +57,23 @@ func TestLapsedRingMatchesLikeTheMatcher(t *testing.T) {
 	l.add(match.Key{RequestID: "e"})
 	require.False(t, l.has(match.Key{RequestID: "c"}))
 	require.Len(t, l.byID, 2)
+}
+
+// A request that finishes drops every lapsed key it would pair with, so
+// none of them refuses a registration meant for its blocks.
+func TestLapsedRingForgetsWhatAFinishedRequestPairsWith(t *testing.T) {
+	l := newLapsed(8)
+	l.add(match.Key{RequestID: "a-0123abcd"})
+	l.add(match.Key{RequestID: "a-89abcdef", TransferID: "ta"})
+	l.add(match.Key{RequestID: "x", TransferID: "tx"})
+	l.add(match.Key{RequestID: "b-0123abcd", TransferID: "tb"})
+	l.forget(match.Key{RequestID: "a-55555555"}) // a retry of a: same base
+	require.False(t, l.has(match.Key{RequestID: "a-0123abcd"}))
+	require.False(t, l.has(match.Key{RequestID: "a-89abcdef", TransferID: "ta"}))
+	l.forget(match.Key{RequestID: "y", TransferID: "tx"}) // same transfer id
+	require.False(t, l.has(match.Key{RequestID: "q", TransferID: "tx"}))
+	l.forget(match.Key{RequestID: "b-ffffffff", TransferID: "tc"}) // same base, other transfer id: no pair
+	require.True(t, l.has(match.Key{RequestID: "b-0123abcd"}))
+	require.Len(t, l.byID, 1)
+	require.Len(t, l.byBas, 1)
 }

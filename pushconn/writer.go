@@ -346,16 +346,18 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 		return
 	}
 	key := match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}
-	if w.lapsed.has(key) {
-		// Its blocks were freed when their lease ran out: nothing will
-		// come, so decode hears it now, not at its registration timeout.
+	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank, incarnation: de.payload.Ranks[rank].Incarnation}
+	m, out, err := w.matcher.Register(received, sender, key, len(de.targets), pr)
+	if out == match.Pending && w.lapsed.has(key) {
+		// Nothing live pairs with it, and the request it names had its
+		// blocks freed when their lease ran out: nothing will come, so
+		// decode hears it now, not at its registration timeout.
+		w.matcher.Withdraw(sender, key)
 		p.push.afterLease.Inc()
 		w.sendFail(sender, reg, pushwire.FailExpired,
 			fmt.Sprintf("prefill freed the request's blocks when their lease (%v) ran out before this registration arrived", p.cfg.Lease))
 		return
 	}
-	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank, incarnation: de.payload.Ranks[rank].Incarnation}
-	m, out, err := w.matcher.Register(received, sender, key, len(de.targets), pr)
 	switch {
 	case err != nil:
 		w.sendFail(sender, reg, pushwire.FailLayout, err.Error())

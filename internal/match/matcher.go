@@ -445,3 +445,17 @@ func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
 	}
 	return e.reg, true
 }
+
+// Withdraw removes the registration from sender with key that waits for
+// its request to finish and returns it: decode cancelled it, or the owner
+// refuses it after all. A withdrawn registration pairs with nothing, so a
+// later one of the same identity is not a Duplicate.
+func (m *Matcher[R, F]) Withdraw(sender string, key Key) (R, bool) {
+	e, ok := m.pendingIDs[identity{sender: sender, key: key}]
+	if !ok {
+		var none R
+		return none, false
+	}
+	m.dropRegistration(e)
+	return e.reg, true
+}

@@ -377,3 +377,31 @@ func TestPendingFindsWaitingRegistrationsOnly(t *testing.T) {
 	_, ok = m.Pending("d0", k)
 	require.False(t, ok, "paired registrations no longer wait")
 }
+
+func TestWithdrawRemovesAWaitingRegistration(t *testing.T) {
+	m := newM(t)
+	_, _, err := m.Register(t0, "d0", Key{RequestID: "r-0123abcd"}, 1, "old")
+	require.NoError(t, err)
+	_, _, err = m.Register(t0, "d0", Key{RequestID: "r-89abcdef"}, 1, "new")
+	require.NoError(t, err)
+	reg, ok := m.Withdraw("d0", Key{RequestID: "r-0123abcd"})
+	require.True(t, ok)
+	require.Equal(t, "old", reg)
+	_, ok = m.Withdraw("d0", Key{RequestID: "r-0123abcd"})
+	require.False(t, ok, "withdrawn once")
+	require.Equal(t, 1, m.PendingRegistrations())
+
+	// The finished request pairs with the one left, not the withdrawn one.
+	ms, err := m.Finish(t0, Key{RequestID: "r-55555555"}, "fin")
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	require.Equal(t, "new", ms[0].Reg)
+
+	// The same identity registers again as a new registration.
+	_, out, err := m.Register(t0, "d0", Key{RequestID: "r-0123abcd"}, 1, "again")
+	require.NoError(t, err)
+	require.Equal(t, Pending, out)
+	regs, _ := m.Expire(t0.Add(480 * time.Second))
+	require.Len(t, regs, 1, "the withdrawn entry never expires")
+	require.Equal(t, "again", regs[0].Reg)
+}
