@@ -111,9 +111,12 @@
 // Decoders must skip unknown keys; transfer_id is optional, the others
 // required. Prefill identifies the registration by the notification's
 // sender agent, request_id and transfer_id. A registration still waiting
-// for its request stays in the matcher marked cancelled: when the request
-// finishes it pairs and its blocks are freed at once, with no WRITE and no
-// lease wait, and its expiry sends no PUSH_FAIL. One waiting for a
+// for its request leaves the matcher, so it never takes the match of a
+// live registration (a retry of the request, or the same id registered
+// again); the rank remembers it (the last 4096, each until prefill's
+// registration timeout) so that its request, when it finishes and no live
+// registration pairs with it, is freed at once, with no WRITE and no lease
+// wait. One waiting for a
 // handshake or for a retry is dropped. Decode publishes the failed Result
 // only after its PUSH_CANCELs were handed to the agent. Remaining window:
 // a WRITE prefill already posted (the request finished before the cancel

@@ -76,7 +76,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		world:  e.TPSize(), // times the PP size, which is 1
 	}
 	p.push = newPushCounters(p.stats)
-	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap)}
+	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap)}
 	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
 		return nil, err
 	}

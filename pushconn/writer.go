@@ -39,10 +39,6 @@ type pendingReg struct {
 	// was admitted for (its payload's Incarnation): a WRITE goes only into
 	// that instance, never into one that restarted under the same name.
 	incarnation uint64
-	// cancelled: decode ended the request (PUSH_CANCEL). The registration
-	// keeps its place in the matcher so that its request, when it
-	// finishes, pairs with it and is freed at once, without a WRITE.
-	cancelled bool
 }
 
 // decodeEngine is a decode engine as one prefill rank sees it.
@@ -104,7 +100,10 @@ type writer struct {
 	peers    map[string]*decodeEngine
 	inflight []*write
 	lapsed   *lapsed // finished requests whose lease ran out
-	parked   int     // registrations parked over all peers
+	// cancelled: registrations decode cancelled before their request
+	// finished, so that request is freed at once, without a WRITE.
+	cancelled *cancelledRegs
+	parked    int // registrations parked over all peers
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -390,6 +389,13 @@ func (w *writer) finish(h *hold) {
 		w.maybeRelease(h)
 		return
 	}
+	if len(ms) == 0 && w.cancelled.take(key, p.now()) {
+		// No live registration pairs with it and decode cancelled the
+		// one that would have: nothing will be written.
+		w.matcher.Cancel(h.id)
+		w.maybeRelease(h)
+		return
+	}
 	h.inMatcher = true
 	for _, m := range ms {
 		w.countMatch(m.Kind)
@@ -420,10 +426,6 @@ func (w *writer) countMatch(k match.Kind) {
 // in flight. Every failure ends in a PUSH_FAIL to decode.
 func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	p := w.p
-	if pr.cancelled {
-		w.endWrite(pr, h)
-		return
-	}
 	if pr.peer.payload == nil { // forgotten since the match: handshake again
 		w.retryAfterHandshake(pr, h)
 		return
@@ -666,9 +668,6 @@ func (w *writer) expire(now time.Time) {
 	regs, fins := w.matcher.Expire(now)
 	for _, r := range regs {
 		r.Reg.peer.refs--
-		if r.Reg.cancelled {
-			continue // decode ended it already
-		}
 		if r.Reg.peer.payload != nil && !r.Reg.sameInstance() {
 			w.dropStale(r.Reg, nil) // its PUSH_FAIL would reach the new instance
 			continue
@@ -687,9 +686,10 @@ func (w *writer) expire(now time.Time) {
 
 // onCancel handles decode's PUSH_CANCEL: the request ended on decode, whose
 // engine may reuse the blocks, so this rank must not write them. A
-// registration still waiting for its request is marked (its request is
-// then freed without a WRITE when it finishes); one waiting for a
-// handshake or for a retry is dropped. A WRITE already posted cannot be
+// registration still waiting for its request leaves the matcher and is
+// remembered (its request is then freed without a WRITE when it finishes
+// and no live registration pairs with it); one waiting for a handshake or
+// for a retry is dropped. A WRITE already posted cannot be
 // called back: that window is documented in the package docs.
 func (w *writer) onCancel(sender string, msg []byte) {
 	p := w.p
@@ -708,17 +708,18 @@ func (w *writer) onCancel(sender string, msg []byte) {
 		zap.String("sender", sender), zap.String("decode_request", c.RequestID))
 }
 
-// cancel drops or marks sender's registration named by c; it reports
+// cancel drops sender's registration named by c; it reports
 // whether there was one that had not started its WRITE.
 func (w *writer) cancel(sender string, c *pushwire.Cancel) bool {
 	same := func(reg *pushwire.Registration) bool {
 		return reg.RequestID == c.RequestID && reg.TransferID == c.TransferID
 	}
-	if pr, ok := w.matcher.Pending(sender, match.Key{RequestID: c.RequestID, TransferID: c.TransferID}); ok {
-		if pr.cancelled {
-			return false
-		}
-		pr.cancelled = true
+	key := match.Key{RequestID: c.RequestID, TransferID: c.TransferID}
+	if pr, ok := w.matcher.Withdraw(sender, key); ok {
+		// Out of the matcher, so it takes no match from a retry's live
+		// registration; remembered, so its request is freed at once.
+		pr.peer.refs--
+		w.cancelled.add(key, w.p.now().Add(w.p.cfg.RegistrationTimeout))
 		return true
 	}
 	for _, de := range w.peers {
@@ -759,9 +760,7 @@ func (w *writer) shutdown() {
 	w.inflight = nil
 	regs, fins := w.matcher.Flush()
 	for _, r := range regs {
-		if !r.Reg.cancelled {
-			w.sendFail(r.Sender, r.Reg.reg, pushwire.FailClosed, why)
-		}
+		w.sendFail(r.Sender, r.Reg.reg, pushwire.FailClosed, why)
 	}
 	for _, f := range fins {
 		f.Fin.inMatcher = false

@@ -434,9 +434,7 @@ func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F])
 func (m *Matcher[R, F]) PendingRegistrations() int { return len(m.pendingIDs) }
 
 // Pending returns the registration from sender with key that waits for its
-// request to finish, so the owner can mark it (decode cancelled it) while
-// it keeps its place: when the request finishes it still pairs, and the
-// finished blocks are not held for a registration that will never come.
+// request to finish, leaving it in place.
 func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
 	e, ok := m.pendingIDs[identity{sender: sender, key: key}]
 	if !ok {
