@@ -175,8 +175,10 @@
 // Both are bounded per rank. RankConfig.MaxPeers (default 1024) bounds the
 // decode engines: at the limit the least recently used one with no
 // registration admitted or parked, no handshake in flight and no WRITE is
-// forgotten (with its cached handshake and its agents' metadata; a later
-// registration from it handshakes again, counted in evicted_peers), and
+// forgotten (with its cached handshake and the metadata of its agents
+// that no other entry writes into, such as the same engine named under
+// another host spelling; a later registration from it handshakes again,
+// counted in evicted_peers), and
 // when every one is busy the new registration is refused
 // (peer_limit_refusals). RankConfig.MaxPendingRegistrations (default
 // 65536) bounds the registrations waiting for their request or for their

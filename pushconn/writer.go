@@ -201,10 +201,23 @@ func (w *writer) evictIdlePeer() bool {
 	delete(w.peers, victim.key)
 	w.p.engine.core.Client().Forget(victim.engineID, victim.addr)
 	for agent := range victim.targets {
-		_ = w.p.cfg.Agent.InvalidateRemoteMD(agent) // loaded again by its next handshake
+		if !w.writesInto(agent) { // another entry may reach the same engine under another host spelling
+			_ = w.p.cfg.Agent.InvalidateRemoteMD(agent) // loaded again by its next handshake
+		}
 	}
 	w.p.push.evicted.Inc()
 	return true
+}
+
+// writesInto reports whether a decode engine entry of this rank still
+// writes into agent.
+func (w *writer) writesInto(agent string) bool {
+	for _, de := range w.peers {
+		if _, ok := de.targets[agent]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // handshake starts fetching a decode engine's payload in the background,
