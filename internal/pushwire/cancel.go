@@ -71,59 +71,23 @@ func DecodeCancel(msg []byte) (*Cancel, error) {
 		return nil, fmt.Errorf("%w: PUSH_CANCEL: message does not start with %q", ErrMalformed, CancelPrefix)
 	}
 	rd := &reader{b: msg, off: len(CancelPrefix)}
-	n, err := rd.mapLen()
-	if err != nil {
-		return nil, fmt.Errorf("PUSH_CANCEL: %w", err)
-	}
 	var c Cancel
-	names := [4]string{"request_id", "transfer_id", "engine_id", "rank"}
-	var seen [4]bool
-	for range n {
-		key, err := rd.str()
-		if err != nil {
-			return nil, fmt.Errorf("PUSH_CANCEL: map key: %w", err)
-		}
-		idx := -1
-		for i, name := range names {
-			if name == key {
-				idx = i
-				break
+	err := decodeMap(rd, "PUSH_CANCEL", []string{"request_id", "transfer_id", "engine_id", "rank"}, 1,
+		func(i int) (err error) {
+			switch i {
+			case 0:
+				c.RequestID, err = rd.str()
+			case 1:
+				c.TransferID, err = rd.str()
+			case 2:
+				c.EngineID, err = rd.str()
+			case 3:
+				c.Rank, err = rank(rd)
 			}
-		}
-		if idx < 0 {
-			if err := rd.skip(1); err != nil {
-				return nil, fmt.Errorf("PUSH_CANCEL: unknown field %q: %w", key, err)
-			}
-			continue
-		}
-		if seen[idx] {
-			return nil, fmt.Errorf("%w: PUSH_CANCEL: field %s appears twice", ErrMalformed, key)
-		}
-		seen[idx] = true
-		switch idx {
-		case 0:
-			c.RequestID, err = rd.str()
-		case 1:
-			c.TransferID, err = rd.str()
-		case 2:
-			c.EngineID, err = rd.str()
-		case 3:
-			c.Rank, err = boundedInt(rd)
-			if err == nil && c.Rank < 0 {
-				err = rd.errorf("rank %d is negative", c.Rank)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("PUSH_CANCEL: field %s: %w", key, err)
-		}
-	}
-	if rd.left() != 0 {
-		return nil, fmt.Errorf("%w: PUSH_CANCEL: %d bytes after the map", ErrMalformed, rd.left())
-	}
-	for i, name := range names {
-		if i != 1 && !seen[i] {
-			return nil, fmt.Errorf("%w: PUSH_CANCEL field %s is missing", ErrMalformed, name)
-		}
+			return err
+		})
+	if err != nil {
+		return nil, err
 	}
 	if c.RequestID == "" {
 		return nil, fmt.Errorf("%w: PUSH_CANCEL field request_id is empty", ErrMalformed)

@@ -104,68 +104,29 @@ func DecodeFailure(msg []byte) (*Failure, error) {
 		return nil, fmt.Errorf("%w: PUSH_FAIL: message does not start with %q", ErrMalformed, FailPrefix)
 	}
 	rd := &reader{b: msg, off: len(FailPrefix)}
-	n, err := rd.mapLen()
-	if err != nil {
-		return nil, fmt.Errorf("PUSH_FAIL: %w", err)
-	}
 	var f Failure
-	var seen [6]bool
-	names := [6]string{"request_id", "transfer_id", "engine_id", "rank", "kind", "reason"}
-	for range n {
-		key, err := rd.str()
-		if err != nil {
-			return nil, fmt.Errorf("PUSH_FAIL: map key: %w", err)
-		}
-		idx := -1
-		for i, name := range names {
-			if name == key {
-				idx = i
-				break
+	err := decodeMap(rd, "PUSH_FAIL", []string{"request_id", "transfer_id", "engine_id", "rank", "kind", "reason"}, 1,
+		func(i int) (err error) {
+			switch i {
+			case 0:
+				f.RequestID, err = rd.str()
+			case 1:
+				f.TransferID, err = rd.str()
+			case 2:
+				f.EngineID, err = rd.str()
+			case 3:
+				f.Rank, err = rank(rd)
+			case 4:
+				var s string
+				s, err = rd.str()
+				f.Kind = FailKind(s)
+			case 5:
+				f.Reason, err = rd.str()
 			}
-		}
-		if idx < 0 {
-			if err := rd.skip(1); err != nil {
-				return nil, fmt.Errorf("PUSH_FAIL: unknown field %q: %w", key, err)
-			}
-			continue
-		}
-		if seen[idx] {
-			return nil, fmt.Errorf("%w: PUSH_FAIL: field %s appears twice", ErrMalformed, key)
-		}
-		seen[idx] = true
-		var s string
-		switch idx {
-		case 3:
-			f.Rank, err = boundedInt(rd)
-			if err == nil && f.Rank < 0 {
-				err = rd.errorf("rank %d is negative", f.Rank)
-			}
-		default:
-			s, err = rd.str()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("PUSH_FAIL: field %s: %w", key, err)
-		}
-		switch idx {
-		case 0:
-			f.RequestID = s
-		case 1:
-			f.TransferID = s
-		case 2:
-			f.EngineID = s
-		case 4:
-			f.Kind = FailKind(s)
-		case 5:
-			f.Reason = s
-		}
-	}
-	if rd.left() != 0 {
-		return nil, fmt.Errorf("%w: PUSH_FAIL: %d bytes after the map", ErrMalformed, rd.left())
-	}
-	for i, name := range names {
-		if i != 1 && !seen[i] {
-			return nil, fmt.Errorf("%w: PUSH_FAIL field %s is missing", ErrMalformed, name)
-		}
+			return err
+		})
+	if err != nil {
+		return nil, err
 	}
 	if f.RequestID == "" {
 		return nil, fmt.Errorf("%w: PUSH_FAIL field request_id is empty", ErrMalformed)
