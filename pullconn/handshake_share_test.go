@@ -45,7 +45,8 @@ func TestClosingOneRankDoesNotFailAnothersHandshake(t *testing.T) {
 	require.NoError(t, c.cons[0].Close())
 	got := c.cons[0].Drain()
 	require.Len(t, got, 1)
-	require.Error(t, got[0].Err, "rank 0's own load ends with the close")
+	require.ErrorIs(t, got[0].Err, ErrClosed, "rank 0's own load ends with the close")
+	require.Zero(t, c.cons[0].Stats().FailedHandshakes, "a handshake cut short by Close did not fail")
 
 	deadline := time.Now().Add(5 * time.Second)
 	var res []Result

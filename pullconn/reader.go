@@ -101,6 +101,11 @@ func (c *Consumer) route(l *load) {
 func (c *Consumer) handshake(r *remote) {
 	defer c.hsWG.Done()
 	set, err := c.connect(r)
+	if err != nil && c.ctx.Err() != nil {
+		// Close cancelled the fetch: the loads end because of the close,
+		// and the handshake did not fail.
+		err = ErrClosed
+	}
 	c.qmu.Lock()
 	c.hsDone = append(c.hsDone, handshakeDone{r: r, set: set, err: err})
 	c.qmu.Unlock()
@@ -139,6 +144,12 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 	}
 	parked := r.parked
 	r.parked = nil
+	if errors.Is(d.err, ErrClosed) {
+		for _, l := range parked {
+			c.fail(l, ErrClosed)
+		}
+		return
+	}
 	if d.err != nil {
 		c.stats.FailedHandshakes.Inc()
 		c.log.Warn("pullconn: handshake failed", zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr), zap.Error(d.err))
