@@ -129,6 +129,8 @@ func NewError(op string, s Status, format string, args ...any) *Error {
 	return &Error{Op: op, Status: s, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Error returns "nixl: <op>: <status>[: <msg>]", e.g.
+// "nixl: nixlAgent::registerMem: NIXL_ERR_NOT_FOUND: ...".
 func (e *Error) Error() string {
 	if e.Msg == "" {
 		return fmt.Sprintf("nixl: %s: %s", e.Op, e.Status)
