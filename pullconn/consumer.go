@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/stats"
@@ -44,6 +45,7 @@ type Consumer struct {
 	reading []*load
 	ready   []*load // handshake done, to post on the next Drain (Inline)
 	lastHB  time.Time
+	scratch descriptors.Transfer // mapping lists, reused by post
 }
 
 // load is one request on its way through a decode rank.

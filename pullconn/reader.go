@@ -195,7 +195,11 @@ func (c *Consumer) post(l *load) {
 	start := time.Now()
 	var notified []int
 	for _, s := range set.sources {
-		tr, _, err := descriptors.MapCoalesced(&set.payload.Ranks[s].Layout, &c.cfg.Layout, req)
+		// The lists are reused from request to request: agents copy them in
+		// CreateXferReq, and a fragmented request would otherwise allocate
+		// megabytes each time.
+		tr := &c.scratch
+		_, err := descriptors.MapCoalescedInto(tr, &set.payload.Ranks[s].Layout, &c.cfg.Layout, req)
 		if err != nil {
 			c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", ErrInvalid, l.id, s, err))
 			return

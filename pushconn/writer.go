@@ -103,7 +103,8 @@ type writer struct {
 	// cancelled: registrations decode cancelled before their request
 	// finished, so that request is freed at once, without a WRITE.
 	cancelled *cancelledRegs
-	parked    int // registrations parked over all peers
+	parked    int                  // registrations parked over all peers
+	scratch   descriptors.Transfer // mapping lists, reused by startWrite
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -465,9 +466,12 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockTokens, dst.BlockTokens, h.tokens)
-	var t descriptors.Transfer
+	// The lists are reused from WRITE to WRITE (only the poller goroutine
+	// runs the writer): agents copy them in CreateXferReq, and a fragmented
+	// request would otherwise allocate megabytes each time.
+	t := &w.scratch
 	if err == nil {
-		t, _, err = descriptors.MapCoalesced(&p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks, DstBlocks: dstBlocks, DstCached: cached})
+		_, err = descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks, DstBlocks: dstBlocks, DstCached: cached})
 	}
 	if err != nil {
 		w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))

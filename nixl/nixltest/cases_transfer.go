@@ -317,3 +317,30 @@ func testConcurrentTransfers(e *env) {
 		e.t.Errorf("target has %d notifications more than transfers: %v", p.Count(), p)
 	}
 }
+
+// testListsCopied: CreateXferReq copies the caller's descriptor lists, so a
+// caller may reuse them at once (the connectors map every request into the
+// same scratch lists). The request must move what the lists said when it
+// was created, not what they say when it is posted.
+func testListsCopied(e *env) {
+	a, b, src, dst := e.linked("initiator", "target", 256<<10, 7, 0)
+
+	local, remote := scatterLists(src, dst)
+	h, err := a.CreateXferReq(nixl.Write, local, remote, b.Name(), nixl.NotifOptions([]byte("copied")))
+	e.noErr(err, "CreateXferReq(WRITE)")
+	for i := range local.Descs { // point every pair at the start of both buffers
+		local.Descs[i] = src.Desc(0, local.Descs[i].Len)
+		remote.Descs[i] = dst.Desc(0, remote.Descs[i].Len)
+	}
+	e.complete(a, h, nil)
+
+	want := make([]byte, dst.Len())
+	for _, s := range scatter {
+		copy(want[s.remote:s.remote+s.n], src.Bytes()[s.local:s.local+s.n])
+	}
+	e.sameBytes(dst.Bytes(), want, "target buffer after WRITE with reused lists")
+	if got := e.notifs(b, a.Name(), 1); string(got[0]) != "copied" {
+		e.t.Errorf("target got %q, want [copied]", strs(got))
+	}
+	e.noErr(a.ReleaseXferReq(h), "ReleaseXferReq")
+}

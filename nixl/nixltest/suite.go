@@ -28,6 +28,7 @@ func RunAgentSuite(t *testing.T, f Factory) {
 		{"PartialMetadata", testPartialMetadata},
 		{"Write", testWrite},
 		{"Read", testRead},
+		{"ListsCopied", testListsCopied},
 		{"PreparedLists", testPreparedLists},
 		{"PreparedListErrors", testPreparedListErrors},
 		{"Repost", testRepost},
