@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -137,7 +136,7 @@ func FuzzProducerNotification(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, err := newHolds(1, time.Minute, 16)
 		require.NoError(t, err)
-		clk := lease.NewManualClock(time.Unix(0, 0))
+		clk := loopback.NewManualClock(time.Unix(0, 0))
 		p := &Producer{cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
 		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
 		if notif.IsHeartbeat(msg) {

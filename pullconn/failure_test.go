@@ -14,9 +14,6 @@ import (
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
-// manualClock drives leases in tests; the fabric keeps real time.
-type manualClock struct{ *loopback.ManualClock }
-
 func withClock(clk Clock) func(*RankConfig) {
 	return func(c *RankConfig) { c.Clock = clk }
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -42,7 +41,7 @@ type rigConfig struct {
 type rig struct {
 	t         testing.TB
 	fabric    *loopback.Fabric
-	clock     *lease.ManualClock
+	clock     *loopback.ManualClock
 	pre, dec  *Engine
 	producers []*Producer
 	consumers []*Consumer
@@ -74,7 +73,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	}
 	f, err := loopback.NewFabric(rc.fabric...)
 	require.NoError(t, err)
-	r := &rig{t: t, fabric: f, clock: lease.NewManualClock(rigStart)}
+	r := &rig{t: t, fabric: f, clock: loopback.NewManualClock(rigStart)}
 	t.Cleanup(r.close)
 	clock := rc.clock
 	if clock == nil {

@@ -1,11 +1,9 @@
 package lease
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
-// Clock tells the time; connectors take one so tests can drive it.
+// Clock tells the time; connectors take one so tests can drive it
+// (nixl/loopback's ManualClock is one, shared with a loopback fabric).
 type Clock interface {
 	Now() time.Time
 }
@@ -15,28 +13,3 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
-
-// ManualClock is a Clock that moves only when told to. It is safe for
-// concurrent use.
-type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewManualClock returns a clock stopped at start.
-func NewManualClock(start time.Time) *ManualClock { return &ManualClock{now: start} }
-
-// Now returns the clock's current time.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d and returns the new time.
-func (c *ManualClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
