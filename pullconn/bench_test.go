@@ -1,9 +1,7 @@
 package pullconn
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
-	"github.com/gonixl/gonixl/internal/loadgen"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -24,7 +21,6 @@ const (
 	benchHeadBytes = 128
 	benchBlocks    = 2048
 	benchReqBlocks = 32
-	benchStep      = time.Millisecond // the simulated engine step
 )
 
 type benchRank struct {
@@ -88,146 +84,11 @@ func (bp *benchPair) close() {
 	bp.fab.Close()
 }
 
-// benchRuns numbers runCriticalPath calls.
+// benchRuns keeps request ids unique across benchmark runs: prefill may
+// not have seen the last run's completions yet.
 var benchRuns atomic.Int64
 
-type benchResult struct {
-	critical latency.Recorder // RequestFinished -> result drained on decode
-	load     latency.Recorder // Consumer.Load per request, on the engine loop
-	drain    latency.Recorder // Consumer.Drain per engine step
-}
-
-// runCriticalPath issues n requests at rate (requests/s, Poisson; 0 = all
-// at once) through one prefill rank and one decode rank. Prefill finishes
-// each request and hands its params straight to decode's engine loop, whose
-// steps call Load for the requests that arrived, sleep benchStep (the
-// forward pass), then call Drain, as vLLM calls start_load_kv before and
-// get_finished after the forward pass. The prefill side's freed ids are
-// drained every step too.
-func runCriticalPath(b testing.TB, bp *benchPair, n int, rate float64) *benchResult {
-	type arrival struct {
-		id     string
-		params Params
-		local  []int
-		start  time.Time
-		failed bool
-	}
-	run := benchRuns.Add(1)
-	res := &benchResult{}
-	arrivals := make(chan arrival, n)
-	started := make(map[string]time.Time, n)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // decode engine loop
-		defer wg.Done()
-		done := 0
-		for done < n {
-			// A step: start loading the requests that arrived, run the
-			// forward pass (a sleep that starts after the Loads, so Inline
-			// posting lengthens the step), then collect finished loads.
-		intake:
-			for {
-				select {
-				case a := <-arrivals:
-					if a.failed {
-						done++
-						continue
-					}
-					started[a.id] = a.start
-					t0 := time.Now()
-					if err := bp.cons.Load(a.id, a.params, a.local); err != nil {
-						b.Errorf("load %s: %v", a.id, err)
-						done++
-						continue
-					}
-					res.load.Add(time.Since(t0))
-				default:
-					break intake
-				}
-			}
-			time.Sleep(benchStep)
-			t0 := time.Now()
-			out := bp.cons.Drain()
-			res.drain.Add(time.Since(t0))
-			now := time.Now()
-			for _, r := range out {
-				if r.Err != nil {
-					b.Errorf("request %s failed: %v", r.RequestID, r.Err)
-				} else {
-					res.critical.Add(now.Sub(started[r.RequestID]))
-				}
-				done++
-			}
-			bp.prod.DrainFreed()
-		}
-	}()
-	err := loadgen.Run(context.Background(), loadgen.Arrivals{Rate: rate, Poisson: true, Seed: 1}, n, func(i int) {
-		// Ids are unique across runs: prefill may not have seen the last
-		// run's completions yet.
-		id := fmt.Sprintf("run%d-r%d", run, i)
-		first := (i * benchReqBlocks) % (benchBlocks - benchReqBlocks)
-		blocks := blocksFrom(first, benchReqBlocks)
-		start := time.Now()
-		p, err := bp.prod.RequestFinished(id, blocks)
-		if err != nil {
-			b.Errorf("finish %s: %v", id, err)
-			arrivals <- arrival{failed: true}
-			return
-		}
-		arrivals <- arrival{id: id, params: p, local: blocks, start: start}
-	})
-	require.NoError(b, err)
-	wg.Wait()
-	return res
-}
-
-func report(b *testing.B, res *benchResult) {
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	c := res.critical.Summary()
-	l := res.load.Summary()
-	d := res.drain.Summary()
-	b.ReportMetric(us(c.P50), "p50-us")
-	b.ReportMetric(us(c.P99), "p99-us")
-	b.ReportMetric(us(l.P50), "load-p50-us")
-	b.ReportMetric(us(l.P99), "load-p99-us")
-	b.ReportMetric(us(d.P50), "drain-p50-us")
-	b.ReportMetric(us(d.P99), "drain-p99-us")
-}
-
-// BenchmarkCriticalPath measures RequestFinished on prefill -> result
-// drained on decode, one request per b.N, at several arrival rates, on an
-// instant link and on a modeled 10 GB/s + 20 us link, with the background
-// reader and with Inline posting. It also reports the engine-loop cost:
-// Consumer.Load per request and Consumer.Drain per step. Run with
-// -benchtime=Nx (N requests).
-func BenchmarkCriticalPath(b *testing.B) {
-	models := []struct {
-		name string
-		m    loopback.TransferModel
-	}{
-		{"instant", loopback.Instant()},
-		{"link10GBps", loopback.Bandwidth(10e9, 20*time.Microsecond)},
-	}
-	for _, m := range models {
-		for _, mode := range []struct {
-			name   string
-			inline bool
-		}{{"background", false}, {"inline", true}} {
-			for _, rate := range []float64{100, 500, 2000} {
-				b.Run(fmt.Sprintf("%s/%s/rate%.0f", m.name, mode.name, rate), func(b *testing.B) {
-					bp := newBenchPair(b, m.m, mode.inline)
-					defer bp.close()
-					// Warm up: the first request pays for the handshake.
-					runCriticalPath(b, bp, 1, 0)
-					b.ResetTimer()
-					res := runCriticalPath(b, bp, b.N, rate)
-					b.StopTimer()
-					report(b, res)
-				})
-			}
-		}
-	}
-}
+// The critical path, pull next to push, is measured in internal/critbench.
 
 // BenchmarkEngineLoop measures the engine-loop cost of one request on
 // decode: the time spent inside Consumer.Load plus the Drain calls until its
@@ -243,12 +104,11 @@ func BenchmarkEngineLoop(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			bp := newBenchPair(b, loopback.Instant(), mode.inline)
 			defer bp.close()
-			runCriticalPath(b, bp, 1, 0) // handshake
 			run := benchRuns.Add(1)
-			var cost latency.Recorder
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				id := fmt.Sprintf("loop%d-%d", run, i)
+			// one moves one request and returns the time spent inside Load and
+			// Drain.
+			one := func(kind string, i int) time.Duration {
+				id := fmt.Sprintf("%s%d-%d", kind, run, i)
 				blocks := blocksFrom((i*benchReqBlocks)%(benchBlocks-benchReqBlocks), benchReqBlocks)
 				p, err := bp.prod.RequestFinished(id, blocks)
 				require.NoError(b, err)
@@ -267,8 +127,14 @@ func BenchmarkEngineLoop(b *testing.B) {
 						time.Sleep(20 * time.Microsecond)
 					}
 				}
-				cost.Add(spent)
 				bp.prod.DrainFreed()
+				return spent
+			}
+			one("warm", 0) // the first request pays for the handshake
+			var cost latency.Recorder
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				cost.Add(one("loop", i))
 			}
 			b.StopTimer()
 			s := cost.Summary()
