@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/stats"
@@ -104,11 +105,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	// Pull decode expects no notifications; count whatever comes.
 	c.poll.Handle("", func(sender string, msg []byte) { c.stats.UnknownNotifications.Inc() })
 	c.poll.Start()
-	if cfg.StatsInterval > 0 {
-		c.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, c.stats, zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer"))
-	} else {
-		c.stopLog = func() {}
-	}
+	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
 	return c, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
@@ -61,11 +62,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	p.poll.Handle(notif.HeartbeatPrefix, p.onHeartbeat)
 	p.poll.Handle("", p.onCompletion)
 	p.poll.Start()
-	if cfg.StatsInterval > 0 {
-		p.stopLog = stats.StartLogger(cfg.Logger, cfg.StatsInterval, p.stats, zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))
-	} else {
-		p.stopLog = func() {}
-	}
+	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
 	return p, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
@@ -145,7 +146,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
 	c.poll.Handle("", c.onCompletion)
-	c.stopLog = startStatsLog(cfg, c.log, c.stats)
+	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
 	c.poll.Start()
 	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/match"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
@@ -93,7 +94,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
 	p.poll.Handle("", p.w.onStray)
-	p.stopLog = startStatsLog(cfg, p.log, p.stats)
+	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
 	p.poll.Start()
 	return p, nil
 }
