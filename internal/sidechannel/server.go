@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,26 +15,48 @@ import (
 
 // ServerOptions configure a Server. Zero fields take the defaults.
 type ServerOptions struct {
-	// MaxFrame bounds request frames (default DefaultMaxFrame).
+	// MaxFrame bounds request frames (default DefaultMaxRequestFrame:
+	// clients send only small requests). Replies are not bounded by it.
 	MaxFrame int
+	// MaxConns bounds the connections served at once (default
+	// DefaultMaxConns). A connection over the limit is closed as soon as it
+	// is accepted, and counted (RefusedConns, OnConnRefused).
+	MaxConns int
 	// IdleTimeout closes a connection that sends no request for this long
-	// (default 30s); it is also the deadline for reading one whole frame.
+	// (default 30s): the deadline for a frame's header to arrive.
 	IdleTimeout time.Duration
+	// FrameTimeout is the deadline for the rest of a frame once its header
+	// has arrived (default 5s), so a peer cannot hold a connection open by
+	// trickling a frame.
+	FrameTimeout time.Duration
 	// WriteTimeout bounds writing one reply (default 5s).
 	WriteTimeout time.Duration
 	// OnMalformed is called, once per bad frame, before its connection is
 	// closed: the place to count it.
 	OnMalformed func(err error)
+	// OnConnRefused is called, from the accepting goroutine, for every
+	// connection closed because MaxConns were already being served: the
+	// place to count it.
+	OnConnRefused func(remote net.Addr)
 	// Logger receives debug lines about closed connections (default no-op).
 	Logger *zap.Logger
+
+	// testHookConn, when set by a test, wraps every served connection.
+	testHookConn func(net.Conn) net.Conn
 }
 
 func (o *ServerOptions) fill() {
 	if o.MaxFrame <= 0 {
-		o.MaxFrame = DefaultMaxFrame
+		o.MaxFrame = DefaultMaxRequestFrame
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 30 * time.Second
+	}
+	if o.FrameTimeout <= 0 {
+		o.FrameTimeout = 5 * time.Second
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 5 * time.Second
@@ -41,6 +65,13 @@ func (o *ServerOptions) fill() {
 		o.Logger = zap.NewNop()
 	}
 }
+
+// DefaultMaxConns is the default bound on the connections a Server serves
+// at once. Each connection is one client handshaking with the engine (one
+// per remote engine at a time, as the handshake client runs one fetch per
+// engine), so 64 covers large deployments while bounding the goroutines and
+// buffers that idle or hostile connections can hold.
+const DefaultMaxConns = 64
 
 // Server answers requests of type Req with replies of type Resp, one
 // goroutine per connection, any number of requests per connection.
@@ -53,6 +84,8 @@ type Server[Req, Resp any] struct {
 	closed  bool
 	wg      sync.WaitGroup
 	closeMu sync.Once
+	refused atomic.Uint64
+	warned  atomic.Bool // a peer speaking HTTP was logged at warn level
 }
 
 // Listen starts a server on addr ("127.0.0.1:0" picks a free port). handle
@@ -71,6 +104,10 @@ func Listen[Req, Resp any](addr string, handle func(Req) Resp, opts ServerOption
 
 // Addr returns the address the server listens on.
 func (s *Server[Req, Resp]) Addr() *net.TCPAddr { return s.ln.Addr().(*net.TCPAddr) }
+
+// RefusedConns returns how many connections were closed on arrival because
+// MaxConns connections were already being served.
+func (s *Server[Req, Resp]) RefusedConns() uint64 { return s.refused.Load() }
 
 // Close stops accepting, closes every connection and waits for the
 // server's goroutines. It is idempotent.
@@ -108,6 +145,17 @@ func (s *Server[Req, Resp]) accept() {
 			c.Close()
 			return
 		}
+		if len(s.conns) >= s.opts.MaxConns {
+			s.mu.Unlock()
+			s.refused.Add(1)
+			s.opts.Logger.Debug("side channel: too many connections, closing a new one",
+				zap.Stringer("peer", c.RemoteAddr()), zap.Int("max_conns", s.opts.MaxConns))
+			if s.opts.OnConnRefused != nil {
+				s.opts.OnConnRefused(c.RemoteAddr())
+			}
+			c.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -123,15 +171,18 @@ func (s *Server[Req, Resp]) serve(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
+	var rc net.Conn = c
+	if s.opts.testHookConn != nil {
+		rc = s.opts.testHookConn(c)
+	}
 	for {
-		if err := c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)); err != nil {
-			return
-		}
-		body, err := ReadFrame(c, s.opts.MaxFrame)
+		body, err := s.readRequest(rc)
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-			case errors.Is(err, ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+			case errors.Is(err, ErrSpeaksHTTP):
+				s.spokeHTTP(c, err)
+			case errors.Is(err, ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errFrameTimeout):
 				s.malformed(c, err)
 			default:
 				s.opts.Logger.Debug("side channel read failed", zap.Stringer("peer", c.RemoteAddr()), zap.Error(err))
@@ -155,6 +206,46 @@ func (s *Server[Req, Resp]) serve(c net.Conn) {
 			s.opts.Logger.Debug("side channel write failed", zap.Error(err))
 			return
 		}
+	}
+}
+
+// readRequest reads one request frame: its header within IdleTimeout, the
+// rest within FrameTimeout.
+func (s *Server[Req, Resp]) readRequest(c net.Conn) ([]byte, error) {
+	if err := c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)); err != nil {
+		return nil, err
+	}
+	n, err := readHeader(c, s.opts.MaxFrame)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.SetReadDeadline(time.Now().Add(s.opts.FrameTimeout)); err != nil {
+		return nil, err
+	}
+	body, err := readBody(c, n)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", errFrameTimeout, err)
+	}
+	return body, err
+}
+
+// errFrameTimeout marks a frame whose body did not arrive within
+// FrameTimeout of its header.
+var errFrameTimeout = errors.New("sidechannel: frame not received whole within the frame timeout")
+
+// spokeHTTP reports a peer that sent HTTP to the side channel: counted as a
+// malformed frame, logged at warn level the first time (a misconfigured
+// client is worth an operator's attention; a flood of them is not worth a
+// flood of lines) and at debug level after.
+func (s *Server[Req, Resp]) spokeHTTP(c net.Conn, err error) {
+	msg := "side channel: a peer speaks HTTP to the side-channel port: was it given this port as the engine's API port? Closing the connection"
+	if s.warned.CompareAndSwap(false, true) {
+		s.opts.Logger.Warn(msg, zap.Stringer("peer", c.RemoteAddr()), zap.Error(err))
+	} else {
+		s.opts.Logger.Debug(msg, zap.Stringer("peer", c.RemoteAddr()), zap.Error(err))
+	}
+	if s.opts.OnMalformed != nil {
+		s.opts.OnMalformed(err)
 	}
 }
 
