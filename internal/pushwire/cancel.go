@@ -41,6 +41,9 @@ func AppendCancel(dst []byte, c *Cancel) ([]byte, error) {
 	if c.Rank < 0 || c.Rank > maxFieldInt {
 		return dst, fmt.Errorf("%w: PUSH_CANCEL field rank %d is out of range", ErrMalformed, c.Rank)
 	}
+	if err := checkIDs("PUSH_CANCEL", []string{"request_id", "transfer_id", "engine_id"}, c.RequestID, c.TransferID, c.EngineID); err != nil {
+		return dst, err
+	}
 	buf := bytes.NewBuffer(append(dst, CancelPrefix...))
 	enc := msgpack.GetEncoder()
 	defer msgpack.PutEncoder(enc)
@@ -76,11 +79,11 @@ func DecodeCancel(msg []byte) (*Cancel, error) {
 		func(i int) (err error) {
 			switch i {
 			case 0:
-				c.RequestID, err = rd.str()
+				c.RequestID, err = rd.id()
 			case 1:
-				c.TransferID, err = rd.str()
+				c.TransferID, err = rd.id()
 			case 2:
-				c.EngineID, err = rd.str()
+				c.EngineID, err = rd.id()
 			case 3:
 				c.Rank, err = rank(rd)
 			}

@@ -30,6 +30,9 @@ const (
 	// FailOverloaded: the prefill rank holds as many registrations or
 	// decode engines as it is configured for and refused this one.
 	FailOverloaded FailKind = "overloaded"
+	// FailAborted: the prefill engine aborted the request
+	// (Producer.Abort) before this registration's WRITE started.
+	FailAborted FailKind = "aborted"
 )
 
 // Failure is a prefill rank's report that it will not write a registered
@@ -61,6 +64,9 @@ func AppendFailure(dst []byte, f *Failure) ([]byte, error) {
 	}
 	if f.Rank < 0 || f.Rank > maxFieldInt {
 		return dst, fmt.Errorf("%w: PUSH_FAIL field rank %d is out of range", ErrMalformed, f.Rank)
+	}
+	if err := checkIDs("PUSH_FAIL", []string{"request_id", "transfer_id", "engine_id", "kind"}, f.RequestID, f.TransferID, f.EngineID, string(f.Kind)); err != nil {
+		return dst, err
 	}
 	reason := f.Reason
 	if len(reason) > MaxReasonLen {
@@ -109,16 +115,16 @@ func DecodeFailure(msg []byte) (*Failure, error) {
 		func(i int) (err error) {
 			switch i {
 			case 0:
-				f.RequestID, err = rd.str()
+				f.RequestID, err = rd.id()
 			case 1:
-				f.TransferID, err = rd.str()
+				f.TransferID, err = rd.id()
 			case 2:
-				f.EngineID, err = rd.str()
+				f.EngineID, err = rd.id()
 			case 3:
 				f.Rank, err = rank(rd)
 			case 4:
 				var s string
-				s, err = rd.str()
+				s, err = rd.id()
 				f.Kind = FailKind(s)
 			case 5:
 				f.Reason, err = rd.str()

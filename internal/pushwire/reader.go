@@ -6,11 +6,23 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
+
+	"github.com/gonixl/gonixl/internal/notif"
 )
 
 // ErrMalformed is wrapped by every decoding error: the bytes are not a valid
 // message of the kind asked for.
 var ErrMalformed = errors.New("malformed notification")
+
+// ErrTooLong is wrapped, with ErrMalformed, by the error for an id or host
+// longer than MaxIDLen, so a receiver can count such refusals apart.
+var ErrTooLong = errors.New("field too long")
+
+// MaxIDLen bounds every id and host name in a push message (request,
+// transfer and engine ids, hosts): notif.MaxIDLen, the bound on request ids
+// in completions. Decoders refuse longer ones before keeping them, so a peer
+// cannot make a rank hold more than this per field.
+const MaxIDLen = notif.MaxIDLen
 
 // maxDepth bounds the nesting of values that a decoder skips (unknown
 // fields), so that a message of nested one-element arrays cannot exhaust the
@@ -137,7 +149,12 @@ func (r *reader) arrayLen() (int, error) {
 
 // str reads a UTF-8 string (msgpack str family; bin is refused, as
 // use_bin_type encoders never send text as bin).
-func (r *reader) str() (string, error) {
+func (r *reader) str() (string, error) { return r.strMax(-1) }
+
+// strMax is str refusing, from the header alone, a string longer than max
+// bytes (no bound when max < 0).
+func (r *reader) strMax(max int) (string, error) {
+	start := r.off
 	c, err := r.code()
 	if err != nil {
 		return "", err
@@ -158,6 +175,9 @@ func (r *reader) str() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if max >= 0 && n > uint64(max) {
+		return "", fmt.Errorf("%w: %w: at byte %d: string of %d bytes, limit %d", ErrMalformed, ErrTooLong, start, n, max)
+	}
 	if n > uint64(r.left()) {
 		return "", r.errorf("string claims %d bytes but only %d follow", n, r.left())
 	}
@@ -166,6 +186,21 @@ func (r *reader) str() (string, error) {
 		return "", r.errorf("string is not valid UTF-8")
 	}
 	return string(p), nil
+}
+
+// id reads a string of at most MaxIDLen bytes: the length is checked from
+// the header, before the string is made.
+func (r *reader) id() (string, error) { return r.strMax(MaxIDLen) }
+
+// checkIDs returns an error naming the first field (names[i] for vals[i])
+// longer than MaxIDLen, for encoders.
+func checkIDs(msg string, names []string, vals ...string) error {
+	for i, v := range vals {
+		if len(v) > MaxIDLen {
+			return fmt.Errorf("%w: %w: %s field %s is %d bytes, limit %d", ErrMalformed, ErrTooLong, msg, names[i], len(v), MaxIDLen)
+		}
+	}
+	return nil
 }
 
 // int reads any msgpack integer that fits an int64.

@@ -46,10 +46,20 @@ type Registration struct {
 	// registration from an instance that has since restarted under the
 	// same name is never written into the new instance's blocks.
 	DecodeIncarnation uint64
+	// Seq, when not zero, numbers the registration among those its decode
+	// rank instance sent (our own key "registration_seq", after
+	// decode_incarnation). Two registrations with the same sender and ids
+	// are the same message, a duplicate, unless both carry a Seq and the
+	// Seqs differ: then the later is the same request id registered again.
+	Seq uint64
 }
 
 // Validate reports the first field that no peer may send.
 func (r *Registration) Validate() error {
+	if err := checkIDs("PUSH_REG", []string{"request_id", "decode_engine_id", "decode_host", "remote_engine_id", "remote_host", "transfer_id"},
+		r.RequestID, r.DecodeEngineID, r.DecodeHost, r.RemoteEngineID, r.RemoteHost, r.TransferID); err != nil {
+		return err
+	}
 	switch {
 	case r.RequestID == "":
 		return fieldError("request_id", "is empty")
@@ -103,7 +113,7 @@ func IsRegistration(msg []byte) bool { return bytes.HasPrefix(msg, []byte(RegPre
 // AppendRegistration validates r and appends its notification bytes to dst:
 // RegPrefix, then a msgpack map whose keys come in the order of the wire
 // vectors, with the most compact integer widths, then transfer_id and
-// decode_incarnation, each only when set (so a registration without them
+// decode_incarnation and registration_seq, each only when set (so a registration without them
 // encodes exactly as vLLM's encoder does).
 func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	if err := r.Validate(); err != nil {
@@ -118,6 +128,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 		n++
 	}
 	if r.DecodeIncarnation != 0 {
+		n++
+	}
+	if r.Seq != 0 {
 		n++
 	}
 	err := errors.Join(
@@ -139,6 +152,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	}
 	if err == nil && r.DecodeIncarnation != 0 {
 		err = errors.Join(enc.EncodeString("decode_incarnation"), enc.EncodeUint(r.DecodeIncarnation))
+	}
+	if err == nil && r.Seq != 0 {
+		err = errors.Join(enc.EncodeString("registration_seq"), enc.EncodeUint(r.Seq))
 	}
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_REG: %w", err)
@@ -189,6 +205,7 @@ const (
 	fRemotePPSize
 	fTransferID
 	fDecodeIncarnation
+	fSeq
 
 	requiredFields = fTransferID - 1
 )
@@ -197,6 +214,7 @@ var regFieldNames = []string{
 	"request_id", "decode_engine_id", "decode_host", "decode_port", "decode_tp_size",
 	"local_block_ids", "remote_engine_id", "remote_host", "remote_port",
 	"remote_tp_size", "remote_pp_size", "transfer_id", "decode_incarnation",
+	"registration_seq",
 }
 
 // DecodeRegistration parses a PUSH_REG notification. Unknown keys are
@@ -259,11 +277,11 @@ func (r *Registration) decodeField(rd *reader, bit int) error {
 	var err error
 	switch bit {
 	case fRequestID:
-		r.RequestID, err = rd.str()
+		r.RequestID, err = rd.id()
 	case fDecodeEngineID:
-		r.DecodeEngineID, err = rd.str()
+		r.DecodeEngineID, err = rd.id()
 	case fDecodeHost:
-		r.DecodeHost, err = rd.str()
+		r.DecodeHost, err = rd.id()
 	case fDecodePort:
 		r.DecodePort, err = boundedInt(rd)
 	case fDecodeTPSize:
@@ -271,9 +289,9 @@ func (r *Registration) decodeField(rd *reader, bit int) error {
 	case fLocalBlockIDs:
 		r.LocalBlockIDs, err = decodeGroups(rd)
 	case fRemoteEngineID:
-		r.RemoteEngineID, err = rd.str()
+		r.RemoteEngineID, err = rd.id()
 	case fRemoteHost:
-		r.RemoteHost, err = rd.str()
+		r.RemoteHost, err = rd.id()
 	case fRemotePort:
 		r.RemotePort, err = boundedInt(rd)
 	case fRemoteTPSize:
@@ -282,13 +300,20 @@ func (r *Registration) decodeField(rd *reader, bit int) error {
 		r.RemotePPSize, err = boundedInt(rd)
 	case fTransferID:
 		if !rd.isNil() { // encoders that write None for "no transfer id"
-			r.TransferID, err = rd.str()
+			r.TransferID, err = rd.id()
 		}
 	case fDecodeIncarnation:
 		if !rd.isNil() { // nil, like a missing key, says nothing
 			r.DecodeIncarnation, err = rd.uint()
 			if err == nil && r.DecodeIncarnation == 0 {
 				err = rd.errorf("incarnation 0 is reserved for \"not said\": leave the key out")
+			}
+		}
+	case fSeq:
+		if !rd.isNil() {
+			r.Seq, err = rd.uint()
+			if err == nil && r.Seq == 0 {
+				err = rd.errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
 			}
 		}
 	}
