@@ -21,17 +21,18 @@ type cancelledReg struct {
 // waited for their request. They leave the matcher at once, so they never
 // take a match from a live registration (a retry of the request); when the
 // request finishes and no live registration pairs with it, its blocks are
-// freed at once instead of waiting out their lease. It is a ring: a
+// freed at once instead of waiting out their lease, when it names the
+// cancelled registration (transfer id or exact request id). It is a ring: a
 // forgotten entry costs only that lease wait.
 type cancelledRegs struct {
 	ring  []cancelledReg
 	next  int
 	byTID map[string]int // live ring entries per transfer id
-	byBas map[string]int // and per stripped request id
+	byID  map[string]int // and per request id
 }
 
 func newCancelledRegs(n int) *cancelledRegs {
-	return &cancelledRegs{ring: make([]cancelledReg, 0, n), byTID: map[string]int{}, byBas: map[string]int{}}
+	return &cancelledRegs{ring: make([]cancelledReg, 0, n), byTID: map[string]int{}, byID: map[string]int{}}
 }
 
 // add remembers a registration with key k cancelled until until,
@@ -48,13 +49,15 @@ func (c *cancelledRegs) add(k match.Key, until time.Time) {
 	c.count(k, 1)
 }
 
-// take reports whether a finished request with key k pairs, by the
-// matching rules, with a cancelled registration not yet past its timeout,
-// and forgets every cancelled registration of that request (one per decode
-// rank it was sent to).
+// take reports whether a finished request with key k names a cancelled
+// registration not yet past its timeout — the same transfer id, or the
+// same request id unless both carry different transfer ids — and forgets
+// every cancelled registration of that request (one per decode rank it was
+// sent to). The same id without its suffix does not count: it cannot tell
+// the cancelled attempt's request from a retry's (same base id, new
+// suffix) whose registration is still on its way, which must be written.
 func (c *cancelledRegs) take(k match.Key, now time.Time) bool {
-	base := match.Base(k.RequestID)
-	if c.byBas[base] == 0 && (k.TransferID == "" || c.byTID[k.TransferID] == 0) {
+	if c.byID[k.RequestID] == 0 && (k.TransferID == "" || c.byTID[k.TransferID] == 0) {
 		return false // the common case: nothing to scan
 	}
 	var hit match.Key
@@ -64,8 +67,8 @@ func (c *cancelledRegs) take(k match.Key, now time.Time) bool {
 			continue
 		}
 		sameTID := k.TransferID != "" && e.key.TransferID == k.TransferID
-		sameBase := match.Base(e.key.RequestID) == base && !conflicting(e.key, k)
-		if sameTID || sameBase {
+		sameID := e.key.RequestID == k.RequestID && !conflicting(e.key, k)
+		if sameTID || sameID {
 			hit, found = e.key, true
 			break
 		}
@@ -98,5 +101,5 @@ func (c *cancelledRegs) count(k match.Key, d int) {
 	if k.TransferID != "" {
 		bump(c.byTID, k.TransferID)
 	}
-	bump(c.byBas, match.Base(k.RequestID))
+	bump(c.byID, k.RequestID)
 }

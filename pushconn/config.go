@@ -36,6 +36,12 @@ const (
 	// DefaultWriteTimeout bounds how long a posted WRITE may stay in
 	// flight before prefill cancels it and reports the failure.
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultCancelTimeout bounds how long decode keeps the blocks of a
+	// request that ended other than by success while it waits for every
+	// prefill rank that got the registration to answer its PUSH_CANCEL:
+	// prefill's write timeout, the longest a WRITE it already posted stays
+	// in flight, plus a margin for the notifications.
+	DefaultCancelTimeout = DefaultWriteTimeout + 10*time.Second
 	// DefaultPollInterval is the notification polling period while work
 	// waits (vLLM's push writer polls every 1 ms).
 	DefaultPollInterval = engine.DefaultPollInterval
@@ -76,6 +82,14 @@ type RankConfig struct {
 	// WriteTimeout (prefill only) bounds a WRITE in flight. Zero means
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// CancelTimeout (decode only) bounds how long a request that ended
+	// other than by success (a PUSH_FAIL, its registration timeout,
+	// Consumer.Abort) keeps its blocks, and its Result, while decode waits
+	// for every prefill rank that got its registration to have written,
+	// failed or acknowledged the PUSH_CANCEL (see the package
+	// documentation, "Write safety"). Keep it above prefill's
+	// WriteTimeout. Zero means DefaultCancelTimeout.
+	CancelTimeout time.Duration
 	// PollInterval and IdleInterval set the agent polling periods while
 	// work waits and otherwise. Zero means the defaults.
 	PollInterval time.Duration
@@ -106,6 +120,7 @@ func (c *RankConfig) withDefaults() {
 	c.RegistrationTimeout = cmp.Or(c.RegistrationTimeout, DefaultRegistrationTimeout)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.CancelTimeout = cmp.Or(c.CancelTimeout, DefaultCancelTimeout)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
@@ -124,6 +139,7 @@ func (c *RankConfig) validate(e *Engine) error {
 		engine.Duration{Field: "RankConfig.RegistrationTimeout", Value: c.RegistrationTimeout},
 		engine.Duration{Field: "RankConfig.Lease", Value: c.Lease},
 		engine.Duration{Field: "RankConfig.WriteTimeout", Value: c.WriteTimeout},
+		engine.Duration{Field: "RankConfig.CancelTimeout", Value: c.CancelTimeout},
 		engine.Duration{Field: "RankConfig.PollInterval", Value: c.PollInterval},
 		engine.Duration{Field: "RankConfig.IdleInterval", Value: c.IdleInterval},
 	)

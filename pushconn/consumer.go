@@ -48,15 +48,22 @@ func (p Prefill) validate() error {
 }
 
 // Result is the end of one decode request: Err is nil when every prefill
-// rank's WRITE has arrived, so the blocks hold the KV cache.
+// rank's WRITE has arrived, so the blocks hold the KV cache. Drain returns
+// a Result only once no prefill rank can still write into the request's
+// blocks (see "Write safety" in the package documentation): from then on
+// they are the engine's again.
 type Result struct {
 	RequestID string
 	// Err says why the request failed: it matches ErrPushFailed (a
 	// *PushError from prefill), ErrRegistrationTimeout, ErrHandshake,
-	// ErrIncompatible, ErrNotifySend or ErrClosed.
+	// ErrIncompatible, ErrInvalid (the request's prefill TP or PP size
+	// differs from the engine's handshake), ErrNotifySend, ErrAborted or
+	// ErrClosed.
 	Err error
 	// Start is when Register was called and End when the request ended,
-	// on the configured Clock.
+	// on the configured Clock. A failed request's Result may come out of
+	// Drain later than End: its blocks were kept until every prefill rank
+	// had answered, or CancelTimeout.
 	Start, End time.Time
 }
 
@@ -83,6 +90,7 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	closed  bool
+	seq     uint64 // registrations made: each PUSH_REG's registration_seq
 	tracker *tracker
 	inbox   []*decodeReq
 	shakes  []shakeResult
@@ -91,9 +99,12 @@ type Consumer struct {
 	peers map[string]*decodePeer
 }
 
-// decodePeer is a prefill engine as one decode rank sees it.
+// decodePeer is a prefill engine as one decode rank sees it, keyed by its
+// engine id and side-channel address only: the TP and PP sizes a request
+// names are checked against the payload, request by request, and never
+// stand for the engine.
 type decodePeer struct {
-	prefill Prefill
+	prefill Prefill // EngineID, Host and Port only
 	payload *handshake.Payload
 	sources []string // agent names of the prefill ranks that write here
 	err     error    // why the peer cannot be used (set with payload nil)
@@ -123,7 +134,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		cfg:     cfg,
 		log:     logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "decode")),
 		stats:   stats.New(),
-		tracker: newTracker(cfg.RegistrationTimeout),
+		tracker: newTracker(cfg.RegistrationTimeout, cfg.CancelTimeout),
 		peers:   map[string]*decodePeer{},
 		ready:   make(chan struct{}, 1),
 	}
@@ -144,6 +155,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.poll.Handle(pushwire.FailPrefix, c.onFailure)
 	c.poll.Handle(pushwire.RegPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
+	c.poll.Handle(pushwire.CancelAckPrefix, c.onCancelAck)
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
 	c.poll.Handle("", c.onCompletion)
 	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
@@ -187,6 +199,8 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int,
 	}
 	err := c.tracker.add(c.cfg.Clock.Now(), r)
 	if err == nil {
+		c.seq++
+		r.seq = c.seq
 		c.inbox = append(c.inbox, r)
 	}
 	c.mu.Unlock()
@@ -211,11 +225,36 @@ func (c *Consumer) Drain() []Result {
 	return out
 }
 
+// Abort ends request requestID at once, as the engine drops it (its client
+// went away): no completion counts for it any more, the prefill ranks that
+// got its registration are sent PUSH_CANCEL, and its Result, with an error
+// matching ErrAborted, comes out of Drain once no prefill rank can still
+// write into its blocks (every one has written, failed or acknowledged the
+// cancel, or CancelTimeout passed). Aborting a request that already ended,
+// or an id never registered, does nothing; after Close it returns
+// ErrClosed.
+func (c *Consumer) Abort(requestID string) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	ended := c.tracker.fail(c.cfg.Clock.Now(), requestID,
+		fmt.Errorf("%w: request %q was aborted by the engine", ErrAborted, requestID))
+	c.mu.Unlock()
+	if ended {
+		c.push.aborted.Inc()
+		c.poll.Wake() // the poller sends the cancels and publishes
+	}
+	return nil
+}
+
 // Ready is signalled (without blocking the sender) whenever results are
 // waiting for Drain, for callers that would rather sleep than poll.
 func (c *Consumer) Ready() <-chan struct{} { return c.ready }
 
-// Pending returns how many requests wait for their result.
+// Pending returns how many requests wait for their result (including
+// ended ones whose blocks some prefill rank may still write into).
 func (c *Consumer) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -249,12 +288,15 @@ func (c *Consumer) Close() error {
 	cancels := c.tracker.takeCancels()
 	c.mu.Unlock()
 	c.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
+	c.engine.core.Server().ClearRank(c.cfg.Layout.TPRank)
+	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
+	// With the memory deregistered no WRITE can land in it any more: the
+	// blocks of every request still draining go back to the engine now.
 	c.mu.Lock()
-	c.tracker.publish(cancels)
+	c.tracker.releaseAll(c.cfg.Clock.Now())
 	c.mu.Unlock()
 	c.signal()
-	c.engine.core.Server().ClearRank(c.cfg.Layout.TPRank)
-	if err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil); err != nil && !errors.Is(err, nixl.ErrClosed) {
+	if err != nil && !errors.Is(err, nixl.ErrClosed) {
 		return fmt.Errorf("pushconn: deregister KV memory: %w", err)
 	}
 	return nil
@@ -289,15 +331,19 @@ func (c *Consumer) tick() {
 		c.route(r)
 	}
 	c.mu.Lock()
-	n := c.tracker.expire(c.cfg.Clock.Now())
+	n, gaveUp := c.tracker.expire(c.cfg.Clock.Now())
 	cancels := c.tracker.takeCancels()
 	c.mu.Unlock()
 	if n > 0 {
 		c.push.timeouts.Add(uint64(n))
 	}
+	if gaveUp > 0 {
+		c.push.cancelTimeouts.Add(uint64(gaveUp))
+		c.log.Warn("pushconn: released the blocks of failed requests without every prefill rank's answer to PUSH_CANCEL",
+			zap.Int("requests", gaveUp), zap.Duration("cancel_timeout", c.cfg.CancelTimeout))
+	}
 	c.sendCancels(cancels)
 	c.mu.Lock()
-	c.tracker.publish(cancels)
 	ready := len(c.tracker.results) > 0
 	c.mu.Unlock()
 	if ready {
@@ -313,7 +359,7 @@ func (c *Consumer) route(r *decodeReq) {
 	key := peerKey(r.prefill)
 	p := c.peers[key]
 	if p == nil {
-		p = &decodePeer{prefill: r.prefill}
+		p = &decodePeer{prefill: Prefill{EngineID: r.prefill.EngineID, Host: r.prefill.Host, Port: r.prefill.Port}}
 		c.peers[key] = p
 	}
 	if p.payload != nil {
@@ -355,7 +401,9 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 		c.mu.Lock()
 		now := c.cfg.Clock.Now()
 		for _, r := range waiting {
-			c.tracker.fail(now, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+			if c.tracker.live(r) {
+				c.tracker.fail(now, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+			}
 		}
 		c.mu.Unlock()
 		c.signal()
@@ -368,15 +416,12 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 	c.push.handshakes.Inc()
 }
 
-// acceptPrefill checks that the payload is the engine the request named,
-// that its layouts can write into this rank, loads the metadata of the
-// ranks that will write here and returns their agent names.
+// acceptPrefill checks that the engine's layouts can write into this rank,
+// loads the metadata of the ranks that will write here and returns their
+// agent names. The sizes a request names are checked by send.
 func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, error) {
-	if pl.TPSize != pf.TPSize {
-		return nil, fmt.Errorf("%w: prefill engine %q has TP size %d, the request says %d", ErrHandshake, pf.EngineID, pl.TPSize, pf.TPSize)
-	}
-	if pl.PPSize != pf.PPSize {
-		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d, the request says %d", ErrHandshake, pf.EngineID, pl.PPSize, pf.PPSize)
+	if pl.PPSize != 1 {
+		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d: only pipeline-parallel size 1 is supported", ErrIncompatible, pf.EngineID, pl.PPSize)
 	}
 	src := &pl.Ranks[0].Layout
 	if err := descriptors.Compatible(src, &c.cfg.Layout); err != nil {
@@ -397,13 +442,30 @@ func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, e
 	return names, nil
 }
 
-// send registers r with every prefill rank that writes into this rank.
+// send registers r with every prefill rank that writes into this rank,
+// once its prefill sizes agree with the engine's handshake.
 func (c *Consumer) send(p *decodePeer, r *decodeReq) {
+	var wrong error
+	switch pl := p.payload; {
+	case r.prefill.TPSize != pl.TPSize:
+		wrong = invalidf("request %q: Prefill.TPSize is %d, prefill engine %q has TP size %d (its handshake)", r.id, r.prefill.TPSize, p.prefill.EngineID, pl.TPSize)
+	case r.prefill.PPSize != pl.PPSize:
+		wrong = invalidf("request %q: Prefill.PPSize is %d, prefill engine %q has PP size %d (its handshake)", r.id, r.prefill.PPSize, p.prefill.EngineID, pl.PPSize)
+	}
+	if wrong != nil {
+		c.mu.Lock()
+		if c.tracker.live(r) {
+			c.tracker.fail(c.cfg.Clock.Now(), r.id, wrong)
+		}
+		c.mu.Unlock()
+		c.signal()
+		return
+	}
 	c.mu.Lock()
-	alive := c.tracker.expect(r.id, p.sources)
+	alive := c.tracker.expect(r, p.sources)
 	c.mu.Unlock()
 	if !alive {
-		return // ended while it waited (timeout)
+		return // ended while it waited (timeout, Abort)
 	}
 	reg := &pushwire.Registration{
 		RequestID:      r.id,
@@ -415,15 +477,21 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 		RemoteEngineID: p.prefill.EngineID,
 		RemoteHost:     p.prefill.Host,
 		RemotePort:     p.prefill.Port,
-		RemoteTPSize:   p.prefill.TPSize,
-		RemotePPSize:   p.prefill.PPSize,
+		RemoteTPSize:   r.prefill.TPSize,
+		RemotePPSize:   r.prefill.PPSize,
 		TransferID:     r.transferID,
 
 		DecodeIncarnation: c.incarnation,
+		Seq:               r.seq,
 	}
 	msg, err := pushwire.EncodeRegistration(reg)
 	if err == nil {
 		for _, agent := range p.sources {
+			// Counted as sent before the call: a notification the agent
+			// took may reach the rank even when the call reports an error.
+			c.mu.Lock()
+			c.tracker.sent(r, agent)
+			c.mu.Unlock()
 			if err = c.cfg.Agent.GenNotif(agent, msg, nil); err != nil {
 				err = fmt.Errorf("%w to prefill agent %q: %v", ErrNotifySend, agent, err)
 				break
@@ -439,7 +507,9 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 			c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
 		}
 		c.mu.Lock()
-		c.tracker.fail(c.cfg.Clock.Now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+		if c.tracker.live(r) {
+			c.tracker.fail(c.cfg.Clock.Now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+		}
 		c.mu.Unlock()
 		c.signal()
 	}
@@ -458,8 +528,9 @@ func (c *Consumer) onCompletion(sender string, msg []byte) {
 	a := c.tracker.complete(c.cfg.Clock.Now(), comp.ID, sender)
 	c.mu.Unlock()
 	switch a {
-	case arrivalDone:
+	case arrivalDone, arrivalReleased:
 		c.signal()
+	case arrivalSettled:
 	case arrivalLate:
 		c.stats.LateNotifications.Inc()
 	case arrivalUnknown, arrivalStranger, arrivalDuplicate:
@@ -478,10 +549,25 @@ func (c *Consumer) onFailure(sender string, msg []byte) {
 	c.push.failReceived.Inc()
 	c.mu.Lock()
 	var ended bool
+	now := c.cfg.Clock.Now()
 	if c.tracker.isSource(f.RequestID, sender) {
-		ended = c.tracker.failFrom(c.cfg.Clock.Now(), f.RequestID, sender, &PushError{
+		ended = c.tracker.failFrom(now, f.RequestID, sender, &PushError{
 			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
 		})
+	} else if _, live := c.tracker.reqs[f.RequestID]; !live {
+		// A rank of a request that already failed: it will not write.
+		switch c.tracker.settle(now, f.RequestID, sender, srcFailed) {
+		case arrivalSettled:
+			ended = true
+		case arrivalReleased:
+			ended = true
+			c.signal()
+		}
+		c.mu.Unlock()
+		if !ended {
+			c.stats.UnknownNotifications.Inc()
+		}
+		return
 	}
 	c.mu.Unlock()
 	if ended {
@@ -491,10 +577,31 @@ func (c *Consumer) onFailure(sender string, msg []byte) {
 	c.stats.UnknownNotifications.Inc()
 }
 
+// onCancelAck handles a prefill rank's PUSH_CANCEL_ACK: no WRITE of that
+// rank can land in the cancelled request's blocks any more.
+func (c *Consumer) onCancelAck(sender string, msg []byte) {
+	a, err := pushwire.DecodeCancelAck(msg)
+	if err != nil {
+		c.stats.MalformedNotifications.Inc()
+		c.log.Debug("pushconn: dropped a malformed PUSH_CANCEL_ACK", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	c.push.cancelAckReceived.Inc()
+	c.mu.Lock()
+	res := c.tracker.ack(c.cfg.Clock.Now(), a.RequestID, sender)
+	c.mu.Unlock()
+	switch res {
+	case arrivalReleased:
+		c.signal()
+	case arrivalSettled, arrivalLate:
+	default:
+		c.stats.UnknownNotifications.Inc()
+	}
+}
+
 // sendCancels tells prefill ranks that still may hold a failed request's
-// registration to drop it. A PUSH_CANCEL that cannot be sent is counted;
-// the prefill rank's own registration timeout, shorter than decode's by
-// default, then ends the registration.
+// registration to drop it. A PUSH_CANCEL that cannot be sent is counted
+// (and sent again later while the request drains).
 func (c *Consumer) sendCancels(orders []cancelOrder) {
 	for _, o := range orders {
 		msg, err := pushwire.EncodeCancel(&pushwire.Cancel{

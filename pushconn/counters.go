@@ -28,6 +28,14 @@ type pushCounters struct {
 	peerLimit       *stats.Counter
 	pendingLimit    *stats.Counter
 	evicted         *stats.Counter
+
+	cancelAckSent      *stats.Counter
+	cancelAckUndeliver *stats.Counter
+	cancelAckReceived  *stats.Counter
+	cancelTimeouts     *stats.Counter
+	aborted            *stats.Counter
+	oversized          *stats.Counter
+	superseded         *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -55,5 +63,13 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		pendingLimit:    s.Counter("pending_limit_refusals", "Registrations refused (PUSH_FAIL overloaded where deliverable) because the rank held MaxPendingRegistrations registrations (prefill)."),
 		evicted:         s.Counter("evicted_peers", "Idle decode engines forgotten to make room for a new one under MaxPeers (prefill)."),
 		stale:           s.Counter("stale_registrations", "Registrations dropped without a WRITE or PUSH_FAIL because the decode rank that sent them has restarted since (prefill)."),
+
+		cancelAckSent:      s.Counter("push_cancel_ack_sent", "PUSH_CANCEL_ACK notifications sent: no WRITE of the cancelled registration can land any more (prefill)."),
+		cancelAckUndeliver: s.Counter("push_cancel_ack_undeliverable", "PUSH_CANCEL_ACK notifications that could not be sent (prefill)."),
+		cancelAckReceived:  s.Counter("push_cancel_ack_received", "PUSH_CANCEL_ACK notifications received and decoded (decode)."),
+		cancelTimeouts:     s.Counter("cancel_timeouts", "Failed requests whose blocks were released at CancelTimeout, before every prefill rank had written, failed or acknowledged the cancel (decode)."),
+		aborted:            s.Counter("aborted_requests", "Requests ended by Abort (both sides)."),
+		oversized:          s.Counter("oversized_ids", "Notifications refused because an id or host in them was longer than the limit (1024 bytes) (prefill)."),
+		superseded:         s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
 	}
 }

@@ -32,6 +32,8 @@ var (
 	// ErrNotifySend is matched by a decode result whose registration could
 	// not be sent to a prefill rank.
 	ErrNotifySend = errors.New("pushconn: could not send the registration")
+	// ErrAborted ends a decode request that Consumer.Abort ended.
+	ErrAborted = errors.New("pushconn: request aborted")
 )
 
 // PushError is a prefill rank's failure report (a PUSH_FAIL notification)
@@ -43,7 +45,7 @@ type PushError struct {
 	EngineID string
 	Rank     int
 	// Kind is the step that failed: handshake, layout, post, transfer,
-	// expired or closed.
+	// expired, closed, overloaded or aborted.
 	Kind string
 	// Reason is the prefill rank's explanation.
 	Reason string

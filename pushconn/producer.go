@@ -40,9 +40,16 @@ type Producer struct {
 	stopLog func()
 	world   int
 
+	// postMu is held by the writer while it posts a WRITE and by Abort to
+	// wait for such a post: once Abort returned, no WRITE of the request
+	// starts.
+	postMu sync.Mutex
+
 	mu        sync.Mutex
 	closed    bool
 	held      map[string]bool // request ids given and not yet freed
+	aborting  map[string]bool // held ids the engine aborted
+	aborts    []string        // aborted ids for the writer
 	finished  []*hold
 	shakes    []shakeResult
 	freed     []string
@@ -69,12 +76,13 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	p := &Producer{
-		engine: e,
-		cfg:    cfg,
-		log:    logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "prefill")),
-		stats:  stats.New(),
-		held:   map[string]bool{},
-		world:  e.TPSize(), // times the PP size, which is 1
+		engine:   e,
+		cfg:      cfg,
+		log:      logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "prefill")),
+		stats:    stats.New(),
+		held:     map[string]bool{},
+		aborting: map[string]bool{},
+		world:    e.TPSize(), // times the PP size, which is 1
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap)}
@@ -92,6 +100,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	p.poll.Handle(pushwire.RegPrefix, p.w.onRegistration)
 	p.poll.Handle(pushwire.CancelPrefix, p.w.onCancel)
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
+	p.poll.Handle(pushwire.CancelAckPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
 	p.poll.Handle("", p.w.onStray)
 	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
@@ -162,6 +171,43 @@ func (p *Producer) DrainFreed() []string {
 	return out
 }
 
+// Abort withdraws the rank's hold on a finished request that the engine
+// dropped: no WRITE of it starts once Abort returned, registrations
+// matched to it whose WRITE has not started get PUSH_FAIL "aborted", and a
+// registration that arrives for it later gets PUSH_FAIL "expired" at once.
+// A WRITE already in flight is left to end; the blocks come out of
+// DrainFreed, exactly once, when none is in flight. Aborting an id that is
+// not held (never given, already freed or already aborted) does nothing;
+// after Close it returns ErrClosed.
+func (p *Producer) Abort(requestID string) error {
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return ErrClosed
+	case !p.held[requestID] || p.aborting[requestID]:
+		p.mu.Unlock()
+		return nil
+	}
+	p.aborting[requestID] = true
+	p.aborts = append(p.aborts, requestID)
+	p.mu.Unlock()
+	// A WRITE being posted now has checked the flag before it was set:
+	// wait for it, so that none starts after this returns.
+	p.postMu.Lock()
+	p.postMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	p.push.aborted.Inc()
+	p.poll.Wake()
+	return nil
+}
+
+// isAborted reports whether the engine aborted held request id.
+func (p *Producer) isAborted(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.aborting[id]
+}
+
 // Stats returns a snapshot of the rank's counters.
 func (p *Producer) Stats() Stats { return p.stats.Snapshot() }
 
@@ -184,7 +230,7 @@ func (p *Producer) Close() error {
 	p.stopLog()
 	p.mu.Lock()
 	unseen := p.finished
-	p.finished = nil
+	p.finished, p.aborts = nil, nil
 	p.closing = true // the ids shutdown frees wait for the deregistration
 	p.mu.Unlock()
 	for _, h := range unseen {
@@ -209,6 +255,7 @@ func (p *Producer) Close() error {
 func (p *Producer) free(id string) {
 	p.mu.Lock()
 	delete(p.held, id)
+	delete(p.aborting, id)
 	if p.closing {
 		p.lastFreed = append(p.lastFreed, id)
 	} else {

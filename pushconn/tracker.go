@@ -13,20 +13,52 @@ import (
 // (counted as unknown).
 const lateWindow = time.Minute
 
+// cancelResends is how many times, spread over the cancel timeout, decode
+// sends its PUSH_CANCEL to a prefill rank that has not answered: one lost
+// notification must not cost the whole wait.
+const cancelResends = 4
+
+// srcState is where one prefill rank stands with a decode request.
+type srcState uint8
+
+const (
+	srcWaiting srcState = iota // registration sent; the rank may still write
+	srcWritten                 // its completion arrived: its WRITE ended
+	srcFailed                  // it sent PUSH_FAIL: it will not write
+	srcAcked                   // it acknowledged the PUSH_CANCEL
+	srcUnsent                  // the registration never went to it
+)
+
 // decodeReq is one registered request on a decode rank.
 type decodeReq struct {
 	id         string
 	transferID string
 	prefill    Prefill
 	blocks     [][]int
+	seq        uint64 // the registration's registration_seq
 	start      time.Time
-	// sources maps each prefill agent that will write to whether it has
-	// reported; nil until the handshake says who they are.
-	sources  map[string]bool
-	reported int
+	// sources maps each prefill agent that was sent the registration to
+	// where it stands; nil until the registration is sent.
+	sources  map[string]srcState
+	reported int // completions
+	// result is the request's end, kept back while it drains (ended other
+	// than by success, some ranks may still write into its blocks).
+	result Result
 }
 
-// arrival is what a completion notification did to the tracker.
+// waiting returns the prefill agents that may still write into r's blocks.
+func (r *decodeReq) waiting() []string {
+	var out []string
+	for a, s := range r.sources {
+		if s == srcWaiting {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// arrival is what a notification from a prefill rank did to the tracker.
 type arrival int
 
 const (
@@ -36,43 +68,53 @@ const (
 	arrivalStranger                     // from an agent that does not write this request
 	arrivalLate                         // the request already ended
 	arrivalUnknown                      // never registered here
+	arrivalSettled                      // a rank of a draining request ended; more may follow
+	arrivalReleased                     // the last rank of a draining request ended: its result is out
 )
 
 // tracker is the decode side's state machine: requests from registration
-// to their one result. Time is an argument; its owner does all I/O and
-// serialises calls.
+// to their one result. A request that ends other than by success drains
+// first: its Result (when the engine takes the blocks back) is held until
+// every prefill rank that got the registration has written, failed or
+// acknowledged the PUSH_CANCEL, or the cancel timeout passed. Time is an
+// argument; its owner does all I/O and serialises calls.
 type tracker struct {
-	reqs      map[string]*decodeReq
-	deadlines *lease.Table
+	reqs      map[string]*decodeReq // live
+	draining  map[string]*decodeReq // ended, waiting for their ranks
+	deadlines *lease.Table          // registration timeouts of live requests
+	drainEnd  *lease.Table          // cancel timeouts of draining requests
+	resend    *lease.Table          // next PUSH_CANCEL of draining requests
 	ended     *lease.Table
 	results   []Result
 	timeout   time.Duration
-	// cancels are the PUSH_CANCELs owed to prefill ranks for requests
-	// that ended other than by success; the owner sends them.
+	// cancels are the PUSH_CANCELs owed to prefill ranks; the owner sends
+	// them.
 	cancels []cancelOrder
 }
 
-// cancelOrder is a failed request whose registration some prefill ranks
-// may still hold.
+// cancelOrder is a PUSH_CANCEL owed to some prefill ranks for a request
+// that ended other than by success.
 type cancelOrder struct {
 	id, transferID string
 	agents         []string // the prefill agents to tell
-	// result is published only once the cancels went out, so an engine
-	// that reuses the blocks when it sees the failure does so after
-	// prefill was told.
-	result Result
 }
 
-func newTracker(timeout time.Duration) *tracker {
-	d, _ := lease.New(timeout) // timeout > 0: defaults applied before
+func newTracker(timeout, cancelTimeout time.Duration) *tracker {
+	d, _ := lease.New(timeout) // timeouts > 0: defaults applied before
 	e, _ := lease.New(lateWindow)
-	return &tracker{reqs: map[string]*decodeReq{}, deadlines: d, ended: e, timeout: timeout}
+	de, _ := lease.New(cancelTimeout)
+	rs, _ := lease.New(max(cancelTimeout/cancelResends, time.Millisecond))
+	return &tracker{reqs: map[string]*decodeReq{}, draining: map[string]*decodeReq{},
+		deadlines: d, drainEnd: de, resend: rs, ended: e, timeout: timeout}
 }
 
 // add starts tracking r at now; its deadline is now plus the timeout.
 func (t *tracker) add(now time.Time, r *decodeReq) error {
 	if _, ok := t.reqs[r.id]; ok {
 		return invalidf("request %q is already registered", r.id)
+	}
+	if _, ok := t.draining[r.id]; ok {
+		return invalidf("request %q has ended but its result is not out yet (prefill ranks may still write into its blocks): register it again after Drain returned it", r.id)
 	}
 	if err := t.deadlines.Add(r.id, now); err != nil {
 		return invalidf("request %q: %v", r.id, err)
@@ -82,38 +124,45 @@ func (t *tracker) add(now time.Time, r *decodeReq) error {
 	return nil
 }
 
-// expect records which prefill agents will write request id; it reports
-// false if the request already ended.
-func (t *tracker) expect(id string, agents []string) bool {
-	r, ok := t.reqs[id]
-	if !ok {
+// live reports whether r itself (not another request of its id) is
+// waiting for its push.
+func (t *tracker) live(r *decodeReq) bool { return t.reqs[r.id] == r }
+
+// expect records which prefill agents are sent request r's registration;
+// it reports false if r already ended (the id may belong to a newer
+// request by now).
+func (t *tracker) expect(r *decodeReq, agents []string) bool {
+	if !t.live(r) {
 		return false
 	}
-	r.sources = make(map[string]bool, len(agents))
+	r.sources = make(map[string]srcState, len(agents))
 	for _, a := range agents {
-		r.sources[a] = false
+		r.sources[a] = srcUnsent
 	}
 	return true
+}
+
+// sent records that agent was handed r's registration.
+func (t *tracker) sent(r *decodeReq, agent string) {
+	if r.sources[agent] == srcUnsent {
+		r.sources[agent] = srcWaiting
+	}
 }
 
 // complete counts a completion for request id from the agent sender.
 func (t *tracker) complete(now time.Time, id, sender string) arrival {
 	r, ok := t.reqs[id]
 	if !ok {
-		t.ended.Expire(now)
-		if _, late := t.ended.Deadline(id); late {
-			return arrivalLate
-		}
-		return arrivalUnknown
+		return t.settle(now, id, sender, srcWritten)
 	}
-	done, known := r.sources[sender]
+	st, known := r.sources[sender]
 	switch {
-	case !known:
+	case !known || st == srcUnsent:
 		return arrivalStranger
-	case done:
+	case st != srcWaiting:
 		return arrivalDuplicate
 	}
-	r.sources[sender] = true
+	r.sources[sender] = srcWritten
 	r.reported++
 	if r.reported < len(r.sources) {
 		return arrivalCounted
@@ -122,14 +171,46 @@ func (t *tracker) complete(now time.Time, id, sender string) arrival {
 	return arrivalDone
 }
 
-// isSource reports whether sender writes request id.
+// settle records that prefill agent sender of draining request id ended
+// its part (to state st) and releases the request when it was the last.
+func (t *tracker) settle(now time.Time, id, sender string, st srcState) arrival {
+	r, ok := t.draining[id]
+	if !ok {
+		t.ended.Expire(now)
+		if _, late := t.ended.Deadline(id); late {
+			return arrivalLate
+		}
+		return arrivalUnknown
+	}
+	if cur, known := r.sources[sender]; !known || cur != srcWaiting {
+		return arrivalLate
+	}
+	r.sources[sender] = st
+	if len(r.waiting()) > 0 {
+		return arrivalSettled
+	}
+	t.release(now, r)
+	return arrivalReleased
+}
+
+// ack records prefill agent sender's PUSH_CANCEL_ACK for request id.
+func (t *tracker) ack(now time.Time, id, sender string) arrival {
+	if _, live := t.reqs[id]; live {
+		// An answer to the cancel of an earlier request of this id, whose
+		// result is out: nothing of this one.
+		return arrivalLate
+	}
+	return t.settle(now, id, sender, srcAcked)
+}
+
+// isSource reports whether sender was sent request id's registration.
 func (t *tracker) isSource(id, sender string) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		return false
 	}
-	_, known := r.sources[sender]
-	return known
+	st, known := r.sources[sender]
+	return known && st != srcUnsent
 }
 
 // fail ends request id with err; it reports false if it had already ended.
@@ -138,52 +219,64 @@ func (t *tracker) fail(now time.Time, id string, err error) bool {
 }
 
 // failFrom ends request id with err reported by prefill agent from, which
-// needs no PUSH_CANCEL; it reports false if the request had already ended.
+// will not write; it reports false if the request had already ended. A
+// PUSH_FAIL for a draining request settles that rank.
 func (t *tracker) failFrom(now time.Time, id, from string, err error) bool {
 	r, ok := t.reqs[id]
 	if !ok {
+		if from != "" {
+			t.settle(now, id, from, srcFailed)
+		}
 		return false
 	}
-	t.endFrom(now, r, from, err)
+	if from != "" {
+		if st, known := r.sources[from]; known && st == srcWaiting {
+			r.sources[from] = srcFailed
+		}
+	}
+	t.end(now, r, err)
 	return true
 }
 
-func (t *tracker) end(now time.Time, r *decodeReq, err error) { t.endFrom(now, r, "", err) }
-
-// endFrom ends r with err; a failure owes a PUSH_CANCEL to every prefill
-// rank that got the registration and has neither written nor failed it
-// (from), since it may still hold the registration and WRITE later into
-// blocks the engine will reuse.
-func (t *tracker) endFrom(now time.Time, r *decodeReq, from string, err error) {
-	if err != nil && r.sources != nil {
-		var agents []string
-		for a, done := range r.sources {
-			if !done && a != from {
-				agents = append(agents, a)
-			}
-		}
-		if len(agents) > 0 {
-			slices.Sort(agents)
-			res := Result{RequestID: r.id, Err: err, Start: r.start, End: now}
-			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, agents: agents, result: res})
-			t.forget(now, r)
+// end ends live request r with err (nil: done). A failure whose
+// registration some prefill ranks may still write drains: PUSH_CANCELs are
+// owed to them and the Result waits (see tracker).
+func (t *tracker) end(now time.Time, r *decodeReq, err error) {
+	delete(t.reqs, r.id)
+	t.deadlines.Complete(r.id)
+	r.result = Result{RequestID: r.id, Err: err, Start: r.start, End: now}
+	if err != nil {
+		if agents := r.waiting(); len(agents) > 0 {
+			t.draining[r.id] = r
+			_ = t.drainEnd.Add(r.id, now)
+			_ = t.resend.Add(r.id, now)
+			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, agents: agents})
 			return
 		}
 	}
-	t.forget(now, r)
-	t.results = append(t.results, Result{RequestID: r.id, Err: err, Start: r.start, End: now})
+	t.publish(now, r)
 }
 
-func (t *tracker) forget(now time.Time, r *decodeReq) {
-	delete(t.reqs, r.id)
-	t.deadlines.Complete(r.id)
+// release ends draining request r's wait: its result goes out.
+func (t *tracker) release(now time.Time, r *decodeReq) {
+	delete(t.draining, r.id)
+	t.drainEnd.Complete(r.id)
+	t.resend.Complete(r.id)
+	t.publish(now, r)
+}
+
+func (t *tracker) publish(now time.Time, r *decodeReq) {
+	t.results = append(t.results, r.result)
 	t.ended.Complete(r.id)
 	_ = t.ended.Add(r.id, now)
 }
 
 // expire ends every request whose deadline passed, with a timeout error
-// that says how many ranks had reported.
-func (t *tracker) expire(now time.Time) int {
+// that says how many ranks had reported; resends the PUSH_CANCELs of
+// draining requests that are due; and releases draining requests whose
+// cancel timeout passed. It returns how many requests timed out and how
+// many were released without every rank's answer.
+func (t *tracker) expire(now time.Time) (timeouts, gaveUp int) {
 	ids := t.deadlines.Expire(now)
 	for _, id := range ids {
 		r := t.reqs[id]
@@ -193,16 +286,37 @@ func (t *tracker) expire(now time.Time) int {
 		} else {
 			detail = fmt.Sprintf("%d of %d prefill ranks reported", r.reported, len(r.sources))
 		}
-		t.deadlines.Complete(id) // already removed by Expire; keeps end idempotent
 		t.end(now, r, fmt.Errorf("%w: request %q from prefill engine %q: no push within %v (%s)",
 			ErrRegistrationTimeout, id, r.prefill.EngineID, t.timeout, detail))
 	}
+	for _, id := range t.drainEnd.Expire(now) {
+		if r := t.draining[id]; r != nil {
+			gaveUp++
+			t.release(now, r)
+		}
+	}
+	for _, id := range t.resend.Expire(now) {
+		if r := t.draining[id]; r != nil {
+			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, agents: r.waiting()})
+			_ = t.resend.Add(id, now)
+		}
+	}
 	t.ended.Expire(now)
-	return len(ids)
+	return len(ids), gaveUp
 }
 
-// next returns the earliest registration deadline.
-func (t *tracker) next() (time.Time, bool) { return t.deadlines.Next() }
+// releaseAll publishes every draining request's result (the rank closes:
+// its memory is deregistered, so no WRITE can land any more).
+func (t *tracker) releaseAll(now time.Time) {
+	ids := make([]string, 0, len(t.draining))
+	for id := range t.draining {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t.release(now, t.draining[id])
+	}
+}
 
 // drain returns and forgets the results so far.
 func (t *tracker) drain() []Result {
@@ -211,21 +325,13 @@ func (t *tracker) drain() []Result {
 	return out
 }
 
-// takeCancels returns and forgets the PUSH_CANCELs owed so far; their
-// results wait for publish.
+// takeCancels returns and forgets the PUSH_CANCELs owed so far.
 func (t *tracker) takeCancels() []cancelOrder {
 	out := t.cancels
 	t.cancels = nil
 	return out
 }
 
-// publish makes the results of cancelled requests visible to drain, once
-// their PUSH_CANCELs were sent.
-func (t *tracker) publish(orders []cancelOrder) {
-	for _, o := range orders {
-		t.results = append(t.results, o.result)
-	}
-}
-
-// pending returns how many requests wait for their result.
-func (t *tracker) pending() int { return len(t.reqs) }
+// pending returns how many requests wait for their result: live ones and
+// ended ones whose blocks some prefill rank may still write.
+func (t *tracker) pending() int { return len(t.reqs) + len(t.draining) }

@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -51,6 +52,7 @@ type decodeEngine struct {
 	busy     bool           // handshake in flight
 	parked   []parkedReg    // registrations waiting for the handshake
 	rewrites []rewrite      // matched WRITEs waiting for a new handshake
+	acks     []ackOrder     // PUSH_CANCEL_ACKs to send once the handshake is done
 	refs     int            // its registrations admitted and not yet ended
 	lastUsed time.Time      // its latest registration, to evict the least recently used
 	// retired holds the incarnations of payloads this rank dropped (the
@@ -61,6 +63,12 @@ type decodeEngine struct {
 
 // retiredCap bounds decodeEngine.retired: a few restarts of a TP 8 engine.
 const retiredCap = 64
+
+// ackOrder is a PUSH_CANCEL_ACK owed to decode agent to.
+type ackOrder struct {
+	to string
+	c  *pushwire.Cancel
+}
 
 // rewrite is a matched WRITE whose decode engine's metadata went stale (it
 // restarted): it is retried once after a fresh handshake.
@@ -88,6 +96,9 @@ type write struct {
 	deadline time.Time // on the configured clock
 	bytes    uint64
 	descs    int
+	// acks are the PUSH_CANCELs of its registration that arrived while it
+	// was in flight: each is answered when it ends.
+	acks []*pushwire.Cancel
 }
 
 // writer is the Producer's state on its poller goroutine: the matcher,
@@ -128,14 +139,17 @@ func (w *writer) busy() bool { return w.matcher.WaitingFinished() || len(w.infli
 func (w *writer) tick() {
 	p := w.p
 	p.mu.Lock()
-	finished, shakes := p.finished, p.shakes
-	p.finished, p.shakes = nil, nil
+	finished, shakes, aborts := p.finished, p.shakes, p.aborts
+	p.finished, p.shakes, p.aborts = nil, nil, nil
 	p.mu.Unlock()
 	for _, s := range shakes {
 		w.handshakeDone(s)
 	}
 	for _, h := range finished {
 		w.finish(h)
+	}
+	for _, id := range aborts {
+		w.abort(id)
 	}
 	w.pollWrites()
 	w.expire(p.now())
@@ -146,6 +160,9 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 	p := w.p
 	reg, err := pushwire.DecodeRegistration(msg)
 	if err != nil {
+		if errors.Is(err, pushwire.ErrTooLong) {
+			p.push.oversized.Inc()
+		}
 		p.stats.MalformedNotifications.Inc()
 		p.log.Warn("pushconn: dropped a malformed PUSH_REG", zap.String("sender", sender), zap.Error(err))
 		return
@@ -264,7 +281,17 @@ func (w *writer) handshakeDone(s shakeResult) {
 		for _, r := range rewrites {
 			w.failWrite(r.reg, r.hold, pushwire.FailHandshake, err)
 		}
+		acks := de.acks
+		de.acks = nil
+		for _, a := range acks {
+			w.sendAck(nil, a.to, a.c) // undeliverable but counted
+		}
 		return
+	}
+	acks := de.acks
+	de.acks = nil
+	for _, a := range acks {
+		w.sendAck(de, a.to, a.c)
 	}
 	for _, r := range parked {
 		w.admit(de, r)
@@ -360,7 +387,14 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 	}
 	key := match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}
 	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank, incarnation: de.payload.Ranks[rank].Incarnation}
-	m, out, err := w.matcher.Register(received, sender, key, len(de.targets), pr)
+	m, out, err := w.matcher.Register(received, sender, key, reg.Seq, len(de.targets), pr)
+	if m.Superseded {
+		// The same request id registered again by the same decode rank:
+		// the earlier registration is over on decode (its result is out),
+		// so it is neither written nor told anything.
+		m.Replaced.peer.refs--
+		p.push.superseded.Inc()
+	}
 	if out == match.Pending && w.lapsed.has(key) {
 		// Nothing live pairs with it, and the request it names had its
 		// blocks freed when their lease ran out: nothing will come, so
@@ -440,6 +474,10 @@ func (w *writer) countMatch(k match.Kind) {
 // in flight. Every failure ends in a PUSH_FAIL to decode.
 func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	p := w.p
+	if p.isAborted(h.id) {
+		w.failWrite(pr, h, pushwire.FailAborted, errors.New("the prefill engine aborted the request"))
+		return
+	}
 	if pr.peer.payload == nil { // forgotten since the match: handshake again
 		w.retryAfterHandshake(pr, h)
 		return
@@ -478,6 +516,14 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	local, remote := t.Sides(nixl.Write)
+	// Abort waits for postMu: once it returned, no WRITE of the request
+	// starts.
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	if p.isAborted(h.id) {
+		w.failWrite(pr, h, pushwire.FailAborted, errors.New("the prefill engine aborted the request"))
+		return
+	}
 	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
 	if err != nil && peerGone(err) && !pr.retry {
 		w.forgetIfGone(pr.peer, err)
@@ -547,12 +593,15 @@ func (w *writer) pollWrites() {
 			p.stats.FailedTransfers.Inc()
 			w.forgetIfGone(wr.reg.peer, err)
 			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE failed in flight: %w", err))
+			w.ackEnded(wr)
 		case status == nixl.StatusSuccess:
 			w.completeWrite(wr)
+			w.ackEnded(wr)
 		case !now.Before(wr.deadline):
 			_ = p.cfg.Agent.ReleaseXferReq(wr.handle) // cancels it
 			p.stats.FailedTransfers.Inc()
 			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE still in flight after %v: cancelled", p.cfg.WriteTimeout))
+			w.ackEnded(wr)
 		default:
 			still = append(still, wr)
 		}
@@ -702,32 +751,53 @@ func (w *writer) expire(now time.Time) {
 }
 
 // onCancel handles decode's PUSH_CANCEL: the request ended on decode, whose
-// engine may reuse the blocks, so this rank must not write them. A
-// registration still waiting for its request leaves the matcher and is
-// remembered (its request is then freed without a WRITE when it finishes
-// and no live registration pairs with it); one waiting for a handshake or
-// for a retry is dropped. A WRITE already posted cannot be
-// called back: that window is documented in the package docs.
+// engine reuses the blocks once this rank has acknowledged, so this rank
+// must not write them. A registration still waiting for its request
+// leaves the matcher and is remembered (its request is then freed without
+// a WRITE when it finishes and no live registration pairs with it); one
+// waiting for a handshake or for a retry is dropped; all three are
+// acknowledged at once (PUSH_CANCEL_ACK; after the handshake for one that
+// waited for it). A WRITE in flight cannot be called back: it is
+// acknowledged when it ends (completed, failed, or cancelled at the write
+// timeout). A cancel for a registration the rank does not hold (written,
+// failed, or never received) is acknowledged at once too.
 func (w *writer) onCancel(sender string, msg []byte) {
 	p := w.p
 	c, err := pushwire.DecodeCancel(msg)
 	if err != nil {
+		if errors.Is(err, pushwire.ErrTooLong) {
+			p.push.oversized.Inc()
+		}
 		p.stats.MalformedNotifications.Inc()
 		p.log.Warn("pushconn: dropped a malformed PUSH_CANCEL", zap.String("sender", sender), zap.Error(err))
 		return
 	}
 	p.push.cancelReceived.Inc()
-	if w.cancel(sender, c) {
+	switch de, st := w.cancel(sender, c); st {
+	case cancelDropped:
 		p.push.cancelDropped.Inc()
-		return
+		w.sendAck(de, sender, c)
+	case cancelInFlight:
+		// Answered when the WRITE ends.
+	default:
+		p.log.Debug("pushconn: PUSH_CANCEL for no waiting registration (written, failed or never received)",
+			zap.String("sender", sender), zap.String("decode_request", c.RequestID))
+		w.sendAck(w.peerOf(sender), sender, c)
 	}
-	p.log.Debug("pushconn: PUSH_CANCEL for no waiting registration (written, failed or never received)",
-		zap.String("sender", sender), zap.String("decode_request", c.RequestID))
 }
 
-// cancel drops sender's registration named by c; it reports
-// whether there was one that had not started its WRITE.
-func (w *writer) cancel(sender string, c *pushwire.Cancel) bool {
+// cancelState is what a PUSH_CANCEL found.
+type cancelState int
+
+const (
+	cancelNone     cancelState = iota // no registration of it held
+	cancelDropped                     // dropped before its WRITE started
+	cancelInFlight                    // its WRITE is in flight
+)
+
+// cancel drops sender's registration named by c and reports what it found,
+// with the decode engine entry it belongs to.
+func (w *writer) cancel(sender string, c *pushwire.Cancel) (*decodeEngine, cancelState) {
 	same := func(reg *pushwire.Registration) bool {
 		return reg.RequestID == c.RequestID && reg.TransferID == c.TransferID
 	}
@@ -737,25 +807,107 @@ func (w *writer) cancel(sender string, c *pushwire.Cancel) bool {
 		// registration; remembered, so its request is freed at once.
 		pr.peer.refs--
 		w.cancelled.add(key, w.p.now().Add(w.p.cfg.RegistrationTimeout))
-		return true
+		return pr.peer, cancelDropped
+	}
+	for _, wr := range w.inflight {
+		if wr.reg.sender == sender && same(wr.reg.reg) {
+			wr.acks = append(wr.acks, c)
+			return wr.reg.peer, cancelInFlight
+		}
 	}
 	for _, de := range w.peers {
 		for i, r := range de.parked {
 			if r.sender == sender && same(r.reg) {
 				de.parked = append(de.parked[:i], de.parked[i+1:]...)
 				w.parked--
-				return true
+				return de, cancelDropped
 			}
 		}
 		for i, r := range de.rewrites {
 			if r.reg.sender == sender && same(r.reg.reg) {
 				de.rewrites = append(de.rewrites[:i], de.rewrites[i+1:]...)
 				w.endWrite(r.reg, r.hold)
-				return true
+				return de, cancelDropped
 			}
 		}
 	}
-	return false
+	return nil, cancelNone
+}
+
+// peerOf returns the decode engine entry that writes into agent, if any.
+func (w *writer) peerOf(agent string) *decodeEngine {
+	for _, de := range w.peers {
+		if _, ok := de.targets[agent]; ok {
+			return de
+		}
+	}
+	return nil
+}
+
+// ackEnded answers the PUSH_CANCELs that arrived while wr was in flight:
+// it has ended, so nothing of it can land any more.
+func (w *writer) ackEnded(wr *write) {
+	for _, c := range wr.acks {
+		w.sendAck(wr.reg.peer, wr.reg.sender, c)
+	}
+	wr.acks = nil
+}
+
+// sendAck sends decode agent to a PUSH_CANCEL_ACK for c. When the agent
+// cannot be reached yet because de's handshake is in flight, the ack waits
+// for the handshake.
+func (w *writer) sendAck(de *decodeEngine, to string, c *pushwire.Cancel) {
+	p := w.p
+	msg, err := pushwire.EncodeCancelAck(&pushwire.CancelAck{
+		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.TPRank,
+	})
+	if err == nil {
+		err = p.cfg.Agent.GenNotif(to, msg, nil)
+	}
+	if err != nil {
+		if de != nil && de.busy && errors.Is(err, nixl.ErrNotFound) {
+			de.acks = append(de.acks, ackOrder{to: to, c: c})
+			return
+		}
+		p.push.cancelAckUndeliver.Inc()
+		p.stats.FailedNotifications.Inc()
+		p.log.Debug("pushconn: could not send PUSH_CANCEL_ACK", zap.String("decode_request", c.RequestID), zap.String("to", to), zap.Error(err))
+		return
+	}
+	p.push.cancelAckSent.Inc()
+}
+
+// abort withdraws the engine's hold on request id (Producer.Abort): it
+// leaves the matcher, matched WRITEs that have not started are failed
+// (PUSH_FAIL "aborted"), those in flight may end, and the blocks are freed
+// once none is.
+func (w *writer) abort(id string) {
+	h := w.holds[id]
+	if h == nil || h.released {
+		return
+	}
+	if h.inMatcher {
+		w.matcher.Cancel(h.id)
+		h.inMatcher = false
+		// A registration that arrives for it later is told at once.
+		w.lapsed.add(match.Key{RequestID: h.id, TransferID: h.transferID})
+	}
+	for _, de := range w.peers {
+		kept := de.rewrites[:0]
+		var failed []rewrite
+		for _, r := range de.rewrites {
+			if r.hold == h {
+				failed = append(failed, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		de.rewrites = kept
+		for _, r := range failed {
+			w.failWrite(r.reg, r.hold, pushwire.FailAborted, errors.New("the prefill engine aborted the request"))
+		}
+	}
+	w.maybeRelease(h)
 }
 
 // onStray counts notifications a prefill rank never expects.

@@ -27,7 +27,7 @@ func BenchmarkMatch10kPending(b *testing.B) {
 		if _, err := m.Finish(now, Key{RequestID: ids[i]}, i); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := m.Register(now, "d0", Key{RequestID: "other-" + strconv.Itoa(i)}, 1, i); err != nil {
+		if _, _, err := m.Register(now, "d0", Key{RequestID: "other-" + strconv.Itoa(i)}, 0, 1, i); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -36,7 +36,7 @@ func BenchmarkMatch10kPending(b *testing.B) {
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Microsecond)
-		_, out, err := m.Register(now, "d0", Key{RequestID: decodeIDs[i]}, 1, i)
+		_, out, err := m.Register(now, "d0", Key{RequestID: decodeIDs[i]}, 0, 1, i)
 		if err != nil || out != Matched {
 			b.Fatalf("registration %d: %v %v", i, out, err)
 		}

@@ -52,6 +52,13 @@ type Match[R, F any] struct {
 	// Last is set on the pair that gave the finished blocks the last
 	// registration they expected: they have left the matcher.
 	Last bool
+	// Superseded is set, with Replaced, when Register took the place of a
+	// pending registration of the same sender and key but another non-zero
+	// seq (the same request id registered again): Replaced has left the
+	// matcher and pairs with nothing. It may come with any Outcome but
+	// Duplicate.
+	Superseded bool
+	Replaced   R
 }
 
 // ExpiredRegistration is a registration whose request never finished in time.
@@ -77,6 +84,7 @@ type Stats struct {
 	MatchedExact         uint64
 	MatchedStripped      uint64
 	Duplicates           uint64 // duplicate registrations dropped
+	Superseded           uint64 // pending registrations replaced by the same id registered again
 	ExpiredRegistrations uint64 // registrations that never paired
 	ExpiredFinished      uint64 // finished blocks released by their lease
 	PendingRegistrations int    // registrations waiting now
@@ -86,6 +94,7 @@ type Stats struct {
 type regEntry[R any] struct {
 	sender   string
 	key      Key
+	seq      uint64
 	base     string
 	fanout   int
 	reg      R
@@ -127,6 +136,7 @@ type identity struct {
 
 type tombstone struct {
 	id       identity
+	seq      uint64
 	deadline time.Time
 	gone     bool
 }
@@ -209,10 +219,13 @@ func (m *Matcher[R, F]) Stats() Stats {
 // so the number of registrations they expect; only the first pairing
 // registration's fanout counts. A registration identical (sender, request id,
 // transfer id) to one pending or paired within the registration TTL is a
-// Duplicate and changes nothing but a counter. now is when the
+// Duplicate and changes nothing but a counter, unless both carry a non-zero
+// seq and the seqs differ: then it is the same request registered again,
+// which replaces a pending one (Match.Superseded) and is not held against
+// one already paired. now is when the
 // registration was received, which may be before the previous call's now
 // (it waited for a handshake): its deadline counts from then.
-func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, fanout int, reg R) (Match[R, F], Outcome, error) {
+func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint64, fanout int, reg R) (Match[R, F], Outcome, error) {
 	var none Match[R, F]
 	if key.RequestID == "" {
 		return none, 0, errors.New("match: registration has an empty request id")
@@ -221,25 +234,48 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, fanout i
 		return none, 0, fmt.Errorf("match: registration fanout must be at least 1, got %d", fanout)
 	}
 	id := identity{sender: sender, key: key}
-	if _, ok := m.pendingIDs[id]; ok {
-		m.stats.Duplicates++
-		return none, Duplicate, nil
+	var superseded *regEntry[R]
+	if old, ok := m.pendingIDs[id]; ok {
+		if !newSeq(old.seq, seq) {
+			m.stats.Duplicates++
+			return none, Duplicate, nil
+		}
+		superseded = old
 	}
-	if _, ok := m.tombs[id]; ok {
-		m.stats.Duplicates++
-		return none, Duplicate, nil
+	if t, ok := m.tombs[id]; ok {
+		if !newSeq(t.seq, seq) {
+			m.stats.Duplicates++
+			return none, Duplicate, nil
+		}
+		t.gone = true
+		delete(m.tombs, id)
+	}
+	if superseded != nil {
+		m.dropRegistration(superseded)
+		m.stats.Superseded++
 	}
 	m.stats.Registrations++
-	e := &regEntry[R]{sender: sender, key: key, base: Base(key.RequestID), fanout: fanout, reg: reg}
+	e := &regEntry[R]{sender: sender, key: key, seq: seq, base: Base(key.RequestID), fanout: fanout, reg: reg}
+	out := Pending
 	if f, kind := m.findFinished(e); f != nil {
-		return m.pair(now, e, f, kind), Matched, nil
+		none = m.pair(now, e, f, kind)
+		out = Matched
+	} else {
+		e.deadline = now.Add(m.cfg.RegistrationTTL)
+		m.pendingIDs[id] = e
+		m.regs.add(key, e.base, e)
+		m.regQ.push(e)
 	}
-	e.deadline = now.Add(m.cfg.RegistrationTTL)
-	m.pendingIDs[id] = e
-	m.regs.add(key, e.base, e)
-	m.regQ.push(e)
-	return none, Pending, nil
+	if superseded != nil {
+		none.Superseded, none.Replaced = true, superseded.reg
+	}
+	return none, out, nil
 }
+
+// newSeq reports whether a registration with seq is another registration
+// than an earlier one of the same identity with seq old: both said their
+// seq and they differ.
+func newSeq(old, seq uint64) bool { return old != 0 && seq != 0 && old != seq }
 
 // findFinished returns the finished entry that registration e pairs with,
 // by the first rule that finds one.
@@ -304,7 +340,7 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind
 		f.want = e.fanout
 	}
 	f.served = append(f.served, e.sender)
-	t := &tombstone{id: identity{sender: e.sender, key: e.key}, deadline: now.Add(m.cfg.RegistrationTTL)}
+	t := &tombstone{id: identity{sender: e.sender, key: e.key}, seq: e.seq, deadline: now.Add(m.cfg.RegistrationTTL)}
 	if old, ok := m.tombs[t.id]; ok {
 		old.gone = true
 	}

@@ -35,7 +35,7 @@ func TestBase(t *testing.T) {
 
 func TestRegisterThenFinish(t *testing.T) {
 	m := newM(t)
-	_, out, err := m.Register(t0, "d0", Key{RequestID: "r1"}, 1, "reg")
+	_, out, err := m.Register(t0, "d0", Key{RequestID: "r1"}, 0, 1, "reg")
 	require.NoError(t, err)
 	require.Equal(t, Pending, out)
 	got, err := m.Finish(t0.Add(time.Second), Key{RequestID: "r1"}, "fin")
@@ -56,7 +56,7 @@ func TestFinishThenRegister(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.True(t, m.WaitingFinished())
-	mt, out, err := m.Register(t0, "d0", Key{RequestID: "r1"}, 1, "reg")
+	mt, out, err := m.Register(t0, "d0", Key{RequestID: "r1"}, 0, 1, "reg")
 	require.NoError(t, err)
 	require.Equal(t, Matched, out)
 	require.Equal(t, "fin", mt.Fin)
@@ -70,7 +70,7 @@ func TestFinishThenRegister(t *testing.T) {
 func TestStrippedMatch(t *testing.T) {
 	m := newM(t)
 	// Decode and prefill each appended their own suffix to the proxy's id.
-	_, out, err := m.Register(t0, "d0", Key{RequestID: "cmpl-42-0-DEADBEEF"}, 1, "reg")
+	_, out, err := m.Register(t0, "d0", Key{RequestID: "cmpl-42-0-DEADBEEF"}, 0, 1, "reg")
 	require.NoError(t, err)
 	require.Equal(t, Pending, out)
 	got, err := m.Finish(t0, Key{RequestID: "cmpl-42-0-0badf00d"}, "fin")
@@ -81,7 +81,7 @@ func TestStrippedMatch(t *testing.T) {
 	// Only one side carries a suffix.
 	_, err = m.Finish(t0, Key{RequestID: "cmpl-43-12345678"}, "fin2")
 	require.NoError(t, err)
-	mt, out, err := m.Register(t0, "d0", Key{RequestID: "cmpl-43"}, 1, "reg2")
+	mt, out, err := m.Register(t0, "d0", Key{RequestID: "cmpl-43"}, 0, 1, "reg2")
 	require.NoError(t, err)
 	require.Equal(t, Matched, out)
 	require.Equal(t, ByStrippedID, mt.Kind)
@@ -90,14 +90,14 @@ func TestStrippedMatch(t *testing.T) {
 	// Different bases never pair.
 	_, err = m.Finish(t0, Key{RequestID: "cmpl-44-12345678"}, "fin3")
 	require.NoError(t, err)
-	_, out, err = m.Register(t0, "d0", Key{RequestID: "cmpl-45-12345678"}, 1, "reg3")
+	_, out, err = m.Register(t0, "d0", Key{RequestID: "cmpl-45-12345678"}, 0, 1, "reg3")
 	require.NoError(t, err)
 	require.Equal(t, Pending, out)
 }
 
 func TestTransferIDMatch(t *testing.T) {
 	m := newM(t)
-	_, _, err := m.Register(t0, "d0", Key{RequestID: "decode-side", TransferID: "x1"}, 1, "reg")
+	_, _, err := m.Register(t0, "d0", Key{RequestID: "decode-side", TransferID: "x1"}, 0, 1, "reg")
 	require.NoError(t, err)
 	got, err := m.Finish(t0, Key{RequestID: "prefill-side", TransferID: "x1"}, "fin")
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestTransferIDMatch(t *testing.T) {
 
 func TestTransferIDConflictBlocksIDMatch(t *testing.T) {
 	m := newM(t)
-	_, _, err := m.Register(t0, "d0", Key{RequestID: "r1", TransferID: "x1"}, 1, "reg")
+	_, _, err := m.Register(t0, "d0", Key{RequestID: "r1", TransferID: "x1"}, 0, 1, "reg")
 	require.NoError(t, err)
 	got, err := m.Finish(t0, Key{RequestID: "r1", TransferID: "x2"}, "fin")
 	require.NoError(t, err)
@@ -116,7 +116,7 @@ func TestTransferIDConflictBlocksIDMatch(t *testing.T) {
 	// One side without a transfer id falls back to request ids.
 	_, err = m.Finish(t0, Key{RequestID: "r2"}, "fin2")
 	require.NoError(t, err)
-	mt, out, err := m.Register(t0, "d0", Key{RequestID: "r2", TransferID: "x3"}, 1, "reg2")
+	mt, out, err := m.Register(t0, "d0", Key{RequestID: "r2", TransferID: "x3"}, 0, 1, "reg2")
 	require.NoError(t, err)
 	require.Equal(t, Matched, out)
 	require.Equal(t, ByExactID, mt.Kind)
@@ -136,7 +136,7 @@ func TestRulePrecedence(t *testing.T) {
 		fin  string
 		kind Kind
 	}{{"tid", ByTransferID}, {"exact", ByExactID}, {"stripped", ByStrippedID}} {
-		mt, out, err := m.Register(t0, "d"+want.fin, Key{RequestID: "a-87654321", TransferID: "t"}, 1, "r")
+		mt, out, err := m.Register(t0, "d"+want.fin, Key{RequestID: "a-87654321", TransferID: "t"}, 0, 1, "r")
 		require.NoError(t, err)
 		require.Equal(t, Matched, out)
 		require.Equal(t, want.fin, mt.Fin)
@@ -147,22 +147,22 @@ func TestRulePrecedence(t *testing.T) {
 func TestDuplicateRegistration(t *testing.T) {
 	m := newM(t)
 	k := Key{RequestID: "r1"}
-	_, out, _ := m.Register(t0, "d0", k, 1, "first")
+	_, out, _ := m.Register(t0, "d0", k, 0, 1, "first")
 	require.Equal(t, Pending, out)
-	_, out, _ = m.Register(t0, "d0", k, 1, "second")
+	_, out, _ = m.Register(t0, "d0", k, 0, 1, "second")
 	require.Equal(t, Duplicate, out, "duplicate while pending")
 	got, err := m.Finish(t0, k, "fin")
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, "first", got[0].Reg)
-	_, out, _ = m.Register(t0.Add(time.Minute), "d0", k, 1, "third")
+	_, out, _ = m.Register(t0.Add(time.Minute), "d0", k, 0, 1, "third")
 	require.Equal(t, Duplicate, out, "duplicate after pairing: no second write")
 	require.Equal(t, uint64(2), m.Stats().Duplicates)
 	require.Equal(t, uint64(1), m.Stats().Registrations)
 
 	// The duplicate memory lasts one registration TTL.
 	m.Expire(t0.Add(481 * time.Second))
-	_, out, _ = m.Register(t0.Add(481*time.Second), "d0", k, 1, "late")
+	_, out, _ = m.Register(t0.Add(481*time.Second), "d0", k, 0, 1, "late")
 	require.Equal(t, Pending, out)
 }
 
@@ -170,20 +170,20 @@ func TestFanoutServesEachSenderOnce(t *testing.T) {
 	m := newM(t)
 	_, err := m.Finish(t0, Key{RequestID: "r"}, "fin")
 	require.NoError(t, err)
-	mt, out, _ := m.Register(t0, "d0", Key{RequestID: "r"}, 2, "a")
+	mt, out, _ := m.Register(t0, "d0", Key{RequestID: "r"}, 0, 2, "a")
 	require.Equal(t, Matched, out)
 	require.False(t, mt.Last)
 	// The same sender under another id variant may not take a second write.
-	_, out, _ = m.Register(t0, "d0", Key{RequestID: "r-0000aaaa"}, 2, "b")
+	_, out, _ = m.Register(t0, "d0", Key{RequestID: "r-0000aaaa"}, 0, 2, "b")
 	require.Equal(t, Pending, out)
-	mt, out, _ = m.Register(t0, "d1", Key{RequestID: "r"}, 2, "c")
+	mt, out, _ = m.Register(t0, "d1", Key{RequestID: "r"}, 0, 2, "c")
 	require.Equal(t, Matched, out)
 	require.True(t, mt.Last)
 	require.False(t, m.WaitingFinished())
 
 	// Finish pairs with up to fanout registrations of distinct senders at once.
 	for _, s := range []string{"d0", "d0x", "d1"} {
-		_, _, err := m.Register(t0, s, Key{RequestID: "q"}, 2, s)
+		_, _, err := m.Register(t0, s, Key{RequestID: "q"}, 0, 2, s)
 		require.NoError(t, err)
 	}
 	got, err := m.Finish(t0, Key{RequestID: "q"}, "fin2")
@@ -196,7 +196,7 @@ func TestFanoutServesEachSenderOnce(t *testing.T) {
 
 func TestRegistrationExpiresOnce(t *testing.T) {
 	m := newM(t)
-	_, _, _ = m.Register(t0, "d0", Key{RequestID: "never"}, 1, "reg")
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "never"}, 0, 1, "reg")
 	next, ok := m.Next()
 	require.True(t, ok)
 	require.Equal(t, t0.Add(480*time.Second), next)
@@ -217,7 +217,7 @@ func TestFinishedLeaseExpiresOnce(t *testing.T) {
 	m := newM(t)
 	_, _ = m.Finish(t0, Key{RequestID: "lonely"}, "fin")
 	_, _ = m.Finish(t0, Key{RequestID: "half"}, "fin2")
-	_, _, _ = m.Register(t0, "d0", Key{RequestID: "half"}, 2, "reg")
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "half"}, 0, 2, "reg")
 	_, fins := m.Expire(t0.Add(30 * time.Second))
 	require.Equal(t, []ExpiredFinished[string]{
 		{Key: Key{RequestID: "lonely"}, Fin: "fin", Served: 0},
@@ -226,7 +226,7 @@ func TestFinishedLeaseExpiresOnce(t *testing.T) {
 	_, fins = m.Expire(t0.Add(time.Hour))
 	require.Empty(t, fins)
 	require.Equal(t, uint64(2), m.Stats().ExpiredFinished)
-	_, out, _ := m.Register(t0.Add(31*time.Second), "d1", Key{RequestID: "lonely"}, 1, "late")
+	_, out, _ := m.Register(t0.Add(31*time.Second), "d1", Key{RequestID: "lonely"}, 0, 1, "late")
 	require.Equal(t, Pending, out, "late registration does not pair with released blocks")
 }
 
@@ -236,16 +236,16 @@ func TestDuplicateFinishRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Finish(t0, Key{RequestID: "r"}, "b")
 	require.ErrorIs(t, err, ErrDuplicateFinished)
-	mt, _, _ := m.Register(t0, "d", Key{RequestID: "r"}, 1, "reg")
+	mt, _, _ := m.Register(t0, "d", Key{RequestID: "r"}, 0, 1, "reg")
 	require.Equal(t, "a", mt.Fin, "the first finish is kept")
 	require.Equal(t, uint64(1), m.Stats().Finished)
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
 	m := newM(t)
-	_, _, err := m.Register(t0, "d", Key{}, 1, "")
+	_, _, err := m.Register(t0, "d", Key{}, 0, 1, "")
 	require.ErrorContains(t, err, "empty request id")
-	_, _, err = m.Register(t0, "d", Key{RequestID: "r"}, 0, "")
+	_, _, err = m.Register(t0, "d", Key{RequestID: "r"}, 0, 0, "")
 	require.ErrorContains(t, err, "fanout must be at least 1, got 0")
 	_, err = m.Finish(t0, Key{}, "")
 	require.ErrorContains(t, err, "empty id")
@@ -301,7 +301,7 @@ func TestRandomOrderEveryRequestEndsOnce(t *testing.T) {
 		now = now.Add(time.Millisecond)
 		rk, fk := keys(e.i)
 		if e.reg {
-			mt, out, err := m.Register(now, "d0", rk, 1, rk.RequestID)
+			mt, out, err := m.Register(now, "d0", rk, 0, 1, rk.RequestID)
 			require.NoError(t, err)
 			if out == Matched {
 				require.Equal(t, fk, mt.FinKey)
@@ -328,10 +328,10 @@ func TestRandomOrderEveryRequestEndsOnce(t *testing.T) {
 
 func TestFlush(t *testing.T) {
 	m := newM(t)
-	_, _, _ = m.Register(t0, "d0", Key{RequestID: "a"}, 1, "ra")
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "a"}, 0, 1, "ra")
 	_, _ = m.Finish(t0, Key{RequestID: "b"}, "fb")
 	_, _ = m.Finish(t0, Key{RequestID: "c"}, "fc")
-	_, _, _ = m.Register(t0, "d0", Key{RequestID: "c"}, 1, "rc") // pairs: not flushed
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "c"}, 0, 1, "rc") // pairs: not flushed
 	regs, fins := m.Flush()
 	require.Equal(t, []ExpiredRegistration[string]{{Sender: "d0", Key: Key{RequestID: "a"}, Reg: "ra"}}, regs)
 	require.Equal(t, []ExpiredFinished[string]{{Key: Key{RequestID: "b"}, Fin: "fb"}}, fins)
@@ -345,9 +345,9 @@ func TestFlush(t *testing.T) {
 
 func TestRegistrationDeadlineCountsFromReceipt(t *testing.T) {
 	m := newM(t)
-	_, _, _ = m.Register(t0.Add(10*time.Second), "d0", Key{RequestID: "later"}, 1, "b")
+	_, _, _ = m.Register(t0.Add(10*time.Second), "d0", Key{RequestID: "later"}, 0, 1, "b")
 	// Received earlier, admitted after a handshake.
-	_, _, _ = m.Register(t0, "d0", Key{RequestID: "earlier"}, 1, "a")
+	_, _, _ = m.Register(t0, "d0", Key{RequestID: "earlier"}, 0, 1, "a")
 	next, ok := m.Next()
 	require.True(t, ok)
 	require.Equal(t, t0.Add(480*time.Second), next)
@@ -361,7 +361,7 @@ func TestPendingFindsWaitingRegistrationsOnly(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Unix(0, 0)
 	k := Key{RequestID: "r-1", TransferID: "t"}
-	_, out, err := m.Register(now, "d0", k, 1, "reg")
+	_, out, err := m.Register(now, "d0", k, 0, 1, "reg")
 	require.NoError(t, err)
 	require.Equal(t, Pending, out)
 	got, ok := m.Pending("d0", k)
@@ -380,9 +380,9 @@ func TestPendingFindsWaitingRegistrationsOnly(t *testing.T) {
 
 func TestWithdrawRemovesAWaitingRegistration(t *testing.T) {
 	m := newM(t)
-	_, _, err := m.Register(t0, "d0", Key{RequestID: "r-0123abcd"}, 1, "old")
+	_, _, err := m.Register(t0, "d0", Key{RequestID: "r-0123abcd"}, 0, 1, "old")
 	require.NoError(t, err)
-	_, _, err = m.Register(t0, "d0", Key{RequestID: "r-89abcdef"}, 1, "new")
+	_, _, err = m.Register(t0, "d0", Key{RequestID: "r-89abcdef"}, 0, 1, "new")
 	require.NoError(t, err)
 	reg, ok := m.Withdraw("d0", Key{RequestID: "r-0123abcd"})
 	require.True(t, ok)
@@ -398,10 +398,50 @@ func TestWithdrawRemovesAWaitingRegistration(t *testing.T) {
 	require.Equal(t, "new", ms[0].Reg)
 
 	// The same identity registers again as a new registration.
-	_, out, err := m.Register(t0, "d0", Key{RequestID: "r-0123abcd"}, 1, "again")
+	_, out, err := m.Register(t0, "d0", Key{RequestID: "r-0123abcd"}, 0, 1, "again")
 	require.NoError(t, err)
 	require.Equal(t, Pending, out)
 	regs, _ := m.Expire(t0.Add(480 * time.Second))
 	require.Len(t, regs, 1, "the withdrawn entry never expires")
 	require.Equal(t, "again", regs[0].Reg)
+}
+
+// The same sender and key with another non-zero seq is the same request id
+// registered again, not a duplicate: it replaces a pending registration
+// and is admitted after a paired one. The same seq, or a seq on one side
+// only, is still a duplicate.
+func TestRegisteredAgainWithNewSeqIsNotADuplicate(t *testing.T) {
+	m := newM(t)
+	k := Key{RequestID: "r1"}
+	_, out, _ := m.Register(t0, "d0", k, 1, 1, "first")
+	require.Equal(t, Pending, out)
+	_, out, _ = m.Register(t0, "d0", k, 1, 1, "copy")
+	require.Equal(t, Duplicate, out, "same seq: the same message")
+	_, out, _ = m.Register(t0, "d0", k, 0, 1, "no seq")
+	require.Equal(t, Duplicate, out, "no seq: cannot tell, a duplicate as before")
+	mt, out, _ := m.Register(t0, "d0", k, 2, 1, "second")
+	require.Equal(t, Pending, out)
+	require.True(t, mt.Superseded)
+	require.Equal(t, "first", mt.Replaced)
+	require.Equal(t, 1, m.PendingRegistrations())
+	got, err := m.Finish(t0, k, "fin")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "second", got[0].Reg, "the replaced registration pairs with nothing")
+	// Paired: the same seq again is a duplicate, a new one waits for a new finish.
+	_, out, _ = m.Register(t0, "d0", k, 2, 1, "second again")
+	require.Equal(t, Duplicate, out)
+	mt, out, _ = m.Register(t0, "d0", k, 3, 1, "third")
+	require.Equal(t, Pending, out)
+	require.False(t, mt.Superseded)
+	got, err = m.Finish(t0, k, "fin2")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "third", got[0].Reg)
+	s := m.Stats()
+	require.Equal(t, uint64(3), s.Duplicates)
+	require.Equal(t, uint64(1), s.Superseded)
+	// Nothing replaced is left to expire.
+	regs, _ := m.Expire(t0.Add(time.Hour))
+	require.Empty(t, regs)
 }
