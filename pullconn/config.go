@@ -31,6 +31,11 @@ const (
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:"
 	// line when a Logger is set.
 	DefaultStatsInterval = engine.DefaultStatsInterval
+	// DefaultExpiryMargin is RankConfig.ExpiryMargin's default.
+	DefaultExpiryMargin = time.Second
+	// DefaultWaitTimeout bounds Wait without Load (vLLM's decode keeps
+	// blocks for a remote prefill up to 480 s).
+	DefaultWaitTimeout = 480 * time.Second
 )
 
 // Policy says what decode does with a request whose blocks could not be
@@ -73,6 +78,16 @@ type RankConfig struct {
 	// TransferTimeout (decode) bounds a READ in flight (default
 	// DefaultTransferTimeout).
 	TransferTimeout time.Duration
+	// ExpiryMargin (decode) is how long before prefill's hold deadline, on
+	// top of the handshake's clock-offset uncertainty, decode stops
+	// trusting the hold: no READ is posted or finished later (default
+	// DefaultExpiryMargin). It covers clock drift between the engines and
+	// the skew between the ranks' RequestFinished calls.
+	ExpiryMargin time.Duration
+	// WaitTimeout (decode) bounds how long a request registered with Wait
+	// keeps prefill's blocks alive with heartbeats without a Load or Abort
+	// following (default DefaultWaitTimeout).
+	WaitTimeout time.Duration
 	// FailurePolicy (decode) is PolicyFail (default) or PolicyRecompute.
 	FailurePolicy Policy
 	// Inline (decode) maps descriptors and posts READs on the goroutine
@@ -85,7 +100,10 @@ type RankConfig struct {
 	// DefaultIdleInterval).
 	PollInterval time.Duration
 	IdleInterval time.Duration
-	// Clock is the time source for leases and deadlines (default: wall clock).
+	// Clock is the time source for leases and deadlines (default: the
+	// Engine's clock, EngineConfig.Clock). Use no other clock than the
+	// Engine's: hold deadlines are compared through the clock offset the
+	// Engine's handshake measures.
 	Clock Clock
 	// Logger receives warnings and the periodic metrics line (default: none).
 	Logger *zap.Logger
@@ -94,7 +112,7 @@ type RankConfig struct {
 	StatsInterval time.Duration
 }
 
-func (c *RankConfig) withDefaults() {
+func (c *RankConfig) withDefaults(e *Engine) {
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.Lease/6)
 	c.HeartbeatExtension = cmp.Or(c.HeartbeatExtension, c.Lease*2/3)
@@ -103,8 +121,13 @@ func (c *RankConfig) withDefaults() {
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
+	c.ExpiryMargin = cmp.Or(c.ExpiryMargin, DefaultExpiryMargin)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, DefaultWaitTimeout)
 	if c.Clock == nil {
 		c.Clock = lease.SystemClock{}
+		if e != nil && e.core != nil {
+			c.Clock = e.core.Config().Clock
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -114,6 +137,12 @@ func (c *RankConfig) withDefaults() {
 // validate runs after withDefaults, so zero means the user wrote a
 // negative number or an unknown word.
 func (c *RankConfig) validate(e *Engine) error {
+	if e == nil || e.core == nil {
+		return invalidf("engine is nil: create it with NewEngine")
+	}
+	if err := e.core.CheckOpen(); err != nil {
+		return err
+	}
 	if err := e.core.CheckRank(c.Agent, c.Layout); err != nil {
 		return invalidf("%v", err)
 	}
@@ -122,6 +151,8 @@ func (c *RankConfig) validate(e *Engine) error {
 		engine.Duration{Field: "RankConfig.TransferTimeout", Value: c.TransferTimeout},
 		engine.Duration{Field: "RankConfig.PollInterval", Value: c.PollInterval},
 		engine.Duration{Field: "RankConfig.IdleInterval", Value: c.IdleInterval},
+		engine.Duration{Field: "RankConfig.ExpiryMargin", Value: c.ExpiryMargin},
+		engine.Duration{Field: "RankConfig.WaitTimeout", Value: c.WaitTimeout},
 	)
 	if err != nil {
 		return invalidf("%v", err)

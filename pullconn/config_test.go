@@ -15,7 +15,7 @@ import (
 
 func TestDefaultsMatchVLLM(t *testing.T) {
 	cfg := RankConfig{}
-	cfg.withDefaults()
+	cfg.withDefaults(nil)
 	assert.Equal(t, 30*time.Second, cfg.Lease)
 	assert.Equal(t, 5*time.Second, cfg.HeartbeatInterval, "lease/6")
 	assert.Equal(t, 20*time.Second, cfg.HeartbeatExtension, "2/3 lease")

@@ -2,6 +2,8 @@ package pullconn
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -37,8 +39,9 @@ type Consumer struct {
 	live    map[string]struct{} // requests not yet ended
 	queue   []*load             // submitted, not yet seen by the reader
 	hsDone  []handshakeDone
+	queried []holdAnswer
 	results []Result
-	waiting map[string]*Params // Wait-registered, heartbeats only
+	waiting map[string]*waiter // Wait-registered, heartbeats only
 
 	// Work state: the reader's, and the caller's too in Inline mode.
 	wmu     sync.Mutex
@@ -47,6 +50,24 @@ type Consumer struct {
 	ready   []*load // handshake done, to post on the next Drain (Inline)
 	lastHB  time.Time
 	scratch descriptors.Transfer // mapping lists, reused by post
+	// draining are loads that ended but whose READs the agent has not yet
+	// let go of: their result waits until no byte can land in their blocks.
+	draining []*load
+	// confirmed holds, per prefill engine (remote key) and remote request
+	// id, the latest deadline a hold query returned, on this rank's clock.
+	confirmed map[string]time.Time
+
+	aborted       *stats.Counter
+	waitTimeouts  *stats.Counter
+	stuck         *stats.Counter
+	holdQueries   *stats.Counter
+	failedQueries *stats.Counter
+}
+
+// waiter is a request registered with Wait.
+type waiter struct {
+	p     Params
+	since time.Time
 }
 
 // load is one request on its way through a decode rank.
@@ -60,6 +81,10 @@ type load struct {
 	xfers    []*xfer
 	after    []int // prefill ranks to notify with GenNotif once done
 	ended    bool
+	// result is the end of a load that waits in draining for its READs to
+	// let go; it is published after.
+	result     Result
+	drainUntil time.Time
 }
 
 type xfer struct {
@@ -80,7 +105,7 @@ type handshakeDone struct {
 // NewConsumer registers cfg.Layout's memory with cfg.Agent and starts the
 // rank's reader goroutine.
 func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
-	cfg.withDefaults()
+	cfg.withDefaults(e)
 	if err := cfg.validate(e); err != nil {
 		return nil, err
 	}
@@ -88,12 +113,18 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
-		log:     cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
-		live:    map[string]struct{}{},
-		waiting: map[string]*Params{},
-		remotes: map[string]*remote{},
+		log:       cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
+		live:      map[string]struct{}{},
+		waiting:   map[string]*waiter{},
+		remotes:   map[string]*remote{},
+		confirmed: map[string]time.Time{},
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or Wait calls refused for invalid arguments.")
+	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
+	c.waitTimeouts = c.stats.Counter("wait_timeouts", "Wait registrations dropped after RankConfig.WaitTimeout without a Load.")
+	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
+	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
+	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
@@ -152,8 +183,10 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 
 // Wait tells the rank that request requestID, prefilled as p says, waits
 // for decode blocks: the rank handshakes with the prefill engine now and
-// sends heartbeats for the request until Load or Abort, so its prefill lease
-// does not run out while decode is busy.
+// sends heartbeats for the request until Load, Abort or
+// RankConfig.WaitTimeout, so its prefill lease does not run out while
+// decode is busy. The answers to those heartbeats move the deadline the
+// later Load trusts.
 func (c *Consumer) Wait(requestID string, p Params) error {
 	l, err := c.newLoad(requestID, &p, nil)
 	if err != nil {
@@ -166,17 +199,75 @@ func (c *Consumer) Wait(requestID string, p Params) error {
 	if c.closed {
 		return ErrClosed
 	}
-	c.waiting[requestID] = &p
+	c.waiting[requestID] = &waiter{p: p, since: c.cfg.Clock.Now()}
 	c.poll.Wake()
 	return nil
 }
 
-// Abort stops the heartbeats of a request registered with Wait and not yet
-// loaded; prefill then frees its blocks when the lease expires.
-func (c *Consumer) Abort(requestID string) {
+// Abort ends request requestID for the engine (its client went away, say).
+// A request registered with Wait stops its heartbeats. A loading request
+// ends with an error matching ErrAborted: at once when no READ of it is in
+// flight, else as soon as the agent has let go of its READs, so that no
+// byte lands in its blocks after Drain hands them back. No completion is
+// sent: prefill frees the blocks when its hold ends. An unknown or already
+// ended id, or a second call, does nothing. It returns ErrClosed after
+// Close.
+func (c *Consumer) Abort(requestID string) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		return ErrClosed
+	}
+	_, wasWaiting := c.waiting[requestID]
 	delete(c.waiting, requestID)
+	_, live := c.live[requestID]
+	var l *load
+	if live {
+		for i, q := range c.queue {
+			if q.id == requestID {
+				l = q
+				c.queue = append(c.queue[:i], c.queue[i+1:]...)
+				break
+			}
+		}
+	}
 	c.qmu.Unlock()
+	if !live {
+		if wasWaiting {
+			c.aborted.Inc()
+		}
+		return nil
+	}
+	if l == nil {
+		l = c.findLoad(requestID)
+	}
+	if l == nil || l.ended {
+		return nil // draining already: its result comes
+	}
+	c.aborted.Inc()
+	c.fail(l, fmt.Errorf("%w: request %q", ErrAborted, requestID))
+	return nil
+}
+
+// findLoad looks for a routed load that has not ended. wmu is held.
+func (c *Consumer) findLoad(id string) *load {
+	for _, set := range [][]*load{c.reading, c.ready} {
+		for _, l := range set {
+			if l.id == id && !l.ended {
+				return l
+			}
+		}
+	}
+	for _, r := range c.remotes {
+		for _, l := range r.parked {
+			if l.id == id && !l.ended {
+				return l
+			}
+		}
+	}
+	return nil
 }
 
 // Drain returns, without waiting, the requests that ended since the last
@@ -258,8 +349,17 @@ func (c *Consumer) Close() error {
 		}
 		r.parked = nil
 	}
+	c.drain(c.cfg.Clock.Now())
+	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
+	// What still drains had a READ the agent would not release; with the
+	// memory deregistered the agent has nowhere left to write it.
+	for _, l := range c.draining {
+		c.stuck.Inc()
+		c.publish(l)
+	}
+	c.draining = nil
 	c.wmu.Unlock()
-	return c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
+	return err
 }
 
 // newLoad checks a request's arguments without touching any state.
@@ -291,21 +391,34 @@ func (c *Consumer) busy() bool {
 	n := len(c.queue) + len(c.hsDone)
 	c.qmu.Unlock()
 	c.wmu.Lock()
-	n += len(c.reading)
+	n += len(c.reading) + len(c.draining)
 	c.wmu.Unlock()
 	return n > 0
 }
 
-// end ends a request exactly once; wmu is held.
+// end ends a request exactly once: its result is published as soon as
+// none of its READs can still write into its blocks. wmu is held.
 func (c *Consumer) end(l *load, res Result) {
 	if l.ended {
 		return
 	}
 	l.ended = true
+	l.result = res
+	if c.releaseXfers(l) {
+		c.publish(l)
+		return
+	}
+	l.drainUntil = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
+	c.draining = append(c.draining, l)
+}
+
+// publish hands an ended load's result to Drain. wmu is held.
+func (c *Consumer) publish(l *load) {
 	c.qmu.Lock()
 	delete(c.live, l.id)
-	c.results = append(c.results, res)
+	c.results = append(c.results, l.result)
 	c.qmu.Unlock()
+	delete(c.confirmed, l.key+"\x00"+l.p.RemoteRequestID)
 }
 
 func (c *Consumer) fail(l *load, err error) {
@@ -313,17 +426,46 @@ func (c *Consumer) fail(l *load, err error) {
 	if c.cfg.FailurePolicy == PolicyRecompute && len(l.local) > 0 {
 		res.InvalidBlocks = append([]int(nil), l.local...)
 	}
-	c.releaseXfers(l)
 	c.end(l, res)
 }
 
-func (c *Consumer) releaseXfers(l *load) {
+// releaseXfers releases the load's transfer requests and reports whether
+// the agent let go of all of them. A request it refuses to release (a READ
+// it cannot cancel yet) stays, and drain tries again: until the agent lets
+// go, the READ may still write into the load's blocks.
+func (c *Consumer) releaseXfers(l *load) bool {
+	all := true
 	for _, x := range l.xfers {
-		if x.h != 0 {
-			if err := c.cfg.Agent.ReleaseXferReq(x.h); err != nil {
-				c.log.Debug("pullconn: release transfer", zap.Error(err))
-			}
-			x.h = 0
+		if x.h == 0 {
+			continue
+		}
+		err := c.cfg.Agent.ReleaseXferReq(x.h)
+		if err != nil && !errors.Is(err, nixl.ErrInvalidParam) && !errors.Is(err, nixl.ErrNotFound) {
+			c.log.Debug("pullconn: transfer not released yet", zap.String("request_id", l.id), zap.Error(err))
+			all = false
+			continue
+		}
+		x.h = 0
+	}
+	return all
+}
+
+// drain publishes the ended loads whose READs the agent has let go of, and
+// those past their drain deadline (counted as stuck). wmu is held.
+func (c *Consumer) drain(now time.Time) {
+	keep := c.draining[:0]
+	for _, l := range c.draining {
+		switch {
+		case c.releaseXfers(l):
+			c.publish(l)
+		case !now.Before(l.drainUntil):
+			c.stuck.Inc()
+			c.log.Error("pullconn: READ not released within the transfer timeout; handing its blocks back anyway", zap.String("request_id", l.id))
+			c.publish(l)
+		default:
+			keep = append(keep, l)
 		}
 	}
+	clear(c.draining[len(keep):])
+	c.draining = keep
 }

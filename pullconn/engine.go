@@ -1,6 +1,9 @@
 package pullconn
 
 import (
+	"sync"
+	"time"
+
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 )
@@ -21,15 +24,119 @@ type EngineConfig = engine.Config
 // fetches each prefill engine's payload once for all ranks.
 type Engine struct {
 	core *engine.Engine
+
+	mu sync.Mutex
+	// advertised is, per request id finishing on the engine's prefill
+	// ranks, the hold deadline that the first rank to finish it put in its
+	// Params; the other ranks advertise the same, so every rank returns the
+	// same Params and each rank's own hold (which starts later) covers it.
+	advertised map[string]*advert
+	producers  map[int]*Producer // by TP rank, for hold queries
 }
+
+type advert struct {
+	deadline time.Time
+	ranks    int // ranks that have finished the request
+}
+
+// advertise returns the deadline to put in the Params of request id, which
+// a rank holds until own.
+func (e *Engine) advertise(id string, now, own time.Time) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.advertised == nil {
+		e.advertised = map[string]*advert{}
+	}
+	a, ok := e.advertised[id]
+	if !ok || !now.Before(a.deadline) {
+		// New, or left from an earlier request of that id whose ranks did
+		// not all finish it.
+		if len(e.advertised) > maxAdverts {
+			for k, v := range e.advertised {
+				if !now.Before(v.deadline) {
+					delete(e.advertised, k)
+				}
+			}
+		}
+		a = &advert{deadline: own}
+		e.advertised[id] = a
+	}
+	a.ranks++
+	d := a.deadline
+	if a.ranks >= e.core.Config().TPSize {
+		delete(e.advertised, id)
+	}
+	return d
+}
+
+// maxAdverts is how many unfinished adverts an engine keeps before it
+// drops those whose deadline passed.
+const maxAdverts = 1 << 16
 
 // NewEngine validates cfg and starts the side channel.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
-	core, err := engine.Start(cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid})
+	e := &Engine{producers: map[int]*Producer{}}
+	core, err := engine.Start(cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend})
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{core: core}, nil
+	e.core = core
+	return e, nil
+}
+
+// extend answers a decode engine's hold query: it extends, on every
+// prefill rank of the engine, the holds of ids (as a heartbeat does) and
+// returns for each the earliest deadline over the ranks, in Unix
+// nanoseconds, or 0 if some rank does not hold it. It runs on a side-channel
+// goroutine.
+func (e *Engine) extend(ids []string) []int64 {
+	e.mu.Lock()
+	prods := make([]*Producer, 0, len(e.producers))
+	for _, p := range e.producers {
+		prods = append(prods, p)
+	}
+	full := len(prods) == e.core.Config().TPSize
+	e.mu.Unlock()
+	out := make([]int64, len(ids))
+	if !full {
+		return out // a rank missing cannot vouch for its part of the blocks
+	}
+	for i, p := range prods {
+		ds := p.extendHolds(ids)
+		for j, d := range ds {
+			switch {
+			case d.IsZero():
+				out[j] = -1
+			case out[j] == -1:
+			case i == 0 || d.UnixNano() < out[j]:
+				out[j] = d.UnixNano()
+			}
+		}
+	}
+	for j := range out {
+		out[j] = max(out[j], 0)
+	}
+	return out
+}
+
+// addProducer registers a rank for hold queries; a second Producer for a
+// rank is refused.
+func (e *Engine) addProducer(rank int, p *Producer) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.producers[rank]; dup {
+		return invalidf("engine %q already has a Producer for TP rank %d", e.ID(), rank)
+	}
+	e.producers[rank] = p
+	return nil
+}
+
+func (e *Engine) removeProducer(rank int, p *Producer) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.producers[rank] == p {
+		delete(e.producers, rank)
+	}
 }
 
 // ID returns the engine id.

@@ -22,8 +22,16 @@ var (
 	ErrTransfer = errors.New("pullconn: transfer failed")
 	// ErrTimeout: a READ stayed in flight past the transfer timeout.
 	ErrTimeout = errors.New("pullconn: transfer timed out")
-	// ErrClosed: the connector was closed while the request was pending.
+	// ErrClosed: the connector was closed while the request was pending,
+	// or its Engine was closed before the rank was created.
 	ErrClosed = errors.New("pullconn: connector closed")
+	// ErrExpired: prefill's hold of the blocks (Params.RemoteBlocksExpiryTime,
+	// extended by answered heartbeats) would end, or has ended, before the
+	// READ could be finished: decode did not use bytes the hold may no
+	// longer cover.
+	ErrExpired = errors.New("pullconn: prefill hold expired")
+	// ErrAborted: the engine aborted the request (Consumer.Abort).
+	ErrAborted = errors.New("pullconn: request aborted")
 )
 
 func invalidf(format string, args ...any) error {

@@ -42,16 +42,31 @@ func TestLeaseExpiresWhenDecodeNeverReads(t *testing.T) {
 	}
 }
 
-func TestLateCompletionAfterExpiryCountedAndIgnored(t *testing.T) {
+// Defect 1 of the correctness issue: a Load after prefill's lease used to
+// READ blocks prefill had already freed and report the request done.
+func TestLoadAfterLeaseFailsExpired(t *testing.T) {
 	clk := loopback.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	clk.Advance(31 * time.Second)
 	c.freed(1)
-	// Decode reads anyway (the blocks may have been reused: its result is
-	// its own business); its completion arrives after the expiry.
 	c.load("dreq-1", p, []int{5})
-	require.NoError(t, c.result("dreq-1")[0].Err)
+	res := c.result("dreq-1")[0]
+	require.ErrorIs(t, res.Err, ErrExpired)
+	assert.Contains(t, res.Err.Error(), `request "dreq-1": prefill engine "prefill" holds its blocks until`)
+	assert.Contains(t, res.Err.Error(), "before its READ was posted")
+	assert.Equal(t, uint64(0), c.fab.Counters().Posted, "no READ of freed blocks")
+	assert.Equal(t, uint64(1), c.cons[0].Stats().ExpiredRequests)
+}
+
+func TestLateCompletionAfterExpiryCountedAndIgnored(t *testing.T) {
+	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
+	c.finish("req-1", []int{1})
+	clk.Advance(31 * time.Second)
+	c.freed(1)
+	require.NoError(t, loadPeer(c.dagents[0], c.pagents[0]))
+	require.NoError(t, c.dagents[0].GenNotif("prefill-0", []byte("req-1:1"), nil))
 	require.Eventually(t, func() bool { return c.prods[0].Stats().LateNotifications == 1 }, 10*time.Second, time.Millisecond)
 	settle()
 	assert.Empty(t, c.prods[0].DrainFreed(), "nothing freed twice")

@@ -95,9 +95,18 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		}
 	}
 
-	c.pe, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: o.prefill.tp, BlockSize: o.prefill.bs})
+	// Each engine runs on the clock its ranks use, as RankConfig.Clock
+	// requires.
+	rankClock := func(apply func(*RankConfig)) Clock {
+		var probe RankConfig
+		if apply != nil {
+			apply(&probe)
+		}
+		return probe.Clock
+	}
+	c.pe, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: o.prefill.tp, BlockSize: o.prefill.bs, Clock: rankClock(o.prefillCfg)})
 	require.NoError(t, err)
-	dcfg := EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: o.decode.tp, BlockSize: o.decode.bs, HandshakeTimeout: 2 * time.Second}
+	dcfg := EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: o.decode.tp, BlockSize: o.decode.bs, HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
 	if o.decodeEngine != nil {
 		o.decodeEngine(&dcfg)
 	}

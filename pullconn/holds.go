@@ -20,6 +20,7 @@ type holds struct {
 }
 
 type held struct {
+	aborted  bool // the engine dropped it: no more extensions
 	blocks   []int
 	expected int // completions to wait for; 0 until the first one says
 	got      int
@@ -92,15 +93,26 @@ func (h *holds) complete(c notif.Completion) (completionOutcome, error) {
 	return completionDone, nil
 }
 
-// heartbeat extends the leases of the held ids among ids and returns how
-// many were not held.
-func (h *holds) heartbeat(ids []string, now time.Time, by time.Duration) (unknown int) {
+// heartbeat extends the leases of the held, not aborted ids among ids to at
+// least now+by and returns those ids.
+func (h *holds) heartbeat(ids []string, now time.Time, by time.Duration) (extended []string) {
 	for _, id := range ids {
-		if !h.leases.Extend(id, now, by) {
-			unknown++
+		if r, ok := h.reqs[id]; ok && !r.aborted && h.leases.Extend(id, now, by) {
+			extended = append(extended, id)
 		}
 	}
-	return unknown
+	return extended
+}
+
+// abort stops extending id's lease; it reports whether id was held and not
+// yet aborted. The lease keeps its deadline: decode was told it.
+func (h *holds) abort(id string) bool {
+	r, ok := h.reqs[id]
+	if !ok || r.aborted {
+		return false
+	}
+	r.aborted = true
+	return true
 }
 
 // expire releases every request whose lease ran out by now and returns

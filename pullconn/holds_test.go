@@ -63,7 +63,7 @@ func TestHoldsExpireThenLate(t *testing.T) {
 func TestHoldsHeartbeatExtends(t *testing.T) {
 	h, _ := newHolds(1, 30*time.Second, 16)
 	require.NoError(t, h.finish("r", nil, t0))
-	assert.Equal(t, 1, h.heartbeat([]string{"r", "zz"}, t0.Add(25*time.Second), 20*time.Second))
+	assert.Equal(t, []string{"r"}, h.heartbeat([]string{"r", "zz"}, t0.Add(25*time.Second), 20*time.Second))
 	assert.Empty(t, h.expire(t0.Add(44*time.Second)))
 	assert.Equal(t, []string{"r"}, h.expire(t0.Add(45*time.Second)))
 }

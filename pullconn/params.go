@@ -1,6 +1,10 @@
 package pullconn
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // Params are the transfer parameters prefill returns for a finished request
 // and decode needs to load it: vLLM's kv_transfer_params, with the same JSON
@@ -20,7 +24,34 @@ type Params struct {
 	NumTokens int `json:"num_tokens,omitempty"`
 	// TransferMode is "pull"; a push decode engine refuses these params.
 	TransferMode string `json:"transfer_mode,omitempty"`
+	// RemoteBlocksExpiryTime is when prefill's hold of the blocks ends, in
+	// seconds since the Unix epoch on prefill's clock (vLLM's key). Decode
+	// never posts or finishes a READ past it, less the handshake's clock
+	// offset estimate and RankConfig.ExpiryMargin, unless a heartbeat
+	// answer extended it. Zero means prefill does not say; decode then
+	// has no such guard.
+	RemoteBlocksExpiryTime float64 `json:"remote_blocks_expiry_time,omitempty"`
 }
+
+// expiry returns RemoteBlocksExpiryTime as a time on prefill's clock.
+func (p *Params) expiry() (time.Time, bool) {
+	if p.RemoteBlocksExpiryTime <= 0 {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(p.RemoteBlocksExpiryTime)
+	return time.Unix(int64(sec), int64(frac*1e9)), true
+}
+
+// expirySeconds is t as RemoteBlocksExpiryTime, rounded down to the
+// microsecond so that the float never names a later time than the hold's.
+func expirySeconds(t time.Time) float64 {
+	us := t.UnixMicro()
+	return float64(us/1e6) + float64(us%1e6)/1e6
+}
+
+// maxExpirySeconds bounds RemoteBlocksExpiryTime (year 2286), so that the
+// time it names fits time.Time's nanosecond arithmetic.
+const maxExpirySeconds = 1e10
 
 // maxBlockID bounds block ids from the network far above any real cache.
 const maxBlockID = 1 << 30
@@ -46,6 +77,8 @@ func (p *Params) Validate() error {
 		return invalidf("Params.PPSize is %d: the pull connector supports prefill PP size 1 only", p.PPSize)
 	case p.NumTokens < 0:
 		return invalidf("Params.NumTokens is %d, want >= 0", p.NumTokens)
+	case math.IsNaN(p.RemoteBlocksExpiryTime) || math.IsInf(p.RemoteBlocksExpiryTime, 0) || p.RemoteBlocksExpiryTime < 0 || p.RemoteBlocksExpiryTime > maxExpirySeconds:
+		return invalidf("Params.RemoteBlocksExpiryTime is %v, want seconds since the Unix epoch (0 for none)", p.RemoteBlocksExpiryTime)
 	}
 	for i, b := range p.RemoteBlockIDs {
 		if b < 0 || b > maxBlockID {

@@ -3,6 +3,7 @@ package pullconn
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -27,6 +28,8 @@ type Producer struct {
 	stats *stats.Set
 	log   *zap.Logger
 
+	aborted *stats.Counter
+
 	mu     sync.Mutex
 	holds  *holds
 	freed  []string
@@ -39,7 +42,7 @@ type Producer struct {
 // NewProducer registers cfg.Layout's memory with cfg.Agent, publishes the
 // rank on the engine's side channel and starts its poller.
 func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
-	cfg.withDefaults()
+	cfg.withDefaults(e)
 	if err := cfg.validate(e); err != nil {
 		return nil, err
 	}
@@ -47,11 +50,16 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
-	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
-		return nil, err
-	}
 	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
 		log: cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
+	if err := e.addProducer(cfg.Layout.TPRank, p); err != nil {
+		return nil, err
+	}
+	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
+		e.removeProducer(cfg.Layout.TPRank, p)
+		return nil, err
+	}
+	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	p.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
 		IdleInterval: cfg.IdleInterval,
@@ -86,7 +94,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		p.mu.Unlock()
 		return Params{}, ErrClosed
 	}
-	err := p.holds.finish(requestID, blocks, p.cfg.Clock.Now())
+	now := p.cfg.Clock.Now()
+	err := p.holds.finish(requestID, blocks, now)
+	deadline, _ := p.holds.leases.Deadline(requestID)
 	p.mu.Unlock()
 	if err != nil {
 		return Params{}, err
@@ -102,7 +112,29 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		TPSize:          p.e.core.Config().TPSize,
 		PPSize:          1,
 		TransferMode:    handshake.ModePull,
+		// The hold's deadline: decode never trusts the blocks past it
+		// unless a heartbeat answer moved it.
+		RemoteBlocksExpiryTime: expirySeconds(p.e.advertise(requestID, now, deadline)),
 	}, nil
+}
+
+// Abort tells the rank that the engine dropped request requestID: its hold
+// is no longer extended by heartbeats, and its blocks come out of
+// DrainFreed when every decode rank has notified or when the deadline the
+// rank last gave decode passes, whichever is first. They are not freed at
+// once: a decode READ may be in flight, and decode trusts the blocks until
+// that deadline. An unknown id, or a second call, does nothing. It returns
+// ErrClosed after Close.
+func (p *Producer) Abort(requestID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if p.holds.abort(requestID) {
+		p.aborted.Inc()
+	}
+	return nil
 }
 
 // DrainFreed returns, without blocking, the ids whose blocks the engine may
@@ -140,6 +172,7 @@ func (p *Producer) Close() error {
 	p.poll.Stop()
 	p.stopLog()
 	p.e.core.Server().ClearRank(p.cfg.Layout.TPRank)
+	p.e.removeProducer(p.cfg.Layout.TPRank, p)
 	// Withdraw the memory from NIXL first: once DrainFreed hands the ids
 	// out, the engine may reuse the blocks, and no decode READ may reach
 	// them then.
@@ -207,4 +240,24 @@ func (p *Producer) onHeartbeat(sender string, msg []byte) {
 	p.mu.Lock()
 	p.holds.heartbeat(ids, now, p.cfg.HeartbeatExtension)
 	p.mu.Unlock()
+}
+
+// extendHolds extends the holds of ids that this rank has and the engine
+// did not abort, as a heartbeat does, and returns their deadlines (zero
+// for the others). It serves hold queries from decode engines.
+func (p *Producer) extendHolds(ids []string) []time.Time {
+	now := p.cfg.Clock.Now()
+	out := make([]time.Time, len(ids))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return out
+	}
+	p.holds.heartbeat(ids, now, p.cfg.HeartbeatExtension)
+	for i, id := range ids {
+		if r, ok := p.holds.reqs[id]; ok && !r.aborted {
+			out[i], _ = p.holds.leases.Deadline(id)
+		}
+	}
+	return out
 }

@@ -6,11 +6,13 @@ import (
 	"net"
 	"slices"
 	"strconv"
+
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/nixl"
 )
@@ -28,19 +30,27 @@ func (c *Consumer) tick() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.qmu.Lock()
-	queued, done := c.queue, c.hsDone
-	c.queue, c.hsDone = nil, nil
+	queued, done, answers := c.queue, c.hsDone, c.queried
+	c.queue, c.hsDone, c.queried = nil, nil, nil
+	now := c.cfg.Clock.Now()
 	var waiting []*Params
-	if len(c.waiting) > 0 {
-		waiting = make([]*Params, 0, len(c.waiting))
-		for _, p := range c.waiting {
-			waiting = append(waiting, p)
+	for id, w := range c.waiting {
+		if now.Sub(w.since) >= c.cfg.WaitTimeout {
+			// Nothing followed the Wait: stop keeping prefill's blocks.
+			delete(c.waiting, id)
+			c.waitTimeouts.Inc()
+			c.log.Warn("pullconn: Wait without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("wait_timeout", c.cfg.WaitTimeout))
+			continue
 		}
+		waiting = append(waiting, &w.p)
 	}
 	c.qmu.Unlock()
 
 	for _, d := range done {
 		c.applyHandshake(d)
+	}
+	for _, a := range answers {
+		c.applyHoldAnswer(a)
 	}
 	for _, l := range queued {
 		c.route(l)
@@ -49,6 +59,10 @@ func (c *Consumer) tick() {
 		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
 	}
 	c.pollReads()
+	c.drain(c.cfg.Clock.Now())
+	if len(c.confirmed) > 64+4*(len(c.reading)+len(c.ready)+len(waiting)) {
+		c.pruneConfirmed()
+	}
 	// The period starts at the first heartbeat actually sent, so a request
 	// gets one as soon as its engine is ready.
 	if now := c.cfg.Clock.Now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval && c.heartbeat() {
@@ -79,6 +93,9 @@ func (c *Consumer) remoteFor(engineID, addr string) *remote {
 // route sends a load to its engine: posted now if the handshake is done,
 // else parked until it is. wmu is held.
 func (c *Consumer) route(l *load) {
+	if l.ended {
+		return
+	}
 	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort))
 	l.r = r
 	if r.ready {
@@ -171,6 +188,9 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 // post maps a load's blocks and posts one READ per prefill rank it reads,
 // each carrying the completion for that rank. wmu is held.
 func (c *Consumer) post(l *load) {
+	if l.ended {
+		return // aborted while it waited
+	}
 	set := l.r.setup
 	msg, err := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
 	if err != nil {
@@ -192,6 +212,11 @@ func (c *Consumer) post(l *load) {
 		return
 	}
 	req := descriptors.Request{SrcBlocks: l.p.RemoteBlockIDs, DstBlocks: l.local, DstCached: cached}
+	hold, guarded := c.holdDeadline(l)
+	if now := c.cfg.Clock.Now(); guarded && !now.Before(hold) {
+		c.expired(l, now, hold, "before its READ was posted")
+		return
+	}
 	start := time.Now()
 	var notified []int
 	for _, s := range set.sources {
@@ -254,6 +279,14 @@ func (l *load) allDone() bool {
 // succeed sends the completions no READ carried, releases the requests and
 // ends the load as done. wmu is held.
 func (c *Consumer) succeed(l *load) {
+	if hold, guarded := c.holdDeadline(l); guarded && len(l.xfers) > 0 {
+		// The READ finished, but only bytes read while prefill still held
+		// the blocks are the request's: done only if that is certain now.
+		if now := c.cfg.Clock.Now(); !now.Before(hold) {
+			c.expired(l, now, hold, "before its READ was seen complete")
+			return
+		}
+	}
 	c.releaseXfers(l)
 	if len(l.after) > 0 {
 		msg, _ := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
@@ -276,7 +309,7 @@ func (c *Consumer) pollReads() {
 	now := c.cfg.Clock.Now()
 	keep := c.reading[:0]
 	for _, l := range c.reading {
-		if c.pollLoad(l, now) {
+		if !l.ended && c.pollLoad(l, now) {
 			keep = append(keep, l)
 		}
 	}
@@ -306,6 +339,11 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		c.succeed(l)
 		return false
 	}
+	if hold, guarded := c.holdDeadline(l); guarded && !now.Before(hold) && hold.Before(l.deadline) {
+		c.stats.FailedTransfers.Inc()
+		c.expired(l, now, hold, "while its READ was in flight")
+		return false
+	}
 	if !now.Before(l.deadline) {
 		c.stats.FailedTransfers.Inc()
 		c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q still in flight after %v", ErrTimeout, l.id, l.p.RemoteEngineID, c.cfg.TransferTimeout))
@@ -331,13 +369,16 @@ func (c *Consumer) forgetIfGone(r *remote, err error) {
 // It reports whether there was anything to send. wmu is held.
 func (c *Consumer) heartbeat() bool {
 	ids := map[*remote][]string{}
-	for _, l := range c.reading {
-		if l.r.ready {
-			ids[l.r] = append(ids[l.r], l.p.RemoteRequestID)
+	for _, set := range [][]*load{c.reading, c.ready} {
+		for _, l := range set {
+			if !l.ended && l.r.ready {
+				ids[l.r] = append(ids[l.r], l.p.RemoteRequestID)
+			}
 		}
 	}
 	c.qmu.Lock()
-	for _, p := range c.waiting {
+	for _, w := range c.waiting {
+		p := &w.p
 		if r, ok := c.remotes[p.RemoteEngineID+"@"+joinHostPort(p.RemoteHost, p.RemotePort)]; ok && r.ready {
 			ids[r] = append(ids[r], p.RemoteRequestID)
 		}
@@ -347,6 +388,7 @@ func (c *Consumer) heartbeat() bool {
 		return false
 	}
 	for r, list := range ids {
+		c.startHoldQuery(r, list)
 		msgs, bad := notif.SplitHeartbeats(list, maxHeartbeatLen)
 		for _, err := range bad {
 			c.log.Debug("pullconn: id cannot go in a heartbeat", zap.Error(err))
@@ -361,4 +403,133 @@ func (c *Consumer) heartbeat() bool {
 		}
 	}
 	return true
+}
+
+// holdDeadline returns, on this rank's clock, the last moment at which the
+// load's prefill holds are certain to cover its READ: the later of the
+// deadline its Params gave (converted with the handshake's clock offset,
+// less its uncertainty) and the one a hold query confirmed, less
+// RankConfig.ExpiryMargin. guarded is false when prefill gave no deadline.
+// wmu is held; the handshake must be done.
+func (c *Consumer) holdDeadline(l *load) (deadline time.Time, guarded bool) {
+	base, ok := l.p.expiry()
+	if !ok || l.r == nil || l.r.setup == nil {
+		return time.Time{}, false
+	}
+	pl := l.r.setup.payload
+	deadline = base.Add(-pl.ClockOffset - pl.ClockUncertainty)
+	if t, ok := c.confirmed[l.key+"\x00"+l.p.RemoteRequestID]; ok && t.After(deadline) {
+		deadline = t
+	}
+	return deadline.Add(-c.cfg.ExpiryMargin), true
+}
+
+// expired fails a load whose prefill hold no longer certainly covers its
+// READ.
+func (c *Consumer) expired(l *load, now, hold time.Time, when string) {
+	c.stats.ExpiredRequests.Inc()
+	c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q holds its blocks until %v on this clock (margin and clock offset deducted), and it is %v, %s",
+		ErrExpired, l.id, l.p.RemoteEngineID, hold.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano), when))
+}
+
+// holdAnswer is a hold query's outcome.
+type holdAnswer struct {
+	r         *remote
+	ids       []string
+	deadlines []time.Time
+	err       error
+}
+
+// queryHolds asks the prefill engine to extend and confirm its holds of
+// ids. A heartbeat notification extends them too, but only this answer
+// tells decode that it did: a heartbeat can be lost. It runs on its own
+// goroutine.
+func (c *Consumer) queryHolds(r *remote, ids []string) {
+	defer c.hsWG.Done()
+	ans := holdAnswer{r: r}
+	for len(ids) > 0 && ans.err == nil {
+		n := min(len(ids), handshake.MaxExtendIDs)
+		ds, err := c.e.core.Client().Extend(c.ctx, r.engineID, r.addr, ids[:n])
+		ans.ids, ans.deadlines, ans.err = append(ans.ids, ids[:n]...), append(ans.deadlines, ds...), err
+		ids = ids[n:]
+	}
+	c.qmu.Lock()
+	c.queried = append(c.queried, ans)
+	c.qmu.Unlock()
+	c.poll.Wake()
+}
+
+// applyHoldAnswer records the deadlines a hold query confirmed. wmu is
+// held.
+func (c *Consumer) applyHoldAnswer(a holdAnswer) {
+	a.r.querying = false
+	if a.err != nil {
+		c.failedQueries.Inc()
+		c.log.Debug("pullconn: hold query failed", zap.String("remote_engine_id", a.r.engineID), zap.Error(a.err))
+		return
+	}
+	c.holdQueries.Inc()
+	want := c.expected()
+	for i, id := range a.ids {
+		k := a.r.key + "\x00" + id
+		d := a.deadlines[i]
+		if !want[k] || d.IsZero() {
+			continue // not ours any more, or not held: the deadline stays
+		}
+		if t, ok := c.confirmed[k]; !ok || d.After(t) {
+			c.confirmed[k] = d
+		}
+	}
+}
+
+// expected returns the remote keys and request ids ("<key>\x00<id>") that
+// this rank's live loads and Waits read. wmu is held.
+func (c *Consumer) expected() map[string]bool {
+	want := map[string]bool{}
+	for _, set := range [][]*load{c.reading, c.ready} {
+		for _, l := range set {
+			if !l.ended {
+				want[l.key+"\x00"+l.p.RemoteRequestID] = true
+			}
+		}
+	}
+	for _, r := range c.remotes {
+		for _, l := range r.parked {
+			want[l.key+"\x00"+l.p.RemoteRequestID] = true
+		}
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	for _, w := range c.waiting {
+		want[w.p.RemoteEngineID+"@"+joinHostPort(w.p.RemoteHost, w.p.RemotePort)+"\x00"+w.p.RemoteRequestID] = true
+	}
+	return want
+}
+
+// pruneConfirmed forgets confirmed deadlines of requests this rank no
+// longer reads (a Wait that timed out or was aborted). wmu is held.
+func (c *Consumer) pruneConfirmed() {
+	want := c.expected()
+	for k := range c.confirmed {
+		if !want[k] {
+			delete(c.confirmed, k)
+		}
+	}
+}
+
+// startHoldQuery starts a hold query for ids at r unless one is in flight.
+// wmu is held.
+func (c *Consumer) startHoldQuery(r *remote, ids []string) {
+	if r.querying {
+		return
+	}
+	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		return
+	}
+	c.hsWG.Add(1)
+	c.qmu.Unlock()
+	r.querying = true
+	go c.queryHolds(r, slices.Clone(ids))
 }

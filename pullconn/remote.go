@@ -18,6 +18,7 @@ type remote struct {
 	ready    bool
 	setup    *pairing
 	parked   []*load // waiting for the handshake
+	querying bool    // a hold query is in flight
 }
 
 // pairing is the result of a handshake as one decode rank sees it.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/lease"
 )
 
 // DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
@@ -36,6 +38,11 @@ type Config struct {
 	// HandshakeTimeout bounds each handshake with a peer engine, retries
 	// included (default DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration
+	// Clock is the engine's time source (default: the wall clock). The
+	// side channel stamps its handshake replies with it, the handshake
+	// client measures clock offsets with it, and ranks use it unless their
+	// own configuration names a clock; give ranks no other clock than this.
+	Clock lease.Clock
 	// Logger receives side-channel warnings (default: none).
 	Logger *zap.Logger
 }
@@ -68,6 +75,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = lease.SystemClock{}
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"net"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -23,20 +26,34 @@ type Connector struct {
 	// ErrInvalid is the connector's sentinel that configuration errors
 	// wrap.
 	ErrInvalid error
+	// ErrClosed is the connector's sentinel for a closed Engine (default
+	// ErrClosed of this package).
+	ErrClosed error
+	// OnExtend, when set, answers peers' hold queries (see
+	// handshake.Hello.Extend): pull prefill engines set it.
+	OnExtend func(ids []string) []int64
 }
+
+// ErrClosed is what a closed Engine's rank calls wrap when the connector
+// names no sentinel of its own.
+var ErrClosed = errors.New("engine closed")
 
 // Engine is one engine's side channel and handshake client, shared by its
 // ranks. Its side channel serves every rank's agent metadata and layout at
 // one address (vLLM's side-channel port); its client fetches each peer
 // engine's payload once for all ranks.
 type Engine struct {
-	cfg    Config
-	name   string // the connector's, for messages
-	server *handshake.Server
-	client *handshake.Client
-	host   string
-	port   int
-	stats  *stats.Set
+	cfg       Config
+	name      string // the connector's, for messages
+	server    *handshake.Server
+	client    *handshake.Client
+	host      string
+	port      int
+	stats     *stats.Set
+	errClosed error
+
+	mu     sync.Mutex
+	closed bool
 }
 
 // Start validates cfg, fills its defaults and starts the side channel.
@@ -50,7 +67,8 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
 	}
-	e := &Engine{cfg: cfg, name: conn.Name, client: client, stats: stats.New()}
+	client.SetClock(cfg.Clock.Now)
+	e := &Engine{cfg: cfg, name: conn.Name, client: client, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed)}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
 		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{
@@ -58,6 +76,8 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 			Logger:      cfg.Logger,
 			OnMalformed: func(error) { e.stats.MalformedFrames.Inc() },
 		},
+		Now:      cfg.Clock.Now,
+		OnExtend: conn.OnExtend,
 		OnRefused: func(err error) {
 			e.stats.FailedHandshakes.Inc()
 			cfg.Logger.Warn(conn.Name+": refused a handshake", zap.Error(err))
@@ -97,5 +117,26 @@ func (e *Engine) Port() int { return e.port }
 // FailedHandshakes for hellos refused as incompatible.
 func (e *Engine) Stats() stats.Snapshot { return e.stats.Snapshot() }
 
-// Close stops the side channel.
-func (e *Engine) Close() error { return e.server.Close() }
+// Close stops the side channel; later rank constructors fail with the
+// connector's ErrClosed. It is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	already := e.closed
+	e.closed = true
+	e.mu.Unlock()
+	if already {
+		return nil
+	}
+	return e.server.Close()
+}
+
+// CheckOpen returns an error matching the connector's ErrClosed once Close
+// was called.
+func (e *Engine) CheckOpen() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("%w: engine %q was closed", e.errClosed, e.cfg.EngineID)
+	}
+	return nil
+}

@@ -76,6 +76,9 @@ func (e *Engine) PublishRank(agent nixl.Agent, l descriptors.Layout) error {
 // (handshake.Rank.Incarnation), for connectors that put it in their own
 // messages so the peer can tell them from an earlier instance's.
 func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error) {
+	if err := e.CheckOpen(); err != nil {
+		return 0, err
+	}
 	if err := agent.RegisterMem(l.RegList(), nil); err != nil {
 		return 0, fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
 	}

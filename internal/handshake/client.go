@@ -19,6 +19,7 @@ type Client struct {
 	hello    Hello
 	timeout  time.Duration
 	maxFrame int
+	now      func() time.Time
 	cache    sidechannel.Cache[*Payload]
 }
 
@@ -38,8 +39,13 @@ func NewClient(engineID string, local Compat, timeout time.Duration, maxFrame in
 		hello:    Hello{EngineID: engineID, Compat: local, Hash: local.Hash()},
 		timeout:  timeout,
 		maxFrame: maxFrame,
+		now:      time.Now,
 	}, nil
 }
+
+// SetClock makes the client measure clock offsets with now (the engine's
+// clock) instead of time.Now. Call it before the first Get.
+func (c *Client) SetClock(now func() time.Time) { c.now = now }
 
 func key(engineID, addr string) string { return engineID + "@" + addr }
 
@@ -80,7 +86,9 @@ func (c *Client) fetch(ctx context.Context, engineID, addr string) (*Payload, er
 }
 
 func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, bool, error) {
+	sent := c.now()
 	r, err := sidechannel.Call[Hello, Reply](ctx, addr, c.hello, c.maxFrame, c.timeout)
+	got := c.now()
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: engine %q at %s: %w", ErrFailed, engineID, addr, err)
 	}
@@ -107,5 +115,50 @@ func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, boo
 	if p.Hash != r.Hash || p.Compat != r.Compat {
 		return nil, false, fmt.Errorf("%w: engine %q at %s: payload compat differs from the reply's", ErrFailed, engineID, addr)
 	}
+	if r.Now != 0 {
+		// The server read its clock somewhere between sent and got.
+		mid := sent.Add(got.Sub(sent) / 2)
+		p.ClockOffset = time.Unix(0, r.Now).Sub(mid)
+		p.ClockUncertainty = got.Sub(sent)/2 + time.Microsecond
+	}
 	return p, false, nil
+}
+
+// Extend asks engine engineID at addr to extend its holds of the request
+// ids (at most MaxExtendIDs) and returns, per id, the deadline every rank
+// of that engine now holds it until on the local clock, conservatively
+// converted with the offset this exchange measured; the zero time where
+// the engine does not hold it. Nothing is cached.
+func (c *Client) Extend(ctx context.Context, engineID, addr string, ids []string) ([]time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	h := c.hello
+	h.Extend = ids
+	sent := c.now()
+	r, err := sidechannel.Call[Hello, Reply](ctx, addr, h, c.maxFrame, c.timeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, err)
+	}
+	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
+		return nil, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
+	}
+	switch {
+	case r.Error != "":
+		return nil, fmt.Errorf("%w: hold query to engine %q at %s refused: %s", ErrFailed, engineID, addr, r.Error)
+	case len(r.Holds) != len(ids):
+		return nil, fmt.Errorf("%w: hold query to engine %q at %s: %d answers for %d ids", ErrFailed, engineID, addr, len(r.Holds), len(ids))
+	case r.Now == 0:
+		return nil, fmt.Errorf("%w: hold query to engine %q at %s: reply carries no clock", ErrFailed, engineID, addr)
+	}
+	// The server read its clock, and extended the holds, at some moment
+	// between sent and got: a remote deadline d is certain to be no earlier
+	// than sent + (d - now_remote) on the local clock.
+	remoteNow := time.Unix(0, r.Now)
+	out := make([]time.Time, len(ids))
+	for i, ns := range r.Holds {
+		if ns > 0 {
+			out[i] = sent.Add(time.Unix(0, ns).Sub(remoteNow))
+		}
+	}
+	return out, nil
 }

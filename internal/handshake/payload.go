@@ -3,6 +3,10 @@ package handshake
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/gonixl/gonixl/descriptors"
 )
@@ -30,7 +34,51 @@ type Payload struct {
 	PPSize    int    `msgpack:"pp_size"`
 	BlockSize int    `msgpack:"block_size"` // tokens per block
 	// Ranks holds one entry per TP rank, Ranks[i].TPRank == i.
-	Ranks []Rank `msgpack:"ranks"`
+	Ranks RankList `msgpack:"ranks"`
+
+	// ClockOffset is the client's estimate of the remote engine's clock
+	// minus its own when it fetched the payload, and ClockUncertainty the
+	// half round trip it cannot resolve: a remote time t is at most
+	// t - ClockOffset + ClockUncertainty on the local clock. Neither travels.
+	ClockOffset      time.Duration `msgpack:"-"`
+	ClockUncertainty time.Duration `msgpack:"-"`
+}
+
+// MaxRanks bounds the ranks a payload may list, far above any TP size.
+const MaxRanks = 1024
+
+// RankList is a payload's ranks. Its decoder checks the count against
+// MaxRanks before it allocates and grows the list only with ranks actually
+// decoded: the generic decoder would allocate a Rank (hundreds of bytes) for
+// each element an array header claims, one byte of input apiece.
+type RankList []Rank
+
+// DecodeMsgpack decodes the list within the bounds above.
+func (rl *RankList) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return fmt.Errorf("handshake: payload ranks: %w", err)
+	}
+	if n > MaxRanks {
+		return fmt.Errorf("handshake: payload lists %d ranks, limit %d", n, MaxRanks)
+	}
+	if n <= 0 {
+		*rl = nil
+		return nil
+	}
+	out := make(RankList, 0, min(n, 16))
+	for i := range n {
+		if c, err := dec.PeekCode(); err != nil || !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
+			return fmt.Errorf("handshake: payload ranks[%d] is not a map", i)
+		}
+		var r Rank
+		if err := dec.Decode(&r); err != nil {
+			return fmt.Errorf("handshake: payload ranks[%d]: %w", i, err)
+		}
+		out = append(out, r)
+	}
+	*rl = out
+	return nil
 }
 
 // Validate reports the first inconsistency in a payload, naming the field:

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
+	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/sidechannel"
 )
 
@@ -29,6 +31,8 @@ type Server struct {
 	// OnRefused, when set before clients connect, is called with the reason
 	// for every refused hello (for the failed-handshakes counter).
 	onRefused func(error)
+	now       func() time.Time
+	onExtend  func([]string) []int64
 
 	mu    sync.Mutex
 	ranks []*Rank
@@ -39,6 +43,12 @@ type ServerOptions struct {
 	sidechannel.ServerOptions
 	// OnRefused is called for every hello refused as incompatible.
 	OnRefused func(error)
+	// Now is the engine's clock, stamped on every reply (default
+	// time.Now).
+	Now func() time.Time
+	// OnExtend answers hold queries (Hello.Extend) with Reply.Holds; nil
+	// refuses them. The ids are checked before it is called.
+	OnExtend func(ids []string) []int64
 }
 
 // Serve validates engine and starts answering hellos on addr.
@@ -56,7 +66,7 @@ func Serve(addr string, engine Engine, opts ServerOptions) (*Server, error) {
 	case engine.BlockSize < 1:
 		return nil, fmt.Errorf("handshake: engine block size is %d, want >= 1", engine.BlockSize)
 	}
-	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, ranks: make([]*Rank, engine.TPSize)}
+	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, ranks: make([]*Rank, engine.TPSize)}
 	sc, err := sidechannel.Listen(addr, s.answer, opts.ServerOptions)
 	if err != nil {
 		return nil, err
@@ -112,7 +122,11 @@ func (s *Server) ClearRank(tpRank int) {
 func (s *Server) Close() error { return s.sc.Close() }
 
 func (s *Server) answer(h Hello) Reply {
-	r := Reply{Compat: s.engine.Compat, Hash: s.hash}
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	r := Reply{Compat: s.engine.Compat, Hash: s.hash, Now: now().UnixNano()}
 	if err := Check(s.engine.Compat, h.Compat, h.Hash); err != nil {
 		err = fmt.Errorf("engine %q refused engine %q: %w", s.engine.EngineID, h.EngineID, err)
 		if s.onRefused != nil {
@@ -120,6 +134,9 @@ func (s *Server) answer(h Hello) Reply {
 		}
 		r.Error = err.Error()
 		return r
+	}
+	if len(h.Extend) > 0 {
+		return s.extend(h, r)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -136,5 +153,25 @@ func (s *Server) answer(h Hello) Reply {
 		p.Ranks = append(p.Ranks, *rk)
 	}
 	r.Payload = p
+	return r
+}
+
+// extend answers a hold query.
+func (s *Server) extend(h Hello, r Reply) Reply {
+	switch {
+	case s.onExtend == nil:
+		r.Error = fmt.Sprintf("engine %q holds no blocks for peers (not a pull prefill engine)", s.engine.EngineID)
+		return r
+	case len(h.Extend) > MaxExtendIDs:
+		r.Error = fmt.Sprintf("hold query lists %d ids, limit %d", len(h.Extend), MaxExtendIDs)
+		return r
+	}
+	for i, id := range h.Extend {
+		if id == "" || len(id) > notif.MaxIDLen {
+			r.Error = fmt.Sprintf("hold query id %d is %d bytes, want 1..%d", i, len(id), notif.MaxIDLen)
+			return r
+		}
+	}
+	r.Holds = s.onExtend(h.Extend)
 	return r
 }
