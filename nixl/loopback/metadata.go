@@ -1,6 +1,7 @@
 package loopback
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -79,7 +80,8 @@ func encodeMetadata(md metadata) ([]byte, error) {
 var errBadMetadata = errors.New("not loopback agent metadata")
 
 // decodeMetadata parses and checks a blob. It never panics, whatever the
-// bytes.
+// bytes, and allocates no more than a small multiple of len(b): a refused
+// blob costs what it weighs, however large the lengths it claims.
 func decodeMetadata(b []byte) (md metadata, err error) {
 	if len(b) == 0 {
 		return metadata{}, fmt.Errorf("%w: empty blob", errBadMetadata)
@@ -87,7 +89,13 @@ func decodeMetadata(b []byte) (md metadata, err error) {
 	if len(b) > maxMetadataLen {
 		return metadata{}, fmt.Errorf("%w: %d bytes is over the %d-byte limit", errBadMetadata, len(b), maxMetadataLen)
 	}
-	if err := msgpack.Unmarshal(b, &md); err != nil {
+	// The shape check bounds every length the decoder will see by the
+	// blob's own size; the decoder is a fresh one, not msgpack's pooled
+	// ones, so no buffer it grows outlives the call.
+	if err := checkShape(b); err != nil {
+		return metadata{}, fmt.Errorf("%w: %v", errBadMetadata, err)
+	}
+	if err := msgpack.NewDecoder(bytes.NewReader(b)).Decode(&md); err != nil {
 		return metadata{}, fmt.Errorf("%w: %v", errBadMetadata, err)
 	}
 	if md.Magic != mdMagic {
