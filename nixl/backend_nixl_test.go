@@ -5,10 +5,18 @@ package nixl
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +139,15 @@ func TestNativePOSIXFileRoundTrip(t *testing.T) {
 // libfabricChildEnv marks the child process TestNativeLibfabric runs in.
 const libfabricChildEnv = "GONIXL_TEST_LIBFABRIC_CHILD"
 
+// libfabricLoopbackEnv keeps libfabric on the loopback interface. On a host
+// without EFA or CXI, NIXL's LIBFABRIC backend finds its device through the
+// sockets provider and then opens the first RDM provider for that device,
+// here ofi_rxm over tcp; each provider takes the host's first non-loopback
+// interface unless its FI_<PROVIDER>_IFACE says otherwise, and the backend
+// has no parameter for it. The child process gets these whatever the
+// caller's environment says; .ci/run sets the same.
+var libfabricLoopbackEnv = []string{"FI_TCP_IFACE=lo", "FI_SOCKETS_IFACE=lo"}
+
 // TestNativeLibfabric runs its LIBFABRIC agents in a child process: once a
 // LIBFABRIC backend exists, a SIGSEGV handler that UCX_ERROR_SIGNALS does
 // not control stays installed, and a later recoverable Go nil dereference in
@@ -144,7 +161,7 @@ func TestNativeLibfabric(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestNativeLibfabric$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), libfabricChildEnv+"=1")
+	cmd.Env = append(append(os.Environ(), libfabricLoopbackEnv...), libfabricChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil:
@@ -187,4 +204,108 @@ func testLibfabricWrite(t *testing.T) {
 	// The notification follows the data, so the bytes are checked after it.
 	assert.Equal(t, [][]byte{[]byte("fabric")}, p.waitNotifs(target, init.Name(), 1))
 	requireBytes(t, pattern(size, 0x71), dst.Bytes(), "LIBFABRIC WRITE")
+	requireLoopbackSockets(t)
+}
+
+// requireLoopbackSockets checks that every IP socket this process holds,
+// listening or connected, is bound to 127.0.0.1 and, if connected, talks to
+// 127.0.0.1: the addresses LIBFABRIC put in the agents' metadata are the
+// ones their connections went to. It also requires at least one connected
+// socket, so that it cannot pass on a process that made no connection.
+func requireLoopbackSockets(t *testing.T) {
+	t.Helper()
+	const loopback = "127.0.0.1"
+	var off []string
+	connected := 0
+	socks := processIPSockets(t)
+	for _, s := range socks {
+		t.Logf("socket: %s", s)
+		peer := s.remote.Addr()
+		if peer.IsValid() && !peer.IsUnspecified() {
+			connected++
+			if peer.String() != loopback {
+				off = append(off, s.String()+" (peer off "+loopback+")")
+				continue
+			}
+		}
+		if s.local.Addr().String() != loopback {
+			off = append(off, s.String()+" (bound off "+loopback+")")
+		}
+	}
+	assert.Empty(t, off, "LIBFABRIC left 127.0.0.1; the tests pin it with %v", libfabricLoopbackEnv)
+	require.NotZero(t, connected, "the LIBFABRIC agents hold no connected IP socket: nothing shows which address they used (sockets: %v)", socks)
+}
+
+// ipSocket is one IP socket of /proc/self/net/{tcp,tcp6,udp,udp6}.
+type ipSocket struct {
+	proto, state  string
+	local, remote netip.AddrPort
+}
+
+func (s ipSocket) String() string {
+	return fmt.Sprintf("%s %s %s -> %s", s.proto, s.state, s.local, s.remote)
+}
+
+// processIPSockets lists the IP sockets this process holds: those of the
+// network namespace's tables whose inode is one of the process's open
+// descriptors.
+func processIPSockets(t *testing.T) []ipSocket {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err != nil {
+			continue // closed since (ReadDir's own descriptor is one)
+		}
+		if ino, ok := strings.CutPrefix(target, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	var socks []ipSocket
+	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		data, err := os.ReadFile("/proc/self/net/" + proto)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // no IPv6 in this kernel
+		}
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		for _, line := range lines[1:] { // the first is the header
+			// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...
+			f := strings.Fields(line)
+			require.GreaterOrEqual(t, len(f), 10, "/proc/self/net/%s: %q", proto, line)
+			if !inodes[f[9]] {
+				continue
+			}
+			state := "st=" + f[3]
+			switch {
+			case strings.HasPrefix(proto, "tcp") && f[3] == "0A":
+				state = "LISTEN"
+			case strings.HasPrefix(proto, "tcp") && f[3] == "01":
+				state = "ESTABLISHED"
+			}
+			socks = append(socks, ipSocket{proto: proto, state: state, local: procNetAddr(t, f[1]), remote: procNetAddr(t, f[2])})
+		}
+	}
+	return socks
+}
+
+// procNetAddr parses an address of /proc/net/tcp: hex address, colon, hex
+// port, where the kernel prints each 32-bit word of the address as a number
+// in host byte order.
+func procNetAddr(t *testing.T, s string) netip.AddrPort {
+	t.Helper()
+	host, port, ok := strings.Cut(s, ":")
+	require.True(t, ok, "address %q", s)
+	raw, err := hex.DecodeString(host)
+	require.NoError(t, err, "address %q", s)
+	require.True(t, len(raw) == 4 || len(raw) == 16, "address %q", s)
+	for i := 0; i < len(raw); i += 4 {
+		binary.NativeEndian.PutUint32(raw[i:], binary.BigEndian.Uint32(raw[i:]))
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	n, err := strconv.ParseUint(port, 16, 16)
+	require.NoError(t, err, "address %q", s)
+	return netip.AddrPortFrom(addr.Unmap(), uint16(n))
 }
