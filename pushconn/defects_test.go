@@ -1,0 +1,336 @@
+package pushconn
+
+import (
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// poison fills blocks with 0xEE, as an engine that takes them back does.
+func poison(t testing.TB, l descriptors.Layout, blocks []int) {
+	visit(t, l, blocks, 0, 1<<30, func(p *byte, _, _, _, _ int) { *p = 0xEE })
+}
+
+// poisoned reports whether blocks still hold only 0xEE.
+func poisoned(t testing.TB, l descriptors.Layout, blocks []int) bool {
+	ok := true
+	visit(t, l, blocks, 0, 1<<30, func(p *byte, _, _, _, _ int) {
+		if *p != 0xEE {
+			ok = false
+		}
+	})
+	return ok
+}
+
+// Defect 2. Prefill TP 2 -> decode TP 1: rank 0's WRITE is in flight when
+// rank 1 fails to post. Decode must keep the blocks (hold the Result back)
+// until rank 0's WRITE has ended, so nothing lands in them after the
+// engine took them back.
+func TestFailedRequestKeepsBlocksUntilTheOtherRanksWriteEnds(t *testing.T) {
+	// Slow data, fast notifications: rank 1's PUSH_FAIL arrives while
+	// rank 0's 4 KiB are still on their way (about 200 ms).
+	r := newRig(t, rigConfig{preTP: 2, decTP: 1,
+		fabric: []loopback.FabricOption{loopback.WithModel(loopback.Bandwidth(20_000, time.Millisecond))}})
+	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailPost, From: "prefill-1"})
+	require.NoError(t, err)
+	c := r.consumers[0]
+	dst := blocksFrom(4, 2)
+	zero(t, r.decLayout[0], dst)
+	require.NoError(t, c.Register("split", r.pre.Coordinates(), [][]int{dst}))
+	admitted(t, r.producers[0], 1)
+	admitted(t, r.producers[1], 1)
+	src := blocksFrom(0, 2)
+	fill(t, r.preLayout[0], src, 3, 32)
+	_, err = r.producers[0].RequestFinished("split", src)
+	require.NoError(t, err)
+	eventually(t, "rank 0 posted", func() bool { return r.fabric.Counters().Posted >= 1 })
+	_, err = r.producers[1].RequestFinished("split", src)
+	require.NoError(t, err)
+	res := await(t, c, 1)
+	require.True(t, isPushFail(res[0].Err, "post"), "got %v", res[0].Err)
+	poison(t, r.decLayout[0], dst) // the engine takes the blocks back
+	time.Sleep(300 * time.Millisecond)
+	require.True(t, poisoned(t, r.decLayout[0], dst), "a WRITE landed in blocks decode had handed back")
+	freedOnce(t, r.producers[0], "split")
+	freedOnce(t, r.producers[1], "split")
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "push_cancel_sent"), "to rank 0, whose WRITE was in flight")
+	require.Equal(t, uint64(1), extra(t, r.producers[0].Stats(), "push_cancel_ack_sent"), "when its WRITE ended")
+}
+
+// gate is a TCP proxy to addr that holds every connection until opened.
+type gate struct {
+	ln   net.Listener
+	open chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+func newGate(t *testing.T, addr string) *gate {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := &gate{ln: ln, open: make(chan struct{})}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			g.wg.Add(1)
+			go func() {
+				defer g.wg.Done()
+				defer conn.Close()
+				<-g.open
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	t.Cleanup(func() { g.release(); _ = ln.Close(); g.wg.Wait() })
+	return g
+}
+
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
+
+func (g *gate) port() int { return g.ln.Addr().(*net.TCPAddr).Port }
+
+// Defect 3. A registration times out on decode while it waits behind the
+// handshake, and the engine registers the same id again (other blocks):
+// when the handshake completes only the new registration is sent, and
+// prefill writes the new blocks, never the released ones.
+func TestTimedOutParkedRegistrationIsNotSentForTheNewRequest(t *testing.T) {
+	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	c, p := r.consumers[0], r.producers[0]
+	g := newGate(t, net.JoinHostPort(r.pre.Host(), itoa(r.pre.Port())))
+	coords := r.pre.Coordinates()
+	coords.Port = g.port()
+	old, fresh := []int{4}, []int{6}
+	zero(t, r.decLayout[0], append(append([]int{}, old...), fresh...))
+	require.NoError(t, c.Register("again", coords, [][]int{old}))
+	time.Sleep(20 * time.Millisecond) // routed: it waits for the handshake
+	r.clock.Advance(3 * time.Second)
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrRegistrationTimeout)
+	require.NoError(t, c.Register("again", coords, [][]int{fresh}))
+	time.Sleep(20 * time.Millisecond)
+	g.release()
+	eventually(t, "registration received", func() bool { return extra(t, p.Stats(), "registrations_received") >= 1 })
+	time.Sleep(30 * time.Millisecond)
+	fill(t, r.preLayout[0], []int{1}, 5, 16)
+	_, err := p.RequestFinished("again", []int{1})
+	require.NoError(t, err)
+	res = await(t, c, 1)
+	require.NoError(t, res[0].Err)
+	check(t, r.decLayout[0], fresh, 0, 5, 16)
+	visit(t, r.decLayout[0], old, 0, 1<<30, func(b *byte, _, _, _, _ int) {
+		if *b != 0 {
+			t.Fatalf("prefill wrote into the blocks of the registration that timed out")
+		}
+	})
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "registrations_sent"), "the timed-out registration is never sent")
+}
+
+// Defect 4. Decode cancels a registration; the request is retried (same
+// base id, new suffixes on both sides) and the retry finishes on prefill
+// before its registration arrives. The retry is written when its
+// registration comes, not freed at once as if it were the cancelled one.
+func TestRetryFinishedBeforeItsRegistrationIsWritten(t *testing.T) {
+	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	c, p := r.consumers[0], r.producers[0]
+	require.NoError(t, c.Register("chat-aaaaaaaa", r.pre.Coordinates(), [][]int{{4}}))
+	admitted(t, p, 1)
+	r.clock.Advance(3 * time.Second)
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrRegistrationTimeout)
+	eventually(t, "cancel received", func() bool { return extra(t, p.Stats(), "cancelled_registrations") == 1 })
+	fill(t, r.preLayout[0], []int{1}, 8, 16)
+	_, err := p.RequestFinished("chat-cccccccc", []int{1}) // the retry, on prefill first
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, c.Register("chat-bbbbbbbb", r.pre.Coordinates(), [][]int{{6}}))
+	res = await(t, c, 1) // frozen clock: only a WRITE or a PUSH_FAIL ends it
+	require.NoError(t, res[0].Err)
+	check(t, r.decLayout[0], []int{6}, 0, 8, 16)
+	freedOnce(t, p, "chat-cccccccc")
+}
+
+// Defect 5. The same request id registered again (after the first one was
+// written and ended) within prefill's registration timeout is a new
+// registration, not a duplicate: it is written when the request finishes
+// again.
+func TestSameIDRegisteredAgainIsNotADuplicate(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	c, p := r.consumers[0], r.producers[0]
+	for round, dst := range [][]int{{4}, {6}} {
+		require.NoError(t, c.Register("same", r.pre.Coordinates(), [][]int{dst}))
+		admitted(t, p, uint64(round+1))
+		fill(t, r.preLayout[0], []int{1}, 10+round, 16)
+		_, err := p.RequestFinished("same", []int{1})
+		require.NoError(t, err)
+		res := await(t, c, 1)
+		require.NoError(t, res[0].Err, "round %d", round)
+		check(t, r.decLayout[0], dst, 0, 10+round, 16)
+		freedOnce(t, p, "same")
+	}
+	require.Zero(t, extra(t, p.Stats(), "duplicate_registrations"))
+}
+
+// Defect 6. A Register naming the wrong prefill TP size fails with an
+// error naming the field and both values, and does not poison the engine:
+// a correct Register to it afterwards works; a wrong size after a good
+// handshake is refused too, by decode, without a registration sent.
+func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	c, p := r.consumers[0], r.producers[0]
+	bad := r.pre.Coordinates()
+	bad.TPSize = 2
+	require.NoError(t, c.Register("bad", bad, [][]int{{4}}))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrInvalid)
+	require.ErrorContains(t, res[0].Err, `Prefill.TPSize is 2, prefill engine "prefill" has TP size 1`)
+	require.Zero(t, extra(t, c.Stats(), "registrations_sent"))
+
+	require.NoError(t, c.Register("good", r.pre.Coordinates(), [][]int{{4}}))
+	admitted(t, p, 1)
+	fill(t, r.preLayout[0], []int{1}, 2, 16)
+	_, err := p.RequestFinished("good", []int{1})
+	require.NoError(t, err)
+	res = await(t, c, 1)
+	require.NoError(t, res[0].Err)
+	check(t, r.decLayout[0], []int{4}, 0, 2, 16)
+
+	require.NoError(t, c.Register("bad2", bad, [][]int{{5}}))
+	res = await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrInvalid)
+	require.ErrorContains(t, res[0].Err, "Prefill.TPSize is 2")
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "registrations_sent"), "only the good one")
+}
+
+// Defect 11. A registration with an id longer than the limit is refused
+// when decoded, counted, and never held.
+func TestOversizedRegistrationIDsAreRefused(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	p := r.producers[0]
+	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), [][]int{{4}}))
+	admitted(t, p, 1) // decode's agent knows prefill's now
+	ok := registrationFrom(t, r, "R", []int{1})
+	big := strings.Repeat("x", 256<<10)
+	msg := strings.Replace(string(ok), "\xaarequest_id\xa1R", "\xaarequest_id\xdb\x00\x04\x00\x00"+big, 1)
+	require.NotEqual(t, string(ok), msg)
+	for range 4 {
+		require.NoError(t, r.decAgents[0].GenNotif(r.preAgents[0].Name(), []byte(msg), nil))
+	}
+	eventually(t, "refusals counted", func() bool { return extra(t, p.Stats(), "oversized_ids") == 4 })
+	s := p.Stats()
+	require.Equal(t, uint64(4), s.MalformedNotifications)
+	require.Equal(t, uint64(1), extra(t, s, "registrations_received"), "only the good one")
+}
+
+// Defect 7, decode: Abort ends a request at once with ErrAborted, cancels
+// its registration on prefill (which acknowledges), and releases the
+// blocks only then; it is idempotent and counted, and ErrClosed after
+// Close.
+func TestConsumerAbort(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	c, p := r.consumers[0], r.producers[0]
+	require.NoError(t, c.Register("gone", r.pre.Coordinates(), [][]int{{4}}))
+	admitted(t, p, 1)
+	require.NoError(t, c.Abort("gone"))
+	require.NoError(t, c.Abort("gone"), "second call: no-op")
+	require.NoError(t, c.Abort("never-registered"))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.Contains(t, res[0].Err.Error(), `pushconn: request aborted: request "gone"`)
+	cs := c.Stats()
+	require.Equal(t, uint64(1), extra(t, cs, "aborted_requests"))
+	require.Equal(t, uint64(1), extra(t, cs, "push_cancel_ack_received"), "released on prefill's answer")
+	require.Zero(t, extra(t, cs, "cancel_timeouts"))
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "push_cancel_ack_sent"))
+	// Prefill finishes the request: nothing is written, the blocks are freed.
+	_, err := p.RequestFinished("gone", []int{1})
+	require.NoError(t, err)
+	freedOnce(t, p, "gone")
+	require.Zero(t, r.fabric.Counters().Posted)
+	require.Empty(t, c.Drain())
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, c.Abort("x"), ErrClosed)
+}
+
+// Without any answer from prefill (its PUSH_CANCELs and acks lost), an
+// aborted request's blocks come back at CancelTimeout, counted.
+func TestAbortWithoutAnswerReleasesAtCancelTimeout(t *testing.T) {
+	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.CancelTimeout = 2 * time.Second }})
+	c, p := r.consumers[0], r.producers[0]
+	require.NoError(t, c.Register("lost", r.pre.Coordinates(), [][]int{{4}}))
+	admitted(t, p, 1)
+	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.DropNotif, From: "decode-0"})
+	require.NoError(t, err)
+	require.NoError(t, c.Abort("lost"))
+	time.Sleep(30 * time.Millisecond)
+	require.Empty(t, c.Drain(), "held while prefill may still write")
+	require.Equal(t, 1, c.Pending())
+	r.clock.Advance(time.Second) // a resend is due
+	c.Drain()
+	eventually(t, "cancel resent", func() bool { return extra(t, c.Stats(), "push_cancel_sent") >= 2 })
+	r.clock.Advance(time.Second)
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "cancel_timeouts"))
+	require.Zero(t, c.Pending())
+}
+
+// Defect 7, prefill: Abort of a finished request withdraws its hold; a
+// registration matched to it afterwards is not written and gets PUSH_FAIL;
+// a WRITE in flight is left to end and the blocks are freed once, after it.
+func TestProducerAbort(t *testing.T) {
+	r := newRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(60 * time.Millisecond))}})
+	c, p := r.consumers[0], r.producers[0]
+	// Aborted before any registration: never written, freed at once.
+	_, err := p.RequestFinished("dropped", []int{1})
+	require.NoError(t, err)
+	require.NoError(t, p.Abort("dropped"))
+	require.NoError(t, p.Abort("dropped"), "second call: no-op")
+	require.NoError(t, p.Abort("unknown"))
+	freedOnce(t, p, "dropped")
+	require.NoError(t, c.Register("dropped", r.pre.Coordinates(), [][]int{{4}}))
+	res := await(t, c, 1)
+	require.True(t, isPushFail(res[0].Err, "expired"), "got %v", res[0].Err)
+	require.Zero(t, r.fabric.Counters().Posted)
+
+	// Aborted while its WRITE is in flight: it ends, then the blocks are freed.
+	require.NoError(t, c.Register("busy", r.pre.Coordinates(), [][]int{{6}}))
+	admitted(t, p, 2)
+	fill(t, r.preLayout[0], []int{2}, 4, 16)
+	_, err = p.RequestFinished("busy", []int{2})
+	require.NoError(t, err)
+	eventually(t, "posted", func() bool { return r.fabric.Counters().Posted == 1 })
+	require.NoError(t, p.Abort("busy"))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, p.DrainFreed(), "not freed while its WRITE is in flight")
+	freedOnce(t, p, "busy")
+	res = await(t, c, 1)
+	require.NoError(t, res[0].Err, "the WRITE in flight ended normally")
+	check(t, r.decLayout[0], []int{6}, 0, 4, 16)
+	require.Equal(t, uint64(2), extra(t, p.Stats(), "aborted_requests"))
+	require.NoError(t, p.Close())
+	require.ErrorIs(t, p.Abort("x"), ErrClosed)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
