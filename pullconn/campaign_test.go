@@ -1,0 +1,369 @@
+package pullconn
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// The fault campaign drives one prefill and one decode engine the way a
+// serving engine does (one step loop that finishes requests, loads them,
+// drains results and frees blocks) through seeded faults, and checks every
+// byte of every request that ends done. Set GONIXL_CAMPAIGN=long for the
+// figures in the README (5 seeds x 2000 requests x 3 TP pairings).
+
+const poison = 0xEE
+
+type campaignFigures struct {
+	requests, done, failed, expired, aborted int
+	wrongBytes, writesAfterRelease           int
+}
+
+func (f *campaignFigures) add(o campaignFigures) {
+	f.requests += o.requests
+	f.done += o.done
+	f.failed += o.failed
+	f.expired += o.expired
+	f.aborted += o.aborted
+	f.wrongBytes += o.wrongBytes
+	f.writesAfterRelease += o.writesAfterRelease
+}
+
+func TestFaultCampaign(t *testing.T) {
+	seeds, requests := 2, 150
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, requests = 5, 2000
+	}
+	var total campaignFigures
+	for _, pair := range []struct{ p, d int }{{2, 2}, {2, 1}, {1, 2}} {
+		for seed := 1; seed <= seeds; seed++ {
+			name := fmt.Sprintf("tp%d-to-tp%d/seed%d", pair.p, pair.d, seed)
+			t.Run(name, func(t *testing.T) {
+				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests)
+				t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
+					name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
+				total.add(f)
+			})
+		}
+	}
+	t.Logf("pull campaign total: %d requests, %d done, %d failed (%d expired, %d aborted), wrong-byte done results %d, writes after release %d",
+		total.requests, total.done, total.failed, total.expired, total.aborted, total.wrongBytes, total.writesAfterRelease)
+}
+
+// campaignReq is one request's life in the campaign engine.
+type campaignReq struct {
+	seed       int
+	id, did    string
+	pblocks    []int
+	dblocks    []int
+	params     Params
+	loadAt     time.Time
+	abortAt    time.Time
+	loaded     bool
+	waited     bool
+	ended      []int // results per decode rank
+	want       []int // loads per decode rank
+	freed      []int // DrainFreed per prefill rank
+	allDone    bool
+	prefillOut bool // prefill blocks back in the free list
+	decodeOut  bool
+}
+
+func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int) campaignFigures {
+	const lease = 200 * time.Millisecond
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	c := newCluster(t, clusterOpts{
+		prefill: side{ptp, 16}, decode: side{dtp, 16},
+		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
+		prefillCfg: func(rc *RankConfig) {
+			rc.Lease = lease
+			rc.HeartbeatExtension = lease * 2 / 3
+		},
+		decodeCfg: func(rc *RankConfig) {
+			rc.Lease = lease
+			rc.HeartbeatInterval = lease / 6
+			rc.TransferTimeout = 100 * time.Millisecond
+			rc.ExpiryMargin = 20 * time.Millisecond
+			rc.Inline = seed%2 == 0
+			if seed%3 == 0 {
+				rc.FailurePolicy = PolicyRecompute
+			}
+		},
+	})
+	for _, flt := range []loopback.Fault{
+		{Kind: loopback.FailPost, Probability: 0.03},
+		{Kind: loopback.FailInFlight, Probability: 0.03},
+		{Kind: loopback.DropNotif, Probability: 0.03},
+		{Kind: loopback.DelayNotif, Probability: 0.05, Delay: 40 * time.Millisecond},
+	} {
+		_, err := c.fab.AddFault(flt)
+		require.NoError(t, err)
+	}
+	pfree := newFreeList(testBlocks)
+	dfree := newFreeList(testBlocks)
+	for r := range c.pbufs {
+		fillAll(c.pbufs[r], poison)
+	}
+	for r := range c.dbufs {
+		fillAll(c.dbufs[r], poison)
+	}
+	var f campaignFigures
+	f.requests = n
+	reqs := map[string]*campaignReq{}     // by prefill id
+	byDecode := map[string]*campaignReq{} // by decode id
+	next, live := 0, 0
+	disconnectAt := n / 2
+	deadline := time.Now().Add(2 * time.Minute)
+	for (next < n || live > 0) && time.Now().Before(deadline) {
+		now := time.Now()
+		// Admit: the engine finishes prefill of a new request when blocks
+		// are free on both sides.
+		if next < n && live < 24 {
+			nb := 1 + rng.IntN(3)
+			pb, ok1 := pfree.take(nb)
+			db, ok2 := dfree.take(nb)
+			if ok1 && ok2 {
+				r := &campaignReq{seed: int(seed)*1_000_000 + next, id: fmt.Sprintf("req-%d", next), did: fmt.Sprintf("dreq-%d", next), pblocks: pb, dblocks: db,
+					ended: make([]int, dtp), want: make([]int, dtp), freed: make([]int, ptp)}
+				for i := range r.want {
+					r.want[i] = 1
+				}
+				f.writesAfterRelease += c.checkPoison(c.dbufs, c.dlayouts, db, "decode", r.did)
+				c.fill(r.seed, pb, nb*16)
+				for i, p := range c.prods {
+					par, err := p.RequestFinished(r.id, pb)
+					require.NoError(t, err)
+					if i == 0 {
+						r.params = par
+					}
+				}
+				switch x := rng.Float64(); {
+				case x < 0.65:
+					r.loadAt = now
+				case x < 0.85:
+					r.loadAt = now.Add(time.Duration(rng.Int64N(int64(lease / 2))))
+				default:
+					r.loadAt = now.Add(lease + time.Duration(rng.Int64N(int64(lease))))
+				}
+				if rng.Float64() < 0.2 {
+					r.waited = true
+					for _, cn := range c.cons {
+						require.NoError(t, cn.Wait(r.did, r.params))
+					}
+				}
+				if rng.Float64() < 0.05 {
+					r.abortAt = r.loadAt.Add(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
+				}
+				if rng.Float64() < 0.03 {
+					for _, p := range c.prods {
+						require.NoError(t, p.Abort(r.id))
+					}
+				}
+				reqs[r.id], byDecode[r.did] = r, r
+				next++
+				live++
+				if next == disconnectAt {
+					require.NoError(t, c.fab.Disconnect("prefill-0"))
+					time.AfterFunc(20*time.Millisecond, func() { _ = c.fab.Reconnect("prefill-0") })
+				}
+			} else {
+				pfree.give(pb)
+				dfree.give(db)
+			}
+		}
+		for _, r := range byDecode {
+			if !r.loaded && !now.Before(r.loadAt) {
+				r.loaded = true
+				for _, cn := range c.cons {
+					require.NoError(t, cn.Load(r.did, r.params, r.dblocks))
+				}
+				if rng.Float64() < 0.03 {
+					// Refused while the first is live; accepted (and so
+					// ending once more) if it already ended.
+					if err := c.cons[0].Load(r.did, r.params, r.dblocks); err == nil {
+						r.want[0]++
+					} else {
+						require.ErrorIs(t, err, ErrInvalid, "a second Load of a live id")
+					}
+				}
+			}
+			if r.loaded && !r.abortAt.IsZero() && !now.Before(r.abortAt) {
+				r.abortAt = time.Time{}
+				for _, cn := range c.cons {
+					require.NoError(t, cn.Abort(r.did))
+					require.NoError(t, cn.Abort(r.did))
+				}
+			}
+		}
+		// The engine step: results and freed blocks.
+		for rank, cn := range c.cons {
+			for _, res := range cn.Drain() {
+				r := byDecode[res.RequestID]
+				require.NotNil(t, r, "result for unknown request %q", res.RequestID)
+				r.ended[rank]++
+				require.LessOrEqual(t, r.ended[rank], r.want[rank], "request %s ended more often than loaded on decode rank %d", r.did, rank)
+				switch {
+				case res.Err == nil:
+					f.wrongBytes += c.checkRequest(rank, r)
+				case rank > 0:
+				case errors.Is(res.Err, ErrExpired):
+					f.expired++
+				case errors.Is(res.Err, ErrAborted):
+					f.aborted++
+				}
+				if res.Err == nil && rank == 0 {
+					f.done++
+				} else if res.Err != nil && rank == 0 {
+					f.failed++
+				}
+				// The engine takes the blocks back: poison them, so a late
+				// write shows.
+				c.poisonBlocks(c.dbufs[rank], &c.dlayouts[rank], r.dblocks)
+			}
+		}
+		for rank, p := range c.prods {
+			for _, id := range p.DrainFreed() {
+				r := reqs[id]
+				require.NotNil(t, r, "freed unknown request %q", id)
+				r.freed[rank]++
+				require.Equal(t, 1, r.freed[rank], "request %s freed twice on prefill rank %d", id, rank)
+			}
+		}
+		for id, r := range reqs {
+			if !r.prefillOut && allOnce(r.freed) {
+				r.prefillOut = true
+				for rank := range c.pbufs {
+					c.poisonBlocks(c.pbufs[rank], &c.playouts[rank], r.pblocks)
+				}
+				pfree.give(r.pblocks)
+			}
+			if !r.decodeOut && slices.Equal(r.ended, r.want) {
+				r.decodeOut = true
+				dfree.give(r.dblocks)
+			}
+			if r.prefillOut && r.decodeOut {
+				delete(reqs, id)
+				delete(byDecode, r.did)
+				live--
+			}
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	require.Zero(t, live, "%d requests did not end in time", live)
+	for r, cn := range c.cons {
+		require.Empty(t, cn.Drain(), "decode rank %d: a result after every request ended", r)
+	}
+	// Blocks back in the free lists must still hold poison: nothing wrote
+	// into them after they were handed back.
+	f.writesAfterRelease += c.checkPoison(c.dbufs, c.dlayouts, dfree.all(), "decode", "end of run")
+	require.Zero(t, f.wrongBytes, "done results with wrong bytes")
+	require.Zero(t, f.writesAfterRelease, "writes into decode blocks after they were handed back")
+	return f
+}
+
+func allOnce(counts []int) bool {
+	for _, n := range counts {
+		if n != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// checkRequest counts the wrong bytes of request r in decode rank's memory.
+func (c *cluster) checkRequest(rank int, r *campaignReq) int {
+	l := &c.dlayouts[rank]
+	wrong := 0
+	for g := 0; g < l.NumRegions(); g++ {
+		for h := 0; h < l.KVHeads; h++ {
+			for tok := 0; tok < len(r.dblocks)*l.BlockTokens; tok++ {
+				got := tokenBytes(c.dbufs[rank], l, r.dblocks, 0, g, h, tok)
+				for i := range got {
+					if got[i] != value(r.seed, g, l.FirstHead()+h, tok, i) {
+						wrong++
+					}
+				}
+			}
+		}
+	}
+	if wrong > 0 {
+		c.t.Errorf("request %s done on decode rank %d with %d wrong bytes", r.did, rank, wrong)
+	}
+	return wrong
+}
+
+func (c *cluster) poisonBlocks(buf *nixl.Buffer, l *descriptors.Layout, blocks []int) {
+	b := buf.Bytes()
+	for g := 0; g < l.NumRegions(); g++ {
+		for _, blk := range blocks {
+			off := uint64(g)*l.RegionLen() + uint64(blk)*l.BlockLen()
+			for i := range l.BlockLen() {
+				b[off+i] = poison
+			}
+		}
+	}
+}
+
+// checkPoison counts the blocks (per rank) that no longer hold poison.
+func (c *cluster) checkPoison(bufs []*nixl.Buffer, ls []descriptors.Layout, blocks []int, side, when string) int {
+	bad := 0
+	for r, buf := range bufs {
+		l := &ls[r]
+		b := buf.Bytes()
+		for g := 0; g < l.NumRegions(); g++ {
+			for _, blk := range blocks {
+				off := uint64(g)*l.RegionLen() + uint64(blk)*l.BlockLen()
+				for i := range l.BlockLen() {
+					if b[off+i] != poison {
+						bad++
+						c.t.Errorf("%s rank %d block %d was written after it was handed back (%s)", side, r, blk, when)
+						break
+					}
+				}
+			}
+		}
+	}
+	return bad
+}
+
+func fillAll(buf *nixl.Buffer, v byte) {
+	b := buf.Bytes()
+	for i := range b {
+		b[i] = v
+	}
+}
+
+// freeList is an engine's block allocator: blocks come back in any order,
+// so requests get scattered blocks that earlier requests used.
+type freeList struct{ ids []int }
+
+func newFreeList(n int) *freeList {
+	f := &freeList{}
+	for i := range n {
+		f.ids = append(f.ids, i)
+	}
+	return f
+}
+
+func (f *freeList) take(n int) ([]int, bool) {
+	if len(f.ids) < n {
+		return nil, false
+	}
+	out := append([]int(nil), f.ids[len(f.ids)-n:]...)
+	f.ids = f.ids[:len(f.ids)-n]
+	return out, true
+}
+
+func (f *freeList) give(ids []int) { f.ids = append(f.ids, ids...) }
+
+func (f *freeList) all() []int { return append([]int(nil), f.ids...) }

@@ -1,0 +1,53 @@
+package pullconn
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// Defect 12: rank constructors on a nil or closed Engine used to panic or
+// succeed; a second Producer for a rank gave an error matching no sentinel.
+func TestRankConstructorsCheckTheEngine(t *testing.T) {
+	fab, err := loopback.NewFabric()
+	require.NoError(t, err)
+	a, err := fab.NewAgent("a")
+	require.NoError(t, err)
+	defer a.Close()
+	buf, err := nixl.AllocBuffer(layoutBytes(1, 16))
+	require.NoError(t, err)
+	defer buf.Free()
+	cfg := RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}
+
+	_, err = NewProducer(nil, cfg)
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, "pullconn: invalid argument: engine is nil: create it with NewEngine", err.Error())
+	_, err = NewConsumer(nil, cfg)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = NewConsumer(&Engine{}, cfg)
+	require.ErrorIs(t, err, ErrInvalid)
+
+	e, err := NewEngine(EngineConfig{EngineID: "e", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	require.NoError(t, err)
+	p, err := NewProducer(e, cfg)
+	require.NoError(t, err)
+	b, err := fab.NewAgent("b")
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = NewProducer(e, RankConfig{Agent: b, Layout: cfg.Layout, StatsInterval: -1})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, `pullconn: invalid argument: engine "e" already has a Producer for TP rank 0`, err.Error())
+	require.NoError(t, p.Close())
+
+	require.NoError(t, e.Close())
+	require.NoError(t, e.Close(), "idempotent")
+	_, err = NewProducer(e, cfg)
+	require.ErrorIs(t, err, ErrClosed)
+	assert.Equal(t, `pullconn: connector closed: engine "e" was closed`, err.Error())
+	_, err = NewConsumer(e, cfg)
+	require.ErrorIs(t, err, ErrClosed)
+}
