@@ -1,0 +1,454 @@
+package pushconn
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/lease"
+	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// The fault campaign: seeded runs of many requests through one prefill
+// and one decode engine on a loopback fabric that fails posts and
+// transfers in flight, drops and delays notifications and disconnects
+// agents, while the test itself duplicates registrations, aborts requests
+// on either side, retries them under new suffixes, lets leases run out and
+// closes a prefill rank near the end. Prefill fills each request's blocks
+// with the request's own pattern; decode poisons blocks as soon as the
+// engine gets them back (a failed Result, or a done one once checked) and
+// reuses them for later requests, so a WRITE that lands after the release
+// either spoils the poison (found when the block is taken again or at the
+// end) or another request's bytes (found by that request's check).
+//
+// GONIXL_CAMPAIGN=long runs 5 seeds x 2000 requests per pairing; the
+// default is 2 seeds x 300.
+
+type campaignFigures struct {
+	requests, retries, done, failed, aborted int
+	wrongBytes, writesAfterRelease           int
+	decodeResultsTwice, prefillFreeTwice     int
+	missingResults, missingFrees             int
+}
+
+func (f *campaignFigures) add(o campaignFigures) {
+	f.requests += o.requests
+	f.retries += o.retries
+	f.done += o.done
+	f.failed += o.failed
+	f.aborted += o.aborted
+	f.wrongBytes += o.wrongBytes
+	f.writesAfterRelease += o.writesAfterRelease
+	f.decodeResultsTwice += o.decodeResultsTwice
+	f.prefillFreeTwice += o.prefillFreeTwice
+	f.missingResults += o.missingResults
+	f.missingFrees += o.missingFrees
+}
+
+func TestFaultCampaign(t *testing.T) {
+	seeds, n := 2, 300
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, n = 5, 2000
+	}
+	if testing.Short() {
+		seeds, n = 1, 100
+	}
+	start := time.Now()
+	var total campaignFigures
+	for _, tp := range [][2]int{{2, 2}, {2, 1}, {1, 2}} {
+		var pair campaignFigures
+		for s := range seeds {
+			seed := uint64(1000*tp[0] + 100*tp[1] + s + 1)
+			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
+				f := runCampaign(t, seed, n, tp[0], tp[1])
+				pair.add(f)
+				t.Logf("seed %d: %+v", seed, f)
+			})
+		}
+		t.Logf("push campaign TP %d -> %d: %d seeds x %d requests (+%d retries): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
+			tp[0], tp[1], seeds, n, pair.retries, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
+			pair.decodeResultsTwice+pair.prefillFreeTwice, pair.missingResults+pair.missingFrees)
+		total.add(pair)
+	}
+	t.Logf("push campaign total: %d requests (%d seeds x %d x 3 pairings) in %v: %d done, %d failed, %d wrong-byte done results, %d writes after release",
+		total.requests, seeds, n, time.Since(start).Round(time.Millisecond), total.done, total.failed, total.wrongBytes, total.writesAfterRelease)
+	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
+	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
+	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
+	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+}
+
+// campaign request: one attempt of one request, on every rank.
+type creq struct {
+	n              int // pattern seed
+	decID, preID   string
+	tid            string
+	dblocks        []int
+	pblocks        []int
+	regAt, finAt   time.Time
+	abortDecAt     time.Time // zero: no abort
+	abortPreAt     time.Time
+	dupAt          time.Time
+	registered     bool
+	finished       bool
+	abortedDec     bool
+	abortedPre     bool
+	duplicated     bool
+	noRegister     bool // decode never registers: prefill's lease runs out
+	results        map[int]int
+	frees          map[int]int
+	decodeReleased bool
+	prefillFreed   bool
+	retryOf        *creq
+}
+
+const campaignBlocks = 384
+
+func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	r := newRig(t, rigConfig{
+		preTP: preTP, decTP: decTP, numBlocks: campaignBlocks, clock: lease.SystemClock{},
+		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(200 * time.Microsecond))},
+		rank: func(c *RankConfig) {
+			c.IdleInterval = 2 * time.Millisecond
+			c.WriteTimeout = 150 * time.Millisecond
+			c.Lease = 300 * time.Millisecond
+		},
+		preRank: func(c *RankConfig) { c.RegistrationTimeout = 600 * time.Millisecond },
+		decRank: func(c *RankConfig) {
+			c.RegistrationTimeout = 800 * time.Millisecond
+			c.CancelTimeout = 400 * time.Millisecond
+		},
+	})
+	for _, f := range []loopback.Fault{
+		{Kind: loopback.FailPost, Probability: 0.02},
+		{Kind: loopback.FailInFlight, Probability: 0.02},
+		{Kind: loopback.DropNotif, Probability: 0.005},
+		{Kind: loopback.DelayNotif, Probability: 0.03, Delay: 20 * time.Millisecond},
+	} {
+		_, err := r.fabric.AddFault(f)
+		require.NoError(t, err)
+	}
+	var fig campaignFigures
+	dfree := blocksFrom(0, campaignBlocks)
+	pfree := blocksFrom(0, campaignBlocks)
+	for k := range decTP {
+		poison(t, r.decLayout[k], dfree)
+	}
+	take := func(free *[]int, nb int) []int {
+		if len(*free) < nb {
+			return nil
+		}
+		i := rng.IntN(len(*free) - nb + 1)
+		out := append([]int(nil), (*free)[i:i+nb]...)
+		*free = append((*free)[:i], (*free)[i+nb:]...)
+		return out
+	}
+	coords := r.pre.Coordinates()
+	var live, all, retries []*creq
+	issued, next := 0, 0
+	closeAt := n * 19 / 20
+	closed := false
+	deadline := time.Now().Add(2 * time.Minute)
+	disconnectUntil := time.Time{}
+	disconnected := ""
+	newReq := func(now time.Time, retryOf *creq) *creq {
+		nb := 1 + rng.IntN(3)
+		q := &creq{n: next + 1, retryOf: retryOf, results: map[int]int{}, frees: map[int]int{}}
+		next++
+		base := fmt.Sprintf("cmpl-%d-%d", seed, q.n)
+		if retryOf != nil {
+			base = fmt.Sprintf("cmpl-%d-%d", seed, retryOf.n)
+		}
+		q.decID = fmt.Sprintf("%s-%08x", base, rng.Uint32())
+		q.preID = fmt.Sprintf("%s-%08x", base, rng.Uint32())
+		switch rng.IntN(4) {
+		case 0:
+			q.preID = q.decID
+		case 1:
+			q.tid = fmt.Sprintf("tid-%d-%d", seed, q.n)
+		}
+		q.dblocks = take(&dfree, nb)
+		if q.dblocks == nil {
+			return nil
+		}
+		for k := range decTP {
+			if !poisoned(t, r.decLayout[k], q.dblocks) {
+				fig.writesAfterRelease++
+			}
+		}
+		q.pblocks = take(&pfree, nb)
+		if q.pblocks == nil {
+			dfree = append(dfree, q.dblocks...)
+			return nil
+		}
+		for j := range preTP {
+			fill(t, r.preLayout[j], q.pblocks, q.n, nb*16)
+		}
+		q.regAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		q.finAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		switch x := rng.IntN(100); {
+		case x < 3:
+			q.noRegister = true // prefill's lease runs out
+		case x < 6:
+			q.regAt = q.finAt.Add(350 * time.Millisecond) // after the lease
+		case x < 9:
+			q.abortDecAt = now.Add(time.Duration(rng.IntN(5000)) * time.Microsecond)
+		case x < 12:
+			q.abortPreAt = q.finAt.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+		case x < 15:
+			q.dupAt = q.regAt.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+		}
+		return q
+	}
+	opts := func(q *creq) []RequestOption {
+		if q.tid != "" {
+			return []RequestOption{WithTransferID(q.tid)}
+		}
+		return nil
+	}
+	for {
+		now := time.Now()
+		if now.After(deadline) {
+			t.Errorf("campaign did not end: %d of %d requests live", len(live), n)
+			break
+		}
+		for len(retries) > 0 && len(live) < 48 {
+			q := newReq(now, retries[0])
+			if q == nil {
+				break
+			}
+			retries = retries[1:]
+			live, all = append(live, q), append(all, q)
+		}
+		for issued < n && len(live) < 48 {
+			q := newReq(now, nil)
+			if q == nil {
+				break
+			}
+			live, all = append(live, q), append(all, q)
+			issued++
+		}
+		if !closed && issued >= closeAt {
+			closed = true
+			require.NoError(t, r.producers[0].Close()) // a rank closes mid-run
+		}
+		if disconnected == "" && rng.IntN(4000) == 0 {
+			disconnected = r.decAgents[rng.IntN(decTP)].Name()
+			if rng.IntN(2) == 0 {
+				disconnected = r.preAgents[rng.IntN(preTP)].Name()
+			}
+			require.NoError(t, r.fabric.Disconnect(disconnected))
+			disconnectUntil = now.Add(5 * time.Millisecond)
+		}
+		if disconnected != "" && now.After(disconnectUntil) {
+			require.NoError(t, r.fabric.Reconnect(disconnected))
+			disconnected = ""
+		}
+		for _, q := range live {
+			if !q.registered && !q.noRegister && !now.Before(q.regAt) {
+				q.registered = true
+				for _, c := range r.consumers {
+					if err := c.Register(q.decID, coords, [][]int{q.dblocks}, opts(q)...); err != nil {
+						t.Errorf("Register %s: %v", q.decID, err)
+					}
+				}
+			}
+			if q.noRegister && !q.registered {
+				q.registered = true
+				for k := range r.consumers {
+					q.results[k] = 1 // decode never had it
+				}
+			}
+			if !q.finished && !now.Before(q.finAt) {
+				q.finished = true
+				for j, p := range r.producers {
+					if _, err := p.RequestFinished(q.preID, q.pblocks, opts(q)...); err != nil {
+						if j == 0 && closed {
+							q.frees[j]++ // closed rank: nothing held
+							continue
+						}
+						t.Errorf("RequestFinished %s: %v", q.preID, err)
+					}
+				}
+			}
+			if !q.abortDecAt.IsZero() && !q.abortedDec && q.registered && !now.Before(q.abortDecAt) {
+				q.abortedDec = true
+				for _, c := range r.consumers {
+					require.NoError(t, c.Abort(q.decID))
+				}
+			}
+			if !q.abortPreAt.IsZero() && !q.abortedPre && q.finished && !now.Before(q.abortPreAt) {
+				q.abortedPre = true
+				for j, p := range r.producers {
+					if err := p.Abort(q.preID); err != nil && !(j == 0 && closed) {
+						t.Errorf("Abort %s: %v", q.preID, err)
+					}
+				}
+			}
+			if !q.dupAt.IsZero() && !q.duplicated && q.registered && !now.Before(q.dupAt) {
+				q.duplicated = true
+				duplicate(r, q, coords)
+			}
+		}
+		for k, c := range r.consumers {
+			for _, res := range c.Drain() {
+				q := findDec(live, res.RequestID)
+				if q == nil {
+					fig.decodeResultsTwice++
+					continue
+				}
+				q.results[k]++
+				if q.results[k] > 1 {
+					fig.decodeResultsTwice++
+				}
+				if res.Err == nil {
+					if !holds(t, r.decLayout[k], q.dblocks, q.n, len(q.dblocks)*16) {
+						fig.wrongBytes++
+					}
+				}
+				if k == 0 {
+					switch {
+					case res.Err == nil:
+						fig.done++
+					case errors.Is(res.Err, ErrAborted):
+						fig.aborted++
+						fig.failed++
+					default:
+						fig.failed++
+						if q.retryOf == nil && rng.IntN(2) == 0 && !closed {
+							retries = append(retries, q) // the proxy retries it under new suffixes
+						}
+					}
+				}
+				poison(t, r.decLayout[k], q.dblocks)
+			}
+		}
+		for j, p := range r.producers {
+			for _, id := range p.DrainFreed() {
+				q := findPre(live, id)
+				if q == nil {
+					fig.prefillFreeTwice++
+					continue
+				}
+				q.frees[j]++
+				if q.frees[j] > 1 {
+					fig.prefillFreeTwice++
+				}
+			}
+		}
+		kept := live[:0]
+		for _, q := range live {
+			if !q.decodeReleased && len(q.results) == decTP && q.registered {
+				q.decodeReleased = true
+				dfree = append(dfree, q.dblocks...)
+			}
+			if !q.prefillFreed && len(q.frees) == preTP {
+				q.prefillFreed = true
+				pfree = append(pfree, q.pblocks...)
+			}
+			if q.decodeReleased && q.prefillFreed {
+				continue
+			}
+			kept = append(kept, q)
+		}
+		live = kept
+		if issued >= n && len(live) == 0 && len(retries) == 0 {
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if disconnected != "" {
+		require.NoError(t, r.fabric.Reconnect(disconnected))
+	}
+	for _, q := range live {
+		if len(q.results) < decTP {
+			fig.missingResults++
+		}
+		if len(q.frees) < preTP {
+			fig.missingFrees++
+		}
+		t.Logf("left: %+v", *q)
+	}
+	// Every block is back: any WRITE that landed after its release shows.
+	time.Sleep(20 * time.Millisecond)
+	for k := range decTP {
+		for _, b := range dfree {
+			if !poisoned(t, r.decLayout[k], []int{b}) {
+				fig.writesAfterRelease++
+			}
+		}
+	}
+	fig.requests = len(all)
+	for _, q := range all {
+		if q.retryOf != nil {
+			fig.retries++
+		}
+	}
+	return fig
+}
+
+func findDec(live []*creq, id string) *creq {
+	for _, q := range live {
+		if q.decID == id && q.registered && !q.noRegister {
+			return q
+		}
+	}
+	return nil
+}
+
+func findPre(live []*creq, id string) *creq {
+	for _, q := range live {
+		if q.preID == id && q.finished {
+			return q
+		}
+	}
+	return nil
+}
+
+// holds reports whether decode blocks hold request seed's pattern.
+func holds(t testing.TB, l descriptors.Layout, blocks []int, seed, tokens int) bool {
+	ok := true
+	visit(t, l, blocks, 0, tokens, func(p *byte, region, head, token, b int) {
+		if *p != kvByte(seed, region, head, token, b) {
+			ok = false
+		}
+	})
+	return ok
+}
+
+// duplicate sends q's registration once more from every decode rank, as a
+// network that duplicates a message would: the same bytes as the first.
+func duplicate(r *rig, q *creq, coords Prefill) {
+	for k, c := range r.consumers {
+		c.mu.Lock()
+		dq := c.tracker.reqs[q.decID]
+		var seq uint64
+		if dq != nil {
+			seq = dq.seq
+		}
+		c.mu.Unlock()
+		if dq == nil {
+			continue
+		}
+		msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
+			RequestID: q.decID, DecodeEngineID: r.dec.ID(), DecodeHost: r.dec.Host(), DecodePort: r.dec.Port(),
+			DecodeTPSize: r.dec.TPSize(), LocalBlockIDs: [][]int{q.dblocks}, RemoteEngineID: coords.EngineID,
+			RemoteHost: coords.Host, RemotePort: coords.Port, RemoteTPSize: coords.TPSize, RemotePPSize: 1,
+			TransferID: q.tid, DecodeIncarnation: c.incarnation, Seq: seq,
+		})
+		if err != nil {
+			continue
+		}
+		for _, a := range r.preAgents {
+			_ = r.decAgents[k].GenNotif(a.Name(), msg, nil)
+		}
+	}
+}
