@@ -1,0 +1,176 @@
+package handshake
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gonixl/gonixl/internal/sidechannel"
+)
+
+// replyWith encodes a Reply whose payload is the map fields writes.
+func replyWith(t *testing.T, fields func(e *msgpack.Encoder)) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	e := msgpack.NewEncoder(&b)
+	require.NoError(t, e.EncodeMapLen(1))
+	require.NoError(t, e.EncodeString("payload"))
+	fields(e)
+	return b.Bytes()
+}
+
+func nils(e *msgpack.Encoder, n int) {
+	_ = e.EncodeArrayLen(n)
+	for range n {
+		_ = e.EncodeNil()
+	}
+}
+
+// allocated returns the bytes allocated while f ran.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// Defect 9 of the correctness issue: a reply whose arrays claim many nil
+// elements cost about 350x its size to decode (a 16 MiB reply, 5.6 GiB).
+func TestReplyDecodingIsBoundedByItsSize(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		body       func(e *msgpack.Encoder)
+	}{
+		{"ranks over the limit", "payload lists 1048576 ranks, limit 1024", func(e *msgpack.Encoder) {
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("ranks")
+			nils(e, 1<<20)
+		}},
+		{"nil ranks", "payload ranks[0] is not a map", func(e *msgpack.Encoder) {
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("ranks")
+			nils(e, 1000)
+		}},
+		{"regions over the limit", "layout lists 1048576 regions, limit 32768", func(e *msgpack.Encoder) {
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("ranks")
+			_ = e.EncodeArrayLen(1)
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("layout")
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("regions")
+			nils(e, 1<<20)
+		}},
+		{"nil regions", "layout regions[0] lacks base or dev_id", func(e *msgpack.Encoder) {
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("ranks")
+			_ = e.EncodeArrayLen(1)
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("layout")
+			_ = e.EncodeMapLen(1)
+			_ = e.EncodeString("regions")
+			nils(e, 30000)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := replyWith(t, tc.body)
+			var err error
+			n := allocated(func() {
+				var r Reply
+				err = sidechannel.Decode(body, &r)
+			})
+			require.ErrorIs(t, err, sidechannel.ErrMalformed)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Less(t, n, uint64(4*len(body)+64<<10), "decoding %d bytes allocated %d", len(body), n)
+		})
+	}
+}
+
+func TestPayloadRoundTripsThroughTheBoundedDecoders(t *testing.T) {
+	p := Payload{EngineID: "e", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), TPSize: 2, PPSize: 1, BlockSize: 16,
+		Ranks: RankList{rank(0, 2, 16), rank(1, 2, 16)}}
+	p.Ranks[1].Layout.Regions[1].DevID = 3
+	body, err := sidechannel.Encode(Reply{Payload: &p, Now: 5})
+	require.NoError(t, err)
+	var r Reply
+	require.NoError(t, sidechannel.Decode(body, &r))
+	require.NotNil(t, r.Payload)
+	assert.Equal(t, p, *r.Payload)
+	require.NoError(t, r.Payload.Validate())
+}
+
+// The reply carries the server's clock; the client turns it into an offset
+// estimate with the round trip as its uncertainty.
+func TestClientEstimatesClockOffset(t *testing.T) {
+	ahead := func() time.Time { return time.Now().Add(time.Hour) }
+	s, err := Serve("127.0.0.1:0", engine(1), ServerOptions{Now: ahead})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.SetRank(rank(0, 1, 16)))
+	c, err := NewClient("decode-e", compat(ModePull), time.Second, 0)
+	require.NoError(t, err)
+	p, err := c.Get(context.Background(), "prefill-e", s.Addr().String())
+	require.NoError(t, err)
+	assert.InDelta(t, float64(time.Hour), float64(p.ClockOffset), float64(p.ClockUncertainty+time.Millisecond))
+	assert.Less(t, p.ClockUncertainty, time.Second)
+}
+
+func TestHoldQuery(t *testing.T) {
+	ahead := func() time.Time { return time.Unix(0, 0).Add(time.Hour) }
+	var asked []string
+	s, err := Serve("127.0.0.1:0", engine(1), ServerOptions{Now: ahead, OnExtend: func(ids []string) []int64 {
+		asked = ids
+		return []int64{time.Unix(0, 0).Add(time.Hour + 30*time.Second).UnixNano(), 0}
+	}})
+	require.NoError(t, err)
+	defer s.Close()
+	c, err := NewClient("decode-e", compat(ModePull), time.Second, 0)
+	require.NoError(t, err)
+	before := time.Now()
+	ds, err := c.Extend(context.Background(), "prefill-e", s.Addr().String(), []string{"a", "b"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, asked)
+	require.Len(t, ds, 2)
+	// 30 s after the server's now, counted from before the query left.
+	assert.False(t, ds[0].Before(before.Add(30*time.Second)))
+	assert.True(t, ds[0].Before(time.Now().Add(30*time.Second)))
+	assert.True(t, ds[1].IsZero(), "not held")
+
+	plain, err := Serve("127.0.0.1:0", engine(1), ServerOptions{})
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = c.Extend(context.Background(), "prefill-e", plain.Addr().String(), []string{"a"})
+	require.ErrorIs(t, err, ErrFailed)
+	assert.Contains(t, err.Error(), `engine "prefill-e" holds no blocks for peers (not a pull prefill engine)`)
+}
+
+// FuzzReplyFrame decodes arbitrary bytes as the reply a client receives:
+// errors matching ErrMalformed, never a panic, and what decodes validates
+// or is refused by Validate.
+func FuzzReplyFrame(f *testing.F) {
+	p := Payload{EngineID: "e", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), TPSize: 1, PPSize: 1, BlockSize: 16, Ranks: RankList{rank(0, 1, 16)}}
+	good, _ := sidechannel.Encode(Reply{Compat: p.Compat, Hash: p.Hash, Payload: &p, Now: 1})
+	f.Add(good)
+	f.Add([]byte{0x81, 0xa7, 'p', 'a', 'y', 'l', 'o', 'a', 'd', 0x81, 0xa5, 'r', 'a', 'n', 'k', 's', 0xdd, 0, 0, 0, 9})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r Reply
+		if err := sidechannel.Decode(body, &r); err != nil {
+			if !errors.Is(err, sidechannel.ErrMalformed) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if r.Payload != nil {
+			_ = r.Payload.Validate()
+		}
+	})
+}
