@@ -41,6 +41,7 @@ func Example_pullRead() {
 	// 6,7 in 8 KiB blocks: source block 11 at 11 x 0x4000, plus 2 heads x 16
 	// tokens x 256 bytes, goes whole into destination block 5 at 5 x 0x2000.
 	// The head slices are not adjacent: 3 blocks x 4 regions = 12 pairs.
+
 	// Output:
 	// read from prefill rank 1: 12 pairs (12 before coalescing), 98304 bytes
 	// first: remote 0x200002e000 -> local 0x700000a000, 8192 bytes
@@ -68,6 +69,7 @@ func Example_pushWrite() {
 	// Prefill rank 0 holds heads 0..3 (16 KiB blocks), the first half of
 	// each 32 KiB decode block: block 10 at 10 x 0x4000 into block 20 at
 	// 20 x 0x8000; the decode halves are not adjacent, so nothing merges.
+
 	// Output:
 	// write into decode rank 0: 16 pairs (16 before coalescing)
 	// first: local 0x1000028000 -> remote 0x70000a0000, 16384 bytes
