@@ -37,6 +37,7 @@ type Agent struct {
 	reqs       map[nixl.XferHandle]*xferReq
 	nextHandle uint64
 	inbox      nixl.Notifs
+	copied     sync.Cond // on mu: a request's copy ended (xferReq.copying fell)
 }
 
 // peer is what an agent knows of another from its metadata.
@@ -47,7 +48,7 @@ type peer struct {
 }
 
 func newAgent(f *Fabric, name string, inst uint64, model TransferModel) *Agent {
-	return &Agent{
+	a := &Agent{
 		f:      f,
 		name:   name,
 		inst:   inst,
@@ -57,6 +58,8 @@ func newAgent(f *Fabric, name string, inst uint64, model TransferModel) *Agent {
 		reqs:   map[nixl.XferHandle]*xferReq{},
 		inbox:  nixl.Notifs{},
 	}
+	a.copied.L = &a.mu
+	return a
 }
 
 // Name returns the agent's name.
@@ -65,8 +68,9 @@ func (a *Agent) Name() string { return a.name }
 // Close closes the agent: its requests and prepared lists are released, its
 // memory deregistered, and peers that transfer to it or notify it get
 // nixl.ErrRemoteDisconnect. It waits for calls in progress, is idempotent,
-// and every later call returns an error matching nixl.ErrClosed. The name
-// becomes free on the fabric.
+// and every later call returns an error matching nixl.ErrClosed. As after
+// ReleaseXferReq, no byte of its requests is written once it returns. The
+// name becomes free on the fabric.
 func (a *Agent) Close() error {
 	a.life.Lock()
 	if a.closed.Swap(true) {
@@ -74,12 +78,19 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.mu.Lock()
+	reqs := make([]*xferReq, 0, len(a.reqs))
 	for _, r := range a.reqs {
 		if r.status == nixl.StatusInProgress {
 			a.f.stats.cancelled.Add(1)
 		}
+		reqs = append(reqs, r)
 	}
 	a.reqs, a.dlists, a.peers, a.inbox = nil, nil, nil, nil
+	// As after ReleaseXferReq: no byte of a request is written once Close
+	// returns.
+	for _, r := range reqs {
+		a.stopCopiesLocked(r)
+	}
 	a.mu.Unlock()
 	a.life.Unlock()
 
@@ -122,11 +133,28 @@ func (a *Agent) deliver(from string, msg []byte) bool {
 	return true
 }
 
-// posted reports whether req is still live and still in the posting epoch.
-func (a *Agent) posted(req *xferReq, epoch uint64) bool {
+// beginCopy reports whether req is still live and still in the posting
+// epoch and, if so, counts a copy of its bytes in progress, which the
+// caller must end with endCopy. ReleaseXferReq waits for it.
+func (a *Agent) beginCopy(req *xferReq, epoch uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.reqs[req.handle] == req && req.epoch == epoch && req.status == nixl.StatusInProgress
+	if a.reqs[req.handle] != req || req.epoch != epoch || req.status != nixl.StatusInProgress {
+		return false
+	}
+	req.copying++
+	return true
+}
+
+// endCopy ends a copy counted by beginCopy, waking a ReleaseXferReq that
+// waits for it.
+func (a *Agent) endCopy(req *xferReq) {
+	a.mu.Lock()
+	req.copying--
+	if req.copying == 0 {
+		a.copied.Broadcast()
+	}
+	a.mu.Unlock()
 }
 
 // finish ends the posting epoch of req with a status and, for a success,

@@ -1,6 +1,8 @@
 package loopback
 
 import (
+	"sync/atomic"
+
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -28,6 +30,14 @@ type xferReq struct {
 	epoch    uint64
 	observed bool       // a remote disconnect was reported (and the peer forgotten)
 	held     *heldNotif // notification waiting for the initiator to see success
+
+	// copying counts the executions copying this request's bytes now,
+	// guarded by the initiator's mu; ReleaseXferReq waits for it to reach 0.
+	copying int
+	// released is set, under the initiator's mu, when the request is
+	// released or its agent closes; a copy in progress checks it between
+	// descriptor runs and stops.
+	released atomic.Bool
 }
 
 // PrepXferDlist prepares descriptors for MakeXferReq: the local side when
@@ -355,6 +365,13 @@ func (a *Agent) XferStatus(h nixl.XferHandle) (nixl.Status, error) {
 // cancelled transfer copies nothing more and sends no notification. A
 // completed transfer whose notification was held for XferStatus sends it
 // now. An unknown or already released handle gives nixl.ErrInvalidParam.
+//
+// Once ReleaseXferReq returns, no byte of the request is written any more,
+// on either side, whatever the model (instant, scheduled or delayed) and
+// whatever the faults (FailInFlight included): a copy that another
+// goroutine is carrying out for the request when it is released stops at
+// its next descriptor run, and ReleaseXferReq waits for it to stop. So the
+// memory of a released request may be handed back to its owner at once.
 func (a *Agent) ReleaseXferReq(h nixl.XferHandle) error {
 	const op = "ReleaseXferReq"
 	if err := a.enter(op); err != nil {
@@ -371,9 +388,22 @@ func (a *Agent) ReleaseXferReq(h nixl.XferHandle) error {
 	}
 	held := takeHeldLocked(req)
 	delete(a.reqs, h)
+	a.stopCopiesLocked(req)
 	a.mu.Unlock()
 	a.release(held)
 	return nil
+}
+
+// stopCopiesLocked marks req released and waits, releasing a.mu meanwhile,
+// until no copy of its bytes is in progress.
+func (a *Agent) stopCopiesLocked(req *xferReq) {
+	req.released.Store(true)
+	if req.copying > 0 && a.f.testHookReleaseWait != nil {
+		a.f.testHookReleaseWait()
+	}
+	for req.copying > 0 {
+		a.copied.Wait()
+	}
 }
 
 // lockRequest locks a.mu and returns the live request h, which the caller

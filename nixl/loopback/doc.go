@@ -19,6 +19,10 @@
 // ReleaseXferReq). As with NIXL's UCX backend, the notification of a
 // transfer that did not complete inside PostXferReq leaves only when the
 // initiator sees the transfer done, so an initiator must poll its requests.
+// Once ReleaseXferReq (or the agent's Close) returns, no byte of the
+// request is written any more, even when another goroutine was copying it:
+// the copy stops at its next descriptor run and the release waits for it,
+// so the memory of a released request can be handed back at once.
 // The errors returned are those of NIXL's nixlAgent for the same
 // mistakes, as [*nixl.Error] values that match nixl's sentinel errors; the
 // differences from the native agent are listed in the README section

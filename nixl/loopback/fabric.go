@@ -37,6 +37,12 @@ type Fabric struct {
 	// due.
 	progressMu sync.Mutex
 	sched      scheduler
+
+	// Tests set these before any agent is used: testHookCopy runs before
+	// each descriptor run of a copy is copied, testHookReleaseWait when a
+	// ReleaseXferReq (or Close) starts waiting for a copy in progress.
+	testHookCopy        func()
+	testHookReleaseWait func()
 }
 
 // NewFabric returns an empty fabric.

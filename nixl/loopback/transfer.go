@@ -25,15 +25,24 @@ type transfer struct {
 // execute carries out a transfer that is due: it copies the bytes, ends the
 // request, then sends the notification, so the target never sees the
 // notification before the bytes.
+//
+// The copy is counted on its request (beginCopy, endCopy) and checks the
+// request's released flag between descriptor runs, so that once
+// ReleaseXferReq returns nothing more is written.
 func (f *Fabric) execute(t *transfer) {
-	if !t.init.posted(t.req, t.epoch) {
+	if !t.init.beginCopy(t.req, t.epoch) {
 		return // released (cancelled) or its initiator closed
 	}
 	if !reachable(t.init, t.target) {
+		t.init.endCopy(t.req)
 		f.failDisconnected(t)
 		return
 	}
 	st, injected, err := f.copyBytes(t)
+	t.init.endCopy(t.req)
+	if t.req.released.Load() {
+		return // released during the copy: it ends nothing and notifies no one
+	}
 	if st.IsError() {
 		f.stats.failed.Add(1)
 		if injected {
@@ -115,6 +124,13 @@ func (f *Fabric) copyBytes(t *transfer) (st nixl.Status, injected bool, err erro
 		j := i + 1
 		for j < n && t.local[j].Addr == t.local[j-1].End() && t.remote[j].Addr == t.remote[j-1].End() {
 			j++
+		}
+		if f.testHookCopy != nil {
+			f.testHookCopy()
+		}
+		if t.req.released.Load() {
+			return nixl.StatusBackend, false, nixl.NewError(op, nixl.StatusBackend,
+				"%v from %q to %q: released after %d of %d descriptors", t.op, t.init.name, t.target.name, i, len(t.local))
 		}
 		m, ok := t.copyRun(i, j)
 		moved += m
