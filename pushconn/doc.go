@@ -22,10 +22,14 @@
 // The request is done when every one of those ranks has
 // sent its completion "<decode request id>:<prefill world size>" (the
 // WRITE's notification, which arrives after the data); it fails at once on
-// a PUSH_FAIL from any of them, and with ErrRegistrationTimeout when the
-// registration timeout (default 480 s) passes; when it fails it tells the
-// other ranks with PUSH_CANCEL. Drain returns each request's
-// Result exactly once.
+// a PUSH_FAIL from any of them, with ErrRegistrationTimeout when the
+// registration timeout (default 480 s) passes, and with ErrAborted when
+// the engine calls Consumer.Abort; when it fails it tells the other ranks
+// with PUSH_CANCEL. Drain returns each request's Result exactly once, and
+// only when no prefill rank can still write into its blocks (see Write
+// safety). A Register whose prefill TP or PP size differs from the prefill
+// engine's handshake fails with an error matching ErrInvalid that names
+// the field and both values; it fails only that request.
 //
 // Prefill: Producer.RequestFinished(id, block ids) holds the blocks and
 // returns the TransferParams. The rank's writer goroutine (the shared
@@ -83,7 +87,8 @@
 // timeout and was cancelled), "expired" (the request did not finish on
 // prefill within the registration timeout) and "closed" (the Producer was
 // closed first) and "overloaded" (the rank refused the registration at
-// its MaxPeers or MaxPendingRegistrations limit); "expired" also answers a
+// its MaxPeers or MaxPendingRegistrations limit) and "aborted" (the
+// prefill engine aborted the request, Producer.Abort); "expired" also answers a
 // registration that arrives after its request's lease ran out. Decoders must accept unknown kinds and skip unknown keys;
 // the other keys are required. Decode ends the request with a *PushError
 // (errors.Is(err, ErrPushFailed)). A PUSH_FAIL can only reach a decode rank
@@ -114,18 +119,80 @@
 // for its request leaves the matcher, so it never takes the match of a
 // live registration (a retry of the request, or the same id registered
 // again); the rank remembers it (the last 4096, each until prefill's
-// registration timeout) so that its request, when it finishes and no live
-// registration pairs with it, is freed at once, with no WRITE and no lease
-// wait. One waiting for a
-// handshake or for a retry is dropped. Decode publishes the failed Result
-// only after its PUSH_CANCELs were handed to the agent. Remaining window:
-// a WRITE prefill already posted (the request finished before the cancel
-// arrived), or one it posts in the moment between fetching notifications
-// and starting the WRITE, cannot be called back and may still land in the
-// released blocks; so may any WRITE if the cancel is lost. Prefill's
+// registration timeout) so that its request, when it finishes, names it
+// (same transfer id, or same exact request id) and no live registration
+// pairs with it, is freed at once, with no WRITE and no lease wait (a
+// request that pairs with it only by stripped id may be a retry whose
+// registration is still on its way: it waits as usual). One waiting for a
+// handshake or for a retry is dropped. Prefill answers every PUSH_CANCEL
+// with
+//
+//	"PUSH_CANCEL_ACK:" + msgpack map {
+//	    "request_id":  str,  the cancel's request_id
+//	    "transfer_id": str,  the cancel's transfer_id; only when it had one
+//	    "engine_id":   str,  the prefill engine id
+//	    "rank":        int,  the prefill rank, >= 0
+//	}
+//
+// (keys in that order, most compact encodings; decoders skip unknown
+// keys, transfer_id is optional, the others required; every id is at most
+// 1024 bytes) once no WRITE of that registration can land any more: at
+// once when it was withdrawn, dropped, already written or failed, or never
+// received; after the handshake with the decode engine when it waited for
+// one; and when its WRITE ends (completed, failed, or cancelled at the
+// write timeout) when one was in flight. Prefill's
 // registration timeout defaults to DefaultProducerRegistrationTimeout
 // (450 s), shorter than decode's 480 s, so that without a cancel prefill
 // gives up first; keep prefill's shorter when configuring either side.
+//
+// # Write safety
+//
+// Decode hands a request's blocks back to the engine — Drain returns its
+// Result — only when no prefill rank can still write into them: every
+// rank that was sent the registration has completed (its completion
+// notification arrived, also when it comes after decode decided to fail
+// the request), sent PUSH_FAIL, or acknowledged the PUSH_CANCEL. A done
+// request meets this by definition. A failed, timed-out or aborted one
+// drains: it ends at once (no completion counts for it, Abort returns),
+// PUSH_CANCEL goes to every rank that has not answered, again every
+// quarter of RankConfig.CancelTimeout, and its Result comes out when the
+// last rank answers, or at CancelTimeout (default DefaultCancelTimeout,
+// prefill's write timeout plus 10 s; counted in cancel_timeouts) if one
+// never does. Until then Pending counts it and Register refuses its id.
+// Consumer.Close publishes draining results after the rank's memory is
+// deregistered, when no WRITE can land in it. Remaining risk: a prefill
+// rank that is alive but lost every PUSH_CANCEL (or whose acks were all
+// lost) and still holds the registration past CancelTimeout may WRITE
+// into the released blocks later, and a completion it sends then counts
+// for a new request of the same id. A crashed prefill rank sends nothing
+// more, so it is no risk.
+//
+// # Registrations of the same id
+//
+// Every PUSH_REG a decode rank sends carries one more optional key of our
+// own, after decode_incarnation:
+//
+//	"registration_seq": uint  the registration's number among those this
+//	                          rank instance sent, 1..2^64-1, most compact
+//	                          unsigned encoding; only when set
+//
+// Prefill drops a registration with the sender and ids (request_id,
+// transfer_id) of one it holds or wrote within its registration timeout as
+// a duplicate unless both carry a registration_seq and the seqs differ:
+// then the same request id was registered again (the first request ended
+// on decode), and the new registration replaces a waiting one
+// (superseded_registrations) or is admitted after a written one.
+//
+// # Abort
+//
+// Consumer.Abort(id) ends a decode request at once with ErrAborted; its
+// Result follows the write-safety rule. Producer.Abort(id) withdraws a
+// finished request the engine dropped: no WRITE of it starts once Abort
+// returned (Abort waits for a post in progress), matched registrations
+// whose WRITE has not started get PUSH_FAIL "aborted", later ones
+// PUSH_FAIL "expired", a WRITE in flight is left to end, and the blocks
+// come out of DrainFreed once none is. Both are idempotent, return
+// ErrClosed after Close, and count aborted_requests.
 //
 // # Restarts
 //
@@ -183,7 +250,10 @@
 // (peer_limit_refusals). RankConfig.MaxPendingRegistrations (default
 // 65536) bounds the registrations waiting for their request or for their
 // engine's handshake; at the limit a new one is refused
-// (pending_limit_refusals). A refused registration gets PUSH_FAIL
+// (pending_limit_refusals). Ids and hosts in every push message are at
+// most 1024 bytes (notif.MaxIDLen): longer ones are refused from the
+// string header, before anything is kept (oversized_ids, and counted as
+// malformed). A refused registration gets PUSH_FAIL
 // "overloaded" where it can be delivered: always under the pending limit
 // once prefill knows the engine, never for an engine refused by the peer
 // limit before its first handshake (push_fail_undeliverable counts it and
@@ -201,8 +271,10 @@
 // registration_timeouts, misdirected_registrations, handshakes,
 // push_cancel_sent, push_cancel_received, push_cancel_undeliverable,
 // cancelled_registrations, registrations_after_lease,
-// stale_registrations, peer_limit_refusals, pending_limit_refusals and
-// evicted_peers. With a
+// stale_registrations, peer_limit_refusals, pending_limit_refusals,
+// evicted_peers, push_cancel_ack_sent, push_cancel_ack_received,
+// push_cancel_ack_undeliverable, cancel_timeouts, aborted_requests,
+// oversized_ids and superseded_registrations. With a
 // Logger they are logged as one "KV Transfer metrics:" line every
 // StatsInterval.
 //
@@ -211,8 +283,6 @@
 // One KV-cache group per request; prefill pipeline-parallel size 1 (the
 // handshake payload names one agent per TP rank). With a prefix hit on
 // decode and prefill blocks larger than decode's, pass WithTokens to
-// RequestFinished. PUSH_CANCEL stops the other prefill ranks' WRITEs that
-// have not started when one rank fails or decode times out, but not one
-// already posted (see PUSH_CANCEL): an engine that reuses a failed
-// request's blocks at once accepts that narrow risk.
+// RequestFinished. A failed request's blocks come back only after the
+// prefill ranks answered, or at CancelTimeout (see Write safety).
 package pushconn
