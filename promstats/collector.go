@@ -1,6 +1,8 @@
 package promstats
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gonixl/gonixl/internal/stats"
@@ -14,9 +16,15 @@ type Source interface {
 
 // Options configure a Collector.
 type Options struct {
-	// Namespace prefixes every metric name ("vllm" gives vllm_nixl_...);
-	// empty means none.
+	// Namespace prefixes every metric name: "gonixl" gives
+	// gonixl_nixl_xfer_time_seconds; one ending in ':' is joined without
+	// '_', so "vllm:" gives vLLM's own names (vllm:nixl_xfer_time_seconds).
+	// Empty means none.
 	Namespace string
+	// VLLMNames exports vLLM's exact metric names (namespace "vllm:"),
+	// whatever Namespace says, so dashboards built for vLLM's NIXL
+	// connector read these series unchanged.
+	VLLMNames bool
 	// ConstLabels are attached to every metric, e.g. engine_id, tp_rank and
 	// role, so that several ranks can be registered side by side.
 	ConstLabels prometheus.Labels
@@ -47,16 +55,25 @@ type extraMetric struct {
 // connector's registration counters) are those src has when New is called;
 // connectors register them at construction.
 func New(src Source, opts Options) *Collector {
-	name := func(n string) string { return prometheus.BuildFQName(opts.Namespace, "", n) }
+	ns := opts.Namespace
+	if opts.VLLMNames {
+		ns = "vllm:"
+	}
+	name := func(n string) string {
+		if strings.HasSuffix(ns, ":") {
+			return ns + n
+		}
+		return prometheus.BuildFQName(ns, "", n)
+	}
 	desc := func(n, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name(n), help, nil, opts.ConstLabels)
 	}
 	c := &Collector{
 		src:      src,
-		xferTime: desc("nixl_xfer_time_seconds", "Time from posting a NIXL KV-cache transfer to its completion."),
-		postTime: desc("nixl_post_time_seconds", "Time to prepare and post one request's NIXL KV-cache transfers."),
-		bytes:    desc("nixl_bytes_transferred", "Bytes moved by NIXL KV-cache transfers (sum) over transfers (count)."),
-		descs:    desc("nixl_num_descriptors", "Descriptors posted by NIXL KV-cache transfers (sum) over transfers (count)."),
+		xferTime: desc("nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers."),
+		postTime: desc("nixl_post_time_seconds", "Histogram of transfer post time for NIXL KV Cache transfers."),
+		bytes:    desc("nixl_bytes_transferred", "Histogram of bytes transferred per NIXL KV Cache transfers."),
+		descs:    desc("nixl_num_descriptors", "Histogram of number of descriptors per NIXL KV Cache transfers."),
 	}
 	for _, f := range []struct {
 		n, help string
@@ -96,15 +113,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the source once and sends every metric.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Stats()
-	quantiles := func(p50, p90, p99 float64) map[float64]float64 {
-		return map[float64]float64{0.5: p50, 0.9: p90, 0.99: p99}
-	}
-	ch <- prometheus.MustNewConstSummary(c.xferTime, s.XferTime.Count, s.XferTime.Sum.Seconds(),
-		quantiles(s.XferTime.P50.Seconds(), s.XferTime.P90.Seconds(), s.XferTime.P99.Seconds()))
-	ch <- prometheus.MustNewConstSummary(c.postTime, s.PostTime.Count, s.PostTime.Sum.Seconds(),
-		quantiles(s.PostTime.P50.Seconds(), s.PostTime.P90.Seconds(), s.PostTime.P99.Seconds()))
-	ch <- prometheus.MustNewConstSummary(c.bytes, s.Transfers, float64(s.Bytes), nil)
-	ch <- prometheus.MustNewConstSummary(c.descs, s.Transfers, float64(s.Descriptors), nil)
+	ch <- histogram(c.xferTime, s.XferTimeHist)
+	ch <- histogram(c.postTime, s.PostTimeHist)
+	ch <- histogram(c.bytes, s.BytesHist)
+	ch <- histogram(c.descs, s.DescriptorsHist)
 	for _, f := range c.fixed {
 		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.CounterValue, float64(f.get(&s)))
 	}
@@ -112,4 +124,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		v, _ := s.Get(x.name)
 		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.CounterValue, float64(v))
 	}
+}
+
+func histogram(d *prometheus.Desc, h stats.HistogramSnapshot) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i, b := range h.Bounds {
+		buckets[b] = h.Cumulative[i]
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum, buckets)
 }

@@ -1,10 +1,14 @@
 package promstats
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,14 +44,23 @@ func TestCollectorExportsSnapshot(t *testing.T) {
 	c := New(setSource{set}, Options{ConstLabels: prometheus.Labels{"engine_id": "e1", "tp_rank": "0"}})
 	fams := gather(t, c)
 
-	xfer := fams["nixl_xfer_time_seconds"].GetMetric()[0].GetSummary()
+	xfer := fams["nixl_xfer_time_seconds"].GetMetric()[0].GetHistogram()
 	assert.Equal(t, uint64(2), xfer.GetSampleCount())
 	assert.InDelta(t, 0.030, xfer.GetSampleSum(), 1e-9)
-	bytes := fams["nixl_bytes_transferred"].GetMetric()[0].GetSummary()
+	// vLLM's buckets: 10 ms falls in le=0.01, 20 ms in le=0.025.
+	require.Len(t, xfer.GetBucket(), 12)
+	assert.Equal(t, 0.005, xfer.GetBucket()[0].GetUpperBound())
+	assert.Equal(t, uint64(0), xfer.GetBucket()[0].GetCumulativeCount())
+	assert.Equal(t, uint64(1), xfer.GetBucket()[1].GetCumulativeCount())
+	assert.Equal(t, uint64(2), xfer.GetBucket()[2].GetCumulativeCount())
+	bytes := fams["nixl_bytes_transferred"].GetMetric()[0].GetHistogram()
 	assert.Equal(t, uint64(2), bytes.GetSampleCount())
 	assert.Equal(t, 5120.0, bytes.GetSampleSum())
-	assert.Equal(t, 4.0, fams["nixl_num_descriptors"].GetMetric()[0].GetSummary().GetSampleSum())
-	assert.Equal(t, uint64(1), fams["nixl_post_time_seconds"].GetMetric()[0].GetSummary().GetSampleCount())
+	assert.Equal(t, 2048.0, bytes.GetBucket()[0].GetUpperBound())
+	assert.Equal(t, uint64(1), bytes.GetBucket()[0].GetCumulativeCount(), "1024 bytes <= 2 KiB")
+	assert.Equal(t, float64(uint64(1)<<33), bytes.GetBucket()[len(bytes.GetBucket())-1].GetUpperBound())
+	assert.Equal(t, 4.0, fams["nixl_num_descriptors"].GetMetric()[0].GetHistogram().GetSampleSum())
+	assert.Equal(t, uint64(1), fams["nixl_post_time_seconds"].GetMetric()[0].GetHistogram().GetSampleCount())
 	assert.Equal(t, 1.0, fams["nixl_num_failed_transfers_total"].GetMetric()[0].GetCounter().GetValue())
 	assert.Equal(t, 2.0, fams["nixl_num_kv_expired_reqs_total"].GetMetric()[0].GetCounter().GetValue())
 	assert.Equal(t, 0.0, fams["nixl_num_failed_handshakes_total"].GetMetric()[0].GetCounter().GetValue())
@@ -65,4 +78,35 @@ func TestCollectorNamespaceAndLiveValues(t *testing.T) {
 	assert.Equal(t, 0.0, gather(t, c)["vllm_nixl_num_failed_notifications_total"].GetMetric()[0].GetCounter().GetValue())
 	set.FailedNotifications.Add(3)
 	assert.Equal(t, 3.0, gather(t, c)["vllm_nixl_num_failed_notifications_total"].GetMetric()[0].GetCounter().GetValue())
+}
+
+// The exact names vLLM's dashboards query, with _bucket series.
+func TestVLLMNamesScrape(t *testing.T) {
+	set := stats.New()
+	set.RecordTransfer(1<<20, 8, 3*time.Millisecond)
+	for _, opts := range []Options{{VLLMNames: true}, {Namespace: "vllm:"}} {
+		reg := prometheus.NewPedanticRegistry()
+		require.NoError(t, reg.Register(New(setSource{set}, opts)))
+		srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		resp, err := http.Get(srv.URL)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		require.NoError(t, err)
+		text := string(body)
+		for _, want := range []string{
+			`vllm:nixl_xfer_time_seconds_bucket{le="0.005"} 1`,
+			`vllm:nixl_xfer_time_seconds_count 1`,
+			`vllm:nixl_post_time_seconds_bucket{le="+Inf"} 0`,
+			`vllm:nixl_bytes_transferred_bucket{le="2.097152e+06"} 1`,
+			`vllm:nixl_num_descriptors_bucket{le="10"} 1`,
+			`vllm:nixl_num_failed_transfers_total 0`,
+			`vllm:nixl_num_failed_notifications_total 0`,
+			`vllm:nixl_num_kv_expired_reqs_total 0`,
+		} {
+			assert.Contains(t, text, want+"\n")
+		}
+		assert.NotContains(t, text, "vllm:_")
+	}
 }

@@ -28,6 +28,10 @@ type Set struct {
 
 	xferTime *latency.Window
 	postTime *latency.Window
+	xferHist *Histogram
+	postHist *Histogram
+	byteHist *Histogram
+	descHist *Histogram
 
 	mu     sync.Mutex
 	byName map[string]*Counter
@@ -40,6 +44,10 @@ func New() *Set {
 	s := &Set{
 		xferTime: latency.NewWindow(window),
 		postTime: latency.NewWindow(window),
+		xferHist: NewHistogram(XferTimeBounds),
+		postHist: NewHistogram(PostTimeBounds),
+		byteHist: NewHistogram(BytesBounds),
+		descHist: NewHistogram(DescriptorBounds),
 		byName:   map[string]*Counter{},
 	}
 	s.Transfers = s.Counter("transfers", "Successful KV-cache transfers.")
@@ -73,7 +81,10 @@ func (s *Set) Counter(name, help string) *Counter {
 
 // RecordPost records how long posting one transfer took (descriptor
 // preparation and the post call).
-func (s *Set) RecordPost(d time.Duration) { s.postTime.Add(d) }
+func (s *Set) RecordPost(d time.Duration) {
+	s.postTime.Add(d)
+	s.postHist.ObserveDuration(d)
+}
 
 // RecordTransfer records one successful transfer: its size, its number of
 // descriptors and the time from post to completion.
@@ -82,6 +93,9 @@ func (s *Set) RecordTransfer(bytes uint64, descriptors int, d time.Duration) {
 	s.Bytes.Add(bytes)
 	s.Descriptors.Add(uint64(descriptors))
 	s.xferTime.Add(d)
+	s.xferHist.ObserveDuration(d)
+	s.byteHist.Observe(float64(bytes))
+	s.descHist.Observe(float64(descriptors))
 }
 
 // Snapshot returns a copy of every counter and time digest.
@@ -100,6 +114,10 @@ func (s *Set) Snapshot() Snapshot {
 		MalformedFrames:        s.MalformedFrames.Load(),
 		XferTime:               s.xferTime.Stats(),
 		PostTime:               s.postTime.Stats(),
+		XferTimeHist:           s.xferHist.Snapshot(),
+		PostTimeHist:           s.postHist.Snapshot(),
+		BytesHist:              s.byteHist.Snapshot(),
+		DescriptorsHist:        s.descHist.Snapshot(),
 	}
 	s.mu.Lock()
 	for _, c := range s.order[s.shared:] {
@@ -133,6 +151,13 @@ type Snapshot struct {
 	MalformedFrames        uint64
 	XferTime               latency.Stats
 	PostTime               latency.Stats
+	// Histograms of the same samples over fixed buckets (vLLM's), for
+	// Prometheus: transfer and post time in seconds, bytes and descriptors
+	// per successful transfer.
+	XferTimeHist    HistogramSnapshot
+	PostTimeHist    HistogramSnapshot
+	BytesHist       HistogramSnapshot
+	DescriptorsHist HistogramSnapshot
 	// Extra holds the counters a connector registered itself, in
 	// registration order.
 	Extra []CounterValue
