@@ -15,13 +15,16 @@ import (
 const DefaultMaxFrame = 16 << 20
 
 // DefaultMaxRequestFrame bounds the frames a Server reads unless configured
-// otherwise. Clients send only small requests: the largest, a handshake
-// hello, holds an engine id, a 32-character hash and the compatibility
-// facts (a model name or path, at most PATH_MAX = 4096 bytes, a dtype, a
-// layout name and a mode), well under 8 KiB with msgpack's overhead even
-// for long names; 64 KiB leaves ample room and keeps what a client can make
-// a server buffer small.
-const DefaultMaxRequestFrame = 64 << 10
+// otherwise. Clients send only hellos. A handshake hello holds an engine id,
+// a 32-character hash and the compatibility facts (a model name or path, at
+// most PATH_MAX = 4096 bytes, a dtype, a layout name and a mode): under
+// 8 KiB even for absurdly long names. The largest is a hold query, which
+// adds up to handshake.MaxExtendIDs (4096) request ids of up to
+// notif.MaxIDLen (1024) bytes: 4096 x (1024 + 3) = 4,206,592 bytes, so
+// about 4.02 MiB in all; 4 MiB + 64 KiB covers it (a test checks it does).
+// Bodies are read as they arrive, so a client that claims this much but
+// sends less costs only what it sent.
+const DefaultMaxRequestFrame = 4<<20 + 64<<10
 
 // headerLen is the size of the big-endian uint32 length that precedes every
 // frame body.
