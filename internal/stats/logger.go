@@ -30,7 +30,7 @@ func StartLogger(log *zap.Logger, interval time.Duration, s *Set, fields ...zap.
 			case <-t.C:
 				snap := s.Snapshot()
 				if snap.changed(prev) {
-					log.Info(snap.LogLine(), fields...)
+					log.Info(snap.LogLine(), append(snap.Fields(), fields...)...)
 					prev = snap
 				}
 			}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/gonixl/gonixl/internal/latency"
 )
 
@@ -192,6 +194,42 @@ func (s Snapshot) LogLine() string {
 		line += fmt.Sprintf(" %s=%d", c.Name, c.Value)
 	}
 	return line
+}
+
+// Fields returns every figure of LogLine as a zap field of the same name,
+// so structured log pipelines need not parse the line.
+func (s Snapshot) Fields() []zap.Field {
+	var avgMB, avgDescs, mbps float64
+	if s.Transfers > 0 {
+		avgMB = float64(s.Bytes) / float64(s.Transfers) / 1e6
+		avgDescs = float64(s.Descriptors) / float64(s.Transfers)
+	}
+	if s.XferTime.Sum > 0 {
+		mbps = float64(s.Bytes) / 1e6 / s.XferTime.Sum.Seconds()
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	out := []zap.Field{
+		zap.Uint64("transfers", s.Transfers),
+		zap.Float64("avg_xfer_ms", ms(s.XferTime.Mean)),
+		zap.Float64("p90_xfer_ms", ms(s.XferTime.P90)),
+		zap.Float64("avg_post_ms", ms(s.PostTime.Mean)),
+		zap.Float64("p90_post_ms", ms(s.PostTime.P90)),
+		zap.Float64("avg_mb_per_transfer", avgMB),
+		zap.Float64("throughput_mb_s", mbps),
+		zap.Float64("avg_descriptors", avgDescs),
+		zap.Uint64("failed_transfers", s.FailedTransfers),
+		zap.Uint64("failed_notifications", s.FailedNotifications),
+		zap.Uint64("failed_handshakes", s.FailedHandshakes),
+		zap.Uint64("expired_requests", s.ExpiredRequests),
+		zap.Uint64("unknown_notifications", s.UnknownNotifications),
+		zap.Uint64("late_notifications", s.LateNotifications),
+		zap.Uint64("malformed_notifications", s.MalformedNotifications),
+		zap.Uint64("malformed_frames", s.MalformedFrames),
+	}
+	for _, c := range s.Extra {
+		out = append(out, zap.Uint64(c.Name, c.Value))
+	}
+	return out
 }
 
 // changed reports whether any count differs between two snapshots.

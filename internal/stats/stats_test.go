@@ -76,6 +76,11 @@ func TestStartLoggerLogsOnlyChanges(t *testing.T) {
 	assert.True(t, strings.HasPrefix(e.Message, "KV Transfer metrics: transfers=1 "))
 	assert.Contains(t, e.Message, "failed_handshakes=1")
 	assert.Equal(t, "e1", e.ContextMap()["engine_id"])
+	// Every figure of the line is a field too.
+	assert.Equal(t, uint64(1), e.ContextMap()["transfers"])
+	assert.Equal(t, uint64(1), e.ContextMap()["failed_handshakes"])
+	assert.Equal(t, uint64(0), e.ContextMap()["malformed_frames"])
+	assert.Contains(t, e.ContextMap(), "avg_xfer_ms")
 }
 
 func TestStartLoggerNilIsNoop(t *testing.T) {
