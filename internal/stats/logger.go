@@ -29,7 +29,7 @@ func StartLogger(log *zap.Logger, interval time.Duration, s *Set, fields ...zap.
 				return
 			case <-t.C:
 				snap := s.Snapshot()
-				if snap.changed(prev) {
+				if changed(snap, prev) {
 					log.Info(snap.LogLine(), append(snap.Fields(), fields...)...)
 					prev = snap
 				}

@@ -1,0 +1,136 @@
+// Package metrics holds what a connector rank or engine reports about its
+// transfers: a Snapshot of its counters, transfer and post timings and
+// histograms, as pullconn and pushconn return from Stats. promstats exports
+// Snapshots to Prometheus; LogLine and Fields are the periodic
+// "KV Transfer metrics:" log line.
+package metrics
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Timing digests a duration series: Count and Sum cover every sample, the
+// percentiles the most recent ones (a bounded window).
+type Timing struct {
+	Count uint64
+	Sum   time.Duration
+	Mean  time.Duration
+	P50   time.Duration
+	P90   time.Duration
+	P99   time.Duration
+}
+
+// Histogram is a histogram at one moment: Cumulative[i] counts the
+// observations <= Bounds[i]; Count and Sum cover all of them.
+type Histogram struct {
+	Bounds     []float64
+	Cumulative []uint64
+	Count      uint64
+	Sum        float64
+}
+
+// Counter is one connector-specific counter's value in a Snapshot.
+type Counter struct {
+	Name  string
+	Help  string
+	Value uint64
+}
+
+// Snapshot is a copy of a Set at one moment. Time digests cover successful
+// transfers (XferTime) and every post (PostTime); their percentiles cover the
+// most recent samples.
+type Snapshot struct {
+	Transfers              uint64
+	Bytes                  uint64
+	Descriptors            uint64
+	FailedTransfers        uint64
+	FailedNotifications    uint64
+	FailedHandshakes       uint64
+	ExpiredRequests        uint64
+	UnknownNotifications   uint64
+	LateNotifications      uint64
+	MalformedNotifications uint64
+	MalformedFrames        uint64
+	XferTime               Timing
+	PostTime               Timing
+	// Histograms of the same samples over fixed buckets (vLLM's), for
+	// Prometheus: transfer and post time in seconds, bytes and descriptors
+	// per successful transfer.
+	XferTimeHist    Histogram
+	PostTimeHist    Histogram
+	BytesHist       Histogram
+	DescriptorsHist Histogram
+	// Extra holds the counters a connector registered itself, in
+	// registration order.
+	Extra []Counter
+}
+
+// Get returns the value of the extra counter name, and whether it exists.
+func (s Snapshot) Get(name string) (uint64, bool) {
+	for _, c := range s.Extra {
+		if c.Name == name {
+			return c.Value, true
+		}
+	}
+	return 0, false
+}
+
+// LogLine formats the snapshot as the one-line "KV Transfer metrics:" report.
+func (s Snapshot) LogLine() string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
+	var avgMB, avgDescs, mbps float64
+	if s.Transfers > 0 {
+		avgMB = float64(s.Bytes) / float64(s.Transfers) / 1e6
+		avgDescs = float64(s.Descriptors) / float64(s.Transfers)
+	}
+	if s.XferTime.Sum > 0 {
+		mbps = float64(s.Bytes) / 1e6 / s.XferTime.Sum.Seconds()
+	}
+	line := fmt.Sprintf("KV Transfer metrics: transfers=%d avg_xfer_ms=%s p90_xfer_ms=%s avg_post_ms=%s p90_post_ms=%s avg_mb_per_transfer=%.3f throughput_mb_s=%.1f avg_descriptors=%.1f failed_transfers=%d failed_notifications=%d failed_handshakes=%d expired_requests=%d unknown_notifications=%d late_notifications=%d malformed_notifications=%d malformed_frames=%d",
+		s.Transfers, ms(s.XferTime.Mean), ms(s.XferTime.P90), ms(s.PostTime.Mean), ms(s.PostTime.P90),
+		avgMB, mbps, avgDescs, s.FailedTransfers, s.FailedNotifications, s.FailedHandshakes, s.ExpiredRequests,
+		s.UnknownNotifications, s.LateNotifications, s.MalformedNotifications, s.MalformedFrames)
+	for _, c := range s.Extra {
+		line += fmt.Sprintf(" %s=%d", c.Name, c.Value)
+	}
+	return line
+}
+
+// Fields returns every figure of LogLine as a zap field of the same name,
+// so structured log pipelines need not parse the line.
+func (s Snapshot) Fields() []zap.Field {
+	var avgMB, avgDescs, mbps float64
+	if s.Transfers > 0 {
+		avgMB = float64(s.Bytes) / float64(s.Transfers) / 1e6
+		avgDescs = float64(s.Descriptors) / float64(s.Transfers)
+	}
+	if s.XferTime.Sum > 0 {
+		mbps = float64(s.Bytes) / 1e6 / s.XferTime.Sum.Seconds()
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	out := []zap.Field{
+		zap.Uint64("transfers", s.Transfers),
+		zap.Float64("avg_xfer_ms", ms(s.XferTime.Mean)),
+		zap.Float64("p90_xfer_ms", ms(s.XferTime.P90)),
+		zap.Float64("avg_post_ms", ms(s.PostTime.Mean)),
+		zap.Float64("p90_post_ms", ms(s.PostTime.P90)),
+		zap.Float64("avg_mb_per_transfer", avgMB),
+		zap.Float64("throughput_mb_s", mbps),
+		zap.Float64("avg_descriptors", avgDescs),
+		zap.Uint64("failed_transfers", s.FailedTransfers),
+		zap.Uint64("failed_notifications", s.FailedNotifications),
+		zap.Uint64("failed_handshakes", s.FailedHandshakes),
+		zap.Uint64("expired_requests", s.ExpiredRequests),
+		zap.Uint64("unknown_notifications", s.UnknownNotifications),
+		zap.Uint64("late_notifications", s.LateNotifications),
+		zap.Uint64("malformed_notifications", s.MalformedNotifications),
+		zap.Uint64("malformed_frames", s.MalformedFrames),
+	}
+	for _, c := range s.Extra {
+		out = append(out, zap.Uint64(c.Name, c.Value))
+	}
+	return out
+}
