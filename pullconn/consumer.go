@@ -32,6 +32,7 @@ type Consumer struct {
 	hsWG    sync.WaitGroup // handshake goroutines
 	poll    *poller.Poller
 	stopLog func()
+	readyCh chan struct{}
 
 	// Engine-facing state. Lock order: wmu before qmu.
 	qmu     sync.Mutex
@@ -80,6 +81,7 @@ type load struct {
 	deadline time.Time
 	xfers    []*xfer
 	after    []int // prefill ranks to notify with GenNotif once done
+	start    time.Time
 	ended    bool
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
@@ -118,6 +120,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		waiting:   map[string]*waiter{},
 		remotes:   map[string]*remote{},
 		confirmed: map[string]time.Time{},
+		readyCh:   make(chan struct{}, 1),
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or Wait calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
@@ -167,6 +170,7 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 		return invalidf("request %q is already loading", requestID)
 	}
 	c.live[requestID] = struct{}{}
+	l.start = c.cfg.Clock.Now()
 	delete(c.waiting, requestID)
 	if !c.cfg.Inline {
 		c.queue = append(c.queue, l)
@@ -300,6 +304,17 @@ func (c *Consumer) Drain() []Result {
 	return out
 }
 
+// Ready is signalled (without blocking the sender) whenever results are
+// waiting for Drain, for callers that would rather sleep than poll.
+func (c *Consumer) Ready() <-chan struct{} { return c.readyCh }
+
+func (c *Consumer) signal() {
+	select {
+	case c.readyCh <- struct{}{}:
+	default:
+	}
+}
+
 // Pending returns the number of requests loaded and not yet ended.
 func (c *Consumer) Pending() int {
 	c.qmu.Lock()
@@ -414,10 +429,12 @@ func (c *Consumer) end(l *load, res Result) {
 
 // publish hands an ended load's result to Drain. wmu is held.
 func (c *Consumer) publish(l *load) {
+	l.result.Start, l.result.End = l.start, c.cfg.Clock.Now()
 	c.qmu.Lock()
 	delete(c.live, l.id)
 	c.results = append(c.results, l.result)
 	c.qmu.Unlock()
+	c.signal()
 	delete(c.confirmed, l.key+"\x00"+l.p.RemoteRequestID)
 }
 

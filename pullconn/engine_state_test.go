@@ -1,6 +1,8 @@
 package pullconn
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -50,4 +52,23 @@ func TestRankConstructorsCheckTheEngine(t *testing.T) {
 	assert.Equal(t, `pullconn: connector closed: engine "e" was closed`, err.Error())
 	_, err = NewConsumer(e, cfg)
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// Ready signals results for Drain, and a Result says when its request
+// started and ended on the rank's clock.
+func TestReadyAndResultTimes(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	p := c.finish("req-1", []int{1})
+	before := time.Now()
+	c.load("dreq-1", p, []int{2})
+	select {
+	case <-c.cons[0].Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ready never signalled")
+	}
+	out := c.cons[0].Drain()
+	require.Len(t, out, 1)
+	require.NoError(t, out[0].Err)
+	assert.False(t, out[0].Start.Before(before))
+	assert.False(t, out[0].End.Before(out[0].Start))
 }
