@@ -156,6 +156,14 @@ func TestConnectionLimitRefusesExtraConnections(t *testing.T) {
 	}
 	assert.Equal(t, uint64(extra), s.RefusedConns())
 	assert.Equal(t, int64(extra), refused.Load())
+
+	// A client over the limit is told what may have happened.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Call[ping, pong](ctx, s.Addr().String(), ping{}, 0, time.Second)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "closed the connection without replying")
+	assert.Equal(t, uint64(extra+1), s.RefusedConns())
 }
 
 func TestDefaultConnectionLimit(t *testing.T) {

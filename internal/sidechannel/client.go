@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -41,17 +43,27 @@ func Call[Req, Resp any](ctx context.Context, addr string, req Req, maxFrame int
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := WriteFrame(c, body, maxFrame); err != nil {
-		return zero, fmt.Errorf("sidechannel: send to %s: %w", addr, ctxErr(ctx, err))
+		return zero, fmt.Errorf("sidechannel: send to %s: %w", addr, ctxErr(ctx, closedHint(err)))
 	}
 	reply, err := ReadFrame(c, maxFrame)
 	if err != nil {
-		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, ctxErr(ctx, err))
+		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, ctxErr(ctx, closedHint(err)))
 	}
 	var resp Resp
 	if err := Decode(reply, &resp); err != nil {
 		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, err)
 	}
 	return resp, nil
+}
+
+// closedHint explains a connection the server closed without a reply: it
+// does so when it serves MaxConns connections already, or when it found the
+// request malformed or too large.
+func closedHint(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("the server closed the connection without replying (is it serving too many connections, or did it refuse the request?): %w", err)
+	}
+	return err
 }
 
 // ctxErr prefers the context's reason (deadline, cancel) over the I/O
