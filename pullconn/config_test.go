@@ -3,6 +3,7 @@ package pullconn
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,11 +65,12 @@ func (fakeBuffer) Addr() uint64 { return 1 << 20 }
 
 func TestEngineConfigErrorsNameTheField(t *testing.T) {
 	for want, cfg := range map[string]EngineConfig{
-		"EngineConfig.EngineID is empty":         {Model: "m", DType: "d", TPSize: 1, BlockSize: 16},
-		"EngineConfig.TPSize is 0, want >= 1":    {EngineID: "e", Model: "m", DType: "d", BlockSize: 16},
-		"EngineConfig.BlockSize is 0, want >= 1": {EngineID: "e", Model: "m", DType: "d", TPSize: 1},
-		"EngineConfig.Model is empty":            {EngineID: "e", DType: "d", TPSize: 1, BlockSize: 16},
-		"EngineConfig.HandshakeTimeout is -1s":   {EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, HandshakeTimeout: -time.Second},
+		"EngineConfig.EngineID is empty":                          {Model: "m", DType: "d", TPSize: 1, BlockSize: 16},
+		"EngineConfig.TPSize is 0, want >= 1":                     {EngineID: "e", Model: "m", DType: "d", BlockSize: 16},
+		"EngineConfig.BlockSize is 0, want >= 1":                  {EngineID: "e", Model: "m", DType: "d", TPSize: 1},
+		"EngineConfig.Model is empty":                             {EngineID: "e", DType: "d", TPSize: 1, BlockSize: 16},
+		"EngineConfig.HandshakeTimeout is -1s":                    {EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, HandshakeTimeout: -time.Second},
+		`EngineConfig.KVLayout is "NHD": only "HND" is supported`: {EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, KVLayout: "NHD"},
 	} {
 		_, err := NewEngine(cfg)
 		require.Error(t, err, want)
@@ -171,4 +173,11 @@ func FuzzProducerNotification(f *testing.F) {
 			require.Equal(t, uint64(1), s.MalformedNotifications)
 		}
 	})
+}
+
+func TestEngineListenErrorNamesTheAddress(t *testing.T) {
+	_, err := NewEngine(EngineConfig{EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, ListenAddr: "127.0.0.1:99999"})
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), `pullconn: engine "e": side channel cannot listen on 127.0.0.1:99999: listen tcp`), err.Error())
+	assert.NotContains(t, err.Error(), "sidechannel")
 }

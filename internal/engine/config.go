@@ -67,8 +67,14 @@ func (c *Config) withDefaults() error {
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:0"
 	}
-	if c.KVLayout == "" {
+	switch c.KVLayout {
+	case "":
 		c.KVLayout = "HND"
+	case "HND":
+	default:
+		// Blocks are mapped head-major (descriptors.Layout); another
+		// layout would move the wrong bytes.
+		return fmt.Errorf("EngineConfig.KVLayout is %q: only \"HND\" is supported", c.KVLayout)
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout

@@ -84,7 +84,11 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: engine %q: side channel: %w", conn.Name, cfg.EngineID, err)
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op // the listener's own words, without the internal package's
+		}
+		return nil, fmt.Errorf("%s: engine %q: side channel cannot listen on %s: %w", conn.Name, cfg.EngineID, cfg.ListenAddr, err)
 	}
 	e.server = srv
 	e.port = srv.Addr().Port
