@@ -140,6 +140,7 @@ func FuzzProducerNotification(f *testing.F) {
 		require.NoError(t, err)
 		clk := loopback.NewManualClock(time.Unix(0, 0))
 		p := &Producer{cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
+		p.duplicates = p.stats.Counter("duplicate_completions", "")
 		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
 		if notif.IsHeartbeat(msg) {
 			p.onHeartbeat("peer", msg)

@@ -43,6 +43,11 @@ type Consumer struct {
 	queried []holdAnswer
 	results []Result
 	waiting map[string]*waiter // Wait-registered, heartbeats only
+	// read are the remote requests (key + "\x00" + remote id) this rank
+	// read and sent its completion for, until their hold's deadline: prefill
+	// may free them any time after the completion, so loading one again
+	// would read freed blocks.
+	read map[string]time.Time
 
 	// Work state: the reader's, and the caller's too in Inline mode.
 	wmu     sync.Mutex
@@ -82,7 +87,12 @@ type load struct {
 	xfers    []*xfer
 	after    []int // prefill ranks to notify with GenNotif once done
 	start    time.Time
-	ended    bool
+	// completed: its completions went out (READ notifications or
+	// GenNotif), so prefill may free the blocks; until readUntil, its
+	// hold's deadline, the remote request must not be loaded again.
+	completed bool
+	readUntil time.Time
+	ended     bool
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
 	result     Result
@@ -121,6 +131,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		remotes:   map[string]*remote{},
 		confirmed: map[string]time.Time{},
 		readyCh:   make(chan struct{}, 1),
+		read:      map[string]time.Time{},
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or Wait calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
@@ -168,6 +179,11 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 		c.qmu.Unlock()
 		c.rejects.Inc()
 		return invalidf("request %q is already loading", requestID)
+	}
+	if until, ok := c.read[l.key+"\x00"+p.RemoteRequestID]; ok && c.cfg.Clock.Now().Before(until) {
+		c.qmu.Unlock()
+		c.rejects.Inc()
+		return invalidf("request %q: remote request %q of engine %q was already read by this rank, and prefill may have freed its blocks since", requestID, p.RemoteRequestID, p.RemoteEngineID)
 	}
 	c.live[requestID] = struct{}{}
 	l.start = c.cfg.Clock.Now()
@@ -304,6 +320,10 @@ func (c *Consumer) Drain() []Result {
 	return out
 }
 
+// maxRead is how many read remote requests a rank remembers before it drops
+// those whose deadline passed.
+const maxRead = 1 << 16
+
 // Ready is signalled (without blocking the sender) whenever results are
 // waiting for Drain, for callers that would rather sleep than poll.
 func (c *Consumer) Ready() <-chan struct{} { return c.readyCh }
@@ -429,8 +449,23 @@ func (c *Consumer) end(l *load, res Result) {
 
 // publish hands an ended load's result to Drain. wmu is held.
 func (c *Consumer) publish(l *load) {
-	l.result.Start, l.result.End = l.start, c.cfg.Clock.Now()
+	now := c.cfg.Clock.Now()
+	l.result.Start, l.result.End = l.start, now
+	if hold, guarded := c.holdDeadline(l); guarded && l.completed {
+		// Hold queries may have moved the deadline since the completion.
+		l.readUntil = maxTime(l.readUntil, hold.Add(c.cfg.ExpiryMargin))
+	}
 	c.qmu.Lock()
+	if l.completed {
+		if len(c.read) >= maxRead {
+			for k, until := range c.read {
+				if !now.Before(until) {
+					delete(c.read, k)
+				}
+			}
+		}
+		c.read[l.key+"\x00"+l.p.RemoteRequestID] = l.readUntil
+	}
 	delete(c.live, l.id)
 	c.results = append(c.results, l.result)
 	c.qmu.Unlock()
@@ -485,4 +520,11 @@ func (c *Consumer) drain(now time.Time) {
 	}
 	clear(c.draining[len(keep):])
 	c.draining = keep
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

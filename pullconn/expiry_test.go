@@ -156,3 +156,27 @@ func TestProducerAbortStopsExtensions(t *testing.T) {
 	require.NoError(t, c.prods[0].Close())
 	assert.ErrorIs(t, c.prods[0].Abort("req-1"), ErrClosed)
 }
+
+// A remote request this rank already read (its completion went out, so
+// prefill may free the blocks once the other decode ranks have read too)
+// is refused when loaded again: found by the campaign under -race, TP 1 ->
+// 2, where decode rank 0 loaded a request twice, prefill freed the blocks
+// on the second completion, and the second load read reused blocks.
+func TestSecondLoadOfAReadRequestRefused(t *testing.T) {
+	c := newCluster(t, clusterOpts{decode: side{2, 16}})
+	c.fill(3, []int{1}, 16)
+	p := c.finish("req-1", []int{1})
+	require.NoError(t, c.cons[0].Load("dreq-1", p, []int{4}))
+	var out []Result
+	require.Eventually(t, func() bool { out = append(out, c.cons[0].Drain()...); return len(out) == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, out[0].Err)
+	err := c.cons[0].Load("dreq-1b", p, []int{5})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, `pullconn: invalid argument: request "dreq-1b": remote request "req-1" of engine "prefill" was already read by this rank, and prefill may have freed its blocks since`, err.Error())
+	assert.Equal(t, 1, c.prods[0].Held(), "held for decode rank 1")
+	require.NoError(t, c.cons[1].Load("dreq-1", p, []int{4}))
+	out = nil
+	require.Eventually(t, func() bool { out = append(out, c.cons[1].Drain()...); return len(out) == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, out[0].Err)
+	c.freed(1)
+}

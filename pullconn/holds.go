@@ -24,17 +24,22 @@ type held struct {
 	blocks   []int
 	expected int // completions to wait for; 0 until the first one says
 	got      int
+	// from are the decode agents whose completion was counted: one decode
+	// rank's second completion (a second load of the same request) must
+	// not free blocks another rank still reads.
+	from map[string]bool
 }
 
 // completionOutcome is what one completion message did.
 type completionOutcome int
 
 const (
-	completionCounted completionOutcome = iota + 1 // counted, more expected
-	completionDone                                 // the last expected one: release
-	completionUnknown                              // no such request
-	completionLate                                 // the request's lease already expired
-	completionInvalid                              // count disagrees with earlier ones
+	completionCounted   completionOutcome = iota + 1 // counted, more expected
+	completionDone                                   // the last expected one: release
+	completionUnknown                                // no such request
+	completionLate                                   // the request's lease already expired
+	completionInvalid                                // count disagrees with earlier ones
+	completionDuplicate                              // that decode agent's completion was counted already
 )
 
 func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
@@ -71,7 +76,7 @@ func (h *holds) expectedFor(decodeTP int) int {
 
 // complete applies one completion. On completionDone the request is
 // released: its lease and entry are gone and the caller frees its blocks.
-func (h *holds) complete(c notif.Completion) (completionOutcome, error) {
+func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, error) {
 	r, ok := h.reqs[c.ID]
 	if !ok {
 		if h.expired.has(c.ID) {
@@ -83,6 +88,13 @@ func (h *holds) complete(c notif.Completion) (completionOutcome, error) {
 	if r.expected != 0 && r.expected != want {
 		return completionInvalid, fmt.Errorf("completion for request %q says decode TP %d (expect %d completions), earlier ones said %d", c.ID, c.N, want, r.expected)
 	}
+	if r.from[sender] {
+		return completionDuplicate, fmt.Errorf("second completion for request %q from decode agent %q", c.ID, sender)
+	}
+	if r.from == nil {
+		r.from = map[string]bool{}
+	}
+	r.from[sender] = true
 	r.expected = want
 	r.got++
 	if r.got < r.expected {

@@ -17,16 +17,33 @@ func TestHoldsReleaseAfterExpectedCompletions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.finish("r", []int{1, 2}, t0))
 	// Decode TP 2 reads prefill TP 1: two completions "r:2".
-	out, err := h.complete(notif.Completion{ID: "r", N: 2})
+	out, err := h.complete(notif.Completion{ID: "r", N: 2}, "d1")
 	require.NoError(t, err)
 	assert.Equal(t, completionCounted, out)
-	out, err = h.complete(notif.Completion{ID: "r", N: 2})
+	out, err = h.complete(notif.Completion{ID: "r", N: 2}, "d2")
 	require.NoError(t, err)
 	assert.Equal(t, completionDone, out)
 	assert.Equal(t, 0, h.len())
-	out, _ = h.complete(notif.Completion{ID: "r", N: 2})
+	out, _ = h.complete(notif.Completion{ID: "r", N: 2}, "d3")
 	assert.Equal(t, completionUnknown, out, "a third completion is for no held request")
 	assert.Empty(t, h.expire(t0.Add(time.Hour)), "released requests never expire")
+}
+
+// One decode rank's second completion (it loaded the request twice) does
+// not count as another rank's: that rank may still be reading.
+func TestHoldsCountEachDecodeAgentOnce(t *testing.T) {
+	h, err := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, err)
+	require.NoError(t, h.finish("r", []int{1}, t0))
+	out, err := h.complete(notif.Completion{ID: "r", N: 2}, "decode-0")
+	require.NoError(t, err)
+	assert.Equal(t, completionCounted, out)
+	out, err = h.complete(notif.Completion{ID: "r", N: 2}, "decode-0")
+	assert.Equal(t, completionDuplicate, out)
+	assert.EqualError(t, err, `second completion for request "r" from decode agent "decode-0"`)
+	assert.Equal(t, 1, h.len(), "still held for decode-1")
+	out, _ = h.complete(notif.Completion{ID: "r", N: 2}, "decode-1")
+	assert.Equal(t, completionDone, out)
 }
 
 func TestHoldsExpectedCount(t *testing.T) {
@@ -39,9 +56,9 @@ func TestHoldsExpectedCount(t *testing.T) {
 func TestHoldsInconsistentCountChangesNothing(t *testing.T) {
 	h, _ := newHolds(1, 30*time.Second, 16)
 	require.NoError(t, h.finish("r", nil, t0))
-	out, _ := h.complete(notif.Completion{ID: "r", N: 4})
+	out, _ := h.complete(notif.Completion{ID: "r", N: 4}, "d4")
 	require.Equal(t, completionCounted, out)
-	out, err := h.complete(notif.Completion{ID: "r", N: 2})
+	out, err := h.complete(notif.Completion{ID: "r", N: 2}, "d5")
 	assert.Equal(t, completionInvalid, out)
 	assert.EqualError(t, err, `completion for request "r" says decode TP 2 (expect 2 completions), earlier ones said 4`)
 	assert.Equal(t, 1, h.reqs["r"].got)
@@ -53,10 +70,10 @@ func TestHoldsExpireThenLate(t *testing.T) {
 	assert.Empty(t, h.expire(t0.Add(29*time.Second)))
 	assert.Equal(t, []string{"r"}, h.expire(t0.Add(30*time.Second)))
 	assert.Empty(t, h.expire(t0.Add(31*time.Second)), "expires once")
-	out, err := h.complete(notif.Completion{ID: "r", N: 1})
+	out, err := h.complete(notif.Completion{ID: "r", N: 1}, "d6")
 	assert.Equal(t, completionLate, out)
 	assert.EqualError(t, err, `completion for request "r" after its lease expired`)
-	out, _ = h.complete(notif.Completion{ID: "never", N: 1})
+	out, _ = h.complete(notif.Completion{ID: "never", N: 1}, "d7")
 	assert.Equal(t, completionUnknown, out)
 }
 
@@ -80,7 +97,7 @@ func TestHoldsIDReusedAfterExpiry(t *testing.T) {
 	require.NoError(t, h.finish("r", nil, t0))
 	h.expire(t0.Add(time.Minute))
 	require.NoError(t, h.finish("r", nil, t0.Add(time.Minute)))
-	out, _ := h.complete(notif.Completion{ID: "r", N: 1})
+	out, _ := h.complete(notif.Completion{ID: "r", N: 1}, "d8")
 	assert.Equal(t, completionDone, out)
 }
 

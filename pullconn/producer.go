@@ -28,7 +28,8 @@ type Producer struct {
 	stats *stats.Set
 	log   *zap.Logger
 
-	aborted *stats.Counter
+	aborted    *stats.Counter
+	duplicates *stats.Counter
 
 	mu     sync.Mutex
 	holds  *holds
@@ -60,6 +61,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		return nil, err
 	}
 	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
+	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
 	p.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
 		IdleInterval: cfg.IdleInterval,
@@ -211,7 +213,7 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 		return
 	}
 	p.mu.Lock()
-	out, err := p.holds.complete(c)
+	out, err := p.holds.complete(c, sender)
 	if out == completionDone {
 		p.freed = append(p.freed, c.ID)
 	}
@@ -223,6 +225,8 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 		p.stats.LateNotifications.Inc()
 	case completionInvalid:
 		p.stats.MalformedNotifications.Inc()
+	case completionDuplicate:
+		p.duplicates.Inc()
 	}
 	if err != nil {
 		p.log.Debug("pullconn: completion ignored", zap.String("from", sender), zap.Error(err))

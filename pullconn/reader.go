@@ -252,6 +252,9 @@ func (c *Consumer) post(l *load) {
 			return
 		}
 		notified = append(notified, s)
+		// The READ carries the completion: once posted, prefill may
+		// count it whatever becomes of the load.
+		c.markNotified(l)
 	}
 	c.stats.RecordPost(time.Since(start))
 	for _, s := range set.notify {
@@ -288,6 +291,7 @@ func (c *Consumer) succeed(l *load) {
 		}
 	}
 	c.releaseXfers(l)
+	c.markNotified(l)
 	if len(l.after) > 0 {
 		msg, _ := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
 		for _, s := range l.after {
@@ -532,4 +536,18 @@ func (c *Consumer) startHoldQuery(r *remote, ids []string) {
 	c.qmu.Unlock()
 	r.querying = true
 	go c.queryHolds(r, slices.Clone(ids))
+}
+
+// markNotified records that a completion of the load may have reached
+// prefill, which may then free the blocks: the remote request must not be
+// loaded again by this rank until its hold's deadline. wmu is held.
+func (c *Consumer) markNotified(l *load) {
+	if l.completed {
+		return
+	}
+	l.completed = true
+	l.readUntil = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout + c.cfg.WaitTimeout)
+	if hold, guarded := c.holdDeadline(l); guarded {
+		l.readUntil = hold.Add(c.cfg.ExpiryMargin)
+	}
 }
