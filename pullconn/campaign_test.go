@@ -74,8 +74,7 @@ type campaignReq struct {
 	ended      []int // results per decode rank
 	want       []int // loads per decode rank
 	freed      []int // DrainFreed per prefill rank
-	allDone    bool
-	prefillOut bool // prefill blocks back in the free list
+	prefillOut bool  // prefill blocks back in the free list
 	decodeOut  bool
 }
 

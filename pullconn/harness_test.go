@@ -324,30 +324,6 @@ func (c *cluster) freed(n int) []map[string]int {
 // more happens.
 func settle() { time.Sleep(30 * time.Millisecond) }
 
-func sumStats(f func(Stats) uint64, ss ...Stats) uint64 {
-	var n uint64
-	for _, s := range ss {
-		n += f(s)
-	}
-	return n
-}
-
-func (c *cluster) decodeStats() []Stats {
-	var out []Stats
-	for _, cn := range c.cons {
-		out = append(out, cn.Stats())
-	}
-	return out
-}
-
-func (c *cluster) prefillStats() []Stats {
-	var out []Stats
-	for _, p := range c.prods {
-		out = append(out, p.Stats())
-	}
-	return out
-}
-
 func itoa(n int) string { return fmt.Sprint(n) }
 
 var nopLogger = zap.NewNop()
