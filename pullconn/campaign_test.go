@@ -157,7 +157,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int) campaignFigures {
 				if rng.Float64() < 0.2 {
 					r.waited = true
 					for _, cn := range c.cons {
-						require.NoError(t, cn.Wait(r.did, r.params))
+						require.NoError(t, cn.KeepAlive(r.did, r.params))
 					}
 				}
 				if rng.Float64() < 0.05 {

@@ -33,9 +33,9 @@ const (
 	DefaultStatsInterval = engine.DefaultStatsInterval
 	// DefaultExpiryMargin is RankConfig.ExpiryMargin's default.
 	DefaultExpiryMargin = time.Second
-	// DefaultWaitTimeout bounds Wait without Load (vLLM's decode keeps
+	// DefaultKeepAliveTimeout bounds KeepAlive without Load (vLLM's decode keeps
 	// blocks for a remote prefill up to 480 s).
-	DefaultWaitTimeout = 480 * time.Second
+	DefaultKeepAliveTimeout = 480 * time.Second
 )
 
 // Policy says what decode does with a request whose blocks could not be
@@ -84,10 +84,10 @@ type RankConfig struct {
 	// DefaultExpiryMargin). It covers clock drift between the engines and
 	// the skew between the ranks' RequestFinished calls.
 	ExpiryMargin time.Duration
-	// WaitTimeout (decode) bounds how long a request registered with Wait
+	// KeepAliveTimeout (decode) bounds how long a request registered with KeepAlive
 	// keeps prefill's blocks alive with heartbeats without a Load or Abort
-	// following (default DefaultWaitTimeout).
-	WaitTimeout time.Duration
+	// following (default DefaultKeepAliveTimeout).
+	KeepAliveTimeout time.Duration
 	// FailurePolicy (decode) is PolicyFail (default) or PolicyRecompute.
 	FailurePolicy Policy
 	// Inline (decode) maps descriptors and posts READs on the goroutine
@@ -122,7 +122,7 @@ func (c *RankConfig) withDefaults(e *Engine) {
 	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	c.ExpiryMargin = cmp.Or(c.ExpiryMargin, DefaultExpiryMargin)
-	c.WaitTimeout = cmp.Or(c.WaitTimeout, DefaultWaitTimeout)
+	c.KeepAliveTimeout = cmp.Or(c.KeepAliveTimeout, DefaultKeepAliveTimeout)
 	if c.Clock == nil {
 		c.Clock = lease.SystemClock{}
 		if e != nil && e.core != nil {
@@ -152,7 +152,7 @@ func (c *RankConfig) validate(e *Engine) error {
 		engine.Duration{Field: "RankConfig.PollInterval", Value: c.PollInterval},
 		engine.Duration{Field: "RankConfig.IdleInterval", Value: c.IdleInterval},
 		engine.Duration{Field: "RankConfig.ExpiryMargin", Value: c.ExpiryMargin},
-		engine.Duration{Field: "RankConfig.WaitTimeout", Value: c.WaitTimeout},
+		engine.Duration{Field: "RankConfig.KeepAliveTimeout", Value: c.KeepAliveTimeout},
 	)
 	if err != nil {
 		return invalidf("%v", err)

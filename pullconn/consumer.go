@@ -42,7 +42,7 @@ type Consumer struct {
 	hsDone  []handshakeDone
 	queried []holdAnswer
 	results []Result
-	waiting map[string]*waiter // Wait-registered, heartbeats only
+	waiting map[string]*waiter // KeepAlive-registered, heartbeats only
 	// read are the remote requests (key + "\x00" + remote id) this rank
 	// read and sent its completion for, until their hold's deadline: prefill
 	// may free them any time after the completion, so loading one again
@@ -70,7 +70,7 @@ type Consumer struct {
 	failedQueries *stats.Counter
 }
 
-// waiter is a request registered with Wait.
+// waiter is a request registered with KeepAlive.
 type waiter struct {
 	p     Params
 	since time.Time
@@ -133,9 +133,9 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		readyCh:   make(chan struct{}, 1),
 		read:      map[string]time.Time{},
 	}
-	c.rejects = c.stats.Counter("rejected_loads", "Load or Wait calls refused for invalid arguments.")
+	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
-	c.waitTimeouts = c.stats.Counter("wait_timeouts", "Wait registrations dropped after RankConfig.WaitTimeout without a Load.")
+	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "Wait registrations dropped after RankConfig.KeepAliveTimeout without a Load.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
@@ -201,13 +201,13 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 	return nil
 }
 
-// Wait tells the rank that request requestID, prefilled as p says, waits
-// for decode blocks: the rank handshakes with the prefill engine now and
-// sends heartbeats for the request until Load, Abort or
-// RankConfig.WaitTimeout, so its prefill lease does not run out while
-// decode is busy. The answers to those heartbeats move the deadline the
-// later Load trusts.
-func (c *Consumer) Wait(requestID string, p Params) error {
+// KeepAlive tells the rank that request requestID, prefilled as p says,
+// waits for decode blocks: it returns at once, the rank handshakes with the
+// prefill engine now and keeps prefill's hold alive (heartbeats and hold
+// queries) until Load, Abort or RankConfig.KeepAliveTimeout, so the hold does
+// not run out while decode is busy. The deadlines the hold queries confirm
+// are the ones the later Load trusts.
+func (c *Consumer) KeepAlive(requestID string, p Params) error {
 	l, err := c.newLoad(requestID, &p, nil)
 	if err != nil {
 		c.rejects.Inc()
@@ -225,7 +225,7 @@ func (c *Consumer) Wait(requestID string, p Params) error {
 }
 
 // Abort ends request requestID for the engine (its client went away, say).
-// A request registered with Wait stops its heartbeats. A loading request
+// A request registered with KeepAlive stops its heartbeats. A loading request
 // ends with an error matching ErrAborted: at once when no READ of it is in
 // flight, else as soon as the agent has let go of its READs, so that no
 // byte lands in its blocks after Drain hands them back. No completion is

@@ -50,7 +50,7 @@ func TestStalledHeartbeatsNeverReadFreedBlocks(t *testing.T) {
 		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
 	})
 	p := c.finish("req-1", []int{1})
-	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
 	settle()
 	clk.Advance(5 * time.Second)
 	settle()
@@ -69,7 +69,7 @@ func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	c.fill(7, []int{1, 2}, 32)
 	p := c.finish("req-1", []int{1, 2})
-	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
 	queries := func() uint64 { v, _ := c.cons[0].Stats().Get("hold_queries"); return v }
 	require.Eventually(t, func() bool { return queries() >= 1 }, 10*time.Second, time.Millisecond)
 	for i := 0; i < 12; i++ {
@@ -83,23 +83,23 @@ func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
 	assert.Equal(t, uint64(0), c.prods[0].Stats().ExpiredRequests)
 }
 
-// Defect 7: a Wait that no Load or Abort follows used to keep prefill's
+// Defect 7: a KeepAlive (then Wait) that no Load or Abort follows used to keep prefill's
 // blocks alive forever.
 func TestWaitTimesOut(t *testing.T) {
 	clk := loopback.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		prefillCfg: withClock(clk),
-		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.WaitTimeout = 40 * time.Second },
+		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.KeepAliveTimeout = 40 * time.Second },
 	})
 	p := c.finish("req-1", []int{1})
-	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
 	for i := 0; i < 16; i++ { // 80 s in heartbeat periods
 		clk.Advance(5 * time.Second)
 		settle()
 	}
 	assert.Equal(t, map[string]int{"req-1": 1}, c.freed(1)[0])
 	assert.Equal(t, uint64(1), c.prods[0].Stats().ExpiredRequests)
-	n, _ := c.cons[0].Stats().Get("wait_timeouts")
+	n, _ := c.cons[0].Stats().Get("keepalive_timeouts")
 	assert.Equal(t, uint64(1), n)
 }
 
@@ -143,7 +143,7 @@ func TestProducerAbortStopsExtensions(t *testing.T) {
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.prods[0].Abort("req-1"))
 	require.NoError(t, c.prods[0].Abort("req-1"), "idempotent")
-	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
 	for i := 0; i < 7; i++ {
 		clk.Advance(5 * time.Second)
 		settle()

@@ -285,7 +285,7 @@ func TestHeartbeatsKeepWaitingRequestAlive(t *testing.T) {
 	clk := loopback.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
-	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
 	// Let the handshake finish and the first heartbeat go.
 	hbs := func() uint64 { return c.fab.Counters().NotifsDelivered }
 	require.Eventually(t, func() bool { return hbs() >= 1 }, 10*time.Second, time.Millisecond)
@@ -309,7 +309,7 @@ func TestHeartbeatsStopAfterAbort(t *testing.T) {
 	clk := loopback.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
-	require.NoError(t, c.cons[0].Wait("dreq-1", p))
+	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
 	require.Eventually(t, func() bool { return c.fab.Counters().NotifsDelivered >= 1 }, 10*time.Second, time.Millisecond)
 	c.cons[0].Abort("dreq-1")
 	for i := 0; i < 7; i++ {

@@ -35,11 +35,11 @@ func (c *Consumer) tick() {
 	now := c.cfg.Clock.Now()
 	var waiting []*Params
 	for id, w := range c.waiting {
-		if now.Sub(w.since) >= c.cfg.WaitTimeout {
-			// Nothing followed the Wait: stop keeping prefill's blocks.
+		if now.Sub(w.since) >= c.cfg.KeepAliveTimeout {
+			// Nothing followed the KeepAlive: stop keeping prefill's blocks.
 			delete(c.waiting, id)
 			c.waitTimeouts.Inc()
-			c.log.Warn("pullconn: Wait without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("wait_timeout", c.cfg.WaitTimeout))
+			c.log.Warn("pullconn: Wait without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("wait_timeout", c.cfg.KeepAliveTimeout))
 			continue
 		}
 		waiting = append(waiting, &w.p)
@@ -511,7 +511,7 @@ func (c *Consumer) expected() map[string]bool {
 }
 
 // pruneConfirmed forgets confirmed deadlines of requests this rank no
-// longer reads (a Wait that timed out or was aborted). wmu is held.
+// longer reads (a KeepAlive that timed out or was aborted). wmu is held.
 func (c *Consumer) pruneConfirmed() {
 	want := c.expected()
 	for k := range c.confirmed {
@@ -546,7 +546,7 @@ func (c *Consumer) markNotified(l *load) {
 		return
 	}
 	l.completed = true
-	l.readUntil = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout + c.cfg.WaitTimeout)
+	l.readUntil = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout + c.cfg.KeepAliveTimeout)
 	if hold, guarded := c.holdDeadline(l); guarded {
 		l.readUntil = hold.Add(c.cfg.ExpiryMargin)
 	}
