@@ -135,7 +135,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
-	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "Wait registrations dropped after RankConfig.KeepAliveTimeout without a Load.")
+	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped after RankConfig.KeepAliveTimeout without a Load.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")

@@ -83,7 +83,7 @@ func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
 	assert.Equal(t, uint64(0), c.prods[0].Stats().ExpiredRequests)
 }
 
-// Defect 7: a KeepAlive (then Wait) that no Load or Abort follows used to keep prefill's
+// Defect 7: a KeepAlive (then called Wait) that no Load or Abort follows used to keep prefill's
 // blocks alive forever.
 func TestWaitTimesOut(t *testing.T) {
 	clk := loopback.NewManualClock(time.Unix(1000, 0))

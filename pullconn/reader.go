@@ -39,7 +39,7 @@ func (c *Consumer) tick() {
 			// Nothing followed the KeepAlive: stop keeping prefill's blocks.
 			delete(c.waiting, id)
 			c.waitTimeouts.Inc()
-			c.log.Warn("pullconn: Wait without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("wait_timeout", c.cfg.KeepAliveTimeout))
+			c.log.Warn("pullconn: KeepAlive without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("keepalive_timeout", c.cfg.KeepAliveTimeout))
 			continue
 		}
 		waiting = append(waiting, &w.p)
