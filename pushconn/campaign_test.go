@@ -99,6 +99,7 @@ type creq struct {
 	registered     bool
 	finished       bool
 	abortedDec     bool
+	failed         bool // some decode rank's result failed
 	abortedPre     bool
 	duplicated     bool
 	noRegister     bool // decode never registers: prefill's lease runs out
@@ -161,11 +162,17 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 	disconnected := ""
 	newReq := func(now time.Time, retryOf *creq) *creq {
 		nb := 1 + rng.IntN(3)
+		if retryOf != nil {
+			nb = len(retryOf.dblocks) // the same prompt, the same length
+		}
 		q := &creq{n: next + 1, retryOf: retryOf, results: map[int]int{}, frees: map[int]int{}}
 		next++
 		base := fmt.Sprintf("cmpl-%d-%d", seed, q.n)
 		if retryOf != nil {
+			// The same prompt: the same KV, whichever attempt's blocks
+			// the stripped-id rule pairs the retry's registration with.
 			base = fmt.Sprintf("cmpl-%d-%d", seed, retryOf.n)
+			q.n = retryOf.n
 		}
 		q.decID = fmt.Sprintf("%s-%08x", base, rng.Uint32())
 		q.preID = fmt.Sprintf("%s-%08x", base, rng.Uint32())
@@ -312,6 +319,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 				if res.Err == nil {
 					if !holds(t, r.decLayout[k], q.dblocks, q.n, len(q.dblocks)*16) {
 						fig.wrongBytes++
+						t.Logf("wrong bytes: rank %d request %d (retry of %v) dec %s pre %s tid %q", k, q.n, q.retryOf != nil, q.decID, q.preID, q.tid)
 					}
 				}
 				if k == 0 {
@@ -323,9 +331,14 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 						fig.failed++
 					default:
 						fig.failed++
-						if q.retryOf == nil && rng.IntN(2) == 0 && !closed {
-							retries = append(retries, q) // the proxy retries it under new suffixes
-						}
+					}
+				}
+				if res.Err != nil && !q.failed {
+					// The engine fails the request as a whole: its other
+					// ranks drop it too.
+					q.failed = true
+					for _, other := range r.consumers {
+						require.NoError(t, other.Abort(q.decID))
 					}
 				}
 				poison(t, r.decLayout[k], q.dblocks)
@@ -349,6 +362,9 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 			if !q.decodeReleased && len(q.results) == decTP && q.registered {
 				q.decodeReleased = true
 				dfree = append(dfree, q.dblocks...)
+				if q.failed && !q.abortedDec && q.retryOf == nil && rng.IntN(2) == 0 && !closed {
+					retries = append(retries, q) // the proxy retries it under new suffixes
+				}
 			}
 			if !q.prefillFreed && len(q.frees) == preTP {
 				q.prefillFreed = true
