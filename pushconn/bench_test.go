@@ -24,7 +24,7 @@ func BenchmarkEngineLoopCalls(b *testing.B) {
 		id := "req-" + strconv.Itoa(i)
 		blocks := []int{(2 * i) % 4096, (2*i + 1) % 4096}
 		t0 := time.Now()
-		if err := c.Register(id, pf, [][]int{blocks}); err != nil {
+		if err := c.Register(id, pf, blocks); err != nil {
 			b.Fatal(err)
 		}
 		reg.Add(time.Since(t0))

@@ -263,7 +263,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 			if !q.registered && !q.noRegister && !now.Before(q.regAt) {
 				q.registered = true
 				for _, c := range r.consumers {
-					if err := c.Register(q.decID, coords, [][]int{q.dblocks}, opts(q)...); err != nil {
+					if err := c.Register(q.decID, coords, q.dblocks, opts(q)...); err != nil {
 						t.Errorf("Register %s: %v", q.decID, err)
 					}
 				}

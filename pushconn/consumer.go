@@ -165,11 +165,12 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 
 // Register starts request requestID: once the engine knows the prefill
 // engine (one handshake per engine, in the background), it sends a PUSH_REG
-// registration of blockIDs (one list per KV-cache group; this connector
-// maps one group) to every prefill rank that writes into this rank. It
+// registration of blockIDs (the rank's blocks for the request, in token
+// order; the connector supports one KV-cache group, which PUSH_REG sends as
+// a list of one list) to every prefill rank that writes into this rank. It
 // returns at once; the request's Result comes from Drain. An error means
 // nothing was registered.
-func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int, opts ...RequestOption) error {
+func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, opts ...RequestOption) error {
 	o := applyOpts(opts)
 	if err := prefill.validate(); err != nil {
 		return err
@@ -177,20 +178,16 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs [][]int,
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
 		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	}
-	if len(blockIDs) != 1 {
-		return invalidf("request %q has %d KV-cache groups of block ids; this connector maps exactly one", requestID, len(blockIDs))
-	}
-	for i, id := range blockIDs[0] {
+	for i, id := range blockIDs {
 		if id < 0 || id >= c.cfg.Layout.NumBlocks {
 			return invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, c.cfg.Layout.NumBlocks-1)
 		}
 	}
 	// The background goroutine encodes the block ids after Register
 	// returned, when the engine may have reused its slices: keep copies.
-	blocks := make([][]int, len(blockIDs))
-	for g, ids := range blockIDs {
-		blocks[g] = append([]int{}, ids...)
-	}
+	// PUSH_REG carries one list per KV-cache group; this connector maps
+	// one group.
+	blocks := [][]int{append([]int{}, blockIDs...)}
 	r := &decodeReq{id: requestID, transferID: o.transferID, prefill: prefill, blocks: blocks}
 	c.mu.Lock()
 	if c.closed {

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
@@ -45,7 +47,7 @@ func TestFailedRequestKeepsBlocksUntilTheOtherRanksWriteEnds(t *testing.T) {
 	c := r.consumers[0]
 	dst := blocksFrom(4, 2)
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("split", r.pre.Coordinates(), [][]int{dst}))
+	require.NoError(t, c.Register("split", r.pre.Coordinates(), dst))
 	admitted(t, r.producers[0], 1)
 	admitted(t, r.producers[1], 1)
 	src := blocksFrom(0, 2)
@@ -123,12 +125,12 @@ func TestTimedOutParkedRegistrationIsNotSentForTheNewRequest(t *testing.T) {
 	coords.Port = g.port()
 	old, fresh := []int{4}, []int{6}
 	zero(t, r.decLayout[0], append(append([]int{}, old...), fresh...))
-	require.NoError(t, c.Register("again", coords, [][]int{old}))
+	require.NoError(t, c.Register("again", coords, old))
 	time.Sleep(20 * time.Millisecond) // routed: it waits for the handshake
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrRegistrationTimeout)
-	require.NoError(t, c.Register("again", coords, [][]int{fresh}))
+	require.NoError(t, c.Register("again", coords, fresh))
 	time.Sleep(20 * time.Millisecond)
 	g.release()
 	eventually(t, "registration received", func() bool { return extra(t, p.Stats(), "registrations_received") >= 1 })
@@ -154,7 +156,7 @@ func TestTimedOutParkedRegistrationIsNotSentForTheNewRequest(t *testing.T) {
 func TestRetryFinishedBeforeItsRegistrationIsWritten(t *testing.T) {
 	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("chat-aaaaaaaa", r.pre.Coordinates(), [][]int{{4}}))
+	require.NoError(t, c.Register("chat-aaaaaaaa", r.pre.Coordinates(), []int{4}))
 	admitted(t, p, 1)
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
@@ -164,7 +166,7 @@ func TestRetryFinishedBeforeItsRegistrationIsWritten(t *testing.T) {
 	_, err := p.RequestFinished("chat-cccccccc", []int{1}) // the retry, on prefill first
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
-	require.NoError(t, c.Register("chat-bbbbbbbb", r.pre.Coordinates(), [][]int{{6}}))
+	require.NoError(t, c.Register("chat-bbbbbbbb", r.pre.Coordinates(), []int{6}))
 	res = await(t, c, 1) // frozen clock: only a WRITE or a PUSH_FAIL ends it
 	require.NoError(t, res[0].Err)
 	check(t, r.decLayout[0], []int{6}, 0, 8, 16)
@@ -179,7 +181,7 @@ func TestSameIDRegisteredAgainIsNotADuplicate(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	for round, dst := range [][]int{{4}, {6}} {
-		require.NoError(t, c.Register("same", r.pre.Coordinates(), [][]int{dst}))
+		require.NoError(t, c.Register("same", r.pre.Coordinates(), dst))
 		admitted(t, p, uint64(round+1))
 		fill(t, r.preLayout[0], []int{1}, 10+round, 16)
 		_, err := p.RequestFinished("same", []int{1})
@@ -201,13 +203,13 @@ func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	bad := r.pre.Coordinates()
 	bad.TPSize = 2
-	require.NoError(t, c.Register("bad", bad, [][]int{{4}}))
+	require.NoError(t, c.Register("bad", bad, []int{4}))
 	res := await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrInvalid)
 	require.ErrorContains(t, res[0].Err, `Prefill.TPSize is 2, prefill engine "prefill" has TP size 1`)
 	require.Zero(t, extra(t, c.Stats(), "registrations_sent"))
 
-	require.NoError(t, c.Register("good", r.pre.Coordinates(), [][]int{{4}}))
+	require.NoError(t, c.Register("good", r.pre.Coordinates(), []int{4}))
 	admitted(t, p, 1)
 	fill(t, r.preLayout[0], []int{1}, 2, 16)
 	_, err := p.RequestFinished("good", []int{1})
@@ -216,7 +218,7 @@ func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
 	require.NoError(t, res[0].Err)
 	check(t, r.decLayout[0], []int{4}, 0, 2, 16)
 
-	require.NoError(t, c.Register("bad2", bad, [][]int{{5}}))
+	require.NoError(t, c.Register("bad2", bad, []int{5}))
 	res = await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrInvalid)
 	require.ErrorContains(t, res[0].Err, "Prefill.TPSize is 2")
@@ -228,7 +230,7 @@ func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
 func TestOversizedRegistrationIDsAreRefused(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), [][]int{{4}}))
+	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), []int{4}))
 	admitted(t, p, 1) // decode's agent knows prefill's now
 	ok := registrationFrom(t, r, "R", []int{1})
 	big := strings.Repeat("x", 256<<10)
@@ -250,7 +252,7 @@ func TestOversizedRegistrationIDsAreRefused(t *testing.T) {
 func TestConsumerAbort(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("gone", r.pre.Coordinates(), [][]int{{4}}))
+	require.NoError(t, c.Register("gone", r.pre.Coordinates(), []int{4}))
 	admitted(t, p, 1)
 	require.NoError(t, c.Abort("gone"))
 	require.NoError(t, c.Abort("gone"), "second call: no-op")
@@ -278,7 +280,7 @@ func TestConsumerAbort(t *testing.T) {
 func TestAbortWithoutAnswerReleasesAtCancelTimeout(t *testing.T) {
 	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.CancelTimeout = 2 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("lost", r.pre.Coordinates(), [][]int{{4}}))
+	require.NoError(t, c.Register("lost", r.pre.Coordinates(), []int{4}))
 	admitted(t, p, 1)
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.DropNotif, From: "decode-0"})
 	require.NoError(t, err)
@@ -309,13 +311,13 @@ func TestProducerAbort(t *testing.T) {
 	require.NoError(t, p.Abort("dropped"), "second call: no-op")
 	require.NoError(t, p.Abort("unknown"))
 	freedOnce(t, p, "dropped")
-	require.NoError(t, c.Register("dropped", r.pre.Coordinates(), [][]int{{4}}))
+	require.NoError(t, c.Register("dropped", r.pre.Coordinates(), []int{4}))
 	res := await(t, c, 1)
 	require.True(t, isPushFail(res[0].Err, "expired"), "got %v", res[0].Err)
 	require.Zero(t, r.fabric.Counters().Posted)
 
 	// Aborted while its WRITE is in flight: it ends, then the blocks are freed.
-	require.NoError(t, c.Register("busy", r.pre.Coordinates(), [][]int{{6}}))
+	require.NoError(t, c.Register("busy", r.pre.Coordinates(), []int{6}))
 	admitted(t, p, 2)
 	fill(t, r.preLayout[0], []int{2}, 4, 16)
 	_, err = p.RequestFinished("busy", []int{2})
@@ -334,3 +336,48 @@ func TestProducerAbort(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A copy of a registration delivered after decode cancelled the original
+// and handed its blocks back (a network that duplicates and delays a
+// message) used to wait in the matcher, where a retry of the request
+// finishing first paired with it by stripped id and wrote into the
+// released blocks. Found by the campaign; prefill now drops copies of
+// registrations it has received (same sender, id and registration_seq).
+func TestLateCopyOfACancelledRegistrationIsDropped(t *testing.T) {
+	r := newRig(t, rigConfig{})
+	c, p := r.consumers[0], r.producers[0]
+	old := blocksFrom(4, 1)
+	require.NoError(t, c.Register("cmpl-7-aaaaaaaa", r.pre.Coordinates(), old))
+	admitted(t, p, 1)
+	c.mu.Lock()
+	seq := c.seq
+	c.mu.Unlock()
+	require.NoError(t, c.Abort("cmpl-7-aaaaaaaa"))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrAborted)
+	poison(t, r.decLayout[0], old) // the engine takes the blocks back
+
+	// The copy: the same bytes as the registration decode sent.
+	msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
+		RequestID: "cmpl-7-aaaaaaaa", DecodeEngineID: r.dec.ID(), DecodeHost: r.dec.Host(), DecodePort: r.dec.Port(),
+		DecodeTPSize: 1, LocalBlockIDs: [][]int{old}, RemoteEngineID: r.pre.ID(), RemoteHost: r.pre.Host(),
+		RemotePort: r.pre.Port(), RemoteTPSize: 1, RemotePPSize: 1, DecodeIncarnation: c.incarnation, Seq: seq,
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.decAgents[0].GenNotif(r.preAgents[0].Name(), msg, nil))
+	admitted(t, p, 2)
+	time.Sleep(20 * time.Millisecond)
+
+	// A retry of the request finishes before its own registration arrives.
+	fill(t, r.preLayout[0], blocksFrom(1, 1), 8, 16)
+	_, err = p.RequestFinished("cmpl-7-cccccccc", blocksFrom(1, 1))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	require.True(t, poisoned(t, r.decLayout[0], old), "a WRITE landed in blocks decode handed back")
+	assert.Equal(t, uint64(1), extra(t, p.Stats(), "duplicate_registrations"))
+	fresh := blocksFrom(5, 1)
+	require.NoError(t, c.Register("cmpl-7-dddddddd", r.pre.Coordinates(), fresh))
+	res = await(t, c, 1)
+	require.NoError(t, res[0].Err)
+	require.Positive(t, check(t, r.decLayout[0], fresh, 0, 8, 16), "the retry's own blocks hold its bytes")
+}

@@ -32,7 +32,7 @@
 // the field and both values; it fails only that request.
 //
 // Prefill: Producer.RequestFinished(id, block ids) holds the blocks and
-// returns the TransferParams. The rank's writer goroutine (the shared
+// returns the Params. The rank's writer goroutine (the shared
 // poller) pairs registrations with finished requests in either order — by
 // transfer_id when both carry one, else by exact request id, else by the
 // ids with a trailing "-" and 8 hex digits stripped — so each request is

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/gonixl/gonixl/internal/handshake"
-	"github.com/gonixl/gonixl/internal/stats"
 )
 
 // Errors that results and calls match with errors.Is.
@@ -63,7 +62,3 @@ func (e *PushError) Is(target error) bool { return target == ErrPushFailed }
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
-
-// Stats is a snapshot of a rank's (or an Engine's) counters and transfer
-// times, with the push counters in Extra (see the package documentation).
-type Stats = stats.Snapshot

@@ -20,7 +20,7 @@ func TestEvictingAnAliasKeepsTheOtherEntrysAgents(t *testing.T) {
 	other := startDecode(t, r, "decode-c", 1, 0)
 
 	// decode@127.0.0.1 serves a1 and goes idle.
-	require.NoError(t, a.Register("a1", r.pre.Coordinates(), [][]int{{0, 1}}))
+	require.NoError(t, a.Register("a1", r.pre.Coordinates(), []int{0, 1}))
 	admitted(t, p, 1)
 	pushTo(t, r, a, func() descriptors.Layout { return r.decLayout[0] }, "a1", blocksFrom(0, 2), []int{0, 1}, 1)
 
@@ -37,7 +37,7 @@ func TestEvictingAnAliasKeepsTheOtherEntrysAgents(t *testing.T) {
 	eventually(t, "alias admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 
 	// A third engine evicts the idle 127.0.0.1 entry.
-	require.NoError(t, other.consumer.Register("c1", r.pre.Coordinates(), [][]int{{0, 1}}))
+	require.NoError(t, other.consumer.Register("c1", r.pre.Coordinates(), []int{0, 1}))
 	eventually(t, "c admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 3 })
 	require.Equal(t, uint64(1), extra(t, p.Stats(), "evicted_peers"))
 

@@ -28,7 +28,7 @@ func TestDuplicateRegistrationWritesOnce(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("dup", r.pre.Coordinates(), [][]int{dst}))
+	require.NoError(t, c.Register("dup", r.pre.Coordinates(), dst))
 	eventually(t, "first registration", func() bool { return extra(t, p.Stats(), "registrations_received") == 1 })
 	// The same registration again, from the same decode agent.
 	require.NoError(t, r.decAgents[0].GenNotif(r.preAgents[0].Name(), registrationFrom(t, r, "dup", dst), nil))
@@ -49,7 +49,7 @@ func TestDuplicateRegistrationWritesOnce(t *testing.T) {
 func TestRegistrationExpiresWhenRequestNeverFinishes(t *testing.T) {
 	r := newRig(t, rigConfig{preRank: func(c *RankConfig) { c.RegistrationTimeout = 10 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("never", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, c.Register("never", r.pre.Coordinates(), []int{1}))
 	admitted(t, p, 1)
 	r.clock.Advance(10 * time.Second)
 	p.DrainFreed() // an engine step wakes the writer
@@ -73,7 +73,7 @@ func TestDecodeTimesOutOnItsOwn(t *testing.T) {
 	// deadline ends the request, with an error that says what is missing.
 	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
 	c := r.consumers[0]
-	require.NoError(t, c.Register("slow", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, c.Register("slow", r.pre.Coordinates(), []int{1}))
 	admitted(t, r.producers[0], 1)
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
@@ -93,7 +93,7 @@ func TestFinishedBlocksLeaseExpiresOnce(t *testing.T) {
 	freedOnce(t, p, "orphan")
 	require.Equal(t, uint64(1), p.Stats().ExpiredRequests)
 	// A registration arriving now pairs with nothing.
-	require.NoError(t, r.consumers[0].Register("orphan", r.pre.Coordinates(), [][]int{{1, 2, 3}}))
+	require.NoError(t, r.consumers[0].Register("orphan", r.pre.Coordinates(), []int{1, 2, 3}))
 	admitted(t, p, 1)
 	require.Zero(t, r.fabric.Counters().Posted)
 	require.Equal(t, uint64(1), p.Stats().ExpiredRequests)
@@ -104,7 +104,7 @@ func TestWritePostFailureFailsDecodeAtOnce(t *testing.T) {
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailPost, From: "prefill-0"})
 	require.NoError(t, err)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("pf", r.pre.Coordinates(), [][]int{blocksFrom(0, 2)}))
+	require.NoError(t, c.Register("pf", r.pre.Coordinates(), blocksFrom(0, 2)))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("pf", blocksFrom(0, 2))
 	require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestWriteInFlightFailureFailsDecodeAtOnce(t *testing.T) {
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "prefill-0"})
 	require.NoError(t, err)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("inflight", r.pre.Coordinates(), [][]int{blocksFrom(0, 2)}))
+	require.NoError(t, c.Register("inflight", r.pre.Coordinates(), blocksFrom(0, 2)))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("inflight", blocksFrom(0, 2))
 	require.NoError(t, err)
@@ -144,7 +144,7 @@ func TestWriteTimeoutCancelsAndFails(t *testing.T) {
 	require.NoError(t, err)
 	r.producers[0] = p
 	c := r.consumers[0]
-	require.NoError(t, c.Register("stuck", r.pre.Coordinates(), [][]int{{0}}))
+	require.NoError(t, c.Register("stuck", r.pre.Coordinates(), []int{0}))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("stuck", []int{0})
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestDecodeGoneBeforeRegisteringLeaseReleases(t *testing.T) {
 func TestDecodeGoneAfterRegisteringReleasesAtOnce(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("gone2", r.pre.Coordinates(), [][]int{blocksFrom(0, 2)}))
+	require.NoError(t, c.Register("gone2", r.pre.Coordinates(), blocksFrom(0, 2)))
 	admitted(t, p, 1)
 	require.NoError(t, r.fabric.Disconnect("decode-0"))
 	_, err := p.RequestFinished("gone2", blocksFrom(0, 2))
@@ -187,7 +187,7 @@ func TestMalformedRegistrationCountedAndDropped(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	// Make decode load prefill's metadata, then send garbage from its agent.
-	require.NoError(t, c.Register("ok", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, c.Register("ok", r.pre.Coordinates(), []int{1}))
 	admitted(t, p, 1)
 	for _, msg := range []string{"PUSH_REG:", "PUSH_REG:\x93\x01\x02\x03", "PUSH_REG:\xdd\xff\xff\xff\xff", "x:1", "PUSH_FAIL:\x80"} {
 		require.NoError(t, r.decAgents[0].GenNotif("prefill-0", []byte(msg), nil))
@@ -205,7 +205,7 @@ func TestMalformedRegistrationCountedAndDropped(t *testing.T) {
 func TestMisdirectedRegistrationDropped(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("ok", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, r.consumers[0].Register("ok", r.pre.Coordinates(), []int{1}))
 	admitted(t, p, 1)
 	reg, err := pushwire.DecodeRegistration(registrationFrom(t, r, "other", []int{1}))
 	require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestMisdirectedRegistrationDropped(t *testing.T) {
 func TestPrefixHitNotificationOnly(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("hit", r.pre.Coordinates(), [][]int{{}}))
+	require.NoError(t, c.Register("hit", r.pre.Coordinates(), []int{}))
 	_, err := p.RequestFinished("hit", blocksFrom(0, 2))
 	require.NoError(t, err)
 	require.NoError(t, await(t, c, 1)[0].Err)
@@ -234,7 +234,7 @@ func TestPartialPrefixHit(t *testing.T) {
 	fill(t, r.preLayout[0], src, 9, 60)
 	dst := []int{21, 22} // decode already holds the first two blocks
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("partial", r.pre.Coordinates(), [][]int{dst}))
+	require.NoError(t, c.Register("partial", r.pre.Coordinates(), dst))
 	_, err := p.RequestFinished("partial", src)
 	require.NoError(t, err)
 	require.NoError(t, await(t, c, 1)[0].Err)
@@ -253,7 +253,7 @@ func TestModeMismatchRefusedAtHandshake(t *testing.T) {
 	r := newRig(t, rigConfig{noProducers: true})
 	c := r.consumers[0]
 	pf := Prefill{EngineID: "pull-prefill", Host: "127.0.0.1", Port: pull.Addr().Port, TPSize: 1, PPSize: 1}
-	require.NoError(t, c.Register("mm", pf, [][]int{{1}}))
+	require.NoError(t, c.Register("mm", pf, []int{1}))
 	res := await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrIncompatible)
 	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "push", remote "pull"`)
@@ -272,7 +272,7 @@ func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {
 	r := newRig(t, rigConfig{noProducers: true})
 	c := r.consumers[0]
 	pf := Prefill{EngineID: "nobody", Host: "127.0.0.1", Port: 1, TPSize: 1, PPSize: 1}
-	require.NoError(t, c.Register("dead", pf, [][]int{{1}}))
+	require.NoError(t, c.Register("dead", pf, []int{1}))
 	res := await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrHandshake)
 	require.Contains(t, res[0].Err.Error(), `engine "nobody" at 127.0.0.1:1`)
@@ -285,22 +285,21 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	for name, tc := range map[string]struct {
 		id     string
 		pf     Prefill
-		blocks [][]int
+		blocks []int
 		want   string
 	}{
-		"empty id":   {"", pf, [][]int{{1}}, "request id must be 1..1024 bytes, got 0"},
-		"two groups": {"a", pf, [][]int{{1}, {2}}, "has 2 KV-cache groups"},
-		"block id":   {"a", pf, [][]int{{64}}, "block 0 is 64, outside 0..63"},
-		"pp":         {"a", Prefill{EngineID: "p", Host: "h", Port: 1, TPSize: 1, PPSize: 2}, [][]int{{1}}, "only pipeline-parallel size 1"},
-		"port":       {"a", Prefill{EngineID: "p", Host: "h", Port: 0, TPSize: 1, PPSize: 1}, [][]int{{1}}, "Prefill.Port is 0"},
+		"empty id": {"", pf, []int{1}, "request id must be 1..1024 bytes, got 0"},
+		"block id": {"a", pf, []int{64}, "block 0 is 64, outside 0..63"},
+		"pp":       {"a", Prefill{EngineID: "p", Host: "h", Port: 1, TPSize: 1, PPSize: 2}, []int{1}, "only pipeline-parallel size 1"},
+		"port":     {"a", Prefill{EngineID: "p", Host: "h", Port: 0, TPSize: 1, PPSize: 1}, []int{1}, "Prefill.Port is 0"},
 	} {
 		err := c.Register(tc.id, tc.pf, tc.blocks)
 		require.ErrorIs(t, err, ErrInvalid, name)
 		require.ErrorContains(t, err, tc.want, name)
 	}
 	require.Zero(t, c.Pending())
-	require.NoError(t, c.Register("once", pf, [][]int{{1}}))
-	require.ErrorContains(t, c.Register("once", pf, [][]int{{1}}), `request "once" is already registered`)
+	require.NoError(t, c.Register("once", pf, []int{1}))
+	require.ErrorContains(t, c.Register("once", pf, []int{1}), `request "once" is already registered`)
 }
 
 func TestRequestFinishedRejectsBadInput(t *testing.T) {
@@ -322,7 +321,7 @@ func TestRequestFinishedRejectsBadInput(t *testing.T) {
 func TestCloseEndsEverythingOnce(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("waiting", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, c.Register("waiting", r.pre.Coordinates(), []int{1}))
 	_, err := p.RequestFinished("held", []int{0})
 	require.NoError(t, err)
 	admitted(t, p, 1)
@@ -335,12 +334,12 @@ func TestCloseEndsEverythingOnce(t *testing.T) {
 	// Prefill told decode its registration will not be served.
 	res := await(t, c, 1)
 	require.True(t, isPushFail(res[0].Err, "closed"), "got %v", res[0].Err)
-	require.NoError(t, c.Register("after", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, c.Register("after", r.pre.Coordinates(), []int{1}))
 	require.NoError(t, c.Close())
 	res = c.Drain()
 	require.Len(t, res, 1)
 	require.ErrorIs(t, res[0].Err, ErrClosed)
-	require.ErrorIs(t, c.Register("x", r.pre.Coordinates(), [][]int{{1}}), ErrClosed)
+	require.ErrorIs(t, c.Register("x", r.pre.Coordinates(), []int{1}), ErrClosed)
 }
 
 func TestPullPrefillRefusedByPushDecode(t *testing.T) {
@@ -362,7 +361,7 @@ func TestPullPrefillRefusedByPushDecode(t *testing.T) {
 
 	r := newRig(t, rigConfig{noProducers: true})
 	c := r.consumers[0]
-	require.NoError(t, c.Register("mm", Prefill{EngineID: "pull-prefill", Host: pe.Host(), Port: pe.Port(), TPSize: 1, PPSize: 1}, [][]int{{1}}))
+	require.NoError(t, c.Register("mm", Prefill{EngineID: "pull-prefill", Host: pe.Host(), Port: pe.Port(), TPSize: 1, PPSize: 1}, []int{1}))
 	res := await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrIncompatible)
 	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "push", remote "pull"`)

@@ -22,7 +22,7 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 	}
 	register := func() {
 		for _, c := range r.consumers {
-			require.NoError(t, c.Register(decID, r.pre.Coordinates(), [][]int{dst}, opts...))
+			require.NoError(t, c.Register(decID, r.pre.Coordinates(), dst, opts...))
 		}
 	}
 	finish := func() {
@@ -135,7 +135,7 @@ func TestDecodeWaitsForEveryWriterRank(t *testing.T) {
 	// Prefill TP 2 -> decode TP 1: decode needs both ranks' completions.
 	r := newRig(t, rigConfig{preTP: 2, decTP: 1})
 	c := r.consumers[0]
-	require.NoError(t, c.Register("both", r.pre.Coordinates(), [][]int{blocksFrom(0, 2)}))
+	require.NoError(t, c.Register("both", r.pre.Coordinates(), blocksFrom(0, 2)))
 	for _, p := range r.producers {
 		admitted(t, p, 1)
 	}

@@ -37,14 +37,14 @@ func TestMaxPeersEvictsAnIdleEngineAndRefusesWhenNoneIsIdle(t *testing.T) {
 		zero(t, l, blocksFrom(0, 16))
 	}
 
-	require.NoError(t, a.Register("a1", r.pre.Coordinates(), [][]int{{0, 1}}))
+	require.NoError(t, a.Register("a1", r.pre.Coordinates(), []int{0, 1}))
 	admitted(t, p, 1)
-	require.NoError(t, b.consumer.Register("b1", r.pre.Coordinates(), [][]int{{0, 1}}))
+	require.NoError(t, b.consumer.Register("b1", r.pre.Coordinates(), []int{0, 1}))
 	eventually(t, "b admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 
 	// Two engines, both with a registration waiting: the third is refused.
 	// Prefill never loaded its agent, so the PUSH_FAIL cannot be sent.
-	require.NoError(t, c.consumer.Register("c1", r.pre.Coordinates(), [][]int{{0, 1}}))
+	require.NoError(t, c.consumer.Register("c1", r.pre.Coordinates(), []int{0, 1}))
 	eventually(t, "c refused", func() bool {
 		s := p.Stats()
 		return extra(t, s, "peer_limit_refusals") == 1 && extra(t, s, "push_fail_undeliverable") == 1
@@ -55,14 +55,14 @@ func TestMaxPeersEvictsAnIdleEngineAndRefusesWhenNoneIsIdle(t *testing.T) {
 
 	// a1 is written: engine a has nothing left and is the one evicted for c.
 	pushTo(t, r, a, aLayout, "a1", blocksFrom(0, 2), []int{0, 1}, 1)
-	require.NoError(t, c.consumer.Register("c2", r.pre.Coordinates(), [][]int{{2, 3}}))
+	require.NoError(t, c.consumer.Register("c2", r.pre.Coordinates(), []int{2, 3}))
 	eventually(t, "c admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 3 })
 	require.Equal(t, uint64(1), extra(t, p.Stats(), "evicted_peers"))
 	pushTo(t, r, c.consumer, func() descriptors.Layout { return c.layout }, "c2", blocksFrom(2, 2), []int{2, 3}, 2)
 
 	// a comes back: c is idle now, b still waits for b1, so c goes; a
 	// handshakes again (its agent's metadata was dropped) and is written.
-	require.NoError(t, a.Register("a2", r.pre.Coordinates(), [][]int{{4, 5}}))
+	require.NoError(t, a.Register("a2", r.pre.Coordinates(), []int{4, 5}))
 	eventually(t, "a admitted again", func() bool { return extra(t, p.Stats(), "handshakes") == 4 })
 	require.Equal(t, uint64(2), extra(t, p.Stats(), "evicted_peers"))
 	pushTo(t, r, a, aLayout, "a2", blocksFrom(4, 2), []int{4, 5}, 3)
@@ -81,10 +81,10 @@ func TestMaxPendingRegistrationsRefusesWithPushFailOverloaded(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	aLayout := func() descriptors.Layout { return r.decLayout[0] }
 	zero(t, r.decLayout[0], blocksFrom(0, 16))
-	require.NoError(t, c.Register("r1", r.pre.Coordinates(), [][]int{{0, 1}}))
-	require.NoError(t, c.Register("r2", r.pre.Coordinates(), [][]int{{2, 3}}))
+	require.NoError(t, c.Register("r1", r.pre.Coordinates(), []int{0, 1}))
+	require.NoError(t, c.Register("r2", r.pre.Coordinates(), []int{2, 3}))
 	admitted(t, p, 2)
-	require.NoError(t, c.Register("r3", r.pre.Coordinates(), [][]int{{4, 5}}))
+	require.NoError(t, c.Register("r3", r.pre.Coordinates(), []int{4, 5}))
 	res := await(t, c, 1)
 	require.Equal(t, "r3", res[0].RequestID)
 	require.True(t, isPushFail(res[0].Err, "overloaded"), "got %v", res[0].Err)
@@ -96,7 +96,7 @@ func TestMaxPendingRegistrationsRefusesWithPushFailOverloaded(t *testing.T) {
 
 	// r1 is written: room for one more.
 	pushTo(t, r, c, aLayout, "r1", blocksFrom(0, 2), []int{0, 1}, 1)
-	require.NoError(t, c.Register("r4", r.pre.Coordinates(), [][]int{{6, 7}}))
+	require.NoError(t, c.Register("r4", r.pre.Coordinates(), []int{6, 7}))
 	eventually(t, "r4 received", func() bool { return extra(t, p.Stats(), "registrations_received") == 4 })
 	pushTo(t, r, c, aLayout, "r4", blocksFrom(6, 2), []int{6, 7}, 4)
 	pushTo(t, r, c, aLayout, "r2", blocksFrom(2, 2), []int{2, 3}, 2)
@@ -111,9 +111,9 @@ func TestParkedRegistrationsCountTowardsMaxPendingRegistrations(t *testing.T) {
 	// A TP 2 decode engine whose rank 1 never starts: prefill's handshake
 	// with it keeps being told to retry, so its registration stays parked.
 	half := startDecode(t, r, "decode-half", 2, 0)
-	require.NoError(t, half.consumer.Register("x1", r.pre.Coordinates(), [][]int{{0}}))
+	require.NoError(t, half.consumer.Register("x1", r.pre.Coordinates(), []int{0}))
 	eventually(t, "x1 received", func() bool { return extra(t, p.Stats(), "registrations_received") == 1 })
-	require.NoError(t, r.consumers[0].Register("r1", r.pre.Coordinates(), [][]int{{0}}))
+	require.NoError(t, r.consumers[0].Register("r1", r.pre.Coordinates(), []int{0}))
 	eventually(t, "r1 refused", func() bool { return extra(t, p.Stats(), "pending_limit_refusals") == 1 })
 	s := p.Stats()
 	require.Equal(t, uint64(2), extra(t, s, "registrations_received"))

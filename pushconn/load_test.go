@@ -25,7 +25,7 @@ func TestTenThousandConcurrentRequests(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		// Decode block n-1-i, so a copy into the wrong block shows.
-		require.NoError(t, c.Register(fmt.Sprintf("load-%d-%08x", i, i), r.pre.Coordinates(), [][]int{{n - 1 - i}}))
+		require.NoError(t, c.Register(fmt.Sprintf("load-%d-%08x", i, i), r.pre.Coordinates(), []int{n - 1 - i}))
 	}
 	eventually(t, "all registered", func() bool { return extra(t, p.Stats(), "registrations_received") == n })
 	require.Equal(t, n, c.Pending())

@@ -3,11 +3,11 @@ package pushconn
 // ModePush is the transfer_mode of push transfer params.
 const ModePush = "push"
 
-// TransferParams are what prefill returns for a finished request, with
+// Params are what prefill returns for a finished request, with
 // the JSON names of vLLM's kv_transfer_params. In push mode decode has
 // registered before prefill finished, so they inform the proxy and decode
 // of where the blocks come from rather than start anything.
-type TransferParams struct {
+type Params struct {
 	DoRemotePrefill bool   `json:"do_remote_prefill"`
 	DoRemoteDecode  bool   `json:"do_remote_decode"`
 	RemoteBlockIDs  []int  `json:"remote_block_ids"`
@@ -25,7 +25,7 @@ type TransferParams struct {
 
 // Prefill returns the prefill coordinates the params name, for
 // Consumer.Register.
-func (p TransferParams) Prefill() Prefill {
+func (p Params) Prefill() Prefill {
 	return Prefill{EngineID: p.RemoteEngineID, Host: p.RemoteHost, Port: p.RemotePort, TPSize: p.TPSize, PPSize: p.PPSize}
 }
 

@@ -85,7 +85,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		world:    e.TPSize(), // times the PP size, which is 1
 	}
 	p.push = newPushCounters(p.stats)
-	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap)}
+	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap)}
 	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
 		return nil, err
 	}
@@ -112,21 +112,21 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 // block ids, in token order) and returns its transfer params. The blocks
 // stay held until DrainFreed returns requestID. It never blocks: the
 // writer goroutine does the rest. An error means nothing was taken.
-func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...RequestOption) (TransferParams, error) {
+func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...RequestOption) (Params, error) {
 	o := applyOpts(opts)
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
-		return TransferParams{}, invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
+		return Params{}, invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	}
 	if len(blockIDs) == 0 {
-		return TransferParams{}, invalidf("request %q has no blocks", requestID)
+		return Params{}, invalidf("request %q has no blocks", requestID)
 	}
 	for i, id := range blockIDs {
 		if id < 0 || id >= p.cfg.Layout.NumBlocks {
-			return TransferParams{}, invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, p.cfg.Layout.NumBlocks-1)
+			return Params{}, invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, p.cfg.Layout.NumBlocks-1)
 		}
 	}
 	if o.tokens < 0 || o.tokens > len(blockIDs)*p.cfg.Layout.BlockTokens {
-		return TransferParams{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockTokens)
+		return Params{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockTokens)
 	}
 	// The writer goroutine reads the block ids after this call returned,
 	// when the engine may have reused its slice: the hold keeps a copy.
@@ -135,16 +135,16 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	switch {
 	case p.closed:
 		p.mu.Unlock()
-		return TransferParams{}, ErrClosed
+		return Params{}, ErrClosed
 	case p.held[requestID]:
 		p.mu.Unlock()
-		return TransferParams{}, invalidf("request %q is already finished and held", requestID)
+		return Params{}, invalidf("request %q is already finished and held", requestID)
 	}
 	p.held[requestID] = true
 	p.finished = append(p.finished, h)
 	p.mu.Unlock()
 	p.poll.Wake()
-	return TransferParams{
+	return Params{
 		DoRemotePrefill: true,
 		RemoteBlockIDs:  append([]int(nil), blockIDs...),
 		RemoteEngineID:  p.engine.ID(),

@@ -93,7 +93,7 @@ func rawRegistration(t *testing.T, r *rig, port int, id string, dst []int, inc u
 func TestOldRegistrationIsNotWrittenIntoRestartedDecode(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("old", r.pre.Coordinates(), [][]int{{4, 5}}))
+	require.NoError(t, r.consumers[0].Register("old", r.pre.Coordinates(), []int{4, 5}))
 	admitted(t, p, 1)
 	port := r.dec.Port()
 	crashDecode(t, r)
@@ -121,7 +121,7 @@ func TestOldRegistrationIsNotWrittenIntoRestartedDecode(t *testing.T) {
 
 	// The new instance is served normally.
 	dst := blocksFrom(8, 2)
-	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), [][]int{dst}))
+	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), dst))
 	eventually(t, "new registration", func() bool { return extra(t, p.Stats(), "registrations_received") == 2 })
 	_, err = p.RequestFinished("new", src)
 	require.NoError(t, err)
@@ -138,14 +138,14 @@ func TestOldRegistrationIsNotWrittenIntoRestartedDecode(t *testing.T) {
 func TestOldRegistrationDroppedOnceTheNewInstanceIsKnown(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("old", r.pre.Coordinates(), [][]int{{4, 5}}))
+	require.NoError(t, r.consumers[0].Register("old", r.pre.Coordinates(), []int{4, 5}))
 	admitted(t, p, 1)
 	port := r.dec.Port()
 	crashDecode(t, r)
 	d := restartDecode(t, r, port)
 	zero(t, d.layout, blocksFrom(0, 8))
 
-	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), [][]int{{6, 7}}))
+	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), []int{6, 7}))
 	eventually(t, "new instance admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 	src := blocksFrom(0, 2)
 	fill(t, r.preLayout[0], src, 3, 32)
@@ -175,12 +175,12 @@ func TestLateRegistrationFromDeadInstanceIsDroppedOnArrival(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
 	old := r.consumers[0].incarnation
-	require.NoError(t, r.consumers[0].Register("first", r.pre.Coordinates(), [][]int{{1}}))
+	require.NoError(t, r.consumers[0].Register("first", r.pre.Coordinates(), []int{1}))
 	admitted(t, p, 1)
 	port := r.dec.Port()
 	crashDecode(t, r)
 	d := restartDecode(t, r, port)
-	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), [][]int{{2}}))
+	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), []int{2}))
 	eventually(t, "new instance admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 
 	// Sent by the agent now called decode-0, as a delayed message would be.
@@ -214,7 +214,7 @@ func TestRegistrationWithoutIncarnationIsNotRetriedAfterRestart(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
 	port := r.dec.Port()
-	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), [][]int{{1}})) // decode loads prefill's metadata
+	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), []int{1})) // decode loads prefill's metadata
 	admitted(t, p, 1)
 	require.NoError(t, r.decAgents[0].GenNotif("prefill-0", rawRegistration(t, r, port, "keyless", []int{4, 5}, 0), nil))
 	admitted(t, p, 2)
@@ -239,7 +239,7 @@ func TestSameInstanceIsRetriedAfterFreshHandshake(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("same", r.pre.Coordinates(), [][]int{dst}))
+	require.NoError(t, c.Register("same", r.pre.Coordinates(), dst))
 	admitted(t, p, 1)
 	require.NoError(t, r.preAgents[0].InvalidateRemoteMD("decode-0"))
 	src := blocksFrom(0, 2)

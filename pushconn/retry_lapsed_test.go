@@ -24,7 +24,7 @@ func TestRetryPairsWithLiveBlocksDespiteLapsedAttempt(t *testing.T) {
 	_, err = p.RequestFinished("chat-55555555", []int{1})
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond) // the writer takes the finished request
-	require.NoError(t, c.Register("chat-89abcdef", r.pre.Coordinates(), [][]int{{5}}))
+	require.NoError(t, c.Register("chat-89abcdef", r.pre.Coordinates(), []int{5}))
 	res := await(t, c, 1)
 	require.NoError(t, res[0].Err, "live blocks of the retry were waiting in the matcher")
 	check(t, r.decLayout[0], []int{5}, 0, 4, 16)
@@ -42,7 +42,7 @@ func TestEarlyRegistrationOfRetryWaitsDespiteLapsedAttempt(t *testing.T) {
 	r.clock.Advance(time.Second)
 	freedOnce(t, p, "chat-0123abcd") // lapsed
 
-	require.NoError(t, c.Register("chat-89abcdef", r.pre.Coordinates(), [][]int{{5}})) // the retry, early
+	require.NoError(t, c.Register("chat-89abcdef", r.pre.Coordinates(), []int{5})) // the retry, early
 	admitted(t, p, 1)
 	time.Sleep(20 * time.Millisecond)
 	fill(t, r.preLayout[0], []int{1}, 4, 16)

@@ -114,8 +114,10 @@ type writer struct {
 	// cancelled: registrations decode cancelled before their request
 	// finished, so that request is freed at once, without a WRITE.
 	cancelled *cancelledRegs
-	parked    int                  // registrations parked over all peers
-	scratch   descriptors.Transfer // mapping lists, reused by startWrite
+	// seen: registrations received, so a late copy of one is dropped.
+	seen    *seenRegs
+	parked  int                  // registrations parked over all peers
+	scratch descriptors.Transfer // mapping lists, reused by startWrite
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -172,6 +174,13 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		p.push.misdirected.Inc()
 		p.log.Warn("pushconn: dropped a PUSH_REG for another engine", zap.String("sender", sender),
 			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
+		return
+	}
+	if reg.Seq != 0 && w.seen.check(p.now(), sender, reg.RequestID, reg.Seq, p.now().Add(p.cfg.RegistrationTimeout)) {
+		// A copy of a registration already received: the original may be
+		// over and its blocks back with decode's engine.
+		p.push.duplicates.Inc()
+		p.log.Debug("pushconn: dropped a copy of a registration already received", zap.String("sender", sender), zap.String("request", reg.RequestID))
 		return
 	}
 	if held := w.matcher.PendingRegistrations() + w.parked; held >= p.cfg.MaxPendingRegistrations {

@@ -146,7 +146,7 @@ func newCluster(cfg Config) (c *cluster, err error) {
 // blocks on every decode rank; pull waits for prefill's params.
 func (c *cluster) arrive(id string, i int) error {
 	for _, cn := range c.pushCons {
-		if err := cn.Register(id, c.pushPre.Coordinates(), [][]int{c.blocksOf(i)}); err != nil {
+		if err := cn.Register(id, c.pushPre.Coordinates(), c.blocksOf(i)); err != nil {
 			return err
 		}
 	}

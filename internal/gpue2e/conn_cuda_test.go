@@ -167,7 +167,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
-		start = func(l loadMsg) error { return pc.Register(l.ID, l.Push, [][]int{l.Blocks}) }
+		start = func(l loadMsg) error { return pc.Register(l.ID, l.Push, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {
 				out = append(out, ends(r.RequestID, r.Err))
