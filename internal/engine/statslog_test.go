@@ -26,7 +26,11 @@ func TestStartStatsLogTagsTheLine(t *testing.T) {
 	require.NotZero(t, logs.Len(), "no metrics line within 5 s")
 	e := logs.All()[0]
 	require.True(t, strings.HasPrefix(e.Message, "KV Transfer metrics:"), "line %q", e.Message)
-	require.Equal(t, map[string]any{"engine_id": "prefill-0", "tp_rank": int64(3), "role": "prefill"}, e.ContextMap())
+	m := e.ContextMap()
+	require.Equal(t, "prefill-0", m["engine_id"])
+	require.Equal(t, int64(3), m["tp_rank"])
+	require.Equal(t, "prefill", m["role"])
+	require.Equal(t, uint64(1), m["transfers"], "the figures are fields too")
 }
 
 // With no logger, or one that drops Info lines, no goroutine is started
