@@ -73,5 +73,5 @@ func TestStartReportsABusyListenAddress(t *testing.T) {
 	assert.Nil(t, b)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, errTestInvalid)
-	assert.Contains(t, err.Error(), `testconn: engine "b": side channel: `)
+	assert.Contains(t, err.Error(), `testconn: engine "b": side channel cannot listen on 127.0.0.1:`)
 }
