@@ -10,7 +10,7 @@ import (
 // 8 KV heads split over tp ranks, head_dim 128 in bfloat16 (256 bytes),
 // 4096 blocks of blockTokens tokens per region, on GPU dev.
 func qwen(blockTokens, rank, tp int, base uint64) *Layout {
-	l := &Layout{Mem: nixl.VRAM, NumLayers: 64, NumBlocks: 4096, BlockTokens: blockTokens, KVHeads: 8 / tp,
+	l := &Layout{Mem: nixl.VRAM, NumLayers: 64, NumBlocks: 4096, BlockSize: blockTokens, KVHeads: 8 / tp,
 		HeadBytes: 256, DType: "bfloat16", TPRank: rank, TPSize: tp}
 	l.Regions = make([]Region, l.NumRegions())
 	for i := range l.Regions {

@@ -10,7 +10,7 @@ import (
 // engineRank describes one rank of an engine with 2 layers, 8 KV heads split
 // over tp ranks, 16-token blocks and head_dim 128 in bfloat16.
 func engineRank(rank, tp int, base uint64) *descriptors.Layout {
-	l := &descriptors.Layout{Mem: nixl.VRAM, NumLayers: 2, NumBlocks: 1024, BlockTokens: 16,
+	l := &descriptors.Layout{Mem: nixl.VRAM, NumLayers: 2, NumBlocks: 1024, BlockSize: 16,
 		KVHeads: 8 / tp, HeadBytes: 256, DType: "bfloat16", TPRank: rank, TPSize: tp}
 	for i := 0; i < l.NumRegions(); i++ {
 		l.Regions = append(l.Regions, descriptors.Region{Base: base + uint64(i)<<30, DevID: uint64(rank)})

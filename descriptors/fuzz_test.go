@@ -12,7 +12,7 @@ import (
 // fields are raw (negative, zero, odd), only the region count is kept near
 // what the layer count asks so that the harness itself stays small.
 func fuzzLayout(mla bool, layers, blocks, blockTokens, heads, model, headBytes, rank, tp int8, regionDelta int8, base uint64) *Layout {
-	l := &Layout{Mem: nixl.MemType(int(rank) % 6), NumLayers: int(layers), NumBlocks: int(blocks), BlockTokens: int(blockTokens),
+	l := &Layout{Mem: nixl.MemType(int(rank) % 6), NumLayers: int(layers), NumBlocks: int(blocks), BlockSize: int(blockTokens),
 		KVHeads: int(heads), ModelKVHeads: int(model), HeadBytes: int(headBytes), DType: "bfloat16", MLA: mla,
 		TPRank: int(rank), TPSize: int(tp)}
 	if l.Mem < 0 {

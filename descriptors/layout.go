@@ -25,7 +25,7 @@ type Region struct {
 // Inside a block the memory order is HND: head-major, then token, then the
 // HeadBytes bytes of one token of one head. So the bytes of head h (counted
 // from this rank's first head) and token t of a block start at
-// h*BlockTokens*HeadBytes + t*HeadBytes. This is the order vLLM requires for
+// h*BlockSize*HeadBytes + t*HeadBytes. This is the order vLLM requires for
 // heterogeneous TP, because a rank's share of heads is then one contiguous run
 // of every block.
 //
@@ -44,8 +44,8 @@ type Layout struct {
 	NumLayers int `msgpack:"num_layers"`
 	// NumBlocks is the number of blocks in every region.
 	NumBlocks int `msgpack:"num_blocks"`
-	// BlockTokens is the block size in tokens.
-	BlockTokens int `msgpack:"block_tokens"`
+	// BlockSize is the block size in tokens.
+	BlockSize int `msgpack:"block_size"`
 	// KVHeads is the number of KV heads this rank holds (MLA: latent heads).
 	KVHeads int `msgpack:"kv_heads"`
 	// ModelKVHeads is the model's number of KV heads; 0 means KVHeads*TPSize.
@@ -75,9 +75,9 @@ func (l *Layout) NumRegions() int {
 }
 
 // BlockLen returns the bytes of one block in one region:
-// BlockTokens*KVHeads*HeadBytes.
+// BlockSize*KVHeads*HeadBytes.
 func (l *Layout) BlockLen() uint64 {
-	return uint64(l.BlockTokens) * uint64(l.KVHeads) * uint64(l.HeadBytes)
+	return uint64(l.BlockSize) * uint64(l.KVHeads) * uint64(l.HeadBytes)
 }
 
 // RegionLen returns the bytes of one region: NumBlocks*BlockLen.

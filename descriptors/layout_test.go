@@ -12,7 +12,7 @@ import (
 
 func TestLayoutLists(t *testing.T) {
 	// 2 layers, 3 blocks of 4 tokens x 2 heads x 8 bytes = 64 bytes.
-	l := &Layout{Mem: nixl.VRAM, NumLayers: 2, NumBlocks: 3, BlockTokens: 4, KVHeads: 2, HeadBytes: 8,
+	l := &Layout{Mem: nixl.VRAM, NumLayers: 2, NumBlocks: 3, BlockSize: 4, KVHeads: 2, HeadBytes: 8,
 		DType: "bfloat16", TPSize: 1,
 		Regions: []Region{{Base: 0x1000, DevID: 3}, {Base: 0x2000, DevID: 3}, {Base: 0x3000, DevID: 3}, {Base: 0x4000, DevID: 3}}}
 	require.NoError(t, l.Validate())
@@ -42,7 +42,7 @@ func TestLayoutLists(t *testing.T) {
 }
 
 func TestValidateOverlap(t *testing.T) {
-	l := &Layout{Mem: nixl.DRAM, NumLayers: 1, NumBlocks: 4, BlockTokens: 1, KVHeads: 1, HeadBytes: 16,
+	l := &Layout{Mem: nixl.DRAM, NumLayers: 1, NumBlocks: 4, BlockSize: 1, KVHeads: 1, HeadBytes: 16,
 		DType: "bfloat16", TPSize: 1, Regions: []Region{{Base: 1000}, {Base: 1063}}}
 	err := l.Validate()
 	assert.ErrorIs(t, err, ErrInvalid)
@@ -78,7 +78,7 @@ func TestLayoutMsgpackRoundTrip(t *testing.T) {
 	// The field names on the wire are the documented snake_case keys.
 	var m map[string]any
 	require.NoError(t, msgpack.Unmarshal(b, &m))
-	for _, k := range []string{"mem", "regions", "num_layers", "num_blocks", "block_tokens", "kv_heads",
+	for _, k := range []string{"mem", "regions", "num_layers", "num_blocks", "block_size", "kv_heads",
 		"model_kv_heads", "head_bytes", "dtype", "mla", "tp_rank", "tp_size"} {
 		assert.Contains(t, m, k)
 	}

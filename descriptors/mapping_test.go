@@ -19,7 +19,7 @@ func small(blockTokens, kvHeads, tpRank, tpSize int, bases ...uint64) *Layout {
 	if bases[0] >= 5000 {
 		dev = 1
 	}
-	l := &Layout{Mem: nixl.VRAM, NumLayers: 1, NumBlocks: 8, BlockTokens: blockTokens, KVHeads: kvHeads,
+	l := &Layout{Mem: nixl.VRAM, NumLayers: 1, NumBlocks: 8, BlockSize: blockTokens, KVHeads: kvHeads,
 		HeadBytes: 4, DType: "bfloat16", TPRank: tpRank, TPSize: tpSize}
 	for _, b := range bases {
 		l.Regions = append(l.Regions, Region{Base: b, DevID: dev})

@@ -50,9 +50,9 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 		p.srcHead, p.dstHead, p.heads = lo-s0, lo-d0, hi-lo
 	}
 
-	p.unitTokens = min(src.BlockTokens, dst.BlockTokens)
-	p.srcUnits = src.BlockTokens / p.unitTokens
-	p.dstUnits = dst.BlockTokens / p.unitTokens
+	p.unitTokens = min(src.BlockSize, dst.BlockSize)
+	p.srcUnits = src.BlockSize / p.unitTokens
+	p.dstUnits = dst.BlockSize / p.unitTokens
 	p.pieceHeads = 1
 	if p.srcUnits == 1 && p.dstUnits == 1 {
 		p.pieceHeads = p.heads
@@ -81,8 +81,8 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 	// partly used: the last block of each must hold at least one moved unit.
 	if p.end <= srcEnd-p.srcUnits || p.end <= dstEnd-p.dstUnits {
 		return p, invalidf("block lists do not cover the same tokens: source %d blocks of %d tokens (tokens %d..%d), destination %d cached + %d blocks of %d tokens (tokens %d..%d)",
-			len(req.SrcBlocks), src.BlockTokens, (srcEnd-p.srcUnits)*p.unitTokens+1, srcEnd*p.unitTokens,
-			req.DstCached, len(req.DstBlocks), dst.BlockTokens, (dstEnd-p.dstUnits)*p.unitTokens+1, dstEnd*p.unitTokens)
+			len(req.SrcBlocks), src.BlockSize, (srcEnd-p.srcUnits)*p.unitTokens+1, srcEnd*p.unitTokens,
+			req.DstCached, len(req.DstBlocks), dst.BlockSize, (dstEnd-p.dstUnits)*p.unitTokens+1, dstEnd*p.unitTokens)
 	}
 	// Bound the work and the result before anything is allocated: layouts
 	// come from the network, and a hostile block-size ratio or head count
@@ -144,8 +144,8 @@ func (p *plan) walk(merge bool, srcOut, dstOut []nixl.Desc) int {
 	hb := uint64(src.HeadBytes)
 	unitLen := uint64(p.unitTokens) * hb
 	srcBlockLen, dstBlockLen := src.BlockLen(), dst.BlockLen()
-	srcHeadStride := uint64(src.BlockTokens) * hb
-	dstHeadStride := uint64(dst.BlockTokens) * hb
+	srcHeadStride := uint64(src.BlockSize) * hb
+	dstHeadStride := uint64(dst.BlockSize) * hb
 	sBase, dBase := src.Regions[0].Base, dst.Regions[0].Base
 	sDev, dDev := src.Regions[0].DevID, dst.Regions[0].DevID
 
@@ -183,8 +183,8 @@ func (p *plan) walkEqual(merge bool, srcOut, dstOut []nixl.Desc) int {
 	hb := uint64(src.HeadBytes)
 	pieceLen := uint64(p.unitTokens) * hb * uint64(p.heads)
 	srcBlockLen, dstBlockLen := src.BlockLen(), dst.BlockLen()
-	sOff := src.Regions[0].Base + uint64(p.srcHead)*uint64(src.BlockTokens)*hb
-	dOff := dst.Regions[0].Base + uint64(p.dstHead)*uint64(dst.BlockTokens)*hb
+	sOff := src.Regions[0].Base + uint64(p.srcHead)*uint64(src.BlockSize)*hb
+	dOff := dst.Regions[0].Base + uint64(p.dstHead)*uint64(dst.BlockSize)*hb
 	w := pairWriter{merge: merge, src: srcOut, dst: dstOut,
 		srcDev: src.Regions[0].DevID, dstDev: dst.Regions[0].DevID, len: pieceLen}
 	srcIDs := p.srcBlocks[p.first:p.end]

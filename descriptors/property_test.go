@@ -19,8 +19,8 @@ type scenario struct {
 func (s scenario) String() string {
 	a, b := s.src[0], s.dst[0]
 	return fmt.Sprintf("MLA=%v layers=%d headBytes=%d | src TP %d heads/rank %d model %d blockTokens %d blocks %d | dst TP %d heads/rank %d model %d blockTokens %d blocks %d | tokens %d src %v dst cached %d %v",
-		a.MLA, a.NumLayers, a.HeadBytes, a.TPSize, a.KVHeads, a.TotalKVHeads(), a.BlockTokens, a.NumBlocks,
-		b.TPSize, b.KVHeads, b.TotalKVHeads(), b.BlockTokens, b.NumBlocks, s.tokens, s.req.SrcBlocks, s.req.DstCached, s.req.DstBlocks)
+		a.MLA, a.NumLayers, a.HeadBytes, a.TPSize, a.KVHeads, a.TotalKVHeads(), a.BlockSize, a.NumBlocks,
+		b.TPSize, b.KVHeads, b.TotalKVHeads(), b.BlockSize, b.NumBlocks, s.tokens, s.req.SrcBlocks, s.req.DstCached, s.req.DstBlocks)
 }
 
 func pick[T any](rng *rand.Rand, xs ...T) T { return xs[rng.IntN(len(xs))] }
@@ -49,7 +49,7 @@ func engine(rng *rand.Rand, mla bool, layers, total, tp, blockTokens, blocks, he
 	mem := pick(rng, nixl.DRAM, nixl.VRAM)
 	ranks := make([]*Layout, tp)
 	for r := range ranks {
-		l := &Layout{Mem: mem, NumLayers: layers, NumBlocks: blocks, BlockTokens: blockTokens, KVHeads: kvHeads,
+		l := &Layout{Mem: mem, NumLayers: layers, NumBlocks: blocks, BlockSize: blockTokens, KVHeads: kvHeads,
 			ModelKVHeads: model, HeadBytes: headBytes, DType: "bfloat16", MLA: mla, TPRank: r, TPSize: tp}
 		n := l.NumRegions()
 		l.Regions = make([]Region, n)
@@ -130,10 +130,10 @@ func checkScenario(sc scenario, reused *Transfer) error {
 	plain := newMemory(sc.dst, false)
 	merged := newMemory(sc.dst, false)
 	s0, d0 := sc.src[0], sc.dst[0]
-	cachedTokens := sc.req.DstCached * d0.BlockTokens
+	cachedTokens := sc.req.DstCached * d0.BlockSize
 	moved := 0
 	if len(sc.req.DstBlocks) > 0 {
-		moved = min(len(sc.req.SrcBlocks)*s0.BlockTokens, (sc.req.DstCached+len(sc.req.DstBlocks))*d0.BlockTokens) - cachedTokens
+		moved = min(len(sc.req.SrcBlocks)*s0.BlockSize, (sc.req.DstCached+len(sc.req.DstBlocks))*d0.BlockSize) - cachedTokens
 		if moved < sc.tokens-cachedTokens {
 			return fmt.Errorf("test bug: moved %d < %d", moved, sc.tokens-cachedTokens)
 		}

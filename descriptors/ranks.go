@@ -98,12 +98,12 @@ func Compatible(src, dst *Layout) error {
 			src.TotalKVHeads(), src.KVHeads, src.TPSize, src.ModelKVHeads,
 			dst.TotalKVHeads(), dst.KVHeads, dst.TPSize, dst.ModelKVHeads)
 	}
-	a, b := src.BlockTokens, dst.BlockTokens
+	a, b := src.BlockSize, dst.BlockSize
 	if a < b {
 		a, b = b, a
 	}
 	if a%b != 0 {
-		return incompatiblef("BlockTokens ratio is not an integer: source %d, destination %d", src.BlockTokens, dst.BlockTokens)
+		return incompatiblef("BlockSize ratio is not an integer: source %d, destination %d", src.BlockSize, dst.BlockSize)
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 // rankLayout is a Qwen3-like rank: 8 KV heads split over tp ranks, or
 // replicated with model = 8 when tp > 8.
 func rankLayout(mla bool, kvHeads, model, rank, tp int) *Layout {
-	l := &Layout{NumLayers: 2, NumBlocks: 4, BlockTokens: 16, KVHeads: kvHeads, ModelKVHeads: model,
+	l := &Layout{NumLayers: 2, NumBlocks: 4, BlockSize: 16, KVHeads: kvHeads, ModelKVHeads: model,
 		HeadBytes: 256, DType: "bfloat16", MLA: mla, TPRank: rank, TPSize: tp}
 	l.Regions = make([]Region, l.NumRegions())
 	for i := range l.Regions {
@@ -126,8 +126,8 @@ func TestCompatibleErrors(t *testing.T) {
 		{"MLA latent heads", func(l *Layout) { l.MLA = true; l.KVHeads = 1; l.Regions = l.Regions[:2] },
 			func(l *Layout) { l.MLA = true; l.KVHeads = 2; l.Regions = l.Regions[:2] }, ErrIncompatible,
 			"descriptors: KVHeads (MLA latent heads) differ: source 1, destination 2"},
-		{"block ratio", nil, func(l *Layout) { l.BlockTokens = 24 }, ErrIncompatible,
-			"descriptors: BlockTokens ratio is not an integer: source 16, destination 24"},
+		{"block ratio", nil, func(l *Layout) { l.BlockSize = 24 }, ErrIncompatible,
+			"descriptors: BlockSize ratio is not an integer: source 16, destination 24"},
 		{"model heads", nil, func(l *Layout) { l.KVHeads = 3; l.TPSize = 2 }, ErrIncompatible,
 			"descriptors: model KV heads differ: source 8 (KVHeads 8 x TPSize 1, ModelKVHeads 0), destination 6 (KVHeads 3 x TPSize 2, ModelKVHeads 0)"},
 		{"heads do not divide", nil, func(l *Layout) { l.KVHeads = 3; l.TPSize = 3; l.ModelKVHeads = 8 }, ErrInvalid,

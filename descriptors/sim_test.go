@@ -98,15 +98,15 @@ func copyTransfer(t Transfer, src *memory, srcRank int, dst *memory, dstRank int
 func expectDestination(srcRanks []*Layout, srcPick func(head int) int, dst *memory, dstRank int, req Request, movedTokens int) error {
 	dl := dst.ranks[dstRank]
 	hb := dl.HeadBytes
-	firstTok := req.DstCached * dl.BlockTokens
+	firstTok := req.DstCached * dl.BlockSize
 	for r := range dl.Regions {
 		for k, b := range req.DstBlocks {
 			for h := 0; h < dl.KVHeads; h++ {
 				gh := dl.FirstHead() + h
-				for tok := 0; tok < dl.BlockTokens; tok++ {
-					T := firstTok + k*dl.BlockTokens + tok
+				for tok := 0; tok < dl.BlockSize; tok++ {
+					T := firstTok + k*dl.BlockSize + tok
 					for i := 0; i < hb; i++ {
-						off := uint64(((b*dl.KVHeads+h)*dl.BlockTokens+tok)*hb + i)
+						off := uint64(((b*dl.KVHeads+h)*dl.BlockSize+tok)*hb + i)
 						got, n := dst.bytes[dstRank][r][off], dst.writes[dstRank][r][off]
 						if T >= firstTok+movedTokens {
 							if n != 0 {
@@ -120,9 +120,9 @@ func expectDestination(srcRanks []*Layout, srcPick func(head int) int, dst *memo
 						if sl.MLA {
 							sh = h
 						}
-						sb := req.SrcBlocks[T/sl.BlockTokens]
-						st := T % sl.BlockTokens
-						want := byteID(sRank, r, uint64(((sb*sl.KVHeads+sh)*sl.BlockTokens+st)*hb+i))
+						sb := req.SrcBlocks[T/sl.BlockSize]
+						st := T % sl.BlockSize
+						want := byteID(sRank, r, uint64(((sb*sl.KVHeads+sh)*sl.BlockSize+st)*hb+i))
 						if n != 1 || got != want {
 							return fmt.Errorf("region %d dst block %d head %d token %d byte %d: got id %#x written %d times, want %#x once (src rank %d block %d token %d)",
 								r, b, gh, tok, i, got, n, want, sRank, sb, st)

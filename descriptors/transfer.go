@@ -44,7 +44,7 @@ type Stats struct {
 // DstCached blocks of the request (a prefix-cache hit), they are left out of
 // DstBlocks, which then starts with the block right after them, the way
 // vLLM hands a connector only the blocks without cached content; only the
-// tokens from DstCached*dst.BlockTokens on move. The prefix is counted in
+// tokens from DstCached*dst.BlockSize on move. The prefix is counted in
 // destination blocks and given explicitly because, with source blocks larger
 // than destination blocks, list lengths alone cannot tell a prefix hit from a
 // partly used last block.

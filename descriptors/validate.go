@@ -81,8 +81,8 @@ func (l *Layout) check() error {
 		return invalidf("NumLayers %d must be positive", l.NumLayers)
 	case l.NumBlocks <= 0:
 		return invalidf("NumBlocks %d must be positive", l.NumBlocks)
-	case l.BlockTokens <= 0:
-		return invalidf("BlockTokens %d must be positive", l.BlockTokens)
+	case l.BlockSize <= 0:
+		return invalidf("BlockSize %d must be positive", l.BlockSize)
 	case l.KVHeads <= 0:
 		return invalidf("KVHeads %d must be positive", l.KVHeads)
 	case l.HeadBytes <= 0:
@@ -97,8 +97,8 @@ func (l *Layout) check() error {
 		return invalidf("ModelKVHeads %d must not be negative", l.ModelKVHeads)
 	case l.NumLayers > maxDescs/2:
 		return invalidf("NumLayers %d too large", l.NumLayers)
-	case l.BlockTokens > maxField:
-		return invalidf("BlockTokens %d too large (max %d)", l.BlockTokens, maxField)
+	case l.BlockSize > maxField:
+		return invalidf("BlockSize %d too large (max %d)", l.BlockSize, maxField)
 	case l.KVHeads > maxField:
 		return invalidf("KVHeads %d too large (max %d)", l.KVHeads, maxField)
 	case l.HeadBytes > maxField:
@@ -121,7 +121,7 @@ func (l *Layout) check() error {
 	if err := l.checkHeads(); err != nil {
 		return err
 	}
-	hi, per := bits.Mul64(uint64(l.BlockTokens), uint64(l.KVHeads))
+	hi, per := bits.Mul64(uint64(l.BlockSize), uint64(l.KVHeads))
 	if hi == 0 {
 		hi, per = bits.Mul64(per, uint64(l.HeadBytes))
 	}
@@ -129,8 +129,8 @@ func (l *Layout) check() error {
 		hi, per = bits.Mul64(per, uint64(l.NumBlocks))
 	}
 	if hi != 0 {
-		return invalidf("region length NumBlocks %d x BlockTokens %d x KVHeads %d x HeadBytes %d overflows 64 bits",
-			l.NumBlocks, l.BlockTokens, l.KVHeads, l.HeadBytes)
+		return invalidf("region length NumBlocks %d x BlockSize %d x KVHeads %d x HeadBytes %d overflows 64 bits",
+			l.NumBlocks, l.BlockSize, l.KVHeads, l.HeadBytes)
 	}
 	for i, r := range l.Regions {
 		if _, carry := bits.Add64(r.Base, per, 0); carry != 0 {

@@ -13,7 +13,7 @@ import (
 // manyRegions returns a layout of layers layers whose regions (64 bytes
 // each) are laid out in reverse order, 128 bytes apart, on device 0.
 func manyRegions(layers int) *Layout {
-	l := &Layout{Mem: nixl.DRAM, NumLayers: layers, NumBlocks: 1, BlockTokens: 4, KVHeads: 2, HeadBytes: 8,
+	l := &Layout{Mem: nixl.DRAM, NumLayers: layers, NumBlocks: 1, BlockSize: 4, KVHeads: 2, HeadBytes: 8,
 		DType: "bfloat16", TPSize: 1}
 	n := l.NumRegions()
 	for i := 0; i < n; i++ {

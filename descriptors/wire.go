@@ -45,8 +45,8 @@ func (l *Layout) DecodeMsgpack(dec *msgpack.Decoder) error {
 			field = &out.NumLayers
 		case "num_blocks":
 			field = &out.NumBlocks
-		case "block_tokens":
-			field = &out.BlockTokens
+		case "block_size":
+			field = &out.BlockSize
 		case "kv_heads":
 			field = &out.KVHeads
 		case "model_kv_heads":

@@ -30,7 +30,7 @@ type benchRank struct {
 }
 
 func benchLayout(buf *nixl.Buffer) descriptors.Layout {
-	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 2, NumBlocks: benchBlocks, BlockTokens: 16,
+	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 2, NumBlocks: benchBlocks, BlockSize: 16,
 		KVHeads: 4, HeadBytes: benchHeadBytes, DType: "bfloat16", TPSize: 1}
 	for i := 0; i < l.NumRegions(); i++ {
 		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})

@@ -285,7 +285,7 @@ func (c *cluster) checkRequest(rank int, r *campaignReq) int {
 	wrong := 0
 	for g := 0; g < l.NumRegions(); g++ {
 		for h := 0; h < l.KVHeads; h++ {
-			for tok := 0; tok < len(r.dblocks)*l.BlockTokens; tok++ {
+			for tok := 0; tok < len(r.dblocks)*l.BlockSize; tok++ {
 				got := tokenBytes(c.dbufs[rank], l, r.dblocks, 0, g, h, tok)
 				for i := range got {
 					if got[i] != value(r.seed, g, l.FirstHead()+h, tok, i) {

@@ -63,7 +63,7 @@ type RankConfig struct {
 	// memory with it on creation and deregisters it on Close; the agent
 	// itself stays the caller's.
 	Agent nixl.Agent
-	// Layout is this rank's KV cache; TPSize and BlockTokens must equal
+	// Layout is this rank's KV cache; TPSize and BlockSize must equal
 	// the engine's.
 	Layout descriptors.Layout
 	// Lease (prefill) is how long finished blocks wait for decode's

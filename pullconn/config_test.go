@@ -44,7 +44,7 @@ func TestRankConfigErrorsNameTheField(t *testing.T) {
 		`RankConfig.FailurePolicy is "retry"`:                                        func(c *RankConfig) { c.FailurePolicy = "retry" },
 		"RankConfig.PollInterval is -1ms":                                            func(c *RankConfig) { c.PollInterval = -time.Millisecond },
 		`RankConfig.Layout.TPSize is 2, engine "e" has TP size 1`:                    func(c *RankConfig) { c.Layout.TPSize = 2 },
-		`RankConfig.Layout.BlockTokens is 32, engine "e" has block size 16`:          func(c *RankConfig) { c.Layout.BlockTokens = 32 },
+		`RankConfig.Layout.BlockSize is 32, engine "e" has block size 16`:            func(c *RankConfig) { c.Layout.BlockSize = 32 },
 		"RankConfig.Layout: descriptors":                                             func(c *RankConfig) { c.Layout.HeadBytes = 0 },
 	} {
 		cfg := good()

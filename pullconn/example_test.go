@@ -13,7 +13,7 @@ import (
 // kvCache allocates one rank's KV cache (2 layers, 8 heads of 128 bytes,
 // 64 blocks of 16 tokens) and describes it.
 func kvCache() (*nixl.Buffer, descriptors.Layout) {
-	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 2, NumBlocks: 64, BlockTokens: 16,
+	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 2, NumBlocks: 64, BlockSize: 16,
 		KVHeads: 8, HeadBytes: 128, DType: "bfloat16", TPSize: 1}
 	buf, err := nixl.AllocBuffer(int(l.RegionLen()) * l.NumRegions())
 	if err != nil {

@@ -58,7 +58,7 @@ type addresser interface{ Addr() uint64 }
 
 func newLayout(buf addresser, rank, tp, bs int) descriptors.Layout {
 	l := descriptors.Layout{
-		Mem: nixl.DRAM, NumLayers: testLayers, NumBlocks: testBlocks, BlockTokens: bs,
+		Mem: nixl.DRAM, NumLayers: testLayers, NumBlocks: testBlocks, BlockSize: bs,
 		KVHeads: testHeads / tp, HeadBytes: testHeadBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
 	}
 	for i := 0; i < l.NumRegions(); i++ {
@@ -177,8 +177,8 @@ func value(seed, g, h, t, i int) byte {
 // rank's memory, where blocks hold the request's tokens from token first.
 func tokenBytes(buf *nixl.Buffer, l *descriptors.Layout, blocks []int, first, g, h, t int) []byte {
 	rel := t - first
-	b := blocks[rel/l.BlockTokens]
-	off := uint64(g)*l.RegionLen() + uint64(b)*l.BlockLen() + uint64(h*l.BlockTokens*l.HeadBytes+(rel%l.BlockTokens)*l.HeadBytes)
+	b := blocks[rel/l.BlockSize]
+	off := uint64(g)*l.RegionLen() + uint64(b)*l.BlockLen() + uint64(h*l.BlockSize*l.HeadBytes+(rel%l.BlockSize)*l.HeadBytes)
 	return buf.Bytes()[off : off+uint64(l.HeadBytes)]
 }
 

@@ -206,7 +206,7 @@ func (c *Consumer) post(l *load) {
 		c.fail(l, invalidf("request %q: Params.TPSize is %d, engine %q has TP size %d", l.id, l.p.TPSize, set.payload.EngineID, set.payload.TPSize))
 		return
 	}
-	cached, err := cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockTokens, len(l.local))
+	cached, err := cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local))
 	if err != nil {
 		c.fail(l, err)
 		return

@@ -66,7 +66,7 @@ type RankConfig struct {
 	// memory with it and deregisters it on Close. The agent stays the
 	// caller's: Close does not close it.
 	Agent nixl.Agent
-	// Layout is this rank's KV cache; its TPRank, TPSize and BlockTokens
+	// Layout is this rank's KV cache; its TPRank, TPSize and BlockSize
 	// must agree with the Engine.
 	Layout descriptors.Layout
 	// RegistrationTimeout: on decode, how long a request waits for every

@@ -125,8 +125,8 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 			return Params{}, invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, p.cfg.Layout.NumBlocks-1)
 		}
 	}
-	if o.tokens < 0 || o.tokens > len(blockIDs)*p.cfg.Layout.BlockTokens {
-		return Params{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockTokens)
+	if o.tokens < 0 || o.tokens > len(blockIDs)*p.cfg.Layout.BlockSize {
+		return Params{}, invalidf("request %q has %d tokens, its %d blocks hold at most %d", requestID, o.tokens, len(blockIDs), len(blockIDs)*p.cfg.Layout.BlockSize)
 	}
 	// The writer goroutine reads the block ids after this call returned,
 	// when the engine may have reused its slice: the hold keeps a copy.

@@ -146,7 +146,7 @@ func (r *rig) close() {
 func testLayout(t testing.TB, tp, rank, block, blocks int) descriptors.Layout {
 	t.Helper()
 	l := descriptors.Layout{
-		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: blocks, BlockTokens: block,
+		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: blocks, BlockSize: block,
 		KVHeads: modelHeads / tp, HeadBytes: headBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
 	}
 	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * blocks * 2 * numLayers)
@@ -187,13 +187,13 @@ func visit(t testing.TB, l descriptors.Layout, blocks []int, firstToken, tokens 
 			mem, err := nixl.HostBytes(desc.Addr, desc.Len)
 			require.NoError(t, err)
 			for hh := range l.KVHeads {
-				for tok := range l.BlockTokens {
-					token := firstToken + i*l.BlockTokens + tok
+				for tok := range l.BlockSize {
+					token := firstToken + i*l.BlockSize + tok
 					if token >= tokens {
 						continue
 					}
 					for b := range l.HeadBytes {
-						off := hh*l.BlockTokens*l.HeadBytes + tok*l.HeadBytes + b
+						off := hh*l.BlockSize*l.HeadBytes + tok*l.HeadBytes + b
 						f(&mem[off], region, l.FirstHead()+hh, token, b)
 					}
 				}
@@ -212,7 +212,7 @@ func fill(t testing.TB, l descriptors.Layout, blocks []int, seed, tokens int) {
 func check(t testing.TB, l descriptors.Layout, blocks []int, cached, seed, tokens int) int {
 	n := 0
 	var bad error
-	visit(t, l, blocks, cached*l.BlockTokens, tokens, func(p *byte, region, head, token, b int) {
+	visit(t, l, blocks, cached*l.BlockSize, tokens, func(p *byte, region, head, token, b int) {
 		n++
 		if want := kvByte(seed, region, head, token, b); *p != want && bad == nil {
 			bad = fmt.Errorf("region %d head %d token %d byte %d: got %#x, want %#x", region, head, token, b, *p, want)

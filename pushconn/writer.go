@@ -512,7 +512,7 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	}
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
-	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockTokens, dst.BlockTokens, h.tokens)
+	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
 	// The lists are reused from WRITE to WRITE (only the poller goroutine
 	// runs the writer): agents copy them in CreateXferReq, and a fragmented
 	// request would otherwise allocate megabytes each time.

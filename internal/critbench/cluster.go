@@ -70,16 +70,16 @@ func newCluster(cfg Config) (c *cluster, err error) {
 			return nil, descriptors.Layout{}, fmt.Errorf("critbench: agent %s: %w", name, err)
 		}
 		c.agents = append(c.agents, a)
-		buf, err := nixl.AllocBuffer(layoutBytes(tp, cfg.BlockTokens, blocks))
+		buf, err := nixl.AllocBuffer(layoutBytes(tp, cfg.BlockSize, blocks))
 		if err != nil {
 			return nil, descriptors.Layout{}, err
 		}
 		c.bufs = append(c.bufs, buf)
-		return a, newLayout(buf, tp, rank, cfg.BlockTokens, blocks), nil
+		return a, newLayout(buf, tp, rank, cfg.BlockSize, blocks), nil
 	}
 	engine := func(id string, tp int) (pushconn.EngineConfig, pullconn.EngineConfig) {
-		return pushconn.EngineConfig{EngineID: id, Model: "bench-model", DType: "bfloat16", TPSize: tp, BlockSize: cfg.BlockTokens},
-			pullconn.EngineConfig{EngineID: id, Model: "bench-model", DType: "bfloat16", TPSize: tp, BlockSize: cfg.BlockTokens}
+		return pushconn.EngineConfig{EngineID: id, Model: "bench-model", DType: "bfloat16", TPSize: tp, BlockSize: cfg.BlockSize},
+			pullconn.EngineConfig{EngineID: id, Model: "bench-model", DType: "bfloat16", TPSize: tp, BlockSize: cfg.BlockSize}
 	}
 	push := cfg.Mode == Push
 	pushPre, pullPre := engine("prefill", cfg.PrefillTP)

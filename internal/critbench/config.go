@@ -25,11 +25,11 @@ type Config struct {
 	// each divides the model's 8 KV heads.
 	PrefillTP, DecodeTP int
 	// Requests is the batch size; BlocksPerRequest the blocks each
-	// request fills on prefill (default 4), BlockTokens the block size
+	// request fills on prefill (default 4), BlockSize the block size
 	// (default 16) on both engines.
 	Requests         int
 	BlocksPerRequest int
-	BlockTokens      int
+	BlockSize        int
 	// Rate is the arrival rate in requests per second; 0 starts all at
 	// once. Arrivals are fixed-interval.
 	Rate float64
@@ -69,8 +69,8 @@ func (c *Config) defaults() error {
 	if c.BlocksPerRequest == 0 {
 		c.BlocksPerRequest = 4
 	}
-	if c.BlockTokens == 0 {
-		c.BlockTokens = 16
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second

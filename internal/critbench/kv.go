@@ -11,7 +11,7 @@ import (
 // blocks blocks each.
 func newLayout(buf *nixl.Buffer, tp, rank, blockTokens, blocks int) descriptors.Layout {
 	l := descriptors.Layout{
-		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: blocks, BlockTokens: blockTokens,
+		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: blocks, BlockSize: blockTokens,
 		KVHeads: modelHeads / tp, HeadBytes: headBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
 	}
 	for i := range l.NumRegions() {
@@ -45,10 +45,10 @@ func visit(l *descriptors.Layout, blocks []int, f func(p *byte, region, head, to
 				return err
 			}
 			for hh := range l.KVHeads {
-				for tok := range l.BlockTokens {
-					row := mem[(hh*l.BlockTokens+tok)*l.HeadBytes:][:l.HeadBytes]
+				for tok := range l.BlockSize {
+					row := mem[(hh*l.BlockSize+tok)*l.HeadBytes:][:l.HeadBytes]
 					for b := range row {
-						f(&row[b], region, l.FirstHead()+hh, i*l.BlockTokens+tok, b)
+						f(&row[b], region, l.FirstHead()+hh, i*l.BlockSize+tok, b)
 					}
 				}
 			}

@@ -54,8 +54,8 @@ func (e *Engine) CheckRank(agent nixl.Agent, l descriptors.Layout) error {
 		return errors.New("RankConfig.Agent is nil")
 	case l.TPSize != e.cfg.TPSize:
 		return fmt.Errorf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", l.TPSize, e.cfg.EngineID, e.cfg.TPSize)
-	case l.BlockTokens != e.cfg.BlockSize:
-		return fmt.Errorf("RankConfig.Layout.BlockTokens is %d, engine %q has block size %d", l.BlockTokens, e.cfg.EngineID, e.cfg.BlockSize)
+	case l.BlockSize != e.cfg.BlockSize:
+		return fmt.Errorf("RankConfig.Layout.BlockSize is %d, engine %q has block size %d", l.BlockSize, e.cfg.EngineID, e.cfg.BlockSize)
 	}
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("RankConfig.Layout: %v", err)

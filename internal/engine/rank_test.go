@@ -34,10 +34,10 @@ func TestCheckRankComparesTheLayoutWithTheEngine(t *testing.T) {
 	a, err := fab.NewAgent("a")
 	require.NoError(t, err)
 
-	assert.EqualError(t, e.CheckRank(nil, descriptors.Layout{TPSize: 2, BlockTokens: 16}), "RankConfig.Agent is nil")
-	assert.EqualError(t, e.CheckRank(a, descriptors.Layout{TPSize: 1, BlockTokens: 16}), `RankConfig.Layout.TPSize is 1, engine "e" has TP size 2`)
-	assert.EqualError(t, e.CheckRank(a, descriptors.Layout{TPSize: 2, BlockTokens: 32}), `RankConfig.Layout.BlockTokens is 32, engine "e" has block size 16`)
-	err = e.CheckRank(a, descriptors.Layout{TPSize: 2, BlockTokens: 16})
+	assert.EqualError(t, e.CheckRank(nil, descriptors.Layout{TPSize: 2, BlockSize: 16}), "RankConfig.Agent is nil")
+	assert.EqualError(t, e.CheckRank(a, descriptors.Layout{TPSize: 1, BlockSize: 16}), `RankConfig.Layout.TPSize is 1, engine "e" has TP size 2`)
+	assert.EqualError(t, e.CheckRank(a, descriptors.Layout{TPSize: 2, BlockSize: 32}), `RankConfig.Layout.BlockSize is 32, engine "e" has block size 16`)
+	err = e.CheckRank(a, descriptors.Layout{TPSize: 2, BlockSize: 16})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "RankConfig.Layout: descriptors: ")
 }
@@ -51,7 +51,7 @@ func TestPublishGivesEachStartOfARankANewIncarnation(t *testing.T) {
 	defer fab.Close()
 	a, err := fab.NewAgent("a")
 	require.NoError(t, err)
-	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 1, NumBlocks: 2, BlockTokens: 16, KVHeads: 1, HeadBytes: 16, DType: "d", TPSize: 1}
+	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 1, NumBlocks: 2, BlockSize: 16, KVHeads: 1, HeadBytes: 16, DType: "d", TPSize: 1}
 	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * 2 * 2)
 	require.NoError(t, err)
 	defer buf.Free()

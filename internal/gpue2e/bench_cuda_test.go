@@ -35,7 +35,7 @@ func benchGeometry() geometry {
 // kvLayout is one TP rank's KV cache at base: 2*layers regions back to back.
 func kvLayout(m memory, base uint64, layers, blocks int) descriptors.Layout {
 	l := descriptors.Layout{
-		Mem: m.mem(), NumLayers: layers, NumBlocks: blocks, BlockTokens: 16,
+		Mem: m.mem(), NumLayers: layers, NumBlocks: blocks, BlockSize: 16,
 		KVHeads: 8, HeadBytes: 128 * 2, DType: "bfloat16", TPRank: 0, TPSize: 1,
 	}
 	for i := range l.NumRegions() {
@@ -45,7 +45,7 @@ func kvLayout(m memory, base uint64, layers, blocks int) descriptors.Layout {
 }
 
 func kvBytes(layers, blocks int) uint64 {
-	l := descriptors.Layout{NumLayers: layers, NumBlocks: blocks, BlockTokens: 16, KVHeads: 8, HeadBytes: 256}
+	l := descriptors.Layout{NumLayers: layers, NumBlocks: blocks, BlockSize: 16, KVHeads: 8, HeadBytes: 256}
 	return uint64(2*layers) * l.RegionLen()
 }
 

@@ -26,7 +26,7 @@ func compat(mode string) Compat {
 
 func layout(rank, tp, blockTokens int) descriptors.Layout {
 	l := descriptors.Layout{
-		Mem: nixl.DRAM, NumLayers: 2, NumBlocks: 8, BlockTokens: blockTokens,
+		Mem: nixl.DRAM, NumLayers: 2, NumBlocks: 8, BlockSize: blockTokens,
 		KVHeads: 4 / tp, HeadBytes: 16, DType: "bfloat16", TPRank: rank, TPSize: tp,
 	}
 	base := uint64(0x10000)
@@ -127,7 +127,7 @@ func TestFetchPayload(t *testing.T) {
 func TestSetRankRejects(t *testing.T) {
 	s := serve(t, engine(2), ServerOptions{})
 	assert.EqualError(t, s.SetRank(rank(2, 2, 16)), "handshake: rank 2 outside engine tp size 2")
-	assert.EqualError(t, s.SetRank(rank(0, 2, 32)), "handshake: rank 0 layout block_tokens is 32, engine block size is 16")
+	assert.EqualError(t, s.SetRank(rank(0, 2, 32)), "handshake: rank 0 layout block_size is 32, engine block size is 16")
 	r := rank(0, 2, 16)
 	r.Layout.TPSize = 4
 	assert.EqualError(t, s.SetRank(r), "handshake: rank 0 layout says rank 0 of 4, engine tp size is 2")
@@ -259,7 +259,7 @@ func TestPayloadValidate(t *testing.T) {
 		"engine_id is empty":                                   func(p *Payload) { p.EngineID = "" },
 		"has 0 ranks, tp_size is 1":                            func(p *Payload) { p.Ranks = nil },
 		"ranks[0].metadata is empty":                           func(p *Payload) { p.Ranks[0].Metadata = nil },
-		"ranks[0].layout.block_tokens is 16, block_size is 32": func(p *Payload) { p.BlockSize = 32 },
+		"ranks[0].layout.block_size is 16, block_size is 32": func(p *Payload) { p.BlockSize = 32 },
 		"ranks[0].layout: descriptors":                         func(p *Payload) { p.Ranks[0].Layout.HeadBytes = 0 },
 	} {
 		p := good

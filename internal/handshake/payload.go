@@ -107,8 +107,8 @@ func (p *Payload) Validate() error {
 			return fmt.Errorf("handshake: payload ranks[%d].metadata is empty", i)
 		case r.Layout.TPRank != i || r.Layout.TPSize != p.TPSize:
 			return fmt.Errorf("handshake: payload ranks[%d].layout is rank %d of %d, want %d of %d", i, r.Layout.TPRank, r.Layout.TPSize, i, p.TPSize)
-		case r.Layout.BlockTokens != p.BlockSize:
-			return fmt.Errorf("handshake: payload ranks[%d].layout.block_tokens is %d, block_size is %d", i, r.Layout.BlockTokens, p.BlockSize)
+		case r.Layout.BlockSize != p.BlockSize:
+			return fmt.Errorf("handshake: payload ranks[%d].layout.block_size is %d, block_size is %d", i, r.Layout.BlockSize, p.BlockSize)
 		}
 		if err := r.Layout.Validate(); err != nil {
 			return fmt.Errorf("handshake: payload ranks[%d].layout: %w", i, err)

@@ -90,8 +90,8 @@ func (s *Server) SetRank(r Rank) error {
 	if r.Layout.TPRank != r.TPRank || r.Layout.TPSize != s.engine.TPSize {
 		return fmt.Errorf("handshake: rank %d layout says rank %d of %d, engine tp size is %d", r.TPRank, r.Layout.TPRank, r.Layout.TPSize, s.engine.TPSize)
 	}
-	if r.Layout.BlockTokens != s.engine.BlockSize {
-		return fmt.Errorf("handshake: rank %d layout block_tokens is %d, engine block size is %d", r.TPRank, r.Layout.BlockTokens, s.engine.BlockSize)
+	if r.Layout.BlockSize != s.engine.BlockSize {
+		return fmt.Errorf("handshake: rank %d layout block_size is %d, engine block size is %d", r.TPRank, r.Layout.BlockSize, s.engine.BlockSize)
 	}
 	if err := r.Layout.Validate(); err != nil {
 		return fmt.Errorf("handshake: rank %d: %w", r.TPRank, err)
