@@ -6,9 +6,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -50,11 +50,6 @@ const (
 	// content is invalid, so the engine can recompute them.
 	PolicyRecompute Policy = "recompute"
 )
-
-// Clock tells the time for leases and deadlines; tests inject one.
-type Clock interface {
-	Now() time.Time
-}
 
 // RankConfig is what a Producer or a Consumer needs for its TP rank. Fields
 // marked prefill or decode are read by that side only.
@@ -104,7 +99,7 @@ type RankConfig struct {
 	// Engine's clock, EngineConfig.Clock). Use no other clock than the
 	// Engine's: hold deadlines are compared through the clock offset the
 	// Engine's handshake measures.
-	Clock Clock
+	Clock clock.Clock
 	// Logger receives warnings and the periodic metrics line (default: none).
 	Logger *zap.Logger
 	// StatsInterval is the metrics line's period when Logger is set
@@ -124,7 +119,7 @@ func (c *RankConfig) withDefaults(e *Engine) {
 	c.ExpiryMargin = cmp.Or(c.ExpiryMargin, DefaultExpiryMargin)
 	c.KeepAliveTimeout = cmp.Or(c.KeepAliveTimeout, DefaultKeepAliveTimeout)
 	if c.Clock == nil {
-		c.Clock = lease.SystemClock{}
+		c.Clock = clock.System{}
 		if e != nil && e.core != nil {
 			c.Clock = e.core.Config().Clock
 		}

@@ -4,19 +4,53 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
+	"go.uber.org/zap"
 )
 
-// EngineConfig describes the local engine: who it is (EngineID, which
-// Params carry as remote_engine_id), where its side channel listens
-// (ListenAddr, AdvertiseHost) and what a peer must agree with (Model,
-// DType, KVLayout, TPSize, BlockSize), plus HandshakeTimeout and Logger.
-// EngineID, Model, DType, TPSize and BlockSize are required; the others
-// default to "127.0.0.1:0", the listen host, "HND",
-// DefaultHandshakeTimeout and no logging. The push connector takes the
-// same configuration.
-type EngineConfig = engine.Config
+// EngineConfig describes the local engine: who it is, where its side
+// channel listens and what a peer engine must agree with. Its zero value is
+// not usable: EngineID, Model, DType, TPSize and BlockSize are required.
+// The push connector takes the same fields.
+type EngineConfig struct {
+	// EngineID names the engine; peers address it by this id, and Params carry it as remote_engine_id.
+	EngineID string
+	// ListenAddr is the side channel's listen address (default
+	// "127.0.0.1:0", a free loopback port; vLLM's port is 5600).
+	ListenAddr string
+	// AdvertiseHost is the host peers reach the side channel at (default:
+	// the listen address's host).
+	AdvertiseHost string
+	// Model and DType identify the model and the KV-cache element type; a
+	// peer engine must give the same.
+	Model string
+	DType string
+	// KVLayout names the KV-cache memory layout; "HND" (the default) is
+	// the only one supported.
+	KVLayout string
+	// TPSize is the engine's tensor-parallel size and BlockSize its KV
+	// block size in tokens; every rank's Layout must give the same.
+	TPSize    int
+	BlockSize int
+	// HandshakeTimeout bounds each handshake with a peer engine, retries
+	// included (default DefaultHandshakeTimeout, vLLM's 5 s).
+	HandshakeTimeout time.Duration
+	// Clock is the engine's time source (default: the wall clock); its
+	// ranks use it unless their RankConfig names one.
+	Clock clock.Clock
+	// Logger receives side-channel warnings (default: none).
+	Logger *zap.Logger
+}
+
+func (c EngineConfig) core() engine.Config {
+	return engine.Config{
+		EngineID: c.EngineID, ListenAddr: c.ListenAddr, AdvertiseHost: c.AdvertiseHost,
+		Model: c.Model, DType: c.DType, KVLayout: c.KVLayout, TPSize: c.TPSize, BlockSize: c.BlockSize,
+		HandshakeTimeout: c.HandshakeTimeout, Clock: c.Clock, Logger: c.Logger,
+	}
+}
 
 // Engine is one engine's side channel and handshake client, shared by its
 // ranks. On prefill its side channel serves every rank's agent metadata and
@@ -76,7 +110,7 @@ const maxAdverts = 1 << 16
 // NewEngine validates cfg and starts the side channel.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e := &Engine{producers: map[int]*Producer{}}
-	core, err := engine.Start(cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend})
+	core, err := engine.Start(cfg.core(), engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend})
 	if err != nil {
 		return nil, err
 	}

@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/sidechannel"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
-func withClock(clk Clock) func(*RankConfig) {
+func withClock(clk clock.Clock) func(*RankConfig) {
 	return func(c *RankConfig) { c.Clock = clk }
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
@@ -97,7 +98,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 
 	// Each engine runs on the clock its ranks use, as RankConfig.Clock
 	// requires.
-	rankClock := func(apply func(*RankConfig)) Clock {
+	rankClock := func(apply func(*RankConfig)) clock.Clock {
 		var probe RankConfig
 		if apply != nil {
 			apply(&probe)

@@ -173,7 +173,7 @@ func (p *Producer) Close() error {
 	p.mu.Unlock()
 	p.poll.Stop()
 	p.stopLog()
-	p.e.core.Server().ClearRank(p.cfg.Layout.TPRank)
+	p.e.core.Withdraw(p.cfg.Layout.TPRank)
 	p.e.removeProducer(p.cfg.Layout.TPRank, p)
 	// Withdraw the memory from NIXL first: once DrainFreed hands the ids
 	// out, the engine may reuse the blocks, and no decode READ may reach

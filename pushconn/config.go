@@ -6,9 +6,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -95,7 +95,7 @@ type RankConfig struct {
 	PollInterval time.Duration
 	IdleInterval time.Duration
 	// Clock is the time source for deadlines (default: the wall clock).
-	Clock Clock
+	Clock clock.Clock
 	// Logger receives errors, warnings and the periodic metrics line
 	// (default: none).
 	Logger *zap.Logger
@@ -127,7 +127,7 @@ func (c *RankConfig) withDefaults() {
 	c.MaxPeers = cmp.Or(c.MaxPeers, DefaultMaxPeers)
 	c.MaxPendingRegistrations = cmp.Or(c.MaxPendingRegistrations, DefaultMaxPendingRegistrations)
 	if c.Clock == nil {
-		c.Clock = lease.SystemClock{}
+		c.Clock = clock.System{}
 	}
 }
 

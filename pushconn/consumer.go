@@ -285,7 +285,7 @@ func (c *Consumer) Close() error {
 	cancels := c.tracker.takeCancels()
 	c.mu.Unlock()
 	c.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
-	c.engine.core.Server().ClearRank(c.cfg.Layout.TPRank)
+	c.engine.core.Withdraw(c.cfg.Layout.TPRank)
 	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
 	// With the memory deregistered no WRITE can land in it any more: the
 	// blocks of every request still draining go back to the engine now.

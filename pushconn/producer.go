@@ -237,7 +237,7 @@ func (p *Producer) Close() error {
 		p.w.holds[h.id] = h
 	}
 	p.w.shutdown()
-	p.engine.core.Server().ClearRank(p.cfg.Layout.TPRank)
+	p.engine.core.Withdraw(p.cfg.Layout.TPRank)
 	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.lastFreed...)

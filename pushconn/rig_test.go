@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
@@ -28,7 +29,7 @@ type rigConfig struct {
 	fabric             []loopback.FabricOption
 	rank               func(*RankConfig) // applied to every rank's config
 	preRank, decRank   func(*RankConfig) // then to one side's
-	clock              Clock
+	clock              clock.Clock
 	noProducers        bool
 	numBlocks          int // per region; default numBlocks
 	// newAgent creates the agents (default: loopback agents on the rig's

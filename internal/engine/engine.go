@@ -43,17 +43,19 @@ var ErrClosed = errors.New("engine closed")
 // one address (vLLM's side-channel port); its client fetches each peer
 // engine's payload once for all ranks.
 type Engine struct {
-	cfg       Config
-	name      string // the connector's, for messages
-	server    *handshake.Server
-	client    *handshake.Client
-	host      string
-	port      int
-	stats     *stats.Set
-	errClosed error
+	cfg        Config
+	name       string // the connector's, for messages
+	server     *handshake.Server
+	client     *handshake.Client
+	host       string
+	port       int
+	stats      *stats.Set
+	errClosed  error
+	errInvalid error
 
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	claimed map[int]bool // TP ranks with a Producer or Consumer
 }
 
 // Start validates cfg, fills its defaults and starts the side channel.
@@ -68,7 +70,7 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 		return nil, fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
 	}
 	client.SetClock(cfg.Clock.Now)
-	e := &Engine{cfg: cfg, name: conn.Name, client: client, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed)}
+	e := &Engine{cfg: cfg, name: conn.Name, client: client, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed), errInvalid: conn.ErrInvalid}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
 		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{

@@ -66,7 +66,10 @@ func TestPublishGivesEachStartOfARankANewIncarnation(t *testing.T) {
 	assert.Equal(t, first, pl.Ranks[0].Incarnation, "the payload carries the incarnation Publish returned")
 
 	// The rank restarts: withdrawn, its memory deregistered, published again.
-	e.Server().ClearRank(0)
+	_, err = e.Publish(a, l)
+	require.ErrorIs(t, err, errTestInvalid, "a second rank 0 while the first is published")
+	assert.Contains(t, err.Error(), `engine "e" already has a rank 0: close it first`)
+	e.Withdraw(0)
 	require.NoError(t, a.DeregisterMem(l.RegList(), nil))
 	second, err := e.Publish(a, l)
 	require.NoError(t, err)

@@ -1,15 +1,9 @@
 package lease
 
-import "time"
+import "github.com/gonixl/gonixl/clock"
 
-// Clock tells the time; connectors take one so tests can drive it
-// (nixl/loopback's ManualClock is one, shared with a loopback fabric).
-type Clock interface {
-	Now() time.Time
-}
+// Clock is the public clock.Clock.
+type Clock = clock.Clock
 
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+// SystemClock is the wall clock (clock.System).
+type SystemClock = clock.System
