@@ -121,11 +121,11 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	if err := cfg.validate(e); err != nil {
 		return nil, err
 	}
-	if err := e.core.Claim(cfg.Layout.TPRank); err != nil {
+	if err := e.core.Claim("consumer", cfg.Layout.TPRank); err != nil {
 		return nil, err
 	}
 	if err := cfg.Agent.RegisterMem(cfg.Layout.RegList(), nil); err != nil {
-		e.core.Withdraw(cfg.Layout.TPRank)
+		e.core.Release("consumer", cfg.Layout.TPRank)
 		return nil, err
 	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
@@ -390,7 +390,7 @@ func (c *Consumer) Close() error {
 	}
 	c.drain(c.cfg.Clock.Now())
 	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
-	c.e.core.Withdraw(c.cfg.Layout.TPRank)
+	c.e.core.Release("consumer", c.cfg.Layout.TPRank)
 	// What still drains had a READ the agent would not release; with the
 	// memory deregistered the agent has nowhere left to write it.
 	for _, l := range c.draining {

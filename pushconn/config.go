@@ -60,6 +60,19 @@ const (
 	DefaultMaxPendingRegistrations = 65536
 )
 
+// Policy says what decode does with a request whose blocks were not
+// written (vLLM's kv_load_failure_policy); pullconn has the same.
+type Policy string
+
+// Failure policies.
+const (
+	// PolicyFail fails the request; nothing is recomputed (vLLM's default).
+	PolicyFail Policy = "fail"
+	// PolicyRecompute fails the request but lists its blocks in
+	// Result.InvalidBlocks, so the engine can recompute them.
+	PolicyRecompute Policy = "recompute"
+)
+
 // RankConfig is what a Producer or a Consumer needs for its TP rank.
 type RankConfig struct {
 	// Agent is this rank's NIXL agent; the connector registers Layout's
@@ -94,7 +107,12 @@ type RankConfig struct {
 	// work waits and otherwise. Zero means the defaults.
 	PollInterval time.Duration
 	IdleInterval time.Duration
-	// Clock is the time source for deadlines (default: the wall clock).
+	// FailurePolicy (decode only) is PolicyFail (default) or
+	// PolicyRecompute: with recompute a failed Result lists the request's
+	// blocks in InvalidBlocks (vLLM's kv_load_failure_policy).
+	FailurePolicy Policy
+	// Clock is the time source for deadlines (default: the Engine's
+	// clock, EngineConfig.Clock).
 	Clock clock.Clock
 	// Logger receives errors, warnings and the periodic metrics line
 	// (default: none).
@@ -116,7 +134,7 @@ type RankConfig struct {
 	MaxPendingRegistrations int
 }
 
-func (c *RankConfig) withDefaults() {
+func (c *RankConfig) withDefaults(e *Engine) {
 	c.RegistrationTimeout = cmp.Or(c.RegistrationTimeout, DefaultRegistrationTimeout)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
@@ -126,12 +144,22 @@ func (c *RankConfig) withDefaults() {
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	c.MaxPeers = cmp.Or(c.MaxPeers, DefaultMaxPeers)
 	c.MaxPendingRegistrations = cmp.Or(c.MaxPendingRegistrations, DefaultMaxPendingRegistrations)
+	c.FailurePolicy = cmp.Or(c.FailurePolicy, PolicyFail)
 	if c.Clock == nil {
 		c.Clock = clock.System{}
+		if e != nil && e.core != nil {
+			c.Clock = e.core.Config().Clock
+		}
 	}
 }
 
-func (c *RankConfig) validate(e *Engine) error {
+func (c *RankConfig) validate(e *Engine, prefill bool) error {
+	if e == nil || e.core == nil {
+		return invalidf("engine is nil: create it with NewEngine")
+	}
+	if err := e.core.CheckOpen(); err != nil {
+		return err
+	}
 	if err := e.core.CheckRank(c.Agent, c.Layout); err != nil {
 		return invalidf("%v", err)
 	}
@@ -151,6 +179,10 @@ func (c *RankConfig) validate(e *Engine) error {
 		return invalidf("RankConfig.MaxPeers is %d, want > 0", c.MaxPeers)
 	case c.MaxPendingRegistrations < 0:
 		return invalidf("RankConfig.MaxPendingRegistrations is %d, want > 0", c.MaxPendingRegistrations)
+	case c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute:
+		return invalidf("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
+	case prefill && c.RegistrationTimeout >= DefaultRegistrationTimeout:
+		return invalidf("RankConfig.RegistrationTimeout of a Producer is %v, want less than decode's default %v (DefaultRegistrationTimeout), so prefill gives up first", c.RegistrationTimeout, DefaultRegistrationTimeout)
 	}
 	return nil
 }

@@ -60,6 +60,10 @@ type Result struct {
 	// differs from the engine's handshake), ErrNotifySend, ErrAborted or
 	// ErrClosed.
 	Err error
+	// InvalidBlocks lists, under PolicyRecompute, the blocks of a failed
+	// request (none holds valid data), so the engine can recompute them;
+	// under PolicyFail it is nil and the engine fails the request.
+	InvalidBlocks []int
 	// Start is when Register was called and End when the request ended,
 	// on the configured Clock. A failed request's Result may come out of
 	// Drain later than End: its blocks were kept until every prefill rank
@@ -122,11 +126,8 @@ type shakeResult struct {
 // the agent, publishes the rank on the engine's side channel and starts the
 // background goroutine.
 func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
-	if e == nil {
-		return nil, invalidf("NewConsumer: engine is nil")
-	}
-	cfg.withDefaults()
-	if err := cfg.validate(e); err != nil {
+	cfg.withDefaults(e)
+	if err := cfg.validate(e, false); err != nil {
 		return nil, err
 	}
 	c := &Consumer{
@@ -138,6 +139,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		peers:   map[string]*decodePeer{},
 		ready:   make(chan struct{}, 1),
 	}
+	c.tracker.recompute = cfg.FailurePolicy == PolicyRecompute
 	c.push = newPushCounters(c.stats)
 	inc, err := e.core.Publish(cfg.Agent, cfg.Layout)
 	if err != nil {

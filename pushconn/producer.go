@@ -63,12 +63,9 @@ type Producer struct {
 // the agent, publishes the rank on the engine's side channel and starts the
 // writer goroutine.
 func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
-	if e == nil {
-		return nil, invalidf("NewProducer: engine is nil")
-	}
 	cfg.RegistrationTimeout = cmp.Or(cfg.RegistrationTimeout, DefaultProducerRegistrationTimeout)
-	cfg.withDefaults()
-	if err := cfg.validate(e); err != nil {
+	cfg.withDefaults(e)
+	if err := cfg.validate(e, true); err != nil {
 		return nil, err
 	}
 	m, err := match.New[*pendingReg, *hold](match.Config{RegistrationTTL: cfg.RegistrationTimeout, FinishedTTL: cfg.Lease})
@@ -210,6 +207,14 @@ func (p *Producer) isAborted(id string) bool {
 
 // Stats returns a snapshot of the rank's counters.
 func (p *Producer) Stats() Stats { return p.stats.Snapshot() }
+
+// Held returns how many finished requests' blocks the rank holds (not yet
+// handed to DrainFreed).
+func (p *Producer) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
 
 // Close stops the writer: WRITEs in flight are cancelled and reported to
 // decode with PUSH_FAIL, as are registrations still waiting; every held

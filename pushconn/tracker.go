@@ -79,6 +79,8 @@ const (
 // acknowledged the PUSH_CANCEL, or the cancel timeout passed. Time is an
 // argument; its owner does all I/O and serialises calls.
 type tracker struct {
+	// recompute: failed Results list the request's blocks (PolicyRecompute).
+	recompute bool
 	reqs      map[string]*decodeReq // live
 	draining  map[string]*decodeReq // ended, waiting for their ranks
 	deadlines *lease.Table          // registration timeouts of live requests
@@ -245,6 +247,9 @@ func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 	delete(t.reqs, r.id)
 	t.deadlines.Complete(r.id)
 	r.result = Result{RequestID: r.id, Err: err, Start: r.start, End: now}
+	if err != nil && t.recompute && len(r.blocks) > 0 {
+		r.result.InvalidBlocks = append([]int(nil), r.blocks[0]...)
+	}
 	if err != nil {
 		if agents := r.waiting(); len(agents) > 0 {
 			t.draining[r.id] = r

@@ -55,7 +55,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	closed  bool
-	claimed map[int]bool // TP ranks with a Producer or Consumer
+	claimed map[claim]bool // TP ranks with a Producer or Consumer, by kind
 }
 
 // Start validates cfg, fills its defaults and starts the side channel.

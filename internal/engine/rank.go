@@ -76,11 +76,11 @@ func (e *Engine) PublishRank(agent nixl.Agent, l descriptors.Layout) error {
 // (handshake.Rank.Incarnation), for connectors that put it in their own
 // messages so the peer can tell them from an earlier instance's.
 func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error) {
-	if err := e.Claim(l.TPRank); err != nil {
+	if err := e.Claim("published", l.TPRank); err != nil {
 		return 0, err
 	}
 	if err := agent.RegisterMem(l.RegList(), nil); err != nil {
-		e.release(l.TPRank)
+		e.release("published", l.TPRank)
 		return 0, fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
 	}
 	inc := NewIncarnation()
@@ -90,41 +90,51 @@ func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error)
 	}
 	if err != nil {
 		_ = agent.DeregisterMem(l.RegList(), nil)
-		e.release(l.TPRank)
+		e.release("published", l.TPRank)
 		return 0, fmt.Errorf("%s: publish rank %d: %w", e.name, l.TPRank, err)
 	}
 	return inc, nil
 }
 
-// Claim reserves a TP rank of this engine for one Producer or Consumer: a
-// second claim of a claimed rank is refused with the connector's
-// ErrInvalid, and any claim on a closed engine with its ErrClosed. Publish
-// claims the rank itself; Withdraw releases it.
-func (e *Engine) Claim(rank int) error {
+// Claim reserves a TP rank of this engine for one rank object of a kind
+// ("published" for a rank on the side channel, which Publish claims
+// itself; a connector names its other kinds): a second claim of a claimed
+// rank is refused with the connector's ErrInvalid, and any claim on a
+// closed engine with its ErrClosed. Withdraw releases it.
+func (e *Engine) Claim(kind string, rank int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return fmt.Errorf("%w: engine %q was closed", e.errClosed, e.cfg.EngineID)
 	}
-	if e.claimed[rank] {
+	k := claim{kind, rank}
+	if e.claimed[k] {
 		return fmt.Errorf("%w: engine %q already has a rank %d: close it first", e.errInvalid, e.cfg.EngineID, rank)
 	}
 	if e.claimed == nil {
-		e.claimed = map[int]bool{}
+		e.claimed = map[claim]bool{}
 	}
-	e.claimed[rank] = true
+	e.claimed[k] = true
 	return nil
 }
 
-func (e *Engine) release(rank int) {
+type claim struct {
+	kind string
+	rank int
+}
+
+func (e *Engine) release(kind string, rank int) {
 	e.mu.Lock()
-	delete(e.claimed, rank)
+	delete(e.claimed, claim{kind, rank})
 	e.mu.Unlock()
 }
 
-// Withdraw takes a rank off the side channel (clients are told to retry
-// until it is published again) and releases its claim.
+// Withdraw takes a published rank off the side channel (clients are told
+// to retry until it is published again) and releases its claim.
 func (e *Engine) Withdraw(rank int) {
 	e.server.ClearRank(rank)
-	e.release(rank)
+	e.release("published", rank)
 }
+
+// Release releases a claim of another kind than "published".
+func (e *Engine) Release(kind string, rank int) { e.release(kind, rank) }
