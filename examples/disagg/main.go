@@ -19,7 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gonixl/gonixl/internal/critbench"
+	"github.com/gonixl/gonixl/examples/critbench"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/internal/latency"
-	"github.com/gonixl/gonixl/internal/loadgen"
+	"github.com/gonixl/gonixl/examples/loadgen"
 )
 
 // Report is what one run measured.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/internal/cudamem"
+	"github.com/gonixl/gonixl/examples/cudamem"
 	"github.com/gonixl/gonixl/nixl"
 )
 

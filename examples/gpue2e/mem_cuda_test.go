@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/gonixl/gonixl/internal/cudamem"
+	"github.com/gonixl/gonixl/examples/cudamem"
 	"github.com/gonixl/gonixl/nixl"
 )
 
