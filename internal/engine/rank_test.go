@@ -12,7 +12,6 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
-	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
 func TestNotNegativeNamesTheFirstNegativeField(t *testing.T) {
@@ -28,11 +27,7 @@ func TestCheckRankComparesTheLayoutWithTheEngine(t *testing.T) {
 	e, err := Start(Config{EngineID: "e", Model: "m", DType: "d", TPSize: 2, BlockSize: 16}, testConn)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, e.Close()) }()
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	a, err := fab.NewAgent("a")
-	require.NoError(t, err)
+	a := &memAgent{name: "a"}
 
 	assert.EqualError(t, e.CheckRank(nil, descriptors.Layout{TPSize: 2, BlockSize: 16}), "RankConfig.Agent is nil")
 	assert.EqualError(t, e.CheckRank(a, descriptors.Layout{TPSize: 1, BlockSize: 16}), `RankConfig.Layout.TPSize is 1, engine "e" has TP size 2`)
@@ -46,11 +41,7 @@ func TestPublishGivesEachStartOfARankANewIncarnation(t *testing.T) {
 	e, err := Start(Config{EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16}, testConn)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, e.Close()) }()
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	a, err := fab.NewAgent("a")
-	require.NoError(t, err)
+	a := &memAgent{name: "a"}
 	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 1, NumBlocks: 2, BlockSize: 16, KVHeads: 1, HeadBytes: 16, DType: "d", TPSize: 1}
 	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * 2 * 2)
 	require.NoError(t, err)
@@ -90,3 +81,25 @@ func TestNewIncarnationIsNonZeroAndVaries(t *testing.T) {
 	}
 	assert.Len(t, seen, 1000)
 }
+
+// memAgent is the part of an agent Publish uses: memory registration and
+// metadata. internal/ imports no agent implementation, tests included.
+type memAgent struct {
+	nixl.Agent
+	name       string
+	registered int
+}
+
+func (a *memAgent) Name() string { return a.name }
+
+func (a *memAgent) RegisterMem(nixl.RegList, *nixl.Options) error {
+	a.registered++
+	return nil
+}
+
+func (a *memAgent) DeregisterMem(nixl.RegList, *nixl.Options) error {
+	a.registered--
+	return nil
+}
+
+func (a *memAgent) LocalMD() ([]byte, error) { return []byte("md-" + a.name), nil }
