@@ -66,6 +66,9 @@ func TestFaultCampaign(t *testing.T) {
 		var pair campaignFigures
 		for s := range seeds {
 			seed := uint64(1000*tp[0] + 100*tp[1] + s + 1)
+			if only := os.Getenv("GONIXL_CAMPAIGN_SEED"); only != "" && only != fmt.Sprint(seed) {
+				continue
+			}
 			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
 				f := runCampaign(t, seed, n, tp[0], tp[1])
 				pair.add(f)
@@ -154,6 +157,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 	}
 	coords := r.pre.Coordinates()
 	var live, all, retries []*creq
+	owner := map[int]*creq{} // decode block -> the last request that held it
 	issued, next := 0, 0
 	closeAt := n * 19 / 20
 	closed := false
@@ -189,7 +193,15 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 		for k := range decTP {
 			if !poisoned(t, r.decLayout[k], q.dblocks) {
 				fig.writesAfterRelease++
+				for _, b := range q.dblocks {
+					if !poisoned(t, r.decLayout[k], []int{b}) {
+						t.Logf("write after release: decode rank %d block %d, last held by %s; it holds %s", k, b, describe(owner[b]), whose(t, r.decLayout[k], b, all))
+					}
+				}
 			}
+		}
+		for _, b := range q.dblocks {
+			owner[b] = q
 		}
 		q.pblocks = take(&pfree, nb)
 		if q.pblocks == nil {
@@ -399,6 +411,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 		for _, b := range dfree {
 			if !poisoned(t, r.decLayout[k], []int{b}) {
 				fig.writesAfterRelease++
+				t.Logf("write after release: decode rank %d block %d, last held by %s; it holds %s", k, b, describe(owner[b]), whose(t, r.decLayout[k], b, all))
 			}
 		}
 	}
@@ -467,4 +480,31 @@ func duplicate(r *rig, q *creq, coords Prefill) {
 			_ = r.decAgents[k].GenNotif(a.Name(), msg, nil)
 		}
 	}
+}
+
+// describe is a request's story, for a failure message.
+func describe(q *creq) string {
+	if q == nil {
+		return "no request"
+	}
+	return fmt.Sprintf("request %d (dec %s pre %s tid %q retry %v failed %v abortedDec %v abortedPre %v dup %v noReg %v results %v frees %v)",
+		q.n, q.decID, q.preID, q.tid, q.retryOf != nil, q.failed, q.abortedDec, q.abortedPre, q.duplicated, q.noRegister, q.results, q.frees)
+}
+
+// whose names the request and block position whose KV block b holds.
+func whose(t testing.TB, l descriptors.Layout, b int, all []*creq) string {
+	for _, q := range all {
+		for i := range q.pblocks {
+			ok := true
+			visit(t, l, []int{b}, 0, 16, func(p *byte, region, head, token, bb int) {
+				if *p != kvByte(q.n, region, head, i*16+token, bb) {
+					ok = false
+				}
+			})
+			if ok {
+				return fmt.Sprintf("block %d of %s", i, describe(q))
+			}
+		}
+	}
+	return "bytes of no request"
 }
