@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/lease"
@@ -117,10 +118,25 @@ const campaignBlocks = 384
 
 func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures {
 	rng := rand.New(rand.NewPCG(seed, 7))
+	var logger *zap.Logger
+	fabricOpts := []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(200 * time.Microsecond))}
+	if path := os.Getenv("GONIXL_CAMPAIGN_LOG"); path != "" {
+		// Every rank's debug log and the fabric's faults, to follow one
+		// request when the campaign finds something.
+		cfg := zap.NewDevelopmentConfig()
+		cfg.OutputPaths = []string{path}
+		var err error
+		logger, err = cfg.Build()
+		require.NoError(t, err)
+		defer logger.Sync() //nolint:errcheck
+		fabricOpts = append(fabricOpts, loopback.WithLogger(logger))
+	}
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, numBlocks: campaignBlocks, clock: lease.SystemClock{},
-		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(200 * time.Microsecond))},
+		fabric: fabricOpts,
 		rank: func(c *RankConfig) {
+			c.Logger = logger
+			c.StatsInterval = -1
 			c.IdleInterval = 2 * time.Millisecond
 			c.WriteTimeout = 150 * time.Millisecond
 			c.Lease = 300 * time.Millisecond

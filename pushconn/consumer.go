@@ -488,9 +488,19 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 		for _, agent := range p.sources {
 			// Counted as sent before the call: a notification the agent
 			// took may reach the rank even when the call reports an error.
+			// Checked and marked under one lock: a request that ended
+			// meanwhile (Abort, from the engine's goroutine) owes its
+			// PUSH_CANCEL to exactly the ranks marked so far, so no other
+			// rank may get the registration after it ended.
 			c.mu.Lock()
-			c.tracker.sent(r, agent)
+			live := c.tracker.live(r)
+			if live {
+				c.tracker.sent(r, agent)
+			}
 			c.mu.Unlock()
+			if !live {
+				return
+			}
 			if err = c.cfg.Agent.GenNotif(agent, msg, nil); err != nil {
 				err = fmt.Errorf("%w to prefill agent %q: %v", ErrNotifySend, agent, err)
 				break

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
@@ -380,4 +381,53 @@ func TestLateCopyOfACancelledRegistrationIsDropped(t *testing.T) {
 	res = await(t, c, 1)
 	require.NoError(t, res[0].Err)
 	require.Positive(t, check(t, r.decLayout[0], fresh, 0, 8, 16), "the retry's own blocks hold its bytes")
+}
+
+// sendHook runs hook before the first PUSH_REG it is asked to send.
+type sendHook struct {
+	nixl.Agent
+	once sync.Once
+	hook func()
+}
+
+func (a *sendHook) GenNotif(remote string, msg []byte, opts *nixl.Options) error {
+	if strings.HasPrefix(string(msg), pushwire.RegPrefix) && a.hook != nil {
+		a.once.Do(a.hook)
+	}
+	return a.Agent.GenNotif(remote, msg, opts)
+}
+
+// An Abort that lands while decode is sending a registration to its prefill
+// ranks (TP 2 -> 1: after the first, before the second) used to owe a
+// PUSH_CANCEL only to the first; the second still got the registration and
+// wrote into blocks already handed back. Found by the campaign: a full
+// block of an aborted request's bytes in released blocks.
+func TestAbortWhileRegisteringCancelsEveryRankThatGetsTheRegistration(t *testing.T) {
+	fab, err := loopback.NewFabric()
+	require.NoError(t, err)
+	var hooked *sendHook
+	r := newRig(t, rigConfig{preTP: 2, decTP: 1, newAgent: func(t testing.TB, name string) nixl.Agent {
+		a, err := fab.NewAgent(name)
+		require.NoError(t, err)
+		if strings.HasPrefix(name, "decode") {
+			hooked = &sendHook{Agent: a}
+			return hooked
+		}
+		return a
+	}})
+	c := r.consumers[0]
+	dst := blocksFrom(4, 2)
+	hooked.hook = func() { require.NoError(t, c.Abort("torn")) }
+	require.NoError(t, c.Register("torn", r.pre.Coordinates(), dst))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrAborted)
+	poison(t, r.decLayout[0], dst) // the engine takes the blocks back
+	src := blocksFrom(0, 2)
+	for j, p := range r.producers {
+		fill(t, r.preLayout[j], src, 9, 32)
+		_, err := p.RequestFinished("torn", src)
+		require.NoError(t, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	require.True(t, poisoned(t, r.decLayout[0], dst), "a prefill rank wrote into blocks decode handed back")
 }
