@@ -170,8 +170,9 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 	if d.err != nil {
 		c.stats.FailedHandshakes.Inc()
 		c.log.Warn("pullconn: handshake failed", zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr), zap.Error(d.err))
+		err := fmt.Errorf("pullconn: %w", d.err) // errors.Is(err, ErrHandshake) or ErrIncompatible
 		for _, l := range parked {
-			c.fail(l, d.err)
+			c.fail(l, err)
 		}
 		return
 	}

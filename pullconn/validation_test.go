@@ -173,3 +173,17 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	assert.EqualError(t, err, `pullconn: connector closed: engine "e" was closed`)
 }
+
+// Errors name the public package and no internal one: a handshake with an
+// address where nothing listens says what failed in pullconn's words.
+func TestHandshakeErrorTextNamesNoInternalPackage(t *testing.T) {
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
+	p := c.finish("req-1", []int{1})
+	p.RemotePort = 1 // nothing listens there
+	c.load("dreq-1", p, []int{2})
+	err := c.result("dreq-1")[0].Err
+	require.ErrorIs(t, err, ErrHandshake)
+	assert.True(t, strings.HasPrefix(err.Error(), `pullconn: handshake failed: engine "prefill" at 127.0.0.1:1: `), err.Error())
+	assert.NotContains(t, err.Error(), "sidechannel")
+	assert.NotContains(t, err.Error(), "handshake: ")
+}

@@ -33,7 +33,7 @@ func TestStartErrorsNameTheField(t *testing.T) {
 		{"EngineConfig.HandshakeTimeout is -1s, want > 0", func(c *Config) { c.HandshakeTimeout = -time.Second }, handshake.ModePull},
 		{"EngineConfig.Model is empty", func(c *Config) { c.Model = "" }, handshake.ModePull},
 		{"EngineConfig.DType is empty", func(c *Config) { c.DType = "" }, handshake.ModePush},
-		{`EngineConfig: handshake: compat mode is "", want "pull" or "push"`, func(*Config) {}, ""},
+		{`EngineConfig: compat mode is "", want "pull" or "push"`, func(*Config) {}, ""},
 	} {
 		cfg := ok
 		tc.edit(&cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gonixl/gonixl/internal/sidechannel"
@@ -11,7 +12,7 @@ import (
 
 // ErrFailed is matched by every handshake error that is not a refusal:
 // unreachable side channel, deadline, bad reply.
-var ErrFailed = errors.New("handshake: failed")
+var ErrFailed = errors.New("handshake failed")
 
 // Client fetches remote engines' payloads: once per engine, at most one
 // fetch in flight per engine, each attempt bounded by Timeout.
@@ -33,7 +34,7 @@ func NewClient(engineID string, local Compat, timeout time.Duration, maxFrame in
 		return nil, err
 	}
 	if timeout <= 0 {
-		return nil, fmt.Errorf("handshake: timeout must be positive, got %v", timeout)
+		return nil, fmt.Errorf("timeout must be positive, got %v", timeout)
 	}
 	return &Client{
 		hello:    Hello{EngineID: engineID, Compat: local, Hash: local.Hash()},
@@ -90,7 +91,7 @@ func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, boo
 	r, err := sidechannel.Call[Hello, Reply](ctx, addr, c.hello, c.maxFrame, c.timeout)
 	got := c.now()
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: engine %q at %s: %w", ErrFailed, engineID, addr, err)
+		return nil, false, fmt.Errorf("%w: engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
 	}
 	// Our own view first, so the message reads local/remote from here.
 	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
@@ -137,7 +138,7 @@ func (c *Client) Extend(ctx context.Context, engineID, addr string, ids []string
 	sent := c.now()
 	r, err := sidechannel.Call[Hello, Reply](ctx, addr, h, c.maxFrame, c.timeout)
 	if err != nil {
-		return nil, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, err)
+		return nil, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
 	}
 	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
 		return nil, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
@@ -161,4 +162,19 @@ func (c *Client) Extend(ctx context.Context, engineID, addr string, ids []string
 		}
 	}
 	return out, nil
+}
+
+// plainError is a side-channel error with the internal package's name taken
+// out of its text, so the connectors' messages name only public packages;
+// errors.Is and errors.As still see the original.
+type plainError struct {
+	err error
+	msg string
+}
+
+func (e plainError) Error() string { return e.msg }
+func (e plainError) Unwrap() error { return e.err }
+
+func plain(err error) error {
+	return plainError{err: err, msg: strings.ReplaceAll(err.Error(), "sidechannel: ", "")}
 }

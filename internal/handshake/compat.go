@@ -20,7 +20,7 @@ const (
 )
 
 // ErrIncompatible is matched by every error that refuses a pair of engines.
-var ErrIncompatible = errors.New("handshake: incompatible engines")
+var ErrIncompatible = errors.New("incompatible engines")
 
 // Compat are the facts two engines must agree on to exchange KV blocks.
 // TP sizes and block sizes may differ and are not part of it.
@@ -38,7 +38,7 @@ func (c Compat) Hash() string {
 	b, err := msgpack.Marshal(c)
 	if err != nil {
 		// A struct of strings and an int always encodes.
-		panic(fmt.Sprintf("handshake: encode compat: %v", err))
+		panic(fmt.Sprintf("encode compat: %v", err))
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
@@ -48,15 +48,15 @@ func (c Compat) Hash() string {
 func (c Compat) Validate() error {
 	switch {
 	case c.Version != Version:
-		return fmt.Errorf("handshake: compat version is %d, this build speaks %d", c.Version, Version)
+		return fmt.Errorf("compat version is %d, this build speaks %d", c.Version, Version)
 	case c.Model == "":
-		return errors.New("handshake: compat model is empty")
+		return errors.New("compat model is empty")
 	case c.DType == "":
-		return errors.New("handshake: compat dtype is empty")
+		return errors.New("compat dtype is empty")
 	case c.Layout == "":
-		return errors.New("handshake: compat layout is empty")
+		return errors.New("compat layout is empty")
 	case c.Mode != ModePull && c.Mode != ModePush:
-		return fmt.Errorf("handshake: compat mode is %q, want %q or %q", c.Mode, ModePull, ModePush)
+		return fmt.Errorf("compat mode is %q, want %q or %q", c.Mode, ModePull, ModePush)
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, Check(compat(ModePull), compat(ModePull), compat(ModePull).Hash()))
 	err := Check(compat(ModePull), compat(ModePush), compat(ModePush).Hash())
 	assert.ErrorIs(t, err, ErrIncompatible)
-	assert.EqualError(t, err, `handshake: incompatible engines: transfer mode mismatch: local "pull", remote "push"`)
+	assert.EqualError(t, err, `incompatible engines: transfer mode mismatch: local "pull", remote "push"`)
 
 	other := compat(ModePull)
 	other.Model = "qwen3-32b"
@@ -83,10 +83,10 @@ func TestHashDependsOnEveryField(t *testing.T) {
 
 func TestCompatValidate(t *testing.T) {
 	c := compat("pul")
-	assert.EqualError(t, c.Validate(), `handshake: compat mode is "pul", want "pull" or "push"`)
+	assert.EqualError(t, c.Validate(), `compat mode is "pul", want "pull" or "push"`)
 	c = compat(ModePull)
 	c.Model = ""
-	assert.EqualError(t, c.Validate(), "handshake: compat model is empty")
+	assert.EqualError(t, c.Validate(), "compat model is empty")
 }
 
 func engine(tp int) Engine {
@@ -126,13 +126,13 @@ func TestFetchPayload(t *testing.T) {
 
 func TestSetRankRejects(t *testing.T) {
 	s := serve(t, engine(2), ServerOptions{})
-	assert.EqualError(t, s.SetRank(rank(2, 2, 16)), "handshake: rank 2 outside engine tp size 2")
-	assert.EqualError(t, s.SetRank(rank(0, 2, 32)), "handshake: rank 0 layout block_size is 32, engine block size is 16")
+	assert.EqualError(t, s.SetRank(rank(2, 2, 16)), "rank 2 outside engine tp size 2")
+	assert.EqualError(t, s.SetRank(rank(0, 2, 32)), "rank 0 layout block_size is 32, engine block size is 16")
 	r := rank(0, 2, 16)
 	r.Layout.TPSize = 4
-	assert.EqualError(t, s.SetRank(r), "handshake: rank 0 layout says rank 0 of 4, engine tp size is 2")
+	assert.EqualError(t, s.SetRank(r), "rank 0 layout says rank 0 of 4, engine tp size is 2")
 	require.NoError(t, s.SetRank(rank(0, 2, 16)))
-	assert.EqualError(t, s.SetRank(rank(0, 2, 16)), "handshake: rank 0 is already set")
+	assert.EqualError(t, s.SetRank(rank(0, 2, 16)), "rank 0 is already set")
 }
 
 func TestMismatchedModeRefusedBothWays(t *testing.T) {
@@ -256,11 +256,11 @@ func TestPayloadValidate(t *testing.T) {
 	good := Payload{EngineID: "e", Compat: compat(ModePull), TPSize: 1, PPSize: 1, BlockSize: 16, Ranks: []Rank{rank(0, 1, 16)}}
 	require.NoError(t, good.Validate())
 	for want, mutate := range map[string]func(p *Payload){
-		"engine_id is empty":                                   func(p *Payload) { p.EngineID = "" },
-		"has 0 ranks, tp_size is 1":                            func(p *Payload) { p.Ranks = nil },
-		"ranks[0].metadata is empty":                           func(p *Payload) { p.Ranks[0].Metadata = nil },
+		"engine_id is empty":                                 func(p *Payload) { p.EngineID = "" },
+		"has 0 ranks, tp_size is 1":                          func(p *Payload) { p.Ranks = nil },
+		"ranks[0].metadata is empty":                         func(p *Payload) { p.Ranks[0].Metadata = nil },
 		"ranks[0].layout.block_size is 16, block_size is 32": func(p *Payload) { p.BlockSize = 32 },
-		"ranks[0].layout: descriptors":                         func(p *Payload) { p.Ranks[0].Layout.HeadBytes = 0 },
+		"ranks[0].layout: descriptors":                       func(p *Payload) { p.Ranks[0].Layout.HeadBytes = 0 },
 	} {
 		p := good
 		p.Ranks = []Rank{rank(0, 1, 16)}

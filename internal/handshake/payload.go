@@ -57,10 +57,10 @@ type RankList []Rank
 func (rl *RankList) DecodeMsgpack(dec *msgpack.Decoder) error {
 	n, err := dec.DecodeArrayLen()
 	if err != nil {
-		return fmt.Errorf("handshake: payload ranks: %w", err)
+		return fmt.Errorf("payload ranks: %w", err)
 	}
 	if n > MaxRanks {
-		return fmt.Errorf("handshake: payload lists %d ranks, limit %d", n, MaxRanks)
+		return fmt.Errorf("payload lists %d ranks, limit %d", n, MaxRanks)
 	}
 	if n <= 0 {
 		*rl = nil
@@ -69,11 +69,11 @@ func (rl *RankList) DecodeMsgpack(dec *msgpack.Decoder) error {
 	out := make(RankList, 0, min(n, 16))
 	for i := range n {
 		if c, err := dec.PeekCode(); err != nil || !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
-			return fmt.Errorf("handshake: payload ranks[%d] is not a map", i)
+			return fmt.Errorf("payload ranks[%d] is not a map", i)
 		}
 		var r Rank
 		if err := dec.Decode(&r); err != nil {
-			return fmt.Errorf("handshake: payload ranks[%d]: %w", i, err)
+			return fmt.Errorf("payload ranks[%d]: %w", i, err)
 		}
 		out = append(out, r)
 	}
@@ -86,32 +86,32 @@ func (rl *RankList) DecodeMsgpack(dec *msgpack.Decoder) error {
 func (p *Payload) Validate() error {
 	switch {
 	case p.EngineID == "":
-		return errors.New("handshake: payload engine_id is empty")
+		return errors.New("payload engine_id is empty")
 	case p.TPSize < 1:
-		return fmt.Errorf("handshake: payload tp_size is %d, want >= 1", p.TPSize)
+		return fmt.Errorf("payload tp_size is %d, want >= 1", p.TPSize)
 	case p.PPSize < 1:
-		return fmt.Errorf("handshake: payload pp_size is %d, want >= 1", p.PPSize)
+		return fmt.Errorf("payload pp_size is %d, want >= 1", p.PPSize)
 	case p.BlockSize < 1:
-		return fmt.Errorf("handshake: payload block_size is %d, want >= 1", p.BlockSize)
+		return fmt.Errorf("payload block_size is %d, want >= 1", p.BlockSize)
 	case len(p.Ranks) != p.TPSize:
-		return fmt.Errorf("handshake: payload has %d ranks, tp_size is %d", len(p.Ranks), p.TPSize)
+		return fmt.Errorf("payload has %d ranks, tp_size is %d", len(p.Ranks), p.TPSize)
 	}
 	for i := range p.Ranks {
 		r := &p.Ranks[i]
 		switch {
 		case r.TPRank != i:
-			return fmt.Errorf("handshake: payload ranks[%d].tp_rank is %d", i, r.TPRank)
+			return fmt.Errorf("payload ranks[%d].tp_rank is %d", i, r.TPRank)
 		case r.Agent == "":
-			return fmt.Errorf("handshake: payload ranks[%d].agent is empty", i)
+			return fmt.Errorf("payload ranks[%d].agent is empty", i)
 		case len(r.Metadata) == 0:
-			return fmt.Errorf("handshake: payload ranks[%d].metadata is empty", i)
+			return fmt.Errorf("payload ranks[%d].metadata is empty", i)
 		case r.Layout.TPRank != i || r.Layout.TPSize != p.TPSize:
-			return fmt.Errorf("handshake: payload ranks[%d].layout is rank %d of %d, want %d of %d", i, r.Layout.TPRank, r.Layout.TPSize, i, p.TPSize)
+			return fmt.Errorf("payload ranks[%d].layout is rank %d of %d, want %d of %d", i, r.Layout.TPRank, r.Layout.TPSize, i, p.TPSize)
 		case r.Layout.BlockSize != p.BlockSize:
-			return fmt.Errorf("handshake: payload ranks[%d].layout.block_size is %d, block_size is %d", i, r.Layout.BlockSize, p.BlockSize)
+			return fmt.Errorf("payload ranks[%d].layout.block_size is %d, block_size is %d", i, r.Layout.BlockSize, p.BlockSize)
 		}
 		if err := r.Layout.Validate(); err != nil {
-			return fmt.Errorf("handshake: payload ranks[%d].layout: %w", i, err)
+			return fmt.Errorf("payload ranks[%d].layout: %w", i, err)
 		}
 	}
 	return nil

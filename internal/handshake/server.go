@@ -58,13 +58,13 @@ func Serve(addr string, engine Engine, opts ServerOptions) (*Server, error) {
 	}
 	switch {
 	case engine.EngineID == "":
-		return nil, errors.New("handshake: engine id is empty")
+		return nil, errors.New("engine id is empty")
 	case engine.TPSize < 1:
-		return nil, fmt.Errorf("handshake: engine tp size is %d, want >= 1", engine.TPSize)
+		return nil, fmt.Errorf("engine tp size is %d, want >= 1", engine.TPSize)
 	case engine.PPSize < 1:
-		return nil, fmt.Errorf("handshake: engine pp size is %d, want >= 1", engine.PPSize)
+		return nil, fmt.Errorf("engine pp size is %d, want >= 1", engine.PPSize)
 	case engine.BlockSize < 1:
-		return nil, fmt.Errorf("handshake: engine block size is %d, want >= 1", engine.BlockSize)
+		return nil, fmt.Errorf("engine block size is %d, want >= 1", engine.BlockSize)
 	}
 	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, ranks: make([]*Rank, engine.TPSize)}
 	sc, err := sidechannel.Listen(addr, s.answer, opts.ServerOptions)
@@ -85,24 +85,24 @@ func (s *Server) Engine() Engine { return s.engine }
 // this engine (rank in range, TP size and block size equal to the engine's).
 func (s *Server) SetRank(r Rank) error {
 	if r.TPRank < 0 || r.TPRank >= s.engine.TPSize {
-		return fmt.Errorf("handshake: rank %d outside engine tp size %d", r.TPRank, s.engine.TPSize)
+		return fmt.Errorf("rank %d outside engine tp size %d", r.TPRank, s.engine.TPSize)
 	}
 	if r.Layout.TPRank != r.TPRank || r.Layout.TPSize != s.engine.TPSize {
-		return fmt.Errorf("handshake: rank %d layout says rank %d of %d, engine tp size is %d", r.TPRank, r.Layout.TPRank, r.Layout.TPSize, s.engine.TPSize)
+		return fmt.Errorf("rank %d layout says rank %d of %d, engine tp size is %d", r.TPRank, r.Layout.TPRank, r.Layout.TPSize, s.engine.TPSize)
 	}
 	if r.Layout.BlockSize != s.engine.BlockSize {
-		return fmt.Errorf("handshake: rank %d layout block_size is %d, engine block size is %d", r.TPRank, r.Layout.BlockSize, s.engine.BlockSize)
+		return fmt.Errorf("rank %d layout block_size is %d, engine block size is %d", r.TPRank, r.Layout.BlockSize, s.engine.BlockSize)
 	}
 	if err := r.Layout.Validate(); err != nil {
-		return fmt.Errorf("handshake: rank %d: %w", r.TPRank, err)
+		return fmt.Errorf("rank %d: %w", r.TPRank, err)
 	}
 	if r.Agent == "" || len(r.Metadata) == 0 {
-		return fmt.Errorf("handshake: rank %d needs an agent name and its metadata", r.TPRank)
+		return fmt.Errorf("rank %d needs an agent name and its metadata", r.TPRank)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ranks[r.TPRank] != nil {
-		return fmt.Errorf("handshake: rank %d is already set", r.TPRank)
+		return fmt.Errorf("rank %d is already set", r.TPRank)
 	}
 	s.ranks[r.TPRank] = &r
 	return nil
