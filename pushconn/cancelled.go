@@ -3,7 +3,7 @@ package pushconn
 import (
 	"time"
 
-	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
 )
 
 // cancelledCap bounds how many cancelled registrations a prefill rank

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
 )
 
 // A cancelled registration frees the first request that names it (exact

@@ -14,7 +14,7 @@ import (
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
-	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 )

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // One decode engine reached under two host spellings is two peer entries

@@ -1,6 +1,6 @@
 package pushconn
 
-import "github.com/gonixl/gonixl/internal/match"
+import "github.com/gonixl/gonixl/pushconn/internal/match"
 
 // expiredCap bounds how many lapsed requests a prefill rank remembers.
 const expiredCap = 4096

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
 )
 
 // Finished blocks whose lease expired before decode's registration came:

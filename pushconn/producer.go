@@ -11,10 +11,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
-	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 )

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
-	"github.com/gonixl/gonixl/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/internal/notif"
-	"github.com/gonixl/gonixl/internal/pushwire"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl"
 )
 
