@@ -202,7 +202,7 @@ func TestFrameTimeout(t *testing.T) {
 	c := dialHeaderOnly(t, s.Addr().String(), 10)
 	c.SetReadDeadline(time.Now().Add(time.Minute))
 	_, err := c.Read(make([]byte, 1))
-	assert.ErrorIs(t, err, io.EOF)
+	require.ErrorIs(t, err, io.EOF, "the server closes a connection whose frame does not arrive")
 	err = <-bad
 	assert.ErrorIs(t, err, errFrameTimeout)
 	assert.ErrorContains(t, err, "frame timeout")
