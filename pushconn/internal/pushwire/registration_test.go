@@ -22,7 +22,7 @@ type vectorCase struct {
 
 func loadVectors(t testing.TB) []vectorCase {
 	t.Helper()
-	raw, err := os.ReadFile("../../testdata/push_reg.json")
+	raw, err := os.ReadFile("../../../testdata/push_reg.json")
 	require.NoError(t, err)
 	var file struct {
 		Cases []vectorCase `json:"cases"`
