@@ -17,20 +17,20 @@ import (
 const (
 	// DefaultLease is how long prefill holds a request's blocks for decode
 	// (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 30 s).
-	DefaultLease = engine.DefaultLease
+	DefaultLease = 30 * time.Second
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
-	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
+	DefaultHandshakeTimeout = 5 * time.Second
 	// DefaultTransferTimeout bounds a READ in flight on decode.
 	DefaultTransferTimeout = 30 * time.Second
 	// DefaultPollInterval is the agent polling period while transfers or
 	// leases are pending.
-	DefaultPollInterval = engine.DefaultPollInterval
+	DefaultPollInterval = time.Millisecond
 	// DefaultIdleInterval is the polling period otherwise; the native
 	// agent needs progress for connection setup even when idle.
-	DefaultIdleInterval = engine.DefaultIdleInterval
+	DefaultIdleInterval = 50 * time.Millisecond
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:"
 	// line when a Logger is set.
-	DefaultStatsInterval = engine.DefaultStatsInterval
+	DefaultStatsInterval = 10 * time.Second
 	// DefaultExpiryMargin is RankConfig.ExpiryMargin's default.
 	DefaultExpiryMargin = time.Second
 	// DefaultKeepAliveTimeout bounds KeepAlive without Load (vLLM's decode keeps

@@ -30,9 +30,9 @@ const (
 	DefaultProducerRegistrationTimeout = DefaultRegistrationTimeout - 30*time.Second
 	// DefaultLease bounds how long prefill holds finished blocks that no
 	// registration claims (vLLM's KV lease).
-	DefaultLease = engine.DefaultLease
+	DefaultLease = 30 * time.Second
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM's).
-	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
+	DefaultHandshakeTimeout = 5 * time.Second
 	// DefaultWriteTimeout bounds how long a posted WRITE may stay in
 	// flight before prefill cancels it and reports the failure.
 	DefaultWriteTimeout = 30 * time.Second
@@ -44,14 +44,14 @@ const (
 	DefaultCancelTimeout = DefaultWriteTimeout + 10*time.Second
 	// DefaultPollInterval is the notification polling period while work
 	// waits (vLLM's push writer polls every 1 ms).
-	DefaultPollInterval = engine.DefaultPollInterval
+	DefaultPollInterval = time.Millisecond
 	// DefaultIdleInterval is the period at which an idle rank still
 	// progresses its agent, which the native agent needs for connection
 	// setup and for receiving registrations.
-	DefaultIdleInterval = engine.DefaultIdleInterval
+	DefaultIdleInterval = 50 * time.Millisecond
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:" log
 	// line when a Logger is set.
-	DefaultStatsInterval = engine.DefaultStatsInterval
+	DefaultStatsInterval = 10 * time.Second
 	// DefaultMaxPeers bounds the decode engines one prefill rank keeps
 	// handshakes and state for.
 	DefaultMaxPeers = 1024
