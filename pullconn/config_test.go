@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -138,7 +139,7 @@ func FuzzProducerNotification(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, err := newHolds(1, time.Minute, 16)
 		require.NoError(t, err)
-		clk := loopback.NewManualClock(time.Unix(0, 0))
+		clk := clock.NewManual(time.Unix(0, 0))
 		p := &Producer{cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
 		p.duplicates = p.stats.Counter("duplicate_completions", "")
 		require.NoError(t, h.finish("held", []int{1}, clk.Now()))

@@ -4,10 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
 // A load whose handshake finishes only after prefill's hold ran out must
@@ -15,7 +14,7 @@ import (
 // the freed blocks as the request's (defect 1, load waiting behind a
 // handshake).
 func TestLoadParkedBehindHandshakePastDeadlineFailsExpired(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	// A second prefill engine whose rank has not started: decode's
 	// handshake with it retries until the rank publishes itself.
@@ -44,7 +43,7 @@ func TestLoadParkedBehindHandshakePastDeadlineFailsExpired(t *testing.T) {
 // Stalled heartbeats (here: none before the hold's deadline) must not let
 // decode READ blocks prefill freed meanwhile (defect 1, heartbeats stall).
 func TestStalledHeartbeatsNeverReadFreedBlocks(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		prefillCfg: withClock(clk),
 		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
@@ -65,7 +64,7 @@ func TestStalledHeartbeatsNeverReadFreedBlocks(t *testing.T) {
 // Hold queries confirm heartbeat extensions, so a request that waited far
 // past its Params' deadline still loads its bytes, and they are right.
 func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	c.fill(7, []int{1, 2}, 32)
 	p := c.finish("req-1", []int{1, 2})
@@ -86,7 +85,7 @@ func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
 // Defect 7: a KeepAlive (then called Wait) that no Load or Abort follows used to keep prefill's
 // blocks alive forever.
 func TestWaitTimesOut(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		prefillCfg: withClock(clk),
 		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.KeepAliveTimeout = 40 * time.Second },
@@ -105,7 +104,7 @@ func TestWaitTimesOut(t *testing.T) {
 
 // Defect 7: per-request abort on decode ends a load at once, exactly once.
 func TestConsumerAbort(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	late, err := NewEngine(EngineConfig{EngineID: "late", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16, HandshakeTimeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -138,7 +137,7 @@ func TestConsumerAbort(t *testing.T) {
 // Prefill Abort stops extensions: the hold ends at the deadline decode was
 // given, not later, and decode does not READ after it.
 func TestProducerAbortStopsExtensions(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.prods[0].Abort("req-1"))

@@ -20,7 +20,7 @@ func withClock(clk clock.Clock) func(*RankConfig) {
 }
 
 func TestLeaseExpiresWhenDecodeNeverReads(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefill: side{2, 16}, prefillCfg: withClock(clk)})
 	c.finish("req-1", []int{1, 2})
 	clk.Advance(29 * time.Second)
@@ -46,7 +46,7 @@ func TestLeaseExpiresWhenDecodeNeverReads(t *testing.T) {
 // Defect 1 of the correctness issue: a Load after prefill's lease used to
 // READ blocks prefill had already freed and report the request done.
 func TestLoadAfterLeaseFailsExpired(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	clk.Advance(31 * time.Second)
@@ -61,7 +61,7 @@ func TestLoadAfterLeaseFailsExpired(t *testing.T) {
 }
 
 func TestLateCompletionAfterExpiryCountedAndIgnored(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	c.finish("req-1", []int{1})
 	clk.Advance(31 * time.Second)
@@ -97,7 +97,7 @@ func loadPeer(from, to nixl.Agent) error {
 }
 
 func TestReadFailsInFlight(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	for _, policy := range []Policy{PolicyFail, PolicyRecompute} {
 		t.Run(string(policy), func(t *testing.T) {
 			c := newCluster(t, clusterOpts{
@@ -145,7 +145,7 @@ func TestPostFailure(t *testing.T) {
 }
 
 func TestPrefillDisconnectsMidTransfer(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		fabric:     []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))},
 		prefillCfg: withClock(clk),
@@ -285,7 +285,7 @@ func TestMalformedNotificationsCountedNoStateChange(t *testing.T) {
 }
 
 func TestHeartbeatsKeepWaitingRequestAlive(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
@@ -309,7 +309,7 @@ func TestHeartbeatsKeepWaitingRequestAlive(t *testing.T) {
 }
 
 func TestHeartbeatsStopAfterAbort(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
@@ -324,7 +324,7 @@ func TestHeartbeatsStopAfterAbort(t *testing.T) {
 }
 
 func TestTransferTimeout(t *testing.T) {
-	clk := loopback.NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		fabric:    []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))},
 		decodeCfg: func(rc *RankConfig) { rc.Clock = clk; rc.TransferTimeout = 10 * time.Second },

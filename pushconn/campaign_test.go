@@ -13,8 +13,8 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/lease"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // The fault campaign: seeded runs of many requests through one prefill

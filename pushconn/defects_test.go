@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // poison fills blocks with 0xEE, as an engine that takes them back does.

@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/internal/handshake"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pullconn"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // registrationFrom returns the PUSH_REG bytes decode rank 0 sends for id.

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // decodeInstance is a decode engine with one rank, started in place of

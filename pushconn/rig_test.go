@@ -42,7 +42,7 @@ type rigConfig struct {
 type rig struct {
 	t         testing.TB
 	fabric    *loopback.Fabric
-	clock     *loopback.ManualClock
+	clock     *clock.Manual
 	pre, dec  *Engine
 	producers []*Producer
 	consumers []*Consumer
@@ -74,7 +74,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	}
 	f, err := loopback.NewFabric(rc.fabric...)
 	require.NoError(t, err)
-	r := &rig{t: t, fabric: f, clock: loopback.NewManualClock(rigStart)}
+	r := &rig{t: t, fabric: f, clock: clock.NewManual(rigStart)}
 	t.Cleanup(r.close)
 	clock := rc.clock
 	if clock == nil {

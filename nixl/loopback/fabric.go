@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -17,7 +18,7 @@ import (
 type Fabric struct {
 	id     uint64 // tells metadata of one fabric from another's
 	model  TransferModel
-	clock  Clock
+	clock  clock.Clock
 	log    *zap.Logger
 	faults faultTable
 	stats  counters
@@ -47,7 +48,7 @@ type Fabric struct {
 
 // NewFabric returns an empty fabric.
 func NewFabric(opts ...FabricOption) (*Fabric, error) {
-	cfg := fabricConfig{seed: 1, clock: wallClock{}, log: zap.NewNop()}
+	cfg := fabricConfig{seed: 1, clock: clock.System{}, log: zap.NewNop()}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -1,6 +1,9 @@
 package loopback
 
-import "go.uber.org/zap"
+import (
+	"github.com/gonixl/gonixl/clock"
+	"go.uber.org/zap"
+)
 
 // FabricOption configures NewFabric.
 type FabricOption func(*fabricConfig)
@@ -8,7 +11,7 @@ type FabricOption func(*fabricConfig)
 type fabricConfig struct {
 	model TransferModel
 	seed  uint64
-	clock Clock
+	clock clock.Clock
 	log   *zap.Logger
 }
 
@@ -21,9 +24,9 @@ func WithModel(m TransferModel) FabricOption { return func(c *fabricConfig) { c.
 func WithSeed(seed uint64) FabricOption { return func(c *fabricConfig) { c.seed = seed } }
 
 // WithClock sets the clock that decides when transfers and delayed
-// notifications are due (default: the wall clock). A ManualClock makes
+// notifications are due (default: the wall clock). A clock.Manual makes
 // timing tests exact.
-func WithClock(clk Clock) FabricOption { return func(c *fabricConfig) { c.clock = clk } }
+func WithClock(clk clock.Clock) FabricOption { return func(c *fabricConfig) { c.clock = clk } }
 
 // WithLogger sets the logger for injected faults and disconnects (default:
 // none).
