@@ -14,9 +14,9 @@ import (
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // Prefill names the prefill engine a request comes from, as the proxy
@@ -111,7 +111,6 @@ type decodePeer struct {
 	prefill Prefill // EngineID, Host and Port only
 	payload *handshake.Payload
 	sources []string // agent names of the prefill ranks that write here
-	err     error    // why the peer cannot be used (set with payload nil)
 	busy    bool     // handshake in flight
 	waiting []*decodeReq
 }

@@ -11,12 +11,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // Producer is the prefill side of the push connector for one TP rank with
@@ -192,7 +192,8 @@ func (p *Producer) Abort(requestID string) error {
 	// A WRITE being posted now has checked the flag before it was set:
 	// wait for it, so that none starts after this returns.
 	p.postMu.Lock()
-	p.postMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	//lint:ignore SA2001 an empty critical section is the barrier: it waits for the post in progress
+	p.postMu.Unlock()
 	p.push.aborted.Inc()
 	p.poll.Wake()
 	return nil

@@ -10,10 +10,10 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
-	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/internal/notif"
-	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // hold is a finished request's blocks on a prefill rank, from

@@ -101,11 +101,6 @@ func (s *regionSet) coversAll(ds []nixl.Desc) int {
 	return -1
 }
 
-// clone returns an independent copy.
-func (s *regionSet) clone() regionSet {
-	return regionSet{rs: append([]region(nil), s.rs...)}
-}
-
 // metaConflict reports whether r is already present with different metadata,
 // which NIXL refuses as an update it does not support.
 func (s *regionSet) metaConflict(r region) bool {
