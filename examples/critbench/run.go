@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gonixl/gonixl/internal/latency"
 	"github.com/gonixl/gonixl/examples/loadgen"
+	"github.com/gonixl/gonixl/internal/latency"
 )
 
 // Report is what one run measured.
