@@ -16,35 +16,49 @@ import (
 // (GetNotifs, XferStatus) every agent of the test.
 type Factory func(t *testing.T, name string) nixl.Agent
 
+// suiteCase is one behaviour the suite checks.
+type suiteCase struct {
+	name string
+	run  func(*env)
+}
+
+// Cases returns the names of the suite's subtests, in the order it runs
+// them (for -run patterns and reports).
+func Cases() []string {
+	out := make([]string, len(cases))
+	for i, c := range cases {
+		out[i] = c.name
+	}
+	return out
+}
+
 // RunAgentSuite runs the conformance suite as subtests of t, each on fresh
 // agents from f.
 func RunAgentSuite(t *testing.T, f Factory) {
-	cases := []struct {
-		name string
-		run  func(*env)
-	}{
-		{"Registration", testRegistration},
-		{"MetadataExchange", testMetadataExchange},
-		{"PartialMetadata", testPartialMetadata},
-		{"Write", testWrite},
-		{"Read", testRead},
-		{"ListsCopied", testListsCopied},
-		{"PreparedLists", testPreparedLists},
-		{"PreparedListErrors", testPreparedListErrors},
-		{"Repost", testRepost},
-		{"GenNotifOrder", testGenNotifOrder},
-		{"TransferNotifications", testTransferNotifications},
-		{"DescriptorErrors", testDescriptorErrors},
-		{"UnknownRemote", testUnknownRemote},
-		{"Invalidation", testInvalidation},
-		{"NotPosted", testNotPosted},
-		{"ReleaseTwice", testReleaseTwice},
-		{"CloseWhilePolling", testCloseWhilePolling},
-		{"ConcurrentTransfers", testConcurrentTransfers},
-	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(newEnv(t, f)) })
 	}
+}
+
+var cases = []suiteCase{
+	{"Registration", testRegistration},
+	{"MetadataExchange", testMetadataExchange},
+	{"PartialMetadata", testPartialMetadata},
+	{"Write", testWrite},
+	{"Read", testRead},
+	{"ListsCopied", testListsCopied},
+	{"PreparedLists", testPreparedLists},
+	{"PreparedListErrors", testPreparedListErrors},
+	{"Repost", testRepost},
+	{"GenNotifOrder", testGenNotifOrder},
+	{"TransferNotifications", testTransferNotifications},
+	{"DescriptorErrors", testDescriptorErrors},
+	{"UnknownRemote", testUnknownRemote},
+	{"Invalidation", testInvalidation},
+	{"NotPosted", testNotPosted},
+	{"ReleaseTwice", testReleaseTwice},
+	{"CloseWhilePolling", testCloseWhilePolling},
+	{"ConcurrentTransfers", testConcurrentTransfers},
 }
 
 // wantErr fails the test unless err matches sentinel, or, with a nil
