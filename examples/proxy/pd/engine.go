@@ -1,0 +1,256 @@
+package pd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// KVTransferInfo is an engine's answer to GET /kv_transfer_info.
+type KVTransferInfo struct {
+	EngineID        string `json:"engine_id"`
+	Role            string `json:"role"`
+	Connector       string `json:"connector"`
+	Model           string `json:"model"`
+	SideChannelHost string `json:"side_channel_host"`
+	SideChannelPort int    `json:"side_channel_port"`
+	TPSize          int    `json:"tp_size"`
+	PPSize          int    `json:"pp_size"`
+	BlockSize       int    `json:"block_size"`
+}
+
+type role int
+
+const (
+	rolePrefill role = iota
+	roleDecode
+)
+
+func (r role) String() string {
+	if r == rolePrefill {
+		return "prefill"
+	}
+	return "decode"
+}
+
+// engine is one upstream engine and what the proxy knows about it.
+type engine struct {
+	url         string
+	role        role
+	outstanding atomic.Int64
+
+	mu             sync.Mutex
+	healthy        bool            // last GET /health passed (and no connection error since)
+	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
+	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
+}
+
+func (e *engine) acquire() (release func()) {
+	e.outstanding.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { e.outstanding.Add(-1) }) }
+}
+
+func (e *engine) kvInfo() *KVTransferInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.info
+}
+
+// markDown takes the engine out of rotation until the next health check passes.
+func (e *engine) markDown() {
+	e.mu.Lock()
+	e.healthy = false
+	e.mu.Unlock()
+}
+
+// normalizeConnector maps what engines report ("pull", "NixlConnector", "push",
+// "NixlPushConnector", ...) to "pull" or "push"; "" if unknown.
+func normalizeConnector(s string) string {
+	l := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case l == "":
+		return ""
+	case strings.Contains(l, "push"):
+		return "push"
+	case strings.Contains(l, "pull"), l == "nixlconnector", l == "nixl":
+		return "pull"
+	}
+	return l
+}
+
+// inRotation says whether the engine may get requests under connector conn.
+func (e *engine) inRotation(conn string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.healthy || e.wrongConnector != "" {
+		return false
+	}
+	// Push needs the prefill engine's side-channel coordinates.
+	if conn == "push" && e.role == rolePrefill && e.info == nil {
+		return false
+	}
+	return true
+}
+
+// check runs GET /health and GET /kv_transfer_info against the engine and updates its
+// state. conn is the proxy's connector ("" while it is still being discovered).
+func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
+	healthErr := p.getHealth(ctx, e)
+	var info *KVTransferInfo
+	var infoErr error
+	if healthErr == nil {
+		info, infoErr = p.getInfo(ctx, e)
+	}
+	e.mu.Lock()
+	wasHealthy := e.healthy
+	e.healthy = healthErr == nil
+	if info != nil {
+		e.info = info
+		if c := normalizeConnector(info.Connector); conn != "" && c != "" && c != conn {
+			e.wrongConnector = c
+		} else {
+			e.wrongConnector = ""
+		}
+	}
+	wrong := e.wrongConnector
+	e.mu.Unlock()
+
+	log := p.log.With(zap.String("engine", e.url), zap.Stringer("role", e.role))
+	switch {
+	case healthErr != nil && wasHealthy:
+		log.Warn("engine out of rotation: health check failed", zap.Error(healthErr))
+	case healthErr == nil && !wasHealthy:
+		log.Info("engine passed health check")
+	}
+	if infoErr != nil {
+		log.Debug("GET /kv_transfer_info failed", zap.Error(infoErr))
+	}
+	if wrong != "" {
+		log.Error("engine out of rotation: it speaks another connector",
+			zap.String("engine_connector", wrong), zap.String("proxy_connector", conn))
+	}
+}
+
+func (p *Proxy) getHealth(ctx context.Context, e *engine) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s/health: status %d", e.url, resp.StatusCode)
+	}
+	return nil
+}
+
+func (p *Proxy) getInfo(ctx context.Context, e *engine) (*KVTransferInfo, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/kv_transfer_info", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/kv_transfer_info: status %d", e.url, resp.StatusCode)
+	}
+	var info KVTransferInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, fmt.Errorf("GET %s/kv_transfer_info: %w", e.url, err)
+	}
+	return &info, nil
+}
+
+// checkAll checks every engine concurrently and returns when all are done.
+func (p *Proxy) checkAll(ctx context.Context, conn string) {
+	timeout := p.cfg.HealthInterval
+	if timeout < time.Second {
+		timeout = time.Second
+	}
+	if timeout > 5*time.Second {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, e := range p.all {
+		wg.Go(func() { p.check(ctx, e, conn) })
+	}
+	wg.Wait()
+}
+
+func (p *Proxy) healthLoop(ctx context.Context) {
+	t := time.NewTicker(p.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.checkAll(ctx, p.connector)
+		}
+	}
+}
+
+// pick chooses an engine of pool in rotation and not in exclude, by policy; nil if none.
+// The caller must call the returned release when the leg is over.
+func (p *Proxy) pick(pool []*engine, rr *atomic.Uint64, policy string, exclude ...*engine) (*engine, func()) {
+	cands := make([]*engine, 0, len(pool))
+outer:
+	for _, e := range pool {
+		for _, x := range exclude {
+			if x == e {
+				continue outer
+			}
+		}
+		if e.inRotation(p.connector) {
+			cands = append(cands, e)
+		}
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	start := int((rr.Add(1) - 1) % uint64(len(cands)))
+	chosen := cands[start]
+	if policy == PolicyLeastOutstanding {
+		best := chosen.outstanding.Load()
+		for i := 1; i < len(cands); i++ {
+			e := cands[(start+i)%len(cands)]
+			if n := e.outstanding.Load(); n < best {
+				chosen, best = e, n
+			}
+		}
+	}
+	return chosen, chosen.acquire()
+}
+
+// inRotationCount counts pool's engines in rotation.
+func (p *Proxy) inRotationCount(pool []*engine) int {
+	n := 0
+	for _, e := range pool {
+		if e.inRotation(p.connector) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,281 @@
+// Package pd is the prefill/decode proxy of the reference disaggregated serving stack: it
+// takes OpenAI-style completion requests and splits each into a prefill leg (max_tokens 1,
+// the engine keeps or pushes the KV cache) and a decode leg, whose answer it streams back
+// to the client unchanged.
+//
+// Pull (vLLM's NixlConnector): prefill first; its answer's kv_transfer_params go to the
+// decode engine, chosen after prefill by least outstanding requests. Push (NixlPushConnector):
+// the decode engine and a prefill engine are chosen first and both legs are dispatched at
+// once; decode's kv_transfer_params name the prefill engine's side channel and a transfer id
+// that both legs share.
+//
+// The package uses only the standard library and zap, so it can be copied out of the
+// repository as a starting point.
+package pd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Connectors and policies Config accepts.
+const (
+	ConnectorPull = "pull"
+	ConnectorPush = "push"
+
+	PolicyRoundRobin       = "round_robin"
+	PolicyLeastOutstanding = "least_outstanding"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Prefill and Decode are engine base URLs ("http://127.0.0.1:8100"); a bare host:port
+	// gets "http://". At least one of each.
+	Prefill, Decode []string
+	// Connector is "pull" or "push"; "" asks the engines (GET /kv_transfer_info) at New and
+	// requires that all that answer agree. Engines that report another connector are kept
+	// out of rotation.
+	Connector string
+	// Policy picks among engines of one role: "round_robin" (default) or
+	// "least_outstanding". With pull, the decode engine is always the one with the least
+	// outstanding requests (it is chosen after prefill).
+	Policy string
+	// Client sends every upstream request; default: a client with dial timeouts and
+	// keep-alives, no overall timeout (streams), no transparent compression.
+	Client *http.Client
+	// RequestTimeout bounds each leg (the decode leg including its stream); default 120 s.
+	RequestTimeout time.Duration
+	// HealthInterval is the period of GET /health (and /kv_transfer_info) on every engine;
+	// default 2 s. Engines failing it are out of rotation until they pass.
+	HealthInterval time.Duration
+	// Logger; default: none.
+	Logger *zap.Logger
+}
+
+// Stats are the proxy's counters since New.
+type Stats struct {
+	Requests        uint64 // completion requests received
+	Retried         uint64 // prefill legs (pull) or pairs (push) retried on another prefill engine
+	Failed          uint64 // requests answered with an error or whose stream broke off
+	ClientCancelled uint64 // requests whose client went away before the end
+}
+
+// Proxy is an http.Handler splitting completion requests over prefill and decode engines.
+type Proxy struct {
+	cfg       Config
+	connector string // "pull" or "push"
+	client    *http.Client
+	ownClient bool
+	log       *zap.Logger
+
+	prefill, decode, all []*engine
+	rrPrefill, rrDecode  atomic.Uint64
+
+	requests, retried, failed, cancelled atomic.Uint64
+
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New checks cfg, checks every engine once (and learns the connector if cfg.Connector is
+// ""), and starts the health checks. Engines that do not answer yet start out of rotation.
+func New(cfg Config) (*Proxy, error) {
+	if len(cfg.Prefill) == 0 || len(cfg.Decode) == 0 {
+		return nil, errors.New("pd: at least one prefill and one decode engine are needed")
+	}
+	switch cfg.Connector {
+	case "", ConnectorPull, ConnectorPush:
+	default:
+		return nil, fmt.Errorf("pd: connector %q: want %q, %q or \"\" (ask the engines)", cfg.Connector, ConnectorPull, ConnectorPush)
+	}
+	switch cfg.Policy {
+	case "":
+		cfg.Policy = PolicyRoundRobin
+	case PolicyRoundRobin, PolicyLeastOutstanding:
+	default:
+		return nil, fmt.Errorf("pd: policy %q: want %q or %q", cfg.Policy, PolicyRoundRobin, PolicyLeastOutstanding)
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 120 * time.Second
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = 2 * time.Second
+	}
+	p := &Proxy{cfg: cfg, connector: cfg.Connector, client: cfg.Client, log: cfg.Logger}
+	if p.log == nil {
+		p.log = zap.NewNop()
+	}
+	if p.client == nil {
+		p.client = defaultClient()
+		p.ownClient = true
+	}
+	seen := map[string]bool{}
+	for _, r := range []struct {
+		urls []string
+		role role
+		dst  *[]*engine
+	}{{cfg.Prefill, rolePrefill, &p.prefill}, {cfg.Decode, roleDecode, &p.decode}} {
+		for _, u := range r.urls {
+			u, err := normalizeURL(u)
+			if err != nil {
+				return nil, err
+			}
+			key := r.role.String() + " " + u
+			if seen[key] {
+				return nil, fmt.Errorf("pd: %s engine %s listed twice", r.role, u)
+			}
+			seen[key] = true
+			e := &engine{url: u, role: r.role}
+			*r.dst = append(*r.dst, e)
+			p.all = append(p.all, e)
+		}
+	}
+
+	p.checkAll(context.Background(), p.connector)
+	if p.connector == "" {
+		conn, err := p.discoverConnector()
+		if err != nil {
+			p.closeClient()
+			return nil, err
+		}
+		p.connector = conn
+	}
+	p.log.Info("proxy ready", zap.String("connector", p.connector), zap.String("policy", cfg.Policy),
+		zap.Int("prefill_in_rotation", p.inRotationCount(p.prefill)),
+		zap.Int("decode_in_rotation", p.inRotationCount(p.decode)))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	p.wg.Go(func() { p.healthLoop(ctx) })
+	return p, nil
+}
+
+// discoverConnector settles the connector from the engines' /kv_transfer_info answers and
+// marks the engines that disagree.
+func (p *Proxy) discoverConnector() (string, error) {
+	found := map[string][]string{}
+	for _, e := range p.all {
+		if info := e.kvInfo(); info != nil {
+			if c := normalizeConnector(info.Connector); c != "" {
+				found[c] = append(found[c], e.url)
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", errors.New("pd: no connector given and no engine reported one on GET /kv_transfer_info; start the engines first or set the connector")
+	case 1:
+		for c := range found {
+			if c != ConnectorPull && c != ConnectorPush {
+				return "", fmt.Errorf("pd: engines report connector %q, which this proxy does not speak", c)
+			}
+			return c, nil
+		}
+	}
+	var parts []string
+	for c, urls := range found {
+		parts = append(parts, fmt.Sprintf("%s: %s", c, strings.Join(urls, " ")))
+	}
+	return "", fmt.Errorf("pd: engines disagree on the connector (%s); a pull engine paired with a push engine cannot work", strings.Join(parts, "; "))
+}
+
+func normalizeURL(u string) (string, error) {
+	u = strings.TrimRight(strings.TrimSpace(u), "/")
+	if u == "" {
+		return "", errors.New("pd: empty engine address")
+	}
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
+	}
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return "", fmt.Errorf("pd: engine address %q: want http:// or https://", u)
+	}
+	return u, nil
+}
+
+func defaultClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // pass the engines' bytes through as they are
+	}}
+}
+
+// Connector is the connector the proxy speaks ("pull" or "push").
+func (p *Proxy) Connector() string { return p.connector }
+
+// Stats returns the counters.
+func (p *Proxy) Stats() Stats {
+	return Stats{
+		Requests:        p.requests.Load(),
+		Retried:         p.retried.Load(),
+		Failed:          p.failed.Load(),
+		ClientCancelled: p.cancelled.Load(),
+	}
+}
+
+// Close stops the health checks (requests in flight go on). It is safe to call twice.
+func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() {
+		p.stop()
+		p.wg.Wait()
+		p.closeClient()
+	})
+	return nil
+}
+
+func (p *Proxy) closeClient() {
+	if p.ownClient {
+		p.client.CloseIdleConnections()
+	}
+}
+
+// ServeHTTP routes POST /v1/completions, GET /healthcheck and GET /v1/models.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/completions":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "use POST for /v1/completions")
+			return
+		}
+		p.serveCompletions(w, r)
+	case "/healthcheck":
+		p.serveHealthcheck(w, r)
+	case "/v1/models":
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			writeError(w, http.StatusMethodNotAllowed, "use GET for /v1/models")
+			return
+		}
+		p.serveModels(w, r)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s on the P/D proxy", r.Method, r.URL.Path))
+	}
+}
+
+func (p *Proxy) serveHealthcheck(w http.ResponseWriter, _ *http.Request) {
+	np, nd := p.inRotationCount(p.prefill), p.inRotationCount(p.decode)
+	w.Header().Set("Content-Type", "application/json")
+	if np == 0 || nd == 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"status":"unavailable","prefill_in_rotation":%d,"decode_in_rotation":%d}`, np, nd)
+		return
+	}
+	_, _ = w.Write([]byte(`{"status":"ok"}`))
+}
