@@ -78,10 +78,9 @@ func (s Snapshot) Get(name string) (uint64, bool) {
 	return 0, false
 }
 
-// LogLine formats the snapshot as the one-line "KV Transfer metrics:" report.
-func (s Snapshot) LogLine() string {
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
-	var avgMB, avgDescs, mbps float64
+// averages derives the per-transfer figures of the metrics line: MB and
+// descriptors per transfer, and throughput in MB/s over the transfer time.
+func (s Snapshot) averages() (avgMB, avgDescs, mbps float64) {
 	if s.Transfers > 0 {
 		avgMB = float64(s.Bytes) / float64(s.Transfers) / 1e6
 		avgDescs = float64(s.Descriptors) / float64(s.Transfers)
@@ -89,6 +88,13 @@ func (s Snapshot) LogLine() string {
 	if s.XferTime.Sum > 0 {
 		mbps = float64(s.Bytes) / 1e6 / s.XferTime.Sum.Seconds()
 	}
+	return avgMB, avgDescs, mbps
+}
+
+// LogLine formats the snapshot as the one-line "KV Transfer metrics:" report.
+func (s Snapshot) LogLine() string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
+	avgMB, avgDescs, mbps := s.averages()
 	line := fmt.Sprintf("KV Transfer metrics: transfers=%d avg_xfer_ms=%s p90_xfer_ms=%s avg_post_ms=%s p90_post_ms=%s avg_mb_per_transfer=%.3f throughput_mb_s=%.1f avg_descriptors=%.1f failed_transfers=%d failed_notifications=%d failed_handshakes=%d expired_requests=%d unknown_notifications=%d late_notifications=%d malformed_notifications=%d malformed_frames=%d",
 		s.Transfers, ms(s.XferTime.Mean), ms(s.XferTime.P90), ms(s.PostTime.Mean), ms(s.PostTime.P90),
 		avgMB, mbps, avgDescs, s.FailedTransfers, s.FailedNotifications, s.FailedHandshakes, s.ExpiredRequests,
@@ -102,14 +108,7 @@ func (s Snapshot) LogLine() string {
 // Fields returns every figure of LogLine as a zap field of the same name,
 // so structured log pipelines need not parse the line.
 func (s Snapshot) Fields() []zap.Field {
-	var avgMB, avgDescs, mbps float64
-	if s.Transfers > 0 {
-		avgMB = float64(s.Bytes) / float64(s.Transfers) / 1e6
-		avgDescs = float64(s.Descriptors) / float64(s.Transfers)
-	}
-	if s.XferTime.Sum > 0 {
-		mbps = float64(s.Bytes) / 1e6 / s.XferTime.Sum.Seconds()
-	}
+	avgMB, avgDescs, mbps := s.averages()
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	out := []zap.Field{
 		zap.Uint64("transfers", s.Transfers),
