@@ -1,0 +1,123 @@
+// Command proxy is the P/D proxy of the reference disaggregated serving stack: clients send
+// OpenAI-style completion requests to it, and it splits each into a prefill leg and a
+// decode leg over the engines given with -prefill and -decode (see package pd).
+//
+//	go run ./examples/proxy -prefill 127.0.0.1:8100 -decode 127.0.0.1:8200
+//	curl -s localhost:8192/v1/completions -d '{"model":"toy","prompt":"hello","max_tokens":8}'
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/examples/proxy/pd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], nil); err != nil {
+		fmt.Fprintln(os.Stderr, "proxy:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends, then shuts down gracefully; ready, if not nil, gets the
+// address it listens on.
+func run(ctx context.Context, args []string, ready func(addr string)) error {
+	flag := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	port := flag.Int("port", 8192, "port to listen on")
+	host := flag.String("host", "127.0.0.1", "address to listen on")
+	prefill := flag.String("prefill", "", "prefill engines, host:port,... (or http:// URLs)")
+	decode := flag.String("decode", "", "decode engines, host:port,... (or http:// URLs)")
+	connector := flag.String("connector", "", `"pull" or "push"; empty: ask the engines (GET /kv_transfer_info)`)
+	policy := flag.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
+	timeout := flag.Duration("request-timeout", 120*time.Second, "limit of each leg")
+	health := flag.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
+	debug := flag.Bool("debug", false, "debug logs")
+	if err := flag.Parse(args); err != nil {
+		return err
+	}
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+
+	zcfg := zap.NewProductionConfig()
+	if *debug {
+		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
+	}
+	log, err := zcfg.Build()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	p, err := pd.New(pd.Config{
+		Prefill:        split(*prefill),
+		Decode:         split(*decode),
+		Connector:      *connector,
+		Policy:         *policy,
+		RequestTimeout: *timeout,
+		HealthInterval: *health,
+		Logger:         log,
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+
+	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
+	srv := &http.Server{Addr: addr, Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.String("connector", p.Connector()))
+
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing the requests in flight")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	s := p.Stats()
+	log.Info("stopped", zap.Uint64("requests", s.Requests), zap.Uint64("retried", s.Retried),
+		zap.Uint64("failed", s.Failed), zap.Uint64("client_cancelled", s.ClientCancelled))
+	return nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A pull engine pair in a few lines, enough to see the command serve and shut down.
+func engine(t *testing.T, role string) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /kv_transfer_info", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"engine_id": role, "role": role, "connector": "pull"})
+	})
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		var kv any = map[string]any{"do_remote_prefill": true, "remote_engine_id": role}
+		if role == "decode" {
+			kv = nil
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "text_completion",
+			"choices": []any{map[string]any{"index": 0, "text": role}}, "kv_transfer_params": kv})
+	})
+	s := httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestRun(t *testing.T) {
+	pre, dec := engine(t, "prefill"), engine(t, "decode")
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"-port", "0", "-prefill", strings.TrimPrefix(pre.URL, "http://"),
+			"-decode", strings.TrimPrefix(dec.URL, "http://")}, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening")
+	}
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel() // what SIGTERM does
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no graceful shutdown")
+	}
+	if err := run(context.Background(), []string{"-policy", "random", "-prefill", "a", "-decode", "b"}, nil); err == nil {
+		t.Fatal("bad policy accepted")
+	}
+}
