@@ -1,0 +1,243 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+	"go.uber.org/zap"
+)
+
+// Roles and connectors.
+const (
+	RolePrefill = "prefill" // vLLM's kv_producer
+	RoleDecode  = "decode"  // vLLM's kv_consumer
+	ConnPull    = "pull"
+	ConnPush    = "push"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultNumBlocks      = 512
+	DefaultMaxBatch       = 64
+	DefaultMaxWaiting     = 4096
+	DefaultRequestTimeout = 60 * time.Second
+	DefaultMaxTokens      = 16
+	// DefaultPrefillTokenBudget bounds the prompt tokens one engine step
+	// prefills (vLLM's max_num_batched_tokens); a longer prompt runs alone.
+	DefaultPrefillTokenBudget = 8192
+	// VocabSize bounds token ids.
+	VocabSize = 32000
+)
+
+// Config configures a simulated engine. NewAgent is required; every other
+// zero field takes its default.
+type Config struct {
+	// Role is "prefill" (kv_producer) or "decode" (kv_consumer).
+	Role string
+	// Connector is "pull" or "push".
+	Connector string
+	// Inline (pull decode) posts READs on the engine loop
+	// (pullconn.RankConfig.Inline), as vLLM does today.
+	Inline bool
+	// EngineID names the engine (default: role + random hex).
+	EngineID string
+	// ServedModelName is what /v1/models lists and requests must name
+	// (default Model.Name).
+	ServedModelName string
+	// Model is the model geometry (default: Preset("qwen2.5-7b")).
+	Model ModelSpec
+	// Compute is the modeled compute time (zero: no sleep at all).
+	Compute ComputeModel
+	// TPSize is the tensor-parallel size (default Model.TPSize, else 1).
+	TPSize int
+	// NumBlocks is the number of KV blocks per rank (default 512).
+	NumBlocks int
+	// HTTPAddr is the HTTP listen address (default "127.0.0.1:0").
+	HTTPAddr string
+	// SideChannelHost and SideChannelPort are the connector's side channel
+	// (defaults 127.0.0.1 and 0, a free port; vLLM's port is 5600).
+	SideChannelHost string
+	SideChannelPort int
+	// NewAgent makes one NIXL agent per TP rank; required. The server owns
+	// and closes the agents.
+	NewAgent func(name string) (nixl.Agent, error)
+	// MaxBatch bounds the requests decoding (or prefilling) at once
+	// (default 64).
+	MaxBatch int
+	// MaxWaiting bounds the requests queued for blocks; more get 503
+	// (default 4096).
+	MaxWaiting int
+	// RequestTimeout bounds every wait of a request: for blocks, for its KV
+	// (default 60 s).
+	RequestTimeout time.Duration
+	// PrefillTokenBudget bounds the prompt tokens prefilled per step
+	// (default 8192).
+	PrefillTokenBudget int
+	// Clock is the time source for timestamps and connector deadlines
+	// (default clock.System{}). Modeled compute sleeps in real time.
+	Clock clock.Clock
+	// Logger (default: zap.NewNop()).
+	Logger *zap.Logger
+	// KVHook, for tests, is called on prefill (and local) requests after the
+	// engine wrote a request's KV into a rank's blocks and before
+	// RequestFinished; it may change mem (the rank's whole KV buffer).
+	KVHook func(requestID string, rank int, l descriptors.Layout, blocks []int, mem []byte)
+	// ConnLogger is passed to the connectors (default: none, so that tests
+	// do not get the periodic metrics line).
+	ConnLogger *zap.Logger
+}
+
+// ModelSpec is a model's KV-cache geometry.
+type ModelSpec struct {
+	Name       string
+	Layers     int
+	KVHeads    int
+	HeadDim    int
+	DTypeBytes int
+	DType      string
+	BlockSize  int
+	TPSize     int
+}
+
+// ComputeModel is the modeled compute time: a prefill of n tokens takes
+// PrefillBase + PrefillPerToken*n + PrefillPerToken2*n*n/1000; a decode step
+// of a batch of b sequences takes DecodeBase + DecodePerSeq*b.
+type ComputeModel struct {
+	PrefillBase, PrefillPerToken time.Duration
+	PrefillPerToken2             time.Duration // per token² / 1000
+	DecodeBase, DecodePerSeq     time.Duration
+}
+
+// Prefill returns the modeled time of a prefill of n tokens.
+func (c ComputeModel) Prefill(n int) time.Duration {
+	return c.PrefillBase + c.PrefillPerToken*time.Duration(n) + c.PrefillPerToken2*time.Duration(n)*time.Duration(n)/1000
+}
+
+// Decode returns the modeled time of a decode step of batch sequences.
+func (c ComputeModel) Decode(batch int) time.Duration {
+	return c.DecodeBase + c.DecodePerSeq*time.Duration(batch)
+}
+
+// Preset returns a named model and a compute model of the order of an H200
+// node's: "qwen3-32b", "llama-3.1-70b" (TP 8) and "qwen2.5-7b" (TP 1).
+func Preset(name string) (ModelSpec, ComputeModel, bool) {
+	switch name {
+	case "qwen3-32b":
+		return ModelSpec{Name: "Qwen/Qwen3-32B", Layers: 64, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 8},
+			ComputeModel{PrefillBase: 15 * time.Millisecond, PrefillPerToken: 40 * time.Microsecond, PrefillPerToken2: 5 * time.Microsecond,
+				DecodeBase: 7 * time.Millisecond, DecodePerSeq: 40 * time.Microsecond}, true
+	case "llama-3.1-70b":
+		return ModelSpec{Name: "meta-llama/Llama-3.1-70B-Instruct", Layers: 80, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 8},
+			ComputeModel{PrefillBase: 20 * time.Millisecond, PrefillPerToken: 80 * time.Microsecond, PrefillPerToken2: 8 * time.Microsecond,
+				DecodeBase: 10 * time.Millisecond, DecodePerSeq: 60 * time.Microsecond}, true
+	case "qwen2.5-7b":
+		return ModelSpec{Name: "Qwen/Qwen2.5-7B-Instruct", Layers: 28, KVHeads: 4, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 1},
+			ComputeModel{PrefillBase: 8 * time.Millisecond, PrefillPerToken: 60 * time.Microsecond, PrefillPerToken2: 3 * time.Microsecond,
+				DecodeBase: 6 * time.Millisecond, DecodePerSeq: 30 * time.Microsecond}, true
+	}
+	return ModelSpec{}, ComputeModel{}, false
+}
+
+// withDefaults fills zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	switch c.Role {
+	case RolePrefill, RoleDecode:
+	case "kv_producer":
+		c.Role = RolePrefill
+	case "kv_consumer":
+		c.Role = RoleDecode
+	default:
+		return c, fmt.Errorf("engine: Config.Role is %q, want %q or %q", c.Role, RolePrefill, RoleDecode)
+	}
+	switch c.Connector {
+	case ConnPull, ConnPush:
+	case "":
+		c.Connector = ConnPull
+	default:
+		return c, fmt.Errorf("engine: Config.Connector is %q, want %q or %q", c.Connector, ConnPull, ConnPush)
+	}
+	if c.NewAgent == nil {
+		return c, fmt.Errorf("engine: Config.NewAgent is required")
+	}
+	if c.Model == (ModelSpec{}) {
+		c.Model, _, _ = Preset("qwen2.5-7b")
+	}
+	m := &c.Model
+	if m.Name == "" {
+		m.Name = "gonixl-sim"
+	}
+	if m.DTypeBytes == 0 {
+		m.DTypeBytes = 2
+	}
+	if m.DType == "" {
+		m.DType = map[int]string{1: "float8_e4m3fn", 2: "bfloat16", 4: "float32"}[m.DTypeBytes]
+		if m.DType == "" {
+			m.DType = fmt.Sprintf("bytes%d", m.DTypeBytes)
+		}
+	}
+	if m.BlockSize == 0 {
+		m.BlockSize = 16
+	}
+	if m.Layers <= 0 || m.KVHeads <= 0 || m.HeadDim <= 0 || m.DTypeBytes <= 0 || m.BlockSize <= 0 {
+		return c, fmt.Errorf("engine: Config.Model %+v: Layers, KVHeads, HeadDim, DTypeBytes and BlockSize must be positive", *m)
+	}
+	if c.TPSize == 0 {
+		c.TPSize = max(m.TPSize, 1)
+	}
+	if c.TPSize < 1 || (c.TPSize <= m.KVHeads && m.KVHeads%c.TPSize != 0) || (c.TPSize > m.KVHeads && c.TPSize%m.KVHeads != 0) {
+		return c, fmt.Errorf("engine: Config.TPSize is %d, must divide the model's %d KV heads or be a multiple of them", c.TPSize, m.KVHeads)
+	}
+	if c.ServedModelName == "" {
+		c.ServedModelName = m.Name
+	}
+	if c.EngineID == "" {
+		c.EngineID = c.Role + "-" + randHex(8)
+	}
+	if c.NumBlocks == 0 {
+		c.NumBlocks = DefaultNumBlocks
+	}
+	if c.NumBlocks < 1 {
+		return c, fmt.Errorf("engine: Config.NumBlocks is %d, want > 0", c.NumBlocks)
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:0"
+	}
+	if c.SideChannelHost == "" {
+		c.SideChannelHost = "127.0.0.1"
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = DefaultMaxWaiting
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.PrefillTokenBudget <= 0 {
+		c.PrefillTokenBudget = DefaultPrefillTokenBudget
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System{}
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c, nil
+}
+
+// layout returns rank's KV layout (regions not set).
+func (c *Config) layout(rank int) descriptors.Layout {
+	m := c.Model
+	heads := m.KVHeads / c.TPSize
+	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: m.Layers, NumBlocks: c.NumBlocks, BlockSize: m.BlockSize,
+		KVHeads: heads, HeadBytes: m.HeadDim * m.DTypeBytes, DType: m.DType, TPRank: rank, TPSize: c.TPSize}
+	if c.TPSize > m.KVHeads {
+		l.KVHeads = 1
+		l.ModelKVHeads = m.KVHeads
+	}
+	return l
+}

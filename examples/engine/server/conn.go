@@ -1,0 +1,112 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/gonixl/gonixl/promstats"
+	"github.com/gonixl/gonixl/pullconn"
+	"github.com/gonixl/gonixl/pushconn"
+)
+
+// The engine drives either connector through these two small adapters, one
+// value per TP rank.
+
+type producer interface {
+	finish(id string, blocks []int, tid string, ntok int) (any, error)
+	abort(id string) error
+	drainFreed() []string
+	held() int
+	close() error
+	source() promstats.Source
+}
+
+type connResult struct {
+	id  string
+	err error
+}
+
+type consumer interface {
+	start(r *request) error
+	keepAlive(r *request) error
+	abort(id string) error
+	drain() []connResult
+	pending() int
+	close() error
+	source() promstats.Source
+}
+
+type pullProducer struct{ p *pullconn.Producer }
+
+func (p pullProducer) finish(id string, blocks []int, _ string, ntok int) (any, error) {
+	params, err := p.p.RequestFinished(id, blocks)
+	params.NumTokens = ntok
+	return params, err
+}
+func (p pullProducer) abort(id string) error      { return p.p.Abort(id) }
+func (p pullProducer) drainFreed() []string       { return p.p.DrainFreed() }
+func (p pullProducer) held() int                  { return p.p.Held() }
+func (p pullProducer) close() error               { return p.p.Close() }
+func (p pullProducer) source() promstats.Source   { return p.p }
+
+type pushProducer struct{ p *pushconn.Producer }
+
+func (p pushProducer) finish(id string, blocks []int, tid string, ntok int) (any, error) {
+	opts := []pushconn.RequestOption{pushconn.WithTokens(ntok)}
+	if tid != "" {
+		opts = append(opts, pushconn.WithTransferID(tid))
+	}
+	return p.p.RequestFinished(id, blocks, opts...)
+}
+func (p pushProducer) abort(id string) error    { return p.p.Abort(id) }
+func (p pushProducer) drainFreed() []string     { return p.p.DrainFreed() }
+func (p pushProducer) held() int                { return p.p.Held() }
+func (p pushProducer) close() error             { return p.p.Close() }
+func (p pushProducer) source() promstats.Source { return p.p }
+
+type pullConsumer struct{ c *pullconn.Consumer }
+
+func (c pullConsumer) start(r *request) error {
+	return c.c.Load(r.engID, r.pull, r.blocks[:r.promptBlocks])
+}
+func (c pullConsumer) keepAlive(r *request) error { return c.c.KeepAlive(r.engID, r.pull) }
+func (c pullConsumer) abort(id string) error      { return c.c.Abort(id) }
+func (c pullConsumer) drain() []connResult {
+	rs := c.c.Drain()
+	out := make([]connResult, len(rs))
+	for i, r := range rs {
+		out[i] = connResult{r.RequestID, r.Err}
+	}
+	return out
+}
+func (c pullConsumer) pending() int             { return c.c.Pending() }
+func (c pullConsumer) close() error             { return c.c.Close() }
+func (c pullConsumer) source() promstats.Source { return c.c }
+
+type pushConsumer struct{ c *pushconn.Consumer }
+
+func (c pushConsumer) start(r *request) error {
+	var opts []pushconn.RequestOption
+	if r.tid != "" {
+		opts = append(opts, pushconn.WithTransferID(r.tid))
+	}
+	return c.c.Register(r.engID, r.push, r.blocks[:r.promptBlocks], opts...)
+}
+func (c pushConsumer) keepAlive(*request) error { return nil }
+func (c pushConsumer) abort(id string) error    { return c.c.Abort(id) }
+func (c pushConsumer) drain() []connResult {
+	rs := c.c.Drain()
+	out := make([]connResult, len(rs))
+	for i, r := range rs {
+		out[i] = connResult{r.RequestID, r.Err}
+	}
+	return out
+}
+func (c pushConsumer) pending() int             { return c.c.Pending() }
+func (c pushConsumer) close() error             { return c.c.Close() }
+func (c pushConsumer) source() promstats.Source { return c.c }
+
+// isInvalid reports whether a connector refused a request's arguments.
+func isInvalid(err error) bool {
+	return errors.Is(err, pullconn.ErrInvalid) || errors.Is(err, pushconn.ErrInvalid) ||
+		errors.Is(err, pullconn.ErrIncompatible) || errors.Is(err, pushconn.ErrIncompatible)
+}

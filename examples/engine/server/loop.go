@@ -1,0 +1,639 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonixl/gonixl/pullconn"
+	"github.com/gonixl/gonixl/pushconn"
+	"go.uber.org/zap"
+)
+
+type kind int
+
+const (
+	kindLocal   kind = iota // prefill and decode here
+	kindPrefill             // prefill for a remote decode
+	kindDecode              // decode of a remote prefill
+)
+
+func (k kind) String() string { return [...]string{"local", "prefill", "decode"}[k] }
+
+type state int
+
+const (
+	stWaiting state = iota // queued for blocks
+	stPrefill              // admitted, prefill to run
+	stLoading              // decode: KV on its way
+	stRunning              // decoding
+	stDone                 // answered, or the client left
+)
+
+// event is what the engine loop tells a request's handler: a token, or the
+// end (err, or done with the kv_transfer_params to answer).
+type event struct {
+	tok    int
+	end    bool
+	err    *apiError
+	params any
+}
+
+type request struct {
+	id, engID string // X-Request-Id; the engine's id (id + "-" + 8 hex)
+	kind      kind
+	tokens    []int
+	ph        []uint64
+	maxTokens int
+	tid       string
+	pull      pullconn.Params
+	push      pushconn.Prefill
+	arrival   time.Time
+	deadline  time.Time
+	events    chan event // large enough that the loop never blocks
+
+	// Owned by the engine loop.
+	state        state
+	blocks       []int
+	promptBlocks int
+	keptAlive    bool
+	started      []bool // decode: ranks whose Load/Register was accepted
+	ranksLeft    int
+	loadErr      error
+	aborting     bool      // the loop ended the load; the connector's results free the blocks
+	abortErr     *apiError // what to answer then (nil: the client is gone)
+	checksum     uint64
+	generated    int
+	lastTok      time.Time
+}
+
+type heldReq struct {
+	blocks []int
+	freed  []bool
+	left   int
+}
+
+// loop is the engine's scheduler; one goroutine runs it.
+type loop struct {
+	s        *Server
+	free     []int
+	waiting  []*request
+	prefillQ []*request
+	running  []*request
+	loading  map[string]*request
+	held     map[string]*heldReq
+	pending  atomic.Int64 // waitHeld's view: held + loading, last step
+}
+
+func newLoop(s *Server) *loop {
+	l := &loop{s: s, loading: map[string]*request{}, held: map[string]*heldReq{}}
+	for b := s.cfg.NumBlocks - 1; b >= 0; b-- {
+		l.free = append(l.free, b) // pops give 0, 1, 2, ... at first
+	}
+	return l
+}
+
+func (l *loop) run() {
+	defer close(l.s.loopDone)
+	idle := time.NewTimer(time.Hour)
+	defer idle.Stop()
+	for {
+		busy := len(l.prefillQ) > 0 || len(l.running) > 0
+		if !busy {
+			wait := time.Duration(-1)
+			switch {
+			case len(l.loading) > 0 || len(l.held) > 0:
+				wait = time.Millisecond
+			case len(l.waiting) > 0:
+				wait = 20 * time.Millisecond
+			}
+			var tc <-chan time.Time
+			if wait > 0 {
+				idle.Reset(wait)
+				tc = idle.C
+			}
+			select {
+			case r := <-l.s.submitCh:
+				l.submit(r)
+			case r := <-l.s.cancelCh:
+				l.cancelled(r)
+			case <-l.s.stopCh:
+				l.stop()
+				return
+			case <-tc:
+			}
+			if !idle.Stop() && tc != nil {
+				select {
+				case <-idle.C:
+				default:
+				}
+			}
+		}
+		for more := true; more; {
+			select {
+			case r := <-l.s.submitCh:
+				l.submit(r)
+			case r := <-l.s.cancelCh:
+				l.cancelled(r)
+			case <-l.s.stopCh:
+				l.stop()
+				return
+			default:
+				more = false
+			}
+		}
+		l.expire()
+		l.pollConnectors()
+		l.admit()
+		l.prefillStep()
+		l.pollConnectors()
+		l.decodeStep()
+		l.gauges()
+	}
+}
+
+func (l *loop) gauges() {
+	st := &l.s.st
+	st.blocks.Store(int64(l.s.cfg.NumBlocks - len(l.free)))
+	st.running.Store(int64(len(l.running) + len(l.prefillQ)))
+	st.waiting.Store(int64(len(l.waiting) + len(l.loading)))
+	l.pending.Store(int64(len(l.held) + len(l.loading)))
+}
+
+// waitHeld waits until no block is held for a remote decode and no load is
+// ending, or until ctx ends.
+func (l *loop) waitHeld(ctx context.Context) {
+	for {
+		if l.pending.Load() == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.s.loopDone:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (l *loop) needBlocks(r *request) int {
+	if r.kind == kindPrefill {
+		return r.promptBlocks
+	}
+	return blocksFor(len(r.tokens)+r.maxTokens, l.s.cfg.Model.BlockSize)
+}
+
+func (l *loop) submit(r *request) {
+	r.promptBlocks = blocksFor(len(r.tokens), l.s.cfg.Model.BlockSize)
+	if n := l.needBlocks(r); n > l.s.cfg.NumBlocks {
+		l.fail(r, &apiError{http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("the request needs %d KV blocks of %d tokens (prompt %d + max_tokens %d); the engine has %d",
+				n, l.s.cfg.Model.BlockSize, len(r.tokens), r.maxTokens, l.s.cfg.NumBlocks)})
+		return
+	}
+	if len(l.waiting) >= l.s.cfg.MaxWaiting {
+		l.fail(r, &apiError{http.StatusServiceUnavailable, "server_error", "engine overloaded: too many requests waiting"})
+		return
+	}
+	r.state = stWaiting
+	l.waiting = append(l.waiting, r)
+}
+
+func (l *loop) alloc(n int) []int {
+	b := make([]int, n)
+	for i := range b {
+		b[i] = l.free[len(l.free)-1]
+		l.free = l.free[:len(l.free)-1]
+	}
+	return b
+}
+
+func (l *loop) release(r *request) {
+	l.free = append(l.free, r.blocks...)
+	r.blocks = nil
+}
+
+func (l *loop) active() int { return len(l.running) + len(l.prefillQ) + len(l.loading) }
+
+func (l *loop) admit() {
+	for len(l.waiting) > 0 {
+		r := l.waiting[0]
+		if l.needBlocks(r) > len(l.free) || (r.kind != kindPrefill && l.active() >= l.s.cfg.MaxBatch) {
+			break
+		}
+		l.waiting = l.waiting[1:]
+		r.blocks = l.alloc(l.needBlocks(r))
+		if r.kind == kindDecode {
+			l.startLoad(r)
+		} else {
+			r.state = stPrefill
+			l.prefillQ = append(l.prefillQ, r)
+		}
+	}
+	// Pull decode requests that wait for blocks keep prefill's hold alive.
+	for _, r := range l.waiting {
+		if r.kind == kindDecode && l.s.cfg.Connector == ConnPull && !r.keptAlive {
+			r.keptAlive = true
+			for i, c := range l.s.conss {
+				if err := c.keepAlive(r); err != nil {
+					l.s.log.Warn("KeepAlive", zap.String("request_id", r.engID), zap.Int("tp_rank", i), zap.Error(err))
+				}
+			}
+		}
+	}
+}
+
+func (l *loop) startLoad(r *request) {
+	r.state = stLoading
+	l.loading[r.engID] = r
+	r.started = make([]bool, len(l.s.conss))
+	r.ranksLeft = len(l.s.conss)
+	for i, c := range l.s.conss {
+		if err := c.start(r); err != nil {
+			r.ranksLeft--
+			if r.loadErr == nil {
+				r.loadErr = fmt.Errorf("rank %d: %w", i, err)
+			}
+			continue
+		}
+		r.started[i] = true
+	}
+	if r.loadErr != nil {
+		l.abortLoad(r, l.loadError(r.loadErr))
+	}
+	if r.ranksLeft == 0 {
+		l.loadEnded(r)
+	}
+}
+
+func (l *loop) loadError(err error) *apiError {
+	if isInvalid(err) {
+		return &apiError{http.StatusBadRequest, "invalid_request_error", "kv_transfer_params: " + err.Error()}
+	}
+	return &apiError{http.StatusInternalServerError, "server_error", "KV transfer failed: " + err.Error()}
+}
+
+// abortLoad ends a load early; its blocks come back with the ranks' results.
+func (l *loop) abortLoad(r *request, answer *apiError) {
+	if r.aborting {
+		return
+	}
+	r.aborting, r.abortErr = true, answer
+	for i, c := range l.s.conss {
+		if r.started[i] {
+			if err := c.abort(r.engID); err != nil {
+				l.s.log.Warn("Abort", zap.String("request_id", r.engID), zap.Int("tp_rank", i), zap.Error(err))
+			}
+		}
+	}
+}
+
+func (l *loop) pollConnectors() {
+	for i, c := range l.s.conss {
+		for _, res := range c.drain() {
+			r := l.loading[res.id]
+			if r == nil || !r.started[i] {
+				l.s.log.Debug("connector result for no loading request", zap.String("request_id", res.id), zap.Error(res.err))
+				continue
+			}
+			r.started[i] = false
+			r.ranksLeft--
+			if res.err != nil && r.loadErr == nil {
+				r.loadErr = fmt.Errorf("rank %d: %w", i, res.err)
+				l.abortLoad(r, l.loadError(r.loadErr))
+			}
+			if r.ranksLeft == 0 {
+				l.loadEnded(r)
+			}
+		}
+	}
+	for i, p := range l.s.prods {
+		for _, id := range p.drainFreed() {
+			l.freed(i, id)
+		}
+	}
+}
+
+func (l *loop) freed(rank int, id string) {
+	h := l.held[id]
+	if h == nil || h.freed[rank] {
+		return
+	}
+	h.freed[rank] = true
+	if h.left--; h.left == 0 {
+		l.free = append(l.free, h.blocks...)
+		delete(l.held, id)
+	}
+}
+
+func (l *loop) loadEnded(r *request) {
+	delete(l.loading, r.engID)
+	switch {
+	case r.aborting:
+		l.release(r)
+		if r.abortErr != nil {
+			l.fail(r, r.abortErr)
+		} else {
+			l.gone(r)
+		}
+	case r.loadErr != nil:
+		l.release(r)
+		l.fail(r, l.loadError(r.loadErr))
+	default:
+		l.verify(r)
+		r.state = stRunning
+		l.running = append(l.running, r)
+	}
+}
+
+// verify checks decode's KV against the prompt and sets the checksum the
+// output tokens come from.
+func (l *loop) verify(r *request) {
+	var sum, ok, bad uint64
+	var first string
+	for i := range l.s.lays {
+		c := checkKV(&l.s.lays[i], l.s.bufs[i].Bytes(), r.blocks[:r.promptBlocks], r.ph)
+		sum += c.checksum
+		ok += c.okBytes
+		bad += c.badBytes
+		if first == "" {
+			first = c.first
+		}
+	}
+	r.checksum = sum
+	l.s.st.verified.Add(ok)
+	if bad > 0 {
+		l.s.st.verifyFail.Add(1)
+		l.s.log.Error("KV verification failed: decoding with the KV received", zap.String("request_id", r.engID),
+			zap.Uint64("bad_bytes", bad), zap.Uint64("good_bytes", ok), zap.String("first", first))
+	}
+}
+
+func (l *loop) prefillStep() {
+	if len(l.prefillQ) == 0 {
+		return
+	}
+	n, tokens := 0, 0
+	for n < len(l.prefillQ) && (n == 0 || tokens+len(l.prefillQ[n].tokens) <= l.s.cfg.PrefillTokenBudget) {
+		tokens += len(l.prefillQ[n].tokens)
+		n++
+	}
+	batch := l.prefillQ[:n:n]
+	l.prefillQ = l.prefillQ[n:]
+	c := l.s.cfg.Compute
+	d := c.PrefillBase
+	for _, r := range batch {
+		d += c.Prefill(len(r.tokens)) - c.PrefillBase
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	for _, r := range batch {
+		blocks := r.blocks[:r.promptBlocks]
+		for i := range l.s.lays {
+			writeKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph)
+			if l.s.cfg.KVHook != nil {
+				l.s.cfg.KVHook(r.engID, i, l.s.lays[i], blocks, l.s.bufs[i].Bytes())
+			}
+		}
+		var sum uint64
+		for i := range l.s.lays {
+			sum += checkKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph).checksum
+		}
+		r.checksum = sum
+		if r.kind == kindPrefill {
+			l.finishPrefill(r)
+			continue
+		}
+		l.emit(r)
+		if r.generated == r.maxTokens {
+			l.release(r)
+			l.done(r, nil)
+		} else {
+			r.state = stRunning
+			l.running = append(l.running, r)
+		}
+	}
+}
+
+// finishPrefill hands a prefilled request's blocks to the connector.
+func (l *loop) finishPrefill(r *request) {
+	h := &heldReq{blocks: r.blocks, freed: make([]bool, len(l.s.prods))}
+	r.blocks = nil
+	var params any
+	var ferr error
+	for i, p := range l.s.prods {
+		ps, err := p.finish(r.engID, h.blocks[:r.promptBlocks], r.tid, len(r.tokens))
+		if err != nil {
+			if ferr == nil {
+				ferr = fmt.Errorf("rank %d: %w", i, err)
+			}
+			h.freed[i] = true
+			continue
+		}
+		h.left++
+		if i == 0 {
+			params = ps
+		}
+	}
+	if h.left == 0 {
+		l.free = append(l.free, h.blocks...)
+	} else {
+		l.held[r.engID] = h
+	}
+	if ferr != nil {
+		for i, p := range l.s.prods {
+			if !h.freed[i] {
+				p.abort(r.engID)
+			}
+		}
+		l.fail(r, &apiError{http.StatusInternalServerError, "server_error", "KV hand-off failed: " + ferr.Error()})
+		return
+	}
+	l.emit(r)
+	l.done(r, params)
+}
+
+func (l *loop) decodeStep() {
+	if len(l.running) == 0 {
+		return
+	}
+	if d := l.s.cfg.Compute.Decode(len(l.running)); d > 0 {
+		time.Sleep(d)
+	}
+	keep := l.running[:0]
+	for _, r := range l.running {
+		l.emit(r)
+		if r.generated == r.maxTokens {
+			l.release(r)
+			l.done(r, nil)
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(l.running[len(keep):])
+	l.running = keep
+}
+
+// emit generates the request's next token.
+func (l *loop) emit(r *request) {
+	now := l.s.cfg.Clock.Now()
+	if r.generated == 0 {
+		l.s.prom.ttft.Observe(now.Sub(r.arrival).Seconds())
+	} else {
+		l.s.prom.tpot.Observe(now.Sub(r.lastTok).Seconds())
+	}
+	r.lastTok = now
+	r.events <- event{tok: outputToken(r.checksum, r.generated)}
+	r.generated++
+}
+
+func (l *loop) done(r *request, params any) {
+	r.state = stDone
+	l.s.st.done.Add(1)
+	r.events <- event{end: true, params: params}
+}
+
+func (l *loop) fail(r *request, e *apiError) {
+	r.state = stDone
+	l.s.st.failed.Add(1)
+	l.s.log.Warn("request failed", zap.String("request_id", r.engID), zap.String("kind", r.kind.String()),
+		zap.Int("status", e.code), zap.String("error", e.msg))
+	r.events <- event{end: true, err: e}
+}
+
+func (l *loop) gone(r *request) {
+	r.state = stDone
+	l.s.st.aborted.Add(1)
+	l.s.log.Info("request aborted: client gone", zap.String("request_id", r.engID), zap.String("kind", r.kind.String()))
+}
+
+func remove(q []*request, r *request) []*request {
+	for i, x := range q {
+		if x == r {
+			copy(q[i:], q[i+1:])
+			q[len(q)-1] = nil
+			return q[:len(q)-1]
+		}
+	}
+	return q
+}
+
+// cancelled handles a request whose client went away.
+func (l *loop) cancelled(r *request) {
+	switch r.state {
+	case stWaiting:
+		l.waiting = remove(l.waiting, r)
+		l.dropKeepAlive(r)
+		l.gone(r)
+	case stPrefill:
+		l.prefillQ = remove(l.prefillQ, r)
+		l.release(r)
+		l.gone(r)
+	case stLoading:
+		l.abortLoad(r, nil)
+	case stRunning:
+		l.running = remove(l.running, r)
+		l.release(r)
+		l.gone(r)
+	case stDone:
+		// A prefill answered to nobody: its blocks will not be read.
+		if r.kind == kindPrefill && l.held[r.engID] != nil {
+			for i, p := range l.s.prods {
+				if !l.held[r.engID].freed[i] {
+					p.abort(r.engID)
+				}
+			}
+		}
+	}
+}
+
+func (l *loop) dropKeepAlive(r *request) {
+	if r.keptAlive {
+		for _, c := range l.s.conss {
+			c.abort(r.engID)
+		}
+	}
+}
+
+func (l *loop) expire() {
+	now := l.s.cfg.Clock.Now()
+	for len(l.waiting) > 0 {
+		i := -1
+		for j, r := range l.waiting {
+			if now.After(r.deadline) {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			break
+		}
+		r := l.waiting[i]
+		l.waiting = remove(l.waiting, r)
+		l.dropKeepAlive(r)
+		l.fail(r, &apiError{http.StatusServiceUnavailable, "server_error",
+			fmt.Sprintf("no KV blocks within the request timeout (%v)", l.s.cfg.RequestTimeout)})
+	}
+	for _, r := range l.loading {
+		if !r.aborting && now.After(r.deadline) {
+			l.abortLoad(r, &apiError{http.StatusInternalServerError, "server_error",
+				fmt.Sprintf("KV transfer did not finish within the request timeout (%v)", l.s.cfg.RequestTimeout)})
+		}
+	}
+}
+
+// stop ends every request left (their handlers are gone) and aborts the
+// loads: the ranks' Close delivers their last results.
+func (l *loop) stop() {
+	for more := true; more; {
+		select {
+		case r := <-l.s.cancelCh:
+			l.cancelled(r)
+		default:
+			more = false
+		}
+	}
+	closing := &apiError{http.StatusServiceUnavailable, "server_error", "engine closing"}
+	for _, r := range l.waiting {
+		l.dropKeepAlive(r)
+		l.fail(r, closing)
+	}
+	l.waiting = nil
+	for _, q := range [][]*request{l.prefillQ, l.running} {
+		for _, r := range q {
+			l.release(r)
+			l.fail(r, closing)
+		}
+	}
+	l.prefillQ, l.running = nil, nil
+	for _, r := range l.loading {
+		l.abortLoad(r, closing)
+	}
+	l.pollConnectors()
+	l.gauges()
+}
+
+// drainConnectors takes the closed ranks' last results (after stop).
+func (l *loop) drainConnectors() {
+	l.pollConnectors()
+	l.gauges()
+}
+
+// releaseAll frees whatever a closed connector did not report.
+func (l *loop) releaseAll() {
+	for id, r := range l.loading {
+		l.s.log.Warn("load without a result after close: blocks freed", zap.String("request_id", id))
+		l.release(r)
+		delete(l.loading, id)
+	}
+	for id, h := range l.held {
+		l.s.log.Warn("held blocks not freed by the connector after close: freed", zap.String("request_id", id))
+		l.free = append(l.free, h.blocks...)
+		delete(l.held, id)
+	}
+	l.gauges()
+}

@@ -1,0 +1,279 @@
+// Package server is a simulated inference engine behind vLLM's OpenAI HTTP
+// API, for disaggregated serving over gonixl: its model is a compute-time
+// model and a deterministic tokenizer, but its KV cache is real memory moved
+// by the pull (pullconn) or push (pushconn) connector, one NIXL agent per TP
+// rank, and verified byte by byte on decode.
+//
+// Prefill (kv_producer) and decode (kv_consumer) speak vLLM's disaggregated
+// protocol through kv_transfer_params; a request without them is served
+// locally (prefill and decode in one engine). The KV content of every token
+// is a function of the prompt prefix up to it, the layer, K or V, the head
+// and the byte, and decode derives the generated tokens from a checksum of
+// the KV bytes it holds: a block that arrives wrong changes the text and is
+// counted (Stats.KVVerifyFailures).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/promstats"
+	"github.com/gonixl/gonixl/pullconn"
+	"github.com/gonixl/gonixl/pushconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Info is what GET /kv_transfer_info returns.
+type Info struct {
+	EngineID        string `json:"engine_id"`
+	Role            string `json:"role"`
+	Connector       string `json:"connector"`
+	Model           string `json:"model"`
+	SideChannelHost string `json:"side_channel_host"`
+	SideChannelPort int    `json:"side_channel_port"`
+	TPSize          int    `json:"tp_size"`
+	PPSize          int    `json:"pp_size"`
+	BlockSize       int    `json:"block_size"`
+}
+
+// Stats are the engine's counters and gauges.
+type Stats struct {
+	RequestsDone     uint64 // answered in full
+	RequestsFailed   uint64 // answered with an error
+	RequestsAborted  uint64 // the client went away first
+	KVBytesVerified  uint64 // decode: KV bytes that matched the prompt's pattern
+	KVVerifyFailures uint64 // decode: requests with at least one wrong KV byte
+	BlocksInUse      int    // KV blocks allocated (per rank; ranks allocate alike)
+	Running          int    // prefilling or decoding
+	Waiting          int    // queued for blocks, or waiting for their KV
+}
+
+// Server is one simulated engine: its connector ranks, its engine loop and
+// its HTTP server.
+type Server struct {
+	cfg    Config
+	log    *zap.Logger
+	info   Info
+	agents []nixl.Agent
+	bufs   []*nixl.Buffer
+	lays   []descriptors.Layout
+	closeE func() error // the connector Engine's Close
+	prods  []producer
+	conss  []consumer
+
+	ln      net.Listener
+	httpSrv *http.Server
+	served  chan struct{}
+	baseCtx context.Context
+	cancel  context.CancelFunc
+	handlers sync.WaitGroup
+
+	submitCh chan *request
+	cancelCh chan *request
+	stopCh   chan struct{}
+	loopDone chan struct{}
+	closing  atomic.Bool
+
+	st struct {
+		done, failed, aborted, verified, verifyFail atomic.Uint64
+		blocks, running, waiting                    atomic.Int64
+	}
+	reg  *prometheus.Registry
+	prom promMetrics
+
+	closeOnce sync.Once
+	closeErr  error
+	loop      *loop
+}
+
+// New builds the engine: the connector Engine and one Producer (prefill) or
+// Consumer (decode) per TP rank over cfg.NewAgent's agents, the KV memory
+// of every rank, the engine loop and the HTTP server.
+func New(cfg Config) (_ *Server, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With(zap.String("engine_id", cfg.EngineID), zap.String("role", cfg.Role)),
+		submitCh: make(chan *request), cancelCh: make(chan *request, 64),
+		stopCh: make(chan struct{}), loopDone: make(chan struct{}), served: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	sideAddr := net.JoinHostPort(cfg.SideChannelHost, strconv.Itoa(cfg.SideChannelPort))
+	ec := pullconn.EngineConfig{EngineID: cfg.EngineID, ListenAddr: sideAddr, Model: cfg.Model.Name, DType: cfg.Model.DType,
+		TPSize: cfg.TPSize, BlockSize: cfg.Model.BlockSize, Clock: cfg.Clock, Logger: cfg.ConnLogger}
+	var pullE *pullconn.Engine
+	var pushE *pushconn.Engine
+	if cfg.Connector == ConnPull {
+		if pullE, err = pullconn.NewEngine(ec); err != nil {
+			return nil, err
+		}
+		s.closeE = pullE.Close
+		s.info.SideChannelHost, s.info.SideChannelPort = pullE.Host(), pullE.Port()
+	} else {
+		if pushE, err = pushconn.NewEngine(pushconn.EngineConfig(ec)); err != nil {
+			return nil, err
+		}
+		s.closeE = pushE.Close
+		s.info.SideChannelHost, s.info.SideChannelPort = pushE.Host(), pushE.Port()
+	}
+	for r := range cfg.TPSize {
+		a, err := cfg.NewAgent(fmt.Sprintf("%s-tp%d", cfg.EngineID, r))
+		if err != nil {
+			return nil, fmt.Errorf("engine: agent of rank %d: %w", r, err)
+		}
+		s.agents = append(s.agents, a)
+		l := cfg.layout(r)
+		buf, err := nixl.AllocBuffer(int(l.RegionLen()) * l.NumRegions())
+		if err != nil {
+			return nil, fmt.Errorf("engine: KV memory of rank %d (%d bytes): %w", r, int(l.RegionLen())*l.NumRegions(), err)
+		}
+		s.bufs = append(s.bufs, buf)
+		for i := range l.NumRegions() {
+			l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
+		}
+		s.lays = append(s.lays, l)
+		rlog := cfg.ConnLogger
+		if rlog != nil {
+			rlog = rlog.With(zap.Int("tp_rank", r))
+		}
+		switch {
+		case pullE != nil && cfg.Role == RolePrefill:
+			p, err := pullconn.NewProducer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog})
+			if err != nil {
+				return nil, err
+			}
+			s.prods = append(s.prods, pullProducer{p})
+		case pullE != nil:
+			c, err := pullconn.NewConsumer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Inline: cfg.Inline})
+			if err != nil {
+				return nil, err
+			}
+			s.conss = append(s.conss, pullConsumer{c})
+		case cfg.Role == RolePrefill:
+			p, err := pushconn.NewProducer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog})
+			if err != nil {
+				return nil, err
+			}
+			s.prods = append(s.prods, pushProducer{p})
+		default:
+			c, err := pushconn.NewConsumer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog})
+			if err != nil {
+				return nil, err
+			}
+			s.conss = append(s.conss, pushConsumer{c})
+		}
+	}
+	s.info = Info{EngineID: cfg.EngineID, Role: cfg.Role, Connector: cfg.Connector, Model: cfg.ServedModelName,
+		SideChannelHost: s.info.SideChannelHost, SideChannelPort: s.info.SideChannelPort,
+		TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.Model.BlockSize}
+	var engSrc promstats.Source = pullE
+	if pushE != nil {
+		engSrc = pushE
+	}
+	if err := s.initMetrics(engSrc); err != nil {
+		return nil, err
+	}
+	if s.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("engine: HTTP listen: %w", err)
+	}
+	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	s.httpSrv = &http.Server{Handler: s.routes(), BaseContext: func(net.Listener) context.Context { return s.baseCtx }}
+	s.loop = newLoop(s)
+	go s.loop.run()
+	go func() {
+		defer close(s.served)
+		if err := s.httpSrv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP server", zap.Error(err))
+		}
+	}()
+	s.log.Info("engine serving", zap.String("url", s.URL()), zap.String("connector", cfg.Connector),
+		zap.Int("tp_size", cfg.TPSize), zap.Int("num_blocks", cfg.NumBlocks), zap.String("side_channel",
+			net.JoinHostPort(s.info.SideChannelHost, strconv.Itoa(s.info.SideChannelPort))))
+	return s, nil
+}
+
+// URL returns the HTTP base URL, "http://host:port".
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Info returns what GET /kv_transfer_info returns.
+func (s *Server) Info() Info { return s.info }
+
+// Stats returns a snapshot of the engine's counters.
+func (s *Server) Stats() Stats {
+	return Stats{RequestsDone: s.st.done.Load(), RequestsFailed: s.st.failed.Load(), RequestsAborted: s.st.aborted.Load(),
+		KVBytesVerified: s.st.verified.Load(), KVVerifyFailures: s.st.verifyFail.Load(),
+		BlocksInUse: int(s.st.blocks.Load()), Running: int(s.st.running.Load()), Waiting: int(s.st.waiting.Load())}
+}
+
+// Close shuts the engine down gracefully: /health answers 503 and new
+// requests get 503; requests in flight finish until ctx ends, then are
+// cancelled; prefill blocks still held for decode are given until ctx ends
+// to be read; then every connector rank closes, which releases every block,
+// and the agents and the KV memory are freed. It is idempotent; later calls
+// return the first one's error.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.shutdown(ctx) })
+	return s.closeErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.log.Info("engine closing: draining requests")
+	err := s.httpSrv.Shutdown(ctx)
+	if err != nil {
+		s.log.Warn("drain deadline passed: cancelling requests in flight", zap.Error(err))
+	}
+	s.cancel() // handlers still running see their context end
+	s.httpSrv.Close()
+	s.handlers.Wait()
+	<-s.served
+	// Let decode engines read what prefill holds, until ctx ends.
+	s.loop.waitHeld(ctx)
+	close(s.stopCh)
+	<-s.loopDone
+	s.release()
+	if n := s.st.blocks.Load(); n != 0 {
+		s.log.Error("blocks still allocated after close", zap.Int64("blocks", n))
+		err = errors.Join(err, fmt.Errorf("engine: %d blocks still allocated after close", n))
+	}
+	s.log.Info("engine closed", zap.Uint64("requests_done", s.st.done.Load()))
+	return err
+}
+
+// release closes the connector ranks (freeing whatever blocks they still
+// held), the Engine, the agents and the memory.
+func (s *Server) release() {
+	for _, c := range s.conss {
+		c.close()
+	}
+	for _, p := range s.prods {
+		p.close()
+	}
+	if s.loop != nil {
+		s.loop.drainConnectors() // the ranks' last results free the blocks
+		s.loop.releaseAll()
+	}
+	if s.closeE != nil {
+		s.closeE()
+	}
+	for _, a := range s.agents {
+		a.Close()
+	}
+	for _, b := range s.bufs {
+		b.Free()
+	}
+	s.bufs = nil
+}
