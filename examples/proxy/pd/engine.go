@@ -51,6 +51,7 @@ type engine struct {
 	healthy        bool            // last GET /health passed (and no connection error since)
 	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
 	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
+	wrongRole      string          // non-empty: the engine reports the other role
 }
 
 func (e *engine) acquire() (release func()) {
@@ -91,7 +92,7 @@ func normalizeConnector(s string) string {
 func (e *engine) inRotation(conn string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.healthy || e.wrongConnector != "" {
+	if !e.healthy || e.wrongConnector != "" || e.wrongRole != "" {
 		return false
 	}
 	// Push needs the prefill engine's side-channel coordinates.
@@ -120,8 +121,12 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 		} else {
 			e.wrongConnector = ""
 		}
+		e.wrongRole = ""
+		if roleOf(info.Role) == otherRole(e.role) {
+			e.wrongRole = info.Role
+		}
 	}
-	wrong := e.wrongConnector
+	wrong, wrongRole := e.wrongConnector, e.wrongRole
 	e.mu.Unlock()
 
 	log := p.log.With(zap.String("engine", e.url), zap.Stringer("role", e.role))
@@ -138,6 +143,28 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 		log.Error("engine out of rotation: it speaks another connector",
 			zap.String("engine_connector", wrong), zap.String("proxy_connector", conn))
 	}
+	if wrongRole != "" {
+		log.Error("engine out of rotation: it reports the other role; check -prefill and -decode",
+			zap.String("engine_role", wrongRole))
+	}
+}
+
+// roleOf maps a reported role to ours; -1 for unknown or both ("kv_both").
+func roleOf(s string) role {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "prefill", "producer", "kv_producer":
+		return rolePrefill
+	case "decode", "consumer", "kv_consumer":
+		return roleDecode
+	}
+	return -1
+}
+
+func otherRole(r role) role {
+	if r == rolePrefill {
+		return roleDecode
+	}
+	return rolePrefill
 }
 
 func (p *Proxy) getHealth(ctx context.Context, e *engine) error {

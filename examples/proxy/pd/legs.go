@@ -184,7 +184,12 @@ func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.failed.Add(1)
-		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		status := http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeError(w, status, "reading the request body: "+err.Error())
 		return
 	}
 	c := &completion{r: r, id: r.Header.Get("X-Request-Id")}

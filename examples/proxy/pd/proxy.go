@@ -160,8 +160,8 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// discoverConnector settles the connector from the engines' /kv_transfer_info answers and
-// marks the engines that disagree.
+// discoverConnector settles the connector from the engines' /kv_transfer_info answers;
+// engines that disagree are an error (a pull engine paired with a push engine fails).
 func (p *Proxy) discoverConnector() (string, error) {
 	found := map[string][]string{}
 	for _, e := range p.all {

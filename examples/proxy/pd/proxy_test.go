@@ -535,6 +535,16 @@ func TestConnectorDiscovery(t *testing.T) {
 	if p.inRotationCount(p.prefill) != 0 || p.inRotationCount(p.decode) != 1 {
 		t.Fatalf("in rotation: prefill %d decode %d", p.inRotationCount(p.prefill), p.inRotationCount(p.decode))
 	}
+	// An engine listed as prefill that says it is a decode engine stays out of rotation.
+	wrong := newFake(t, "decode", "pull", nil)
+	p2, err := New(Config{Prefill: []string{wrong.srv.URL}, Decode: []string{df.srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	if p2.inRotationCount(p2.prefill) != 0 {
+		t.Fatal("a decode engine listed as prefill is in rotation")
+	}
 	if _, err := New(Config{Prefill: []string{"127.0.0.1:1"}, Decode: []string{"127.0.0.1:1"}}); err == nil {
 		t.Fatal("no connector and no engine: want an error")
 	}
