@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,7 +98,30 @@ func TestWithSimulatedEngines(t *testing.T) {
 			if len(data) < 2 || data[len(data)-1] != "[DONE]" {
 				t.Fatalf("stream: %q", data)
 			}
-			if s := p.Stats(); s.Requests != 2 || s.Failed != 0 || s.Retried != 0 {
+			resp.Body.Close()
+
+			// Concurrent requests: each decode leg finds its own prefill's KV.
+			var wg sync.WaitGroup
+			for i := range 24 {
+				wg.Go(func() {
+					stream := i%2 == 0
+					body := fmt.Sprintf(`{"model":"tiny","prompt":"request %d says hello to the engines","max_tokens":3,"stream":%v}`, i, stream)
+					req, _ := http.NewRequest(http.MethodPost, front.URL+"/v1/completions", strings.NewReader(body))
+					req.Header.Set("X-Request-Id", fmt.Sprintf("conc-%d", i))
+					resp, err := front.Client().Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer resp.Body.Close()
+					b, _ := io.ReadAll(resp.Body)
+					if resp.StatusCode != 200 || (stream && !strings.HasSuffix(string(b), "data: [DONE]\n\n")) {
+						t.Errorf("request %d: %d %s", i, resp.StatusCode, b)
+					}
+				})
+			}
+			wg.Wait()
+			if s := p.Stats(); s.Requests != 26 || s.Failed != 0 || s.Retried != 0 {
 				t.Fatalf("stats %+v", s)
 			}
 		})

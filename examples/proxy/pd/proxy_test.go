@@ -554,3 +554,53 @@ func TestConnectorDiscovery(t *testing.T) {
 		}
 	}
 }
+
+// Push: decode already streaming when prefill fails: the decode leg is cancelled and the
+// stream ends (no [DONE]); the request counts as failed.
+func TestPushPrefillFailsWhileDecodeStreams(t *testing.T) {
+	streaming := make(chan struct{})
+	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		<-streaming
+		answer500(f, w, r, rec)
+	})
+	df := newFake(t, "decode", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		streamSSE(w, func(i int) {
+			if i == 1 {
+				close(streaming)
+				f.waitCancelled(r)
+			}
+		})
+	})
+	h := newHarness(t, Config{}, []*fake{pf}, []*fake{df})
+	resp := h.post(t, context.Background(), `{"model":"toy","prompt":"hi","max_tokens":9,"stream":true}`, nil)
+	got := string(readAll(t, resp))
+	if resp.StatusCode != 200 || got != sseChunks[0] {
+		t.Fatalf("status %d, body %q", resp.StatusCode, got)
+	}
+	eventually(t, "decode leg cancelled", func() bool { return len(df.cancels()) == 1 })
+	if s := h.p.Stats(); s.Failed != 1 || s.ClientCancelled != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	df := newFake(t, "decode", "pull", answer500)
+	h := newHarness(t, Config{}, []*fake{pf}, []*fake{df})
+	resp := h.post(t, context.Background(), clientBody, nil)
+	body := readAll(t, resp)
+	if resp.StatusCode != 502 || !strings.Contains(string(body), "engine exploded") {
+		t.Fatalf("decode 500: %d %s", resp.StatusCode, body)
+	}
+	df404 := newFake(t, "decode", "pull", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		writeJSON(w, 404, map[string]any{"error": map[string]any{"message": "The model `x` does not exist.", "type": "NotFoundError", "code": 404}})
+	})
+	h404 := newHarness(t, Config{}, []*fake{pf}, []*fake{df404})
+	resp = h404.post(t, context.Background(), clientBody, nil)
+	if body := readAll(t, resp); resp.StatusCode != 404 || !strings.Contains(string(body), "does not exist") {
+		t.Fatalf("decode 404: %d %s", resp.StatusCode, body)
+	}
+	if s := h.p.Stats(); s.Failed != 1 || s.Retried != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
