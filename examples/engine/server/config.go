@@ -81,9 +81,11 @@ type Config struct {
 	Clock clock.Clock
 	// Logger (default: zap.NewNop()).
 	Logger *zap.Logger
-	// KVHook, for tests, is called on prefill (and local) requests after the
-	// engine wrote a request's KV into a rank's blocks and before
-	// RequestFinished; it may change mem (the rank's whole KV buffer).
+	// KVHook, for tests, is called on a prefill engine, for requests with
+	// do_remote_decode, after the engine wrote the request's KV into a rank's
+	// blocks and before RequestFinished; it may change mem (the rank's whole
+	// KV buffer, l describes it). requestID is the engine's id (X-Request-Id
+	// + "-" + 8 hex digits).
 	KVHook func(requestID string, rank int, l descriptors.Layout, blocks []int, mem []byte)
 	// ConnLogger is passed to the connectors (default: none, so that tests
 	// do not get the periodic metrics line).

@@ -42,11 +42,11 @@ func (p pullProducer) finish(id string, blocks []int, _ string, ntok int) (any, 
 	params.NumTokens = ntok
 	return params, err
 }
-func (p pullProducer) abort(id string) error      { return p.p.Abort(id) }
-func (p pullProducer) drainFreed() []string       { return p.p.DrainFreed() }
-func (p pullProducer) held() int                  { return p.p.Held() }
-func (p pullProducer) close() error               { return p.p.Close() }
-func (p pullProducer) source() promstats.Source   { return p.p }
+func (p pullProducer) abort(id string) error    { return p.p.Abort(id) }
+func (p pullProducer) drainFreed() []string     { return p.p.DrainFreed() }
+func (p pullProducer) held() int                { return p.p.Held() }
+func (p pullProducer) close() error             { return p.p.Close() }
+func (p pullProducer) source() promstats.Source { return p.p }
 
 type pushProducer struct{ p *pushconn.Producer }
 

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/gonixl/gonixl/promstats"
-	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -288,6 +286,8 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		reqID = randHex(32)
 	}
 	w.Header().Set("X-Request-Id", reqID)
+	s.active.Add(1)
+	defer s.active.Add(-1)
 	if s.closing.Load() {
 		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "engine closing"})
 		return
@@ -401,6 +401,3 @@ func (s *Server) cancelRequest(r *request) {
 	case <-s.loopDone:
 	}
 }
-
-var _ = errors.Is
-var _ = pullconn.ErrInvalid

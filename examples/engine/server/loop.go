@@ -395,7 +395,7 @@ func (l *loop) prefillStep() {
 		blocks := r.blocks[:r.promptBlocks]
 		for i := range l.s.lays {
 			writeKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph)
-			if l.s.cfg.KVHook != nil {
+			if l.s.cfg.KVHook != nil && r.kind == kindPrefill {
 				l.s.cfg.KVHook(r.engID, i, l.s.lays[i], blocks, l.s.bufs[i].Bytes())
 			}
 		}

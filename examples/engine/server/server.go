@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
@@ -70,11 +71,11 @@ type Server struct {
 	prods  []producer
 	conss  []consumer
 
-	ln      net.Listener
-	httpSrv *http.Server
-	served  chan struct{}
-	baseCtx context.Context
-	cancel  context.CancelFunc
+	ln       net.Listener
+	httpSrv  *http.Server
+	served   chan struct{}
+	baseCtx  context.Context
+	cancel   context.CancelFunc
 	handlers sync.WaitGroup
 
 	submitCh chan *request
@@ -82,6 +83,7 @@ type Server struct {
 	stopCh   chan struct{}
 	loopDone chan struct{}
 	closing  atomic.Bool
+	active   atomic.Int64 // completion handlers running
 
 	st struct {
 		done, failed, aborted, verified, verifyFail atomic.Uint64
@@ -231,8 +233,19 @@ func (s *Server) Close(ctx context.Context) error {
 
 func (s *Server) shutdown(ctx context.Context) error {
 	s.closing.Store(true)
-	s.log.Info("engine closing: draining requests")
-	err := s.httpSrv.Shutdown(ctx)
+	s.log.Info("engine closing: draining requests", zap.Int64("in_flight", s.active.Load()))
+	// New requests get 503 (and /health 503) while the ones in flight end.
+	var err error
+	for s.active.Load() > 0 && err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err == nil {
+		err = s.httpSrv.Shutdown(ctx)
+	}
 	if err != nil {
 		s.log.Warn("drain deadline passed: cancelling requests in flight", zap.Error(err))
 	}

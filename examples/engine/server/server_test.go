@@ -173,6 +173,8 @@ func (p *pair) disagg(t *testing.T, id string, body map[string]any) completion {
 		}
 		json.Unmarshal(out, &dc)
 	}()
+	// Push's point: decode registered its blocks before prefill runs.
+	eventually(t, "decode registered", func() bool { return p.decode.Stats().Waiting == 1 })
 	pre := with(with(with(body, "max_tokens", 1), "stream", false), "kv_transfer_params",
 		map[string]any{"do_remote_decode": true, "transfer_mode": "push", "transfer_id": tid})
 	pc := p.complete(t, p.prefill.URL(), id, pre)
@@ -510,7 +512,20 @@ func TestClose(t *testing.T) {
 	eventually(t, "decode running", func() bool { return p.decode.Stats().Running == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := p.decode.Close(ctx); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- p.decode.Close(ctx) }()
+	eventually(t, "/health 503 while draining", func() bool {
+		resp, err := p.client.Get(p.decode.URL() + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	})
+	if resp, body := p.post(t, p.decode.URL(), "", req(prompt, 1)); resp.StatusCode != 503 || !strings.Contains(string(body), "closing") {
+		t.Errorf("request while closing: %d %s", resp.StatusCode, body)
+	}
+	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
 	if c := <-res; len(strings.Fields(c.Choices[0].Text)) != 40 {

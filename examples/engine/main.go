@@ -1,0 +1,229 @@
+// Command engine runs one simulated inference engine of a disaggregated
+// serving stack: vLLM's OpenAI HTTP API (/v1/completions, /v1/models,
+// /health, /metrics) and /kv_transfer_info, a modeled compute time and a real
+// KV cache moved by gonixl's pull or push connector, one NIXL agent per TP
+// rank.
+//
+//	# prefill and decode engines, pull connector (vLLM's NixlConnector)
+//	go run -tags nixl ./examples/engine -role prefill -port 8100 -side-channel-port 5600
+//	go run -tags nixl ./examples/engine -role decode -port 8200 -side-channel-port 5601
+//	# or vLLM's spelling
+//	go run -tags nixl ./examples/engine --port 8100 \
+//	    --kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_producer"}'
+//
+// Engines in separate processes need native NIXL agents (build tag nixl);
+// without it the engine uses an in-process loopback agent, which serves
+// requests without kv_transfer_params only (a baseline). The side channel
+// defaults to $VLLM_NIXL_SIDE_CHANNEL_HOST:$VLLM_NIXL_SIDE_CHANNEL_PORT
+// (127.0.0.1:5600). SIGTERM or SIGINT shuts down gracefully: no new
+// requests, in-flight ones drain for -drain-timeout, then every block is
+// released.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/engine/server"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+	role := fs.String("role", "prefill", `"prefill" (kv_producer) or "decode" (kv_consumer)`)
+	connector := fs.String("connector", "pull", `"pull" (NixlConnector) or "push" (NixlPushConnector)`)
+	kvConfig := fs.String("kv-transfer-config", "", `vLLM's JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_consumer"}; sets -role and -connector`)
+	inline := fs.Bool("inline", false, "pull decode: post READs on the engine loop, as vLLM does today")
+	engineID := fs.String("engine-id", "", "engine id (default: role + random hex)")
+	preset := fs.String("model", "qwen2.5-7b", "model preset: qwen3-32b, llama-3.1-70b, qwen2.5-7b")
+	served := fs.String("served-model-name", "", "the model name requests use (default: the preset's)")
+	layers := fs.Int("layers", 0, "override the preset's layer count")
+	kvHeads := fs.Int("kv-heads", 0, "override the preset's KV head count")
+	headDim := fs.Int("head-dim", 0, "override the preset's head dimension")
+	blockSize := fs.Int("block-size", 0, "override the KV block size in tokens")
+	tp := fs.Int("tensor-parallel-size", 0, "TP size (default: the preset's)")
+	fs.IntVar(tp, "tp", 0, "short for -tensor-parallel-size")
+	numBlocks := fs.Int("num-blocks", server.DefaultNumBlocks, "KV blocks per rank")
+	noCompute := fs.Bool("no-compute", false, "do not sleep for modeled compute")
+	computeScale := fs.Float64("compute-scale", 1, "scale the preset's compute times")
+	host := fs.String("host", "127.0.0.1", "HTTP listen host")
+	port := fs.Int("port", 8000, "HTTP listen port (0: any)")
+	sideHost := fs.String("side-channel-host", envOr("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1"), "side channel host ($VLLM_NIXL_SIDE_CHANNEL_HOST)")
+	sidePortS := fs.String("side-channel-port", envOr("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "side channel port ($VLLM_NIXL_SIDE_CHANNEL_PORT)")
+	maxBatch := fs.Int("max-num-seqs", server.DefaultMaxBatch, "decode batch size limit")
+	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long in-flight requests may finish")
+	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
+	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin")
+	logLevel := fs.String("log-level", "info", "debug, info, warn, error")
+	connLog := fs.Bool("connector-log", true, `log the connectors' warnings and "KV Transfer metrics:" lines`)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *kvConfig != "" {
+		var kc struct {
+			Connector string `json:"kv_connector"`
+			Role      string `json:"kv_role"`
+		}
+		if err := json.Unmarshal([]byte(*kvConfig), &kc); err != nil {
+			return fmt.Errorf("-kv-transfer-config: %w", err)
+		}
+		switch kc.Role {
+		case "kv_producer":
+			*role = server.RolePrefill
+		case "kv_consumer":
+			*role = server.RoleDecode
+		default:
+			return fmt.Errorf(`-kv-transfer-config: kv_role %q, want "kv_producer" or "kv_consumer"`, kc.Role)
+		}
+		switch kc.Connector {
+		case "NixlConnector":
+			*connector = server.ConnPull
+		case "NixlPushConnector":
+			*connector = server.ConnPush
+		default:
+			return fmt.Errorf(`-kv-transfer-config: kv_connector %q, want "NixlConnector" or "NixlPushConnector"`, kc.Connector)
+		}
+	}
+	sidePort, err := strconv.Atoi(*sidePortS)
+	if err != nil {
+		return fmt.Errorf("side channel port %q: %w", *sidePortS, err)
+	}
+
+	lvl, err := zapcore.ParseLevel(*logLevel)
+	if err != nil {
+		return err
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	log, err := zc.Build()
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+
+	model, compute, ok := server.Preset(*preset)
+	if !ok {
+		return fmt.Errorf("-model %q: want qwen3-32b, llama-3.1-70b or qwen2.5-7b", *preset)
+	}
+	for _, o := range []struct {
+		dst *int
+		v   int
+	}{{&model.Layers, *layers}, {&model.KVHeads, *kvHeads}, {&model.HeadDim, *headDim}, {&model.BlockSize, *blockSize}} {
+		if o.v > 0 {
+			*o.dst = o.v
+		}
+	}
+	if *noCompute {
+		compute = server.ComputeModel{}
+	} else if *computeScale != 1 {
+		sc := func(d *time.Duration) { *d = time.Duration(float64(*d) * *computeScale) }
+		for _, d := range []*time.Duration{&compute.PrefillBase, &compute.PrefillPerToken, &compute.PrefillPerToken2, &compute.DecodeBase, &compute.DecodePerSeq} {
+			sc(d)
+		}
+	}
+
+	newAgent, kind, closeAgents, err := agentFactory(*agentKind, *backend, log)
+	if err != nil {
+		return err
+	}
+	defer closeAgents()
+	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
+		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
+		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
+		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log}
+	if *connLog {
+		cfg.ConnLogger = log.Named("kv")
+	}
+	s, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	info := s.Info()
+	log.Info("ready", zap.String("url", s.URL()), zap.String("agents", kind), zap.String("engine_id", info.EngineID),
+		zap.String("role", info.Role), zap.String("connector", info.Connector), zap.String("model", info.Model), zap.Int("tp_size", info.TPSize),
+		zap.String("side_channel", net.JoinHostPort(info.SideChannelHost, strconv.Itoa(info.SideChannelPort))))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	stop() // a second signal kills the process
+	log.Info("signal received: shutting down", zap.Duration("drain_timeout", *drain))
+	dctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	err = s.Close(dctx)
+	st := s.Stats()
+	log.Info("stopped", zap.Uint64("requests_done", st.RequestsDone), zap.Uint64("requests_failed", st.RequestsFailed),
+		zap.Uint64("kv_bytes_verified", st.KVBytesVerified), zap.Uint64("kv_verify_failures", st.KVVerifyFailures))
+	return err
+}
+
+// agentFactory returns how to make each rank's agent.
+func agentFactory(kind, backend string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
+	native := func(name string) (nixl.Agent, error) {
+		a, err := nixl.New(name, nixl.Config{})
+		if err != nil {
+			return nil, err
+		}
+		var params map[string]string
+		if strings.EqualFold(backend, "UCX") {
+			params = map[string]string{"ucx_error_handling_mode": "none"}
+		}
+		if err := a.CreateBackend(backend, params); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("NIXL backend %s for %s: %w", backend, name, err)
+		}
+		return a, nil
+	}
+	loop := func() (func(string) (nixl.Agent, error), string, func(), error) {
+		fab, err := loopback.NewFabric()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }, "loopback (in-process)", func() { fab.Close() }, nil
+	}
+	switch kind {
+	case "nixl":
+		return native, "NIXL (" + backend + ")", func() {}, nil
+	case "loopback":
+		return loop()
+	case "auto":
+		probe, err := nixl.New(fmt.Sprintf("engine-probe-%d", os.Getpid()), nixl.Config{})
+		if errors.Is(err, nixl.ErrUnavailable) {
+			log.Warn("NIXL unavailable in this build (-tags nixl): loopback agents serve local requests only", zap.Error(err))
+			return loop()
+		}
+		if err == nil {
+			probe.Close()
+		}
+		return native, "NIXL (" + backend + ")", func() {}, nil
+	}
+	return nil, "", nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
+}
