@@ -558,7 +558,7 @@ func TestConnectorDiscovery(t *testing.T) {
 // Push: decode already streaming when prefill fails: the decode leg is cancelled and the
 // stream ends (no [DONE]); the request counts as failed.
 func TestPushPrefillFailsWhileDecodeStreams(t *testing.T) {
-	streaming := make(chan struct{})
+	streaming := make(chan struct{}) // the client has decode's first chunk
 	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
 		<-streaming
 		answer500(f, w, r, rec)
@@ -566,19 +566,23 @@ func TestPushPrefillFailsWhileDecodeStreams(t *testing.T) {
 	df := newFake(t, "decode", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
 		streamSSE(w, func(i int) {
 			if i == 1 {
-				close(streaming)
 				f.waitCancelled(r)
 			}
 		})
 	})
 	h := newHarness(t, Config{}, []*fake{pf}, []*fake{df})
 	resp := h.post(t, context.Background(), `{"model":"toy","prompt":"hi","max_tokens":9,"stream":true}`, nil)
-	got := string(readAll(t, resp))
-	if resp.StatusCode != 200 || got != sseChunks[0] {
-		t.Fatalf("status %d, body %q", resp.StatusCode, got)
+	first := make([]byte, len(sseChunks[0]))
+	if _, err := io.ReadFull(resp.Body, first); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %d, %v", resp.StatusCode, err)
+	}
+	close(streaming)
+	if rest := readAll(t, resp); len(rest) != 0 {
+		t.Fatalf("stream went on after prefill failed: %q", rest)
 	}
 	eventually(t, "decode leg cancelled", func() bool { return len(df.cancels()) == 1 })
-	if s := h.p.Stats(); s.Failed != 1 || s.ClientCancelled != 0 {
+	eventually(t, "Failed", func() bool { return h.p.Stats().Failed == 1 })
+	if s := h.p.Stats(); s.ClientCancelled != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }
