@@ -390,8 +390,12 @@ func (l *loop) prefillStep() {
 	}
 	if d > 0 {
 		time.Sleep(d)
+		l.takeCancels() // a client that left during the prefill gets no hold
 	}
 	for _, r := range batch {
+		if r.state != stPrefill {
+			continue
+		}
 		blocks := r.blocks[:r.promptBlocks]
 		for i := range l.s.lays {
 			writeKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph)
@@ -522,6 +526,17 @@ func remove(q []*request, r *request) []*request {
 	return q
 }
 
+func (l *loop) takeCancels() {
+	for {
+		select {
+		case r := <-l.s.cancelCh:
+			l.cancelled(r)
+		default:
+			return
+		}
+	}
+}
+
 // cancelled handles a request whose client went away.
 func (l *loop) cancelled(r *request) {
 	switch r.state {
@@ -589,14 +604,7 @@ func (l *loop) expire() {
 // stop ends every request left (their handlers are gone) and aborts the
 // loads: the ranks' Close delivers their last results.
 func (l *loop) stop() {
-	for more := true; more; {
-		select {
-		case r := <-l.s.cancelCh:
-			l.cancelled(r)
-		default:
-			more = false
-		}
-	}
+	l.takeCancels()
 	closing := &apiError{http.StatusServiceUnavailable, "server_error", "engine closing"}
 	for _, r := range l.waiting {
 		l.dropKeepAlive(r)

@@ -34,6 +34,9 @@ type opts struct {
 	compute server.ComputeModel
 	hook    func(string, int, descriptors.Layout, []int, []byte)
 	inline  bool
+	// decodeBlocks is decode's NumBlocks (default 256).
+	decodeBlocks int
+	fabric       func(*loopback.Fabric)
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -42,12 +45,17 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.fabric != nil {
+		o.fabric(fab)
+	}
 	newAgent := func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }
 	mk := func(role string) *server.Server {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
 			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline}
 		if role == server.RolePrefill {
 			cfg.KVHook = o.hook
+		} else if o.decodeBlocks > 0 {
+			cfg.NumBlocks = o.decodeBlocks
 		}
 		s, err := server.New(cfg)
 		if err != nil {
@@ -544,5 +552,133 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := p.client.Get(p.decode.URL() + "/health"); err == nil {
 		t.Errorf("closed engine still answers")
+	}
+}
+
+// Decode has blocks for one request at a time: the others wait (pull:
+// with KeepAlive), then load; every text is right.
+func TestQueuedForBlocks(t *testing.T) {
+	for _, conn := range []string{server.ConnPull, server.ConnPush} {
+		t.Run(conn, func(t *testing.T) {
+			p := newPair(t, conn, opts{decodeBlocks: 2, compute: server.ComputeModel{DecodeBase: time.Millisecond}})
+			want := p.complete(t, p.decode.URL(), "", req(prompt, 6)).Choices[0].Text
+			if conn == server.ConnPush {
+				// Push registers only once decode has blocks: prefill
+				// holds its blocks meanwhile.
+				var wg sync.WaitGroup
+				for i := range 3 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						info := p.prefill.Info()
+						id, tid := fmt.Sprintf("q-%d", i), fmt.Sprintf("tq-%d", i)
+						pre := with(req(prompt, 1), "kv_transfer_params", map[string]any{"do_remote_decode": true, "transfer_mode": "push", "transfer_id": tid})
+						if resp, b := p.post(t, p.prefill.URL(), id, pre); resp.StatusCode != 200 {
+							t.Errorf("prefill %d: %s", resp.StatusCode, b)
+						}
+						dec := with(req(prompt, 6), "kv_transfer_params", map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID,
+							"remote_host": info.SideChannelHost, "remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": 1,
+							"transfer_mode": "push", "transfer_id": tid})
+						resp, b := p.post(t, p.decode.URL(), id, dec)
+						var c completion
+						json.Unmarshal(b, &c)
+						if resp.StatusCode != 200 || c.Choices[0].Text != want {
+							t.Errorf("decode %d: %s", resp.StatusCode, b)
+						}
+					}()
+				}
+				wg.Wait()
+			} else {
+				var params []map[string]any
+				for i := range 3 {
+					params = append(params, p.complete(t, p.prefill.URL(), fmt.Sprintf("q-%d", i),
+						with(req(prompt, 1), "kv_transfer_params", map[string]any{"do_remote_decode": true})).KVTransferParams)
+				}
+				var wg sync.WaitGroup
+				for i := range 3 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						resp, b := p.post(t, p.decode.URL(), fmt.Sprintf("q-%d", i), with(req(prompt, 6), "kv_transfer_params", params[i]))
+						var c completion
+						json.Unmarshal(b, &c)
+						if resp.StatusCode != 200 || c.Choices[0].Text != want {
+							t.Errorf("decode %d: %s", resp.StatusCode, b)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			if st := p.decode.Stats(); st.KVVerifyFailures != 0 || st.RequestsDone != 4 {
+				t.Errorf("decode stats %+v", st)
+			}
+			idle(t, p)
+		})
+	}
+}
+
+// A client that leaves during prefill leaves no hold behind.
+func TestPrefillClientGone(t *testing.T) {
+	for _, conn := range []string{server.ConnPull, server.ConnPush} {
+		t.Run(conn, func(t *testing.T) {
+			p := newPair(t, conn, opts{compute: server.ComputeModel{PrefillBase: 200 * time.Millisecond}})
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			kv := map[string]any{"do_remote_decode": true}
+			if conn == server.ConnPush {
+				kv["transfer_mode"] = "push"
+			}
+			b, _ := json.Marshal(with(req(prompt, 1), "kv_transfer_params", kv))
+			hr, _ := http.NewRequestWithContext(ctx, "POST", p.prefill.URL()+"/v1/completions", bytes.NewReader(b))
+			if _, err := p.client.Do(hr); err == nil {
+				t.Fatal("the request outlived its context")
+			}
+			eventually(t, "the abort counted", func() bool { return p.prefill.Stats().RequestsAborted == 1 })
+			idle(t, p)
+		})
+	}
+}
+
+// A transfer that fails: decode answers 500 and frees its blocks.
+func TestTransferFailure(t *testing.T) {
+	for _, conn := range []string{server.ConnPull, server.ConnPush} {
+		t.Run(conn, func(t *testing.T) {
+			p := newPair(t, conn, opts{fabric: func(f *loopback.Fabric) {
+				if _, err := f.AddFault(loopback.Fault{Kind: loopback.FailPost}); err != nil {
+					t.Fatal(err)
+				}
+			}})
+			id := "fail-1"
+			var resp *http.Response
+			var body []byte
+			if conn == server.ConnPull {
+				kv := p.complete(t, p.prefill.URL(), id, with(req(prompt, 1), "kv_transfer_params", map[string]any{"do_remote_decode": true})).KVTransferParams
+				resp, body = p.post(t, p.decode.URL(), id, with(req(prompt, 4), "kv_transfer_params", kv))
+			} else {
+				info := p.prefill.Info()
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					resp, body = p.post(t, p.decode.URL(), id, with(req(prompt, 4), "kv_transfer_params", map[string]any{"do_remote_prefill": true,
+						"remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost, "remote_port": info.SideChannelPort,
+						"tp_size": info.TPSize, "pp_size": 1, "transfer_mode": "push", "transfer_id": "tf"}))
+				}()
+				eventually(t, "decode registered", func() bool { return p.decode.Stats().Waiting == 1 })
+				p.complete(t, p.prefill.URL(), id, with(req(prompt, 1), "kv_transfer_params",
+					map[string]any{"do_remote_decode": true, "transfer_mode": "push", "transfer_id": "tf"}))
+				<-done
+			}
+			if resp.StatusCode != 500 || !strings.Contains(string(body), "KV transfer failed") || !strings.Contains(string(body), `"type":"server_error"`) {
+				t.Errorf("decode answered %d %s", resp.StatusCode, body)
+			}
+			eventually(t, "decode blocks free", func() bool { return p.decode.Stats().BlocksInUse == 0 })
+			if st := p.decode.Stats(); st.RequestsFailed != 1 {
+				t.Errorf("decode stats %+v", st)
+			}
+			// Pull: prefill's hold ends at its lease (30 s); Close releases it.
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			p.prefill.Close(ctx)
+		})
 	}
 }
