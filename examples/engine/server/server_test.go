@@ -36,7 +36,9 @@ type opts struct {
 	inline  bool
 	// decodeBlocks is decode's NumBlocks (default 256).
 	decodeBlocks int
-	fabric       func(*loopback.Fabric)
+	// prefillTP and decodeTP override tiny's TP 2.
+	prefillTP, decodeTP int
+	fabric              func(*loopback.Fabric)
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -52,6 +54,11 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 	mk := func(role string) *server.Server {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
 			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline}
+		if role == server.RolePrefill {
+			cfg.TPSize = o.prefillTP
+		} else {
+			cfg.TPSize = o.decodeTP
+		}
 		if role == server.RolePrefill {
 			cfg.KVHook = o.hook
 		} else if o.decodeBlocks > 0 {
@@ -271,10 +278,15 @@ func TestKVCorruption(t *testing.T) {
 			if got := p.disagg(t, "good-1", req(prompt, 6)).Choices[0].Text; got != want {
 				t.Fatalf("good request: %q, want %q", got, want)
 			}
+			// 25 tokens: 2 blocks x 4 regions x 2 heads x 16 tokens x 16 bytes, 2 ranks.
+			const perRequest = 2 * 4 * 2 * 16 * 16 * 2
+			if st := p.decode.Stats(); st.KVBytesVerified != perRequest {
+				t.Errorf("verified %d bytes, want %d", st.KVBytesVerified, perRequest)
+			}
 			if got := p.disagg(t, "bad-1", req(prompt, 6)).Choices[0].Text; got == want {
 				t.Errorf("corrupted KV gave the same text %q", got)
 			}
-			if st := p.decode.Stats(); st.KVVerifyFailures != 1 || st.RequestsDone != 3 {
+			if st := p.decode.Stats(); st.KVVerifyFailures != 1 || st.RequestsDone != 3 || st.KVBytesVerified != 2*perRequest-16 {
 				t.Errorf("decode stats %+v, want 1 verify failure", st)
 			}
 			idle(t, p)
@@ -679,6 +691,27 @@ func TestTransferFailure(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			p.prefill.Close(ctx)
+		})
+	}
+}
+
+// Prefill and decode of other TP sizes: the KV content does not depend on
+// how heads are split, so the text is the same.
+func TestHeterogeneousTP(t *testing.T) {
+	for _, tc := range []struct {
+		conn     string
+		ptp, dtp int
+	}{{server.ConnPull, 2, 1}, {server.ConnPull, 1, 4}, {server.ConnPush, 2, 1}, {server.ConnPush, 1, 2}} {
+		t.Run(fmt.Sprintf("%s/%d-%d", tc.conn, tc.ptp, tc.dtp), func(t *testing.T) {
+			p := newPair(t, tc.conn, opts{prefillTP: tc.ptp, decodeTP: tc.dtp})
+			want := p.complete(t, p.prefill.URL(), "", req(prompt, 5)).Choices[0].Text
+			if got := p.disagg(t, "h-1", req(prompt, 5)).Choices[0].Text; got != want {
+				t.Errorf("text %q, want %q", got, want)
+			}
+			if st := p.decode.Stats(); st.KVVerifyFailures != 0 || st.KVBytesVerified != 2*4*4*16*16 {
+				t.Errorf("decode stats %+v", st)
+			}
+			idle(t, p)
 		})
 	}
 }
