@@ -87,6 +87,13 @@ type Config struct {
 	// KV buffer, l describes it). requestID is the engine's id (X-Request-Id
 	// + "-" + 8 hex digits).
 	KVHook func(requestID string, rank int, l descriptors.Layout, blocks []int, mem []byte)
+	// FailurePolicy (decode) is what a failed KV load does: "fail" (the
+	// default, vLLM's: the request answers 500) or "recompute" (the engine
+	// prefills the prompt itself, vLLM's kv_load_failure_policy=recompute).
+	FailurePolicy string
+	// Lease (prefill) is how long finished blocks wait for decode (default:
+	// the connector's, 30 s).
+	Lease time.Duration
 	// ConnLogger is passed to the connectors (default: none, so that tests
 	// do not get the periodic metrics line).
 	ConnLogger *zap.Logger
@@ -221,6 +228,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PrefillTokenBudget <= 0 {
 		c.PrefillTokenBudget = DefaultPrefillTokenBudget
+	}
+	switch c.FailurePolicy {
+	case "":
+		c.FailurePolicy = "fail"
+	case "fail", "recompute":
+	default:
+		return c, fmt.Errorf("engine: Config.FailurePolicy is %q, want \"fail\" or \"recompute\"", c.FailurePolicy)
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System{}

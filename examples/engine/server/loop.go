@@ -62,6 +62,8 @@ type request struct {
 	started      []bool // decode: ranks whose Load/Register was accepted
 	ranksLeft    int
 	loadErr      error
+	refused      bool // a rank refused the load: no recompute
+	ranksAborted bool
 	aborting     bool      // the loop ended the load; the connector's results free the blocks
 	abortErr     *apiError // what to answer then (nil: the client is gone)
 	checksum     uint64
@@ -257,12 +259,13 @@ func (l *loop) startLoad(r *request) {
 			if r.loadErr == nil {
 				r.loadErr = fmt.Errorf("rank %d: %w", i, err)
 			}
+			r.refused = true
 			continue
 		}
 		r.started[i] = true
 	}
 	if r.loadErr != nil {
-		l.abortLoad(r, l.loadError(r.loadErr))
+		l.abortRanks(r)
 	}
 	if r.ranksLeft == 0 {
 		l.loadEnded(r)
@@ -276,12 +279,22 @@ func (l *loop) loadError(err error) *apiError {
 	return &apiError{http.StatusInternalServerError, "server_error", "KV transfer failed: " + err.Error()}
 }
 
-// abortLoad ends a load early; its blocks come back with the ranks' results.
+// abortLoad ends a load early for good; its blocks come back with the
+// ranks' results.
 func (l *loop) abortLoad(r *request, answer *apiError) {
 	if r.aborting {
 		return
 	}
 	r.aborting, r.abortErr = true, answer
+	l.abortRanks(r)
+}
+
+// abortRanks ends the load on every rank still loading it.
+func (l *loop) abortRanks(r *request) {
+	if r.ranksAborted {
+		return
+	}
+	r.ranksAborted = true
 	for i, c := range l.s.conss {
 		if r.started[i] {
 			if err := c.abort(r.engID); err != nil {
@@ -303,7 +316,7 @@ func (l *loop) pollConnectors() {
 			r.ranksLeft--
 			if res.err != nil && r.loadErr == nil {
 				r.loadErr = fmt.Errorf("rank %d: %w", i, res.err)
-				l.abortLoad(r, l.loadError(r.loadErr))
+				l.abortRanks(r)
 			}
 			if r.ranksLeft == 0 {
 				l.loadEnded(r)
@@ -339,6 +352,11 @@ func (l *loop) loadEnded(r *request) {
 		} else {
 			l.gone(r)
 		}
+	case r.loadErr != nil && !r.refused && l.s.cfg.FailurePolicy == "recompute":
+		l.s.st.recomputed.Add(1)
+		l.s.log.Warn("KV load failed: recomputing the prompt", zap.String("request_id", r.engID), zap.Error(r.loadErr))
+		r.state = stPrefill
+		l.prefillQ = append(l.prefillQ, r)
 	case r.loadErr != nil:
 		l.release(r)
 		l.fail(r, l.loadError(r.loadErr))

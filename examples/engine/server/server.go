@@ -53,6 +53,7 @@ type Stats struct {
 	RequestsAborted  uint64 // the client went away first
 	KVBytesVerified  uint64 // decode: KV bytes that matched the prompt's pattern
 	KVVerifyFailures uint64 // decode: requests with at least one wrong KV byte
+	KVRecomputed     uint64 // decode: failed loads prefilled locally (FailurePolicy "recompute")
 	BlocksInUse      int    // KV blocks allocated (per rank; ranks allocate alike)
 	Running          int    // prefilling or decoding
 	Waiting          int    // queued for blocks, or waiting for their KV
@@ -86,8 +87,8 @@ type Server struct {
 	active   atomic.Int64 // completion handlers running
 
 	st struct {
-		done, failed, aborted, verified, verifyFail atomic.Uint64
-		blocks, running, waiting                    atomic.Int64
+		done, failed, aborted, verified, verifyFail, recomputed atomic.Uint64
+		blocks, running, waiting                                atomic.Int64
 	}
 	reg  *prometheus.Registry
 	prom promMetrics
@@ -153,25 +154,27 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		switch {
 		case pullE != nil && cfg.Role == RolePrefill:
-			p, err := pullconn.NewProducer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog})
+			p, err := pullconn.NewProducer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Lease: cfg.Lease})
 			if err != nil {
 				return nil, err
 			}
 			s.prods = append(s.prods, pullProducer{p})
 		case pullE != nil:
-			c, err := pullconn.NewConsumer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Inline: cfg.Inline})
+			c, err := pullconn.NewConsumer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Inline: cfg.Inline,
+				FailurePolicy: pullconn.Policy(cfg.FailurePolicy)})
 			if err != nil {
 				return nil, err
 			}
 			s.conss = append(s.conss, pullConsumer{c})
 		case cfg.Role == RolePrefill:
-			p, err := pushconn.NewProducer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog})
+			p, err := pushconn.NewProducer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Lease: cfg.Lease})
 			if err != nil {
 				return nil, err
 			}
 			s.prods = append(s.prods, pushProducer{p})
 		default:
-			c, err := pushconn.NewConsumer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog})
+			c, err := pushconn.NewConsumer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog,
+				FailurePolicy: pushconn.Policy(cfg.FailurePolicy)})
 			if err != nil {
 				return nil, err
 			}
@@ -216,7 +219,7 @@ func (s *Server) Info() Info { return s.info }
 // Stats returns a snapshot of the engine's counters.
 func (s *Server) Stats() Stats {
 	return Stats{RequestsDone: s.st.done.Load(), RequestsFailed: s.st.failed.Load(), RequestsAborted: s.st.aborted.Load(),
-		KVBytesVerified: s.st.verified.Load(), KVVerifyFailures: s.st.verifyFail.Load(),
+		KVBytesVerified: s.st.verified.Load(), KVVerifyFailures: s.st.verifyFail.Load(), KVRecomputed: s.st.recomputed.Load(),
 		BlocksInUse: int(s.st.blocks.Load()), Running: int(s.st.running.Load()), Waiting: int(s.st.waiting.Load())}
 }
 

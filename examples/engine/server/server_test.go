@@ -39,6 +39,7 @@ type opts struct {
 	// prefillTP and decodeTP override tiny's TP 2.
 	prefillTP, decodeTP int
 	fabric              func(*loopback.Fabric)
+	policy              string
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -53,7 +54,7 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 	newAgent := func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }
 	mk := func(role string) *server.Server {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
-			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline}
+			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy}
 		if role == server.RolePrefill {
 			cfg.TPSize = o.prefillTP
 		} else {
@@ -653,9 +654,11 @@ func TestPrefillClientGone(t *testing.T) {
 
 // A transfer that fails: decode answers 500 and frees its blocks.
 func TestTransferFailure(t *testing.T) {
-	for _, conn := range []string{server.ConnPull, server.ConnPush} {
-		t.Run(conn, func(t *testing.T) {
-			p := newPair(t, conn, opts{fabric: func(f *loopback.Fabric) {
+	for _, tc := range []struct{ conn, policy string }{
+		{server.ConnPull, "fail"}, {server.ConnPush, "fail"}, {server.ConnPull, "recompute"}, {server.ConnPush, "recompute"}} {
+		conn := tc.conn
+		t.Run(conn+"/"+tc.policy, func(t *testing.T) {
+			p := newPair(t, conn, opts{policy: tc.policy, fabric: func(f *loopback.Fabric) {
 				if _, err := f.AddFault(loopback.Fault{Kind: loopback.FailPost}); err != nil {
 					t.Fatal(err)
 				}
@@ -680,12 +683,24 @@ func TestTransferFailure(t *testing.T) {
 					map[string]any{"do_remote_decode": true, "transfer_mode": "push", "transfer_id": "tf"}))
 				<-done
 			}
-			if resp.StatusCode != 500 || !strings.Contains(string(body), "KV transfer failed") || !strings.Contains(string(body), `"type":"server_error"`) {
-				t.Errorf("decode answered %d %s", resp.StatusCode, body)
-			}
 			eventually(t, "decode blocks free", func() bool { return p.decode.Stats().BlocksInUse == 0 })
-			if st := p.decode.Stats(); st.RequestsFailed != 1 {
-				t.Errorf("decode stats %+v", st)
+			if tc.policy == "recompute" {
+				var c completion
+				json.Unmarshal(body, &c)
+				want := p.complete(t, p.decode.URL(), "", req(prompt, 4)).Choices[0].Text
+				if resp.StatusCode != 200 || c.Choices[0].Text != want {
+					t.Errorf("decode answered %d %s, want text %q", resp.StatusCode, body, want)
+				}
+				if st := p.decode.Stats(); st.KVRecomputed != 1 || st.RequestsFailed != 0 {
+					t.Errorf("decode stats %+v", st)
+				}
+			} else {
+				if resp.StatusCode != 500 || !strings.Contains(string(body), "KV transfer failed") || !strings.Contains(string(body), `"type":"server_error"`) {
+					t.Errorf("decode answered %d %s", resp.StatusCode, body)
+				}
+				if st := p.decode.Stats(); st.RequestsFailed != 1 {
+					t.Errorf("decode stats %+v", st)
+				}
 			}
 			// Pull: prefill's hold ends at its lease (30 s); Close releases it.
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
