@@ -79,6 +79,8 @@ func run(args []string) error {
 	sidePortS := fs.String("side-channel-port", envOr("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "side channel port ($VLLM_NIXL_SIDE_CHANNEL_PORT)")
 	maxBatch := fs.Int("max-num-seqs", server.DefaultMaxBatch, "decode batch size limit")
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
+	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
+	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long in-flight requests may finish")
 	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
 	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin")
@@ -158,7 +160,8 @@ func run(args []string) error {
 	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
 		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
-		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log}
+		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
+		FailurePolicy: *policy, Lease: *lease}
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
 	}
