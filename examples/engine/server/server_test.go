@@ -730,3 +730,31 @@ func TestHeterogeneousTP(t *testing.T) {
 		})
 	}
 }
+
+// A decode client that leaves while its KV is on its way: every rank aborts,
+// the blocks come back when the connector says so.
+func TestDecodeClientGoneWhileLoading(t *testing.T) {
+	p := newPair(t, server.ConnPush, opts{})
+	info := p.prefill.Info()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := json.Marshal(with(req(prompt, 4), "kv_transfer_params", map[string]any{"do_remote_prefill": true,
+		"remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost, "remote_port": info.SideChannelPort,
+		"tp_size": info.TPSize, "pp_size": 1, "transfer_mode": "push", "transfer_id": "never"}))
+	hr, _ := http.NewRequestWithContext(ctx, "POST", p.decode.URL()+"/v1/completions", bytes.NewReader(b))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.client.Do(hr)
+		errc <- err
+	}()
+	eventually(t, "decode registered", func() bool { return p.decode.Stats().Waiting == 1 && p.decode.Stats().BlocksInUse > 0 })
+	cancel()
+	if err := <-errc; err == nil {
+		t.Error("the request outlived its context")
+	}
+	idle(t, p)
+	eventually(t, "the abort counted", func() bool { return p.decode.Stats().RequestsAborted == 1 })
+	if st := p.decode.Stats(); st.Waiting != 0 || st.RequestsFailed != 0 {
+		t.Errorf("decode stats %+v", st)
+	}
+}
