@@ -7,17 +7,17 @@ import (
 	"os"
 
 	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
-// agentFactory returns a factory of NIXL agents with the UCX backend over
-// shared memory (every agent lives in this process), progressed by the
-// connectors' pollers.
-func agentFactory() (func(name string) (nixl.Agent, error), string) {
+// agents returns the factory of one stack's agents: NIXL agents with the
+// UCX backend (the link model does not apply), over loopback devices.
+func agents(loopback.TransferModel) (func(name string) (nixl.Agent, error), func(), string, error) {
 	if _, set := os.LookupEnv("UCX_NET_DEVICES"); !set {
 		os.Setenv("UCX_NET_DEVICES", "lo")
 	}
 	run := os.Getpid()
-	return func(name string) (nixl.Agent, error) {
+	newAgent := func(name string) (nixl.Agent, error) {
 		a, err := nixl.New(fmt.Sprintf("disagg-%d-%s", run, name), nixl.Config{})
 		if err != nil {
 			return nil, err
@@ -27,5 +27,6 @@ func agentFactory() (func(name string) (nixl.Agent, error), string) {
 			return nil, fmt.Errorf("create UCX backend for %s: %w", name, err)
 		}
 		return a, nil
-	}, "NIXL (UCX)"
+	}
+	return newAgent, func() {}, "NIXL (UCX)", nil
 }

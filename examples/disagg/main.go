@@ -1,84 +1,201 @@
-// Command disagg runs one prefill and one decode engine, two TP ranks each,
-// in one process, and pushes the same batch of requests through the pull
-// connector and through the push connector. For each mode it prints the
-// requests done, the bytes moved and verified on decode, and the p50/p99
-// critical path: from RequestFinished on prefill to the result on decode.
+// Command disagg is the main job: it runs the reference serving stack in one
+// process — one prefill engine and one decode engine (examples/engine), TP 2
+// each, and the P/D proxy (examples/proxy), all on 127.0.0.1 over real HTTP
+// — and sends a short batch of streaming completions through the proxy for
+// pull, pull with READs posted on the engine loop (vLLM today) and push. Per
+// mode it prints the requests done, the KV bytes verified on decode and the
+// time to first token and per output token the client saw.
 //
-// By default the agents are loopback agents on a modeled link; built with
-// -tags nixl they are NIXL agents with the UCX backend.
+// Without the nixl build tag the agents are loopback agents on a modeled
+// link (so the engines share this process); with -tags nixl they are NIXL
+// agents over UCX. -serve keeps one stack running, the proxy on
+// 127.0.0.1:8192, for other clients.
 //
 //	go run ./examples/disagg
-//	go run ./examples/disagg -requests 500 -rate 2000 -link instant
+//	go run ./examples/disagg -serve -connector push
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/gonixl/gonixl/examples/critbench"
+	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
+// demoModel is a small KV geometry so the demo fills and verifies real
+// bytes quickly: 4 layers, 4 KV heads of 64 bf16 values, 16-token blocks.
+var demoModel = server.ModelSpec{Name: "demo-4l", Layers: 4, KVHeads: 4, HeadDim: 64, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2}
+
+// demoCompute is a compute model of the order of a small model on one GPU:
+// prefill 2 ms + 10 µs per token, a decode step 4 ms + 50 µs per sequence.
+var demoCompute = server.ComputeModel{PrefillBase: 2 * time.Millisecond, PrefillPerToken: 10 * time.Microsecond,
+	DecodeBase: 4 * time.Millisecond, DecodePerSeq: 50 * time.Microsecond}
+
+type options struct {
+	modes       []string
+	requests    int
+	rate        float64
+	promptWords int
+	maxTokens   int
+	link        string
+	serve       bool
+	connector   string
+	served      string
+	port        int
+	out         io.Writer
+}
+
 func main() {
-	requests := flag.Int("requests", 200, "requests per mode")
-	rate := flag.Float64("rate", 1000, "arrival rate, requests per second (0: all at once)")
-	prefill := flag.Duration("prefill-time", 2*time.Millisecond, "simulated prefill compute per request (push registers before it)")
-	handoff := flag.Duration("handoff", time.Millisecond, "pull only: prefill's answer to decode's Load (proxy round trip + decode scheduling)")
-	link := flag.String("link", "modeled", `loopback link: "instant" or "modeled" (2 GB/s per link + 50us)`)
-	inline := flag.Bool("inline", false, "also run pull with READs posted on the engine loop (vLLM today)")
+	var o options
+	modes := flag.String("modes", "pull,pull-inline,push", "modes to run, in order")
+	flag.IntVar(&o.requests, "requests", 32, "requests per mode")
+	flag.Float64Var(&o.rate, "rate", 16, "Poisson arrival rate, requests per second (0: all at once)")
+	flag.IntVar(&o.promptWords, "prompt-tokens", 512, "prompt length in tokens (one word each)")
+	flag.IntVar(&o.maxTokens, "max-tokens", 32, "output tokens per request")
+	flag.StringVar(&o.link, "link", "modeled", `loopback link: "instant" or "modeled" (2 GB/s per link + 50us)`)
+	flag.BoolVar(&o.serve, "serve", false, "keep one stack running (proxy on 127.0.0.1:-port) until interrupted")
+	flag.StringVar(&o.connector, "connector", "pull", "-serve: pull, pull-inline or push")
+	flag.StringVar(&o.served, "served-model-name", demoModel.Name, "the model name clients send (vLLM's flag)")
+	flag.IntVar(&o.port, "port", 8192, "-serve: the proxy's port")
 	flag.Parse()
-	if err := run(*requests, *rate, *prefill, *handoff, *link, *inline); err != nil {
+	o.modes = strings.Split(*modes, ",")
+	o.out = os.Stdout
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "disagg:", err)
 		os.Exit(1)
 	}
 }
 
-func run(requests int, rate float64, prefill, handoff time.Duration, link string, inline bool) error {
-	var model loopback.TransferModel
-	switch link {
+func (o options) stackConfig(mode string) (stackConfig, error) {
+	cfg := stackConfig{mode: mode, model: demoModel, compute: demoCompute, served: o.served, tp: 2, numBlocks: 4096, proxyAddr: "127.0.0.1:0"}
+	switch o.link {
 	case "instant":
+		cfg.link = loopback.Instant()
 	case "modeled":
-		model = loopback.Bandwidth(2e9, 50*time.Microsecond)
+		cfg.link = loopback.Bandwidth(2e9, 50*time.Microsecond)
 	default:
-		return fmt.Errorf(`-link is %q, want "instant" or "modeled"`, link)
+		return cfg, fmt.Errorf(`-link is %q, want "instant" or "modeled"`, o.link)
 	}
-	newAgent, agents := agentFactory()
-	if newAgent == nil {
-		agents += " (" + model.String() + ")"
+	return cfg, nil
+}
+
+func run(ctx context.Context, o options) error {
+	if o.serve {
+		return serve(ctx, o)
 	}
-	fmt.Printf("1 prefill + 1 decode engine, TP 2 each; agents: %s; %d requests at %g/s, %v of prefill each, pull handoff %v\n\n",
-		agents, requests, rate, prefill, handoff)
-	modes := []critbench.Mode{critbench.Pull, critbench.Push}
-	if inline {
-		modes = []critbench.Mode{critbench.Pull, critbench.PullInline, critbench.Push}
+	type row struct {
+		mode     string
+		done     int
+		verified uint64
+		bad      uint64
+		ttft     []time.Duration
+		tpot     []time.Duration
+		firstErr error
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tdone\tbytes moved\tbytes verified\tcritical p50\tcritical p99\t")
-	p50 := map[critbench.Mode]time.Duration{}
-	for _, m := range modes {
-		rep, err := critbench.Run(context.Background(), critbench.Config{
-			Mode: m, PrefillTP: 2, DecodeTP: 2, Requests: requests, Rate: rate,
-			PrefillTime: prefill, Handoff: handoff, Link: model, NewAgent: newAgent,
-		})
+	var rows []row
+	kind := ""
+	for _, mode := range o.modes {
+		cfg, err := o.stackConfig(mode)
 		if err != nil {
-			return fmt.Errorf("%s: %w", m, err)
+			return err
 		}
-		if rep.Failed > 0 {
-			return fmt.Errorf("%s: %d requests failed, first: %v", m, rep.Failed, rep.FirstError)
+		s, err := startStack(cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode, err)
 		}
-		p50[m] = rep.Critical.P50
-		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%v\t%v\t\n", m, rep.Done, requests, rep.BytesMoved, rep.BytesVerified,
-			rep.Critical.P50.Round(time.Microsecond), rep.Critical.P99.Round(time.Microsecond))
+		kind = s.agentKind
+		// One request first: handshakes and connections are not what the
+		// table measures.
+		warm := load(ctx, s.url(), o.served, 1, 0, 8, 2, 99)
+		r := row{mode: mode}
+		if warm[0].err != nil {
+			r.firstErr = fmt.Errorf("warm-up: %w", warm[0].err)
+		}
+		before := s.decode.Stats()
+		for _, smp := range load(ctx, s.url(), o.served, o.requests, o.rate, o.promptWords, o.maxTokens, 1) {
+			if smp.err != nil {
+				if r.firstErr == nil {
+					r.firstErr = smp.err
+				}
+				continue
+			}
+			r.done++
+			r.ttft = append(r.ttft, smp.ttft)
+			r.tpot = append(r.tpot, smp.tpot)
+		}
+		after := s.decode.Stats()
+		r.verified = after.KVBytesVerified - before.KVBytesVerified
+		r.bad = after.KVVerifyFailures - before.KVVerifyFailures
+		rows = append(rows, r)
+		if err := s.close(); err != nil {
+			return fmt.Errorf("%s: close: %w", mode, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
-	if err := tw.Flush(); err != nil {
+	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (TP 2 each, model %s), agents: %s, link %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
+		demoModel.Name, kind, o.link, o.requests, o.rate, o.promptWords, o.maxTokens)
+	tw := tabwriter.NewWriter(o.out, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tdone\tKV bytes verified\tKV mismatches\tTTFT p50\tTTFT p99\tTPOT p50\tTPOT p99\t")
+	var errs []error
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%v\t%v\t%v\t%v\t\n", r.mode, r.done, o.requests, r.verified, r.bad,
+			ms(percentile(r.ttft, 50)), ms(percentile(r.ttft, 99)), ms(percentile(r.tpot, 50)), ms(percentile(r.tpot, 99)))
+		if r.firstErr != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.mode, r.firstErr))
+		}
+		if r.bad > 0 {
+			errs = append(errs, fmt.Errorf("%s: %d KV mismatches on decode", r.mode, r.bad))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(o.out, "\nThe same stack as three processes (NIXL agents: -tags nixl; loopback agents cannot cross processes):")
+	for _, c := range threeCommands("pull") {
+		fmt.Fprintln(o.out, "  "+c)
+	}
+	return errors.Join(errs...)
+}
+
+func ms(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+
+// serve runs one stack with the proxy on 127.0.0.1:port until ctx ends.
+func serve(ctx context.Context, o options) error {
+	cfg, err := o.stackConfig(o.connector)
+	if err != nil {
 		return err
 	}
-	if p50[critbench.Pull] > 0 {
-		fmt.Printf("\npush/pull critical-path p50: %.2f\n", float64(p50[critbench.Push])/float64(p50[critbench.Pull]))
+	cfg.proxyAddr = fmt.Sprintf("127.0.0.1:%d", o.port)
+	s, err := startStack(cfg)
+	if err != nil {
+		return err
 	}
-	return nil
+	fmt.Fprintf(o.out, "serving %s on %s (model %q; prefill %s, decode %s); Ctrl-C to stop\n", o.connector, s.url(), o.served, s.prefill.URL(), s.decode.URL())
+	fmt.Fprintf(o.out, "  curl -s %s/v1/completions -H 'Content-Type: application/json' -d '{\"model\":%q,\"prompt\":\"hello world\",\"max_tokens\":8}'\n", s.url(), o.served)
+	<-ctx.Done()
+	return s.close()
+}
+
+// threeCommands are the command lines that run the demo's stack as three
+// processes.
+func threeCommands(connector string) []string {
+	model := fmt.Sprintf("-model qwen2.5-7b -layers %d -kv-heads %d -head-dim %d -tp %d -served-model-name %s",
+		demoModel.Layers, demoModel.KVHeads, demoModel.HeadDim, demoModel.TPSize, demoModel.Name)
+	return []string{
+		fmt.Sprintf("go run -tags nixl ./examples/engine -role prefill -connector %s %s -port 8100 -side-channel-port 5600", connector, model),
+		fmt.Sprintf("go run -tags nixl ./examples/engine -role decode -connector %s %s -port 8200 -side-channel-port 5601", connector, model),
+		"go run ./examples/proxy -prefill 127.0.0.1:8100 -decode 127.0.0.1:8200 -port 8192",
+	}
 }
