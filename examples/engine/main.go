@@ -191,7 +191,8 @@ func run(args []string) error {
 // agentFactory returns how to make each rank's agent.
 func agentFactory(kind, backend string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
 	native := func(name string) (nixl.Agent, error) {
-		a, err := nixl.New(name, nixl.Config{})
+		// LIBFABRIC makes progress only on NIXL's own progress thread.
+		a, err := nixl.New(name, nixl.Config{ProgressThread: strings.EqualFold(backend, "LIBFABRIC")})
 		if err != nil {
 			return nil, err
 		}

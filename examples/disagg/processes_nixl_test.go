@@ -1,0 +1,195 @@
+//go:build nixl
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The three programs as separate processes over NIXL, as a user runs them:
+// prefill and decode engines (examples/engine) and the proxy
+// (examples/proxy), on 127.0.0.1, for each connector and backend. Every
+// completion's text is checked against the same prompt served locally by
+// the decode engine (the text is derived from the KV bytes decode holds),
+// and decode's log must report no KV mismatch.
+func TestThreeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts processes")
+	}
+	bin := t.TempDir()
+	for _, p := range []string{"engine", "proxy"} {
+		out, err := exec.Command("go", "build", "-tags", "nixl", "-o", filepath.Join(bin, p), "../"+p).CombinedOutput()
+		require.NoError(t, err, "build %s: %s", p, out)
+	}
+	for _, tc := range []struct{ backend, connector string }{{"UCX", "pull"}, {"UCX", "push"}, {"LIBFABRIC", "pull"}} {
+		t.Run(tc.backend+"/"+tc.connector, func(t *testing.T) {
+			runThreeProcesses(t, bin, tc.backend, tc.connector)
+		})
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func start(t *testing.T, bin, name string, env []string, args ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(filepath.Join(bin, name), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	require.NoError(t, cmd.Start())
+	p := &proc{cmd: cmd, log: logPath}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }() //nolint:errcheck
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		f.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("%s log:\n%s", name, b)
+		}
+	})
+	return p
+}
+
+func waitHealthy(t *testing.T, url string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "%s never healthy", url)
+}
+
+func runThreeProcesses(t *testing.T, bin, backend, connector string) {
+	env := []string{"UCX_NET_DEVICES=lo", "FI_TCP_IFACE=lo", "FI_SOCKETS_IFACE=lo", "NIXL_LOG_LEVEL=ERROR", "UCX_LOG_LEVEL=error", "UCX_ERROR_SIGNALS="}
+	model := []string{"-model", "qwen2.5-7b", "-layers", "4", "-head-dim", "64", "-tp", "2", "-num-blocks", "256",
+		"-served-model-name", demoModel.Name, "-agent", "nixl", "-nixl-backend", backend, "-connector", connector, "-connector-log=false"}
+	pHTTP, dHTTP, pSide, dSide, proxyPort := freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
+	prefill := start(t, bin, "engine", env, append(model, "-role", "prefill", "-engine-id", "prefill-p", "-port", strconv.Itoa(pHTTP), "-side-channel-port", strconv.Itoa(pSide))...)
+	decode := start(t, bin, "engine", env, append(model, "-role", "decode", "-engine-id", "decode-p", "-port", strconv.Itoa(dHTTP), "-side-channel-port", strconv.Itoa(dSide))...)
+	waitHealthy(t, fmt.Sprintf("http://127.0.0.1:%d/health", pHTTP))
+	waitHealthy(t, fmt.Sprintf("http://127.0.0.1:%d/health", dHTTP))
+	start(t, bin, "proxy", env, "-port", strconv.Itoa(proxyPort), "-connector", connector,
+		"-prefill", fmt.Sprintf("127.0.0.1:%d", pHTTP), "-decode", fmt.Sprintf("127.0.0.1:%d", dHTTP))
+	proxyURL := fmt.Sprintf("http://127.0.0.1:%d", proxyPort)
+	waitHealthy(t, proxyURL+"/healthcheck")
+
+	ctx := context.Background()
+	const n = 6
+	got := load(ctx, proxyURL, demoModel.Name, n, 0, 48, 6, 5)
+	local := load(ctx, fmt.Sprintf("http://127.0.0.1:%d", dHTTP), demoModel.Name, n, 0, 48, 6, 5) // no kv_transfer_params: served locally
+	for i := range got {
+		require.NoError(t, got[i].err, "through the proxy")
+		require.NoError(t, local[i].err, "locally")
+		assert.Equal(t, local[i].text, got[i].text, "request %d: the text follows from the KV decode holds", i)
+	}
+	// The KV went through NIXL: decode's READs (pull) or prefill's WRITEs
+	// (push) are in that engine's metrics.
+	mover := dHTTP
+	if connector == "push" {
+		mover = pHTTP
+	}
+	moved := transfers(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", mover))
+	assert.GreaterOrEqual(t, moved, float64(n))
+	t.Logf("%s %s: %d completions through the proxy, text equal to local runs; %v NIXL transfers on the %s engine", backend, connector, n, moved, map[bool]string{true: "prefill", false: "decode"}[connector == "push"])
+	if backend == "LIBFABRIC" {
+		for _, p := range []*proc{prefill, decode} {
+			addrs := tcpAddrs(t, p.cmd.Process.Pid)
+			t.Logf("engine pid %d TCP sockets: %v", p.cmd.Process.Pid, addrs)
+			for _, a := range addrs {
+				assert.True(t, strings.HasPrefix(a, "127.0.0.1:") || a == "0.0.0.0:0", "engine pid %d uses %s: LIBFABRIC must stay on loopback", p.cmd.Process.Pid, a)
+			}
+		}
+	}
+}
+
+// tcpAddrs returns the local and remote IPv4 addresses of pid's TCP sockets
+// (from /proc: its socket inodes, matched in its /proc/<pid>/net/tcp).
+func tcpAddrs(t *testing.T, pid int) []string {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	require.NoError(t, err)
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	require.NoError(t, err)
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 10 || !inodes[fields[9]] {
+			continue
+		}
+		for _, hexAddr := range fields[1:3] {
+			out = append(out, decodeProcAddr(hexAddr))
+		}
+	}
+	require.NotEmpty(t, out, "pid %d has no TCP socket", pid)
+	return out
+}
+
+func decodeProcAddr(s string) string {
+	ipHex, portHex, _ := strings.Cut(s, ":")
+	ip, _ := strconv.ParseUint(ipHex, 16, 32)
+	port, _ := strconv.ParseUint(portHex, 16, 16)
+	return fmt.Sprintf("%d.%d.%d.%d:%d", ip&0xff, ip>>8&0xff, ip>>16&0xff, ip>>24, port)
+}
+
+// transfers sums vllm:nixl_xfer_time_seconds_count over an engine's ranks.
+func transfers(t *testing.T, url string) float64 {
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "vllm:nixl_xfer_time_seconds_count") {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			require.NoError(t, err)
+			sum += v
+		}
+	}
+	return sum
+}
