@@ -146,8 +146,12 @@ func run(ctx context.Context, o options) error {
 			return ctx.Err()
 		}
 	}
-	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (TP 2 each, model %s), agents: %s, link %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
-		demoModel.Name, kind, o.link, o.requests, o.rate, o.promptWords, o.maxTokens)
+	agentsText := kind
+	if kind == "loopback" {
+		agentsText += " (link " + o.link + ")"
+	}
+	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (TP 2 each, model %s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
+		demoModel.Name, agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
 	tw := tabwriter.NewWriter(o.out, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tdone\tKV bytes verified\tKV mismatches\tTTFT p50\tTTFT p99\tTPOT p50\tTPOT p99\t")
 	var errs []error
