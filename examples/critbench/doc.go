@@ -3,6 +3,7 @@
 // process, and measures what the engines see: the critical path from
 // RequestFinished on prefill to the request's result on decode, and the
 // time the engine loops spend inside connector calls. Its benchmarks put
-// pull and push side by side in one run, and examples/disagg prints the
-// same report; both use one harness so the figures compare like with like.
+// pull and push side by side in one run, with one harness so the figures
+// compare like with like. (examples/disagg measures the same modes through
+// the whole serving stack, over HTTP.)
 package critbench
