@@ -83,7 +83,8 @@ func run(args []string) error {
 	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long in-flight requests may finish")
 	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
-	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin")
+	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin (UCX, LIBFABRIC)")
+	backendParams := fs.String("nixl-backend-params", "", `backend parameters, key=value,... (UCX default: ucx_error_handling_mode=none)`)
 	logLevel := fs.String("log-level", "info", "debug, info, warn, error")
 	connLog := fs.Bool("connector-log", true, `log the connectors' warnings and "KV Transfer metrics:" lines`)
 	if err := fs.Parse(args); err != nil {
@@ -152,7 +153,11 @@ func run(args []string) error {
 		}
 	}
 
-	newAgent, kind, closeAgents, err := agentFactory(*agentKind, *backend, log)
+	params, err := parseParams(*backendParams)
+	if err != nil {
+		return err
+	}
+	newAgent, kind, closeAgents, err := agentFactory(*agentKind, *backend, params, log)
 	if err != nil {
 		return err
 	}
@@ -189,15 +194,15 @@ func run(args []string) error {
 }
 
 // agentFactory returns how to make each rank's agent.
-func agentFactory(kind, backend string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
+func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
 	native := func(name string) (nixl.Agent, error) {
 		// LIBFABRIC makes progress only on NIXL's own progress thread.
 		a, err := nixl.New(name, nixl.Config{ProgressThread: strings.EqualFold(backend, "LIBFABRIC")})
 		if err != nil {
 			return nil, err
 		}
-		var params map[string]string
-		if strings.EqualFold(backend, "UCX") {
+		params := given
+		if params == nil && strings.EqualFold(backend, "UCX") {
 			params = map[string]string{"ucx_error_handling_mode": "none"}
 		}
 		if err := a.CreateBackend(backend, params); err != nil {
@@ -230,4 +235,21 @@ func agentFactory(kind, backend string, log *zap.Logger) (func(string) (nixl.Age
 		return native, "NIXL (" + backend + ")", func() {}, nil
 	}
 	return nil, "", nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
+}
+
+// parseParams reads -nixl-backend-params: "key=value,key=value"; empty
+// means the backend's defaults (nil).
+func parseParams(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("-nixl-backend-params: %q is not key=value", kv)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
 }
