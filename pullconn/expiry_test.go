@@ -84,7 +84,7 @@ func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
 
 // Defect 7: a KeepAlive (then called Wait) that no Load or Abort follows used to keep prefill's
 // blocks alive forever.
-func TestWaitTimesOut(t *testing.T) {
+func TestKeepAliveTimesOut(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		prefillCfg: withClock(clk),
