@@ -76,8 +76,8 @@ type RankConfig struct {
 	// ExpiryMargin (decode) is how long before prefill's hold deadline, on
 	// top of the handshake's clock-offset uncertainty, decode stops
 	// trusting the hold: no READ is posted or finished later (default
-	// DefaultExpiryMargin). It covers clock drift between the engines and
-	// the skew between the ranks' RequestFinished calls.
+	// DefaultExpiryMargin). It covers clock drift between the engines since
+	// the handshake measured their offset.
 	ExpiryMargin time.Duration
 	// KeepAliveTimeout (decode) bounds how long a request registered with KeepAlive
 	// keeps prefill's blocks alive with heartbeats without a Load or Abort

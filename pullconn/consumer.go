@@ -48,6 +48,10 @@ type Consumer struct {
 	// may free them any time after the completion, so loading one again
 	// would read freed blocks.
 	read map[string]time.Time
+	// loading are the remote requests (same key) of this rank's live loads:
+	// two loads of one remote request would each send a completion, and the
+	// first may let prefill free the blocks the second still reads.
+	loading map[string]string
 
 	// Work state: the reader's, and the caller's too in Inline mode.
 	wmu     sync.Mutex
@@ -65,6 +69,7 @@ type Consumer struct {
 
 	aborted       *stats.Counter
 	waitTimeouts  *stats.Counter
+	readForgotten *stats.Counter
 	stuck         *stats.Counter
 	holdQueries   *stats.Counter
 	failedQueries *stats.Counter
@@ -136,10 +141,12 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		confirmed: map[string]time.Time{},
 		readyCh:   make(chan struct{}, 1),
 		read:      map[string]time.Time{},
+		loading:   map[string]string{},
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
-	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped after RankConfig.KeepAliveTimeout without a Load.")
+	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")
+	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: RankConfig.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
@@ -184,11 +191,12 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 		c.rejects.Inc()
 		return invalidf("request %q is already loading", requestID)
 	}
-	if until, ok := c.read[l.key+"\x00"+p.RemoteRequestID]; ok && c.cfg.Clock.Now().Before(until) {
+	if err := c.checkRemote(requestID, l.key, &p); err != nil {
 		c.qmu.Unlock()
 		c.rejects.Inc()
-		return invalidf("request %q: remote request %q of engine %q was already read by this rank, and prefill may have freed its blocks since", requestID, p.RemoteRequestID, p.RemoteEngineID)
+		return err
 	}
+	c.loading[l.key+"\x00"+p.RemoteRequestID] = requestID
 	c.live[requestID] = struct{}{}
 	l.start = c.cfg.Clock.Now()
 	delete(c.waiting, requestID)
@@ -222,6 +230,10 @@ func (c *Consumer) KeepAlive(requestID string, p Params) error {
 	defer c.qmu.Unlock()
 	if c.closed {
 		return ErrClosed
+	}
+	if err := c.checkRemote(requestID, l.key, &p); err != nil {
+		c.rejects.Inc()
+		return err
 	}
 	c.waiting[requestID] = &waiter{p: p, since: c.cfg.Clock.Now()}
 	c.poll.Wake()
@@ -461,12 +473,26 @@ func (c *Consumer) publish(l *load) {
 		l.readUntil = maxTime(l.readUntil, hold.Add(c.cfg.ExpiryMargin))
 	}
 	c.qmu.Lock()
+	if c.loading[l.key+"\x00"+l.p.RemoteRequestID] == l.id {
+		delete(c.loading, l.key+"\x00"+l.p.RemoteRequestID)
+	}
 	if l.completed {
+		// Bounded: no hold lasts longer than a keep-alive plus a transfer.
+		l.readUntil = minTime(l.readUntil, now.Add(c.cfg.KeepAliveTimeout+c.cfg.TransferTimeout))
 		if len(c.read) >= maxRead {
 			for k, until := range c.read {
 				if !now.Before(until) {
 					delete(c.read, k)
 				}
+			}
+			for k := range c.read {
+				if len(c.read) < maxRead {
+					break
+				}
+				// Over the bound with live entries: forget some (a later
+				// load of one would lose this guard; counted).
+				delete(c.read, k)
+				c.readForgotten.Inc()
 			}
 		}
 		c.read[l.key+"\x00"+l.p.RemoteRequestID] = l.readUntil
@@ -525,6 +551,26 @@ func (c *Consumer) drain(now time.Time) {
 	}
 	clear(c.draining[len(keep):])
 	c.draining = keep
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// checkRemote refuses to start a load or keep-alive of a remote request this
+// rank is loading already or has read. qmu is held.
+func (c *Consumer) checkRemote(id, key string, p *Params) error {
+	k := key + "\x00" + p.RemoteRequestID
+	if other, ok := c.loading[k]; ok {
+		return invalidf("request %q: remote request %q of engine %q is already loading on this rank (as request %q)", id, p.RemoteRequestID, p.RemoteEngineID, other)
+	}
+	if until, ok := c.read[k]; ok && c.cfg.Clock.Now().Before(until) {
+		return invalidf("request %q: remote request %q of engine %q was already read by this rank, and prefill may have freed its blocks since", id, p.RemoteRequestID, p.RemoteEngineID)
+	}
+	return nil
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -39,7 +39,10 @@ func (p *Params) expiry() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	sec, frac := math.Modf(p.RemoteBlocksExpiryTime)
-	return time.Unix(int64(sec), int64(frac*1e9)), true
+	// The float holds a whole number of microseconds (expirySeconds) give or
+	// take its rounding: truncating to the microsecond never gives a later
+	// time than the one encoded.
+	return time.Unix(int64(sec), int64(frac*1e9)).Truncate(time.Microsecond), true
 }
 
 // expirySeconds is t as RemoteBlocksExpiryTime, rounded down to the

@@ -104,6 +104,15 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		return Params{}, err
 	}
 	p.poll.Wake() // switch to the fast polling period
+	// Every rank advertises the deadline of the first to finish the request;
+	// a rank whose own lease would end earlier (a shorter RankConfig.Lease)
+	// holds until the advertised one, so each rank's hold covers it.
+	advertised := p.e.advertise(requestID, now, deadline)
+	if advertised.After(deadline) {
+		p.mu.Lock()
+		p.holds.leases.Extend(requestID, advertised, 0)
+		p.mu.Unlock()
+	}
 	return Params{
 		DoRemotePrefill: true,
 		RemoteBlockIDs:  append([]int(nil), blocks...), // the caller's to change; the hold keeps its own
@@ -115,8 +124,8 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		PPSize:          1,
 		TransferMode:    handshake.ModePull,
 		// The hold's deadline: decode never trusts the blocks past it
-		// unless a heartbeat answer moved it.
-		RemoteBlocksExpiryTime: expirySeconds(p.e.advertise(requestID, now, deadline)),
+		// unless a hold query moved it.
+		RemoteBlocksExpiryTime: expirySeconds(advertised),
 	}, nil
 }
 

@@ -32,18 +32,6 @@ func (c *Consumer) tick() {
 	c.qmu.Lock()
 	queued, done, answers := c.queue, c.hsDone, c.queried
 	c.queue, c.hsDone, c.queried = nil, nil, nil
-	now := c.cfg.Clock.Now()
-	var waiting []*Params
-	for id, w := range c.waiting {
-		if now.Sub(w.since) >= c.cfg.KeepAliveTimeout {
-			// Nothing followed the KeepAlive: stop keeping prefill's blocks.
-			delete(c.waiting, id)
-			c.waitTimeouts.Inc()
-			c.log.Warn("pullconn: KeepAlive without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("keepalive_timeout", c.cfg.KeepAliveTimeout))
-			continue
-		}
-		waiting = append(waiting, &w.p)
-	}
 	c.qmu.Unlock()
 
 	for _, d := range done {
@@ -55,6 +43,9 @@ func (c *Consumer) tick() {
 	for _, l := range queued {
 		c.route(l)
 	}
+	// KeepAlives after the handshakes: one whose handshake just failed was
+	// dropped and starts no new one.
+	waiting := c.keepAlives(c.cfg.Clock.Now())
 	for _, p := range waiting {
 		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
 	}
@@ -68,6 +59,25 @@ func (c *Consumer) tick() {
 	if now := c.cfg.Clock.Now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval && c.heartbeat() {
 		c.lastHB = now
 	}
+}
+
+// keepAlives drops the KeepAlives past their timeout and returns the
+// others' params. wmu is held.
+func (c *Consumer) keepAlives(now time.Time) []*Params {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	var out []*Params
+	for id, w := range c.waiting {
+		if now.Sub(w.since) >= c.cfg.KeepAliveTimeout {
+			// Nothing followed the KeepAlive: stop keeping prefill's blocks.
+			delete(c.waiting, id)
+			c.waitTimeouts.Inc()
+			c.log.Warn("pullconn: KeepAlive without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("keepalive_timeout", c.cfg.KeepAliveTimeout))
+			continue
+		}
+		out = append(out, &w.p)
+	}
+	return out
 }
 
 // remoteFor returns the engine's state, starting its handshake if this is
@@ -174,6 +184,17 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 		for _, l := range parked {
 			c.fail(l, err)
 		}
+		// KeepAlives of that engine stop too: they would otherwise start a
+		// handshake on every tick. Their Load, if it comes, handshakes again.
+		c.qmu.Lock()
+		for id, w := range c.waiting {
+			if w.p.RemoteEngineID+"@"+joinHostPort(w.p.RemoteHost, w.p.RemotePort) == r.key {
+				delete(c.waiting, id)
+				c.waitTimeouts.Inc()
+				c.log.Warn("pullconn: KeepAlive dropped: the prefill engine's handshake failed", zap.String("request_id", id), zap.Error(d.err))
+			}
+		}
+		c.qmu.Unlock()
 		return
 	}
 	r.ready, r.setup = true, d.set
