@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"context"
+	"math/rand/v2"
 	"errors"
 	"fmt"
 	"sync"
@@ -94,7 +95,11 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	closed  bool
-	seq     uint64 // registrations made: each PUSH_REG's registration_seq
+	// seq numbers this rank's registrations (each PUSH_REG's
+	// registration_seq). It starts at a random value for every start of the
+	// rank, so a restarted instance's registrations never repeat the dead
+	// one's (prefill would take them for copies).
+	seq uint64
 	tracker *tracker
 	inbox   []*decodeReq
 	shakes  []shakeResult
@@ -145,6 +150,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		return nil, err
 	}
 	c.incarnation = inc
+	c.seq = rand.Uint64() >> 1 // far from wrapping to 0, which means "no seq"
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,

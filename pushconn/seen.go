@@ -10,8 +10,8 @@ import (
 // received, at 40 bytes each whatever the id's length.
 const seenCap = 1 << 16
 
-// seenRegs remembers the registrations (sender agent, request id, sequence
-// number) a prefill rank has received, until prefill's registration
+// seenRegs remembers the registrations (sender agent, decode incarnation,
+// request id, transfer id, sequence number) a prefill rank has received, until prefill's registration
 // timeout, so that a copy of one delivered late — after the original was
 // written, failed or cancelled and decode handed its blocks back — is
 // dropped instead of waiting in the matcher, where a retry of the request
@@ -35,10 +35,12 @@ func newSeenRegs(n int) *seenRegs {
 	return &seenRegs{ring: make([]seenEntry, 0, n), set: map[[sha256.Size / 2]byte]time.Time{}}
 }
 
-func seenKey(sender, id string, seq uint64) (k [sha256.Size / 2]byte) {
+func seenKey(sender, id, transferID string, incarnation, seq uint64) (k [sha256.Size / 2]byte) {
 	h := sha256.New()
 	var n [8]byte
-	for _, s := range []string{sender, id} {
+	binary.BigEndian.PutUint64(n[:], incarnation)
+	h.Write(n[:])
+	for _, s := range []string{sender, id, transferID} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
 		h.Write(n[:])
 		h.Write([]byte(s))
@@ -51,8 +53,8 @@ func seenKey(sender, id string, seq uint64) (k [sha256.Size / 2]byte) {
 
 // check reports whether the registration was received before (and not
 // longer ago than its timeout); if not, it remembers it until until.
-func (s *seenRegs) check(now time.Time, sender, id string, seq uint64, until time.Time) bool {
-	k := seenKey(sender, id, seq)
+func (s *seenRegs) check(now time.Time, sender, id, transferID string, incarnation, seq uint64, until time.Time) bool {
+	k := seenKey(sender, id, transferID, incarnation, seq)
 	if t, ok := s.set[k]; ok && now.Before(t) {
 		return true
 	}

@@ -176,7 +176,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
 		return
 	}
-	if reg.Seq != 0 && w.seen.check(p.now(), sender, reg.RequestID, reg.Seq, p.now().Add(p.cfg.RegistrationTimeout)) {
+	if reg.Seq != 0 && w.seen.check(p.now(), sender, reg.RequestID, reg.TransferID, reg.DecodeIncarnation, reg.Seq, p.now().Add(p.cfg.RegistrationTimeout)) {
 		// A copy of a registration already received: the original may be
 		// over and its blocks back with decode's engine.
 		p.push.duplicates.Inc()
