@@ -2,9 +2,9 @@ package pushconn
 
 import (
 	"context"
-	"math/rand/v2"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -93,13 +93,13 @@ type Consumer struct {
 	// publishes it; every PUSH_REG carries it (decode_incarnation).
 	incarnation uint64
 
-	mu      sync.Mutex
-	closed  bool
+	mu     sync.Mutex
+	closed bool
 	// seq numbers this rank's registrations (each PUSH_REG's
 	// registration_seq). It starts at a random value for every start of the
 	// rank, so a restarted instance's registrations never repeat the dead
 	// one's (prefill would take them for copies).
-	seq uint64
+	seq     uint64
 	tracker *tracker
 	inbox   []*decodeReq
 	shakes  []shakeResult
@@ -564,13 +564,13 @@ func (c *Consumer) onFailure(sender string, msg []byte) {
 	c.mu.Lock()
 	var ended bool
 	now := c.cfg.Clock.Now()
-	if c.tracker.isSource(f.RequestID, sender) {
+	if c.tracker.isSource(f.RequestID, sender, f.Seq) {
 		ended = c.tracker.failFrom(now, f.RequestID, sender, &PushError{
 			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
 		})
 	} else if _, live := c.tracker.reqs[f.RequestID]; !live {
 		// A rank of a request that already failed: it will not write.
-		switch c.tracker.settle(now, f.RequestID, sender, srcFailed) {
+		switch c.tracker.settle(now, f.RequestID, sender, srcFailed, f.Seq) {
 		case arrivalSettled:
 			ended = true
 		case arrivalReleased:
@@ -602,7 +602,7 @@ func (c *Consumer) onCancelAck(sender string, msg []byte) {
 	}
 	c.push.cancelAckReceived.Inc()
 	c.mu.Lock()
-	res := c.tracker.ack(c.cfg.Clock.Now(), a.RequestID, sender)
+	res := c.tracker.ack(c.cfg.Clock.Now(), a.RequestID, sender, a.Seq)
 	c.mu.Unlock()
 	switch res {
 	case arrivalReleased:
@@ -619,7 +619,7 @@ func (c *Consumer) onCancelAck(sender string, msg []byte) {
 func (c *Consumer) sendCancels(orders []cancelOrder) {
 	for _, o := range orders {
 		msg, err := pushwire.EncodeCancel(&pushwire.Cancel{
-			RequestID: o.id, TransferID: o.transferID, EngineID: c.engine.ID(), Rank: c.cfg.Layout.TPRank,
+			RequestID: o.id, TransferID: o.transferID, EngineID: c.engine.ID(), Rank: c.cfg.Layout.TPRank, Seq: o.seq,
 		})
 		for _, agent := range o.agents {
 			sendErr := err

@@ -22,6 +22,7 @@ type pushCounters struct {
 	cancelSent      *stats.Counter
 	cancelReceived  *stats.Counter
 	cancelUndeliver *stats.Counter
+	stuckWrites     *stats.Counter
 	cancelDropped   *stats.Counter
 	afterLease      *stats.Counter
 	stale           *stats.Counter
@@ -57,6 +58,7 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		cancelSent:      s.Counter("push_cancel_sent", "PUSH_CANCEL notifications sent to prefill ranks for requests decode ended without success (decode)."),
 		cancelReceived:  s.Counter("push_cancel_received", "PUSH_CANCEL notifications received and decoded (prefill)."),
 		cancelUndeliver: s.Counter("push_cancel_undeliverable", "PUSH_CANCEL notifications that could not be sent (decode)."),
+		stuckWrites:     s.Counter("stuck_writes", "Failed WRITEs the agent would not release within the write timeout (reported failed anyway)."),
 		cancelDropped:   s.Counter("cancelled_registrations", "Registrations dropped without a WRITE because decode cancelled them (prefill)."),
 		afterLease:      s.Counter("registrations_after_lease", "Registrations refused with PUSH_FAIL expired because their request's lease had already run out (prefill)."),
 		peerLimit:       s.Counter("peer_limit_refusals", "Registrations refused (PUSH_FAIL overloaded where deliverable) because the rank served MaxPeers decode engines and none was idle (prefill)."),

@@ -98,6 +98,7 @@ type tracker struct {
 // that ended other than by success.
 type cancelOrder struct {
 	id, transferID string
+	seq            uint64   // the registration's registration_seq
 	agents         []string // the prefill agents to tell
 }
 
@@ -155,7 +156,7 @@ func (t *tracker) sent(r *decodeReq, agent string) {
 func (t *tracker) complete(now time.Time, id, sender string) arrival {
 	r, ok := t.reqs[id]
 	if !ok {
-		return t.settle(now, id, sender, srcWritten)
+		return t.settle(now, id, sender, srcWritten, 0) // completions carry no seq
 	}
 	st, known := r.sources[sender]
 	switch {
@@ -175,7 +176,7 @@ func (t *tracker) complete(now time.Time, id, sender string) arrival {
 
 // settle records that prefill agent sender of draining request id ended
 // its part (to state st) and releases the request when it was the last.
-func (t *tracker) settle(now time.Time, id, sender string, st srcState) arrival {
+func (t *tracker) settle(now time.Time, id, sender string, st srcState, seq uint64) arrival {
 	r, ok := t.draining[id]
 	if !ok {
 		t.ended.Expire(now)
@@ -183,6 +184,11 @@ func (t *tracker) settle(now time.Time, id, sender string, st srcState) arrival 
 			return arrivalLate
 		}
 		return arrivalUnknown
+	}
+	if seq != 0 && r.seq != 0 && seq != r.seq {
+		// An answer about an earlier registration of this id (a repeated
+		// ack, a late PUSH_FAIL): nothing of this one.
+		return arrivalLate
 	}
 	if cur, known := r.sources[sender]; !known || cur != srcWaiting {
 		return arrivalLate
@@ -196,19 +202,19 @@ func (t *tracker) settle(now time.Time, id, sender string, st srcState) arrival 
 }
 
 // ack records prefill agent sender's PUSH_CANCEL_ACK for request id.
-func (t *tracker) ack(now time.Time, id, sender string) arrival {
+func (t *tracker) ack(now time.Time, id, sender string, seq uint64) arrival {
 	if _, live := t.reqs[id]; live {
 		// An answer to the cancel of an earlier request of this id, whose
 		// result is out: nothing of this one.
 		return arrivalLate
 	}
-	return t.settle(now, id, sender, srcAcked)
+	return t.settle(now, id, sender, srcAcked, seq)
 }
 
 // isSource reports whether sender was sent request id's registration.
-func (t *tracker) isSource(id, sender string) bool {
+func (t *tracker) isSource(id, sender string, seq uint64) bool {
 	r, ok := t.reqs[id]
-	if !ok {
+	if !ok || seq != 0 && r.seq != 0 && seq != r.seq {
 		return false
 	}
 	st, known := r.sources[sender]
@@ -227,7 +233,7 @@ func (t *tracker) failFrom(now time.Time, id, from string, err error) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		if from != "" {
-			t.settle(now, id, from, srcFailed)
+			t.settle(now, id, from, srcFailed, 0)
 		}
 		return false
 	}
@@ -255,7 +261,7 @@ func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 			t.draining[r.id] = r
 			_ = t.drainEnd.Add(r.id, now)
 			_ = t.resend.Add(r.id, now)
-			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, agents: agents})
+			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, seq: r.seq, agents: agents})
 			return
 		}
 	}
@@ -302,7 +308,7 @@ func (t *tracker) expire(now time.Time) (timeouts, gaveUp int) {
 	}
 	for _, id := range t.resend.Expire(now) {
 		if r := t.draining[id]; r != nil {
-			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, agents: r.waiting()})
+			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, seq: r.seq, agents: r.waiting()})
 			_ = t.resend.Add(id, now)
 		}
 	}

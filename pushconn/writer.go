@@ -99,6 +99,12 @@ type write struct {
 	// acks are the PUSH_CANCELs of its registration that arrived while it
 	// was in flight: each is answered when it ends.
 	acks []*pushwire.Cancel
+	// cancelling: the WRITE failed or timed out but the agent would not
+	// release it yet, so it may still be moving bytes. Nothing is told or
+	// freed until the agent lets go (or until drainUntil, counted).
+	cancelling bool
+	failErr    error
+	drainUntil time.Time
 }
 
 // writer is the Producer's state on its poller goroutine: the matcher,
@@ -595,28 +601,57 @@ func (w *writer) pollWrites() {
 	now := p.now()
 	still := w.inflight[:0]
 	for _, wr := range w.inflight {
+		if wr.cancelling {
+			if w.released(wr) || !now.Before(wr.drainUntil) {
+				if !now.Before(wr.drainUntil) {
+					p.push.stuckWrites.Inc()
+					p.log.Error("pushconn: the agent did not release a failed WRITE within the write timeout; reporting it failed anyway", zap.String("request", wr.hold.id))
+				}
+				w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, wr.failErr)
+				w.ackEnded(wr)
+				continue
+			}
+			still = append(still, wr)
+			continue
+		}
 		status, err := p.cfg.Agent.XferStatus(wr.handle)
+		var failed error
 		switch {
 		case err != nil:
-			_ = p.cfg.Agent.ReleaseXferReq(wr.handle)
 			p.stats.FailedTransfers.Inc()
 			w.forgetIfGone(wr.reg.peer, err)
-			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE failed in flight: %w", err))
-			w.ackEnded(wr)
+			failed = fmt.Errorf("WRITE failed in flight: %w", err)
 		case status == nixl.StatusSuccess:
 			w.completeWrite(wr)
 			w.ackEnded(wr)
+			continue
 		case !now.Before(wr.deadline):
-			_ = p.cfg.Agent.ReleaseXferReq(wr.handle) // cancels it
 			p.stats.FailedTransfers.Inc()
-			w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, fmt.Errorf("WRITE still in flight after %v: cancelled", p.cfg.WriteTimeout))
-			w.ackEnded(wr)
+			failed = fmt.Errorf("WRITE still in flight after %v: cancelled", p.cfg.WriteTimeout)
 		default:
 			still = append(still, wr)
+			continue
 		}
+		if !w.released(wr) {
+			// Decode must not hear of the failure (and take its blocks
+			// back), nor the hold be freed, while the WRITE may move bytes.
+			wr.cancelling, wr.failErr, wr.drainUntil = true, failed, now.Add(p.cfg.WriteTimeout)
+			still = append(still, wr)
+			continue
+		}
+		w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, failed)
+		w.ackEnded(wr)
 	}
 	clear(w.inflight[len(still):])
 	w.inflight = still
+}
+
+// released asks the agent to let go of a WRITE and reports whether it did:
+// then no byte of it moves any more. A handle the agent no longer knows
+// counts as released.
+func (w *writer) released(wr *write) bool {
+	err := w.p.cfg.Agent.ReleaseXferReq(wr.handle)
+	return err == nil || errors.Is(err, nixl.ErrInvalidParam) || errors.Is(err, nixl.ErrNotFound)
 }
 
 // retryAfterHandshake parks a matched WRITE until a fresh handshake with
@@ -705,7 +740,7 @@ func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwi
 	p := w.p
 	msg, err := pushwire.EncodeFailure(&pushwire.Failure{
 		RequestID: reg.RequestID, TransferID: reg.TransferID, EngineID: p.engine.ID(),
-		Rank: p.cfg.Layout.TPRank, Kind: kind, Reason: reason,
+		Rank: p.cfg.Layout.TPRank, Kind: kind, Reason: reason, Seq: reg.Seq,
 	})
 	if err == nil {
 		err = p.cfg.Agent.GenNotif(sender, msg, nil)
@@ -807,11 +842,15 @@ const (
 // cancel drops sender's registration named by c and reports what it found,
 // with the decode engine entry it belongs to.
 func (w *writer) cancel(sender string, c *pushwire.Cancel) (*decodeEngine, cancelState) {
+	// A cancel that names its registration's seq cancels only that one: an
+	// earlier registration's cancel, late or repeated, must not withdraw
+	// (or answer for) a newer registration of the same id.
 	same := func(reg *pushwire.Registration) bool {
-		return reg.RequestID == c.RequestID && reg.TransferID == c.TransferID
+		return reg.RequestID == c.RequestID && reg.TransferID == c.TransferID && (c.Seq == 0 || reg.Seq == c.Seq)
 	}
 	key := match.Key{RequestID: c.RequestID, TransferID: c.TransferID}
-	if pr, ok := w.matcher.Withdraw(sender, key); ok {
+	if pr, ok := w.matcher.Pending(sender, key); ok && same(pr.reg) {
+		w.matcher.Withdraw(sender, key)
 		// Out of the matcher, so it takes no match from a retry's live
 		// registration; remembered, so its request is freed at once.
 		pr.peer.refs--
@@ -868,7 +907,7 @@ func (w *writer) ackEnded(wr *write) {
 func (w *writer) sendAck(de *decodeEngine, to string, c *pushwire.Cancel) {
 	p := w.p
 	msg, err := pushwire.EncodeCancelAck(&pushwire.CancelAck{
-		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.TPRank,
+		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.TPRank, Seq: c.Seq,
 	})
 	if err == nil {
 		err = p.cfg.Agent.GenNotif(to, msg, nil)

@@ -26,6 +26,10 @@ type Cancel struct {
 	// notification's sender agent and the ids.
 	EngineID string
 	Rank     int
+	// Seq is the registration's registration_seq, when it had one (our own
+	// optional key, last): prefill then cancels only that registration, and
+	// echoes it in its PUSH_CANCEL_ACK.
+	Seq uint64
 }
 
 // IsCancel reports whether msg starts with CancelPrefix, without decoding it.
@@ -52,11 +56,14 @@ func AppendCancel(dst []byte, c *Cancel) ([]byte, error) {
 	if c.TransferID != "" {
 		n++
 	}
+	if c.Seq != 0 {
+		n++
+	}
 	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", c.RequestID))
 	if c.TransferID != "" {
 		err = errors.Join(err, encodeStr(enc, "transfer_id", c.TransferID))
 	}
-	err = errors.Join(err, encodeStr(enc, "engine_id", c.EngineID), encodeInt(enc, "rank", c.Rank))
+	err = errors.Join(err, encodeStr(enc, "engine_id", c.EngineID), encodeInt(enc, "rank", c.Rank), encodeSeq(enc, c.Seq))
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_CANCEL: %w", err)
 	}
@@ -75,7 +82,7 @@ func DecodeCancel(msg []byte) (*Cancel, error) {
 	}
 	rd := &reader{b: msg, off: len(CancelPrefix)}
 	var c Cancel
-	err := decodeMap(rd, "PUSH_CANCEL", []string{"request_id", "transfer_id", "engine_id", "rank"}, 1,
+	err := decodeMap(rd, "PUSH_CANCEL", []string{"request_id", "transfer_id", "engine_id", "rank", "registration_seq"}, []int{1, 4},
 		func(i int) (err error) {
 			switch i {
 			case 0:
@@ -86,6 +93,8 @@ func DecodeCancel(msg []byte) (*Cancel, error) {
 				c.EngineID, err = rd.id()
 			case 3:
 				c.Rank, err = rank(rd)
+			case 4:
+				c.Seq, err = seqField(rd)
 			}
 			return err
 		})

@@ -27,6 +27,10 @@ type CancelAck struct {
 	// answers; decode identifies the rank by the notification's sender.
 	EngineID string
 	Rank     int
+	// Seq echoes the cancel's registration_seq, when it had one, so decode
+	// never takes an answer to an earlier registration of the same id for
+	// one to the current.
+	Seq uint64
 }
 
 // IsCancelAck reports whether msg starts with CancelAckPrefix, without
@@ -54,11 +58,14 @@ func AppendCancelAck(dst []byte, a *CancelAck) ([]byte, error) {
 	if a.TransferID != "" {
 		n++
 	}
+	if a.Seq != 0 {
+		n++
+	}
 	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", a.RequestID))
 	if a.TransferID != "" {
 		err = errors.Join(err, encodeStr(enc, "transfer_id", a.TransferID))
 	}
-	err = errors.Join(err, encodeStr(enc, "engine_id", a.EngineID), encodeInt(enc, "rank", a.Rank))
+	err = errors.Join(err, encodeStr(enc, "engine_id", a.EngineID), encodeInt(enc, "rank", a.Rank), encodeSeq(enc, a.Seq))
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_CANCEL_ACK: %w", err)
 	}
@@ -77,7 +84,7 @@ func DecodeCancelAck(msg []byte) (*CancelAck, error) {
 	}
 	rd := &reader{b: msg, off: len(CancelAckPrefix)}
 	var a CancelAck
-	err := decodeMap(rd, "PUSH_CANCEL_ACK", []string{"request_id", "transfer_id", "engine_id", "rank"}, 1,
+	err := decodeMap(rd, "PUSH_CANCEL_ACK", []string{"request_id", "transfer_id", "engine_id", "rank", "registration_seq"}, []int{1, 4},
 		func(i int) (err error) {
 			switch i {
 			case 0:
@@ -88,6 +95,8 @@ func DecodeCancelAck(msg []byte) (*CancelAck, error) {
 				a.EngineID, err = rd.id()
 			case 3:
 				a.Rank, err = rank(rd)
+			case 4:
+				a.Seq, err = seqField(rd)
 			}
 			return err
 		})

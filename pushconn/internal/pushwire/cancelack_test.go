@@ -173,3 +173,36 @@ func FuzzDecodeCancelAck(f *testing.F) {
 		}
 	})
 }
+
+// The optional registration_seq key of PUSH_CANCEL, PUSH_CANCEL_ACK and
+// PUSH_FAIL: written last and only when set, read back, nil taken as
+// absent, 0 refused.
+func TestSeqKeyRoundTrips(t *testing.T) {
+	c, err := EncodeCancel(&Cancel{RequestID: "r", EngineID: "d", Rank: 1, Seq: 7})
+	require.NoError(t, err)
+	gotC, err := DecodeCancel(c)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), gotC.Seq)
+	a, err := EncodeCancelAck(&CancelAck{RequestID: "r", EngineID: "p", Rank: 0, Seq: 7})
+	require.NoError(t, err)
+	gotA, err := DecodeCancelAck(a)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), gotA.Seq)
+	f, err := EncodeFailure(&Failure{RequestID: "r", EngineID: "p", Rank: 0, Kind: FailPost, Reason: "x", Seq: 9})
+	require.NoError(t, err)
+	gotF, err := DecodeFailure(f)
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), gotF.Seq)
+	// Without a seq the bytes are those of before the key existed.
+	plain, err := EncodeCancel(&Cancel{RequestID: "r", EngineID: "d", Rank: 1})
+	require.NoError(t, err)
+	require.NotContains(t, string(plain), "registration_seq")
+	zero := append(plain[:len(plain):len(plain)], []byte{}...)
+	zero[len(CancelPrefix)]++ // one more map entry
+	zero = append(zero, 0xb0)
+	zero = append(zero, "registration_seq"...)
+	zero = append(zero, 0x00)
+	_, err = DecodeCancel(zero)
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Contains(t, err.Error(), "registration_seq 0 is reserved")
+}

@@ -49,6 +49,10 @@ type Failure struct {
 	// Kind is the failed step; Reason says what went wrong, for people.
 	Kind   FailKind
 	Reason string
+	// Seq is the failed registration's registration_seq, when it had one
+	// (our own optional key, last), so decode never fails a later
+	// registration of the same id for it.
+	Seq uint64
 }
 
 // IsFailure reports whether msg starts with FailPrefix, without decoding it.
@@ -84,6 +88,9 @@ func AppendFailure(dst []byte, f *Failure) ([]byte, error) {
 	if f.TransferID != "" {
 		n++
 	}
+	if f.Seq != 0 {
+		n++
+	}
 	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", f.RequestID))
 	if f.TransferID != "" {
 		err = errors.Join(err, encodeStr(enc, "transfer_id", f.TransferID))
@@ -93,6 +100,7 @@ func AppendFailure(dst []byte, f *Failure) ([]byte, error) {
 		encodeInt(enc, "rank", f.Rank),
 		encodeStr(enc, "kind", string(f.Kind)),
 		encodeStr(enc, "reason", reason),
+		encodeSeq(enc, f.Seq),
 	)
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_FAIL: %w", err)
@@ -111,7 +119,7 @@ func DecodeFailure(msg []byte) (*Failure, error) {
 	}
 	rd := &reader{b: msg, off: len(FailPrefix)}
 	var f Failure
-	err := decodeMap(rd, "PUSH_FAIL", []string{"request_id", "transfer_id", "engine_id", "rank", "kind", "reason"}, 1,
+	err := decodeMap(rd, "PUSH_FAIL", []string{"request_id", "transfer_id", "engine_id", "rank", "kind", "reason", "registration_seq"}, []int{1, 6},
 		func(i int) (err error) {
 			switch i {
 			case 0:
@@ -128,6 +136,8 @@ func DecodeFailure(msg []byte) (*Failure, error) {
 				f.Kind = FailKind(s)
 			case 5:
 				f.Reason, err = rd.str()
+			case 6:
+				f.Seq, err = seqField(rd)
 			}
 			return err
 		})

@@ -1,8 +1,11 @@
 package pushwire
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // decodeMap reads the msgpack map that follows a message's prefix, for the
@@ -10,7 +13,7 @@ import (
 // names[i] it calls field(i) to read the value, skips unknown keys, and
 // refuses a key seen twice, trailing bytes and a missing field (every name
 // but names[optional]). Errors name msg, the message's kind.
-func decodeMap(rd *reader, msg string, names []string, optional int, field func(i int) error) error {
+func decodeMap(rd *reader, msg string, names []string, optional []int, field func(i int) error) error {
 	n, err := rd.mapLen()
 	if err != nil {
 		return fmt.Errorf("%s: %w", msg, err)
@@ -40,7 +43,7 @@ func decodeMap(rd *reader, msg string, names []string, optional int, field func(
 		return fmt.Errorf("%w: %s: %d bytes after the map", ErrMalformed, msg, rd.left())
 	}
 	for i, name := range names {
-		if i != optional && !seen[i] {
+		if !slices.Contains(optional, i) && !seen[i] {
 			return fmt.Errorf("%w: %s field %s is missing", ErrMalformed, msg, name)
 		}
 	}
@@ -54,4 +57,24 @@ func rank(rd *reader) (int, error) {
 		err = rd.errorf("rank %d is negative", r)
 	}
 	return r, err
+}
+
+// seqField reads an optional registration_seq: nil or a positive integer.
+func seqField(rd *reader) (uint64, error) {
+	if rd.isNil() { // consumed: nil counts as absent
+		return 0, nil
+	}
+	v, err := rd.uint()
+	if err == nil && v == 0 {
+		err = rd.errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
+	}
+	return v, err
+}
+
+// encodeSeq writes registration_seq when it is set.
+func encodeSeq(enc *msgpack.Encoder, seq uint64) error {
+	if seq == 0 {
+		return nil
+	}
+	return errors.Join(enc.EncodeString("registration_seq"), enc.EncodeUint(seq))
 }
