@@ -75,6 +75,7 @@
 //	    "rank":        int,  the prefill rank (pp rank * TP size + TP rank), >= 0
 //	    "kind":        str,  the step that failed (below)
 //	    "reason":      str,  what went wrong, for people; at most 1024 bytes
+//	    "registration_seq": uint, the failed registration's; only when it had one
 //	}
 //
 // with the keys in that order and the most compact msgpack encodings, like
@@ -110,6 +111,7 @@
 //	    "transfer_id": str,  the registration's transfer id; only when it had one
 //	    "engine_id":   str,  the decode engine id
 //	    "rank":        int,  the decode TP rank, >= 0
+//	    "registration_seq": uint, the registration's; only when it had one
 //	}
 //
 // with the keys in that order and the most compact msgpack encodings.
@@ -132,6 +134,7 @@
 //	    "transfer_id": str,  the cancel's transfer_id; only when it had one
 //	    "engine_id":   str,  the prefill engine id
 //	    "rank":        int,  the prefill rank, >= 0
+//	    "registration_seq": uint, the cancel's; only when it had one
 //	}
 //
 // (keys in that order, most compact encodings; decoders skip unknown
@@ -173,8 +176,16 @@
 // own, after decode_incarnation:
 //
 //	"registration_seq": uint  the registration's number among those this
-//	                          rank instance sent, 1..2^64-1, most compact
+//	                          rank instance sent (counting up from a random
+//	                          start, so a restarted instance never repeats
+//	                          the dead one's), 1..2^64-1, most compact
 //	                          unsigned encoding; only when set
+//
+// PUSH_FAIL, PUSH_CANCEL and PUSH_CANCEL_ACK carry the same key, last, for
+// the registration they are about: a cancel then withdraws only that
+// registration, and decode ignores a failure or an acknowledgement whose
+// seq is another registration's of the same id (a repeated or late answer
+// about an earlier request), so it never releases or fails a newer one.
 //
 // Prefill drops a registration with the sender and ids (request_id,
 // transfer_id) of one it holds or wrote within its registration timeout as
