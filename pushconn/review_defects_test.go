@@ -75,8 +75,6 @@ func TestStaleAckOfAnEarlierRegistrationDoesNotReleaseANewerOne(t *testing.T) {
 	if len(out) > 0 {
 		require.True(t, poisoned(t, r.decLayout[0], dst), "the WRITE landed in blocks decode had handed back")
 	}
-	res = await(t, c, 1) // now, with the WRITE ended and acked
-	require.ErrorIs(t, res[0].Err, ErrAborted)
 }
 
 // refuseRelease is an agent whose backend cannot cancel a transfer in

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -42,11 +43,32 @@ func TestThreeProcesses(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// logged waits for p's JSON log line with msg and returns its field key.
+func logged(t *testing.T, p *proc, msg, key string) string {
+	t.Helper()
+	var val string
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(p.log)
+		for _, line := range strings.Split(string(b), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
+				if v, ok := m[key].(string); ok {
+					val = v
+					return true
+				}
+			}
+		}
+		return false
+	}, 60*time.Second, 20*time.Millisecond, "no %q log line with %q", msg, key)
+	return val
+}
+
+func port(t *testing.T, url string) int {
+	_, ps, err := net.SplitHostPort(strings.TrimPrefix(url, "http://"))
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	n, err := strconv.Atoi(ps)
+	require.NoError(t, err)
+	return n
 }
 
 type proc struct {
@@ -99,15 +121,19 @@ func runThreeProcesses(t *testing.T, bin, backend, connector string) {
 	env := []string{"UCX_NET_DEVICES=lo", "FI_TCP_IFACE=lo", "FI_SOCKETS_IFACE=lo", "NIXL_LOG_LEVEL=ERROR", "UCX_LOG_LEVEL=error", "UCX_ERROR_SIGNALS="}
 	model := []string{"-model", "qwen2.5-7b", "-layers", "4", "-head-dim", "64", "-tp", "2", "-num-blocks", "256",
 		"-served-model-name", demoModel.Name, "-agent", "nixl", "-nixl-backend", backend, "-connector", connector, "-connector-log=false"}
-	pHTTP, dHTTP, pSide, dSide, proxyPort := freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
-	prefill := start(t, bin, "engine", env, append(model, "-role", "prefill", "-engine-id", "prefill-p", "-port", strconv.Itoa(pHTTP), "-side-channel-port", strconv.Itoa(pSide))...)
-	decode := start(t, bin, "engine", env, append(model, "-role", "decode", "-engine-id", "decode-p", "-port", strconv.Itoa(dHTTP), "-side-channel-port", strconv.Itoa(dSide))...)
-	waitHealthy(t, fmt.Sprintf("http://127.0.0.1:%d/health", pHTTP))
-	waitHealthy(t, fmt.Sprintf("http://127.0.0.1:%d/health", dHTTP))
-	start(t, bin, "proxy", env, "-port", strconv.Itoa(proxyPort), "-connector", connector,
-		"-prefill", fmt.Sprintf("127.0.0.1:%d", pHTTP), "-decode", fmt.Sprintf("127.0.0.1:%d", dHTTP))
-	proxyURL := fmt.Sprintf("http://127.0.0.1:%d", proxyPort)
+	// Every port is 0, a free one the program picks itself and logs (ports
+	// probed first can be taken by another socket before the program binds).
+	prefill := start(t, bin, "engine", env, append(model, "-role", "prefill", "-engine-id", "prefill-p", "-port", "0", "-side-channel-port", "0")...)
+	decode := start(t, bin, "engine", env, append(model, "-role", "decode", "-engine-id", "decode-p", "-port", "0", "-side-channel-port", "0")...)
+	prefillURL := logged(t, prefill, "ready", "url")
+	decodeURL := logged(t, decode, "ready", "url")
+	waitHealthy(t, prefillURL+"/health")
+	waitHealthy(t, decodeURL+"/health")
+	proxy := start(t, bin, "proxy", env, "-port", "0", "-connector", connector,
+		"-prefill", strings.TrimPrefix(prefillURL, "http://"), "-decode", strings.TrimPrefix(decodeURL, "http://"))
+	proxyURL := "http://" + logged(t, proxy, "listening", "addr")
 	waitHealthy(t, proxyURL+"/healthcheck")
+	pHTTP, dHTTP := port(t, prefillURL), port(t, decodeURL)
 
 	ctx := context.Background()
 	const n = 6
