@@ -2,10 +2,6 @@ package pushwire
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // CancelPrefix starts every cancel notification.
@@ -39,35 +35,7 @@ func IsCancel(msg []byte) bool { return bytes.HasPrefix(msg, []byte(CancelPrefix
 // msgpack map with keys request_id, transfer_id (only when set), engine_id
 // and rank, in that order, in their most compact encodings.
 func AppendCancel(dst []byte, c *Cancel) ([]byte, error) {
-	if c.RequestID == "" {
-		return dst, fmt.Errorf("%w: PUSH_CANCEL field request_id is empty", ErrMalformed)
-	}
-	if c.Rank < 0 || c.Rank > maxFieldInt {
-		return dst, fmt.Errorf("%w: PUSH_CANCEL field rank %d is out of range", ErrMalformed, c.Rank)
-	}
-	if err := checkIDs("PUSH_CANCEL", []string{"request_id", "transfer_id", "engine_id"}, c.RequestID, c.TransferID, c.EngineID); err != nil {
-		return dst, err
-	}
-	buf := bytes.NewBuffer(append(dst, CancelPrefix...))
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
-	enc.Reset(buf)
-	n := 3
-	if c.TransferID != "" {
-		n++
-	}
-	if c.Seq != 0 {
-		n++
-	}
-	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", c.RequestID))
-	if c.TransferID != "" {
-		err = errors.Join(err, encodeStr(enc, "transfer_id", c.TransferID))
-	}
-	err = errors.Join(err, encodeStr(enc, "engine_id", c.EngineID), encodeInt(enc, "rank", c.Rank), encodeSeq(enc, c.Seq))
-	if err != nil {
-		return dst, fmt.Errorf("encode PUSH_CANCEL: %w", err)
-	}
-	return buf.Bytes(), nil
+	return appendIDMessage(dst, CancelPrefix, "PUSH_CANCEL", (*idMessage)(c))
 }
 
 // EncodeCancel returns c's notification bytes.
@@ -77,32 +45,9 @@ func EncodeCancel(c *Cancel) ([]byte, error) { return AppendCancel(nil, c) }
 // rank are required; unknown keys are skipped so later versions may add
 // some.
 func DecodeCancel(msg []byte) (*Cancel, error) {
-	if !IsCancel(msg) {
-		return nil, fmt.Errorf("%w: PUSH_CANCEL: message does not start with %q", ErrMalformed, CancelPrefix)
-	}
-	rd := &reader{b: msg, off: len(CancelPrefix)}
-	var c Cancel
-	err := decodeMap(rd, "PUSH_CANCEL", []string{"request_id", "transfer_id", "engine_id", "rank", "registration_seq"}, []int{1, 4},
-		func(i int) (err error) {
-			switch i {
-			case 0:
-				c.RequestID, err = rd.id()
-			case 1:
-				c.TransferID, err = rd.id()
-			case 2:
-				c.EngineID, err = rd.id()
-			case 3:
-				c.Rank, err = rank(rd)
-			case 4:
-				c.Seq, err = seqField(rd)
-			}
-			return err
-		})
+	m, err := decodeIDMessage(msg, CancelPrefix, "PUSH_CANCEL")
 	if err != nil {
 		return nil, err
 	}
-	if c.RequestID == "" {
-		return nil, fmt.Errorf("%w: PUSH_CANCEL field request_id is empty", ErrMalformed)
-	}
-	return &c, nil
+	return (*Cancel)(&m), nil
 }

@@ -2,10 +2,6 @@ package pushwire
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // CancelAckPrefix starts every cancel acknowledgement. It is not a prefix
@@ -41,35 +37,7 @@ func IsCancelAck(msg []byte) bool { return bytes.HasPrefix(msg, []byte(CancelAck
 // then a msgpack map with keys request_id, transfer_id (only when set),
 // engine_id and rank, in that order, in their most compact encodings.
 func AppendCancelAck(dst []byte, a *CancelAck) ([]byte, error) {
-	if a.RequestID == "" {
-		return dst, fmt.Errorf("%w: PUSH_CANCEL_ACK field request_id is empty", ErrMalformed)
-	}
-	if a.Rank < 0 || a.Rank > maxFieldInt {
-		return dst, fmt.Errorf("%w: PUSH_CANCEL_ACK field rank %d is out of range", ErrMalformed, a.Rank)
-	}
-	if err := checkIDs("PUSH_CANCEL_ACK", []string{"request_id", "transfer_id", "engine_id"}, a.RequestID, a.TransferID, a.EngineID); err != nil {
-		return dst, err
-	}
-	buf := bytes.NewBuffer(append(dst, CancelAckPrefix...))
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
-	enc.Reset(buf)
-	n := 3
-	if a.TransferID != "" {
-		n++
-	}
-	if a.Seq != 0 {
-		n++
-	}
-	err := errors.Join(enc.EncodeMapLen(n), encodeStr(enc, "request_id", a.RequestID))
-	if a.TransferID != "" {
-		err = errors.Join(err, encodeStr(enc, "transfer_id", a.TransferID))
-	}
-	err = errors.Join(err, encodeStr(enc, "engine_id", a.EngineID), encodeInt(enc, "rank", a.Rank), encodeSeq(enc, a.Seq))
-	if err != nil {
-		return dst, fmt.Errorf("encode PUSH_CANCEL_ACK: %w", err)
-	}
-	return buf.Bytes(), nil
+	return appendIDMessage(dst, CancelAckPrefix, "PUSH_CANCEL_ACK", (*idMessage)(a))
 }
 
 // EncodeCancelAck returns a's notification bytes.
@@ -79,32 +47,9 @@ func EncodeCancelAck(a *CancelAck) ([]byte, error) { return AppendCancelAck(nil,
 // engine_id and rank are required, transfer_id optional; unknown keys are
 // skipped; ids longer than MaxIDLen are refused (ErrTooLong).
 func DecodeCancelAck(msg []byte) (*CancelAck, error) {
-	if !IsCancelAck(msg) {
-		return nil, fmt.Errorf("%w: PUSH_CANCEL_ACK: message does not start with %q", ErrMalformed, CancelAckPrefix)
-	}
-	rd := &reader{b: msg, off: len(CancelAckPrefix)}
-	var a CancelAck
-	err := decodeMap(rd, "PUSH_CANCEL_ACK", []string{"request_id", "transfer_id", "engine_id", "rank", "registration_seq"}, []int{1, 4},
-		func(i int) (err error) {
-			switch i {
-			case 0:
-				a.RequestID, err = rd.id()
-			case 1:
-				a.TransferID, err = rd.id()
-			case 2:
-				a.EngineID, err = rd.id()
-			case 3:
-				a.Rank, err = rank(rd)
-			case 4:
-				a.Seq, err = seqField(rd)
-			}
-			return err
-		})
+	m, err := decodeIDMessage(msg, CancelAckPrefix, "PUSH_CANCEL_ACK")
 	if err != nil {
 		return nil, err
 	}
-	if a.RequestID == "" {
-		return nil, fmt.Errorf("%w: PUSH_CANCEL_ACK field request_id is empty", ErrMalformed)
-	}
-	return &a, nil
+	return (*CancelAck)(&m), nil
 }
