@@ -1,18 +1,18 @@
 package pushconn
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
+	"hash/maphash"
 	"time"
 )
 
 // seenCap bounds how many registrations a prefill rank remembers having
-// received, at 40 bytes each whatever the id's length.
+// received, at about 24 bytes each whatever the id's length.
 const seenCap = 1 << 16
 
 // seenRegs remembers the registrations (sender agent, decode incarnation,
-// request id, transfer id, sequence number) a prefill rank has received, until prefill's registration
-// timeout, so that a copy of one delivered late — after the original was
+// request id, transfer id, sequence number) a prefill rank has received,
+// until prefill's registration timeout, so that a copy of one delivered late — after the original was
 // written, failed or cancelled and decode handed its blocks back — is
 // dropped instead of waiting in the matcher, where a retry of the request
 // (same base id, new suffix) could pair with it and WRITE into the released
@@ -23,38 +23,42 @@ const seenCap = 1 << 16
 type seenRegs struct {
 	ring []seenEntry
 	next int
-	set  map[[sha256.Size / 2]byte]time.Time
+	set  map[uint64]time.Time
+	seed maphash.Seed // per rank, so a peer cannot choose colliding ids
 }
 
 type seenEntry struct {
-	key   [sha256.Size / 2]byte
+	key   uint64
 	until time.Time
 }
 
 func newSeenRegs(n int) *seenRegs {
-	return &seenRegs{ring: make([]seenEntry, 0, n), set: map[[sha256.Size / 2]byte]time.Time{}}
+	return &seenRegs{ring: make([]seenEntry, 0, n), set: map[uint64]time.Time{}, seed: maphash.MakeSeed()}
 }
 
-func seenKey(sender, id, transferID string, incarnation, seq uint64) (k [sha256.Size / 2]byte) {
-	h := sha256.New()
+// key hashes a registration's identity. A collision (about 2^-33 among a
+// full ring) would only drop a registration as a copy, which then waits for
+// its timeout; it can never make prefill write.
+func (s *seenRegs) key(sender, id, transferID string, incarnation, seq uint64) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
 	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], incarnation)
-	h.Write(n[:])
-	for _, s := range []string{sender, id, transferID} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	for _, v := range []uint64{incarnation, seq} {
+		binary.BigEndian.PutUint64(n[:], v)
 		h.Write(n[:])
-		h.Write([]byte(s))
 	}
-	binary.BigEndian.PutUint64(n[:], seq)
-	h.Write(n[:])
-	copy(k[:], h.Sum(nil))
-	return k
+	for _, str := range []string{sender, id, transferID} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(str)))
+		h.Write(n[:])
+		h.WriteString(str)
+	}
+	return h.Sum64()
 }
 
 // check reports whether the registration was received before (and not
 // longer ago than its timeout); if not, it remembers it until until.
 func (s *seenRegs) check(now time.Time, sender, id, transferID string, incarnation, seq uint64, until time.Time) bool {
-	k := seenKey(sender, id, transferID, incarnation, seq)
+	k := s.key(sender, id, transferID, incarnation, seq)
 	if t, ok := s.set[k]; ok && now.Before(t) {
 		return true
 	}
