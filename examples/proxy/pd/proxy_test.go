@@ -373,6 +373,9 @@ func TestPushClientDisconnect(t *testing.T) {
 	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
+	// Both legs leave at once; decode may stream before the prefill leg has
+	// reached its engine. Go away only once both are there.
+	eventually(t, "prefill leg arrived", func() bool { return len(pf.requests()) == 1 })
 	cancel()
 	resp.Body.Close()
 	eventually(t, "both legs cancelled", func() bool { return len(pf.cancels()) == 1 && len(df.cancels()) == 1 })
