@@ -79,12 +79,12 @@ func main() {
 }
 
 func (o options) stackConfig(mode string) (stackConfig, error) {
-	cfg := stackConfig{mode: mode, model: demoModel, compute: demoCompute, served: o.served, tp: 2, numBlocks: 4096, proxyAddr: "127.0.0.1:0"}
+	cfg := stackConfig{Mode: mode, Model: demoModel, Compute: demoCompute, ServedModelName: o.served, TPSize: 2, NumBlocks: 4096}
 	switch o.link {
 	case "instant":
-		cfg.link = loopback.Instant()
+		cfg.Link = loopback.Instant()
 	case "modeled":
-		cfg.link = loopback.Bandwidth(2e9, 50*time.Microsecond)
+		cfg.Link = loopback.Bandwidth(2e9, 50*time.Microsecond)
 	default:
 		return cfg, fmt.Errorf(`-link is %q, want "instant" or "modeled"`, o.link)
 	}
@@ -123,7 +123,7 @@ func run(ctx context.Context, o options) error {
 		if warm[0].err != nil {
 			r.firstErr = fmt.Errorf("warm-up: %w", warm[0].err)
 		}
-		before := s.decode.Stats()
+		before := s.Decode.Stats()
 		for _, smp := range load(ctx, s.url(), o.served, o.requests, o.rate, o.promptWords, o.maxTokens, 1) {
 			if smp.err != nil {
 				if r.firstErr == nil {
@@ -135,7 +135,7 @@ func run(ctx context.Context, o options) error {
 			r.ttft = append(r.ttft, smp.ttft)
 			r.tpot = append(r.tpot, smp.tpot)
 		}
-		after := s.decode.Stats()
+		after := s.Decode.Stats()
 		r.verified = after.KVBytesVerified - before.KVBytesVerified
 		r.bad = after.KVVerifyFailures - before.KVVerifyFailures
 		rows = append(rows, r)
@@ -181,12 +181,12 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	cfg.proxyAddr = fmt.Sprintf("127.0.0.1:%d", o.port)
+	cfg.ProxyAddr = fmt.Sprintf("127.0.0.1:%d", o.port)
 	s, err := startStack(cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.out, "serving %s on %s (model %q; prefill %s, decode %s); Ctrl-C to stop\n", o.connector, s.url(), o.served, s.prefill.URL(), s.decode.URL())
+	fmt.Fprintf(o.out, "serving %s on %s (model %q; prefill %s, decode %s); Ctrl-C to stop\n", o.connector, s.url(), o.served, s.Prefill.URL(), s.Decode.URL())
 	fmt.Fprintf(o.out, "  curl -s %s/v1/completions -H 'Content-Type: application/json' -d '{\"model\":%q,\"prompt\":\"hello world\",\"max_tokens\":8}'\n", s.url(), o.served)
 	<-ctx.Done()
 	return s.close()

@@ -44,12 +44,12 @@ func TestMainJobTable(t *testing.T) {
 	assert.EqualError(t, run(context.Background(), o), `-link is "warp", want "instant" or "modeled"`)
 }
 
-func testStack(t *testing.T, mode string, mutate func(*stackConfig)) *stack {
+func testStack(t *testing.T, mode string, mutate func(*stackConfig)) *demoStack {
 	t.Helper()
 	o := options{link: "modeled", served: demoModel.Name}
 	cfg, err := o.stackConfig(mode)
 	require.NoError(t, err)
-	cfg.numBlocks = 1024
+	cfg.NumBlocks = 1024
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -60,10 +60,10 @@ func testStack(t *testing.T, mode string, mutate func(*stackConfig)) *stack {
 }
 
 // blocksBack waits until neither engine holds a block.
-func blocksBack(t *testing.T, s *stack) {
+func blocksBack(t *testing.T, s *demoStack) {
 	t.Helper()
-	require.Eventually(t, func() bool { return s.prefill.Stats().BlocksInUse == 0 && s.decode.Stats().BlocksInUse == 0 },
-		20*time.Second, 5*time.Millisecond, "blocks still held: prefill %d, decode %d", s.prefill.Stats().BlocksInUse, s.decode.Stats().BlocksInUse)
+	require.Eventually(t, func() bool { return s.Prefill.Stats().BlocksInUse == 0 && s.Decode.Stats().BlocksInUse == 0 },
+		20*time.Second, 5*time.Millisecond, "blocks still held: prefill %d, decode %d", s.Prefill.Stats().BlocksInUse, s.Decode.Stats().BlocksInUse)
 }
 
 // A block corrupted on prefill after its KV was written reaches decode,
@@ -73,7 +73,7 @@ func TestCorruptedBlockChangesTheOutputAndIsReported(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			var corrupt atomic.Bool
 			s := testStack(t, mode, func(c *stackConfig) {
-				c.kvHook = func(_ string, rank int, l descriptors.Layout, blocks []int, mem []byte) {
+				c.KVHook = func(_ string, rank int, l descriptors.Layout, blocks []int, mem []byte) {
 					if corrupt.Load() && rank == 1 {
 						mem[uint64(blocks[0])*l.BlockLen()] ^= 0xff // region 0 starts at mem[0]
 					}
@@ -86,7 +86,7 @@ func TestCorruptedBlockChangesTheOutputAndIsReported(t *testing.T) {
 			bad := load(ctx, s.url(), demoModel.Name, 1, 0, 40, 6, 7)[0]
 			require.NoError(t, bad.err)
 			assert.NotEqual(t, good.text, bad.text, "a corrupted block must change the generated text")
-			assert.Equal(t, uint64(1), s.decode.Stats().KVVerifyFailures)
+			assert.Equal(t, uint64(1), s.Decode.Stats().KVVerifyFailures)
 			blocksBack(t, s)
 		})
 	}
@@ -107,11 +107,11 @@ func TestClientDisconnectReleasesEveryBlock(t *testing.T) {
 			buf := make([]byte, 64)
 			_, err = resp.Body.Read(buf) // the first chunk: decode is generating
 			require.NoError(t, err)
-			require.NotZero(t, s.decode.Stats().BlocksInUse)
+			require.NotZero(t, s.Decode.Stats().BlocksInUse)
 			cancel()
 			resp.Body.Close()
 			blocksBack(t, s)
-			assert.Eventually(t, func() bool { return s.proxy.Stats().ClientCancelled == 1 }, 10*time.Second, 5*time.Millisecond)
+			assert.Eventually(t, func() bool { return s.Proxy.Stats().ClientCancelled == 1 }, 10*time.Second, 5*time.Millisecond)
 		})
 	}
 }
@@ -120,7 +120,7 @@ func TestClientDisconnectReleasesEveryBlock(t *testing.T) {
 // error at once, well within the handshake deadline.
 func TestPrefillDownGivesAJSONError(t *testing.T) {
 	s := testStack(t, "pull", nil)
-	require.NoError(t, s.prefill.Close(context.Background()))
+	require.NoError(t, s.Prefill.Close(context.Background()))
 	start := time.Now()
 	body, _ := json.Marshal(map[string]any{"model": demoModel.Name, "prompt": "hello", "max_tokens": 2})
 	resp, err := http.Post(s.url()+"/v1/completions", "application/json", bytes.NewReader(body))
@@ -145,7 +145,7 @@ func TestFiveHundredConcurrentRequests(t *testing.T) {
 	for _, mode := range []string{"pull", "push"} {
 		t.Run(mode, func(t *testing.T) {
 			s := testStack(t, mode, nil)
-			before := s.decode.Stats()
+			before := s.Decode.Stats()
 			out := load(context.Background(), s.url(), demoModel.Name, 500, 0, 16, 3, 11)
 			seen := map[string]bool{}
 			for _, smp := range out {
@@ -154,7 +154,7 @@ func TestFiveHundredConcurrentRequests(t *testing.T) {
 				seen[smp.requestID] = true
 				assert.Equal(t, 3, smp.tokens)
 			}
-			after := s.decode.Stats()
+			after := s.Decode.Stats()
 			assert.Equal(t, uint64(500), after.RequestsDone-before.RequestsDone)
 			assert.Zero(t, after.KVVerifyFailures)
 			blocksBack(t, s)
