@@ -113,11 +113,14 @@ type ModelSpec struct {
 
 // ComputeModel is the modeled compute time: a prefill of n tokens takes
 // PrefillBase + PrefillPerToken*n + PrefillPerToken2*n*n/1000; a decode step
-// of a batch of b sequences takes DecodeBase + DecodePerSeq*b.
+// of a batch of b sequences holding c tokens of context in all takes
+// DecodeBase + DecodePerSeq*b + DecodePerKToken*c/1000 (a decode step reads
+// the weights once and every sequence's KV cache).
 type ComputeModel struct {
 	PrefillBase, PrefillPerToken time.Duration
 	PrefillPerToken2             time.Duration // per token² / 1000
 	DecodeBase, DecodePerSeq     time.Duration
+	DecodePerKToken              time.Duration // per 1000 tokens of context in the batch
 }
 
 // Prefill returns the modeled time of a prefill of n tokens.
@@ -125,10 +128,28 @@ func (c ComputeModel) Prefill(n int) time.Duration {
 	return c.PrefillBase + c.PrefillPerToken*time.Duration(n) + c.PrefillPerToken2*time.Duration(n)*time.Duration(n)/1000
 }
 
-// Decode returns the modeled time of a decode step of batch sequences.
-func (c ComputeModel) Decode(batch int) time.Duration {
-	return c.DecodeBase + c.DecodePerSeq*time.Duration(batch)
+// Decode returns the modeled time of a decode step of batch sequences that
+// hold contextTokens tokens of context in all.
+func (c ComputeModel) Decode(batch, contextTokens int) time.Duration {
+	return c.DecodeBase + c.DecodePerSeq*time.Duration(batch) + c.DecodePerKToken*time.Duration(contextTokens)/1000
 }
+
+// Qwen3_32B_H200_TP8 is the compute model of Qwen3-32B in bf16 on one node
+// of 8 H200 (TP 8), derived from public figures rather than fitted to any
+// benchmark:
+//   - Prefill: 2 x 32.8e9 FLOPs per token for the weights, plus causal
+//     attention, 2 x 64 layers x 8192 (64 query heads x 128) FLOPs per token²
+//     (Qwen3-32B's model card and config); at 50% of the H200's dense bf16
+//     peak of 989 TFLOP/s (NVIDIA's H200 datasheet) on each of 8 GPUs: 16.6 µs
+//     per token and 0.265 µs per 1000 tokens², plus 5 ms per step. A 1k
+//     prompt takes 22 ms, a 16k prompt 348 ms.
+//   - Decode: a step streams each GPU's 8.2 GB of weights (65.6 GB / 8) at
+//     70% of the H200's 4.8 TB/s (2.4 ms), plus 128 TP all-reduces and the
+//     step's launches and sampling (about 3.6 ms): 6 ms; each token of
+//     context adds its 32 KiB of KV per GPU at the same rate, 9.75 µs per 1000
+//     tokens of the batch.
+var Qwen3_32B_H200_TP8 = ComputeModel{PrefillBase: 5 * time.Millisecond, PrefillPerToken: 16600 * time.Nanosecond,
+	PrefillPerToken2: 265 * time.Nanosecond, DecodeBase: 6 * time.Millisecond, DecodePerKToken: 9750 * time.Nanosecond}
 
 // Preset returns a named model and a compute model of the order of an H200
 // node's: "qwen3-32b", "llama-3.1-70b" (TP 8) and "qwen2.5-7b" (TP 1).
@@ -136,8 +157,7 @@ func Preset(name string) (ModelSpec, ComputeModel, bool) {
 	switch name {
 	case "qwen3-32b":
 		return ModelSpec{Name: "Qwen/Qwen3-32B", Layers: 64, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 8},
-			ComputeModel{PrefillBase: 15 * time.Millisecond, PrefillPerToken: 40 * time.Microsecond, PrefillPerToken2: 5 * time.Microsecond,
-				DecodeBase: 7 * time.Millisecond, DecodePerSeq: 40 * time.Microsecond}, true
+			Qwen3_32B_H200_TP8, true
 	case "llama-3.1-70b":
 		return ModelSpec{Name: "meta-llama/Llama-3.1-70B-Instruct", Layers: 80, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 8},
 			ComputeModel{PrefillBase: 20 * time.Millisecond, PrefillPerToken: 80 * time.Microsecond, PrefillPerToken2: 8 * time.Microsecond,

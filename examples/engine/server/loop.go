@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -305,8 +306,8 @@ func (l *loop) abortRanks(r *request) {
 }
 
 func (l *loop) pollConnectors() {
-	for i, c := range l.s.conss {
-		for _, res := range c.drain() {
+	for i, results := range l.drainConsumers() {
+		for _, res := range results {
 			r := l.loading[res.id]
 			if r == nil || !r.started[i] {
 				l.s.log.Debug("connector result for no loading request", zap.String("request_id", res.id), zap.Error(res.err))
@@ -328,6 +329,31 @@ func (l *loop) pollConnectors() {
 			l.freed(i, id)
 		}
 	}
+}
+
+// drainConsumers takes every rank's results. With Inline, a Drain posts the
+// rank's READs, which costs real time per descriptor on a native agent; a TP
+// worker of vLLM posts its own rank's READs in its own process, so the ranks
+// drain side by side here, and the loop waits for the slowest, as vLLM's
+// step waits for its slowest worker.
+func (l *loop) drainConsumers() [][]connResult {
+	out := make([][]connResult, len(l.s.conss))
+	if !l.s.cfg.Inline || len(l.s.conss) < 2 {
+		for i, c := range l.s.conss {
+			out[i] = c.drain()
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	for i, c := range l.s.conss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = c.drain()
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 func (l *loop) freed(rank int, id string) {
@@ -483,7 +509,11 @@ func (l *loop) decodeStep() {
 	if len(l.running) == 0 {
 		return
 	}
-	if d := l.s.cfg.Compute.Decode(len(l.running)); d > 0 {
+	ctxTokens := 0
+	for _, r := range l.running {
+		ctxTokens += len(r.tokens) + r.generated
+	}
+	if d := l.s.cfg.Compute.Decode(len(l.running), ctxTokens); d > 0 {
 		time.Sleep(d)
 	}
 	keep := l.running[:0]
