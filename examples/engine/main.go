@@ -18,6 +18,12 @@
 // (127.0.0.1:5600). SIGTERM or SIGINT shuts down gracefully: no new
 // requests, in-flight ones drain for -drain-timeout, then every block is
 // released.
+//
+// With -etcd host:port,... the engine registers itself under
+// /gonixl/<-cluster>/engines/<role>/<engine_id> (package
+// examples/discovery) on a lease of -etcd-ttl kept alive while it runs, so
+// that a proxy started with -etcd finds it; the key is deleted first on a
+// graceful shutdown, and vanishes with the lease when the engine is killed.
 package main
 
 import (
@@ -34,9 +40,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gonixl/gonixl/examples/discovery"
 	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -87,6 +95,9 @@ func run(args []string) error {
 	backendParams := fs.String("nixl-backend-params", "", `backend parameters, key=value,... (UCX default: ucx_error_handling_mode=none)`)
 	logLevel := fs.String("log-level", "info", "debug, info, warn, error")
 	connLog := fs.Bool("connector-log", true, `log the connectors' warnings and "KV Transfer metrics:" lines`)
+	etcdEndpoints := fs.String("etcd", "", "etcd endpoints, host:port,...: register this engine there (see package examples/discovery)")
+	cluster := fs.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
+	etcdTTL := fs.Duration("etcd-ttl", discovery.DefaultTTL, "with -etcd: the registration's lease TTL (whole seconds)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -179,6 +190,15 @@ func run(args []string) error {
 		zap.String("role", info.Role), zap.String("connector", info.Connector), zap.String("model", info.Model), zap.Int("tp_size", info.TPSize),
 		zap.String("side_channel", net.JoinHostPort(info.SideChannelHost, strconv.Itoa(info.SideChannelPort))))
 
+	var deregister func(context.Context) error
+	if *etcdEndpoints != "" {
+		if deregister, err = register(s, *etcdEndpoints, *cluster, *etcdTTL, log); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return errors.Join(err, s.Close(cctx))
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
@@ -186,11 +206,37 @@ func run(args []string) error {
 	log.Info("signal received: shutting down", zap.Duration("drain_timeout", *drain))
 	dctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
+	if deregister != nil {
+		// Leave the registry first, so that proxies stop sending new requests.
+		if derr := deregister(dctx); derr != nil {
+			log.Warn("leaving etcd", zap.Error(derr))
+		}
+	}
 	err = s.Close(dctx)
 	st := s.Stats()
 	log.Info("stopped", zap.Uint64("requests_done", st.RequestsDone), zap.Uint64("requests_failed", st.RequestsFailed),
 		zap.Uint64("kv_bytes_verified", st.KVBytesVerified), zap.Uint64("kv_verify_failures", st.KVVerifyFailures))
 	return err
+}
+
+// register publishes the engine's record in etcd and returns how to
+// withdraw it (delete the key, revoke the lease, close the client).
+func register(s *server.Server, endpoints, cluster string, ttl time.Duration, log *zap.Logger) (func(context.Context) error, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: log.Named("etcd")})
+	if err != nil {
+		return nil, fmt.Errorf("-etcd %s: %w", endpoints, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := s.Record()
+	reg, err := discovery.Register(ctx, discovery.RegisterConfig{Client: cli, Cluster: cluster, Record: rec, TTL: ttl, Logger: log.Named("registry")})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("-etcd %s: %w", endpoints, err)
+	}
+	log.Info("registered in etcd", zap.String("key", reg.Key()), zap.Duration("ttl", ttl),
+		zap.String("compat_hash", rec.CompatHash), zap.String("incarnation", rec.Incarnation))
+	return func(ctx context.Context) error { return errors.Join(reg.Close(ctx), cli.Close()) }, nil
 }
 
 // agentFactory returns how to make each rank's agent.

@@ -96,6 +96,8 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error
 	loop      *loop
+
+	incarn string // random for every New: this start's incarnation in the registry
 }
 
 // New builds the engine: the connector Engine and one Producer (prefill) or
@@ -108,7 +110,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With(zap.String("engine_id", cfg.EngineID), zap.String("role", cfg.Role)),
 		submitCh: make(chan *request), cancelCh: make(chan *request, 64),
-		stopCh: make(chan struct{}), loopDone: make(chan struct{}), served: make(chan struct{})}
+		stopCh: make(chan struct{}), loopDone: make(chan struct{}), served: make(chan struct{}), incarn: randHex(16)}
 	defer func() {
 		if err != nil {
 			s.release()
