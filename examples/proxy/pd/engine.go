@@ -47,6 +47,12 @@ type engine struct {
 	role        role
 	outstanding atomic.Int64
 
+	// Set for engines from SetMembers: they are known by member key, and a
+	// new incarnation is a new engine. compat "" (static engines) pairs with
+	// any engine.
+	member string
+	compat string
+
 	mu             sync.Mutex
 	healthy        bool            // last GET /health passed (and no connection error since)
 	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
@@ -220,7 +226,7 @@ func (p *Proxy) checkAll(ctx context.Context, conn string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, e := range p.all {
+	for _, e := range p.pools().all {
 		wg.Go(func() { p.check(ctx, e, conn) })
 	}
 	wg.Wait()
@@ -239,9 +245,16 @@ func (p *Proxy) healthLoop(ctx context.Context) {
 	}
 }
 
-// pick chooses an engine of pool in rotation and not in exclude, by policy; nil if none.
-// The caller must call the returned release when the leg is over.
-func (p *Proxy) pick(pool []*engine, rr *atomic.Uint64, policy string, exclude ...*engine) (*engine, func()) {
+// compatible says whether a prefill and a decode engine may be paired: their
+// compatibility hashes agree, or one is not known (a static engine).
+func compatible(a, b *engine) bool {
+	return a.compat == "" || b.compat == "" || a.compat == b.compat
+}
+
+// pick chooses an engine of pool in rotation, accepted by accept (if not nil) and not in
+// exclude, by policy; nil if none. The caller must call the returned release when the leg
+// is over.
+func (p *Proxy) pick(pool []*engine, rr *atomic.Uint64, policy string, accept func(*engine) bool, exclude ...*engine) (*engine, func()) {
 	cands := make([]*engine, 0, len(pool))
 outer:
 	for _, e := range pool {
@@ -250,7 +263,7 @@ outer:
 				continue outer
 			}
 		}
-		if e.inRotation(p.connector) {
+		if e.inRotation(p.connector) && (accept == nil || accept(e)) {
 			cands = append(cands, e)
 		}
 	}

@@ -30,7 +30,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 // serveModels proxies GET /v1/models from a decode engine in rotation.
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
-	de, release := p.pick(p.decode, &p.rrDecode, PolicyRoundRobin)
+	de, release := p.pick(p.pools().decode, &p.rrDecode, PolicyRoundRobin, nil)
 	if de == nil {
 		writeError(w, http.StatusServiceUnavailable, "no decode engine in rotation")
 		return

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 
@@ -242,6 +243,12 @@ var errNoEngine = func(r role) *legError {
 	return &legError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("no %s engine in rotation", r)}
 }
 
+// servePull runs the prefill leg, then the decode leg on the decode engine with the least
+// outstanding requests among those compatible with the prefill engine. One retry is
+// allowed per request: on another prefill engine when the prefill leg fails with a 5xx or
+// a connection error, or when decode answers a 5xx before streaming (its KV load from
+// that prefill engine failed: the engine died, or lost the blocks); on another decode
+// engine, with the same KV, when decode could not be reached at all.
 func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 	prefillBody := c.body(map[string]any{
 		"do_remote_decode":  true,
@@ -252,66 +259,125 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 		"remote_port":       nil,
 	}, true)
 
-	var answer []byte
-	var tried []*engine
+	var triedP, triedD []*engine
 	var last *legError
-	for attempt := 0; attempt < 2; attempt++ {
-		pe, release := p.pick(p.prefill, &p.rrPrefill, p.cfg.Policy, tried...)
+	retries := 0
+	var announce func() // counts and logs the retry once it has an engine to go to
+	retry := func(le *legError, what string, fields ...zap.Field) bool {
+		last = le
+		if !le.retryable || retries > 0 {
+			return false
+		}
+		retries++
+		announce = func() {
+			p.retried.Add(1)
+			c.log.Info(what, append(fields, zap.String("error", le.msg))...)
+			announce = nil
+		}
+		return true
+	}
+	for {
+		pools := p.pools()
+		// A prefill engine no decode engine can pair with would prefill for nothing.
+		pe, releaseP := p.pick(pools.prefill, &p.rrPrefill, p.cfg.Policy, func(e *engine) bool {
+			return p.hasPartner(pools.decode, e)
+		}, triedP...)
 		if pe == nil {
 			if last == nil {
 				last = errNoEngine(rolePrefill)
 			}
-			break
+			p.fail(w, c, last)
+			return
 		}
-		if attempt > 0 {
-			p.retried.Add(1)
-			c.log.Info("prefill failed, retrying on another engine", zap.String("engine", pe.url), zap.String("error", last.msg))
+		if announce != nil {
+			announce()
 		}
-		var le *legError
-		answer, le = p.prefillLeg(c.r.Context(), c, pe, prefillBody)
-		release()
-		if le == nil {
-			last = nil
-			break
+		answer, le := p.prefillLeg(c.r.Context(), c, pe, prefillBody)
+		releaseP()
+		if le != nil {
+			triedP = append(triedP, pe)
+			if retry(le, "prefill failed, retrying on another engine", zap.String("engine", pe.url)) {
+				continue
+			}
+			p.fail(w, c, le)
+			return
 		}
-		last = le
-		if !le.retryable {
-			break
+		last = nil
+		var pa struct {
+			KV json.RawMessage `json:"kv_transfer_params"`
 		}
-		tried = append(tried, pe)
+		if err := json.Unmarshal(answer, &pa); err != nil || len(pa.KV) == 0 || string(pa.KV) == "null" {
+			p.fail(w, c, &legError{status: http.StatusBadGateway,
+				msg: "the prefill engine's answer carries no kv_transfer_params (is it a kv_producer with the NIXL connector?)"})
+			return
+		}
+		decodeBody := c.body(pa.KV, false)
+		for {
+			// The decode engine is chosen now, with the load it has after prefill.
+			accept := func(e *engine) bool { return compatible(pe, e) }
+			de, releaseD := p.pick(p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept, triedD...)
+			if de == nil && len(triedD) > 0 {
+				de, releaseD = p.pick(p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept)
+			}
+			if de == nil {
+				if last == nil {
+					last = errNoEngine(roleDecode)
+				}
+				p.fail(w, c, last)
+				return
+			}
+			if announce != nil {
+				announce()
+			}
+			ctx, cancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
+			resp, err := p.send(ctx, c, de, decodeBody)
+			if err != nil {
+				le := p.transportError(c, ctx, de, err)
+				releaseD()
+				cancel()
+				triedD = append(triedD, de)
+				// Only a request that never reached decode may go to another one: one that did
+				// may have read (and released) the prefill engine's blocks.
+				if isDialError(err) && retry(le, "decode unreachable, retrying on another decode engine", zap.String("engine", de.url)) {
+					continue
+				}
+				p.fail(w, c, le)
+				return
+			}
+			if resp.StatusCode < 200 || resp.StatusCode > 299 {
+				le := statusError(de, resp)
+				releaseD()
+				cancel()
+				triedP, triedD = append(triedP, pe), append(triedD, de)
+				if retry(le, "decode failed before answering, retrying on another prefill engine",
+					zap.String("prefill", pe.url), zap.String("decode", de.url)) {
+					break // to a new prefill leg
+				}
+				p.fail(w, c, le)
+				return
+			}
+			p.relay(w, c, ctx, de, resp)
+			releaseD()
+			cancel()
+			return
+		}
 	}
-	if last != nil {
-		p.fail(w, c, last)
-		return
-	}
+}
 
-	var pa struct {
-		KV json.RawMessage `json:"kv_transfer_params"`
+// hasPartner says whether pool has an engine in rotation that may be paired with e.
+func (p *Proxy) hasPartner(pool []*engine, e *engine) bool {
+	for _, d := range pool {
+		if compatible(e, d) && d.inRotation(p.connector) {
+			return true
+		}
 	}
-	if err := json.Unmarshal(answer, &pa); err != nil || len(pa.KV) == 0 || string(pa.KV) == "null" {
-		p.fail(w, c, &legError{status: http.StatusBadGateway,
-			msg: "the prefill engine's answer carries no kv_transfer_params (is it a kv_producer with the NIXL connector?)"})
-		return
-	}
-	// The decode engine is chosen now, with the load it has after prefill.
-	de, release := p.pick(p.decode, &p.rrDecode, PolicyLeastOutstanding)
-	if de == nil {
-		p.fail(w, c, errNoEngine(roleDecode))
-		return
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
-	defer cancel()
-	resp, err := p.send(ctx, c, de, c.body(pa.KV, false))
-	if err != nil {
-		p.fail(w, c, p.transportError(c, ctx, de, err))
-		return
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		p.fail(w, c, statusError(de, resp))
-		return
-	}
-	p.relay(w, c, ctx, de, resp)
+	return false
+}
+
+// isDialError says whether err is a failure to connect: the request was not sent.
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // relay streams decode's answer to the client: status, Content-Type, body chunk by chunk

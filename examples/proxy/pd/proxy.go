@@ -54,6 +54,10 @@ type Config struct {
 	Client *http.Client
 	// RequestTimeout bounds each leg (the decode leg including its stream); default 120 s.
 	RequestTimeout time.Duration
+	// Dynamic lets SetMembers add and remove engines while the proxy runs (a registry such
+	// as etcd, see examples/discovery); Prefill and Decode may then be empty, and Connector
+	// is required when they are.
+	Dynamic bool
 	// HealthInterval is the period of GET /health (and /kv_transfer_info) on every engine;
 	// default 2 s. Engines failing it are out of rotation until they pass.
 	HealthInterval time.Duration
@@ -77,8 +81,11 @@ type Proxy struct {
 	ownClient bool
 	log       *zap.Logger
 
-	prefill, decode, all []*engine
-	rrPrefill, rrDecode  atomic.Uint64
+	static    pools // from Config.Prefill and Config.Decode
+	cur       atomic.Pointer[pools]
+	membersMu sync.Mutex // serializes SetMembers
+	rrPrefill atomic.Uint64
+	rrDecode  atomic.Uint64
 
 	requests, retried, failed, cancelled atomic.Uint64
 
@@ -90,8 +97,11 @@ type Proxy struct {
 // New checks cfg, checks every engine once (and learns the connector if cfg.Connector is
 // ""), and starts the health checks. Engines that do not answer yet start out of rotation.
 func New(cfg Config) (*Proxy, error) {
-	if len(cfg.Prefill) == 0 || len(cfg.Decode) == 0 {
-		return nil, errors.New("pd: at least one prefill and one decode engine are needed")
+	if !cfg.Dynamic && (len(cfg.Prefill) == 0 || len(cfg.Decode) == 0) {
+		return nil, errors.New("pd: at least one prefill and one decode engine are needed (or Config.Dynamic)")
+	}
+	if cfg.Dynamic && cfg.Connector == "" && (len(cfg.Prefill) == 0 || len(cfg.Decode) == 0) {
+		return nil, errors.New("pd: Config.Dynamic without static engines needs Config.Connector")
 	}
 	switch cfg.Connector {
 	case "", ConnectorPull, ConnectorPush:
@@ -124,7 +134,7 @@ func New(cfg Config) (*Proxy, error) {
 		urls []string
 		role role
 		dst  *[]*engine
-	}{{cfg.Prefill, rolePrefill, &p.prefill}, {cfg.Decode, roleDecode, &p.decode}} {
+	}{{cfg.Prefill, rolePrefill, &p.static.prefill}, {cfg.Decode, roleDecode, &p.static.decode}} {
 		for _, u := range r.urls {
 			u, err := normalizeURL(u)
 			if err != nil {
@@ -137,9 +147,10 @@ func New(cfg Config) (*Proxy, error) {
 			seen[key] = true
 			e := &engine{url: u, role: r.role}
 			*r.dst = append(*r.dst, e)
-			p.all = append(p.all, e)
+			p.static.all = append(p.static.all, e)
 		}
 	}
+	p.cur.Store(&p.static)
 
 	p.checkAll(context.Background(), p.connector)
 	if p.connector == "" {
@@ -151,8 +162,8 @@ func New(cfg Config) (*Proxy, error) {
 		p.connector = conn
 	}
 	p.log.Info("proxy ready", zap.String("connector", p.connector), zap.String("policy", cfg.Policy),
-		zap.Int("prefill_in_rotation", p.inRotationCount(p.prefill)),
-		zap.Int("decode_in_rotation", p.inRotationCount(p.decode)))
+		zap.Int("prefill_in_rotation", p.inRotationCount(p.pools().prefill)),
+		zap.Int("decode_in_rotation", p.inRotationCount(p.pools().decode)))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
@@ -164,7 +175,7 @@ func New(cfg Config) (*Proxy, error) {
 // engines that disagree are an error (a pull engine paired with a push engine fails).
 func (p *Proxy) discoverConnector() (string, error) {
 	found := map[string][]string{}
-	for _, e := range p.all {
+	for _, e := range p.pools().all {
 		if info := e.kvInfo(); info != nil {
 			if c := normalizeConnector(info.Connector); c != "" {
 				found[c] = append(found[c], e.url)
@@ -270,7 +281,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) serveHealthcheck(w http.ResponseWriter, _ *http.Request) {
-	np, nd := p.inRotationCount(p.prefill), p.inRotationCount(p.decode)
+	np, nd := p.inRotationCount(p.pools().prefill), p.inRotationCount(p.pools().decode)
 	w.Header().Set("Content-Type", "application/json")
 	if np == 0 || nd == 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)

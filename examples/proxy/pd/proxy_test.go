@@ -535,8 +535,8 @@ func TestConnectorDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.inRotationCount(p.prefill) != 0 || p.inRotationCount(p.decode) != 1 {
-		t.Fatalf("in rotation: prefill %d decode %d", p.inRotationCount(p.prefill), p.inRotationCount(p.decode))
+	if p.inRotationCount(p.pools().prefill) != 0 || p.inRotationCount(p.pools().decode) != 1 {
+		t.Fatalf("in rotation: prefill %d decode %d", p.inRotationCount(p.pools().prefill), p.inRotationCount(p.pools().decode))
 	}
 	// An engine listed as prefill that says it is a decode engine stays out of rotation.
 	wrong := newFake(t, "decode", "pull", nil)
@@ -545,7 +545,7 @@ func TestConnectorDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
-	if p2.inRotationCount(p2.prefill) != 0 {
+	if p2.inRotationCount(p2.pools().prefill) != 0 {
 		t.Fatal("a decode engine listed as prefill is in rotation")
 	}
 	if _, err := New(Config{Prefill: []string{"127.0.0.1:1"}, Decode: []string{"127.0.0.1:1"}}); err == nil {

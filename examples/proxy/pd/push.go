@@ -23,7 +23,8 @@ func (a decodeAnswer) close() {
 // the prefill engine writes into them when it is done. Decode's answer is streamed back as
 // soon as it comes; a prefill failure cancels the decode leg.
 func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
-	de, releaseD := p.pick(p.decode, &p.rrDecode, p.cfg.Policy)
+	pools := p.pools()
+	de, releaseD := p.pick(pools.decode, &p.rrDecode, p.cfg.Policy, func(e *engine) bool { return p.hasPartner(pools.prefill, e) })
 	if de == nil {
 		p.fail(w, c, errNoEngine(roleDecode))
 		return
@@ -33,7 +34,7 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 	var tried []*engine
 	var last *legError
 	for attempt := 0; attempt < 2; attempt++ {
-		pe, releaseP := p.pick(p.prefill, &p.rrPrefill, p.cfg.Policy, tried...)
+		pe, releaseP := p.pick(p.pools().prefill, &p.rrPrefill, p.cfg.Policy, func(e *engine) bool { return compatible(de, e) }, tried...)
 		if pe == nil {
 			break
 		}
