@@ -1,8 +1,10 @@
 // Command proxy is the P/D proxy of the reference disaggregated serving stack: clients send
 // OpenAI-style completion requests to it, and it splits each into a prefill leg and a
-// decode leg over the engines given with -prefill and -decode (see package pd).
+// decode leg over the engines given with -prefill and -decode (see package pd), or over
+// every engine registered in etcd with -etcd (see package examples/discovery).
 //
 //	go run ./examples/proxy -prefill 127.0.0.1:8100 -decode 127.0.0.1:8200
+//	go run ./examples/proxy -etcd 127.0.0.1:2379 -connector pull
 //	curl -s localhost:8192/v1/completions -d '{"model":"toy","prompt":"hello","max_tokens":8}'
 package main
 
@@ -37,21 +39,34 @@ func main() {
 // run serves until ctx ends, then shuts down gracefully; ready, if not nil, gets the
 // address it listens on.
 func run(ctx context.Context, args []string, ready func(addr string)) error {
-	flag := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	port := flag.Int("port", 8192, "port to listen on")
-	host := flag.String("host", "127.0.0.1", "address to listen on")
-	prefill := flag.String("prefill", "", "prefill engines, host:port,... (or http:// URLs)")
-	decode := flag.String("decode", "", "decode engines, host:port,... (or http:// URLs)")
-	connector := flag.String("connector", "", `"pull" or "push"; empty: ask the engines (GET /kv_transfer_info)`)
-	policy := flag.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
-	timeout := flag.Duration("request-timeout", 120*time.Second, "limit of each leg")
-	health := flag.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
-	debug := flag.Bool("debug", false, "debug logs")
-	if err := flag.Parse(args); err != nil {
+	flags := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	port := flags.Int("port", 8192, "port to listen on")
+	host := flags.String("host", "127.0.0.1", "address to listen on")
+	prefill := flags.String("prefill", "", "prefill engines, host:port,... (or http:// URLs)")
+	decode := flags.String("decode", "", "decode engines, host:port,... (or http:// URLs)")
+	connector := flags.String("connector", "", `"pull" or "push"; empty: ask the engines (GET /kv_transfer_info)`)
+	policy := flags.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
+	timeout := flags.Duration("request-timeout", 120*time.Second, "limit of each leg")
+	health := flags.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
+	etcdEndpoints := flags.String("etcd", "", "etcd endpoints, host:port,...: route across the engines registered there")
+	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
+	debug := flags.Bool("debug", false, "debug logs")
+	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	if flag.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	dynamic := *etcdEndpoints != ""
+	if dynamic {
+		set := map[string]bool{}
+		flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["policy"] {
+			*policy = pd.PolicyLeastOutstanding // engines differ in load; pull's decode is least outstanding anyway
+		}
+		if *connector == "" && *prefill == "" && *decode == "" {
+			*connector = pd.ConnectorPull
+		}
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flags.Args())
 	}
 
 	zcfg := zap.NewProductionConfig()
@@ -71,12 +86,20 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		Policy:         *policy,
 		RequestTimeout: *timeout,
 		HealthInterval: *health,
+		Dynamic:        dynamic,
 		Logger:         log,
 	})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if dynamic {
+		stopFollowing, err := followRegistry(p, *etcdEndpoints, *cluster, log)
+		if err != nil {
+			return err
+		}
+		defer stopFollowing()
+	}
 
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
 	srv := &http.Server{Addr: addr, Handler: p, ReadHeaderTimeout: 10 * time.Second}

@@ -107,7 +107,11 @@ func (p *Proxy) transportError(c *completion, legCtx context.Context, e *engine,
 	case errors.Is(legCtx.Err(), context.DeadlineExceeded):
 		return &legError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("%s engine %s did not answer within %s", e.role, e.url, p.cfg.RequestTimeout)}
 	case legCtx.Err() != nil:
-		return &legError{status: http.StatusBadGateway, msg: fmt.Sprintf("%s leg to %s cancelled", e.role, e.url)}
+		msg := fmt.Sprintf("%s leg to %s cancelled", e.role, e.url)
+		if cause := context.Cause(legCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+			msg += ": " + cause.Error()
+		}
+		return &legError{status: http.StatusBadGateway, msg: msg}
 	}
 	e.markDown()
 	return &legError{status: http.StatusBadGateway, retryable: true,
@@ -284,7 +288,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 		}, triedP...)
 		if pe == nil {
 			if last == nil {
-				last = errNoEngine(rolePrefill)
+				last = p.noPair(pools.prefill, pools.decode, rolePrefill)
 			}
 			p.fail(w, c, last)
 			return
@@ -364,6 +368,19 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 	}
 }
 
+// noPair is the error when no engine of want's role (pool mine) can be paired with one of
+// others: none is in rotation, or none of the others is.
+func (p *Proxy) noPair(mine, others []*engine, want role) *legError {
+	if p.inRotationCount(others) == 0 {
+		return errNoEngine(otherRole(want))
+	}
+	if p.inRotationCount(mine) == 0 {
+		return errNoEngine(want)
+	}
+	return &legError{status: http.StatusServiceUnavailable,
+		msg: fmt.Sprintf("no %s engine in rotation is compatible (connector, compatibility hash) with a %s engine in rotation", want, otherRole(want))}
+}
+
 // hasPartner says whether pool has an engine in rotation that may be paired with e.
 func (p *Proxy) hasPartner(pool []*engine, e *engine) bool {
 	for _, d := range pool {
@@ -380,9 +397,11 @@ func isDialError(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
-// relay streams decode's answer to the client: status, Content-Type, body chunk by chunk
-// with a flush after each. Once the status is written nothing else can be said to the
-// client: a broken stream is counted and logged here.
+// relay answers the client from decode's answer. A non-streamed answer is read in full
+// first, so that a decode engine dying mid-answer gives the client a JSON error instead
+// of a cut body. A stream is passed through chunk by chunk with a flush after each; once
+// its status is written, a stream that breaks off ends with an SSE error event and
+// [DONE], as an engine ends a stream that fails.
 func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, resp *http.Response) {
 	defer resp.Body.Close()
 	h := w.Header()
@@ -394,8 +413,24 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 	if h.Get("X-Request-Id") == "" {
 		h.Set("X-Request-Id", c.id)
 	}
-	if !c.stream && resp.ContentLength >= 0 {
-		h.Set("Content-Length", fmt.Sprint(resp.ContentLength))
+	if !c.stream {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxRequestBody))
+		if err != nil {
+			for _, k := range []string{"Content-Type", "Cache-Control"} {
+				h.Del(k)
+			}
+			le := p.transportError(c, ctx, de, err)
+			le.msg = "decode answer broke off: " + le.msg
+			p.fail(w, c, le)
+			return
+		}
+		h.Set("Content-Length", fmt.Sprint(len(body)))
+		w.WriteHeader(resp.StatusCode)
+		if _, err := w.Write(body); err != nil {
+			p.cancelled.Add(1)
+			c.log.Debug("client went away", zap.Error(err))
+		}
+		return
 	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
@@ -422,10 +457,15 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			le := p.transportError(c, ctx, de, err)
 			if le.cancelled {
 				p.cancelled.Add(1)
-			} else {
-				p.failed.Add(1)
-				c.log.Warn("decode stream broke off", zap.String("engine", de.url), zap.String("error", le.msg))
+				return
 			}
+			p.failed.Add(1)
+			c.log.Warn("decode stream broke off", zap.String("engine", de.url), zap.String("error", le.msg))
+			ev, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "decode stream broke off: " + le.msg,
+				"type": "BadGatewayError", "code": le.status}})
+			// A partial SSE line is ended first so that the event parses.
+			_, _ = fmt.Fprintf(w, "\n\ndata: %s\n\ndata: [DONE]\n\n", ev)
+			_ = rc.Flush()
 			return
 		}
 	}

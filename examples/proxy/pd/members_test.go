@@ -43,7 +43,7 @@ func (h *harness) postOK(t *testing.T) {
 func TestMembersPairOnlyCompatible(t *testing.T) {
 	h := dynamicHarness(t, Config{Connector: "pull", Policy: PolicyLeastOutstanding})
 	resp := h.post(t, context.Background(), clientBody, nil)
-	if b := readAll(t, resp); resp.StatusCode != 503 || !strings.Contains(string(b), "no prefill engine in rotation") {
+	if b := readAll(t, resp); resp.StatusCode != 503 || !strings.Contains(string(b), "no decode engine in rotation") {
 		t.Fatalf("no members: %d %s", resp.StatusCode, b)
 	}
 	pa := newFake(t, "prefill", "pull", nil)
@@ -51,6 +51,12 @@ func TestMembersPairOnlyCompatible(t *testing.T) {
 	pc := newFake(t, "prefill", "push", nil) // another connector
 	da := newFake(t, "decode", "pull", nil)
 	db := newFake(t, "decode", "pull", nil)
+	// Only B's pair: it says why nothing can be served.
+	h.p.SetMembers([]Member{member(pb, "B", "1"), member(da, "A", "1")})
+	resp = h.post(t, context.Background(), clientBody, nil)
+	if b := readAll(t, resp); resp.StatusCode != 503 || !strings.Contains(string(b), "no prefill engine in rotation is compatible") {
+		t.Fatalf("incompatible pair: %d %s", resp.StatusCode, b)
+	}
 	h.p.SetMembers([]Member{member(pa, "A", "1"), member(pb, "B", "1"), member(pc, "A", "1"), member(da, "A", "1")})
 	for range 6 {
 		h.postOK(t)

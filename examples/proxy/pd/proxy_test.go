@@ -559,7 +559,8 @@ func TestConnectorDiscovery(t *testing.T) {
 }
 
 // Push: decode already streaming when prefill fails: the decode leg is cancelled and the
-// stream ends (no [DONE]); the request counts as failed.
+// stream ends with an error event naming prefill's failure, then [DONE]; the request
+// counts as failed.
 func TestPushPrefillFailsWhileDecodeStreams(t *testing.T) {
 	streaming := make(chan struct{}) // the client has decode's first chunk
 	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
@@ -580,8 +581,10 @@ func TestPushPrefillFailsWhileDecodeStreams(t *testing.T) {
 		t.Fatalf("status %d, %v", resp.StatusCode, err)
 	}
 	close(streaming)
-	if rest := readAll(t, resp); len(rest) != 0 {
-		t.Fatalf("stream went on after prefill failed: %q", rest)
+	rest := string(readAll(t, resp))
+	if !strings.HasPrefix(rest, "\n\ndata: {\"error\":") || !strings.Contains(rest, "prefill engine "+pf.srv.URL+" failed: ") ||
+		!strings.Contains(rest, "engine exploded") || !strings.HasSuffix(rest, "\n\ndata: [DONE]\n\n") || strings.Contains(rest, sseChunks[1]) {
+		t.Fatalf("stream after prefill failed: %q, want only an error event naming prefill's failure and [DONE]", rest)
 	}
 	eventually(t, "decode leg cancelled", func() bool { return len(df.cancels()) == 1 })
 	eventually(t, "Failed", func() bool { return h.p.Stats().Failed == 1 })

@@ -2,6 +2,7 @@ package pd
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"go.uber.org/zap"
@@ -26,7 +27,7 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 	pools := p.pools()
 	de, releaseD := p.pick(pools.decode, &p.rrDecode, p.cfg.Policy, func(e *engine) bool { return p.hasPartner(pools.prefill, e) })
 	if de == nil {
-		p.fail(w, c, errNoEngine(roleDecode))
+		p.fail(w, c, p.noPair(pools.decode, pools.prefill, roleDecode))
 		return
 	}
 	defer releaseD()
@@ -62,7 +63,9 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 		}, true)
 		log := c.log.With(zap.String("prefill", pe.url), zap.String("decode", de.url), zap.String("transfer_id", tid))
 
-		dctx, dcancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
+		dtctx, dtcancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
+		dctx, dcancelCause := context.WithCancelCause(dtctx)
+		dcancel := func() { dcancelCause(nil); dtcancel() }
 		dch := make(chan decodeAnswer, 1)
 		go func() {
 			resp, err := p.send(dctx, c, de, decodeBody)
@@ -112,7 +115,7 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 				defer close(watched)
 				if le := <-pch; le != nil && !le.cancelled {
 					log.Warn("prefill failed while decode was answering; cancelling decode", zap.String("error", le.msg))
-					dcancel()
+					dcancelCause(fmt.Errorf("prefill engine %s failed: %s", pe.url, le.msg))
 				}
 			}()
 			p.finishDecode(w, c, dctx, de, da)
