@@ -1,0 +1,273 @@
+//go:build cuda
+
+package gpucopy
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+// Our own prototypes for the driver entry points used (the CUDA driver
+// ABI: CUresult is int, CUdeviceptr 64-bit, handles are pointers).
+typedef int (*f_init)(unsigned int);
+typedef int (*f_dev_get)(int*, int);
+typedef int (*f_retain)(void**, int);
+typedef int (*f_release)(int);
+typedef int (*f_set)(void*);
+typedef int (*f_mod_load)(void**, const void*);
+typedef int (*f_mod_unload)(void*);
+typedef int (*f_mod_fn)(void**, void*, const char*);
+typedef int (*f_stream_create)(void**, unsigned int);
+typedef int (*f_stream_destroy)(void*);
+typedef int (*f_stream_sync)(void*);
+typedef int (*f_alloc)(uint64_t*, size_t);
+typedef int (*f_free)(uint64_t);
+typedef int (*f_alloc_host)(void**, size_t);
+typedef int (*f_free_host)(void*);
+typedef int (*f_htod_async)(uint64_t, const void*, size_t, void*);
+typedef int (*f_launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+typedef int (*f_errstr)(int, const char**);
+
+static struct {
+	void *lib;
+	f_init init; f_dev_get dev_get; f_retain retain; f_release release; f_set set;
+	f_mod_load mod_load; f_mod_unload mod_unload; f_mod_fn mod_fn;
+	f_stream_create stream_create; f_stream_destroy stream_destroy; f_stream_sync stream_sync;
+	f_alloc alloc; f_free free_; f_alloc_host alloc_host; f_free_host free_host;
+	f_htod_async htod_async; f_launch launch; f_errstr errstr;
+} gc;
+
+static int gc_load(void) {
+	if (gc.lib) return 0;
+	void *l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (!l) return -1;
+#define SYM(f, name) if (!(gc.f = (void*)dlsym(l, name))) return -2;
+	SYM(init, "cuInit") SYM(dev_get, "cuDeviceGet")
+	SYM(retain, "cuDevicePrimaryCtxRetain") SYM(release, "cuDevicePrimaryCtxRelease_v2")
+	SYM(set, "cuCtxSetCurrent")
+	SYM(mod_load, "cuModuleLoadData") SYM(mod_unload, "cuModuleUnload") SYM(mod_fn, "cuModuleGetFunction")
+	SYM(stream_create, "cuStreamCreate") SYM(stream_destroy, "cuStreamDestroy_v2") SYM(stream_sync, "cuStreamSynchronize")
+	SYM(alloc, "cuMemAlloc_v2") SYM(free_, "cuMemFree_v2")
+	SYM(alloc_host, "cuMemAllocHost_v2") SYM(free_host, "cuMemFreeHost")
+	SYM(htod_async, "cuMemcpyHtoDAsync_v2") SYM(launch, "cuLaunchKernel") SYM(errstr, "cuGetErrorString")
+#undef SYM
+	gc.lib = l;
+	return gc.init(0);
+}
+
+static const char *gc_errstr(int r) { const char *s = 0; if (gc.errstr) gc.errstr(r, &s); return s ? s : "unknown CUDA error"; }
+
+static int gc_open(int ord, void **ctx) {
+	int dev; int r = gc.dev_get(&dev, ord); if (r) return r;
+	return gc.retain(ctx, dev);
+}
+static int gc_close_ctx(int ord) { int dev; int r = gc.dev_get(&dev, ord); if (r) return r; return gc.release(dev); }
+static int gc_set(void *ctx) { return gc.set(ctx); }
+static int gc_module(const char *ptx, void **mod, void **fn) {
+	int r = gc.mod_load(mod, ptx); if (r) return r;
+	return gc.mod_fn(fn, *mod, "gonixl_copy_segments");
+}
+static int gc_mod_unload(void *mod) { return gc.mod_unload(mod); }
+// CU_STREAM_NON_BLOCKING = 1: the copier's stream does not wait for the legacy default stream.
+static int gc_stream(void **s) { return gc.stream_create(s, 1); }
+static int gc_stream_destroy(void *s) { return gc.stream_destroy(s); }
+static int gc_alloc(uint64_t *p, size_t n) { return gc.alloc(p, n); }
+static int gc_free(uint64_t p) { return gc.free_(p); }
+static int gc_alloc_host(void **p, size_t n) { return gc.alloc_host(p, n); }
+static int gc_free_host(void *p) { return gc.free_host(p); }
+
+// gc_run uploads n segment records from the pinned host table, launches the
+// kernel over them on stream s and waits for it.
+static int gc_run(void *fn, void *s, uint64_t dtable, const void *htable, unsigned int n, unsigned int grid) {
+	int r = gc.htod_async(dtable, htable, (size_t)n * 24, s); if (r) return r;
+	void *args[2]; args[0] = &dtable; args[1] = &n;
+	r = gc.launch(fn, grid, 1, 1, 256, 1, 1, 0, s, args, 0); if (r) return r;
+	return gc.stream_sync(s);
+}
+*/
+import "C"
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/gonixl/gonixl/internal/staging"
+)
+
+//go:embed segcopy.ptx
+var ptx string
+
+var (
+	loadOnce sync.Once
+	loadErr  error
+)
+
+func load() error {
+	loadOnce.Do(func() {
+		switch r := C.gc_load(); r {
+		case 0:
+		case -1:
+			loadErr = fmt.Errorf("%w: dlopen libcuda.so.1 failed", ErrUnavailable)
+		case -2:
+			loadErr = fmt.Errorf("%w: libcuda.so.1 lacks a driver entry point", ErrUnavailable)
+		default:
+			loadErr = fmt.Errorf("%w: cuInit: %s", ErrUnavailable, C.GoString(C.gc_errstr(r)))
+		}
+	})
+	return loadErr
+}
+
+func check(op string, r C.int) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("gpucopy: %s: CUDA error %d: %s", op, int(r), C.GoString(C.gc_errstr(r)))
+}
+
+// maxGrid bounds the thread blocks of one launch; the kernel strides over
+// longer lists.
+const maxGrid = 1 << 20
+
+// segBytes is the size of one segment record (three 64-bit words).
+const segBytes = 24
+
+// Copier runs the gather/scatter kernel on one GPU, on its own stream. It
+// is safe for concurrent use: copies run one at a time.
+type Copier struct {
+	mu      sync.Mutex
+	ordinal int
+	ctx     unsafe.Pointer // CUcontext
+	mod, fn unsafe.Pointer // CUmodule, CUfunction
+	stream  unsafe.Pointer // CUstream
+	host    unsafe.Pointer // pinned segment table (C memory)
+	dev     C.uint64_t     // device segment table
+	cap     int            // records both tables hold
+	closed  bool
+}
+
+// New loads the kernel on device ordinal (the DevID of its VRAM
+// descriptors) and creates the copier's stream.
+func New(device int) (*Copier, error) {
+	if err := load(); err != nil {
+		return nil, err
+	}
+	c := &Copier{ordinal: device}
+	if err := check("cuDevicePrimaryCtxRetain", C.gc_open(C.int(device), &c.ctx)); err != nil {
+		return nil, err
+	}
+	err := c.do(func() error {
+		img := C.CString(ptx)
+		defer C.free(unsafe.Pointer(img))
+		if err := check("cuModuleLoadData", C.gc_module(img, &c.mod, &c.fn)); err != nil {
+			return err
+		}
+		return check("cuStreamCreate", C.gc_stream(&c.stream))
+	})
+	if err != nil {
+		_ = c.release()
+		return nil, err
+	}
+	return c, nil
+}
+
+// do runs f with the copier's context current on a locked OS thread.
+func (c *Copier) do(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := check("cuCtxSetCurrent", C.gc_set(c.ctx)); err != nil {
+		return err
+	}
+	return f()
+}
+
+// grow makes the tables hold n records.
+func (c *Copier) grow(n int) error {
+	if n <= c.cap {
+		return nil
+	}
+	want := max(n, 2*c.cap, 1024)
+	if c.host != nil {
+		_ = check("cuMemFreeHost", C.gc_free_host(c.host))
+		c.host = nil
+	}
+	if c.dev != 0 {
+		_ = check("cuMemFree", C.gc_free(c.dev))
+		c.dev = 0
+	}
+	c.cap = 0
+	if err := check("cuMemAllocHost", C.gc_alloc_host(&c.host, C.size_t(want*segBytes))); err != nil {
+		return err
+	}
+	if err := check("cuMemAlloc", C.gc_alloc(&c.dev, C.size_t(want*segBytes))); err != nil {
+		return err
+	}
+	c.cap = want
+	return nil
+}
+
+// Copy copies every segment (device addresses of this GPU) and returns
+// once the kernel has finished. Segments must not overlap one another.
+func (c *Copier) Copy(segs []staging.Seg) error {
+	if len(segs) == 0 {
+		return nil
+	}
+	if len(segs) > 1<<31 {
+		return fmt.Errorf("gpucopy: %d segments in one copy, at most %d", len(segs), 1<<31)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("gpucopy: copier closed")
+	}
+	return c.do(func() error {
+		if err := c.grow(len(segs)); err != nil {
+			return err
+		}
+		// The table is C memory: Go writes the records, C only reads them.
+		tab := unsafe.Slice((*uint64)(c.host), 3*len(segs))
+		for i, s := range segs {
+			tab[3*i], tab[3*i+1], tab[3*i+2] = s.Src, s.Dst, s.Len
+		}
+		grid := min(len(segs), maxGrid)
+		return check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(len(segs)), C.uint(grid)))
+	})
+}
+
+// Close frees the copier's stream, tables and module and releases the
+// context. It is idempotent; Copy after Close returns an error.
+func (c *Copier) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.release()
+}
+
+func (c *Copier) release() error {
+	var errs []error
+	_ = c.do(func() error {
+		if c.stream != nil {
+			errs = append(errs, check("cuStreamDestroy", C.gc_stream_destroy(c.stream)))
+		}
+		if c.host != nil {
+			errs = append(errs, check("cuMemFreeHost", C.gc_free_host(c.host)))
+		}
+		if c.dev != 0 {
+			errs = append(errs, check("cuMemFree", C.gc_free(c.dev)))
+		}
+		if c.mod != nil {
+			errs = append(errs, check("cuModuleUnload", C.gc_mod_unload(c.mod)))
+		}
+		return nil
+	})
+	errs = append(errs, check("cuDevicePrimaryCtxRelease", C.gc_close_ctx(C.int(c.ordinal))))
+	return errors.Join(errs...)
+}

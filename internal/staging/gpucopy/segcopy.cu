@@ -1,0 +1,55 @@
+// segcopy.cu: the gather/scatter kernel of gonixl's staging path. It copies a
+// list of byte segments on one GPU: the gather packs a request's scattered KV
+// blocks into a contiguous staging slot, the scatter unpacks a slot into the
+// blocks. One thread block copies one segment at a time (grid-stride over the
+// list); 16-byte loads and stores when the segment allows them, 4 in flight
+// per thread, so a 32 KiB block is 2 passes of 256 threads.
+//
+// The PTX beside this file (segcopy.ptx) is what gonixl loads at run time
+// with cuModuleLoadData; building gonixl needs no CUDA toolkit. Regenerate it
+// on a machine with nvcc (CUDA 13.0 was used) after changing this file:
+//
+//   nvcc -arch=compute_80 -ptx -O3 -o segcopy.ptx segcopy.cu
+//
+// compute_80 PTX runs on Ampere, Hopper and later: the driver compiles it for
+// the GPU at load time.
+
+struct gonixl_seg {
+    unsigned long long src;  // device address to read
+    unsigned long long dst;  // device address to write
+    unsigned long long len;  // bytes
+};
+
+extern "C" __global__ void __launch_bounds__(256)
+gonixl_copy_segments(const gonixl_seg *__restrict__ segs, unsigned int n)
+{
+    for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {
+        const gonixl_seg s = segs[i];
+        const unsigned long long bd = blockDim.x;
+        if (((s.src | s.dst | s.len) & 15ull) == 0) {
+            const uint4 *__restrict__ src = (const uint4 *)s.src;
+            uint4 *__restrict__ dst = (uint4 *)s.dst;
+            const unsigned long long n16 = s.len >> 4;
+            unsigned long long j = threadIdx.x;
+            for (; j + 3 * bd < n16; j += 4 * bd) {
+                const uint4 a = __ldg(src + j);
+                const uint4 b = __ldg(src + j + bd);
+                const uint4 c = __ldg(src + j + 2 * bd);
+                const uint4 d = __ldg(src + j + 3 * bd);
+                dst[j] = a;
+                dst[j + bd] = b;
+                dst[j + 2 * bd] = c;
+                dst[j + 3 * bd] = d;
+            }
+            for (; j < n16; j += bd) {
+                dst[j] = __ldg(src + j);
+            }
+        } else {
+            const unsigned char *__restrict__ src = (const unsigned char *)s.src;
+            unsigned char *__restrict__ dst = (unsigned char *)s.dst;
+            for (unsigned long long j = threadIdx.x; j < s.len; j += bd) {
+                dst[j] = src[j];
+            }
+        }
+    }
+}

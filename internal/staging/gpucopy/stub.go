@@ -1,0 +1,23 @@
+//go:build !cuda
+
+package gpucopy
+
+import (
+	"fmt"
+
+	"github.com/gonixl/gonixl/internal/staging"
+)
+
+// Copier copies segments of GPU memory; unavailable in this build.
+type Copier struct{}
+
+// New returns ErrUnavailable without the `cuda` build tag.
+func New(device int) (*Copier, error) {
+	return nil, fmt.Errorf("%w: built without the cuda tag (device %d)", ErrUnavailable, device)
+}
+
+// Copy returns ErrUnavailable without the `cuda` build tag.
+func (c *Copier) Copy(segs []staging.Seg) error { return ErrUnavailable }
+
+// Close does nothing in this build.
+func (c *Copier) Close() error { return nil }
