@@ -199,6 +199,12 @@ func run(args []string) error {
 		}
 	}
 
+	// Take SIGINT and SIGTERM back before asking for them: loading NIXL's
+	// LIBFABRIC plugin loads Debian's libfabric, whose libinfinipath (PSM)
+	// installs its own SIGINT/SIGTERM handlers at load time (they exit 1 at
+	// once), and signal.Notify re-installs Go's handler only for a signal
+	// Go does not think it already handles; Ignore makes it not.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
