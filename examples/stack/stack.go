@@ -36,6 +36,10 @@ type Config struct {
 	// MaxBatch bounds the sequences a decode step runs (default the
 	// engine's).
 	MaxBatch int
+	// Lease is how long prefill holds finished blocks for decode, and
+	// RequestTimeout bounds each request's waits in the engines (defaults:
+	// the engine's).
+	Lease, RequestTimeout time.Duration
 	// NewAgent makes the engines' agents. Nil: loopback agents on one fabric
 	// whose links follow Link (the stack closes the fabric).
 	NewAgent func(name string) (nixl.Agent, error)
@@ -90,7 +94,8 @@ func Start(cfg Config) (_ *Stack, err error) {
 		newAgent = func(name string) (nixl.Agent, error) { return s.fabric.NewAgent(name) }
 	}
 	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
-		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent}
+		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
+		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook = server.RolePrefill, "prefill-0", cfg.KVHook
 	if s.Prefill, err = server.New(pc); err != nil {
