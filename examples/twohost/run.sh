@@ -93,16 +93,21 @@ out=$(cd "$out" && pwd)
 # still inside our namespaces, the namespaces, and the veth if still on the host.
 pids=()
 made_ns=()
+# stop_pids: SIGTERM to every program started, SIGKILL after 20 s; it sets
+# stop_bad to "pid:status" of each that did not exit 0.
 stop_pids() {
-	local p i
+	local p i rc
+	stop_bad=
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for p in "${pids[@]}"; do
-		for ((i = 0; i < 200; i++)); do # 20 s, then SIGKILL
+		for ((i = 0; i < 200; i++)); do
 			kill -0 "$p" 2>/dev/null || break
 			sleep 0.1
 		done
 		kill -KILL "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
+		rc=$?
+		[ "$rc" = 0 ] || stop_bad+=" $p:$rc"
 	done
 	pids=()
 }
@@ -298,6 +303,7 @@ run_backend() {
 	pids+=("$bp")
 	wait "$bp"
 	res=$?
+	pids=("$pp" "$dp" "$xp")
 	sed 's/^/twohost: bench | /' "$out/bench-$b.log"
 	[ "$res" = 0 ] || fail "$b: bench exited $res"
 	fi
@@ -307,6 +313,7 @@ run_backend() {
 	check_sockets "$ns_p" $addr_p
 	check_sockets "$ns_d" $addr_d
 	stop_pids
+	[ -z "$stop_bad" ] || fail "$b: on SIGTERM these programs (pid:exit status) did not shut down cleanly:$stop_bad (prefill $pp, decode $dp, proxy $xp)"
 	read -r after _ <<<"$(veth_bytes "$ns_p" "$dev_p")"
 	grep -h '"msg":"stopped"' "$out/decode-$b.log" | grep -q '"kv_verify_failures":0' || fail "$b: decode reports KV verify failures: $(grep -h '"msg":"stopped"' "$out/decode-$b.log")"
 	verified=$(grep -h '"msg":"stopped"' "$out/decode-$b.log" | sed -n 's/.*"kv_bytes_verified":\([0-9]*\).*/\1/p')
