@@ -424,6 +424,16 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			p.fail(w, c, le)
 			return
 		}
+		if !json.Valid(body) {
+			// An engine shutting down may end the request with an empty 200.
+			for _, k := range []string{"Content-Type", "Cache-Control"} {
+				h.Del(k)
+			}
+			de.markDown()
+			p.fail(w, c, &legError{status: http.StatusBadGateway,
+				msg: fmt.Sprintf("decode engine %s answered %d without a JSON body (%d bytes)", de.url, resp.StatusCode, len(body))})
+			return
+		}
 		h.Set("Content-Length", fmt.Sprint(len(body)))
 		w.WriteHeader(resp.StatusCode)
 		if _, err := w.Write(body); err != nil {
@@ -436,9 +446,14 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	buf := make([]byte, 32<<10)
+	var tail []byte // the stream's last bytes: a whole stream ends with "data: [DONE]"
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			tail = append(tail, buf[:n]...)
+			if len(tail) > 64 {
+				tail = append(tail[:0], tail[len(tail)-64:]...)
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				p.cancelled.Add(1)
 				c.log.Debug("client went away mid-stream", zap.Error(werr))
@@ -450,12 +465,16 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 				return
 			}
 		}
-		if err == io.EOF {
+		if err == io.EOF && bytes.HasSuffix(bytes.TrimRight(tail, "\r\n"), []byte("data: [DONE]")) {
 			return
 		}
 		if err != nil {
-			le := p.transportError(c, ctx, de, err)
-			if le.cancelled {
+			var le *legError
+			if err == io.EOF {
+				// An engine shutting down may end a stream early without an error event.
+				de.markDown()
+				le = &legError{status: http.StatusBadGateway, msg: fmt.Sprintf("decode engine %s ended the stream without [DONE]", de.url)}
+			} else if le = p.transportError(c, ctx, de, err); le.cancelled {
 				p.cancelled.Add(1)
 				return
 			}

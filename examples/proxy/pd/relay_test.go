@@ -48,3 +48,33 @@ func TestDecodeDiesMidAnswer(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// A decode engine shutting down may end a request with an empty 200, or a stream without
+// [DONE]: the client gets an error, not an empty success.
+func TestDecodeEndsEarly(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	df := newFake(t, "decode", "pull", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		if rec.body["stream"] == true {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			_, _ = io.WriteString(w, sseChunks[0])
+		}
+		// and return: net/http ends the answer cleanly
+	})
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{clientBody, `"message":"decode engine ` + df.srv.URL + ` answered 200 without a JSON body (0 bytes)"`},
+		{`{"model":"toy","prompt":"hi","max_tokens":9,"stream":true}`, sseChunks[0] + "\n\ndata: {\"error\":{\"code\":502,\"message\":\"decode stream broke off: decode engine " + df.srv.URL + " ended the stream without [DONE]\""},
+	} {
+		h := newHarness(t, Config{}, []*fake{pf}, []*fake{df})
+		resp := h.post(t, context.Background(), tc.body, nil)
+		body := string(readAll(t, resp))
+		if !strings.Contains(body, tc.want) {
+			t.Fatalf("got %d %q, want it to contain %q", resp.StatusCode, body, tc.want)
+		}
+		if s := h.p.Stats(); s.Failed != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+	}
+}
