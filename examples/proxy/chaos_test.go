@@ -71,10 +71,10 @@ const (
 type slot struct {
 	role, id string
 
-	mu    sync.Mutex
-	srv   *server.Server
-	reg   *discovery.Registration
-	alive bool
+	mu     sync.Mutex
+	srv    *server.Server
+	reg    *discovery.Registration
+	alive  bool
 	starts int
 }
 
