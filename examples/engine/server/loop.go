@@ -92,8 +92,8 @@ type loop struct {
 
 func newLoop(s *Server) *loop {
 	l := &loop{s: s, loading: map[string]*request{}, held: map[string]*heldReq{}}
-	for b := s.cfg.NumBlocks - 1; b >= 0; b-- {
-		l.free = append(l.free, b) // pops give 0, 1, 2, ... at first
+	for b := range s.cfg.NumBlocks {
+		l.free = append(l.free, b) // allocations take 0, 1, 2, ... at first
 	}
 	return l
 }
@@ -208,15 +208,28 @@ func (l *loop) submit(r *request) {
 func (l *loop) alloc(n int) []int {
 	b := make([]int, n)
 	for i := range b {
-		b[i] = l.free[len(l.free)-1]
-		l.free = l.free[:len(l.free)-1]
+		b[i] = l.free[i]
 	}
+	l.free = l.free[n:]
 	return b
 }
 
 func (l *loop) release(r *request) {
-	l.free = append(l.free, r.blocks...)
+	l.freeBlocks(r.blocks)
 	r.blocks = nil
+}
+
+// freeBlocks returns blocks to the free queue as vLLM's block pool does:
+// allocations take the queue's head, a request's blocks go to its tail last
+// block first (vLLM frees in reverse so that a request's tail, the least
+// likely to be shared, is reused first). So a request's blocks are
+// contiguous while the queue has never-used blocks, and come in descending
+// runs after that; gonixl's connectors coalesce only ascending runs, so the
+// descriptors a transfer needs grow as the engine runs, as they do in vLLM.
+func (l *loop) freeBlocks(blocks []int) {
+	for i := len(blocks) - 1; i >= 0; i-- {
+		l.free = append(l.free, blocks[i])
+	}
 }
 
 func (l *loop) active() int { return len(l.running) + len(l.prefillQ) + len(l.loading) }
@@ -254,8 +267,8 @@ func (l *loop) startLoad(r *request) {
 	l.loading[r.engID] = r
 	r.started = make([]bool, len(l.s.conss))
 	r.ranksLeft = len(l.s.conss)
-	for i, c := range l.s.conss {
-		if err := c.start(r); err != nil {
+	for i, err := range l.startRanks(r) {
+		if err != nil {
 			r.ranksLeft--
 			if r.loadErr == nil {
 				r.loadErr = fmt.Errorf("rank %d: %w", i, err)
@@ -331,6 +344,29 @@ func (l *loop) pollConnectors() {
 	}
 }
 
+// startRanks starts the request's load on every rank. With Inline a
+// rank's Load posts its READs at once (the handshake done), so the ranks
+// start side by side, for the reason drainConsumers gives.
+func (l *loop) startRanks(r *request) []error {
+	errs := make([]error, len(l.s.conss))
+	if !l.s.cfg.Inline || len(l.s.conss) < 2 {
+		for i, c := range l.s.conss {
+			errs[i] = c.start(r)
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for i, c := range l.s.conss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.start(r)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
 // drainConsumers takes every rank's results. With Inline, a Drain posts the
 // rank's READs, which costs real time per descriptor on a native agent; a TP
 // worker of vLLM posts its own rank's READs in its own process, so the ranks
@@ -363,7 +399,7 @@ func (l *loop) freed(rank int, id string) {
 	}
 	h.freed[rank] = true
 	if h.left--; h.left == 0 {
-		l.free = append(l.free, h.blocks...)
+		l.freeBlocks(h.blocks)
 		delete(l.held, id)
 	}
 }
@@ -488,7 +524,7 @@ func (l *loop) finishPrefill(r *request) {
 		}
 	}
 	if h.left == 0 {
-		l.free = append(l.free, h.blocks...)
+		l.freeBlocks(h.blocks)
 	} else {
 		l.held[r.engID] = h
 	}
@@ -688,7 +724,7 @@ func (l *loop) releaseAll() {
 	}
 	for id, h := range l.held {
 		l.s.log.Warn("held blocks not freed by the connector after close: freed", zap.String("request_id", id))
-		l.free = append(l.free, h.blocks...)
+		l.freeBlocks(h.blocks)
 		delete(l.held, id)
 	}
 	l.gauges()
