@@ -98,6 +98,7 @@ func run(args []string) error {
 	etcdEndpoints := fs.String("etcd", "", "etcd endpoints, host:port,...: register this engine there (see package examples/discovery)")
 	cluster := fs.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
 	etcdTTL := fs.Duration("etcd-ttl", discovery.DefaultTTL, "with -etcd: the registration's lease TTL (whole seconds)")
+	etcdTimeout := fs.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -192,7 +193,7 @@ func run(args []string) error {
 
 	var deregister func(context.Context) error
 	if *etcdEndpoints != "" {
-		if deregister, err = register(s, *etcdEndpoints, *cluster, *etcdTTL, log); err != nil {
+		if deregister, err = register(s, *etcdEndpoints, *cluster, *etcdTTL, *etcdTimeout, log); err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return errors.Join(err, s.Close(cctx))
@@ -226,13 +227,14 @@ func run(args []string) error {
 }
 
 // register publishes the engine's record in etcd and returns how to
-// withdraw it (delete the key, revoke the lease, close the client).
-func register(s *server.Server, endpoints, cluster string, ttl time.Duration, log *zap.Logger) (func(context.Context) error, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: log.Named("etcd")})
+// withdraw it (delete the key, revoke the lease, close the client); timeout bounds
+// the registration.
+func register(s *server.Server, endpoints, cluster string, ttl, timeout time.Duration, log *zap.Logger) (func(context.Context) error, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: timeout, Logger: log.Named("etcd")})
 	if err != nil {
 		return nil, fmt.Errorf("-etcd %s: %w", endpoints, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	rec := s.Record()
 	reg, err := discovery.Register(ctx, discovery.RegisterConfig{Client: cli, Cluster: cluster, Record: rec, TTL: ttl, Logger: log.Named("registry")})

@@ -40,7 +40,7 @@ func TestRegisterInEtcd(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close(context.Background())
 
-	deregister, err := register(s, srv.Endpoint, "t", 2*time.Second, zap.NewNop())
+	deregister, err := register(s, srv.Endpoint, "t", 2*time.Second, 10*time.Second, zap.NewNop())
 	require.NoError(t, err)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, Logger: zap.NewNop()})
 	require.NoError(t, err)
@@ -62,6 +62,6 @@ func TestRegisterInEtcd(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, resp.Kvs, "the key outlived the graceful shutdown")
 
-	_, err = register(s, "127.0.0.1:1", "t", time.Second, zap.NewNop())
+	_, err = register(s, "127.0.0.1:1", "t", time.Second, 500*time.Millisecond, zap.NewNop())
 	assert.ErrorContains(t, err, "-etcd 127.0.0.1:1")
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,7 +249,7 @@ func chaos(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopFollowing, err := followRegistry(p, srvEtcd.Endpoint, c.name, zap.NewNop())
+	stopFollowing, err := followRegistry(p, srvEtcd.Endpoint, c.name, 10*time.Second, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,9 +360,13 @@ func chaos(t *testing.T, mode string) {
 
 	counts := map[outcome]int{}
 	var unclearDetails []string
+	whys := map[string]int{} // the clear errors, numbers blanked
 	for i := range results {
 		o := outcome(results[i].outcome.Load())
 		counts[o]++
+		if o == failedClearly {
+			whys[digits.ReplaceAllString(results[i].detail, "N")]++
+		}
 		if o == unclear && len(unclearDetails) < 10 {
 			unclearDetails = append(unclearDetails, fmt.Sprintf("request %d: %s", i, results[i].detail))
 		}
@@ -374,6 +379,9 @@ func chaos(t *testing.T, mode string) {
 	t.Logf("chaos %s (seed %d): %d requests in %s at %.0f/s: %d succeeded, %d failed with a clear error, %d unclear; proxy: %d retried, %d failed; engines killed: %d %v; blocks left held: %d",
 		mode, seed, requests, loadTime.Round(time.Millisecond), rate, counts[succeeded], counts[failedClearly], counts[unclear],
 		st.Retried, st.Failed, killed, c.killed, held)
+	for why, n := range whys {
+		t.Logf("  %4d × %s", n, why)
+	}
 	if len(unclearDetails) > 0 {
 		t.Errorf("requests without a clear end: %s", strings.Join(unclearDetails, "; "))
 	}
@@ -424,6 +432,8 @@ func chaos(t *testing.T, mode string) {
 		t.Errorf("%d decoded requests read wrong KV bytes", verifyFailures)
 	}
 }
+
+var digits = regexp.MustCompile(`[0-9]+`)
 
 func healthy(c *http.Client, url string) bool {
 	resp, err := c.Get(url + "/healthcheck")

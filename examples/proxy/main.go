@@ -44,12 +44,13 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	host := flags.String("host", "127.0.0.1", "address to listen on")
 	prefill := flags.String("prefill", "", "prefill engines, host:port,... (or http:// URLs)")
 	decode := flags.String("decode", "", "decode engines, host:port,... (or http:// URLs)")
-	connector := flags.String("connector", "", `"pull" or "push"; empty: ask the engines (GET /kv_transfer_info)`)
+	connector := flags.String("connector", "", `"pull" or "push"; empty: ask the engines (GET /kv_transfer_info), or "pull" with -etcd alone`)
 	policy := flags.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
 	timeout := flags.Duration("request-timeout", 120*time.Second, "limit of each leg")
 	health := flags.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
 	etcdEndpoints := flags.String("etcd", "", "etcd endpoints, host:port,...: route across the engines registered there")
 	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
+	etcdTimeout := flags.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
 	debug := flags.Bool("debug", false, "debug logs")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -94,7 +95,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	}
 	defer p.Close()
 	if dynamic {
-		stopFollowing, err := followRegistry(p, *etcdEndpoints, *cluster, log)
+		stopFollowing, err := followRegistry(p, *etcdEndpoints, *cluster, *etcdTimeout, log)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/examples/discovery"
+	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
 )
 
 // A pull engine pair in a few lines, enough to see the command serve and shut down.
@@ -71,5 +77,63 @@ func TestRun(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-policy", "random", "-prefill", "a", "-decode", "b"}, nil); err == nil {
 		t.Fatal("bad policy accepted")
+	}
+}
+
+// The command with -etcd: it routes to the engines registered there, and to nothing else.
+func TestRunWithEtcd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, role := range []string{"prefill", "decode"} {
+		e := engine(t, role)
+		rec := discovery.Record{EngineID: role + "-1", Role: role, HTTPAddr: strings.TrimPrefix(e.URL, "http://"),
+			SideChannelAddr: "127.0.0.1:5600", Connector: "pull", TPSize: 1, PPSize: 1, Model: "toy", CompatHash: "h", Incarnation: "1"}
+		reg, err := discovery.Register(ctx, discovery.RegisterConfig{Client: cli, Cluster: "cmd", Record: rec, TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Close(context.Background())
+	}
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"-port", "0", "-etcd", srv.Endpoint, "-cluster", "cmd"}, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening")
+	}
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no graceful shutdown")
+	}
+	if err := run(context.Background(), []string{"-etcd", "127.0.0.1:1", "-etcd-timeout", "500ms", "-port", "0"}, nil); err == nil || !strings.Contains(err.Error(), "-etcd 127.0.0.1:1") {
+		t.Fatalf("unreachable etcd: %v", err)
 	}
 }

@@ -27,12 +27,13 @@ func members(recs []discovery.Record) []pd.Member {
 
 // followRegistry watches the cluster's engines in etcd and hands every change to p; the
 // returned function stops the watch and closes the client.
-func followRegistry(p *pd.Proxy, endpoints, cluster string, log *zap.Logger) (func(), error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: log.Named("etcd")})
+// timeout bounds the first read of the engines.
+func followRegistry(p *pd.Proxy, endpoints, cluster string, timeout time.Duration, log *zap.Logger) (func(), error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: timeout, Logger: log.Named("etcd")})
 	if err != nil {
 		return nil, fmt.Errorf("-etcd %s: %w", endpoints, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	w, err := discovery.Watch(ctx, discovery.WatchConfig{Client: cli, Cluster: cluster, Logger: log.Named("registry"),
 		OnChange: func(recs []discovery.Record) {
