@@ -3,6 +3,7 @@
 package twohost
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,8 +21,10 @@ import (
 // reason, when not root or without NIXL, iproute2 or namespaces. The
 // script itself fails on any wrong completion text, failed request, KV
 // verify failure, socket off 10.200.0.0/30 or loopback, or KV bytes that did
-// not cross the veth; the test checks it said so for each backend and that
-// the namespaces and the veth are gone afterwards.
+// not cross the veth, or a program that did not exit 0 on SIGTERM; the test
+// checks it said so for each backend, reads the bench's JSON (20 of 20
+// requests with 512 input and 16 output tokens) and checks that the
+// namespaces and the veth are gone afterwards.
 func TestTwoHostScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the programs and runs them in two network namespaces")
@@ -47,6 +50,30 @@ func TestTwoHostScript(t *testing.T) {
 	for _, b := range []string{"UCX", "LIBFABRIC"} {
 		assert.Contains(t, stdout, "twohost: 4 completions of 512 tokens through the proxy: HTTP 200, 16 tokens each, text equal to decode's local answers", b)
 		assert.Regexp(t, `twohost: `+b+` ok: \d+ NIXL transfers, decode verified [1-9]\d* KV bytes, 0 verify failures; prefill's veth end sent \d+ bytes`, stdout)
+	}
+	for _, b := range []string{"UCX", "LIBFABRIC"} {
+		// The bench's result: every request ended with its 16 tokens.
+		files, err := filepath.Glob(filepath.Join(out, "bench-"+b, "*.json"))
+		require.NoError(t, err)
+		require.Len(t, files, 1, "one bench result for %s", b)
+		raw, err := os.ReadFile(files[0])
+		require.NoError(t, err)
+		var res struct {
+			NumPrompts int   `json:"num_prompts"`
+			Completed  int   `json:"completed"`
+			Failed     int   `json:"failed"`
+			InputLens  []int `json:"input_lens"`
+			OutputLens []int `json:"output_lens"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &res), "%s", files[0])
+		assert.Equal(t, 20, res.NumPrompts, b)
+		assert.Equal(t, 20, res.Completed, b)
+		assert.Equal(t, 0, res.Failed, b)
+		assert.Len(t, res.OutputLens, 20, b)
+		for i, n := range res.OutputLens {
+			assert.Equal(t, 16, n, "%s request %d output tokens", b, i)
+			assert.Equal(t, 512, res.InputLens[i], "%s request %d input tokens", b, i)
+		}
 	}
 	assert.Contains(t, stdout, "twohost: PASS: UCX LIBFABRIC")
 	assert.Contains(t, stdout, "twohost: removed namespaces "+name+"-p "+name+"-d")
