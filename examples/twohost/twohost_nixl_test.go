@@ -16,7 +16,7 @@ import (
 )
 
 // TestTwoHostScript runs run.sh over both backends, UCX (TCP) and LIBFABRIC
-// (sockets provider), with the pull connector: prefill in one namespace,
+// (libfabric's tcp/sockets providers), with the pull connector: prefill in one namespace,
 // decode, proxy and the benchmark in the other. It skips, with the script's
 // reason, when not root or without NIXL, iproute2 or namespaces. The
 // script itself fails on any wrong completion text, failed request, KV
