@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// sample is one request as the client saw it, timed as vLLM's benchmark
+// client times it: TTFT is the first chunk that carries text, each later
+// text chunk adds an inter-token latency, and the latency ends at the last
+// text chunk.
+type sample struct {
+	Start        time.Duration   // since the run started
+	TTFT         time.Duration   // request sent -> first token
+	ITL          []time.Duration // gaps between the text chunks after the first
+	Latency      time.Duration   // request sent -> last token
+	PromptTokens int
+	OutputTokens int // the usage chunk's completion_tokens, else the text chunks
+	Text         string
+	Err          error
+}
+
+// completionRequest is the body sent to /v1/completions.
+type completionRequest struct {
+	Model         string         `json:"model"`
+	Prompt        string         `json:"prompt"`
+	MaxTokens     int            `json:"max_tokens"`
+	IgnoreEOS     bool           `json:"ignore_eos"`
+	Stream        bool           `json:"stream"`
+	StreamOptions map[string]any `json:"stream_options"`
+}
+
+// complete sends one streaming completion and reads its server-sent events.
+// The request's context bounds every wait.
+func complete(ctx context.Context, client *http.Client, url, model, requestID, prompt string, promptTokens, outputLen int) sample {
+	s := sample{PromptTokens: promptTokens}
+	body, err := json.Marshal(completionRequest{Model: model, Prompt: prompt, MaxTokens: outputLen,
+		IgnoreEOS: true, Stream: true, StreamOptions: map[string]any{"include_usage": true}})
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(url, "/")+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if requestID != "" {
+		req.Header.Set("X-Request-Id", requestID)
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		s.Err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, e.Error.Message)
+		return s
+	}
+	var last time.Time
+	var text strings.Builder
+	chunks, usage := 0, -1
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if strings.TrimSpace(line) == "[DONE]" {
+			done = true
+			break
+		}
+		var chunk struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+			s.Err = fmt.Errorf("chunk %q is not JSON: %w", truncate(line, 80), err)
+			return s
+		}
+		if chunk.Usage != nil {
+			usage = chunk.Usage.CompletionTokens
+		}
+		if len(chunk.Choices) == 0 || chunk.Choices[0].Text == "" {
+			continue
+		}
+		now := time.Now()
+		if chunks == 0 {
+			s.TTFT = now.Sub(start)
+		} else {
+			s.ITL = append(s.ITL, now.Sub(last))
+		}
+		last = now
+		chunks++
+		text.WriteString(chunk.Choices[0].Text)
+	}
+	switch {
+	case sc.Err() != nil:
+		s.Err = sc.Err()
+	case !done:
+		s.Err = errors.New("stream ended without data: [DONE]")
+	case chunks == 0:
+		s.Err = errors.New("no token streamed")
+	}
+	if s.Err != nil {
+		return s
+	}
+	s.Latency = last.Sub(start)
+	s.OutputTokens = chunks
+	if usage >= 0 {
+		s.OutputTokens = usage
+	}
+	s.Text = text.String()
+	return s
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,314 @@
+// Command bench is a serving benchmark for any OpenAI-compatible
+// /v1/completions endpoint (the P/D proxy of examples/proxy, or a vLLM
+// proxy), modelled on `vllm bench serve`: random prompts of a given length
+// (no two alike), a fixed number of output tokens (ignore_eos), Poisson
+// arrivals, streaming, and per request TTFT, TPOT, ITL and end-to-end
+// latency, with goodput against an SLO. It writes one JSON file per run (the
+// full per-request samples, vLLM's keys) and prints vLLM's summary table.
+//
+//	# against a running proxy
+//	go run ./examples/bench -base-url http://127.0.0.1:8192 -model Qwen/Qwen3-32B \
+//	    -random-input-len 1024 -random-output-len 128 -num-prompts 100 -request-rate 4 \
+//	    -goodput "ttft:2000 tpot:30" -result-dir results
+//	# with no -base-url: a fresh in-process stack on loopback agents
+//	go run ./examples/bench -mode push
+//	# check the path and the transfer time first, as vLLM's guide asks
+//	go run ./examples/bench -preflight -base-url http://127.0.0.1:8192 -model M -engine-urls http://127.0.0.1:8200
+//	# the sweep: modes x rates x input lengths, fresh stack per point, JSON and SVG plots
+//	go run ./examples/bench -sweep -preset qwen3-32b-h200 -result-dir examples/bench/results/qwen3-32b-h200
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/stack"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	baseURL, model, rate, goodput, percentiles, resultDir, resultFile string
+	inputLen, outputLen, numPrompts, maxConc, warmups                 int
+	seed                                                              uint64
+	timeout                                                           time.Duration
+	sweep, preflight                                                  bool
+	presetName, mode, modes, rates, inputLens, engineURLs, machine    string
+	longPrompts, longLen                                              int
+	postCost                                                          time.Duration
+	postPerBlock                                                      bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.baseURL, "base-url", "", "the endpoint, e.g. http://127.0.0.1:8192 (empty: start an in-process stack of -preset in -mode)")
+	fs.StringVar(&o.model, "model", "", "the model name requests carry (default: the preset's)")
+	fs.IntVar(&o.inputLen, "random-input-len", 1024, "prompt tokens per request")
+	fs.IntVar(&o.inputLen, "input-len", 1024, "short for -random-input-len")
+	fs.IntVar(&o.outputLen, "random-output-len", 128, "output tokens per request (ignore_eos)")
+	fs.IntVar(&o.outputLen, "output-len", 128, "short for -random-output-len")
+	fs.IntVar(&o.numPrompts, "num-prompts", 100, "requests in the run")
+	fs.StringVar(&o.rate, "request-rate", "inf", `Poisson arrival rate, requests per second, or "inf" (all at once)`)
+	fs.IntVar(&o.maxConc, "max-concurrency", 0, "most requests in flight (0: no bound)")
+	fs.IntVar(&o.warmups, "num-warmups", 1, "requests sent one at a time first, not counted")
+	fs.StringVar(&o.goodput, "goodput", "", `SLO for goodput, e.g. "ttft:2000 tpot:30" (milliseconds; ttft, tpot, e2el)`)
+	fs.StringVar(&o.percentiles, "metric-percentiles", "99", "percentiles to report, e.g. 50,90,99")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the prompts and arrivals")
+	fs.DurationVar(&o.timeout, "request-timeout", 5*time.Minute, "limit of each request")
+	fs.StringVar(&o.resultDir, "result-dir", "", "write the run's JSON (or the sweep's files) here")
+	fs.StringVar(&o.resultFile, "result-filename", "", "the run's JSON file name (default: a name from the settings and the time)")
+	fs.BoolVar(&o.sweep, "sweep", false, "run the preset's grid of modes x rates x input lengths, a fresh in-process stack per point")
+	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q or %q", small.Name, qwen3H200.Name))
+	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline or push")
+	fs.StringVar(&o.modes, "modes", "", "sweep: override the preset's modes, e.g. pull,push")
+	fs.StringVar(&o.rates, "rates", "", "sweep: override the preset's request rates, e.g. 1,8")
+	fs.StringVar(&o.inputLens, "input-lens", "", "sweep: override the preset's input lengths, e.g. 1024,16384")
+	fs.BoolVar(&o.preflight, "preflight", false, "check the path (one short request, then long ones one at a time) and the engines' KV transfer time")
+	fs.StringVar(&o.engineURLs, "engine-urls", "", "preflight: engines to read /metrics from, comma-separated (decode for pull, prefill for push)")
+	fs.IntVar(&o.longPrompts, "preflight-long-prompts", 3, "preflight: long requests sent one at a time")
+	fs.IntVar(&o.longLen, "preflight-long-len", 8192, "preflight: tokens of each long prompt")
+	fs.DurationVar(&o.postCost, "post-cost", -1, "override the preset's NIXL post cost per (modeled) descriptor, e.g. 500ns")
+	fs.BoolVar(&o.postPerBlock, "post-per-block", false, "charge the post cost per block and region moved, as a connector that does not merge adjacent blocks (vLLM's) would pay")
+	fs.StringVar(&o.machine, "machine", "", "the machine's name in result files (default: host name, CPUs, OS)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, nil
+}
+
+func parseRate(s string) (float64, error) {
+	if s == "inf" {
+		return math.Inf(1), nil
+	}
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(r > 0) {
+		return 0, fmt.Errorf(`request rate %q: want a positive number or "inf"`, s)
+	}
+	return r, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	p, err := presetByName(o.presetName)
+	if err != nil {
+		return err
+	}
+	if o.postPerBlock {
+		p.PostPerBlock = true
+		p.Description += " (post cost charged per block and region, as vLLM's connector posts)"
+	}
+	if o.postCost >= 0 {
+		p.PostPerDescriptor = o.postCost
+		p.Description += fmt.Sprintf(" (post cost overridden: %v per descriptor)", o.postCost)
+	}
+	goal, err := parseGoodput(o.goodput)
+	if err != nil {
+		return err
+	}
+	pcts, err := parsePercentiles(o.percentiles)
+	if err != nil {
+		return err
+	}
+	if o.machine == "" {
+		o.machine = hostName()
+	}
+	if o.sweep {
+		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)
+	}
+	if o.model == "" {
+		o.model = p.Model.Name
+	}
+	if o.baseURL == "" {
+		s, closeStack, err := startPresetStack(p, o.mode)
+		if err != nil {
+			return err
+		}
+		defer closeStack()
+		o.baseURL = s.URL()
+		if o.engineURLs == "" {
+			o.engineURLs = s.Prefill.URL() + "," + s.Decode.URL()
+		}
+		fmt.Fprintf(stdout, "in-process stack: %s, mode %s, proxy %s\n", p.Description, o.mode, o.baseURL)
+	}
+	if o.preflight {
+		if peers := gpuPeerStatus(ctx); peers != "" {
+			fmt.Fprint(stdout, "GPU peer-to-peer status (prefill and decode GPUs):\n"+peers)
+		} else {
+			fmt.Fprintln(stdout, "preflight: no nvidia-smi here: no GPU peer-to-peer status to show")
+		}
+		var urls []string
+		for _, u := range strings.Split(o.engineURLs, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				urls = append(urls, u)
+			}
+		}
+		if len(urls) == 0 {
+			return fmt.Errorf("preflight: -engine-urls is required with -base-url (the engines' HTTP base URLs, whose /metrics carry the KV transfer metrics)")
+		}
+		return preflight(ctx, preflightConfig{BaseURL: o.baseURL, Model: o.model, EngineURLs: urls, LongPrompts: o.longPrompts, LongLen: o.longLen, Timeout: o.timeout, Out: stdout})
+	}
+	rate, err := parseRate(o.rate)
+	if err != nil {
+		return err
+	}
+	cfg := runConfig{BaseURL: o.baseURL, Model: o.model, InputLen: o.inputLen, OutputLen: o.outputLen, NumPrompts: o.numPrompts, RequestRate: rate,
+		MaxConcurrency: o.maxConc, NumWarmups: o.warmups, Goodput: goal, Percentiles: pcts, Seed: o.seed, RequestTimeout: o.timeout,
+		Machine: o.machine, Progress: stderr, Label: "bench"}
+	samples, dur, err := benchRun(ctx, cfg)
+	if err != nil && samples == nil {
+		return err
+	}
+	sum := summarize(samples, dur, goal, pcts)
+	printSummary(stdout, "Serving Benchmark Result", cfg, sum)
+	if o.resultDir != "" {
+		name := o.resultFile
+		if name == "" {
+			name = fmt.Sprintf("openai-%vqps-in%d-out%d-%s.json", o.rate, o.inputLen, o.outputLen, time.Now().UTC().Format("20060102-150405"))
+		}
+		path, werr := writeJSON(o.resultDir, name, newResult(cfg, samples, sum))
+		if werr != nil {
+			return werr
+		}
+		fmt.Fprintln(stdout, "result:", path)
+	}
+	if err != nil {
+		return err
+	}
+	if sum.Failed > 0 {
+		return fmt.Errorf("%d of %d requests failed; the first: %v", sum.Failed, len(samples), firstErr(samples))
+	}
+	return nil
+}
+
+func firstErr(samples []sample) error {
+	for _, s := range samples {
+		if s.Err != nil {
+			return s.Err
+		}
+	}
+	return nil
+}
+
+// startPresetStack starts an in-process stack of the preset's engines on
+// loopback agents with its link and post cost.
+func startPresetStack(p preset, mode string) (*stack.Stack, func(), error) {
+	fab, err := loopback.NewFabric(loopback.WithModel(p.link()))
+	if err != nil {
+		return nil, nil, err
+	}
+	cost := p.postCost()
+	s, err := stack.Start(stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
+		Lease: p.Lease, RequestTimeout: p.RequestTimeout,
+		NewAgent: func(name string) (nixl.Agent, error) {
+			a, err := fab.NewAgent(name)
+			if err != nil {
+				return nil, err
+			}
+			return withPostCost(a, cost, p.postBlockBytes()), nil
+		}})
+	if err != nil {
+		fab.Close()
+		return nil, nil, err
+	}
+	return s, func() { s.Close(); fab.Close() }, nil
+}
+
+func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64, stdout, stderr io.Writer) error {
+	if o.baseURL != "" {
+		return fmt.Errorf("-sweep starts its own stacks: drop -base-url")
+	}
+	if o.resultDir == "" {
+		return fmt.Errorf("-sweep needs -result-dir")
+	}
+	var err error
+	if o.modes != "" {
+		p.Modes = strings.Split(o.modes, ",")
+		for _, m := range p.Modes {
+			if _, _, err := stack.ConnectorOf(m); err != nil {
+				return err
+			}
+		}
+	}
+	if o.rates != "" {
+		p.Rates = nil
+		for _, f := range strings.Split(o.rates, ",") {
+			r, err := parseRate(f)
+			if err != nil || math.IsInf(r, 1) {
+				return fmt.Errorf("-rates %q: want positive numbers", o.rates)
+			}
+			p.Rates = append(p.Rates, r)
+		}
+	}
+	if o.inputLens != "" {
+		p.InputLens = nil
+		for _, f := range strings.Split(o.inputLens, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				return fmt.Errorf("-input-lens %q: want positive integers", o.inputLens)
+			}
+			p.InputLens = append(p.InputLens, n)
+		}
+	}
+	cmd := "go run ./examples/bench " + strings.Join(os.Args[1:], " ")
+	res, err := sweep(ctx, sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
+		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout})
+	if len(res.Points) > 0 {
+		files, perr := writePlots(res, o.resultDir)
+		for _, f := range files {
+			fmt.Fprintln(stdout, "plot:", f)
+		}
+		if perr != nil && err == nil {
+			err = perr
+		}
+		printRatios(stdout, res)
+	}
+	return err
+}
+
+// printRatios prints push's mean TTFT over pull's and pull-inline's at
+// every point, and the TPOTs.
+func printRatios(w io.Writer, r sweepResult) {
+	fmt.Fprintf(w, "\n%-7s %-5s %10s %10s %10s %12s %12s %9s %9s %9s\n", "input", "rate", "pull TTFT", "inline", "push", "push/pull", "push/inline", "pull TPOT", "inline", "push")
+	for _, n := range r.InputLens {
+		for _, rate := range r.Rates {
+			pull, _ := r.lookup("pull", rate, n)
+			inl, _ := r.lookup("pull-inline", rate, n)
+			push, _ := r.lookup("push", rate, n)
+			ratio := func(a, b point) string {
+				if b.Metrics["mean_ttft_ms"] == 0 || a.Metrics == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", a.Metrics["mean_ttft_ms"]/b.Metrics["mean_ttft_ms"])
+			}
+			fmt.Fprintf(w, "%-7d %-5g %10.1f %10.1f %10.1f %12s %12s %9.2f %9.2f %9.2f\n", n, rate,
+				pull.Metrics["mean_ttft_ms"], inl.Metrics["mean_ttft_ms"], push.Metrics["mean_ttft_ms"], ratio(push, pull), ratio(push, inl),
+				pull.Metrics["mean_tpot_ms"], inl.Metrics["mean_tpot_ms"], push.Metrics["mean_tpot_ms"])
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// modeColors keeps a mode's color the same in every panel.
+var modeColors = map[string]color.RGBA{
+	"pull":        {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"pull-inline": {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	"push":        {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+}
+
+var lenColors = []color.RGBA{{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, {R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}, {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}}
+
+// lookup finds a point of the sweep.
+func (r sweepResult) lookup(mode string, rate float64, inputLen int) (point, bool) {
+	for _, p := range r.Points {
+		if p.Mode == mode && p.RequestRate == rate && p.InputLen == inputLen {
+			return p, true
+		}
+	}
+	return point{}, false
+}
+
+// metricPanels plots metric (a key of point.Metrics) against the request
+// rate: one panel per input length, one line per mode.
+func metricPanels(r sweepResult, metric, ylabel string) ([]*plot.Plot, error) {
+	var out []*plot.Plot
+	for _, n := range r.InputLens {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("input %d tokens", n)
+		p.X.Label.Text = "request rate (req/s)"
+		p.Y.Label.Text = ylabel
+		p.Legend.Top = true
+		p.Legend.Left = true
+		for _, mode := range r.Modes {
+			var xys plotter.XYs
+			for _, rate := range r.Rates {
+				if pt, ok := r.lookup(mode, rate, n); ok {
+					xys = append(xys, plotter.XY{X: rate, Y: pt.Metrics[metric]})
+				}
+			}
+			if len(xys) == 0 {
+				continue
+			}
+			if err := addLine(p, mode, xys, modeColors[mode]); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ratioPlot plots push's mean TTFT over pull's (and pull-inline's) against
+// the request rate, one line per input length.
+func ratioPlot(r sweepResult, base string) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("push / %s mean TTFT", base)
+	p.X.Label.Text = "request rate (req/s)"
+	p.Y.Label.Text = "ratio"
+	p.Legend.Top = true
+	for i, n := range r.InputLens {
+		var xys plotter.XYs
+		for _, rate := range r.Rates {
+			push, ok1 := r.lookup("push", rate, n)
+			pull, ok2 := r.lookup(base, rate, n)
+			if ok1 && ok2 && pull.Metrics["mean_ttft_ms"] > 0 {
+				xys = append(xys, plotter.XY{X: rate, Y: push.Metrics["mean_ttft_ms"] / pull.Metrics["mean_ttft_ms"]})
+			}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		if err := addLine(p, fmt.Sprintf("input %d", n), xys, lenColors[i%len(lenColors)]); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func addLine(p *plot.Plot, name string, xys plotter.XYs, c color.RGBA) error {
+	l, pts, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.Color, pts.Color = c, c
+	pts.Shape = draw.CircleGlyph{}
+	p.Add(l, pts)
+	p.Legend.Add(name, l, pts)
+	return nil
+}
+
+// writePanels writes plots side by side into one SVG file.
+func writePanels(path string, plots []*plot.Plot, panelW, panelH vg.Length) error {
+	if len(plots) == 0 {
+		return fmt.Errorf("%s: nothing to plot", path)
+	}
+	w := panelW * vg.Length(len(plots))
+	canvas := vgsvg.New(w, panelH)
+	dc := draw.New(canvas)
+	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 2,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	grid := [][]*plot.Plot{plots}
+	canvases := plot.Align(grid, tiles, dc)
+	for i, p := range plots {
+		p.Draw(canvases[0][i])
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := canvas.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writePlots writes the sweep's figures into dir: ttft.svg and tpot.svg (a
+// panel per input length, a line per mode) and ttft_ratio.svg (push over
+// pull and over pull-inline). It returns the files written.
+func writePlots(r sweepResult, dir string) ([]string, error) {
+	var files []string
+	for _, f := range []struct{ file, metric, label string }{
+		{"ttft.svg", "mean_ttft_ms", "mean TTFT (ms)"},
+		{"tpot.svg", "mean_tpot_ms", "mean TPOT (ms)"},
+	} {
+		panels, err := metricPanels(r, f.metric, f.label)
+		if err != nil {
+			return files, err
+		}
+		path := filepath.Join(dir, f.file)
+		if err := writePanels(path, panels, 9*vg.Centimeter, 8*vg.Centimeter); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	var ratios []*plot.Plot
+	for _, base := range []string{"pull", "pull-inline"} {
+		if !slices.Contains(r.Modes, base) || !slices.Contains(r.Modes, "push") {
+			continue
+		}
+		p, err := ratioPlot(r, base)
+		if err != nil {
+			return files, err
+		}
+		ratios = append(ratios, p)
+	}
+	if len(ratios) > 0 {
+		path := filepath.Join(dir, "ttft_ratio.svg")
+		if err := writePanels(path, ratios, 11*vg.Centimeter, 8*vg.Centimeter); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}

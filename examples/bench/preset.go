@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/engine/server"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// preset is a sweep's whole setting: the grid, the engines and the link.
+type preset struct {
+	Name        string
+	Description string
+	Modes       []string
+	Rates       []float64
+	InputLens   []int
+	OutputLen   int
+	// Prompts is the number of prompts of a point at a rate.
+	Prompts func(rate float64) int
+	// Model is the KV geometry the engines allocate and move; Modeled is
+	// the geometry it stands for. The link and the post cost are scaled by
+	// their ratio, so a transfer takes the modeled time while the bytes
+	// moved (and verified on decode) stay small enough for this machine.
+	Model, Modeled server.ModelSpec
+	Compute        server.ComputeModel
+	TPSize         int
+	NumBlocks      int
+	MaxBatch       int
+	// Lease is prefill's hold on finished blocks; RequestTimeout bounds a
+	// request's waits in the engines.
+	Lease, RequestTimeout time.Duration
+	// LinkBytesPerSec and LinkLatency model one TP rank's link (modeled
+	// bytes); PostPerDescriptor is NIXL's cost of posting one descriptor of
+	// the modeled geometry.
+	LinkBytesPerSec   float64
+	LinkLatency       time.Duration
+	PostPerDescriptor time.Duration
+	// PostPerBlock charges the post cost per block and region moved, as a
+	// connector that never merges adjacent blocks (vLLM's) posts them,
+	// instead of per descriptor gonixl posts.
+	PostPerBlock bool
+}
+
+// qwen3H200 is the published experiment of vLLM's push connector: Qwen3-32B,
+// one prefill and one decode node of 8 H200 each (TP 8), 3.2 Tb/s of EFA
+// between them (400 Gb/s per GPU), inputs 1k-16k, 1-8 QPS, 128 output
+// tokens.
+var qwen3H200 = func() preset {
+	modeled, compute, _ := server.Preset("qwen3-32b")
+	// One layer and 16-wide heads instead of 64 layers of 128: 2 regions
+	// instead of 128 (each stands for 64), 512-byte blocks instead of 4 KiB.
+	model := modeled
+	model.Name = "Qwen/Qwen3-32B"
+	model.Layers, model.HeadDim = 1, 16
+	return preset{
+		Name:        "qwen3-32b-h200",
+		Description: "Qwen3-32B TP 8 on H200 (engine compute model server.Qwen3_32B_H200_TP8), 3.2 Tb/s per node pair (50 GB/s per rank), NIXL post cost 6 µs per descriptor",
+		Modes:       []string{"pull", "pull-inline", "push"},
+		Rates:       []float64{1, 2, 4, 8},
+		InputLens:   []int{1024, 4096, 8192, 16384},
+		OutputLen:   128,
+		Prompts:     func(rate float64) int { return max(20, int(10*rate)) },
+		Model:       model, Modeled: modeled, Compute: compute, TPSize: 8,
+		NumBlocks: 65536, MaxBatch: 256,
+		// vLLM's defaults: VLLM_NIXL_ABORT_REQUEST_TIMEOUT is 480 s, and a
+		// request waits in the engine as long as it must.
+		Lease: 480 * time.Second, RequestTimeout: 10 * time.Minute,
+		LinkBytesPerSec: 50e9, LinkLatency: 20 * time.Microsecond,
+		// docs/gpu.md: 131,072 descriptors of a 16k-token request moved at
+		// 5-6 GB/s through NIXL on one H200, about 6 µs per descriptor.
+		PostPerDescriptor: 6 * time.Microsecond,
+	}
+}()
+
+// small is a preset for tests and a quick look: a small model, a short grid.
+var small = preset{
+	Name: "small", Description: "a 4-layer model, TP 2, 2 GB/s links, 2 µs per descriptor",
+	Modes: []string{"pull", "pull-inline", "push"}, Rates: []float64{20}, InputLens: []int{64},
+	OutputLen: 8, Prompts: func(float64) int { return 20 },
+	Model:   server.ModelSpec{Name: "small-4l", Layers: 4, KVHeads: 4, HeadDim: 64, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2},
+	Compute: server.ComputeModel{PrefillBase: time.Millisecond, PrefillPerToken: 5 * time.Microsecond, DecodeBase: 2 * time.Millisecond},
+	TPSize:  2, NumBlocks: 2048, LinkBytesPerSec: 2e9, LinkLatency: 50 * time.Microsecond, PostPerDescriptor: 2 * time.Microsecond,
+}
+
+var presets = map[string]preset{qwen3H200.Name: qwen3H200, small.Name: small}
+
+func presetByName(name string) (preset, error) {
+	p, ok := presets[name]
+	if !ok {
+		return p, fmt.Errorf("preset %q: want %q or %q", name, qwen3H200.Name, small.Name)
+	}
+	return p, nil
+}
+
+// scale is how many modeled bytes one byte moved stands for, and how many
+// modeled descriptors one descriptor moved stands for.
+func (p preset) scale() (bytes, descs float64) {
+	if p.Modeled == (server.ModelSpec{}) {
+		return 1, 1
+	}
+	descs = float64(p.Modeled.Layers) / float64(p.Model.Layers)
+	bytes = descs * float64(p.Modeled.HeadDim*p.Modeled.DTypeBytes) / float64(p.Model.HeadDim*p.Model.DTypeBytes)
+	return bytes, descs
+}
+
+// link is the loopback transfer model of one rank's link, in the bytes the
+// engines move.
+func (p preset) link() loopback.TransferModel {
+	b, _ := p.scale()
+	return loopback.Bandwidth(p.LinkBytesPerSec/b, p.LinkLatency)
+}
+
+// postCost is the post cost of one descriptor the engines move.
+func (p preset) postCost() time.Duration {
+	_, d := p.scale()
+	return time.Duration(float64(p.PostPerDescriptor) * d)
+}
+
+// postBlockBytes is the block size of one region the post cost is charged
+// per with PostPerBlock (0: per descriptor).
+func (p preset) postBlockBytes() uint64 {
+	if !p.PostPerBlock {
+		return 0
+	}
+	heads := max(p.Model.KVHeads/p.TPSize, 1)
+	return uint64(p.Model.BlockSize * heads * p.Model.HeadDim * p.Model.DTypeBytes)
+}

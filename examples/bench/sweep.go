@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/stack"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// sweepConfig is a sweep: every mode x rate x input length of a preset,
+// each point a fresh stack and one run.
+type sweepConfig struct {
+	Preset     preset
+	Goodput    slo
+	Percentile []float64
+	Seed       uint64
+	ResultDir  string // the sweep's JSON, plots, and runs/ with one file per point
+	Machine    string
+	Command    string
+	Progress   io.Writer
+	Log        io.Writer
+}
+
+// point is one sweep point's figures.
+type point struct {
+	Mode              string             `json:"mode"`
+	RequestRate       float64            `json:"request_rate"`
+	InputLen          int                `json:"input_len"`
+	OutputLen         int                `json:"output_len"`
+	NumPrompts        int                `json:"num_prompts"`
+	Completed         int                `json:"completed"`
+	Failed            int                `json:"failed"`
+	Duration          float64            `json:"duration"`
+	RequestThroughput float64            `json:"request_throughput"`
+	RequestGoodput    *float64           `json:"request_goodput"`
+	OutputThroughput  float64            `json:"output_throughput"`
+	Metrics           map[string]float64 `json:"metrics"` // mean_ttft_ms, p99_tpot_ms, ...
+	// What the engines saw: KV bytes decode verified and mismatches (real
+	// bytes, scaled geometry), and the NIXL transfers of the run (modeled
+	// descriptors: each moved descriptor stands for the preset's ratio).
+	KVBytesVerified   uint64  `json:"kv_bytes_verified"`
+	KVVerifyFailures  uint64  `json:"kv_verify_failures"`
+	Transfers         uint64  `json:"transfers"`
+	MeanXferMs        float64 `json:"mean_xfer_ms"`
+	MeanDescriptors   float64 `json:"mean_descriptors_per_transfer"`
+	BlocksLeftPrefill int64   `json:"blocks_left_prefill"`
+	BlocksLeftDecode  int64   `json:"blocks_left_decode"`
+	FirstError        string  `json:"first_error,omitempty"`
+	RunFile           string  `json:"run_file"`
+}
+
+// sweepResult is the sweep's JSON file.
+type sweepResult struct {
+	Date        string    `json:"date"`
+	Preset      string    `json:"preset"`
+	Description string    `json:"description"`
+	Machine     string    `json:"machine"`
+	Command     string    `json:"command"`
+	GoVersion   string    `json:"go_version"`
+	Agents      string    `json:"agents"`
+	Goodput     string    `json:"goodput"`
+	Modes       []string  `json:"modes"`
+	Rates       []float64 `json:"rates"`
+	InputLens   []int     `json:"input_lens"`
+	OutputLen   int       `json:"output_len"`
+	Points      []point   `json:"points"`
+}
+
+// sweep runs every point, writes the sweep's JSON after each (so an
+// interrupted sweep keeps what it measured) and returns it.
+func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
+	p := cfg.Preset
+	res := sweepResult{Date: time.Now().UTC().Format(time.RFC3339), Preset: p.Name, Description: p.Description, Machine: cfg.Machine,
+		Command: cfg.Command, GoVersion: runtime.Version(), Agents: "loopback (modeled link and post cost)", Goodput: cfg.Goodput.String(),
+		Modes: p.Modes, Rates: p.Rates, InputLens: p.InputLens, OutputLen: p.OutputLen}
+	log := cfg.Log
+	if log == nil {
+		log = io.Discard
+	}
+	var errs []error
+	for _, n := range p.InputLens {
+		for _, rate := range p.Rates {
+			for _, mode := range p.Modes {
+				pt, err := sweepPoint(ctx, cfg, mode, rate, n)
+				if err != nil {
+					return res, fmt.Errorf("%s at %g req/s, input %d: %w", mode, rate, n, err)
+				}
+				res.Points = append(res.Points, pt)
+				fmt.Fprintf(log, "%-11s input %5d rate %4g: %d/%d done, TTFT mean %8.1f ms p99 %8.1f ms, TPOT mean %6.2f ms, xfer %6.1f ms (%5.0f descs)\n",
+					mode, n, rate, pt.Completed, pt.NumPrompts, pt.Metrics["mean_ttft_ms"], pt.Metrics["p99_ttft_ms"], pt.Metrics["mean_tpot_ms"],
+					pt.MeanXferMs, pt.MeanDescriptors)
+				if pt.Failed > 0 || pt.KVVerifyFailures > 0 {
+					errs = append(errs, fmt.Errorf("%s at %g req/s, input %d: %d failed, %d KV mismatches (%s)", mode, rate, n, pt.Failed, pt.KVVerifyFailures, pt.FirstError))
+				}
+				if _, err := writeJSON(cfg.ResultDir, "sweep.json", res); err != nil {
+					return res, err
+				}
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
+			}
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// sweepPoint starts a fresh stack, runs one point against its proxy, and
+// stops the stack.
+func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64, inputLen int) (point, error) {
+	p := cfg.Preset
+	fab, err := loopback.NewFabric(loopback.WithModel(p.link()))
+	if err != nil {
+		return point{}, err
+	}
+	defer fab.Close()
+	cost := p.postCost()
+	s, err := stack.Start(stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
+		Lease: p.Lease, RequestTimeout: p.RequestTimeout,
+		NewAgent: func(name string) (nixl.Agent, error) {
+			a, err := fab.NewAgent(name)
+			if err != nil {
+				return nil, err
+			}
+			return withPostCost(a, cost, p.postBlockBytes()), nil
+		}})
+	if err != nil {
+		return point{}, err
+	}
+	defer s.Close()
+	rc := runConfig{BaseURL: s.URL(), Model: p.Model.Name, InputLen: inputLen, OutputLen: p.OutputLen, NumPrompts: p.Prompts(rate),
+		RequestRate: rate, NumWarmups: 1, Goodput: cfg.Goodput, Percentiles: cfg.Percentile, Seed: cfg.Seed,
+		RequestTimeout: 5 * time.Minute, Mode: mode, Machine: cfg.Machine, Progress: cfg.Progress,
+		Label: fmt.Sprintf("%s %d@%g", mode, inputLen, rate)}
+	before := [2]transferStats{}
+	for i, e := range []string{s.Prefill.URL(), s.Decode.URL()} {
+		if before[i], err = scrapeTransfers(ctx, e); err != nil {
+			return point{}, err
+		}
+	}
+	statsBefore := s.Decode.Stats()
+	samples, dur, err := benchRun(ctx, rc)
+	if err != nil && samples == nil {
+		return point{}, err
+	}
+	var xfer transferStats
+	for i, e := range []string{s.Prefill.URL(), s.Decode.URL()} {
+		after, err := scrapeTransfers(ctx, e)
+		if err != nil {
+			return point{}, err
+		}
+		d := after.sub(before[i])
+		xfer.Transfers += d.Transfers
+		xfer.XferSeconds += d.XferSeconds
+		xfer.Descriptors += d.Descriptors
+	}
+	statsAfter := s.Decode.Stats()
+	sum := summarize(samples, dur, cfg.Goodput, cfg.Percentile)
+	r := newResult(rc, samples, sum)
+	r.GeneratedTexts = nil // the decode engine verified every byte of KV; the texts add nothing to a sweep
+	name := fmt.Sprintf("%s-in%d-rate%g.json", mode, inputLen, rate)
+	if _, err := writeJSON(filepath.Join(cfg.ResultDir, "runs"), name, r); err != nil {
+		return point{}, err
+	}
+	_, descScale := p.scale()
+	meanXfer, meanDescs, _ := xfer.mean()
+	pt := point{Mode: mode, RequestRate: rate, InputLen: inputLen, OutputLen: p.OutputLen, NumPrompts: rc.NumPrompts,
+		Completed: sum.Completed, Failed: sum.Failed, Duration: dur.Seconds(), RequestThroughput: sum.RequestThroughput,
+		RequestGoodput: r.RequestGoodput, OutputThroughput: sum.OutputThroughput, Metrics: r.Metrics,
+		KVBytesVerified: statsAfter.KVBytesVerified - statsBefore.KVBytesVerified, KVVerifyFailures: statsAfter.KVVerifyFailures - statsBefore.KVVerifyFailures,
+		Transfers: xfer.Transfers, MeanXferMs: ms(meanXfer), MeanDescriptors: meanDescs * descScale, RunFile: filepath.Join("runs", name)}
+	for _, x := range samples {
+		if x.Err != nil {
+			pt.FirstError = x.Err.Error()
+			break
+		}
+	}
+	if err := s.Close(); err != nil {
+		return pt, err
+	}
+	return pt, nil
+}
+
+// hostName names the machine for result files.
+func hostName() string {
+	h, _ := os.Hostname()
+	cpu := runtime.GOARCH
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s: %d CPUs (%s), %s", h, runtime.NumCPU(), cpu, runtime.GOOS)
+}
