@@ -132,6 +132,9 @@ type RankConfig struct {
 	// with their decode engine; at the limit a new one is refused. Zero
 	// means DefaultMaxPendingRegistrations.
 	MaxPendingRegistrations int
+	// Staging is the rank's staging memory and policy for fragmented
+	// requests (see Staging). The zero value stages nothing.
+	Staging Staging
 }
 
 func (c *RankConfig) withDefaults(e *Engine) {
@@ -145,6 +148,7 @@ func (c *RankConfig) withDefaults(e *Engine) {
 	c.MaxPeers = cmp.Or(c.MaxPeers, DefaultMaxPeers)
 	c.MaxPendingRegistrations = cmp.Or(c.MaxPendingRegistrations, DefaultMaxPendingRegistrations)
 	c.FailurePolicy = cmp.Or(c.FailurePolicy, PolicyFail)
+	c.Staging.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = clock.System{}
 		if e != nil && e.core != nil {
@@ -181,6 +185,8 @@ func (c *RankConfig) validate(e *Engine, prefill bool) error {
 		return invalidf("RankConfig.MaxPendingRegistrations is %d, want > 0", c.MaxPendingRegistrations)
 	case c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute:
 		return invalidf("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
+	case c.Staging.Validate("RankConfig.Staging", c.Layout.Mem) != nil:
+		return invalidf("%v", c.Staging.Validate("RankConfig.Staging", c.Layout.Mem))
 	case prefill && c.RegistrationTimeout >= DefaultRegistrationTimeout:
 		return invalidf("RankConfig.RegistrationTimeout of a Producer is %v, want less than decode's default %v (DefaultRegistrationTimeout), so prefill gives up first", c.RegistrationTimeout, DefaultRegistrationTimeout)
 	}

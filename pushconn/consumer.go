@@ -15,6 +15,7 @@ import (
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
@@ -106,6 +107,11 @@ type Consumer struct {
 
 	// Poller goroutine only.
 	peers map[string]*decodePeer
+
+	// pool and stage are the staging slots and counters (nil without
+	// RankConfig.Staging).
+	pool  *staging.Pool
+	stage *staging.Counters
 }
 
 // decodePeer is a prefill engine as one decode rank sees it, keyed by its
@@ -145,7 +151,12 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	}
 	c.tracker.recompute = cfg.FailurePolicy == PolicyRecompute
 	c.push = newPushCounters(c.stats)
-	inc, err := e.core.Publish(cfg.Agent, cfg.Layout)
+	if cfg.Staging.Enabled() {
+		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
+		c.stage = staging.NewCounters(c.stats)
+		c.tracker.onPublish = c.releaseStage
+	}
+	inc, err := e.core.PublishStaged(cfg.Agent, cfg.Layout, &cfg.Staging)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +174,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.poll.Handle(pushwire.RegPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelAckPrefix, c.onCancelAck)
+	c.poll.Handle(pushwire.StagedPrefix, c.onStaged)
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
 	c.poll.Handle("", c.onCompletion)
 	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
@@ -294,6 +306,11 @@ func (c *Consumer) Close() error {
 	c.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
 	c.engine.core.Withdraw(c.cfg.Layout.TPRank)
 	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
+	if c.pool != nil {
+		if serr := c.cfg.Agent.DeregisterMem(c.cfg.Staging.RegList(), nil); err == nil {
+			err = serr
+		}
+	}
 	// With the memory deregistered no WRITE can land in it any more: the
 	// blocks of every request still draining go back to the engine now.
 	c.mu.Lock()
@@ -487,6 +504,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 
 		DecodeIncarnation: c.incarnation,
 		Seq:               r.seq,
+		Staging:           c.offerStaging(p, r),
 	}
 	msg, err := pushwire.EncodeRegistration(reg)
 	if err == nil {
@@ -541,6 +559,14 @@ func (c *Consumer) onCompletion(sender string, msg []byte) {
 	c.mu.Lock()
 	a := c.tracker.complete(c.cfg.Clock.Now(), comp.ID, sender)
 	c.mu.Unlock()
+	if c.stage != nil && a != arrivalUnknown && a != arrivalStranger {
+		c.stage.Direct.Inc()
+	}
+	c.counted(a)
+}
+
+// counted acts on what a completion did to the tracker.
+func (c *Consumer) counted(a arrival) {
 	switch a {
 	case arrivalDone, arrivalReleased:
 		c.signal()

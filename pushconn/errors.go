@@ -33,6 +33,10 @@ var (
 	ErrNotifySend = errors.New("pushconn: could not send the registration")
 	// ErrAborted ends a decode request that Consumer.Abort ended.
 	ErrAborted = errors.New("pushconn: request aborted")
+
+	// ErrStaging: decode could not scatter a prefill rank's staged part of
+	// the request out of its staging slot (the copier failed).
+	ErrStaging = errors.New("pushconn: staging scatter failed")
 )
 
 // PushError is a prefill rank's failure report (a PUSH_FAIL notification)

@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/match"
@@ -57,6 +58,12 @@ type Producer struct {
 	lastFreed []string // freed by Close, published after DeregisterMem
 
 	w writer // poller goroutine only
+
+	// pool, stage and model are the staging slots, counters and cost model
+	// (pool and stage nil without RankConfig.Staging).
+	pool  *staging.Pool
+	stage *staging.Counters
+	model staging.Model
 }
 
 // NewProducer starts a prefill rank: it registers the layout's memory with
@@ -83,7 +90,12 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap)}
-	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
+	if cfg.Staging.Enabled() {
+		p.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
+		p.stage = staging.NewCounters(p.stats)
+		p.model = staging.NewModel(&cfg.Staging)
+	}
+	if _, err := e.core.PublishStaged(cfg.Agent, cfg.Layout, &cfg.Staging); err != nil {
 		return nil, err
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -245,6 +257,11 @@ func (p *Producer) Close() error {
 	p.w.shutdown()
 	p.engine.core.Withdraw(p.cfg.Layout.TPRank)
 	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
+	if p.pool != nil {
+		if serr := p.cfg.Agent.DeregisterMem(p.cfg.Staging.RegList(), nil); err == nil {
+			err = serr
+		}
+	}
 	p.mu.Lock()
 	p.freed = append(p.freed, p.lastFreed...)
 	p.lastFreed = nil

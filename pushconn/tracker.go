@@ -44,6 +44,9 @@ type decodeReq struct {
 	// result is the request's end, kept back while it drains (ended other
 	// than by success, some ranks may still write into its blocks).
 	result Result
+	// stage is the staging slot decode offered for the request, nil when
+	// none; it is released with the request's result.
+	stage *decodeStage
 }
 
 // waiting returns the prefill agents that may still write into r's blocks.
@@ -81,6 +84,9 @@ const (
 type tracker struct {
 	// recompute: failed Results list the request's blocks (PolicyRecompute).
 	recompute bool
+	// onPublish, when set, runs as a request's result goes out: nothing
+	// can write into its blocks (or its staging slot) any more.
+	onPublish func(r *decodeReq)
 	reqs      map[string]*decodeReq // live
 	draining  map[string]*decodeReq // ended, waiting for their ranks
 	deadlines *lease.Table          // registration timeouts of live requests
@@ -172,6 +178,34 @@ func (t *tracker) complete(now time.Time, id, sender string) arrival {
 	}
 	t.end(now, r, nil)
 	return arrivalDone
+}
+
+// scatterFailed ends request id, whose staged part from prefill agent
+// sender arrived but could not be scattered: that rank has written (it
+// will not write again), and the request fails with err.
+func (t *tracker) scatterFailed(now time.Time, id, sender string, err error) {
+	if r, ok := t.reqs[id]; ok {
+		if st, known := r.sources[sender]; known && st == srcWaiting {
+			r.sources[sender] = srcWritten
+		}
+		t.end(now, r, err)
+		return
+	}
+	t.settle(now, id, sender, srcWritten, 0)
+}
+
+// stagedPart returns the request that prefill agent sender may have
+// written into a staging slot (live, or draining with that rank still
+// expected), or nil.
+func (t *tracker) stagedPart(id, sender string) *decodeReq {
+	r, ok := t.reqs[id]
+	if !ok {
+		r, ok = t.draining[id]
+	}
+	if !ok || r.stage == nil || r.sources[sender] != srcWaiting {
+		return nil
+	}
+	return r
 }
 
 // settle records that prefill agent sender of draining request id ended
@@ -277,6 +311,9 @@ func (t *tracker) release(now time.Time, r *decodeReq) {
 }
 
 func (t *tracker) publish(now time.Time, r *decodeReq) {
+	if t.onPublish != nil {
+		t.onPublish(r)
+	}
 	t.results = append(t.results, r.result)
 	t.ended.Complete(r.id)
 	_ = t.ended.Add(r.id, now)

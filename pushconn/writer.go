@@ -11,6 +11,7 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
@@ -105,6 +106,9 @@ type write struct {
 	cancelling bool
 	failErr    error
 	drainUntil time.Time
+	// slot is the prefill staging slot a staged WRITE reads, released
+	// once the WRITE ended (nil for a direct WRITE).
+	slot *staging.Slot
 }
 
 // writer is the Producer's state on its poller goroutine: the matcher,
@@ -124,6 +128,7 @@ type writer struct {
 	seen    *seenRegs
 	parked  int                  // registrations parked over all peers
 	scratch descriptors.Transfer // mapping lists, reused by startWrite
+	planner staging.Planner
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -531,21 +536,38 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	local, remote := t.Sides(nixl.Write)
+	bytes, descs := t.Bytes, t.Len()
+	slot, plan, err := w.stage(pr, h, t, dst, dstBlocks)
+	if err != nil {
+		w.failWrite(pr, h, pushwire.FailTransfer, fmt.Errorf("gather into the staging slot: %w", err))
+		return
+	}
+	if slot != nil {
+		local, remote, bytes, descs = plan.Local, plan.Remote, plan.Bytes, len(plan.Local.Descs)
+		if msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world); err != nil {
+			w.freeSlot(slot)
+			w.failWrite(pr, h, pushwire.FailLayout, err)
+			return
+		}
+	}
 	// Abort waits for postMu: once it returned, no WRITE of the request
 	// starts.
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
 	if p.isAborted(h.id) {
+		w.freeSlot(slot)
 		w.failWrite(pr, h, pushwire.FailAborted, errors.New("the prefill engine aborted the request"))
 		return
 	}
 	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
 	if err != nil && peerGone(err) && !pr.retry {
+		w.freeSlot(slot)
 		w.forgetIfGone(pr.peer, err)
 		w.retryAfterHandshake(pr, h)
 		return
 	}
 	if err != nil {
+		w.freeSlot(slot)
 		p.stats.FailedTransfers.Inc()
 		w.forgetIfGone(pr.peer, err)
 		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("create WRITE: %w", err))
@@ -553,14 +575,16 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	}
 	status, err := p.cfg.Agent.PostXferReq(xh, nil)
 	p.stats.RecordPost(time.Since(start))
-	wr := &write{reg: pr, hold: h, handle: xh, posted: start, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: t.Bytes, descs: t.Len()}
+	wr := &write{reg: pr, hold: h, handle: xh, posted: start, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs, slot: slot}
 	switch {
 	case err != nil && peerGone(err) && !pr.retry:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
+		w.freeSlot(slot)
 		w.forgetIfGone(pr.peer, err)
 		w.retryAfterHandshake(pr, h)
 	case err != nil:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
+		w.freeSlot(slot)
 		p.stats.FailedTransfers.Inc()
 		w.forgetIfGone(pr.peer, err)
 		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("post WRITE: %w", err))
@@ -607,6 +631,7 @@ func (w *writer) pollWrites() {
 					p.push.stuckWrites.Inc()
 					p.log.Error("pushconn: the agent did not release a failed WRITE within the write timeout; reporting it failed anyway", zap.String("request", wr.hold.id))
 				}
+				w.freeSlot(wr.slot)
 				w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, wr.failErr)
 				w.ackEnded(wr)
 				continue
@@ -639,6 +664,7 @@ func (w *writer) pollWrites() {
 			still = append(still, wr)
 			continue
 		}
+		w.freeSlot(wr.slot)
 		w.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, failed)
 		w.ackEnded(wr)
 	}
@@ -724,6 +750,14 @@ func (w *writer) completeWrite(wr *write) {
 		p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
 	}
 	p.stats.RecordTransfer(wr.bytes, wr.descs, time.Since(wr.posted))
+	if p.stage != nil {
+		if wr.slot != nil {
+			p.stage.Staged.Inc()
+		} else {
+			p.stage.Direct.Inc()
+		}
+	}
+	w.freeSlot(wr.slot)
 	w.endWrite(wr.reg, wr.hold)
 }
 
@@ -970,6 +1004,7 @@ func (w *writer) shutdown() {
 	const why = "prefill rank closed"
 	for _, wr := range w.inflight {
 		_ = w.p.cfg.Agent.ReleaseXferReq(wr.handle)
+		w.freeSlot(wr.slot)
 		w.p.stats.FailedTransfers.Inc()
 		w.sendFail(wr.reg.sender, wr.reg.reg, pushwire.FailClosed, why)
 		wr.hold.writes--

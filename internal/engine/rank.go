@@ -7,6 +7,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -76,6 +77,14 @@ func (e *Engine) PublishRank(agent nixl.Agent, l descriptors.Layout) error {
 // (handshake.Rank.Incarnation), for connectors that put it in their own
 // messages so the peer can tell them from an earlier instance's.
 func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error) {
+	return e.PublishStaged(agent, l, nil)
+}
+
+// PublishStaged is Publish that also registers the rank's staging memory
+// st (when st is enabled) before the metadata is taken, so peers can move
+// bytes into and out of its slots, and advertises it in the payload. On
+// failure nothing stays registered.
+func (e *Engine) PublishStaged(agent nixl.Agent, l descriptors.Layout, st *staging.Config) (uint64, error) {
 	if err := e.Claim("published", l.TPRank); err != nil {
 		return 0, err
 	}
@@ -83,12 +92,25 @@ func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error)
 		e.release("published", l.TPRank)
 		return 0, fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
 	}
+	var info *staging.Info
+	if st != nil && st.Enabled() {
+		if err := agent.RegisterMem(st.RegList(), nil); err != nil {
+			_ = agent.DeregisterMem(l.RegList(), nil)
+			e.release("published", l.TPRank)
+			return 0, fmt.Errorf("%s: register staging memory of rank %d: %w", e.name, l.TPRank, err)
+		}
+		in := st.Info()
+		info = &in
+	}
 	inc := NewIncarnation()
 	md, err := agent.LocalMD()
 	if err == nil {
-		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, Agent: agent.Name(), Metadata: md, Layout: l, Incarnation: inc})
+		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, Agent: agent.Name(), Metadata: md, Layout: l, Incarnation: inc, Staging: info})
 	}
 	if err != nil {
+		if info != nil {
+			_ = agent.DeregisterMem(st.RegList(), nil)
+		}
 		_ = agent.DeregisterMem(l.RegList(), nil)
 		e.release("published", l.TPRank)
 		return 0, fmt.Errorf("%s: publish rank %d: %w", e.name, l.TPRank, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/staging"
 )
 
 // Rank is one rank's part of the payload.
@@ -23,6 +24,10 @@ type Rank struct {
 	// name from the instance it knew. Zero means the publisher does not
 	// say (peers then cannot tell restarts apart).
 	Incarnation uint64 `msgpack:"incarnation,omitempty"`
+	// Staging, when set, is the rank's registered staging memory (slots
+	// for the staged transfer path); a peer writes into or reads from a
+	// slot a message names only inside it.
+	Staging *staging.Info `msgpack:"staging,omitempty"`
 }
 
 // Payload is everything a remote engine needs to transfer with this one.
@@ -112,6 +117,9 @@ func (p *Payload) Validate() error {
 		}
 		if err := r.Layout.Validate(); err != nil {
 			return fmt.Errorf("payload ranks[%d].layout: %w", i, err)
+		}
+		if st := r.Staging; st != nil && (st.Slots < 1 || st.Slots > staging.MaxSlots || st.SlotBytes == 0 || st.SlotBytes > (1<<62)/uint64(st.Slots) || st.Base > ^uint64(0)-st.SlotBytes*uint64(st.Slots)) {
+			return fmt.Errorf("payload ranks[%d].staging: %d slots of %d bytes from %#x, want 1..%d slots inside the address space", i, st.Slots, st.SlotBytes, st.Base, staging.MaxSlots)
 		}
 	}
 	return nil

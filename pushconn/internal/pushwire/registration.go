@@ -52,6 +52,39 @@ type Registration struct {
 	// are the same message, a duplicate, unless both carry a Seq and the
 	// Seqs differ: then the later is the same request id registered again.
 	Seq uint64
+	// Staging, when set, names the decode staging slot prefill may WRITE
+	// this request into (our own key "staging", after registration_seq; a
+	// vLLM prefill skips it and writes into the blocks).
+	Staging *Staging
+}
+
+// Staging is a decode staging slot offered in a registration: prefill
+// rank i, when it stages, writes its image of Sizes[i] bytes at Offsets[i]
+// in slot Slot of the decode rank's advertised staging memory and then
+// sends PUSH_STAGED instead of the plain completion. A rank may always
+// write into the blocks instead (then decode does not scatter).
+type Staging struct {
+	Slot    int
+	Offsets []uint64
+	Sizes   []uint64
+}
+
+// MaxStagingRanks bounds the per-rank lists of a Staging.
+const MaxStagingRanks = 1024
+
+func (s *Staging) validate() error {
+	switch {
+	case s.Slot < 0 || s.Slot > maxFieldInt:
+		return fieldError("staging", fmt.Sprintf("slot %d is out of range", s.Slot))
+	case len(s.Offsets) != len(s.Sizes) || len(s.Offsets) == 0 || len(s.Offsets) > MaxStagingRanks:
+		return fieldError("staging", fmt.Sprintf("has %d offsets and %d sizes, want as many, 1..%d", len(s.Offsets), len(s.Sizes), MaxStagingRanks))
+	}
+	for i := range s.Offsets {
+		if s.Offsets[i] > 1<<62 || s.Sizes[i] > 1<<62 {
+			return fieldError("staging", fmt.Sprintf("rank %d: offset %d or size %d is out of range", i, s.Offsets[i], s.Sizes[i]))
+		}
+	}
+	return nil
 }
 
 // Validate reports the first field that no peer may send.
@@ -90,6 +123,9 @@ func (r *Registration) Validate() error {
 				return fieldError("local_block_ids", fmt.Sprintf("group %d entry %d is negative (%d)", g, i, id))
 			}
 		}
+	}
+	if r.Staging != nil {
+		return r.Staging.validate()
 	}
 	return nil
 }
@@ -133,6 +169,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	if r.Seq != 0 {
 		n++
 	}
+	if r.Staging != nil {
+		n++
+	}
 	err := errors.Join(
 		enc.EncodeMapLen(n),
 		encodeStr(enc, "request_id", r.RequestID),
@@ -155,6 +194,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	}
 	if err == nil && r.Seq != 0 {
 		err = errors.Join(enc.EncodeString("registration_seq"), enc.EncodeUint(r.Seq))
+	}
+	if err == nil && r.Staging != nil {
+		err = encodeStaging(enc, r.Staging)
 	}
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_REG: %w", err)
@@ -206,6 +248,7 @@ const (
 	fTransferID
 	fDecodeIncarnation
 	fSeq
+	fStaging
 
 	requiredFields = fTransferID - 1
 )
@@ -214,7 +257,7 @@ var regFieldNames = []string{
 	"request_id", "decode_engine_id", "decode_host", "decode_port", "decode_tp_size",
 	"local_block_ids", "remote_engine_id", "remote_host", "remote_port",
 	"remote_tp_size", "remote_pp_size", "transfer_id", "decode_incarnation",
-	"registration_seq",
+	"registration_seq", "staging",
 }
 
 // DecodeRegistration parses a PUSH_REG notification. Unknown keys are
@@ -316,8 +359,59 @@ func (r *Registration) decodeField(rd *reader, bit int) error {
 				err = rd.errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
 			}
 		}
+	case fStaging:
+		if !rd.isNil() {
+			r.Staging, err = decodeStaging(rd)
+		}
 	}
 	return err
+}
+
+// encodeStaging writes "staging": [slot, [offsets...], [sizes...]].
+func encodeStaging(enc *msgpack.Encoder, s *Staging) error {
+	err := errors.Join(enc.EncodeString("staging"), enc.EncodeArrayLen(3), enc.EncodeInt(int64(s.Slot)))
+	for _, l := range [][]uint64{s.Offsets, s.Sizes} {
+		if err != nil {
+			return err
+		}
+		err = enc.EncodeArrayLen(len(l))
+		for _, v := range l {
+			if err == nil {
+				err = enc.EncodeUint(v)
+			}
+		}
+	}
+	return err
+}
+
+func decodeStaging(rd *reader) (*Staging, error) {
+	n, err := rd.arrayLen()
+	if err != nil {
+		return nil, err
+	}
+	if n != 3 {
+		return nil, rd.errorf("staging is an array of %d, want [slot, offsets, sizes]", n)
+	}
+	s := &Staging{}
+	if s.Slot, err = boundedInt(rd); err != nil {
+		return nil, err
+	}
+	for _, l := range []*[]uint64{&s.Offsets, &s.Sizes} {
+		m, err := rd.arrayLen()
+		if err != nil {
+			return nil, err
+		}
+		if m > MaxStagingRanks {
+			return nil, rd.errorf("staging list of %d entries, at most %d", m, MaxStagingRanks)
+		}
+		*l = make([]uint64, m)
+		for i := range *l {
+			if (*l)[i], err = rd.uint(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
 }
 
 // maxFieldInt bounds sizes and ports read from the wire so that later

@@ -1,0 +1,37 @@
+package staging
+
+import "github.com/gonixl/gonixl/internal/stats"
+
+// Counters are the staging path's counters in a connector's stats set.
+type Counters struct {
+	Staged   *stats.Counter // transfers that went through staging slots
+	Direct   *stats.Counter // transfers by direct descriptors
+	NoSlot   *stats.Counter // wanted staging but found no free slot: went direct
+	Failures *stats.Counter // gathers and scatters that failed (their request failed)
+	Copied   *stats.Counter // bytes gathered or scattered
+}
+
+// NewCounters adds the counters to s.
+func NewCounters(s *stats.Set) *Counters {
+	return &Counters{
+		Staged:   s.Counter("staged_transfers", "Transfers moved through staging slots (gather, one large transfer, scatter)."),
+		Direct:   s.Counter("direct_transfers", "Transfers moved by one descriptor per block fragment."),
+		NoSlot:   s.Counter("staging_no_slot", "Transfers that would have been staged but found no free staging slot, and moved directly."),
+		Failures: s.Counter("staging_failures", "Gathers or scatters that failed; their request failed."),
+		Copied:   s.Counter("staging_copied_bytes", "Bytes gathered into or scattered out of staging slots."),
+	}
+}
+
+// Copy runs c over segs and counts the bytes, or the failure.
+func (k *Counters) Copy(c Copier, segs []Seg) error {
+	if err := c.Copy(segs); err != nil {
+		k.Failures.Inc()
+		return err
+	}
+	var n uint64
+	for _, s := range segs {
+		n += s.Len
+	}
+	k.Copied.Add(n)
+	return nil
+}

@@ -1,0 +1,40 @@
+package pushwire
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/gonixl/gonixl/internal/notif"
+)
+
+// StagedPrefix starts the completion a prefill rank sends when it wrote a
+// request into the decode staging slot its registration offered instead
+// of into the blocks: "PUSH_STAGED:<decode request id>:<prefill world
+// size>". Decode scatters the rank's part of the slot into the blocks
+// before it counts the completion. Only a decode rank that offered a slot
+// (our own key "staging" in PUSH_REG) receives it, so a vLLM decode never
+// does.
+const StagedPrefix = "PUSH_STAGED:"
+
+// EncodeStaged returns the staged completion of request id from a prefill
+// engine of world size n.
+func EncodeStaged(id string, n int) ([]byte, error) {
+	c, err := notif.EncodeCompletion(id, n)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(StagedPrefix), c...), nil
+}
+
+// DecodeStaged parses a staged completion; anything else gives an error
+// wrapping ErrMalformed.
+func DecodeStaged(msg []byte) (notif.Completion, error) {
+	if !bytes.HasPrefix(msg, []byte(StagedPrefix)) {
+		return notif.Completion{}, fmt.Errorf("%w: PUSH_STAGED: message does not start with %q", ErrMalformed, StagedPrefix)
+	}
+	c, err := notif.DecodeCompletion(msg[len(StagedPrefix):])
+	if err != nil {
+		return notif.Completion{}, fmt.Errorf("%w: PUSH_STAGED: %v", ErrMalformed, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,83 @@
+package pushwire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestStagedRoundTrip(t *testing.T) {
+	msg, err := EncodeStaged("req-1:x", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg) != "PUSH_STAGED:req-1:x:4" {
+		t.Fatalf("message %q", msg)
+	}
+	c, err := DecodeStaged(msg)
+	if err != nil || c.ID != "req-1:x" || c.N != 4 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	for _, bad := range []string{"req:4", "PUSH_STAGED:", "PUSH_STAGED:req", "PUSH_STAGED:req:0", "PUSH_STAGED::4"} {
+		if _, err := DecodeStaged([]byte(bad)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%q: err = %v", bad, err)
+		}
+	}
+}
+
+func FuzzDecodeStaged(f *testing.F) {
+	f.Add([]byte("PUSH_STAGED:req-1:2"))
+	f.Add([]byte("PUSH_STAGED:a:b:1"))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		c, err := DecodeStaged(msg)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		again, err := EncodeStaged(c.ID, c.N)
+		if err != nil {
+			t.Fatalf("decoded %+v does not re-encode: %v", c, err)
+		}
+		if back, err := DecodeStaged(again); err != nil || back != c {
+			t.Fatalf("round trip %+v -> %q -> %+v, %v", c, again, back, err)
+		}
+		_ = bytes.Equal
+	})
+}
+
+func TestRegistrationStaging(t *testing.T) {
+	r := sampleRegistration()
+	plain, err := EncodeRegistration(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Staging = &Staging{Slot: 3, Offsets: []uint64{0, 4096}, Sizes: []uint64{4096, 4096}}
+	msg, err := EncodeRegistration(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key comes last, after everything a vLLM encoder writes.
+	if !bytes.Contains(msg, []byte("\xa7staging\x93\x03\x92\x00\xcd\x10\x00\x92\xcd\x10\x00\xcd\x10\x00")) || len(msg) <= len(plain) {
+		t.Fatalf("encoding %x", msg)
+	}
+	got, err := DecodeRegistration(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalRegistration(got, r) {
+		t.Fatalf("round trip %+v", got.Staging)
+	}
+	for _, bad := range []*Staging{
+		{Slot: -1, Offsets: []uint64{0}, Sizes: []uint64{1}},
+		{Slot: 0, Offsets: []uint64{0}, Sizes: nil},
+		{Slot: 0},
+		{Slot: 0, Offsets: []uint64{1 << 63}, Sizes: []uint64{1}},
+	} {
+		r.Staging = bad
+		if _, err := EncodeRegistration(r); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("staging %+v: err = %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package pushconn
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
+)
+
+// decodeStage is the staging slot a decode rank offered for one request
+// and, per prefill agent, where that rank's image lies in it.
+type decodeStage struct {
+	slot  staging.Slot
+	offer pushwire.Staging
+	parts map[string]stagePart
+}
+
+type stagePart struct {
+	off uint64
+	im  staging.DstImage
+}
+
+// offerStaging returns the staging key of r's registration, taking a slot
+// the first time; nil when r is not staged (no slot free, too large, no
+// blocks). It runs on the poller goroutine.
+func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
+	if c.pool == nil || len(r.blocks) == 0 || len(r.blocks[0]) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.stage != nil {
+		o := r.stage.offer
+		return &o
+	}
+	if !c.tracker.live(r) {
+		return nil
+	}
+	pl := p.payload
+	offer := pushwire.Staging{Offsets: make([]uint64, pl.TPSize), Sizes: make([]uint64, pl.TPSize)}
+	parts := map[string]stagePart{}
+	var at uint64
+	for _, agent := range p.sources {
+		rank := -1
+		for i := range pl.Ranks {
+			if pl.Ranks[i].Agent == agent {
+				rank = i
+			}
+		}
+		if rank < 0 {
+			return nil
+		}
+		im, err := staging.NewDstImage(&pl.Ranks[rank].Layout, &c.cfg.Layout, len(r.blocks[0]))
+		if err != nil {
+			return nil
+		}
+		offer.Offsets[rank], offer.Sizes[rank] = at, im.Size()
+		parts[agent] = stagePart{off: at, im: im}
+		at += (im.Size() + 15) &^ 15 // keep every part 16-byte aligned for the kernel
+	}
+	if at > c.pool.SlotBytes() {
+		return nil // larger than a slot: the blocks take the WRITEs
+	}
+	slot, ok := c.pool.Acquire(r.id)
+	if !ok {
+		c.stage.NoSlot.Inc()
+		return nil
+	}
+	offer.Slot = slot.Index
+	r.stage = &decodeStage{slot: slot, offer: offer, parts: parts}
+	o := offer
+	return &o
+}
+
+// releaseStage frees a request's slot as its result goes out (c.mu held,
+// from the tracker).
+func (c *Consumer) releaseStage(r *decodeReq) {
+	if r.stage == nil {
+		return
+	}
+	if err := c.pool.Release(r.stage.slot); err != nil {
+		c.log.Error("pushconn: staging slot released twice", zap.String("request", r.id), zap.Error(err))
+	}
+	r.stage = nil
+}
+
+// onStaged handles "PUSH_STAGED:<id>:<n>" from a prefill rank that wrote
+// its part of the request into the offered slot: the part is scattered
+// into the blocks, and only then counted like a completion.
+func (c *Consumer) onStaged(sender string, msg []byte) {
+	comp, err := pushwire.DecodeStaged(msg)
+	if err != nil {
+		c.stats.MalformedNotifications.Inc()
+		c.log.Debug("pushconn: dropped a malformed PUSH_STAGED", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	c.mu.Lock()
+	r := c.tracker.stagedPart(comp.ID, sender)
+	var segs []staging.Seg
+	if r != nil {
+		if part, ok := r.stage.parts[sender]; ok {
+			segs = part.im.Scatter(nil, &c.cfg.Layout, r.blocks[0], r.stage.slot.Addr+part.off)
+		} else {
+			r = nil
+		}
+	}
+	c.mu.Unlock()
+	if r == nil {
+		// Not a part this rank expects in a slot (the request ended, or
+		// the sender was never offered one): nothing is scattered.
+		c.stats.UnknownNotifications.Inc()
+		return
+	}
+	// The slot and the blocks stay the request's while the sender is
+	// still expected: its result cannot go out before complete below.
+	err = c.stage.Copy(c.cfg.Staging.Copier, segs)
+	c.mu.Lock()
+	now := c.cfg.Clock.Now()
+	if err != nil {
+		c.tracker.scatterFailed(now, comp.ID, sender, fmt.Errorf("%w: request %q: part from prefill agent %q: %v", ErrStaging, comp.ID, sender, err))
+		c.mu.Unlock()
+		c.log.Warn("pushconn: staged part could not be scattered", zap.String("request", comp.ID), zap.String("sender", sender), zap.Error(err))
+		c.signal()
+		return
+	}
+	a := c.tracker.complete(now, comp.ID, sender)
+	c.mu.Unlock()
+	c.stage.Staged.Inc()
+	c.counted(a)
+}

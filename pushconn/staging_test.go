@@ -1,0 +1,339 @@
+package pushconn
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// stagingMem allocates staging slots for the ranks of a rig: its rank
+// hook gives every rank slots of its own. The buffers are freed after the
+// rig closed (the cleanup is registered before newRig's).
+type stagingMem struct {
+	t      testing.TB
+	mode   StagingMode
+	slots  int
+	bytes  uint64
+	copier func(side string) Copier // nil: host copy
+	bufs   []*nixl.Buffer
+	pools  map[string]func() int // "prefill-0" -> in-use slots
+}
+
+func newStagingMem(t testing.TB, mode StagingMode, slots int, bytes uint64) *stagingMem {
+	m := &stagingMem{t: t, mode: mode, slots: slots, bytes: bytes, pools: map[string]func() int{}}
+	t.Cleanup(func() {
+		for _, b := range m.bufs {
+			_ = b.Free()
+		}
+	})
+	return m
+}
+
+func (m *stagingMem) rank(side string) func(*RankConfig) {
+	return func(c *RankConfig) {
+		buf, err := nixl.AllocBuffer(int(m.bytes) * m.slots)
+		require.NoError(m.t, err)
+		m.bufs = append(m.bufs, buf)
+		c.Staging = Staging{Mode: m.mode, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: m.bytes, Slots: m.slots,
+			DescCost: 6 * time.Microsecond, CopyBandwidth: 1e9}
+		if m.copier != nil {
+			c.Staging.Copier = m.copier(side)
+		}
+	}
+}
+
+// inUse returns the staging slots held on every rank of the rig.
+func inUse(r *rig) (pre, dec int) {
+	for _, p := range r.producers {
+		if p.pool != nil {
+			pre += p.pool.InUse()
+		}
+	}
+	for _, c := range r.consumers {
+		c.mu.Lock()
+		if c.pool != nil {
+			dec += c.pool.InUse()
+		}
+		c.mu.Unlock()
+	}
+	return pre, dec
+}
+
+func stagingRig(t *testing.T, rc rigConfig, m *stagingMem) *rig {
+	rc.preRank, rc.decRank = m.rank("prefill"), m.rank("decode")
+	return newRig(t, rc)
+}
+
+func fragmented(rng *rand.Rand, n int) []int { return rng.Perm(numBlocks)[:n] }
+
+// partly returns n blocks in runs of 2 to 4.
+func partly(rng *rand.Rand, n int) []int {
+	var out []int
+	for _, start := range rng.Perm(numBlocks / 4) {
+		for i := range 2 + rng.IntN(3) {
+			if len(out) < n {
+				out = append(out, start*4+i%4)
+			}
+		}
+	}
+	return out[:n]
+}
+
+// TestStagedPushBytes: every geometry, fragmented, partly fragmented or
+// contiguous, with staging on, off and chosen by the model: decode's
+// blocks hold prefill's bytes, and the counters say which path each WRITE
+// took; no slot stays held.
+func TestStagedPushBytes(t *testing.T) {
+	geoms := []struct{ preTP, decTP, preBlock, decBlock int }{
+		{1, 1, 16, 16}, {2, 1, 16, 16}, {1, 2, 16, 16}, {1, 1, 16, 32}, {1, 1, 32, 16}, {2, 1, 16, 32},
+	}
+	for _, g := range geoms {
+		for _, layout := range []string{"fragmented", "partly", "contiguous"} {
+			for _, mode := range []StagingMode{StagingOn, StagingOff, StagingAuto} {
+				name := fmt.Sprintf("tp%d-%d/bs%d-%d/%s/%s", g.preTP, g.decTP, g.preBlock, g.decBlock, layout, cmpOr(string(mode), "off"))
+				t.Run(name, func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(len(name)), 3))
+					m := newStagingMem(t, mode, 2, 64<<10)
+					r := stagingRig(t, rigConfig{preTP: g.preTP, decTP: g.decTP, preBlock: g.preBlock, decBlock: g.decBlock}, m)
+					const tokens = 8 * 32
+					nSrc, nDst := tokens/g.preBlock, tokens/g.decBlock
+					var src, dst []int
+					switch layout {
+					case "fragmented":
+						src, dst = fragmented(rng, nSrc), fragmented(rng, nDst)
+					case "partly":
+						src, dst = partly(rng, nSrc), partly(rng, nDst)
+					default:
+						src, dst = blocksFrom(1, nSrc), blocksFrom(20, nDst)
+					}
+					pushOne(t, r, true, "req", "req", src, dst, tokens)
+					var staged, direct uint64
+					for _, p := range r.producers {
+						s := p.Stats()
+						if mode == StagingOff {
+							_, ok := s.Get("staged_transfers")
+							require.False(t, ok, "no staging counters without staging")
+							continue
+						}
+						staged += extra(t, s, "staged_transfers")
+						direct += extra(t, s, "direct_transfers")
+					}
+					writes := uint64(max(g.preTP, g.decTP))
+					switch {
+					case mode == StagingOn:
+						require.Equal(t, writes, staged, "every WRITE staged")
+						require.Zero(t, direct)
+					case mode == StagingAuto && layout == "fragmented":
+						require.Equal(t, writes, staged, "the model stages fragmented blocks")
+					case mode == StagingAuto && layout == "contiguous" && g.preTP == g.decTP && g.preBlock == g.decBlock:
+						// (With other geometries even contiguous blocks
+						// need a descriptor per block and head slice.)
+						require.Equal(t, writes, direct, "the model writes contiguous blocks directly")
+					}
+					if mode != StagingOff {
+						var decStaged uint64
+						for _, c := range r.consumers {
+							decStaged += extra(t, c.Stats(), "staged_transfers")
+						}
+						require.Equal(t, staged, decStaged, "decode scattered every staged part")
+					}
+					pre, dec := inUse(r)
+					require.Zero(t, pre, "prefill slots released")
+					require.Zero(t, dec, "decode slots released")
+				})
+			}
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
+}
+
+// TestStagedSlotHeldUntilWriteEnds: a staged WRITE keeps its prefill slot
+// (and decode's) while in flight; a second request meanwhile finds no
+// free slot and is written directly; the slots come back only once the
+// WRITE and the scatter ended.
+func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
+	fc := clock.NewManual(rigStart)
+	fab, err := loopback.NewFabric(loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(4096.0, 0))) // 4 KiB a second of fabric time
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fab.Close() })
+	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	r := stagingRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
+		a, err := fab.NewAgent(name)
+		require.NoError(t, err)
+		return a
+	}}, m)
+	c, p := r.consumers[0], r.producers[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	srcA, dstA := fragmented(rng, 4), []int{40, 42, 44, 46}
+	srcB, dstB := []int{50, 52}, []int{60, 62}
+	fill(t, r.preLayout[0], srcA, 1, 64)
+	require.NoError(t, c.Register("a", r.pre.Coordinates(), dstA))
+	admitted(t, p, 1)
+	_, err = p.RequestFinished("a", srcA)
+	require.NoError(t, err)
+	eventually(t, "WRITE a posted", func() bool { return fab.Counters().Posted == 1 })
+	pre, dec := inUse(r)
+	require.Equal(t, 1, pre, "prefill slot held while the WRITE is in flight")
+	require.Equal(t, 1, dec, "decode slot held while the WRITE is in flight")
+
+	fill(t, r.preLayout[0], srcB, 2, 32)
+	require.NoError(t, c.Register("b", r.pre.Coordinates(), dstB))
+	admitted(t, p, 2)
+	_, err = p.RequestFinished("b", srcB)
+	require.NoError(t, err)
+	eventually(t, "WRITE b posted", func() bool { return fab.Counters().Posted == 2 })
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "staging_no_slot"), "b found decode's only slot taken")
+	fc.Advance(time.Hour)
+	res := await(t, c, 2)
+	for _, x := range res {
+		require.NoError(t, x.Err)
+	}
+	check(t, r.decLayout[0], dstA, 0, 1, 64)
+	check(t, r.decLayout[0], dstB, 0, 2, 32)
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "staged_transfers"))
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "direct_transfers"))
+	freedOnce(t, p, "a", "b")
+	pre, dec = inUse(r)
+	require.Zero(t, pre)
+	require.Zero(t, dec)
+}
+
+// failingCopier fails its first n copies.
+type failingCopier struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *failingCopier) Copy(segs []staging.Seg) error {
+	f.mu.Lock()
+	fail := f.n > 0
+	f.n--
+	f.mu.Unlock()
+	if fail {
+		return errors.New("injected copy failure")
+	}
+	return staging.HostCopier{}.Copy(segs)
+}
+
+// TestStagedFailures: a failed gather, transfer or scatter fails the
+// request (a gather or transfer failure reaches decode as PUSH_FAIL), and
+// every slot comes back; the next request goes through.
+func TestStagedFailures(t *testing.T) {
+	for _, step := range []string{"gather", "transfer", "scatter"} {
+		t.Run(step, func(t *testing.T) {
+			m := newStagingMem(t, StagingOn, 1, 64<<10)
+			bad := map[string]Copier{}
+			if step == "gather" {
+				bad["prefill"] = &failingCopier{n: 1}
+			}
+			if step == "scatter" {
+				bad["decode"] = &failingCopier{n: 1}
+			}
+			m.copier = func(side string) Copier {
+				if c := bad[side]; c != nil {
+					return c
+				}
+				return staging.HostCopier{}
+			}
+			r := stagingRig(t, rigConfig{}, m)
+			if step == "transfer" {
+				_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "prefill-0", Count: 1})
+				require.NoError(t, err)
+			}
+			c, p := r.consumers[0], r.producers[0]
+			require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
+			admitted(t, p, 1)
+			_, err := p.RequestFinished("x", []int{5, 1})
+			require.NoError(t, err)
+			res := await(t, c, 1)
+			switch step {
+			case "scatter":
+				require.ErrorIs(t, res[0].Err, ErrStaging)
+			default:
+				require.True(t, isPushFail(res[0].Err, "transfer"), "err = %v", res[0].Err)
+			}
+			freedOnce(t, p, "x")
+			if step != "transfer" {
+				require.Equal(t, uint64(1), extra(t, c.Stats(), "staging_failures")+extra(t, p.Stats(), "staging_failures"),
+					"decode %d, prefill %d", extra(t, c.Stats(), "staging_failures"), extra(t, p.Stats(), "staging_failures"))
+			}
+			pre, dec := inUse(r)
+			require.Zero(t, pre, "prefill slot released")
+			require.Zero(t, dec, "decode slot released")
+			// The next request goes through the slots again.
+			before := extra(t, c.Stats(), "staged_transfers")
+			pushOne(t, r, true, "y", "y", []int{7, 2}, []int{11, 4}, 32)
+			require.Equal(t, before+1, extra(t, c.Stats(), "staged_transfers"))
+		})
+	}
+}
+
+// TestStagedClose: closing both sides while a staged WRITE is in flight
+// ends the request once, frees its blocks once and every slot.
+func TestStagedClose(t *testing.T) {
+	fc := clock.NewManual(rigStart)
+	fab, err := loopback.NewFabric(loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(1, 0))) // never, on a clock that stands still
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fab.Close() })
+	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	r := stagingRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
+		a, err := fab.NewAgent(name)
+		require.NoError(t, err)
+		return a
+	}}, m)
+	c, p := r.consumers[0], r.producers[0]
+	require.NoError(t, c.Register("z", r.pre.Coordinates(), []int{8, 3}))
+	admitted(t, p, 1)
+	_, err = p.RequestFinished("z", []int{6, 2})
+	require.NoError(t, err)
+	eventually(t, "WRITE posted", func() bool { return fab.Counters().Posted == 1 })
+	require.NoError(t, p.Close())
+	require.NoError(t, c.Close())
+	res := await(t, c, 1)
+	require.Error(t, res[0].Err)
+	freedOnce(t, p, "z")
+	pre, dec := inUse(r)
+	require.Zero(t, pre)
+	require.Zero(t, dec)
+}
+
+// TestStagingConfigRefused: a staging configuration that cannot work is
+// refused with an error naming the field, and nothing is registered.
+func TestStagingConfigRefused(t *testing.T) {
+	r := newRig(t, rigConfig{noProducers: true})
+	a, err := r.fabric.NewAgent("extra")
+	require.NoError(t, err)
+	l := testLayout(t, 1, 0, 16, numBlocks)
+	defer freeLayout(l)
+	for _, tc := range []struct {
+		st   Staging
+		want string
+	}{
+		{Staging{Mode: "sometimes", Base: 1, SlotBytes: 16, Slots: 1}, "Mode"},
+		{Staging{Mode: StagingOn, Base: 0, SlotBytes: 16, Slots: 1}, "Base is 0"},
+		{Staging{Mode: StagingOn, Base: 16, SlotBytes: 10, Slots: 1}, "SlotBytes is 10"},
+		{Staging{Mode: StagingOn, Base: 16, SlotBytes: 16, Slots: 0}, "Slots is 0"},
+		{Staging{Mode: StagingOn, Mem: nixl.VRAM, Base: 16, SlotBytes: 16, Slots: 1}, "Mem is VRAM"},
+	} {
+		_, err := NewProducer(r.pre, RankConfig{Agent: a, Layout: l, Staging: tc.st})
+		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorContains(t, err, "RankConfig.Staging")
+		require.ErrorContains(t, err, tc.want)
+	}
+}
