@@ -28,6 +28,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -249,7 +251,12 @@ func register(s *server.Server, endpoints, cluster string, ttl, timeout time.Dur
 
 // agentFactory returns how to make each rank's agent.
 func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
+	// Every start of the engine names its agents anew, as vLLM does (a uuid per agent):
+	// peers holding the metadata of an earlier start's agents would refuse the new ones'
+	// under the same name.
+	start := randomHex()
 	native := func(name string) (nixl.Agent, error) {
+		name += "-" + start
 		// LIBFABRIC makes progress only on NIXL's own progress thread.
 		a, err := nixl.New(name, nixl.Config{ProgressThread: strings.EqualFold(backend, "LIBFABRIC")})
 		if err != nil {
@@ -289,6 +296,12 @@ func agentFactory(kind, backend string, given map[string]string, log *zap.Logger
 		return native, "NIXL (" + backend + ")", func() {}, nil
 	}
 	return nil, "", nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
+}
+
+func randomHex() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // parseParams reads -nixl-backend-params: "key=value,key=value"; empty

@@ -75,6 +75,7 @@ type slot struct {
 	mu     sync.Mutex
 	srv    *server.Server
 	reg    *discovery.Registration
+	agent  string // the instance's agent
 	alive  bool
 	starts int
 }
@@ -94,9 +95,18 @@ type cluster struct {
 }
 
 func (c *cluster) start(s *slot) error {
+	s.mu.Lock()
+	gen := s.starts + 1
+	s.mu.Unlock()
+	var agent string
 	cfg := server.Config{Role: s.role, Connector: c.mode, EngineID: s.id, Model: chaosModel, Compute: chaosCompute,
 		NumBlocks: 256, RequestTimeout: chaosEngineWait, Lease: chaosHold,
-		NewAgent: func(name string) (nixl.Agent, error) { return c.fab.NewAgent(name) }}
+		NewAgent: func(name string) (nixl.Agent, error) {
+			// Every start has its own agent name, as vLLM's agents (a uuid each) and the
+			// engine command's: the engine id stays.
+			agent = fmt.Sprintf("%s.%d", name, gen)
+			return c.fab.NewAgent(agent)
+		}}
 	srv, err := server.New(cfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.id, err)
@@ -109,7 +119,7 @@ func (c *cluster) start(s *slot) error {
 		return fmt.Errorf("%s: %w", s.id, err)
 	}
 	s.mu.Lock()
-	s.srv, s.reg, s.alive = srv, reg, true
+	s.srv, s.reg, s.agent, s.alive = srv, reg, agent, true
 	s.starts++
 	s.mu.Unlock()
 	return nil
@@ -120,10 +130,10 @@ func (c *cluster) start(s *slot) error {
 // registration is revoked (revoke) or left to expire with the lease.
 func (c *cluster) kill(s *slot, revoke bool) {
 	s.mu.Lock()
-	srv, reg := s.srv, s.reg
+	srv, reg, agent := s.srv, s.reg, s.agent
 	s.alive = false
 	s.mu.Unlock()
-	if err := c.fab.Disconnect(s.id + "-tp0"); err != nil {
+	if err := c.fab.Disconnect(agent); err != nil {
 		c.t.Errorf("disconnecting %s: %v", s.id, err)
 	}
 	if revoke {
@@ -345,14 +355,23 @@ func chaos(t *testing.T, mode string) {
 	deadline = time.Now().Add(chaosHold + chaosEngineWait + 10*time.Second)
 	for {
 		held = 0
+		var where []string
 		for _, s := range c.slots {
 			s.mu.Lock()
 			if s.alive {
-				held += s.srv.Stats().BlocksInUse
+				st := s.srv.Stats()
+				held += st.BlocksInUse
+				if st.BlocksInUse > 0 {
+					where = append(where, fmt.Sprintf("%s: %+v", s.id, st))
+				}
 			}
 			s.mu.Unlock()
 		}
-		if held == 0 || time.Now().After(deadline) {
+		if held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Logf("blocks held: %s", strings.Join(where, "; "))
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

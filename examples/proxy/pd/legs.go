@@ -177,6 +177,13 @@ func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, body [
 	if err != nil {
 		return nil, p.transportError(c, ctx, e, err)
 	}
+	if !json.Valid(out) {
+		// An engine shutting down may end the request with an empty 200; another engine
+		// may do.
+		e.markDown()
+		return nil, &legError{status: http.StatusBadGateway, retryable: true,
+			msg: fmt.Sprintf("%s engine %s answered %d without a JSON body (%d bytes)", e.role, e.url, resp.StatusCode, len(out))}
+	}
 	return out, nil
 }
 

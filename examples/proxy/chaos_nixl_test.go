@@ -1,0 +1,325 @@
+//go:build nixl
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
+)
+
+// TestChaosProcesses is TestChaos with every engine and the proxy a separate process over
+// NIXL (UCX on lo), found through a real etcd: engines are killed with SIGKILL (their
+// registration expires with its lease) and started again under their id.
+func TestChaosProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts processes")
+	}
+	srv := etcdtest.Start(t)
+	bin := t.TempDir()
+	for _, p := range []string{"engine", "proxy"} {
+		out, err := exec.Command("go", "build", "-tags", "nixl", "-o", filepath.Join(bin, p), "../"+p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("build %s: %v: %s", p, err, out)
+		}
+	}
+	for _, mode := range []string{"pull", "push"} {
+		t.Run(mode, func(t *testing.T) { chaosProcesses(t, bin, srv.Endpoint, mode) })
+	}
+}
+
+// process is one program of the test and its JSON log.
+type process struct {
+	id, role string
+	cmd      *exec.Cmd
+	log      string
+	done     chan struct{}
+	url      string
+}
+
+var processEnv = []string{"UCX_NET_DEVICES=lo", "NIXL_LOG_LEVEL=ERROR", "UCX_LOG_LEVEL=error", "UCX_ERROR_SIGNALS="}
+
+func startProcess(t *testing.T, bin, name, id string, args ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), id+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, name), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), processEnv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{id: id, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 8000 {
+				b = b[len(b)-8000:]
+			}
+			t.Logf("%s log (end):\n%s", id, b)
+		}
+	})
+	return p
+}
+
+// logLine waits up to 60 s for p's log line with msg and returns it.
+func logLine(t *testing.T, p *process, msg string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		f, err := os.Open(p.log)
+		if err == nil {
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				var m map[string]any
+				if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
+					f.Close()
+					return m
+				}
+			}
+			f.Close()
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before logging %q", p.id, msg)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %q log line within 60 s", p.id, msg)
+		}
+	}
+}
+
+// gauge reads one unlabelled-by-us gauge of an engine's /metrics.
+func gauge(c *http.Client, url, name string) (float64, error) {
+	resp, err := c.Get(url + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("%s/metrics has no %s", url, name)
+}
+
+func chaosProcesses(t *testing.T, bin, etcd, mode string) {
+	const requests, rate = 300, 50.0
+	seed := chaosSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	cluster := "chaos-proc-" + mode
+	engineArgs := func(role, id string) []string {
+		return []string{"-role", role, "-engine-id", id, "-connector", mode, "-port", "0", "-side-channel-port", "0",
+			"-agent", "nixl", "-nixl-backend", "UCX", "-nixl-backend-params", "ucx_error_handling_mode=peer",
+			"-model", "qwen2.5-7b", "-layers", "2", "-head-dim", "64", "-num-blocks", "256", "-compute-scale", "0.2",
+			"-served-model-name", chaosModel.Name, "-lease", chaosHold.String(), "-request-timeout", chaosEngineWait.String(),
+			"-etcd", etcd, "-cluster", cluster, "-etcd-ttl", "1s", "-connector-log=false"}
+	}
+	var mu sync.Mutex
+	live := map[string]*process{}
+	startEngine := func(role, id string) {
+		p := startProcess(t, bin, "engine", id, engineArgs(role, id)...)
+		p.role = role
+		p.url = logLine(t, p, "ready")["url"].(string)
+		logLine(t, p, "registered in etcd")
+		mu.Lock()
+		live[id] = p
+		mu.Unlock()
+	}
+	ids := []struct{ role, id string }{{"prefill", "prefill-0"}, {"prefill", "prefill-1"}, {"prefill", "prefill-2"},
+		{"decode", "decode-0"}, {"decode", "decode-1"}}
+	for _, e := range ids {
+		startEngine(e.role, e.id)
+	}
+	httpc := &http.Client{Timeout: chaosClientWait, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	defer httpc.CloseIdleConnections()
+
+	// The text of every prompt, served by a decode engine alone.
+	prompts := make([]string, 20)
+	want := make([]string, len(prompts))
+	for i := range prompts {
+		prompts[i] = strings.TrimSpace(strings.Repeat(fmt.Sprintf("chaos prompt %d ", i), 1+i%12))
+		st, text, err := complete(httpc, live["decode-0"].url, prompts[i], false, "ref-"+strconv.Itoa(i))
+		if err != nil || st != 200 || text == "" {
+			t.Fatalf("reference text of prompt %d: %d %q %v", i, st, text, err)
+		}
+		want[i] = text
+	}
+
+	proxy := startProcess(t, bin, "proxy", "proxy", "-port", "0", "-etcd", etcd, "-cluster", cluster, "-connector", mode,
+		"-health-interval", "200ms", "-request-timeout", chaosProxyTimeout.String())
+	proxyURL := "http://" + logLine(t, proxy, "listening")["addr"].(string)
+	deadline := time.Now().Add(30 * time.Second)
+	for !healthy(httpc, proxyURL) {
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy never saw a prefill and a decode engine")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Every 0.5-1.5 s an engine of each role in turn gets SIGKILL, one of each role staying
+	// up; it starts again under its id 0.5-2 s later.
+	loadDone := make(chan struct{})
+	chaosDone := make(chan struct{})
+	var restarts sync.WaitGroup
+	killed := map[string]int{}
+	go func() {
+		defer close(chaosDone)
+		for k := 0; ; k++ {
+			pause := time.Duration(500+rng.IntN(1000)) * time.Millisecond
+			back := time.Duration(500+rng.IntN(1500)) * time.Millisecond
+			role := []string{"prefill", "decode"}[k%2]
+			pick := rng.IntN(3)
+			select {
+			case <-loadDone:
+				return
+			case <-time.After(pause):
+			}
+			mu.Lock()
+			var cands []*process
+			for _, e := range ids {
+				if p := live[e.id]; p != nil && p.role == role {
+					cands = append(cands, p)
+				}
+			}
+			if len(cands) < 2 {
+				mu.Unlock()
+				continue
+			}
+			p := cands[pick%len(cands)]
+			delete(live, p.id)
+			mu.Unlock()
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+			killed[role]++
+			restarts.Go(func() {
+				time.Sleep(back)
+				startEngine(p.role, p.id)
+			})
+		}
+	}()
+
+	results := make([]result, requests)
+	var clients sync.WaitGroup
+	start := time.Now()
+	for i := range requests {
+		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+		clients.Go(func() {
+			pi := i % len(prompts)
+			st, text, err := complete(httpc, proxyURL, prompts[pi], i%2 == 0, "chaos-"+strconv.Itoa(i))
+			var ce *clearError
+			switch {
+			case err == nil && st == 200 && text == want[pi]:
+				results[i].end(t, i, succeeded, "")
+			case err == nil && st == 200:
+				results[i].end(t, i, unclear, fmt.Sprintf("text %q, want %q", text, want[pi]))
+			case errors.As(err, &ce):
+				results[i].end(t, i, failedClearly, ce.Error())
+			default:
+				results[i].end(t, i, unclear, fmt.Sprintf("status %d: %v", st, err))
+			}
+		})
+	}
+	clients.Wait()
+	close(loadDone)
+	<-chaosDone
+	restarts.Wait()
+	loadTime := time.Since(start)
+
+	// No block held on any engine up now (kv_cache_usage_perc is blocks in use / blocks).
+	held := 0.0
+	deadline = time.Now().Add(chaosHold + chaosEngineWait + 10*time.Second)
+	for {
+		held = 0
+		for _, p := range live {
+			u, err := gauge(httpc, p.url, "vllm:kv_cache_usage_perc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			held += math.Round(u * 256) // -num-blocks
+		}
+		if held == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	counts := map[outcome]int{}
+	whys := map[string]int{}
+	var unclearDetails []string
+	for i := range results {
+		o := outcome(results[i].outcome.Load())
+		counts[o]++
+		if o == failedClearly {
+			whys[digits.ReplaceAllString(results[i].detail, "N")]++
+		}
+		if o == unclear && len(unclearDetails) < 10 {
+			unclearDetails = append(unclearDetails, fmt.Sprintf("request %d: %s", i, results[i].detail))
+		}
+	}
+
+	// Graceful ends: the proxy's counters, and every engine's KV check.
+	_ = proxy.cmd.Process.Signal(syscall.SIGTERM)
+	ps := logLine(t, proxy, "stopped")
+	var verifyFailures float64
+	for _, p := range live {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		verifyFailures += logLine(t, p, "stopped")["kv_verify_failures"].(float64)
+	}
+	t.Logf("chaos processes %s (seed %d): %d requests in %s at %.0f/s: %d succeeded, %d failed with a clear error, %d unclear; proxy: %v retried, %v failed; engines killed (SIGKILL): %v; blocks left held: %v",
+		mode, seed, requests, loadTime.Round(time.Millisecond), rate, counts[succeeded], counts[failedClearly], counts[unclear],
+		ps["retried"], ps["failed"], killed, held)
+	for why, n := range whys {
+		t.Logf("  %4d × %s", n, why)
+	}
+	if len(unclearDetails) > 0 {
+		t.Errorf("requests without a clear end: %s", strings.Join(unclearDetails, "; "))
+	}
+	if counts[pending] != 0 {
+		t.Errorf("%d requests never ended", counts[pending])
+	}
+	if held != 0 {
+		t.Errorf("%v blocks still held on live engines", held)
+	}
+	if ps["requests"].(float64) != requests {
+		t.Errorf("proxy saw %v requests, the clients sent %d", ps["requests"], requests)
+	}
+	if counts[succeeded] < requests/2 {
+		t.Errorf("only %d of %d requests succeeded", counts[succeeded], requests)
+	}
+	if killed["prefill"] == 0 || killed["decode"] == 0 {
+		t.Errorf("the schedule killed %v: want prefill and decode engines killed", killed)
+	}
+	if verifyFailures != 0 {
+		t.Errorf("%v decoded requests read wrong KV bytes", verifyFailures)
+	}
+}
