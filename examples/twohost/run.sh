@@ -197,9 +197,11 @@ completion() {
 	sed -n 's/.*"text":"\([^"]*\)".*/\1/p' <<<"$body"
 }
 
-# xfers NS URL: the sum of vllm:nixl_xfer_time_seconds_count over an engine's ranks.
+# xfers NS URL: an engine's NIXL transfers over its ranks and their mean
+# time in ms (vllm:nixl_xfer_time_seconds_count and _sum).
 xfers() {
-	nsx "$1" curl -s -m 5 "$2/metrics" | awk '/^vllm:nixl_xfer_time_seconds_count/ {s += $NF} END {print s + 0}'
+	nsx "$1" curl -s -m 5 "$2/metrics" | awk '/^vllm:nixl_xfer_time_seconds_count/ {n += $NF} /^vllm:nixl_xfer_time_seconds_sum/ {s += $NF}
+		END {printf "%d %.1f\n", n, n ? 1000 * s / n : 0}'
 }
 
 # veth_bytes NS DEV: tx and rx bytes of DEV.
@@ -223,7 +225,7 @@ check_sockets() {
 
 # run_backend B: the stack over NIXL backend B, checked and benchmarked.
 run_backend() {
-	local b=$1 env_p env_d model pp dp xp bp i text local_text moved before after res verified
+	local b=$1 env_p env_d model pp dp xp bp i text local_text moved xfer_ms before after res verified
 	# Each namespace shares the host's IPC and file system, so UCX would
 	# otherwise move the KV through shared memory (posix/sysv/cma) and never
 	# touch the veth: UCX_TLS=tcp keeps it on the TCP transport of the veth.
@@ -289,9 +291,9 @@ run_backend() {
 	sed 's/^/twohost: bench | /' "$out/bench-$b.log"
 	[ "$res" = 0 ] || fail "$b: bench exited $res"
 
-	if [ "$connector" = push ]; then moved=$(xfers "$ns_p" http://$addr_p:8100); else moved=$(xfers "$ns_d" http://$addr_d:8200); fi
+	if [ "$connector" = push ]; then read -r moved xfer_ms <<<"$(xfers "$ns_p" http://$addr_p:8100)"; else read -r moved xfer_ms <<<"$(xfers "$ns_d" http://$addr_d:8200)"; fi
 	# At least one per request and rank (TP 2): the 4 checks and the bench's.
-	[ "${moved%.*}" -ge $(((prompts + 4) * 2)) ] || fail "$b: $moved NIXL transfers on the $([ "$connector" = push ] && echo prefill || echo decode) engine, want >= $(((prompts + 4) * 2))"
+	[ "$moved" -ge $(((prompts + 4) * 2)) ] || fail "$b: $moved NIXL transfers on the $([ "$connector" = push ] && echo prefill || echo decode) engine, want >= $(((prompts + 4) * 2))"
 	check_sockets "$ns_p"
 	check_sockets "$ns_d"
 	stop_pids
@@ -303,7 +305,7 @@ run_backend() {
 	# The KV crossed the veth, not shared memory: prefill's end sent at least
 	# the bytes decode verified (pull reads them, push writes them).
 	[ $((after - before)) -ge "$verified" ] || fail "$b: decode verified $verified KV bytes but prefill's veth end sent only $((after - before)): the KV did not cross the veth"
-	log "$b ok: $moved NIXL transfers, decode verified $verified KV bytes, 0 verify failures; prefill's veth end sent $((after - before)) bytes"
+	log "$b ok: $moved NIXL transfers (mean $xfer_ms ms each), decode verified $verified KV bytes, 0 verify failures; prefill's veth end sent $((after - before)) bytes"
 }
 
 for b in $backends; do run_backend "$b"; done
