@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2015 # "A && B || fail" is meant: fail when either fails.
 # examples/twohost/run.sh: the reference serving stack on "two hosts" made of two
 # network namespaces joined by one veth pair (10.200.0.1/30 and 10.200.0.2/30,
 # addresses that exist only inside them). The prefill engine runs in one, the
@@ -31,7 +32,7 @@ EOF
 	exit 2
 }
 
-backends=both connector=pull prompts=20 input_len=512 output_len=16 rate=4 out= bin= name=gnx$$
+backends=both connector=pull prompts=20 input_len=512 output_len=16 rate=4 out='' bin='' name=gnx$$
 while [ $# -gt 0 ]; do
 	[ $# -ge 2 ] || usage
 	case $1 in
