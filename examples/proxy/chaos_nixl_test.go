@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
+	"github.com/gonixl/gonixl/pushconn"
 )
 
 // TestChaosProcesses is TestChaos with every engine and the proxy a separate process over
@@ -257,7 +258,11 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 
 	// No block held on any engine up now (kv_cache_usage_perc is blocks in use / blocks).
 	held := 0.0
-	deadline = time.Now().Add(chaosHold + chaosEngineWait + 10*time.Second)
+	drainFor := chaosHold + chaosEngineWait + 10*time.Second
+	if mode == "push" {
+		drainFor = pushconn.DefaultCancelTimeout + chaosEngineWait + 10*time.Second // as in TestChaos
+	}
+	deadline = time.Now().Add(drainFor)
 	for {
 		held = 0
 		for _, p := range live {
