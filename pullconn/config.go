@@ -105,6 +105,9 @@ type RankConfig struct {
 	// StatsInterval is the metrics line's period when Logger is set
 	// (default DefaultStatsInterval; negative disables it).
 	StatsInterval time.Duration
+	// Staging is the rank's staging memory and policy for fragmented
+	// requests (see Staging). The zero value stages nothing.
+	Staging Staging
 }
 
 func (c *RankConfig) withDefaults(e *Engine) {
@@ -118,6 +121,7 @@ func (c *RankConfig) withDefaults(e *Engine) {
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	c.ExpiryMargin = cmp.Or(c.ExpiryMargin, DefaultExpiryMargin)
 	c.KeepAliveTimeout = cmp.Or(c.KeepAliveTimeout, DefaultKeepAliveTimeout)
+	c.Staging.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = clock.System{}
 		if e != nil && e.core != nil {
@@ -161,6 +165,8 @@ func (c *RankConfig) validate(e *Engine) error {
 		return invalidf("RankConfig.HeartbeatExtension is %v, want > 0", c.HeartbeatExtension)
 	case c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute:
 		return invalidf("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
+	case c.Staging.Validate("RankConfig.Staging", c.Layout.Mem) != nil:
+		return invalidf("%v", c.Staging.Validate("RankConfig.Staging", c.Layout.Mem))
 	case c.Layout.DType != e.core.Config().DType:
 		return invalidf("RankConfig.Layout.DType is %q, engine %q has dtype %q", c.Layout.DType, e.ID(), e.core.Config().DType)
 	}

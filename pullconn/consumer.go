@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 )
@@ -73,6 +74,13 @@ type Consumer struct {
 	stuck         *stats.Counter
 	holdQueries   *stats.Counter
 	failedQueries *stats.Counter
+
+	// Staging (pool nil without RankConfig.Staging): this rank's slots,
+	// counters, cost model, and the plans' scratch (wmu).
+	pool    *staging.Pool
+	stage   *staging.Counters
+	model   staging.Model
+	planner staging.Planner
 }
 
 // waiter is a request registered with KeepAlive.
@@ -98,6 +106,10 @@ type load struct {
 	completed bool
 	readUntil time.Time
 	ended     bool
+	// slot is the staging slot its staged READs land in, released with
+	// its result; slotUsed is how much of it they take.
+	slot     *staging.Slot
+	slotUsed uint64
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
 	result     Result
@@ -105,7 +117,10 @@ type load struct {
 }
 
 type xfer struct {
-	h     nixl.XferHandle
+	// scatter, for a staged READ, copies the slot into the blocks once
+	// the READ is done.
+	scatter []staging.Seg
+	h       nixl.XferHandle
 	rank  int
 	start time.Time
 	bytes uint64
@@ -133,6 +148,13 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		e.core.Release("consumer", cfg.Layout.TPRank)
 		return nil, err
 	}
+	if cfg.Staging.Enabled() {
+		if err := cfg.Agent.RegisterMem(cfg.Staging.RegList(), nil); err != nil {
+			_ = cfg.Agent.DeregisterMem(cfg.Layout.RegList(), nil)
+			e.core.Release("consumer", cfg.Layout.TPRank)
+			return nil, err
+		}
+	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
 		log:       cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
 		live:      map[string]struct{}{},
@@ -150,6 +172,10 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
+	if cfg.Staging.Enabled() {
+		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
+		c.stage, c.model = staging.NewCounters(c.stats), staging.NewModel(&cfg.Staging)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
@@ -402,6 +428,11 @@ func (c *Consumer) Close() error {
 	}
 	c.drain(c.cfg.Clock.Now())
 	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
+	if c.pool != nil {
+		if serr := c.cfg.Agent.DeregisterMem(c.cfg.Staging.RegList(), nil); err == nil {
+			err = serr
+		}
+	}
 	c.e.core.Release("consumer", c.cfg.Layout.TPRank)
 	// What still drains had a READ the agent would not release; with the
 	// memory deregistered the agent has nowhere left to write it.
@@ -466,6 +497,13 @@ func (c *Consumer) end(l *load, res Result) {
 
 // publish hands an ended load's result to Drain. wmu is held.
 func (c *Consumer) publish(l *load) {
+	if l.slot != nil {
+		// No READ of the load can land any more: the slot is free.
+		if err := c.pool.Release(*l.slot); err != nil {
+			c.log.Error("pullconn: staging slot released twice", zap.String("request_id", l.id), zap.Error(err))
+		}
+		l.slot = nil
+	}
 	now := c.cfg.Clock.Now()
 	l.result.Start, l.result.End = l.start, now
 	if hold, guarded := c.holdDeadline(l); guarded && l.completed {

@@ -66,6 +66,8 @@ type Engine struct {
 	// same Params and each rank's own hold (which starts later) covers it.
 	advertised map[string]*advert
 	producers  map[int]*Producer // by TP rank, for hold queries
+
+	slots slotIndex // staging slot indexes of the prefill ranks
 }
 
 type advert struct {

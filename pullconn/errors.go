@@ -32,6 +32,9 @@ var (
 	ErrExpired = errors.New("pullconn: prefill hold expired")
 	// ErrAborted: the engine aborted the request (Consumer.Abort).
 	ErrAborted = errors.New("pullconn: request aborted")
+	// ErrStaging: a gather into or a scatter out of a staging slot failed
+	// (the copier failed; see Staging).
+	ErrStaging = errors.New("pullconn: staging copy failed")
 )
 
 func invalidf(format string, args ...any) error {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/gonixl/gonixl/internal/staging"
 )
 
 // Params are the transfer parameters prefill returns for a finished request
@@ -31,6 +33,10 @@ type Params struct {
 	// answer extended it. Zero means prefill does not say; decode then
 	// has no such guard.
 	RemoteBlocksExpiryTime float64 `json:"remote_blocks_expiry_time,omitempty"`
+	// RemoteStagingSlot, when set, is the staging slot every prefill rank
+	// gathered the request's blocks into (our own key; see Staging). A
+	// decode without staging, or vLLM's, reads the blocks instead.
+	RemoteStagingSlot *int `json:"remote_staging_slot,omitempty"`
 }
 
 // expiry returns RemoteBlocksExpiryTime as a time on prefill's clock.
@@ -82,6 +88,9 @@ func (p *Params) Validate() error {
 		return invalidf("Params.NumTokens is %d, want >= 0", p.NumTokens)
 	case math.IsNaN(p.RemoteBlocksExpiryTime) || math.IsInf(p.RemoteBlocksExpiryTime, 0) || p.RemoteBlocksExpiryTime < 0 || p.RemoteBlocksExpiryTime > maxExpirySeconds:
 		return invalidf("Params.RemoteBlocksExpiryTime is %v, want seconds since the Unix epoch (0 for none)", p.RemoteBlocksExpiryTime)
+	}
+	if s := p.RemoteStagingSlot; s != nil && (*s < 0 || *s >= staging.MaxSlots) {
+		return invalidf("Params.RemoteStagingSlot is %d, want 0..%d", *s, staging.MaxSlots-1)
 	}
 	for i, b := range p.RemoteBlockIDs {
 		if b < 0 || b > maxBlockID {

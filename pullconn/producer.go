@@ -11,6 +11,7 @@ import (
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
 )
 
@@ -38,6 +39,12 @@ type Producer struct {
 
 	poll    *poller.Poller
 	stopLog func()
+
+	// Staging (nil without RankConfig.Staging): the counters, the cost
+	// model, and the slot index each held request was gathered into (mu).
+	stage *staging.Counters
+	model staging.Model
+	slots map[string]int
 }
 
 // NewProducer registers cfg.Layout's memory with cfg.Agent, publishes the
@@ -53,11 +60,19 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	}
 	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
 		log: cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
+	if cfg.Staging.Enabled() {
+		if err := e.slots.join(&cfg.Staging); err != nil {
+			return nil, invalidf("%v", err)
+		}
+		p.stage, p.model, p.slots = staging.NewCounters(p.stats), staging.NewModel(&cfg.Staging), map[string]int{}
+	}
 	if err := e.addProducer(cfg.Layout.TPRank, p); err != nil {
+		p.leaveSlots()
 		return nil, err
 	}
-	if err := e.core.PublishRank(cfg.Agent, cfg.Layout); err != nil {
+	if _, err := e.core.PublishStaged(cfg.Agent, cfg.Layout, &cfg.Staging); err != nil {
 		e.removeProducer(cfg.Layout.TPRank, p)
+		p.leaveSlots()
 		return nil, err
 	}
 	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
@@ -92,15 +107,38 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	}
 	blocks := append([]int(nil), blockIDs...)
 	p.mu.Lock()
+	closed, held := p.closed, p.holds.reqs[requestID] != nil
+	p.mu.Unlock()
+	if closed {
+		return Params{}, ErrClosed
+	}
+	var slot *int
+	if p.stage != nil && !held {
+		// Gathered before the hold starts: a failed gather leaves nothing
+		// held. The blocks are the engine's finished ones and do not move.
+		i, staged, err := p.gather(requestID, blocks)
+		if err != nil {
+			return Params{}, err
+		}
+		if staged {
+			slot = &i
+		}
+	}
+	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		p.releaseSlot(slot)
 		return Params{}, ErrClosed
 	}
 	now := p.cfg.Clock.Now()
 	err := p.holds.finish(requestID, blocks, now)
 	deadline, _ := p.holds.leases.Deadline(requestID)
+	if err == nil && slot != nil {
+		p.slots[requestID] = *slot
+	}
 	p.mu.Unlock()
 	if err != nil {
+		p.releaseSlot(slot)
 		return Params{}, err
 	}
 	p.poll.Wake() // switch to the fast polling period
@@ -126,6 +164,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		// The hold's deadline: decode never trusts the blocks past it
 		// unless a hold query moved it.
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
+		RemoteStagingSlot:      slot,
 	}, nil
 }
 
@@ -188,9 +227,15 @@ func (p *Producer) Close() error {
 	// out, the engine may reuse the blocks, and no decode READ may reach
 	// them then.
 	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
+	if p.stage != nil {
+		if serr := p.cfg.Agent.DeregisterMem(p.cfg.Staging.RegList(), nil); err == nil {
+			err = serr
+		}
+	}
 	p.mu.Lock()
-	p.freed = append(p.freed, p.holds.releaseAll()...)
+	p.freed = append(p.freed, p.releasedSlots(p.holds.releaseAll())...)
 	p.mu.Unlock()
+	p.leaveSlots()
 	return err
 }
 
@@ -207,7 +252,7 @@ func (p *Producer) tick() {
 	// Count before the ids become visible to DrainFreed, so a caller that
 	// sees them also sees the count.
 	p.stats.ExpiredRequests.Add(uint64(len(ids)))
-	p.freed = append(p.freed, ids...)
+	p.freed = append(p.freed, p.releasedSlots(ids)...)
 	p.mu.Unlock()
 	if len(ids) > 0 {
 		p.log.Warn("pullconn: lease expired, releasing blocks decode never read", zap.Strings("request_ids", ids), zap.Duration("lease", p.cfg.Lease))
@@ -224,7 +269,7 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 	p.mu.Lock()
 	out, err := p.holds.complete(c, sender)
 	if out == completionDone {
-		p.freed = append(p.freed, c.ID)
+		p.freed = append(p.freed, p.releasedSlots([]string{c.ID})...)
 	}
 	p.mu.Unlock()
 	switch out {

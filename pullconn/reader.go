@@ -255,9 +255,14 @@ func (c *Consumer) post(l *load) {
 			continue
 		}
 		local, remote := tr.Sides(nixl.Read)
+		bytes, descs := tr.Bytes, tr.Len()
+		scatter, plan := c.stagedRead(l, s, tr)
+		if scatter {
+			local, remote, bytes, descs = plan.Local, plan.Remote, plan.Bytes, len(plan.Local.Descs)
+		}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nixl.NotifOptions(msg))
 		if err == nil {
-			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: tr.Bytes, descs: tr.Len()})
+			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: bytes, descs: descs, scatter: plan.Scatter})
 			var st nixl.Status
 			st, err = c.cfg.Agent.PostXferReq(h, nil)
 			x := l.xfers[len(l.xfers)-1]
@@ -314,6 +319,10 @@ func (c *Consumer) succeed(l *load) {
 	}
 	c.releaseXfers(l)
 	c.markNotified(l)
+	if err := c.scatter(l); err != nil {
+		c.fail(l, err)
+		return
+	}
 	if len(l.after) > 0 {
 		msg, _ := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
 		for _, s := range l.after {

@@ -1,0 +1,72 @@
+package pullconn
+
+import (
+	"fmt"
+
+	"github.com/gonixl/gonixl/internal/staging"
+)
+
+// gather decides, with the engine's other ranks, whether request id is
+// staged and, if so, gathers blocks into the slot; it returns the slot
+// index. An error means the gather failed (its slot is released).
+func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
+	l := &p.cfg.Layout
+	size := staging.SrcImageSize(l, len(blocks))
+	want := len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
+		p.model.Choose(runs(blocks)*len(l.Regions), size, 1) == staging.Staged
+	i, staged := p.e.slots.decide(id, p.e.core.Config().TPSize, want)
+	if !staged {
+		if want {
+			p.stage.NoSlot.Inc()
+		}
+		return 0, false, nil
+	}
+	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
+	if err := p.stage.Copy(p.cfg.Staging.Copier, staging.SrcGather(nil, l, blocks, base)); err != nil {
+		p.e.slots.release(i)
+		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", ErrStaging, id, i, err)
+	}
+	p.stage.Staged.Inc()
+	return i, true, nil
+}
+
+// runs counts the runs of consecutive block ids: the descriptors per
+// region that reading the blocks directly takes.
+func runs(blocks []int) int {
+	n := 0
+	for i, b := range blocks {
+		if i == 0 || b != blocks[i-1]+1 {
+			n++
+		}
+	}
+	return n
+}
+
+// releaseSlot gives back a slot index this rank took (nil: none).
+func (p *Producer) releaseSlot(slot *int) {
+	if slot != nil {
+		p.e.slots.release(*slot)
+	}
+}
+
+// releasedSlots frees the staging slots of ids, whose holds ended, and
+// returns ids. p.mu is held.
+func (p *Producer) releasedSlots(ids []string) []string {
+	if p.slots == nil {
+		return ids
+	}
+	for _, id := range ids {
+		if i, ok := p.slots[id]; ok {
+			delete(p.slots, id)
+			p.e.slots.release(i)
+		}
+	}
+	return ids
+}
+
+// leaveSlots takes the rank out of the engine's staging.
+func (p *Producer) leaveSlots() {
+	if p.stage != nil {
+		p.e.slots.leave()
+	}
+}
