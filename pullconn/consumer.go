@@ -121,11 +121,11 @@ type xfer struct {
 	// the READ is done.
 	scatter []staging.Seg
 	h       nixl.XferHandle
-	rank  int
-	start time.Time
-	bytes uint64
-	descs int
-	done  bool
+	rank    int
+	start   time.Time
+	bytes   uint64
+	descs   int
+	done    bool
 }
 
 type handshakeDone struct {
