@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,6 +56,7 @@ type options struct {
 	longPrompts, longLen                                              int
 	postCost                                                          time.Duration
 	postPerBlock                                                      bool
+	agents                                                            string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -88,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.longPrompts, "preflight-long-prompts", 3, "preflight: long requests sent one at a time")
 	fs.IntVar(&o.longLen, "preflight-long-len", 8192, "preflight: tokens of each long prompt")
 	fs.DurationVar(&o.postCost, "post-cost", -1, "override the preset's NIXL post cost per (modeled) descriptor, e.g. 500ns")
+	fs.StringVar(&o.agents, "agents", "loopback", `in-process stacks: "loopback" (the preset's modeled link and post cost) or "nixl" (NIXL agents over UCX; build with -tags nixl)`)
 	fs.BoolVar(&o.postPerBlock, "post-per-block", false, "charge the post cost per block and region moved, as a connector that does not merge adjacent blocks (vLLM's) would pay")
 	fs.StringVar(&o.machine, "machine", "", "the machine's name in result files (default: host name, CPUs, OS)")
 	if err := fs.Parse(args); err != nil {
@@ -138,6 +141,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.machine == "" {
 		o.machine = hostName()
 	}
+	if o.agents != "loopback" && o.agents != "nixl" {
+		return fmt.Errorf(`-agents is %q, want "loopback" or "nixl"`, o.agents)
+	}
 	if o.sweep {
 		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)
 	}
@@ -145,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		o.model = p.Model.Name
 	}
 	if o.baseURL == "" {
-		s, closeStack, err := startPresetStack(p, o.mode)
+		s, closeStack, err := startPresetStack(p, o.mode, o.agents == "nixl", "run")
 		if err != nil {
 			return err
 		}
@@ -215,28 +221,42 @@ func firstErr(samples []sample) error {
 	return nil
 }
 
-// startPresetStack starts an in-process stack of the preset's engines on
-// loopback agents with its link and post cost.
-func startPresetStack(p preset, mode string) (*stack.Stack, func(), error) {
+// startPresetStack starts an in-process stack of the preset's engines: on
+// loopback agents with its link and post cost, or on NIXL agents (native,
+// build tag nixl). The func it returns stops the stack.
+func startPresetStack(p preset, mode string, native bool, run string) (*stack.Stack, func() error, error) {
+	cfg := stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
+		Lease: p.Lease, RequestTimeout: p.RequestTimeout}
+	if native {
+		newAgent, err := nativeAgents(run)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.NewAgent = newAgent
+		s, err := stack.Start(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
+	}
 	fab, err := loopback.NewFabric(loopback.WithModel(p.link()))
 	if err != nil {
 		return nil, nil, err
 	}
-	cost := p.postCost()
-	s, err := stack.Start(stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
-		Lease: p.Lease, RequestTimeout: p.RequestTimeout,
-		NewAgent: func(name string) (nixl.Agent, error) {
-			a, err := fab.NewAgent(name)
-			if err != nil {
-				return nil, err
-			}
-			return withPostCost(a, cost, p.postBlockBytes()), nil
-		}})
+	cost, block := p.postCost(), p.postBlockBytes()
+	cfg.NewAgent = func(name string) (nixl.Agent, error) {
+		a, err := fab.NewAgent(name)
+		if err != nil {
+			return nil, err
+		}
+		return withPostCost(a, cost, block), nil
+	}
+	s, err := stack.Start(cfg)
 	if err != nil {
 		fab.Close()
 		return nil, nil, err
 	}
-	return s, func() { s.Close(); fab.Close() }, nil
+	return s, func() error { return errors.Join(s.Close(), fab.Close()) }, nil
 }
 
 func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64, stdout, stderr io.Writer) error {
@@ -277,7 +297,7 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 	}
 	cmd := "go run ./examples/bench " + strings.Join(os.Args[1:], " ")
 	res, err := sweep(ctx, sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
-		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout})
+		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout, Native: o.agents == "nixl"})
 	if len(res.Points) > 0 {
 		files, perr := writePlots(res, o.resultDir)
 		for _, f := range files {

@@ -10,10 +10,6 @@ import (
 	"runtime"
 	"strings"
 	"time"
-
-	"github.com/gonixl/gonixl/examples/stack"
-	"github.com/gonixl/gonixl/nixl"
-	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
 // sweepConfig is a sweep: every mode x rate x input length of a preset,
@@ -28,6 +24,9 @@ type sweepConfig struct {
 	Command    string
 	Progress   io.Writer
 	Log        io.Writer
+	// Native runs the engines on NIXL agents (build tag nixl) instead of
+	// loopback agents with the preset's modeled link and post cost.
+	Native bool
 }
 
 // point is one sweep point's figures.
@@ -86,6 +85,9 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 	if log == nil {
 		log = io.Discard
 	}
+	if cfg.Native {
+		res.Agents = "NIXL (UCX), in this process: real transfers, no modeled link or post cost"
+	}
 	var errs []error
 	for _, n := range p.InputLens {
 		for _, rate := range p.Rates {
@@ -117,25 +119,11 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 // stops the stack.
 func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64, inputLen int) (point, error) {
 	p := cfg.Preset
-	fab, err := loopback.NewFabric(loopback.WithModel(p.link()))
+	s, closeStack, err := startPresetStack(p, mode, cfg.Native, fmt.Sprintf("%s-%d-%g", mode, inputLen, rate))
 	if err != nil {
 		return point{}, err
 	}
-	defer fab.Close()
-	cost := p.postCost()
-	s, err := stack.Start(stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
-		Lease: p.Lease, RequestTimeout: p.RequestTimeout,
-		NewAgent: func(name string) (nixl.Agent, error) {
-			a, err := fab.NewAgent(name)
-			if err != nil {
-				return nil, err
-			}
-			return withPostCost(a, cost, p.postBlockBytes()), nil
-		}})
-	if err != nil {
-		return point{}, err
-	}
-	defer s.Close()
+	defer closeStack()
 	rc := runConfig{BaseURL: s.URL(), Model: p.Model.Name, InputLen: inputLen, OutputLen: p.OutputLen, NumPrompts: p.Prompts(rate),
 		RequestRate: rate, NumWarmups: 1, Goodput: cfg.Goodput, Percentiles: cfg.Percentile, Seed: cfg.Seed,
 		RequestTimeout: 5 * time.Minute, Mode: mode, Machine: cfg.Machine, Progress: cfg.Progress,
@@ -183,10 +171,7 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 			break
 		}
 	}
-	if err := s.Close(); err != nil {
-		return pt, err
-	}
-	return pt, nil
+	return pt, closeStack()
 }
 
 // hostName names the machine for result files.

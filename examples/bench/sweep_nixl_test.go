@@ -1,0 +1,30 @@
+//go:build nixl
+
+package main
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The sweep on NIXL agents (UCX over lo): every request ends, decode
+// verified the KV bytes the real transfers moved.
+func TestSweepOnNIXLAgents(t *testing.T) {
+	p := small
+	p.Rates = []float64{20}
+	p.InputLens = []int{48}
+	p.Prompts = func(float64) int { return 10 }
+	res, err := sweep(context.Background(), sweepConfig{Preset: p, Percentile: []float64{99}, ResultDir: t.TempDir(), Native: true})
+	require.NoError(t, err)
+	require.Len(t, res.Points, 3)
+	assert.Contains(t, res.Agents, "NIXL (UCX)")
+	for _, pt := range res.Points {
+		assert.Equal(t, 10, pt.Completed, pt.Mode)
+		assert.Zero(t, pt.KVVerifyFailures, pt.Mode)
+		assert.NotZero(t, pt.KVBytesVerified, pt.Mode)
+		assert.NotZero(t, pt.Transfers, pt.Mode)
+	}
+}
