@@ -89,6 +89,7 @@ func startProcess(t *testing.T, bin, name, id string, args ...string) *process {
 func logLine(t *testing.T, p *process, msg string) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
+	exited := false
 	for {
 		f, err := os.Open(p.log)
 		if err == nil {
@@ -103,9 +104,12 @@ func logLine(t *testing.T, p *process, msg string) map[string]any {
 			}
 			f.Close()
 		}
+		if exited { // the file was read once more after the exit
+			t.Fatalf("%s exited before logging %q", p.id, msg)
+		}
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before logging %q", p.id, msg)
+			exited = true
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -262,7 +266,8 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 	if mode == "push" {
 		drainFor = pushconn.DefaultCancelTimeout + chaosEngineWait + 10*time.Second // as in TestChaos
 	}
-	deadline = time.Now().Add(drainFor)
+	drainStart := time.Now()
+	deadline = drainStart.Add(drainFor)
 	for {
 		held = 0
 		for _, p := range live {
@@ -278,6 +283,7 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	drained := time.Since(drainStart)
 	counts := map[outcome]int{}
 	whys := map[string]int{}
 	var unclearDetails []string
@@ -300,9 +306,9 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		verifyFailures += logLine(t, p, "stopped")["kv_verify_failures"].(float64)
 	}
-	t.Logf("chaos processes %s (seed %d): %d requests in %s at %.0f/s: %d succeeded, %d failed with a clear error, %d unclear; proxy: %v retried, %v failed; engines killed (SIGKILL): %v; blocks left held: %v",
+	t.Logf("chaos processes %s (seed %d): %d requests in %s at %.0f/s: %d succeeded, %d failed with a clear error, %d unclear; proxy: %v retried, %v failed; engines killed (SIGKILL): %v; blocks left held: %v (after %s)",
 		mode, seed, requests, loadTime.Round(time.Millisecond), rate, counts[succeeded], counts[failedClearly], counts[unclear],
-		ps["retried"], ps["failed"], killed, held)
+		ps["retried"], ps["failed"], killed, held, drained.Round(time.Millisecond))
 	for why, n := range whys {
 		t.Logf("  %4d × %s", n, why)
 	}
