@@ -31,13 +31,21 @@ import (
 // pass on what an earlier one left behind.
 type connGeometry struct {
 	layers, blocks, reqBlocks int
+	// frag is how a fragmented request's blocks lie: "full" (shuffled, no
+	// two adjacent, the default) or "half" (runs of 2 to 8 blocks in
+	// shuffled order).
+	frag string
 }
 
+// connGeom is the geometry above; GONIXL_E2E_REQ_BLOCKS sets the blocks
+// of one request (1024: a 16k-token request of 4 GiB).
 func connGeom() connGeometry {
+	g := connGeometry{layers: 64, blocks: 2048, reqBlocks: 128}
 	if useDRAM() {
-		return connGeometry{layers: 2, blocks: 64, reqBlocks: 8}
+		g = connGeometry{layers: 2, blocks: 64, reqBlocks: 8}
 	}
-	return connGeometry{layers: 64, blocks: 2048, reqBlocks: 128}
+	g.reqBlocks = envInt("GONIXL_E2E_REQ_BLOCKS", g.reqBlocks)
+	return g
 }
 
 const (
@@ -58,10 +66,21 @@ func slotBlocks(g connGeometry, s int, fragmented bool, seed uint64) []int {
 	for i := range b {
 		b[i] = s*g.reqBlocks + i
 	}
-	if fragmented {
-		rand.New(rand.NewPCG(seed, uint64(s))).Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+	if !fragmented {
+		return b
 	}
-	return b
+	rng := rand.New(rand.NewPCG(seed, uint64(s)))
+	if g.frag != "half" {
+		rng.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+		return b
+	}
+	var runs [][]int
+	for len(b) > 0 {
+		n := min(len(b), 2+rng.IntN(7))
+		runs, b = append(runs, b[:n]), b[n:]
+	}
+	rng.Shuffle(len(runs), func(i, j int) { runs[i], runs[j] = runs[j], runs[i] })
+	return slices.Concat(runs...)
 }
 
 // Messages between the prefill process and a "decode" peer.
@@ -115,6 +134,11 @@ func runDecode() error {
 		return fail(err)
 	}
 	layout := kvLayout(m, base, g.layers, g.blocks)
+	st, closeStaging, err := stagingFor(m, dev, g, os.Getenv("GONIXL_PEER_STAGING"))
+	if err != nil {
+		return fail(err)
+	}
+	defer closeStaging()
 	name := fmt.Sprintf("decode-%s-gpu%d", mode, dev)
 	agent, err := newAgent(nil, name, m)
 	if err != nil {
@@ -144,7 +168,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		defer e.Close()
-		pc, err := pullconn.NewConsumer(e, pullconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+		pc, err := pullconn.NewConsumer(e, pullconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
 		if err != nil {
 			return fail(err)
 		}
@@ -162,7 +186,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		defer e.Close()
-		pc, err := pushconn.NewConsumer(e, pushconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+		pc, err := pushconn.NewConsumer(e, pushconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
 		if err != nil {
 			return fail(err)
 		}
@@ -320,6 +344,10 @@ type connFixture struct {
 	errs   chan error
 	seq    int
 	closed bool
+	// staging is GONIXL_E2E_STAGING when the fixture started (off, on,
+	// auto), for both processes; closeStaging frees prefill's slots.
+	staging      string
+	closeStaging func()
 }
 
 func newConnFixture(mode string, dev int) (*connFixture, error) {
@@ -339,6 +367,13 @@ func newConnFixture(mode string, dev int) (*connFixture, error) {
 		return nil, err
 	}
 	layout := kvLayout(m, f.base, f.g.layers, f.g.blocks)
+	f.staging = os.Getenv("GONIXL_E2E_STAGING")
+	st, closeStaging, err := stagingFor(m, 0, f.g, f.staging)
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	f.closeStaging = closeStaging
 	name := fmt.Sprintf("prefill-%s-gpu0", mode)
 	if f.agent, err = newAgent(nil, name, m); err != nil {
 		f.close()
@@ -348,18 +383,18 @@ func newConnFixture(mode string, dev int) (*connFixture, error) {
 	switch mode {
 	case "pull":
 		if f.pullE, err = pullconn.NewEngine(pullconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16}); err == nil {
-			f.pullP, err = pullconn.NewProducer(f.pullE, pullconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+			f.pullP, err = pullconn.NewProducer(f.pullE, pullconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
 		}
 	case "push":
 		if f.pushE, err = pushconn.NewEngine(pushconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16}); err == nil {
-			f.pushP, err = pushconn.NewProducer(f.pushE, pushconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll})
+			f.pushP, err = pushconn.NewProducer(f.pushE, pushconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
 		}
 	}
 	if err != nil {
 		f.close()
 		return nil, err
 	}
-	f.peer, err = StartPeer("TestGPUPeer", "decode", []string{"GONIXL_PEER_MODE=" + mode, "GONIXL_PEER_DEV=" + strconv.Itoa(dev)}, os.Stderr)
+	f.peer, err = StartPeer("TestGPUPeer", "decode", []string{"GONIXL_PEER_MODE=" + mode, "GONIXL_PEER_DEV=" + strconv.Itoa(dev), "GONIXL_PEER_STAGING=" + f.staging}, os.Stderr)
 	if err != nil {
 		f.close()
 		return nil, err
@@ -436,6 +471,9 @@ func (f *connFixture) close() error {
 	}
 	if f.agent != nil {
 		keep(f.agent.Close())
+	}
+	if f.closeStaging != nil {
+		f.closeStaging()
 	}
 	if f.base != 0 {
 		keep(f.m.free(f.base))
@@ -700,7 +738,7 @@ func BenchmarkCriticalPath(b *testing.B) {
 				b.Run(fmt.Sprintf("gpu0-gpu%d/rate=%g/%s", dev, rate, mode), func(b *testing.B) {
 					f := sharedConn(b, mode, dev)
 					b.ResetTimer()
-					st, err := f.run(b.N, rate, 10*time.Millisecond, 0, false)
+					st, err := f.run(b.N, rate, 10*time.Millisecond, envInt("GONIXL_E2E_FRAG_EVERY", 0), false)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -1,0 +1,427 @@
+//go:build nixl && cuda
+
+package gpue2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/latency"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pullconn"
+)
+
+// stagingFor returns a rank's staging configuration for mode (GONIXL_E2E_
+// STAGING: "" or "off", "on", "auto"): two slots of one request's KV in
+// the rank's memory, and on a GPU the gather/scatter kernel on device dev.
+// The function it returns frees them.
+func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Staging, func(), error) {
+	if mode == "" || mode == "off" {
+		return pullconn.Staging{}, func() {}, nil
+	}
+	l := kvLayout(m, 0, g.layers, g.blocks)
+	slot := (uint64(g.reqBlocks)*uint64(l.NumRegions())*l.BlockLen() + 15) &^ 15
+	const slots = 2
+	base, err := m.alloc(slots * slot)
+	if err != nil {
+		return pullconn.Staging{}, nil, err
+	}
+	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: slots}
+	if m.mem() == nixl.VRAM {
+		if st.Copier, err = pullconn.NewGPUCopier(dev); err != nil {
+			_ = m.free(base)
+			return pullconn.Staging{}, nil, err
+		}
+	}
+	return st, func() {
+		_ = pullconn.CloseGPUCopier(st.Copier)
+		_ = m.free(base)
+	}, nil
+}
+
+// withEnv sets environment variables for the fixtures (and their peer
+// processes) started until the returned function restores them.
+func withEnv(kv ...string) func() {
+	var undo []func()
+	for i := 0; i+1 < len(kv); i += 2 {
+		k := kv[i]
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, kv[i+1])
+		undo = append(undo, func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		})
+	}
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+}
+
+func counter(s interface{ Get(string) (uint64, bool) }, name string) uint64 {
+	v, _ := s.Get(name)
+	return v
+}
+
+// prefillStaged returns the fixture's prefill counters of staged and
+// direct transfers (push: WRITEs; pull: gathers; pull prefill counts no
+// direct READs).
+func (f *connFixture) prefillStaged() (staged, direct uint64) {
+	if f.pullP != nil {
+		s := f.pullP.Stats()
+		return counter(s, "staged_transfers"), counter(s, "direct_transfers")
+	}
+	s := f.pushP.Stats()
+	return counter(s, "staged_transfers"), counter(s, "direct_transfers")
+}
+
+// TestStagedConnectors moves fragmented requests (fully and in runs of 2
+// to 8 blocks) through both connectors with staging on, both KV caches in
+// VRAM, decode in another process; every byte is checked on decode, and
+// prefill's counters show every transfer went through the slots.
+func TestStagedConnectors(t *testing.T) {
+	needDevices(t, 1)
+	defer withEnv("GONIXL_E2E_STAGING", "on")()
+	for _, mode := range []string{"pull", "push"} {
+		t.Run(mode, func(t *testing.T) {
+			f, err := newConnFixture(mode, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := f.close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			for _, frag := range []string{"full", "half"} {
+				f.g.frag = frag
+				s0, _ := f.prefillStaged()
+				st, err := f.run(2, 20, 20*time.Millisecond, 1, true)
+				if err != nil {
+					t.Fatalf("%s: %v", frag, err)
+				}
+				l := kvLayout(f.m, 0, f.g.layers, f.g.blocks)
+				want := uint64(2*f.g.reqBlocks*l.NumRegions()) * l.BlockLen()
+				if st.bytes != want || len(st.critical) != 2 {
+					t.Fatalf("%s: checked %d bytes of %d requests, want %d bytes of 2", frag, st.bytes, len(st.critical), want)
+				}
+				if s1, _ := f.prefillStaged(); s1-s0 != 2 {
+					t.Fatalf("%s: %d of 2 requests staged on prefill", frag, s1-s0)
+				}
+			}
+		})
+	}
+}
+
+// dtodYardstick is cuMemcpyDtoD (memmove on DRAM) of n bytes on device 0,
+// in GB/s, the mean of 5 copies after one.
+func dtodYardstick(b *testing.B, n uint64) float64 {
+	m, err := openMemory(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.close()
+	src, err := m.alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.free(src)
+	dst, err := m.alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.free(dst)
+	if err := m.copy(dst, src, n); err != nil {
+		b.Fatal(err)
+	}
+	const reps = 5
+	start := time.Now()
+	for range reps {
+		if err := m.copy(dst, src, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	y := float64(n) * reps / time.Since(start).Seconds() / 1e9
+	b.Logf("yardstick: cuMemcpyDtoD of %d bytes: %.1f GB/s", n, y)
+	return y
+}
+
+// BenchmarkStagedKV moves one 16k-token request of the Qwen3-32B-like KV
+// cache (1024 blocks, 4 GiB; GONIXL_E2E_REQ_BLOCKS overrides) at a time
+// through each connector, prefill in this process and decode in a peer on
+// GPU 0, with contiguous, half fragmented (runs of 2 to 8 blocks) and
+// fully fragmented blocks, and staging off (direct descriptors), on and
+// auto (the cost model chooses). It reports the request's critical path
+// (prefill finished -> decode holds every block, gather and scatter
+// included) as p50_ms, the bytes over it as GB/s, the ratio to
+// cuMemcpyDtoD of the same bytes in the same run (x_DtoD), and the share
+// of requests prefill staged. One block in every 8th region is checked on
+// decode for every request.
+func BenchmarkStagedKV(b *testing.B) {
+	needDevices(b, 1)
+	blocks := 1024
+	if useDRAM() {
+		blocks = 8
+	}
+	defer withEnv("GONIXL_E2E_REQ_BLOCKS", fmt.Sprint(envInt("GONIXL_E2E_REQ_BLOCKS", blocks)))()
+	g := connGeom()
+	reqBytes := kvBytes(g.layers, g.reqBlocks)
+	y := dtodYardstick(b, reqBytes)
+	for _, mode := range []string{"push", "pull"} {
+		for _, st := range []string{"off", "on", "auto"} {
+			b.Run(fmt.Sprintf("%s/staging=%s", mode, st), func(b *testing.B) {
+				restore := withEnv("GONIXL_E2E_STAGING", st)
+				f, err := newConnFixture(mode, 0)
+				restore()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() {
+					if err := f.close(); err != nil {
+						b.Error(err)
+					}
+				}()
+				for _, frag := range []string{"contiguous", "half", "full"} {
+					b.Run(frag, func(b *testing.B) {
+						f.g.frag = frag
+						every := 1
+						if frag == "contiguous" {
+							every = 0
+						}
+						s0, _ := f.prefillStaged()
+						var crit []time.Duration
+						b.ResetTimer()
+						for range b.N {
+							rs, err := f.run(1, 1, 20*time.Millisecond, every, false)
+							if err != nil {
+								b.Fatal(err)
+							}
+							crit = append(crit, rs.critical...)
+						}
+						b.StopTimer()
+						p50 := latency.Summarize(crit).P50
+						gbs := float64(reqBytes) / p50.Seconds() / 1e9
+						s1, _ := f.prefillStaged()
+						b.ReportMetric(float64(p50)/1e6, "p50_ms")
+						b.ReportMetric(gbs, "GB/s")
+						b.ReportMetric(gbs/y, "x_DtoD")
+						if st != "off" {
+							b.ReportMetric(float64(s1-s0)/float64(b.N), "staged")
+						}
+					})
+				}
+			})
+		}
+	}
+}
+
+// gatherCase is a fragmented gather on device 0: n fragments of len bytes
+// picked at random from a source twice as large, into one contiguous
+// buffer, with the pattern's offsets to check them.
+type gatherCase struct {
+	m        memory
+	src, dst uint64
+	segs     []pullconn.Seg
+	spans    []span // destination spans and the source pattern they hold
+	bytes    uint64
+}
+
+func newGatherCase(tb testing.TB, n int, size uint64) *gatherCase {
+	m, err := openMemory(0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &gatherCase{m: m, bytes: uint64(n) * size}
+	if c.src, err = m.alloc(2 * c.bytes); err != nil {
+		tb.Fatal(err)
+	}
+	if c.dst, err = m.alloc(c.bytes); err != nil {
+		tb.Fatal(err)
+	}
+	if err := fillSpans(m, 5, []span{{Addr: c.src, Len: 2 * c.bytes}}); err != nil {
+		tb.Fatal(err)
+	}
+	perm := rand.New(rand.NewPCG(3, 4)).Perm(2 * n)
+	for i := range n {
+		from := uint64(perm[i]) * size
+		c.segs = append(c.segs, pullconn.Seg{Src: c.src + from, Dst: c.dst + uint64(i)*size, Len: size})
+		c.spans = append(c.spans, span{Addr: c.dst + uint64(i)*size, PatOff: from, Len: size})
+	}
+	return c
+}
+
+func (c *gatherCase) close() {
+	c.m.free(c.src)
+	c.m.free(c.dst)
+	c.m.close()
+}
+
+// TestGPUCopier: the kernel copies aligned and unaligned segments of every
+// size exactly (the destination is checked byte for byte), and a closed
+// copier refuses to copy.
+func TestGPUCopier(t *testing.T) {
+	needDevices(t, 1)
+	if useDRAM() {
+		t.Skip("the GPU copier needs a GPU")
+	}
+	cp, err := pullconn.NewGPUCopier(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newGatherCase(t, 512, 4096)
+	defer c.close()
+	if err := c.m.set(c.dst, 0, c.bytes); err != nil {
+		t.Fatal(err)
+	}
+	// Unaligned and odd-sized segments too: the byte path of the kernel.
+	segs := append([]pullconn.Seg(nil), c.segs...)
+	spans := append([]span(nil), c.spans...)
+	for i, n := range []uint64{1, 3, 15, 17, 100, 4095} {
+		off := uint64(i*8191 + 3)
+		segs[i] = pullconn.Seg{Src: c.src + off, Dst: c.dst + uint64(i)*4096 + 1, Len: n}
+		spans[i] = span{Addr: c.dst + uint64(i)*4096 + 1, PatOff: off, Len: n}
+	}
+	if err := cp.Copy(segs); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPattern(c.m, 5, spans); err != nil {
+		t.Fatal(err)
+	}
+	if err := pullconn.CloseGPUCopier(cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := pullconn.CloseGPUCopier(cp); err != nil {
+		t.Fatal("second close:", err)
+	}
+	if err := cp.Copy(segs[:1]); err == nil {
+		t.Fatal("a closed copier copied")
+	}
+}
+
+// BenchmarkGatherKernel gathers the fragments of a 16k-token request
+// (131,072 fragments of 32 KiB, 4 GiB, from an 8 GiB source) into one
+// contiguous buffer with the staging kernel, against cuMemcpyDtoD of the
+// same bytes in the same run.
+func BenchmarkGatherKernel(b *testing.B) {
+	needDevices(b, 1)
+	if useDRAM() {
+		b.Skip("the GPU copier needs a GPU")
+	}
+	c := newGatherCase(b, 131072, 32<<10)
+	defer c.close()
+	y := dtodYardstick(b, c.bytes)
+	cp, err := pullconn.NewGPUCopier(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pullconn.CloseGPUCopier(cp)
+	if err := cp.Copy(c.segs); err != nil {
+		b.Fatal(err)
+	}
+	sample := make([]span, 0, 64)
+	for i := 0; i < len(c.spans); i += len(c.spans) / 64 {
+		sample = append(sample, c.spans[i])
+	}
+	if err := checkPattern(c.m, 5, sample); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(c.bytes))
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if err := cp.Copy(c.segs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gbs := float64(c.bytes) * float64(b.N) / time.Since(start).Seconds() / 1e9
+	b.ReportMetric(gbs, "GB/s")
+	b.ReportMetric(gbs/y, "x_DtoD")
+}
+
+// BenchmarkKVPrepared is BenchmarkKV's per-block request built the way
+// vLLM builds it: each side's block list prepared once (PrepXferDlist,
+// one descriptor per region and block) and every request made from
+// indices (MakeXferReq, which merges consecutive indices), against
+// CreateXferReq per request in BenchmarkKV.
+func BenchmarkKVPrepared(b *testing.B) {
+	needDevices(b, 1)
+	g := benchGeometry()
+	for _, op := range []nixl.XferOp{nixl.Write, nixl.Read} {
+		for _, frag := range []bool{false, true} {
+			name := fmt.Sprintf("gpu0-gpu0/%s/%s/prepared", op, map[bool]string{false: "contiguous", true: "fragmented"}[frag])
+			b.Run(name, func(b *testing.B) {
+				p := benchPair(b, 0)
+				y := yardstick(b, 0)
+				tbase, _, _ := p.tgt.buf()
+				initL := kvLayout(p.init.m, p.init.base, g.layers, g.blocks)
+				tgtL := initL
+				tgtL.Regions = nil
+				for i := range initL.NumRegions() {
+					tgtL.Regions = append(tgtL.Regions, descriptors.Region{Base: tbase + uint64(i)*initL.RegionLen(), DevID: p.remoteDesc(0, 0).DevID})
+				}
+				a := p.init.agent
+				lh, err := a.PrepXferDlist("", initL.BlockDescs(), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer a.ReleaseDlistHandle(lh)
+				rh, err := a.PrepXferDlist(p.tgt.name(), tgtL.BlockDescs(), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer a.ReleaseDlistHandle(rh)
+				srcB, dstB := kvRequest(g, frag)
+				localB, remoteB := srcB, dstB // WRITE: this side is the source
+				if op == nixl.Read {
+					localB, remoteB = dstB, srcB
+				}
+				var li, ri []int
+				for r := range initL.NumRegions() {
+					for i := range localB {
+						li = append(li, initL.DescID(r, localB[i]))
+						ri = append(ri, tgtL.DescID(r, remoteB[i]))
+					}
+				}
+				one := func() error {
+					h, err := a.MakeXferReq(op, lh, li, rh, ri, nil)
+					if err != nil {
+						return err
+					}
+					defer a.ReleaseXferReq(h)
+					st, err := a.PostXferReq(h, nil)
+					for deadline := time.Now().Add(waitLimit); err == nil && st != nixl.StatusSuccess; {
+						p.tgt.progress()
+						if st, err = a.XferStatus(h); err == nil && time.Now().After(deadline) {
+							err = fmt.Errorf("%s still in flight after %s", op, waitLimit)
+						}
+					}
+					return err
+				}
+				if err := one(); err != nil {
+					b.Fatal(err)
+				}
+				bytes := uint64(len(li)) * initL.BlockLen()
+				b.SetBytes(int64(bytes))
+				b.ResetTimer()
+				start := time.Now()
+				for range b.N {
+					if err := one(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				gbs := float64(bytes) * float64(b.N) / time.Since(start).Seconds() / 1e9
+				b.ReportMetric(gbs, "GB/s")
+				b.ReportMetric(gbs/y, "x_memcpy")
+				b.ReportMetric(float64(len(li)), "indices")
+			})
+		}
+	}
+}
