@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -100,6 +101,24 @@ func TestRunWithEtcd(t *testing.T) {
 		}
 		defer reg.Close(context.Background())
 	}
+	// A prefill engine of another model geometry (another compatibility hash) and one of
+	// the push connector: never paired with the pull decode engine above.
+	for i, odd := range []struct{ connector, compat string }{{"pull", "other-model"}, {"push", "h"}} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+		mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+			t.Errorf("a prefill engine of connector %s, hash %s got a request", odd.connector, odd.compat)
+		})
+		e := httptest.NewServer(mux)
+		defer e.Close()
+		rec := discovery.Record{EngineID: fmt.Sprintf("odd-%d", i), Role: "prefill", HTTPAddr: strings.TrimPrefix(e.URL, "http://"),
+			SideChannelAddr: "127.0.0.1:5600", Connector: odd.connector, TPSize: 1, PPSize: 1, Model: "toy", CompatHash: odd.compat, Incarnation: "1"}
+		reg, err := discovery.Register(ctx, discovery.RegisterConfig{Client: cli, Cluster: "cmd", Record: rec, TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Close(context.Background())
+	}
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -113,15 +132,17 @@ func TestRunWithEtcd(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not listening")
 	}
-	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-		strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
-		t.Fatalf("%d %s", resp.StatusCode, body)
+	for range 6 {
+		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
 	}
 	http.DefaultClient.CloseIdleConnections()
 	cancel()
