@@ -180,3 +180,21 @@ func TestSetMembersNeedsDynamic(t *testing.T) {
 		t.Fatalf("a static proxy took a member: %d decode engines", n)
 	}
 }
+
+func TestPushDecodeUnreachableRetriedOnAnother(t *testing.T) {
+	pf := newFake(t, "prefill", "push", nil)
+	gone := newFake(t, "decode", "push", nil)
+	df := newFake(t, "decode", "push", nil)
+	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{pf}, []*fake{gone, df})
+	gone.srv.Close()
+	for range 2 {
+		h.postOK(t)
+	}
+	if len(df.requests()) != 2 {
+		t.Fatalf("decode got %d requests, want 2", len(df.requests()))
+	}
+	// Round robin picks the closed one first once; it is out of rotation after that.
+	if s := h.p.Stats(); s.Retried != 1 || s.Failed != 0 || len(pf.requests()) != 3 {
+		t.Fatalf("stats %+v, prefill got %d: want 1 retried, 0 failed, 3 prefill legs", s, len(pf.requests()))
+	}
+}

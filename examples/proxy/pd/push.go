@@ -22,19 +22,46 @@ func (a decodeAnswer) close() {
 // servePush chooses the decode engine and a prefill engine, then sends both legs at once:
 // decode registers its blocks with the prefill engine named in its kv_transfer_params and
 // the prefill engine writes into them when it is done. Decode's answer is streamed back as
-// soon as it comes; a prefill failure cancels the decode leg.
+// soon as it comes; a prefill failure cancels the decode leg. One retry is allowed per
+// request: the pair with another prefill engine when prefill fails before decode answered,
+// or with another decode engine when decode could not be reached at all.
 func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
-	pools := p.pools()
-	de, releaseD := p.pick(pools.decode, &p.rrDecode, p.cfg.Policy, func(e *engine) bool { return p.hasPartner(pools.prefill, e) })
-	if de == nil {
-		p.fail(w, c, p.noPair(pools.decode, pools.prefill, roleDecode))
-		return
+	var triedD []*engine
+	var last *legError
+	for {
+		pools := p.pools()
+		de, releaseD := p.pick(pools.decode, &p.rrDecode, p.cfg.Policy, func(e *engine) bool { return p.hasPartner(pools.prefill, e) }, triedD...)
+		if de == nil {
+			if last == nil {
+				last = p.noPair(pools.decode, pools.prefill, roleDecode)
+			}
+			p.fail(w, c, last)
+			return
+		}
+		if last != nil {
+			p.retried.Add(1)
+			c.log.Info("decode unreachable, retrying the pair on another decode engine", zap.String("engine", de.url), zap.String("error", last.msg))
+		}
+		unreachable := p.pushPair(w, c, de, last == nil)
+		releaseD()
+		if unreachable == nil {
+			return
+		}
+		last, triedD = unreachable, append(triedD, de)
 	}
-	defer releaseD()
+}
 
+// pushPair serves c with decode engine de and a prefill engine (retried once on another
+// one if mayRetry). It returns decode's error, without answering the client, when decode
+// could not be reached and mayRetry; nil once the client has its answer.
+func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRetry bool) *legError {
 	var tried []*engine
 	var last *legError
-	for attempt := 0; attempt < 2; attempt++ {
+	attempts := 1
+	if mayRetry {
+		attempts = 2
+	}
+	for attempt := 0; attempt < attempts; attempt++ {
 		pe, releaseP := p.pick(p.pools().prefill, &p.rrPrefill, p.cfg.Policy, func(e *engine) bool { return compatible(de, e) }, tried...)
 		if pe == nil {
 			break
@@ -83,10 +110,17 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 		case le := <-pch:
 			if le == nil {
 				log.Debug("prefill done")
-				p.finishDecode(w, c, dctx, de, <-dch)
+				da := <-dch
+				if mayRetry && p.neverSent(c, da) {
+					le := p.transportError(c, dctx, de, da.err) // before dcancel: it reads dctx
+					dcancel()
+					pcancel()
+					return le // prefill's hold ends with its lease
+				}
+				p.finishDecode(w, c, dctx, de, da)
 				dcancel()
 				pcancel()
-				return
+				return nil
 			}
 			// Prefill failed before decode answered: decode would wait for blocks that never
 			// come. Cancel it (the engine aborts the request and frees its blocks).
@@ -99,15 +133,20 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 				continue
 			}
 			p.fail(w, c, le)
-			return
+			return nil
 
 		case da := <-dch:
 			if da.err != nil || da.resp.StatusCode < 200 || da.resp.StatusCode > 299 {
 				pcancel()
 				<-pch
+				if mayRetry && p.neverSent(c, da) {
+					le := p.transportError(c, dctx, de, da.err) // before dcancel: it reads dctx
+					dcancel()
+					return le
+				}
 				p.finishDecode(w, c, dctx, de, da)
 				dcancel()
-				return
+				return nil
 			}
 			// Decode answered first: stream it, and cut it if prefill fails meanwhile.
 			watched := make(chan struct{})
@@ -122,13 +161,20 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 			<-watched // prefill ends too: it wrote the blocks, or the client went away
 			dcancel()
 			pcancel()
-			return
+			return nil
 		}
 	}
 	if last == nil {
 		last = errNoEngine(rolePrefill)
 	}
 	p.fail(w, c, last)
+	return nil
+}
+
+// neverSent says whether the decode leg failed to connect (the request never reached the
+// engine) while the client is still there.
+func (p *Proxy) neverSent(c *completion, da decodeAnswer) bool {
+	return da.err != nil && isDialError(da.err) && c.r.Context().Err() == nil
 }
 
 // finishDecode answers the client from decode's answer: its stream, or an error.
