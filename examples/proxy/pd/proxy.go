@@ -9,6 +9,11 @@
 // once; decode's kv_transfer_params name the prefill engine's side channel and a transfer id
 // that both legs share.
 //
+// Engines are a static list (Config.Prefill, Config.Decode), or come and go through a
+// registry (Config.Dynamic and Proxy.SetMembers; examples/discovery follows etcd): a prefill
+// and a decode engine are paired only when their compatibility hashes agree, and an engine
+// that restarts under its id is a new incarnation.
+//
 // The package uses only the standard library and zap, so it can be copied out of the
 // repository as a starting point.
 package pd
