@@ -286,11 +286,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) serveHealthcheck(w http.ResponseWriter, _ *http.Request) {
-	np, nd := p.inRotationCount(p.pools().prefill), p.inRotationCount(p.pools().decode)
+	pools := p.pools()
+	np, nd := p.inRotationCount(pools.prefill), p.inRotationCount(pools.decode)
+	paired := false // some prefill engine in rotation may be paired with a decode one
+	for _, e := range pools.prefill {
+		if e.inRotation(p.connector) && p.hasPartner(pools.decode, e) {
+			paired = true
+			break
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	if np == 0 || nd == 0 {
+	if !paired {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, `{"status":"unavailable","prefill_in_rotation":%d,"decode_in_rotation":%d}`, np, nd)
+		fmt.Fprintf(w, `{"status":"unavailable","prefill_in_rotation":%d,"decode_in_rotation":%d,"compatible_pair":false}`, np, nd)
 		return
 	}
 	_, _ = w.Write([]byte(`{"status":"ok"}`))
