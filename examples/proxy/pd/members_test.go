@@ -193,8 +193,10 @@ func TestPushDecodeUnreachableRetriedOnAnother(t *testing.T) {
 	if len(df.requests()) != 2 {
 		t.Fatalf("decode got %d requests, want 2", len(df.requests()))
 	}
-	// Round robin picks the closed one first once; it is out of rotation after that.
-	if s := h.p.Stats(); s.Retried != 1 || s.Failed != 0 || len(pf.requests()) != 3 {
-		t.Fatalf("stats %+v, prefill got %d: want 1 retried, 0 failed, 3 prefill legs", s, len(pf.requests()))
+	// Round robin picks the closed one first once; it is out of rotation after that. The
+	// first pair's prefill leg is cancelled when decode's dial fails: it may not have
+	// reached the engine.
+	if s := h.p.Stats(); s.Retried != 1 || s.Failed != 0 || len(pf.requests()) < 2 || len(pf.requests()) > 3 {
+		t.Fatalf("stats %+v, prefill got %d: want 1 retried, 0 failed, 2 or 3 prefill legs", s, len(pf.requests()))
 	}
 }
