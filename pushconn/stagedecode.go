@@ -20,24 +20,28 @@ type decodeStage struct {
 type stagePart struct {
 	off uint64
 	im  staging.DstImage
+	// scatter copies the part into the blocks; planned when the slot is
+	// offered, so the critical path only runs it.
+	scatter []staging.Seg
 }
 
 // offerStaging returns the staging key of r's registration, taking a slot
-// the first time; nil when r is not staged (no slot free, too large, no
-// blocks). It runs on the poller goroutine.
+// and planning the scatter the first time; nil when r is not staged (no
+// slot free, too large, no blocks). It runs on the poller goroutine.
 func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 	if c.pool == nil || len(r.blocks) == 0 || len(r.blocks[0]) == 0 {
 		return nil
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if r.stage != nil {
 		o := r.stage.offer
+		c.mu.Unlock()
 		return &o
 	}
-	if !c.tracker.live(r) {
-		return nil
-	}
+	c.mu.Unlock()
+	// Planned without the lock (the payload and the blocks are the poller
+	// goroutine's), at slot address 0, and moved to the slot once it is
+	// taken.
 	pl := p.payload
 	offer := pushwire.Staging{Offsets: make([]uint64, pl.TPSize), Sizes: make([]uint64, pl.TPSize)}
 	parts := map[string]stagePart{}
@@ -57,16 +61,26 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 			return nil
 		}
 		offer.Offsets[rank], offer.Sizes[rank] = at, im.Size()
-		parts[agent] = stagePart{off: at, im: im}
+		parts[agent] = stagePart{off: at, im: im, scatter: im.Scatter(nil, &c.cfg.Layout, r.blocks[0], at)}
 		at += (im.Size() + 15) &^ 15 // keep every part 16-byte aligned for the kernel
 	}
 	if at > c.pool.SlotBytes() {
 		return nil // larger than a slot: the blocks take the WRITEs
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.tracker.live(r) {
+		return nil
+	}
 	slot, ok := c.pool.Acquire(r.id)
 	if !ok {
 		c.stage.NoSlot.Inc()
 		return nil
+	}
+	for _, part := range parts {
+		for i := range part.scatter {
+			part.scatter[i].Src += slot.Addr
+		}
 	}
 	offer.Slot = slot.Index
 	r.stage = &decodeStage{slot: slot, offer: offer, parts: parts}
@@ -101,7 +115,7 @@ func (c *Consumer) onStaged(sender string, msg []byte) {
 	var segs []staging.Seg
 	if r != nil {
 		if part, ok := r.stage.parts[sender]; ok {
-			segs = part.im.Scatter(nil, &c.cfg.Layout, r.blocks[0], r.stage.slot.Addr+part.off)
+			segs = part.scatter
 		} else {
 			r = nil
 		}

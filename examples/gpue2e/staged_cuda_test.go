@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
+	"github.com/gonixl/gonixl/internal/staging/gpucopy"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
 )
@@ -308,8 +311,11 @@ func TestGPUCopier(t *testing.T) {
 
 // BenchmarkGatherKernel gathers the fragments of a 16k-token request
 // (131,072 fragments of 32 KiB, 4 GiB, from an 8 GiB source) into one
-// contiguous buffer with the staging kernel, against cuMemcpyDtoD of the
-// same bytes in the same run.
+// contiguous buffer with the staging kernel ("fragments"), and the same
+// bytes as 128 runs of 32 MiB ("runs", a contiguous request's regions),
+// against cuMemcpyDtoD of the same bytes in the same run. Each PTX file in
+// GONIXL_GPUCOPY_PTX_LIST (comma-separated) is measured beside the
+// embedded kernel.
 func BenchmarkGatherKernel(b *testing.B) {
 	needDevices(b, 1)
 	if useDRAM() {
@@ -318,32 +324,63 @@ func BenchmarkGatherKernel(b *testing.B) {
 	c := newGatherCase(b, 131072, 32<<10)
 	defer c.close()
 	y := dtodYardstick(b, c.bytes)
-	cp, err := pullconn.NewGPUCopier(0)
-	if err != nil {
-		b.Fatal(err)
+	var runs []pullconn.Seg
+	for i := range 128 {
+		n := c.bytes / 128
+		runs = append(runs, pullconn.Seg{Src: c.src + uint64(i)*2*n, Dst: c.dst + uint64(i)*n, Len: n})
 	}
-	defer pullconn.CloseGPUCopier(cp)
-	if err := cp.Copy(c.segs); err != nil {
-		b.Fatal(err)
+	kernels := []string{"embedded"}
+	if l := os.Getenv("GONIXL_GPUCOPY_PTX_LIST"); l != "" {
+		kernels = append(kernels, strings.Split(l, ",")...)
 	}
-	sample := make([]span, 0, 64)
-	for i := 0; i < len(c.spans); i += len(c.spans) / 64 {
-		sample = append(sample, c.spans[i])
-	}
-	if err := checkPattern(c.m, 5, sample); err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(c.bytes))
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		if err := cp.Copy(c.segs); err != nil {
+	for _, k := range kernels {
+		var cp *gpucopy.Copier
+		var err error
+		if k == "embedded" {
+			cp, err = gpucopy.NewWithPTX(0, gpucopy.EmbeddedPTX())
+		} else {
+			var src []byte
+			if src, err = os.ReadFile(k); err == nil {
+				cp, err = gpucopy.NewWithPTX(0, string(src))
+			}
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
+		for _, shape := range []struct {
+			name string
+			segs []pullconn.Seg
+		}{{"fragments", c.segs}, {"runs", runs}} {
+			b.Run(fmt.Sprintf("ptx=%s/%s", filepath.Base(k), shape.name), func(b *testing.B) {
+				if err := cp.Copy(shape.segs); err != nil {
+					b.Fatal(err)
+				}
+				if shape.name == "fragments" {
+					sample := make([]span, 0, 64)
+					for i := 0; i < len(c.spans); i += len(c.spans) / 64 {
+						sample = append(sample, c.spans[i])
+					}
+					if err := checkPattern(c.m, 5, sample); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(int64(c.bytes))
+				b.ResetTimer()
+				start := time.Now()
+				for range b.N {
+					if err := cp.Copy(shape.segs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				el := time.Since(start)
+				b.StopTimer()
+				gbs := float64(c.bytes) * float64(b.N) / el.Seconds() / 1e9
+				b.ReportMetric(gbs, "GB/s")
+				b.ReportMetric(gbs/y, "x_DtoD")
+			})
+		}
+		cp.Close()
 	}
-	gbs := float64(c.bytes) * float64(b.N) / time.Since(start).Seconds() / 1e9
-	b.ReportMetric(gbs, "GB/s")
-	b.ReportMetric(gbs/y, "x_DtoD")
 }
 
 // BenchmarkKVPrepared is BenchmarkKV's per-block request built the way

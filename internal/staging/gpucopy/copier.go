@@ -29,6 +29,7 @@ typedef int (*f_free_host)(void*);
 typedef int (*f_htod_async)(uint64_t, const void*, size_t, void*);
 typedef int (*f_launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
 typedef int (*f_errstr)(int, const char**);
+typedef int (*f_attr)(int*, int, void*);
 
 static struct {
 	void *lib;
@@ -36,7 +37,7 @@ static struct {
 	f_mod_load mod_load; f_mod_unload mod_unload; f_mod_fn mod_fn;
 	f_stream_create stream_create; f_stream_destroy stream_destroy; f_stream_sync stream_sync;
 	f_alloc alloc; f_free free_; f_alloc_host alloc_host; f_free_host free_host;
-	f_htod_async htod_async; f_launch launch; f_errstr errstr;
+	f_htod_async htod_async; f_launch launch; f_errstr errstr; f_attr attr;
 } gc;
 
 static int gc_load(void) {
@@ -52,6 +53,7 @@ static int gc_load(void) {
 	SYM(alloc, "cuMemAlloc_v2") SYM(free_, "cuMemFree_v2")
 	SYM(alloc_host, "cuMemAllocHost_v2") SYM(free_host, "cuMemFreeHost")
 	SYM(htod_async, "cuMemcpyHtoDAsync_v2") SYM(launch, "cuLaunchKernel") SYM(errstr, "cuGetErrorString")
+	SYM(attr, "cuFuncGetAttribute")
 #undef SYM
 	gc.lib = l;
 	return gc.init(0);
@@ -70,6 +72,8 @@ static int gc_module(const char *ptx, void **mod, void **fn) {
 	return gc.mod_fn(fn, *mod, "gonixl_copy_segments");
 }
 static int gc_mod_unload(void *mod) { return gc.mod_unload(mod); }
+// CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0: the kernel's launch bounds.
+static int gc_max_threads(void *fn, int *n) { return gc.attr(n, 0, fn); }
 // CU_STREAM_NON_BLOCKING = 1: the copier's stream does not wait for the legacy default stream.
 static int gc_stream(void **s) { return gc.stream_create(s, 1); }
 static int gc_stream_destroy(void *s) { return gc.stream_destroy(s); }
@@ -80,10 +84,10 @@ static int gc_free_host(void *p) { return gc.free_host(p); }
 
 // gc_run uploads n segment records from the pinned host table, launches the
 // kernel over them on stream s and waits for it.
-static int gc_run(void *fn, void *s, uint64_t dtable, const void *htable, unsigned int n, unsigned int grid) {
+static int gc_run(void *fn, void *s, uint64_t dtable, const void *htable, unsigned int n, unsigned int grid, unsigned int threads) {
 	int r = gc.htod_async(dtable, htable, (size_t)n * 24, s); if (r) return r;
 	void *args[2]; args[0] = &dtable; args[1] = &n;
-	r = gc.launch(fn, grid, 1, 1, 256, 1, 1, 0, s, args, 0); if (r) return r;
+	r = gc.launch(fn, grid, 1, 1, threads, 1, 1, 0, s, args, 0); if (r) return r;
 	return gc.stream_sync(s);
 }
 */
@@ -93,6 +97,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -137,6 +142,14 @@ const maxGrid = 1 << 20
 // segBytes is the size of one segment record (three 64-bit words).
 const segBytes = 24
 
+// pieceBytes is the longest piece one thread block copies: longer segments
+// are cut, so that a few large runs still use every multiprocessor.
+const pieceBytes = 64 << 10
+
+// PTXEnv names a PTX file that New loads instead of the embedded one, to
+// try a change of segcopy.cu without rebuilding.
+const PTXEnv = "GONIXL_GPUCOPY_PTX"
+
 // Copier runs the gather/scatter kernel on one GPU, on its own stream. It
 // is safe for concurrent use: copies run one at a time.
 type Copier struct {
@@ -148,12 +161,26 @@ type Copier struct {
 	host    unsafe.Pointer // pinned segment table (C memory)
 	dev     C.uint64_t     // device segment table
 	cap     int            // records both tables hold
+	threads int            // threads per block: the kernel's launch bounds
 	closed  bool
 }
 
 // New loads the kernel on device ordinal (the DevID of its VRAM
-// descriptors) and creates the copier's stream.
+// descriptors) and creates the copier's stream. The kernel is the
+// embedded PTX, or the file PTXEnv names when set.
 func New(device int) (*Copier, error) {
+	if path := os.Getenv(PTXEnv); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("gpucopy: %s: %w", PTXEnv, err)
+		}
+		return NewWithPTX(device, string(b))
+	}
+	return NewWithPTX(device, ptx)
+}
+
+// NewWithPTX is New with the kernel's PTX given (for trying variants).
+func NewWithPTX(device int, ptx string) (*Copier, error) {
 	if err := load(); err != nil {
 		return nil, err
 	}
@@ -167,6 +194,11 @@ func New(device int) (*Copier, error) {
 		if err := check("cuModuleLoadData", C.gc_module(img, &c.mod, &c.fn)); err != nil {
 			return err
 		}
+		var n C.int
+		if err := check("cuFuncGetAttribute", C.gc_max_threads(c.fn, &n)); err != nil {
+			return err
+		}
+		c.threads = min(int(n), 1024)
 		return check("cuStreamCreate", C.gc_stream(&c.stream))
 	})
 	if err != nil {
@@ -217,8 +249,12 @@ func (c *Copier) Copy(segs []staging.Seg) error {
 	if len(segs) == 0 {
 		return nil
 	}
-	if len(segs) > 1<<31 {
-		return fmt.Errorf("gpucopy: %d segments in one copy, at most %d", len(segs), 1<<31)
+	n := 0
+	for _, s := range segs {
+		n += int((s.Len + pieceBytes - 1) / pieceBytes)
+	}
+	if n > 1<<31 {
+		return fmt.Errorf("gpucopy: %d pieces in one copy, at most %d", n, 1<<31)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -226,16 +262,23 @@ func (c *Copier) Copy(segs []staging.Seg) error {
 		return errors.New("gpucopy: copier closed")
 	}
 	return c.do(func() error {
-		if err := c.grow(len(segs)); err != nil {
+		if err := c.grow(n); err != nil {
 			return err
 		}
 		// The table is C memory: Go writes the records, C only reads them.
-		tab := unsafe.Slice((*uint64)(c.host), 3*len(segs))
-		for i, s := range segs {
-			tab[3*i], tab[3*i+1], tab[3*i+2] = s.Src, s.Dst, s.Len
+		tab := unsafe.Slice((*uint64)(c.host), 3*n)
+		i := 0
+		for _, s := range segs {
+			for off := uint64(0); off < s.Len; off += pieceBytes {
+				tab[3*i], tab[3*i+1], tab[3*i+2] = s.Src+off, s.Dst+off, min(pieceBytes, s.Len-off)
+				i++
+			}
 		}
-		grid := min(len(segs), maxGrid)
-		return check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(len(segs)), C.uint(grid)))
+		grid := min(i, maxGrid)
+		if i == 0 {
+			return nil
+		}
+		return check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(i), C.uint(grid), C.uint(c.threads)))
 	})
 }
 
@@ -271,3 +314,6 @@ func (c *Copier) release() error {
 	errs = append(errs, check("cuDevicePrimaryCtxRelease", C.gc_close_ctx(C.int(c.ordinal))))
 	return errors.Join(errs...)
 }
+
+// EmbeddedPTX returns the kernel's PTX that New loads by default.
+func EmbeddedPTX() string { return ptx }

@@ -3,13 +3,17 @@
 // blocks into a contiguous staging slot, the scatter unpacks a slot into the
 // blocks. One thread block copies one segment at a time (grid-stride over the
 // list); 16-byte loads and stores when the segment allows them, 4 in flight
-// per thread, so a 32 KiB block is 2 passes of 256 threads.
+// per thread. The copier cuts longer segments into pieces of 64 KiB, so a
+// few large runs still spread over every multiprocessor.
 //
 // The PTX beside this file (segcopy.ptx) is what gonixl loads at run time
 // with cuModuleLoadData; building gonixl needs no CUDA toolkit. Regenerate it
 // on a machine with nvcc (CUDA 13.0 was used) after changing this file:
 //
 //   nvcc -arch=compute_80 -ptx -O3 -o segcopy.ptx segcopy.cu
+//
+// GONIXL_THREADS sets the threads of a block (default below; the copier
+// launches as many as the kernel's launch bounds allow).
 //
 // compute_80 PTX runs on Ampere, Hopper and later: the driver compiles it for
 // the GPU at load time.
@@ -20,7 +24,11 @@ struct gonixl_seg {
     unsigned long long len;  // bytes
 };
 
-extern "C" __global__ void __launch_bounds__(256)
+#ifndef GONIXL_THREADS
+#define GONIXL_THREADS 256
+#endif
+
+extern "C" __global__ void __launch_bounds__(GONIXL_THREADS)
 gonixl_copy_segments(const gonixl_seg *__restrict__ segs, unsigned int n)
 {
     for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {

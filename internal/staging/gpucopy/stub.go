@@ -21,3 +21,9 @@ func (c *Copier) Copy(segs []staging.Seg) error { return ErrUnavailable }
 
 // Close does nothing in this build.
 func (c *Copier) Close() error { return nil }
+
+// NewWithPTX returns ErrUnavailable without the `cuda` build tag.
+func NewWithPTX(device int, ptx string) (*Copier, error) { return New(device) }
+
+// EmbeddedPTX returns "" without the `cuda` build tag.
+func EmbeddedPTX() string { return "" }
