@@ -88,6 +88,10 @@ type loop struct {
 	loading  map[string]*request
 	held     map[string]*heldReq
 	pending  atomic.Int64 // waitHeld's view: held + loading, last step
+	// verifying is the time spent checking loaded KV since the last decode
+	// step; the next step's modeled time includes it, as a real engine
+	// spends none.
+	verifying time.Duration
 }
 
 func newLoop(s *Server) *loop {
@@ -423,7 +427,9 @@ func (l *loop) loadEnded(r *request) {
 		l.release(r)
 		l.fail(r, l.loadError(r.loadErr))
 	default:
+		t := time.Now()
 		l.verify(r)
+		l.verifying += time.Since(t) // inside the next decode step's modeled time
 		r.state = stRunning
 		l.running = append(l.running, r)
 	}
@@ -468,26 +474,22 @@ func (l *loop) prefillStep() {
 	for _, r := range batch {
 		d += c.Prefill(len(r.tokens)) - c.PrefillBase
 	}
+	// The KV bytes are made first, inside the modeled time: they are what
+	// the GPU computes, and on a small machine making them is not free.
+	start := time.Now()
+	for _, r := range batch {
+		l.computeKV(r)
+	}
 	if d > 0 {
-		time.Sleep(d)
+		if rest := d - time.Since(start); rest > 0 {
+			time.Sleep(rest)
+		}
 		l.takeCancels() // a client that left during the prefill gets no hold
 	}
 	for _, r := range batch {
 		if r.state != stPrefill {
 			continue
 		}
-		blocks := r.blocks[:r.promptBlocks]
-		for i := range l.s.lays {
-			writeKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph)
-			if l.s.cfg.KVHook != nil && r.kind == kindPrefill {
-				l.s.cfg.KVHook(r.engID, i, l.s.lays[i], blocks, l.s.bufs[i].Bytes())
-			}
-		}
-		var sum uint64
-		for i := range l.s.lays {
-			sum += checkKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph).checksum
-		}
-		r.checksum = sum
 		if r.kind == kindPrefill {
 			l.finishPrefill(r)
 			continue
@@ -501,6 +503,23 @@ func (l *loop) prefillStep() {
 			l.running = append(l.running, r)
 		}
 	}
+}
+
+// computeKV writes a prefilled request's KV into its blocks on every rank
+// and sets the checksum its output comes from.
+func (l *loop) computeKV(r *request) {
+	blocks := r.blocks[:r.promptBlocks]
+	for i := range l.s.lays {
+		writeKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph)
+		if l.s.cfg.KVHook != nil && r.kind == kindPrefill {
+			l.s.cfg.KVHook(r.engID, i, l.s.lays[i], blocks, l.s.bufs[i].Bytes())
+		}
+	}
+	var sum uint64
+	for i := range l.s.lays {
+		sum += checkKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph).checksum
+	}
+	r.checksum = sum
 }
 
 // finishPrefill hands a prefilled request's blocks to the connector.
@@ -549,9 +568,10 @@ func (l *loop) decodeStep() {
 	for _, r := range l.running {
 		ctxTokens += len(r.tokens) + r.generated
 	}
-	if d := l.s.cfg.Compute.Decode(len(l.running), ctxTokens); d > 0 {
+	if d := l.s.cfg.Compute.Decode(len(l.running), ctxTokens) - l.verifying; d > 0 {
 		time.Sleep(d)
 	}
+	l.verifying = 0
 	keep := l.running[:0]
 	for _, r := range l.running {
 		l.emit(r)
