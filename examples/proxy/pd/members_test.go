@@ -200,3 +200,36 @@ func TestPushDecodeUnreachableRetriedOnAnother(t *testing.T) {
 		t.Fatalf("stats %+v, prefill got %d: want 1 retried, 0 failed, 2 or 3 prefill legs", s, len(pf.requests()))
 	}
 }
+
+// Push: decode answers 500 before prefill did (its handshake with a prefill engine that just
+// died failed): the pair is retried with another prefill engine.
+func TestPushDecode5xxRetriedOnAnotherPrefill(t *testing.T) {
+	release := make(chan struct{})
+	dying := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		select { // answers only once decode gave up, if ever
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	good := newFake(t, "prefill", "push", nil)
+	df := newFake(t, "decode", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		if rec.body["kv_transfer_params"].(map[string]any)["remote_engine_id"] == dying.info.EngineID {
+			writeJSON(w, 500, map[string]any{"error": map[string]any{"message": "KV transfer failed: handshake failed: connection refused", "code": 500}})
+			return
+		}
+		answerJSON(f, w, r, rec)
+	})
+	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{dying, good}, []*fake{df})
+	for range 2 {
+		h.postOK(t)
+	}
+	// Round robin, two picks per request, starts every request on the dying engine (its
+	// HTTP side still answers health checks).
+	if s := h.p.Stats(); s.Retried != 2 || s.Failed != 0 {
+		t.Fatalf("stats %+v, want 2 retried, 0 failed", s)
+	}
+	if len(good.requests()) != 2 || len(df.requests()) != 4 {
+		t.Fatalf("good prefill %d, decode %d: want 2, 4", len(good.requests()), len(df.requests()))
+	}
+}

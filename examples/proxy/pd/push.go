@@ -23,8 +23,9 @@ func (a decodeAnswer) close() {
 // decode registers its blocks with the prefill engine named in its kv_transfer_params and
 // the prefill engine writes into them when it is done. Decode's answer is streamed back as
 // soon as it comes; a prefill failure cancels the decode leg. One retry is allowed per
-// request: the pair with another prefill engine when prefill fails before decode answered,
-// or with another decode engine when decode could not be reached at all.
+// request: the pair with another prefill engine when prefill fails before decode answered or
+// decode answers a 5xx before prefill did, or with another decode engine when decode could
+// not be reached at all.
 func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 	var triedD []*engine
 	var last *legError
@@ -68,7 +69,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 		}
 		if attempt > 0 {
 			p.retried.Add(1)
-			c.log.Info("prefill failed before decode answered, retrying the pair on another prefill engine",
+			c.log.Info("the pair failed before decode streamed, retrying it on another prefill engine",
 				zap.String("engine", pe.url), zap.String("error", last.msg))
 		}
 		info := pe.kvInfo() // not nil: push keeps prefill engines without it out of rotation
@@ -136,6 +137,16 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 			return nil
 
 		case da := <-dch:
+			if da.err == nil && da.resp.StatusCode >= 500 && attempt+1 < attempts {
+				// Decode failed before prefill answered, e.g. its handshake with a prefill engine
+				// that just died: the pair again with another prefill engine.
+				le := statusError(de, da.resp)
+				pcancel()
+				<-pch
+				dcancel()
+				last, tried = le, append(tried, pe)
+				continue
+			}
 			if da.err != nil || da.resp.StatusCode < 200 || da.resp.StatusCode > 299 {
 				pcancel()
 				<-pch
