@@ -19,8 +19,9 @@ import (
 )
 
 // stagingFor returns a rank's staging configuration for mode (GONIXL_E2E_
-// STAGING: "" or "off", "on", "auto"): two slots of one request's KV in
-// the rank's memory, and on a GPU the gather/scatter kernel on device dev.
+// STAGING: "" or "off", "on", "auto"): slots of one request's KV in the
+// rank's memory (as many as fit 8 GiB, 2 to 16), and on a GPU the
+// gather/scatter kernel on device dev.
 // The function it returns frees them.
 func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Staging, func(), error) {
 	if mode == "" || mode == "off" {
@@ -28,12 +29,12 @@ func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Stagin
 	}
 	l := kvLayout(m, 0, g.layers, g.blocks)
 	slot := (uint64(g.reqBlocks)*uint64(l.NumRegions())*l.BlockLen() + 15) &^ 15
-	const slots = 2
+	slots := uint64(min(max((8<<30)/slot, 2), 16))
 	base, err := m.alloc(slots * slot)
 	if err != nil {
 		return pullconn.Staging{}, nil, err
 	}
-	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: slots}
+	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: int(slots)}
 	if m.mem() == nixl.VRAM {
 		if st.Copier, err = pullconn.NewGPUCopier(dev); err != nil {
 			_ = m.free(base)
