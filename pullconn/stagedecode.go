@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -39,7 +40,9 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer) (bool, s
 		l.slot, l.slotUsed = &slot, 0
 	}
 	part := staging.Slot{Index: l.slot.Index, Addr: l.slot.Addr + l.slotUsed, Len: l.slot.Len - l.slotUsed}
+	planStart := time.Now()
 	plan, err := c.planner.PlanRead(tr, &pr.Layout, &c.cfg.Layout, l.p.RemoteBlockIDs, remote, part)
+	c.stage.Planned(planStart)
 	if err != nil {
 		c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(err))
 		return false, staging.ReadPlan{}

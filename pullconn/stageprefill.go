@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gonixl/gonixl/internal/staging"
 )
@@ -22,7 +23,10 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 		return 0, false, nil
 	}
 	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
-	if err := p.stage.Copy(p.cfg.Staging.Copier, staging.SrcGather(nil, l, blocks, base)); err != nil {
+	planStart := time.Now()
+	segs := staging.SrcGather(nil, l, blocks, base)
+	p.stage.Planned(planStart)
+	if err := p.stage.Copy(p.cfg.Staging.Copier, segs); err != nil {
 		p.e.slots.release(i)
 		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", ErrStaging, id, i, err)
 	}

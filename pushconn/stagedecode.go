@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -42,6 +43,7 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 	// Planned without the lock (the payload and the blocks are the poller
 	// goroutine's), at slot address 0, and moved to the slot once it is
 	// taken.
+	planStart := time.Now()
 	pl := p.payload
 	offer := pushwire.Staging{Offsets: make([]uint64, pl.TPSize), Sizes: make([]uint64, pl.TPSize)}
 	parts := map[string]stagePart{}
@@ -67,6 +69,7 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 	if at > c.pool.SlotBytes() {
 		return nil // larger than a slot: the blocks take the WRITEs
 	}
+	c.stage.Planned(planStart)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.tracker.live(r) {

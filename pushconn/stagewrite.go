@@ -1,6 +1,8 @@
 package pushconn
 
 import (
+	"time"
+
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -45,7 +47,9 @@ func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *de
 		p.stage.NoSlot.Inc()
 		return nil, staging.WritePlan{}, nil
 	}
+	planStart := time.Now()
 	plan, err := w.planner.PlanWrite(t, &p.cfg.Layout, dst, dstBlocks, im, slot, remote+off)
+	p.stage.Planned(planStart)
 	if err != nil {
 		w.freeSlot(&slot)
 		p.log.Warn("pushconn: staged plan failed; writing directly", zap.String("request", h.id), zap.Error(err))

@@ -106,6 +106,8 @@ type (
 		EndNano int64  `json:"end"`
 		Err     string `json:"err,omitempty"`
 		Checked uint64 `json:"checked"`
+		// Stage is decode's staging counters (cumulative) when it ended.
+		Stage map[string]uint64 `json:"stage,omitempty"`
 	}
 )
 
@@ -153,10 +155,18 @@ func runDecode() error {
 	var cons consumer
 	var start func(loadMsg) error
 	var drain func() []doneMsg
+	var snapshot func() interface{ Get(string) (uint64, bool) }
 	ends := func(id string, err error) doneMsg {
 		d := doneMsg{ID: id, EndNano: time.Now().UnixNano()}
 		if err != nil {
 			d.Err = err.Error()
+		}
+		if st.Enabled() {
+			s := snapshot()
+			d.Stage = map[string]uint64{}
+			for _, k := range stageCounters {
+				d.Stage[k], _ = s.Get(k)
+			}
 		}
 		return d
 	}
@@ -173,6 +183,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
+		snapshot = func() interface{ Get(string) (uint64, bool) } { return pc.Stats() }
 		start = func(l loadMsg) error { return pc.Load(l.ID, *l.Pull, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {
@@ -191,6 +202,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
+		snapshot = func() interface{ Get(string) (uint64, bool) } { return pc.Stats() }
 		start = func(l loadMsg) error { return pc.Register(l.ID, l.Push, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {
@@ -493,9 +505,10 @@ func (f *connFixture) drainFreed() []string {
 
 // runStats is what one run of requests measured.
 type runStats struct {
-	critical []time.Duration // prefill finished -> decode has every block
-	bytes    uint64          // checked on decode
-	stalls   int             // requests that waited for a free slot
+	critical []time.Duration   // prefill finished -> decode has every block
+	bytes    uint64            // checked on decode
+	stalls   int               // requests that waited for a free slot
+	stage    map[string]uint64 // decode's staging counters at the last end
 }
 
 // run sends n requests at rate per second. Each request's prefill compute
@@ -556,6 +569,9 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		}
 		st.critical = append(st.critical, time.Duration(d.EndNano-r.t0))
 		st.bytes += d.Checked
+		if d.Stage != nil {
+			st.stage = d.Stage
+		}
 		return nil
 	}
 	step := func(wait time.Duration) error {

@@ -70,6 +70,9 @@ func withEnv(kv ...string) func() {
 	}
 }
 
+// stageCounters are the staging counters a decode peer reports.
+var stageCounters = []string{"staged_transfers", "direct_transfers", "staging_copy_microseconds", "staging_plan_microseconds"}
+
 func counter(s interface{ Get(string) (uint64, bool) }, name string) uint64 {
 	v, _ := s.Get(name)
 	return v
@@ -85,6 +88,18 @@ func (f *connFixture) prefillStaged() (staged, direct uint64) {
 	}
 	s := f.pushP.Stats()
 	return counter(s, "staged_transfers"), counter(s, "direct_transfers")
+}
+
+// prefillTimes returns prefill's staging counters of copier and planning
+// time, in microseconds.
+func (f *connFixture) prefillTimes() (copyUS, planUS uint64) {
+	var s interface{ Get(string) (uint64, bool) }
+	if f.pullP != nil {
+		s = f.pullP.Stats()
+	} else {
+		s = f.pushP.Stats()
+	}
+	return counter(s, "staging_copy_microseconds"), counter(s, "staging_plan_microseconds")
 }
 
 // TestStagedConnectors moves fragmented requests (fully and in runs of 2
@@ -201,16 +216,36 @@ func BenchmarkStagedKV(b *testing.B) {
 							every = 0
 						}
 						s0, _ := f.prefillStaged()
+						pc0, pp0 := f.prefillTimes()
 						var crit []time.Duration
+						var first, last map[string]uint64
 						b.ResetTimer()
-						for range b.N {
+						for i := range b.N {
 							rs, err := f.run(1, 1, 20*time.Millisecond, every, false)
 							if err != nil {
 								b.Fatal(err)
 							}
 							crit = append(crit, rs.critical...)
+							if i == 0 {
+								first = rs.stage
+							}
+							last = rs.stage
 						}
 						b.StopTimer()
+						if st != "off" {
+							// Per request: prefill's and decode's time in
+							// the copier and in planning (decode's from the
+							// second request on).
+							pc1, pp1 := f.prefillTimes()
+							n := float64(b.N)
+							b.ReportMetric(float64(pc1-pc0)/n/1e3, "pre_copy_ms")
+							b.ReportMetric(float64(pp1-pp0)/n/1e3, "pre_plan_ms")
+							if b.N > 1 && first != nil && last != nil {
+								k := float64(b.N - 1)
+								b.ReportMetric(float64(last["staging_copy_microseconds"]-first["staging_copy_microseconds"])/k/1e3, "dec_copy_ms")
+								b.ReportMetric(float64(last["staging_plan_microseconds"]-first["staging_plan_microseconds"])/k/1e3, "dec_plan_ms")
+							}
+						}
 						p50 := latency.Summarize(crit).P50
 						gbs := float64(reqBytes) / p50.Seconds() / 1e9
 						s1, _ := f.prefillStaged()

@@ -1,6 +1,10 @@
 package staging
 
-import "github.com/gonixl/gonixl/internal/stats"
+import (
+	"time"
+
+	"github.com/gonixl/gonixl/internal/stats"
+)
 
 // Counters are the staging path's counters in a connector's stats set.
 type Counters struct {
@@ -9,6 +13,8 @@ type Counters struct {
 	NoSlot   *stats.Counter // wanted staging but found no free slot: went direct
 	Failures *stats.Counter // gathers and scatters that failed (their request failed)
 	Copied   *stats.Counter // bytes gathered or scattered
+	CopyUS   *stats.Counter // microseconds spent in gathers and scatters
+	PlanUS   *stats.Counter // microseconds spent planning staged transfers
 }
 
 // NewCounters adds the counters to s.
@@ -19,12 +25,20 @@ func NewCounters(s *stats.Set) *Counters {
 		NoSlot:   s.Counter("staging_no_slot", "Transfers that would have been staged but found no free staging slot, and moved directly."),
 		Failures: s.Counter("staging_failures", "Gathers or scatters that failed; their request failed."),
 		Copied:   s.Counter("staging_copied_bytes", "Bytes gathered into or scattered out of staging slots."),
+		CopyUS:   s.Counter("staging_copy_microseconds", "Time spent in gathers and scatters (the copier), in microseconds."),
+		PlanUS:   s.Counter("staging_plan_microseconds", "Time spent planning staged transfers (segment lists), in microseconds."),
 	}
 }
 
+// Planned counts the time since start as planning.
+func (k *Counters) Planned(start time.Time) { k.PlanUS.Add(uint64(time.Since(start).Microseconds())) }
+
 // Copy runs c over segs and counts the bytes, or the failure.
 func (k *Counters) Copy(c Copier, segs []Seg) error {
-	if err := c.Copy(segs); err != nil {
+	start := time.Now()
+	err := c.Copy(segs)
+	k.CopyUS.Add(uint64(time.Since(start).Microseconds()))
+	if err != nil {
 		k.Failures.Inc()
 		return err
 	}
