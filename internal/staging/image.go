@@ -51,19 +51,40 @@ func (im DstImage) Size() uint64 { return uint64(im.Regions) * uint64(im.Blocks)
 // Scatter appends the segments that copy the image at slot into the
 // destination's blocks dstBlocks (the registration's order).
 func (im DstImage) Scatter(segs []Seg, dst *descriptors.Layout, dstBlocks []int, slot uint64) []Seg {
-	segs = slices.Grow(segs, len(dst.Regions)*len(dstBlocks))
 	bl := dst.BlockLen()
+	whole := im.Off == 0 && im.PerBlock == bl
+	rs := blockRuns(dstBlocks, whole)
+	segs = slices.Grow(segs, len(dst.Regions)*len(rs))
 	for r := range dst.Regions {
 		base := dst.Regions[r].Base
-		for k, b := range dstBlocks {
+		for _, rn := range rs {
 			segs = appendSeg(segs, Seg{
-				Src: slot + (uint64(r)*uint64(im.Blocks)+uint64(k))*im.PerBlock,
-				Dst: base + uint64(b)*bl + im.Off,
-				Len: im.PerBlock,
+				Src: slot + (uint64(r)*uint64(im.Blocks)+uint64(rn.k))*im.PerBlock,
+				Dst: base + uint64(dstBlocks[rn.k])*bl + im.Off,
+				Len: uint64(rn.n) * im.PerBlock,
 			})
 		}
 	}
 	return segs
+}
+
+// blockRun is n blocks of a list from index k whose ids follow each other.
+type blockRun struct{ k, n int }
+
+// blockRuns cuts ids into runs of consecutive ids (when merge; else one
+// block each), so that a contiguous request costs one segment per run and
+// region instead of one per block.
+func blockRuns(ids []int, merge bool) []blockRun {
+	out := make([]blockRun, 0, len(ids))
+	for k := 0; k < len(ids); {
+		n := 1
+		for merge && k+n < len(ids) && ids[k+n] == ids[k]+n {
+			n++
+		}
+		out = append(out, blockRun{k, n})
+		k += n
+	}
+	return out
 }
 
 // positions returns, for every block id of a layout of numBlocks blocks,
@@ -89,62 +110,44 @@ func positions(buf []int32, ids []int, numBlocks int) ([]int32, error) {
 	return buf, nil
 }
 
-// piece is the part of one mapped pair that lies inside one block of the
-// side being walked: its region, block id and offset inside the block, the
-// address on the other side, and the length.
-type piece struct {
-	region, block int32
-	off, other, n uint64
+// blockSplitter finds the block of an offset inside a region: by shift
+// and mask for the power-of-two block lengths of every real cache, else by
+// division.
+type blockSplitter struct {
+	bl    uint64
+	shift uint
+	pow2  bool
 }
 
-// walkPieces appends to out the pieces of the pairs of t on side l (the
-// source when srcSide), in order. Pairs come region-major with the same
-// count per region, as descriptors.MapCoalescedInto returns them. It
-// allocates only when out is too small (no closure, no pointer in a piece:
-// 131,072 of them for a fragmented 16k request).
-func walkPieces(out []piece, t *descriptors.Transfer, l *descriptors.Layout, srcSide bool) ([]piece, error) {
+func newBlockSplitter(bl uint64) blockSplitter {
+	s := blockSplitter{bl: bl, pow2: bl&(bl-1) == 0}
+	for s.pow2 && uint64(1)<<s.shift < bl {
+		s.shift++
+	}
+	return s
+}
+
+func (s blockSplitter) split(rel uint64) (block, off uint64) {
+	if s.pow2 {
+		return rel >> s.shift, rel & (s.bl - 1)
+	}
+	return rel / s.bl, rel % s.bl
+}
+
+// checkPairs checks that t's pairs come region-major with the same count
+// per region on layout l, as descriptors.MapCoalescedInto returns them,
+// and returns the count per region.
+func checkPairs(t *descriptors.Transfer, l *descriptors.Layout) (int, error) {
 	regions := len(l.Regions)
-	if regions == 0 || t.Len()%regions != 0 {
-		return out, fmt.Errorf("staging: %d descriptor pairs for %d regions", t.Len(), regions)
+	if regions == 0 || t.Len()%regions != 0 || len(t.Dst.Descs) != len(t.Src.Descs) {
+		return 0, fmt.Errorf("staging: %d descriptor pairs for %d regions", t.Len(), regions)
 	}
-	per := t.Len() / regions
-	bl, regionLen := l.BlockLen(), l.RegionLen()
-	// Block lengths are powers of two in every real cache: shift and mask
-	// instead of dividing.
-	shift, pow2 := uint(0), bl&(bl-1) == 0
-	for pow2 && uint64(1)<<shift < bl {
-		shift++
-	}
-	out = slices.Grow(out[:0], t.Len())
-	side, other := t.Src.Descs, t.Dst.Descs
-	if !srcSide {
-		side, other = other, side
-	}
-	for i := range side {
-		r := i / per
-		d := side[i]
-		base := l.Regions[r].Base
-		if d.Addr < base || d.Addr-base >= regionLen || d.Len > regionLen-(d.Addr-base) {
-			return out, fmt.Errorf("staging: descriptor %d (%#x+%d) outside region %d", i, d.Addr, d.Len, r)
-		}
-		rel, o, left := d.Addr-base, other[i].Addr, d.Len
-		for left > 0 {
-			var blk, off uint64
-			if pow2 {
-				blk, off = rel>>shift, rel&(bl-1)
-			} else {
-				blk, off = rel/bl, rel%bl
-			}
-			n := min(left, bl-off)
-			out = append(out, piece{region: int32(r), block: int32(blk), off: off, other: o, n: n})
-			rel, o, left = rel+n, o+n, left-n
-		}
-	}
-	return out, nil
+	return t.Len() / regions, nil
 }
 
 // WritePlan is a staged WRITE (push) of one pair: Gather fills the local
-// slot, then Local -> Remote moves it (one descriptor per side).
+// slot, then Local -> Remote moves it (one descriptor per side). Gather is
+// the Planner's scratch: valid until its next PlanWrite.
 type WritePlan struct {
 	Gather        []Seg
 	Local, Remote nixl.XferList
@@ -155,7 +158,7 @@ type WritePlan struct {
 // one Planner serves one goroutine.
 type Planner struct {
 	pos    []int32
-	pieces []piece
+	gather []Seg
 }
 
 // PlanWrite builds the staged WRITE of the mapped pairs t (source layout
@@ -172,19 +175,40 @@ func (p *Planner) PlanWrite(t *descriptors.Transfer, src, dst *descriptors.Layou
 	if err != nil {
 		return WritePlan{}, err
 	}
-	p.pieces, err = walkPieces(p.pieces, t, dst, false)
+	per, err := checkPairs(t, dst)
 	if err != nil {
 		return WritePlan{}, err
 	}
-	gather := make([]Seg, 0, len(p.pieces))
-	for _, pc := range p.pieces {
-		k := pos[pc.block]
-		if k < 0 || pc.off < im.Off || pc.off+pc.n > im.Off+im.PerBlock {
-			return WritePlan{}, fmt.Errorf("staging: destination block %d bytes [%d, %d) outside the image", pc.block, pc.off, pc.off+pc.n)
+	sp, regionLen := newBlockSplitter(dst.BlockLen()), dst.RegionLen()
+	whole := im.Off == 0 && im.PerBlock == sp.bl
+	gather := slices.Grow(p.gather[:0], t.Len())
+	for i, d := range t.Dst.Descs {
+		r := i / per
+		base := dst.Regions[r].Base
+		if d.Addr < base || d.Addr-base >= regionLen || d.Len > regionLen-(d.Addr-base) {
+			return WritePlan{}, fmt.Errorf("staging: destination descriptor %d (%#x+%d) outside region %d", i, d.Addr, d.Len, r)
 		}
-		img := (uint64(pc.region)*uint64(im.Blocks)+uint64(k))*im.PerBlock + pc.off - im.Off
-		gather = appendSeg(gather, Seg{Src: pc.other, Dst: local.Addr + img, Len: pc.n})
+		rel, src, left := d.Addr-base, t.Src.Descs[i].Addr, d.Len
+		for left > 0 {
+			blk, off := sp.split(rel)
+			n := min(left, sp.bl-off)
+			k := pos[blk]
+			if k < 0 || off < im.Off || off+n > im.Off+im.PerBlock {
+				return WritePlan{}, fmt.Errorf("staging: destination block %d bytes [%d, %d) outside the image", blk, off, off+n)
+			}
+			if off == 0 && whole {
+				// Whole blocks that follow each other in the image too:
+				// one segment.
+				for j := uint64(1); n+sp.bl <= left && pos[blk+j] == k+int32(j); j++ {
+					n += sp.bl
+				}
+			}
+			img := (uint64(r)*uint64(im.Blocks)+uint64(k))*im.PerBlock + off - im.Off
+			gather = appendSeg(gather, Seg{Src: src, Dst: local.Addr + img, Len: n})
+			rel, src, left = rel+n, src+n, left-n
+		}
 	}
+	p.gather = gather
 	return WritePlan{
 		Gather: gather,
 		Local:  nixl.XferList{Mem: src.Mem, Descs: []nixl.Desc{{Addr: local.Addr, Len: size, DevID: src.Regions[0].DevID}}},
@@ -203,13 +227,14 @@ func SrcImageSize(src *descriptors.Layout, blocks int) uint64 {
 // of src, whole, into the pull image at slot: region r's k-th block at
 // (r*len(srcBlocks)+k)*BlockLen.
 func SrcGather(segs []Seg, src *descriptors.Layout, srcBlocks []int, slot uint64) []Seg {
-	segs = slices.Grow(segs, len(src.Regions)*len(srcBlocks))
 	bl := src.BlockLen()
 	n := uint64(len(srcBlocks))
+	rs := blockRuns(srcBlocks, true)
+	segs = slices.Grow(segs, len(src.Regions)*len(rs))
 	for r := range src.Regions {
 		base := src.Regions[r].Base
-		for k, b := range srcBlocks {
-			segs = appendSeg(segs, Seg{Src: base + uint64(b)*bl, Dst: slot + (uint64(r)*n+uint64(k))*bl, Len: bl})
+		for _, rn := range rs {
+			segs = appendSeg(segs, Seg{Src: base + uint64(srcBlocks[rn.k])*bl, Dst: slot + (uint64(r)*n+uint64(rn.k))*bl, Len: uint64(rn.n) * bl})
 		}
 	}
 	return segs
@@ -238,36 +263,53 @@ func (p *Planner) PlanRead(t *descriptors.Transfer, src, dst *descriptors.Layout
 		return ReadPlan{}, err
 	}
 	bl, n := src.BlockLen(), uint64(len(srcBlocks))
-	// Each piece: image offset, length, destination address.
-	type imgPiece struct{ img, n, dst uint64 }
-	p.pieces, err = walkPieces(p.pieces, t, src, true)
+	per, err := checkPairs(t, src)
 	if err != nil {
 		return ReadPlan{}, err
 	}
-	ps := make([]imgPiece, 0, len(p.pieces))
+	sp, regionLen := newBlockSplitter(bl), src.RegionLen()
+	// First pass: the scatter with each Src an offset in the peer's image,
+	// and the runs of the image it reads.
+	scatter := make([]Seg, 0, t.Len())
 	var runs []Seg // Src: image offset, Len; Dst unused
 	lo, hi := ^uint64(0), uint64(0)
-	for _, pc := range p.pieces {
-		k := pos[pc.block]
-		if k < 0 {
-			return ReadPlan{}, fmt.Errorf("staging: source block %d is not in the request", pc.block)
+	for i, d := range t.Src.Descs {
+		r := i / per
+		base := src.Regions[r].Base
+		if d.Addr < base || d.Addr-base >= regionLen || d.Len > regionLen-(d.Addr-base) {
+			return ReadPlan{}, fmt.Errorf("staging: source descriptor %d (%#x+%d) outside region %d", i, d.Addr, d.Len, r)
 		}
-		img := (uint64(pc.region)*n+uint64(k))*bl + pc.off
-		ps = append(ps, imgPiece{img, pc.n, pc.other})
-		if nr := len(runs); nr > 0 && runs[nr-1].Src+runs[nr-1].Len == img {
-			runs[nr-1].Len += pc.n
-		} else if nr <= MaxRuns {
-			runs = append(runs, Seg{Src: img, Len: pc.n})
+		rel, dstAddr, left := d.Addr-base, t.Dst.Descs[i].Addr, d.Len
+		for left > 0 {
+			blk, off := sp.split(rel)
+			ln := min(left, bl-off)
+			k := pos[blk]
+			if k < 0 {
+				return ReadPlan{}, fmt.Errorf("staging: source block %d is not in the request", blk)
+			}
+			if off == 0 {
+				// Whole blocks that follow each other in the image too.
+				for j := uint64(1); ln+bl <= left && pos[blk+j] == k+int32(j); j++ {
+					ln += bl
+				}
+			}
+			img := (uint64(r)*n+uint64(k))*bl + off
+			scatter = appendSeg(scatter, Seg{Src: img, Dst: dstAddr, Len: ln})
+			if nr := len(runs); nr > 0 && runs[nr-1].Src+runs[nr-1].Len == img {
+				runs[nr-1].Len += ln
+			} else if nr <= MaxRuns {
+				runs = append(runs, Seg{Src: img, Len: ln})
+			}
+			lo, hi = min(lo, img), max(hi, img+ln)
+			rel, dstAddr, left = rel+ln, dstAddr+ln, left-ln
 		}
-		lo, hi = min(lo, img), max(hi, img+pc.n)
 	}
-	if len(ps) == 0 {
+	if len(scatter) == 0 {
 		return ReadPlan{}, fmt.Errorf("staging: nothing to read")
 	}
 	memL, memR := dst.Mem, src.Mem
 	devL, devR := dst.Regions[0].DevID, src.Regions[0].DevID
 	plan := ReadPlan{Local: nixl.XferList{Mem: memL}, Remote: nixl.XferList{Mem: memR}}
-	scatter := make([]Seg, 0, len(ps))
 	if len(runs) <= MaxRuns {
 		// Runs land back to back in the local slot.
 		var at uint64
@@ -284,11 +326,12 @@ func (p *Planner) PlanRead(t *descriptors.Transfer, src, dst *descriptors.Layout
 			plan.Remote.Descs = append(plan.Remote.Descs, nixl.Desc{Addr: remote + rn.Src, Len: rn.Len, DevID: devR})
 		}
 		ri := 0
-		for _, pc := range ps {
-			for pc.img < runs[ri].Src || pc.img >= runs[ri].Src+runs[ri].Len {
+		for i := range scatter {
+			sc := &scatter[i]
+			for sc.Src < runs[ri].Src || sc.Src >= runs[ri].Src+runs[ri].Len {
 				ri++
 			}
-			scatter = appendSeg(scatter, Seg{Src: local.Addr + starts[ri] + pc.img - runs[ri].Src, Dst: pc.dst, Len: pc.n})
+			sc.Src = local.Addr + starts[ri] + sc.Src - runs[ri].Src
 		}
 		plan.Bytes = at
 	} else {
@@ -298,8 +341,8 @@ func (p *Planner) PlanRead(t *descriptors.Transfer, src, dst *descriptors.Layout
 		}
 		plan.Local.Descs = append(plan.Local.Descs, nixl.Desc{Addr: local.Addr, Len: span, DevID: devL})
 		plan.Remote.Descs = append(plan.Remote.Descs, nixl.Desc{Addr: remote + lo, Len: span, DevID: devR})
-		for _, pc := range ps {
-			scatter = appendSeg(scatter, Seg{Src: local.Addr + pc.img - lo, Dst: pc.dst, Len: pc.n})
+		for i := range scatter {
+			scatter[i].Src = local.Addr + scatter[i].Src - lo
 		}
 		plan.Bytes = span
 	}
