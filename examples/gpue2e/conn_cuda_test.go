@@ -16,6 +16,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
+	"github.com/gonixl/gonixl/metrics"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
@@ -155,7 +156,7 @@ func runDecode() error {
 	var cons consumer
 	var start func(loadMsg) error
 	var drain func() []doneMsg
-	var snapshot func() interface{ Get(string) (uint64, bool) }
+	var snapshot func() metrics.Snapshot
 	ends := func(id string, err error) doneMsg {
 		d := doneMsg{ID: id, EndNano: time.Now().UnixNano()}
 		if err != nil {
@@ -167,6 +168,7 @@ func runDecode() error {
 			for _, k := range stageCounters {
 				d.Stage[k], _ = s.Get(k)
 			}
+			d.Stage["xfer_us"], d.Stage["xfers"] = uint64(s.XferTime.Sum.Microseconds()), s.XferTime.Count
 		}
 		return d
 	}
@@ -183,7 +185,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
-		snapshot = func() interface{ Get(string) (uint64, bool) } { return pc.Stats() }
+		snapshot = pc.Stats
 		start = func(l loadMsg) error { return pc.Load(l.ID, *l.Pull, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {
@@ -202,7 +204,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
-		snapshot = func() interface{ Get(string) (uint64, bool) } { return pc.Stats() }
+		snapshot = pc.Stats
 		start = func(l loadMsg) error { return pc.Register(l.ID, l.Push, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {

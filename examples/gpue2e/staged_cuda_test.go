@@ -14,6 +14,7 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
 	"github.com/gonixl/gonixl/internal/staging/gpucopy"
+	"github.com/gonixl/gonixl/metrics"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
 )
@@ -217,6 +218,10 @@ func BenchmarkStagedKV(b *testing.B) {
 						}
 						s0, _ := f.prefillStaged()
 						pc0, pp0 := f.prefillTimes()
+						var px0 metrics.Timing
+						if f.pushP != nil {
+							px0 = f.pushP.Stats().XferTime
+						}
 						var crit []time.Duration
 						var first, last map[string]uint64
 						b.ResetTimer()
@@ -244,6 +249,18 @@ func BenchmarkStagedKV(b *testing.B) {
 								k := float64(b.N - 1)
 								b.ReportMetric(float64(last["staging_copy_microseconds"]-first["staging_copy_microseconds"])/k/1e3, "dec_copy_ms")
 								b.ReportMetric(float64(last["staging_plan_microseconds"]-first["staging_plan_microseconds"])/k/1e3, "dec_plan_ms")
+							}
+						}
+						// The transfers' own time, post to seen complete
+						// (push: prefill's WRITEs; pull: decode's READs).
+						if f.pushP != nil {
+							x := f.pushP.Stats().XferTime
+							if n := x.Count - px0.Count; n > 0 {
+								b.ReportMetric(float64((x.Sum-px0.Sum)/time.Duration(n))/1e6, "xfer_ms")
+							}
+						} else if b.N > 1 && first != nil && last != nil {
+							if n := last["xfers"] - first["xfers"]; n > 0 {
+								b.ReportMetric(float64(last["xfer_us"]-first["xfer_us"])/float64(n)/1e3, "xfer_ms")
 							}
 						}
 						p50 := latency.Summarize(crit).P50
