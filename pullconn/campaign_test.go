@@ -6,12 +6,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -60,6 +62,40 @@ func TestFaultCampaign(t *testing.T) {
 		total.requests, total.done, total.failed, total.expired, total.aborted, total.wrongBytes, total.writesAfterRelease)
 }
 
+// TestFaultCampaignStaged is the campaign with staging on every rank (4
+// slots each, so some requests find none and are read directly): the same
+// faults and guarantees.
+func TestFaultCampaignStaged(t *testing.T) {
+	var total campaignFigures
+	for _, pair := range []struct{ p, d int }{{2, 2}, {2, 1}, {1, 2}} {
+		name := fmt.Sprintf("tp%d-to-tp%d/staged", pair.p, pair.d)
+		t.Run(name, func(t *testing.T) {
+			m := newStagingMem(t, StagingOn, 4, 256<<10)
+			cc := &countingCopier{}
+			m.copier["prefill"], m.copier["decode"] = cc, cc
+			f := runCampaign(t, 7, pair.p, pair.d, 150, m)
+			if cc.n.Load() == 0 {
+				t.Fatal("the campaign staged nothing")
+			}
+			t.Logf("%d gathers and scatters", cc.n.Load())
+			t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
+				name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
+			total.add(f)
+		})
+	}
+	if total.wrongBytes != 0 || total.writesAfterRelease != 0 {
+		t.Fatalf("staged campaign: %d wrong-byte done results, %d writes after release", total.wrongBytes, total.writesAfterRelease)
+	}
+}
+
+// countingCopier is the host copier, counting its copies.
+type countingCopier struct{ n atomic.Int64 }
+
+func (c *countingCopier) Copy(segs []staging.Seg) error {
+	c.n.Add(1)
+	return staging.HostCopier{}.Copy(segs)
+}
+
 // campaignReq is one request's life in the campaign engine.
 type campaignReq struct {
 	seed       int
@@ -78,7 +114,7 @@ type campaignReq struct {
 	decodeOut  bool
 }
 
-func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int) campaignFigures {
+func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingMem) campaignFigures {
 	const lease = 200 * time.Millisecond
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	c := newCluster(t, clusterOpts{
@@ -87,6 +123,9 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int) campaignFigures {
 		prefillCfg: func(rc *RankConfig) {
 			rc.Lease = lease
 			rc.HeartbeatExtension = lease * 2 / 3
+			if len(staged) > 0 {
+				staged[0].rank("prefill", nil)(rc)
+			}
 		},
 		decodeCfg: func(rc *RankConfig) {
 			rc.Lease = lease
@@ -96,6 +135,9 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int) campaignFigures {
 			rc.Inline = seed%2 == 0
 			if seed%3 == 0 {
 				rc.FailurePolicy = PolicyRecompute
+			}
+			if len(staged) > 0 {
+				staged[0].rank("decode", nil)(rc)
 			}
 		},
 	})

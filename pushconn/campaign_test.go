@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/lease"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -89,6 +91,41 @@ func TestFaultCampaign(t *testing.T) {
 	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
 }
 
+// TestFaultCampaignStaged is the campaign with staging on every rank (4
+// slots each, so some requests find none and go direct): the same faults,
+// the same guarantees, and the slots all come back.
+func TestFaultCampaignStaged(t *testing.T) {
+	n := 300
+	if testing.Short() {
+		n = 100
+	}
+	var total campaignFigures
+	for _, tp := range [][2]int{{2, 2}, {2, 1}, {1, 2}} {
+		seed := uint64(5000 + 100*tp[0] + tp[1])
+		t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
+			m := newStagingMem(t, StagingOn, 4, 256<<10)
+			cc := &countingCopier{}
+			m.copier = func(string) Copier { return cc }
+			f := runCampaign(t, seed, n, tp[0], tp[1], m)
+			t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.n.Load())
+			require.Positive(t, cc.n.Load(), "the campaign staged nothing")
+			total.add(f)
+		})
+	}
+	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
+	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
+	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
+	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+}
+
+// countingCopier is the host copier, counting its copies.
+type countingCopier struct{ n atomic.Int64 }
+
+func (c *countingCopier) Copy(segs []staging.Seg) error {
+	c.n.Add(1)
+	return staging.HostCopier{}.Copy(segs)
+}
+
 // campaign request: one attempt of one request, on every rank.
 type creq struct {
 	n              int // pattern seed
@@ -116,7 +153,7 @@ type creq struct {
 
 const campaignBlocks = 384
 
-func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures {
+func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stagingMem) campaignFigures {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var logger *zap.Logger
 	fabricOpts := []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(200 * time.Microsecond))}
@@ -141,10 +178,18 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int) campaignFigures
 			c.WriteTimeout = 150 * time.Millisecond
 			c.Lease = 300 * time.Millisecond
 		},
-		preRank: func(c *RankConfig) { c.RegistrationTimeout = 600 * time.Millisecond },
+		preRank: func(c *RankConfig) {
+			c.RegistrationTimeout = 600 * time.Millisecond
+			if len(staged) > 0 {
+				staged[0].rank("prefill")(c)
+			}
+		},
 		decRank: func(c *RankConfig) {
 			c.RegistrationTimeout = 800 * time.Millisecond
 			c.CancelTimeout = 400 * time.Millisecond
+			if len(staged) > 0 {
+				staged[0].rank("decode")(c)
+			}
 		},
 	})
 	for _, f := range []loopback.Fault{
