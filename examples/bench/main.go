@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +59,7 @@ type options struct {
 	postCost                                                          time.Duration
 	postPerBlock                                                      bool
 	agents                                                            string
+	plotFrom                                                          string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -91,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.longLen, "preflight-long-len", 8192, "preflight: tokens of each long prompt")
 	fs.DurationVar(&o.postCost, "post-cost", -1, "override the preset's NIXL post cost per (modeled) descriptor, e.g. 500ns")
 	fs.StringVar(&o.agents, "agents", "loopback", `in-process stacks: "loopback" (the preset's modeled link and post cost) or "nixl" (NIXL agents over UCX; build with -tags nixl)`)
+	fs.StringVar(&o.plotFrom, "plot", "", "redraw the plots of a sweep from its sweep.json (written beside it) and print its table")
 	fs.BoolVar(&o.postPerBlock, "post-per-block", false, "charge the post cost per block and region moved, as a connector that does not merge adjacent blocks (vLLM's) would pay")
 	fs.StringVar(&o.machine, "machine", "", "the machine's name in result files (default: host name, CPUs, OS)")
 	if err := fs.Parse(args); err != nil {
@@ -143,6 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.agents != "loopback" && o.agents != "nixl" {
 		return fmt.Errorf(`-agents is %q, want "loopback" or "nixl"`, o.agents)
+	}
+	if o.plotFrom != "" {
+		return replot(o.plotFrom, stdout)
 	}
 	if o.sweep {
 		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)
@@ -331,4 +338,25 @@ func printRatios(w io.Writer, r sweepResult) {
 				pull.Metrics["mean_tpot_ms"], inl.Metrics["mean_tpot_ms"], push.Metrics["mean_tpot_ms"])
 		}
 	}
+}
+
+// replot redraws a finished sweep's plots from its JSON.
+func replot(path string, stdout io.Writer) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res sweepResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	files, err := writePlots(res, filepath.Dir(path))
+	for _, f := range files {
+		fmt.Fprintln(stdout, "plot:", f)
+	}
+	if err != nil {
+		return err
+	}
+	printRatios(stdout, res)
+	return nil
 }

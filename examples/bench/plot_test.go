@@ -80,7 +80,7 @@ func TestPlotsAreSVGWithTheSeries(t *testing.T) {
 		assert.Equal(t, 2, n, f)
 	}
 	texts := svgTexts(t, files[2])
-	for _, want := range []string{"push / pull mean TTFT", "push / pull-inline mean TTFT", "input 1024", "input 16384"} {
+	for _, want := range []string{"push / pull mean TTFT", "push / pull-inline mean TTFT", "input 1024", "input 16384", "published, 16k @ 8 QPS"} {
 		assert.Contains(t, texts, want)
 	}
 }

@@ -61,9 +61,10 @@ func TestSweepEndToEnd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, res.Points, back.Points)
 	assert.Equal(t, []string{"pull", "pull-inline", "push"}, back.Modes)
-	files, err := writePlots(back, dir)
-	require.NoError(t, err)
-	assert.Len(t, files, 3)
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-plot", filepath.Join(dir, "sweep.json")}, &out, &bytes.Buffer{}))
+	assert.Contains(t, out.String(), "plot: "+filepath.Join(dir, "ttft_ratio.svg"))
+	assert.Contains(t, out.String(), "push/pull")
 	assert.Contains(t, log.String(), "push        input    80 rate   40: 20/20 done")
 }
 
