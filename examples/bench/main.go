@@ -302,7 +302,13 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 			p.InputLens = append(p.InputLens, n)
 		}
 	}
-	cmd := "go run ./examples/bench " + strings.Join(os.Args[1:], " ")
+	cmd := "go run ./examples/bench"
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t\"'") {
+			a = strconv.Quote(a)
+		}
+		cmd += " " + a
+	}
 	res, err := sweep(ctx, sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
 		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout, Native: o.agents == "nixl"})
 	if len(res.Points) > 0 {
