@@ -119,13 +119,14 @@ type load struct {
 type xfer struct {
 	// scatter, for a staged READ, copies the slot into the blocks once
 	// the READ is done.
-	scatter []staging.Seg
-	h       nixl.XferHandle
-	rank    int
-	start   time.Time
-	bytes   uint64
-	descs   int
-	done    bool
+	scatter       []staging.Seg
+	scatterBlocks *staging.BlockCopy
+	h             nixl.XferHandle
+	rank          int
+	start         time.Time
+	bytes         uint64
+	descs         int
+	done          bool
 }
 
 type handshakeDone struct {

@@ -256,13 +256,13 @@ func (c *Consumer) post(l *load) {
 		}
 		local, remote := tr.Sides(nixl.Read)
 		bytes, descs := tr.Bytes, tr.Len()
-		scatter, plan := c.stagedRead(l, s, tr)
+		scatter, plan, blocks := c.stagedRead(l, s, tr, cached)
 		if scatter {
 			local, remote, bytes, descs = plan.Local, plan.Remote, plan.Bytes, len(plan.Local.Descs)
 		}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nixl.NotifOptions(msg))
 		if err == nil {
-			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: bytes, descs: descs, scatter: plan.Scatter})
+			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: bytes, descs: descs, scatter: plan.Scatter, scatterBlocks: blocks})
 			var st nixl.Status
 			st, err = c.cfg.Agent.PostXferReq(h, nil)
 			x := l.xfers[len(l.xfers)-1]

@@ -2,7 +2,6 @@ package pullconn
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/gonixl/gonixl/internal/staging"
 )
@@ -23,10 +22,7 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 		return 0, false, nil
 	}
 	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
-	planStart := time.Now()
-	segs := staging.SrcGather(nil, l, blocks, base)
-	p.stage.Planned(planStart)
-	if err := p.stage.Copy(p.cfg.Staging.Copier, segs); err != nil {
+	if err := p.stage.CopyBlocks(p.cfg.Staging.Copier, staging.SrcGatherBlocks(l, blocks, base)); err != nil {
 		p.e.slots.release(i)
 		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", ErrStaging, id, i, err)
 	}

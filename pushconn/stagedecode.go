@@ -21,9 +21,9 @@ type decodeStage struct {
 type stagePart struct {
 	off uint64
 	im  staging.DstImage
-	// scatter copies the part into the blocks; planned when the slot is
-	// offered, so the critical path only runs it.
-	scatter []staging.Seg
+	// scatter copies the part into the blocks, by block ids (the copier
+	// computes the addresses); set when the slot is offered.
+	scatter staging.BlockCopy
 }
 
 // offerStaging returns the staging key of r's registration, taking a slot
@@ -63,7 +63,7 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 			return nil
 		}
 		offer.Offsets[rank], offer.Sizes[rank] = at, im.Size()
-		parts[agent] = stagePart{off: at, im: im, scatter: im.Scatter(nil, &c.cfg.Layout, r.blocks[0], at)}
+		parts[agent] = stagePart{off: at, im: im, scatter: im.ScatterBlocks(&c.cfg.Layout, r.blocks[0], at)}
 		at += (im.Size() + 15) &^ 15 // keep every part 16-byte aligned for the kernel
 	}
 	if at > c.pool.SlotBytes() {
@@ -80,10 +80,9 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 		c.stage.NoSlot.Inc()
 		return nil
 	}
-	for _, part := range parts {
-		for i := range part.scatter {
-			part.scatter[i].Src += slot.Addr
-		}
+	for agent, part := range parts {
+		part.scatter.Slot += slot.Addr
+		parts[agent] = part
 	}
 	offer.Slot = slot.Index
 	r.stage = &decodeStage{slot: slot, offer: offer, parts: parts}
@@ -115,10 +114,10 @@ func (c *Consumer) onStaged(sender string, msg []byte) {
 	}
 	c.mu.Lock()
 	r := c.tracker.stagedPart(comp.ID, sender)
-	var segs []staging.Seg
+	var scatter staging.BlockCopy
 	if r != nil {
 		if part, ok := r.stage.parts[sender]; ok {
-			segs = part.scatter
+			scatter = part.scatter
 		} else {
 			r = nil
 		}
@@ -132,7 +131,7 @@ func (c *Consumer) onStaged(sender string, msg []byte) {
 	}
 	// The slot and the blocks stay the request's while the sender is
 	// still expected: its result cannot go out before complete below.
-	err = c.stage.Copy(c.cfg.Staging.Copier, segs)
+	err = c.stage.CopyBlocks(c.cfg.Staging.Copier, scatter)
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	if err != nil {

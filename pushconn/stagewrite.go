@@ -7,6 +7,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/nixl"
 )
 
 // stage decides whether the WRITE of h for registration pr goes through
@@ -15,7 +16,7 @@ import (
 // into the blocks directly (decode offered no slot or a slot that does
 // not fit, the model prefers direct, or no slot is free here). An error
 // means the gather failed: the slot is already released.
-func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *descriptors.Layout, dstBlocks []int) (*staging.Slot, staging.WritePlan, error) {
+func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *descriptors.Layout, dstBlocks []int, cached int) (*staging.Slot, staging.WritePlan, error) {
 	p := w.p
 	offer := pr.reg.Staging
 	if p.pool == nil || offer == nil {
@@ -46,6 +47,21 @@ func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *de
 	if !ok {
 		p.stage.NoSlot.Inc()
 		return nil, staging.WritePlan{}, nil
+	}
+	if staging.SameBlocks(&p.cfg.Layout, dst) {
+		// Whole blocks on both sides: the copier gathers by block ids.
+		bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), slot.Addr)
+		if err == nil {
+			if err := p.stage.CopyBlocks(p.cfg.Staging.Copier, bc); err != nil {
+				w.freeSlot(&slot)
+				return nil, staging.WritePlan{}, err
+			}
+			return &slot, staging.WritePlan{
+				Local:  nixl.XferList{Mem: p.cfg.Layout.Mem, Descs: []nixl.Desc{{Addr: slot.Addr, Len: size, DevID: p.cfg.Layout.Regions[0].DevID}}},
+				Remote: nixl.XferList{Mem: dst.Mem, Descs: []nixl.Desc{{Addr: remote + off, Len: size, DevID: dst.Regions[0].DevID}}},
+				Bytes:  size,
+			}, nil
+		}
 	}
 	planStart := time.Now()
 	plan, err := w.planner.PlanWrite(t, &p.cfg.Layout, dst, dstBlocks, im, slot, remote+off)

@@ -537,7 +537,7 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	}
 	local, remote := t.Sides(nixl.Write)
 	bytes, descs := t.Bytes, t.Len()
-	slot, plan, err := w.stage(pr, h, t, dst, dstBlocks)
+	slot, plan, err := w.stage(pr, h, t, dst, dstBlocks, cached)
 	if err != nil {
 		w.failWrite(pr, h, pushwire.FailTransfer, fmt.Errorf("gather into the staging slot: %w", err))
 		return

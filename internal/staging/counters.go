@@ -49,3 +49,22 @@ func (k *Counters) Copy(c Copier, segs []Seg) error {
 	k.Copied.Add(n)
 	return nil
 }
+
+// CopyBlocks runs a block copy on c (by block ids when c is a
+// BlockCopier, else by segments) and counts it as Copy does.
+func (k *Counters) CopyBlocks(c Copier, b BlockCopy) error {
+	start := time.Now()
+	var err error
+	if bc, ok := c.(BlockCopier); ok {
+		err = bc.CopyBlocks(b)
+	} else {
+		err = c.Copy(b.Segs(nil))
+	}
+	k.CopyUS.Add(uint64(time.Since(start).Microseconds()))
+	if err != nil {
+		k.Failures.Inc()
+		return err
+	}
+	k.Copied.Add(b.Bytes())
+	return nil
+}

@@ -349,3 +349,8 @@ func (p *Planner) PlanRead(t *descriptors.Transfer, src, dst *descriptors.Layout
 	plan.Scatter = scatter
 	return plan, nil
 }
+
+// nixlList is one descriptor of n bytes at addr in l's memory.
+func nixlList(l *descriptors.Layout, addr, n uint64) nixl.XferList {
+	return nixl.XferList{Mem: l.Mem, Descs: []nixl.Desc{{Addr: addr, Len: n, DevID: l.Regions[0].DevID}}}
+}

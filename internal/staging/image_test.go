@@ -188,6 +188,44 @@ func testStaged(t *testing.T, g geom, frag bool) {
 				t.Fatal(err)
 			}
 		}
+		// The block-id paths, where whole blocks map one to one.
+		if staging := SameBlocks(&srcs[0], &direct); staging && len(ranks) == 1 {
+			blocked, bbuf := hostLayout(t, g.dstTP, d, g.dstBS, 24, rng)
+			pulledB, qbuf := hostLayout(t, g.dstTP, d, g.dstBS, 24, rng)
+			s := ranks[0]
+			im, _ := NewDstImage(&srcs[s], &blocked, len(dstBlocks))
+			local, remote := slotBuf(t, im.Size()), slotBuf(t, im.Size())
+			bc, err := DstImageGather(&srcs[s], srcBlocks, 0, len(dstBlocks), local.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (HostCopier{}).CopyBlocks(bc); err != nil {
+				t.Fatal(err)
+			}
+			xferCopy(t, nixlList(&srcs[s], local.Addr, im.Size()), nixlList(&blocked, remote.Addr, im.Size()))
+			if err := (HostCopier{}).CopyBlocks(im.ScatterBlocks(&blocked, dstBlocks, remote.Addr)); err != nil {
+				t.Fatal(err)
+			}
+			simg := slotBuf(t, SrcImageSize(&srcs[s], len(srcBlocks)))
+			if err := (HostCopier{}).CopyBlocks(SrcGatherBlocks(&srcs[s], srcBlocks, simg.Addr)); err != nil {
+				t.Fatal(err)
+			}
+			dslot := slotBuf(t, simg.Len)
+			rp, sc, err := SameBlocksRead(&srcs[s], &pulledB, len(srcBlocks), 0, dstBlocks, simg.Addr, dslot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xferCopy(t, rp.Remote, rp.Local)
+			if err := (HostCopier{}).CopyBlocks(sc); err != nil {
+				t.Fatal(err)
+			}
+			mask := movedMask(t, direct, dbuf, trs)
+			for i, m := range mask {
+				if m && (bbuf.Bytes()[i] != dbuf.Bytes()[i] || qbuf.Bytes()[i] != dbuf.Bytes()[i]) {
+					t.Fatalf("block path: byte %d push %#x pull %#x, direct %#x", i, bbuf.Bytes()[i], qbuf.Bytes()[i], dbuf.Bytes()[i])
+				}
+			}
+		}
 		mask := movedMask(t, direct, dbuf, trs)
 		want, gotPush, gotPull := dbuf.Bytes(), pbuf.Bytes(), lbuf.Bytes()
 		n := 0

@@ -67,9 +67,12 @@ static int gc_open(int ord, void **ctx) {
 }
 static int gc_close_ctx(int ord) { int dev; int r = gc.dev_get(&dev, ord); if (r) return r; return gc.release(dev); }
 static int gc_set(void *ctx) { return gc.set(ctx); }
-static int gc_module(const char *ptx, void **mod, void **fn) {
+static int gc_module(const char *ptx, void **mod, void **fn, void **fnBlocks) {
 	int r = gc.mod_load(mod, ptx); if (r) return r;
-	return gc.mod_fn(fn, *mod, "gonixl_copy_segments");
+	r = gc.mod_fn(fn, *mod, "gonixl_copy_segments"); if (r) return r;
+	// The block kernel is optional: an older PTX has only the segment one.
+	if (gc.mod_fn(fnBlocks, *mod, "gonixl_copy_blocks")) *fnBlocks = 0;
+	return 0;
 }
 static int gc_mod_unload(void *mod) { return gc.mod_unload(mod); }
 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0: the kernel's launch bounds.
@@ -81,6 +84,19 @@ static int gc_alloc(uint64_t *p, size_t n) { return gc.alloc(p, n); }
 static int gc_free(uint64_t p) { return gc.free_(p); }
 static int gc_alloc_host(void **p, size_t n) { return gc.alloc_host(p, n); }
 static int gc_free_host(void *p) { return gc.free_host(p); }
+
+// gc_run_blocks uploads the bases and block ids (bytes of the pinned host
+// table: regions 64-bit bases, then m 32-bit ids) and launches the block
+// kernel over regions*m items on stream s, and waits for it.
+static int gc_run_blocks(void *fn, void *s, uint64_t dtable, const void *htable, size_t bytes,
+		unsigned int regions, unsigned int m, uint64_t blockLen, uint64_t off, uint64_t len,
+		uint64_t slot, uint64_t slotStride, int toSlot, unsigned int grid, unsigned int threads) {
+	int r = gc.htod_async(dtable, htable, bytes, s); if (r) return r;
+	uint64_t bases = dtable, blocks = dtable + 8ull * regions;
+	void *args[10] = {&bases, &blocks, &regions, &m, &blockLen, &off, &len, &slot, &slotStride, &toSlot};
+	r = gc.launch(fn, grid, 1, 1, threads, 1, 1, 0, s, args, 0); if (r) return r;
+	return gc.stream_sync(s);
+}
 
 // gc_run uploads n segment records from the pinned host table, launches the
 // kernel over them on stream s and waits for it.
@@ -153,16 +169,17 @@ const PTXEnv = "GONIXL_GPUCOPY_PTX"
 // Copier runs the gather/scatter kernel on one GPU, on its own stream. It
 // is safe for concurrent use: copies run one at a time.
 type Copier struct {
-	mu      sync.Mutex
-	ordinal int
-	ctx     unsafe.Pointer // CUcontext
-	mod, fn unsafe.Pointer // CUmodule, CUfunction
-	stream  unsafe.Pointer // CUstream
-	host    unsafe.Pointer // pinned segment table (C memory)
-	dev     C.uint64_t     // device segment table
-	cap     int            // records both tables hold
-	threads int            // threads per block: the kernel's launch bounds
-	closed  bool
+	mu       sync.Mutex
+	ordinal  int
+	ctx      unsafe.Pointer // CUcontext
+	mod, fn  unsafe.Pointer // CUmodule, CUfunction
+	fnBlocks unsafe.Pointer // the block kernel; nil when the PTX has none
+	stream   unsafe.Pointer // CUstream
+	host     unsafe.Pointer // pinned segment table (C memory)
+	dev      C.uint64_t     // device segment table
+	cap      int            // records both tables hold
+	threads  int            // threads per block: the kernel's launch bounds
+	closed   bool
 }
 
 // New loads the kernel on device ordinal (the DevID of its VRAM
@@ -191,7 +208,7 @@ func NewWithPTX(device int, ptx string) (*Copier, error) {
 	err := c.do(func() error {
 		img := C.CString(ptx)
 		defer C.free(unsafe.Pointer(img))
-		if err := check("cuModuleLoadData", C.gc_module(img, &c.mod, &c.fn)); err != nil {
+		if err := check("cuModuleLoadData", C.gc_module(img, &c.mod, &c.fn, &c.fnBlocks)); err != nil {
 			return err
 		}
 		var n C.int
@@ -281,6 +298,55 @@ func (c *Copier) Copy(segs []staging.Seg) error {
 		return check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(i), C.uint(grid), C.uint(c.threads)))
 	})
 }
+
+// CopyBlocks copies by block ids (see staging.BlockCopy) with the block
+// kernel, which computes the addresses on the GPU: only the bases and ids
+// are uploaded. Without that kernel in the PTX it copies the same bytes
+// by segments.
+func (c *Copier) CopyBlocks(b staging.BlockCopy) error {
+	items := uint64(len(b.Bases)) * uint64(len(b.Blocks))
+	if items == 0 || b.Len == 0 {
+		return nil
+	}
+	if c.fnBlocks == nil || len(b.Bases) > 1<<20 || len(b.Blocks) > 1<<30 || items > 1<<40 {
+		return c.Copy(b.Segs(nil))
+	}
+	for _, id := range b.Blocks {
+		if id < 0 || id > 1<<31-1 {
+			return fmt.Errorf("gpucopy: block id %d out of range", id)
+		}
+	}
+	toSlot := 0
+	if b.ToSlot {
+		toSlot = 1
+	}
+	// Table: the bases (8 bytes each), then the ids (4 bytes each), in
+	// records of 24 bytes as grow counts them.
+	bytes := 8*len(b.Bases) + 4*len(b.Blocks)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("gpucopy: copier closed")
+	}
+	return c.do(func() error {
+		if err := c.grow((bytes + segBytes - 1) / segBytes); err != nil {
+			return err
+		}
+		bases := unsafe.Slice((*uint64)(c.host), len(b.Bases))
+		copy(bases, b.Bases)
+		ids := unsafe.Slice((*int32)(unsafe.Add(c.host, 8*len(b.Bases))), len(b.Blocks))
+		for i, id := range b.Blocks {
+			ids[i] = int32(id)
+		}
+		grid := int(min(items, maxGrid))
+		return check("kernel gonixl_copy_blocks", C.gc_run_blocks(c.fnBlocks, c.stream, c.dev, c.host, C.size_t(bytes),
+			C.uint(len(b.Bases)), C.uint(len(b.Blocks)), C.uint64_t(b.BlockLen), C.uint64_t(b.Off), C.uint64_t(b.Len),
+			C.uint64_t(b.Slot), C.uint64_t(b.SlotStride), C.int(toSlot), C.uint(grid), C.uint(c.threads)))
+	})
+}
+
+// HasBlockKernel reports whether the loaded PTX has the block kernel.
+func (c *Copier) HasBlockKernel() bool { return c.fnBlocks != nil }
 
 // Close frees the copier's stream, tables and module and releases the
 // context. It is idempotent; Copy after Close returns an error.

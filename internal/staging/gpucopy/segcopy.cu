@@ -32,36 +32,68 @@ struct gonixl_seg {
 #define GONIXL_THREADS 512
 #endif
 
+// copy_run copies len bytes from src to dst with the threads of one block.
+__device__ __forceinline__ void copy_run(unsigned long long srcAddr, unsigned long long dstAddr, unsigned long long len)
+{
+    const unsigned long long bd = blockDim.x;
+    if (((srcAddr | dstAddr | len) & 15ull) == 0) {
+        const uint4 *__restrict__ src = (const uint4 *)srcAddr;
+        uint4 *__restrict__ dst = (uint4 *)dstAddr;
+        const unsigned long long n16 = len >> 4;
+        unsigned long long j = threadIdx.x;
+        for (; j + 3 * bd < n16; j += 4 * bd) {
+            const uint4 a = __ldg(src + j);
+            const uint4 b = __ldg(src + j + bd);
+            const uint4 c = __ldg(src + j + 2 * bd);
+            const uint4 d = __ldg(src + j + 3 * bd);
+            dst[j] = a;
+            dst[j + bd] = b;
+            dst[j + 2 * bd] = c;
+            dst[j + 3 * bd] = d;
+        }
+        for (; j < n16; j += bd) {
+            dst[j] = __ldg(src + j);
+        }
+    } else {
+        const unsigned char *__restrict__ src = (const unsigned char *)srcAddr;
+        unsigned char *__restrict__ dst = (unsigned char *)dstAddr;
+        for (unsigned long long j = threadIdx.x; j < len; j += bd) {
+            dst[j] = src[j];
+        }
+    }
+}
+
+// gonixl_copy_segments copies a list of segments, one thread block per
+// segment at a time.
 extern "C" __global__ void __launch_bounds__(GONIXL_THREADS)
 gonixl_copy_segments(const gonixl_seg *__restrict__ segs, unsigned int n)
 {
     for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {
         const gonixl_seg s = segs[i];
-        const unsigned long long bd = blockDim.x;
-        if (((s.src | s.dst | s.len) & 15ull) == 0) {
-            const uint4 *__restrict__ src = (const uint4 *)s.src;
-            uint4 *__restrict__ dst = (uint4 *)s.dst;
-            const unsigned long long n16 = s.len >> 4;
-            unsigned long long j = threadIdx.x;
-            for (; j + 3 * bd < n16; j += 4 * bd) {
-                const uint4 a = __ldg(src + j);
-                const uint4 b = __ldg(src + j + bd);
-                const uint4 c = __ldg(src + j + 2 * bd);
-                const uint4 d = __ldg(src + j + 3 * bd);
-                dst[j] = a;
-                dst[j + bd] = b;
-                dst[j + 2 * bd] = c;
-                dst[j + 3 * bd] = d;
-            }
-            for (; j < n16; j += bd) {
-                dst[j] = __ldg(src + j);
-            }
+        copy_run(s.src, s.dst, s.len);
+    }
+}
+
+// gonixl_copy_blocks copies by block ids, computing the addresses itself:
+// item (r, j), for region r < regions and j < m, is the block run
+// bases[r] + blocks[j]*blockLen + off and the slot run
+// slot + r*slotStride + j*len, both len bytes; toSlot gathers (blocks into
+// the slot), else it scatters. One thread block per item at a time.
+extern "C" __global__ void __launch_bounds__(GONIXL_THREADS)
+gonixl_copy_blocks(const unsigned long long *__restrict__ bases, const int *__restrict__ blocks,
+                   unsigned int regions, unsigned int m, unsigned long long blockLen,
+                   unsigned long long off, unsigned long long len, unsigned long long slot,
+                   unsigned long long slotStride, int toSlot)
+{
+    const unsigned long long items = (unsigned long long)regions * m;
+    for (unsigned long long it = blockIdx.x; it < items; it += gridDim.x) {
+        const unsigned long long r = it / m, j = it % m;
+        const unsigned long long blk = bases[r] + (unsigned long long)blocks[j] * blockLen + off;
+        const unsigned long long sl = slot + r * slotStride + j * len;
+        if (toSlot) {
+            copy_run(blk, sl, len);
         } else {
-            const unsigned char *__restrict__ src = (const unsigned char *)s.src;
-            unsigned char *__restrict__ dst = (unsigned char *)s.dst;
-            for (unsigned long long j = threadIdx.x; j < s.len; j += bd) {
-                dst[j] = src[j];
-            }
+            copy_run(sl, blk, len);
         }
     }
 }

@@ -27,3 +27,9 @@ func NewWithPTX(device int, ptx string) (*Copier, error) { return New(device) }
 
 // EmbeddedPTX returns "" without the `cuda` build tag.
 func EmbeddedPTX() string { return "" }
+
+// CopyBlocks returns ErrUnavailable without the `cuda` build tag.
+func (c *Copier) CopyBlocks(b staging.BlockCopy) error { return ErrUnavailable }
+
+// HasBlockKernel reports false without the `cuda` build tag.
+func (c *Copier) HasBlockKernel() bool { return false }
