@@ -13,6 +13,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/gpucopy"
 	"github.com/gonixl/gonixl/metrics"
 	"github.com/gonixl/gonixl/nixl"
@@ -351,6 +352,50 @@ func TestGPUCopier(t *testing.T) {
 	if err := checkPattern(c.m, 5, spans); err != nil {
 		t.Fatal(err)
 	}
+	// By block ids: 16 blocks of 4 regions (64 blocks of 4 KiB each in the
+	// source), the run [256, 1280) of each, gathered into the slot and
+	// scattered back into zeroed blocks.
+	bcp, ok := cp.(interface {
+		CopyBlocks(staging.BlockCopy) error
+		HasBlockKernel() bool
+	})
+	if !ok {
+		t.Fatal("the GPU copier has no CopyBlocks")
+	}
+	t.Logf("block kernel in the PTX: %v", bcp.HasBlockKernel())
+	const regions, perRegion, blockLen = 4, 64, 4096
+	bases := []uint64{c.src, c.src + perRegion*blockLen, c.src + 2*perRegion*blockLen, c.src + 3*perRegion*blockLen}
+	ids := rand.New(rand.NewPCG(8, 9)).Perm(perRegion)[:16]
+	if err := c.m.set(c.dst, 0, c.bytes); err != nil {
+		t.Fatal(err)
+	}
+	g := staging.BlockCopy{Bases: bases, Blocks: ids, BlockLen: blockLen, Off: 256, Len: 1024, Slot: c.dst, SlotStride: 16 * 1024, ToSlot: true}
+	if err := bcp.CopyBlocks(g); err != nil {
+		t.Fatal(err)
+	}
+	var want []span
+	for r := range regions {
+		for j, id := range ids {
+			want = append(want, span{Addr: c.dst + uint64(r)*16*1024 + uint64(j)*1024, PatOff: bases[r] - c.src + uint64(id)*blockLen + 256, Len: 1024})
+		}
+	}
+	if err := checkPattern(c.m, 5, want); err != nil {
+		t.Fatal("gather by blocks:", err)
+	}
+	back := g
+	back.ToSlot = false
+	if err := c.m.set(c.src, 0, 2*c.bytes); err != nil {
+		t.Fatal(err)
+	}
+	if err := bcp.CopyBlocks(back); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		want[i].Addr = c.src + want[i].PatOff
+	}
+	if err := checkPattern(c.m, 5, want); err != nil {
+		t.Fatal("scatter by blocks:", err)
+	}
 	if err := pullconn.CloseGPUCopier(cp); err != nil {
 		t.Fatal(err)
 	}
@@ -400,6 +445,31 @@ func BenchmarkGatherKernel(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// The same fragments as block ids: 128 regions of 2048 blocks of
+		// 32 KiB over the source, 1024 random blocks a region.
+		bl := staging.BlockCopy{BlockLen: 32 << 10, Len: 32 << 10, Slot: c.dst, SlotStride: 1024 * (32 << 10), ToSlot: true,
+			Blocks: rand.New(rand.NewPCG(6, 7)).Perm(2048)[:1024]}
+		for r := range 128 {
+			bl.Bases = append(bl.Bases, c.src+uint64(r)*2048*(32<<10))
+		}
+		b.Run(fmt.Sprintf("ptx=%s/blocks", filepath.Base(k)), func(b *testing.B) {
+			if err := cp.CopyBlocks(bl); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(bl.Bytes()))
+			b.ResetTimer()
+			start := time.Now()
+			for range b.N {
+				if err := cp.CopyBlocks(bl); err != nil {
+					b.Fatal(err)
+				}
+			}
+			el := time.Since(start)
+			b.StopTimer()
+			gbs := float64(bl.Bytes()) * float64(b.N) / el.Seconds() / 1e9
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(gbs/y, "x_DtoD")
+		})
 		for _, shape := range []struct {
 			name string
 			segs []pullconn.Seg
