@@ -162,7 +162,7 @@ func run(args []string) error {
 		compute = server.ComputeModel{}
 	} else if *computeScale != 1 {
 		sc := func(d *time.Duration) { *d = time.Duration(float64(*d) * *computeScale) }
-		for _, d := range []*time.Duration{&compute.PrefillBase, &compute.PrefillPerToken, &compute.PrefillPerToken2, &compute.DecodeBase, &compute.DecodePerSeq} {
+		for _, d := range []*time.Duration{&compute.PrefillBase, &compute.PrefillPerToken, &compute.PrefillPerToken2, &compute.DecodeBase, &compute.DecodePerSeq, &compute.DecodePerKToken} {
 			sc(d)
 		}
 	}
