@@ -59,7 +59,7 @@ type options struct {
 	postCost                                                          time.Duration
 	postPerBlock                                                      bool
 	agents                                                            string
-	plotFrom                                                          string
+	plotFrom, engineBin, proxyBin                                     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -93,7 +93,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.longPrompts, "preflight-long-prompts", 3, "preflight: long requests sent one at a time")
 	fs.IntVar(&o.longLen, "preflight-long-len", 8192, "preflight: tokens of each long prompt")
 	fs.DurationVar(&o.postCost, "post-cost", -1, "override the preset's NIXL post cost per (modeled) descriptor, e.g. 500ns")
-	fs.StringVar(&o.agents, "agents", "loopback", `in-process stacks: "loopback" (the preset's modeled link and post cost) or "nixl" (NIXL agents over UCX; build with -tags nixl)`)
+	fs.StringVar(&o.agents, "agents", "loopback", `stacks: "loopback" (in-process, the preset's modeled link and post cost), "nixl" (in-process NIXL agents over UCX; build with -tags nixl) or "processes" (sweep: engines and proxy as programs built with -tags nixl)`)
+	fs.StringVar(&o.engineBin, "engine-bin", "", "-agents processes: the engine program (default: go build -tags nixl ./examples/engine)")
+	fs.StringVar(&o.proxyBin, "proxy-bin", "", "-agents processes: the proxy program (default: go build ./examples/proxy)")
 	fs.StringVar(&o.plotFrom, "plot", "", "redraw the plots of a sweep from its sweep.json (written beside it) and print its table")
 	fs.BoolVar(&o.postPerBlock, "post-per-block", false, "charge the post cost per block and region moved, as a connector that does not merge adjacent blocks (vLLM's) would pay")
 	fs.StringVar(&o.machine, "machine", "", "the machine's name in result files (default: host name, CPUs, OS)")
@@ -145,8 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.machine == "" {
 		o.machine = hostName()
 	}
-	if o.agents != "loopback" && o.agents != "nixl" {
-		return fmt.Errorf(`-agents is %q, want "loopback" or "nixl"`, o.agents)
+	switch {
+	case o.agents == "processes" && !o.sweep:
+		return fmt.Errorf("-agents processes is for -sweep; for one run, start the programs and give -base-url")
+	case o.agents != "loopback" && o.agents != "nixl" && o.agents != "processes":
+		return fmt.Errorf(`-agents is %q, want "loopback", "nixl" or "processes"`, o.agents)
 	}
 	if o.plotFrom != "" {
 		return replot(o.plotFrom, stdout)
@@ -309,8 +314,30 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 		}
 		cmd += " " + a
 	}
-	res, err := sweep(ctx, sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
-		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout, Native: o.agents == "nixl"})
+	sc := sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
+		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout, Native: o.agents == "nixl"}
+	if o.agents == "processes" {
+		bins := processBinaries{Engine: o.engineBin, Proxy: o.proxyBin}
+		if bins.Engine == "" || bins.Proxy == "" {
+			dir, err := os.MkdirTemp("", "gonixl-bench-bin")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			built, err := buildBinaries(ctx, dir)
+			if err != nil {
+				return err
+			}
+			if bins.Engine == "" {
+				bins.Engine = built.Engine
+			}
+			if bins.Proxy == "" {
+				bins.Proxy = built.Proxy
+			}
+		}
+		sc.Processes = &bins
+	}
+	res, err := sweep(ctx, sc)
 	if len(res.Points) > 0 {
 		files, perr := writePlots(res, o.resultDir)
 		for _, f := range files {

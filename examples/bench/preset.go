@@ -36,6 +36,10 @@ type preset struct {
 	LinkBytesPerSec   float64
 	LinkLatency       time.Duration
 	PostPerDescriptor time.Duration
+	// EngineArgs are the examples/engine flags of the same engines, for a
+	// sweep of separate processes (which moves real bytes: the link and the
+	// post cost are not modeled there).
+	EngineArgs []string
 	// PostPerBlock charges the post cost per block and region moved, as a
 	// connector that never merges adjacent blocks (vLLM's) posts them,
 	// instead of per descriptor gonixl posts.
@@ -70,6 +74,8 @@ var qwen3H200 = func() preset {
 		// docs/gpu.md: 131,072 descriptors of a 16k-token request moved at
 		// 5-6 GB/s through NIXL on one H200, about 6 µs per descriptor.
 		PostPerDescriptor: 6 * time.Microsecond,
+		EngineArgs: []string{"-model", "qwen3-32b", "-layers", "1", "-head-dim", "16", "-tp", "8", "-num-blocks", "65536",
+			"-max-num-seqs", "256", "-served-model-name", "Qwen/Qwen3-32B"},
 	}
 }()
 
@@ -81,6 +87,10 @@ var small = preset{
 	Model:   server.ModelSpec{Name: "small-4l", Layers: 4, KVHeads: 4, HeadDim: 64, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2},
 	Compute: server.ComputeModel{PrefillBase: time.Millisecond, PrefillPerToken: 5 * time.Microsecond, DecodeBase: 2 * time.Millisecond},
 	TPSize:  2, NumBlocks: 2048, LinkBytesPerSec: 2e9, LinkLatency: 50 * time.Microsecond, PostPerDescriptor: 2 * time.Microsecond,
+	// The engine's qwen2.5-7b compute at a fifth: of the order of the
+	// compute above.
+	EngineArgs: []string{"-model", "qwen2.5-7b", "-layers", "4", "-kv-heads", "4", "-head-dim", "64", "-tp", "2", "-num-blocks", "2048",
+		"-served-model-name", "small-4l", "-compute-scale", "0.2"},
 }
 
 var presets = map[string]preset{qwen3H200.Name: qwen3H200, small.Name: small}

@@ -23,6 +23,9 @@ type transferStats struct {
 	Bytes          float64 // their bytes in all
 	FailedXfers    float64
 	HaveHistograms bool // the endpoint exports transfer histograms at all
+	// The simulated engine's own checks (examples/engine): KV bytes decode
+	// verified, and requests whose KV differed.
+	KVVerified, KVVerifyFailures float64
 }
 
 // maxMetricsBytes bounds what is read from a /metrics endpoint.
@@ -72,13 +75,23 @@ func parseTransfers(r io.Reader) (transferStats, error) {
 			st.Descriptors += histogramSum(f)
 		case "nixl_bytes_transferred":
 			st.Bytes += histogramSum(f)
+		case "engine_kv_bytes_verified_total", "engine_kv_bytes_verified":
+			st.KVVerified += counterSum(f)
+		case "engine_kv_verify_failures_total", "engine_kv_verify_failures":
+			st.KVVerifyFailures += counterSum(f)
 		case "nixl_num_failed_transfers_total", "nixl_num_failed_transfers":
-			for _, m := range f.GetMetric() {
-				st.FailedXfers += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
-			}
+			st.FailedXfers += counterSum(f)
 		}
 	}
 	return st, nil
+}
+
+func counterSum(f *dto.MetricFamily) float64 {
+	var s float64
+	for _, m := range f.GetMetric() {
+		s += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+	}
+	return s
 }
 
 func histogramSum(f *dto.MetricFamily) float64 {
@@ -93,7 +106,7 @@ func histogramSum(f *dto.MetricFamily) float64 {
 func (a transferStats) sub(b transferStats) transferStats {
 	return transferStats{Transfers: a.Transfers - b.Transfers, XferSeconds: a.XferSeconds - b.XferSeconds,
 		Descriptors: a.Descriptors - b.Descriptors, Bytes: a.Bytes - b.Bytes, FailedXfers: a.FailedXfers - b.FailedXfers,
-		HaveHistograms: a.HaveHistograms}
+		HaveHistograms: a.HaveHistograms, KVVerified: a.KVVerified - b.KVVerified, KVVerifyFailures: a.KVVerifyFailures - b.KVVerifyFailures}
 }
 
 // mean is the mean transfer time, descriptors and bytes per transfer.

@@ -33,6 +33,10 @@ vllm:nixl_bytes_transferred_sum 6.291456e+06
 vllm:nixl_bytes_transferred_count 6
 # TYPE vllm:nixl_num_failed_transfers_total counter
 vllm:nixl_num_failed_transfers_total 1
+# TYPE gonixl_engine_kv_bytes_verified_total counter
+gonixl_engine_kv_bytes_verified_total{engine="0"} 4096
+# TYPE gonixl_engine_kv_verify_failures_total counter
+gonixl_engine_kv_verify_failures_total{engine="0"} 2
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running 0
 `
@@ -40,7 +44,8 @@ vllm:num_requests_running 0
 func TestParseTransfers(t *testing.T) {
 	st, err := parseTransfers(strings.NewReader(engineMetrics))
 	require.NoError(t, err)
-	assert.Equal(t, transferStats{Transfers: 6, XferSeconds: 0.75, Descriptors: 600, Bytes: 6291456, FailedXfers: 1, HaveHistograms: true}, st)
+	assert.Equal(t, transferStats{Transfers: 6, XferSeconds: 0.75, Descriptors: 600, Bytes: 6291456, FailedXfers: 1, HaveHistograms: true,
+		KVVerified: 4096, KVVerifyFailures: 2}, st)
 	mean, descs, bytes := st.mean()
 	assert.Equal(t, 125*time.Millisecond, mean)
 	assert.Equal(t, 100.0, descs)

@@ -27,6 +27,9 @@ type sweepConfig struct {
 	// Native runs the engines on NIXL agents (build tag nixl) instead of
 	// loopback agents with the preset's modeled link and post cost.
 	Native bool
+	// Processes, when set, runs each point's engines and proxy as separate
+	// programs (engines built with -tags nixl: NIXL agents over UCX).
+	Processes *processBinaries
 }
 
 // point is one sweep point's figures.
@@ -85,7 +88,10 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	if cfg.Native {
+	switch {
+	case cfg.Processes != nil:
+		res.Agents = "NIXL (UCX over lo) in separate engine and proxy processes: real transfers, no modeled link or post cost"
+	case cfg.Native:
 		res.Agents = "NIXL (UCX), in this process: real transfers, no modeled link or post cost"
 	}
 	var errs []error
@@ -119,28 +125,49 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 // stops the stack.
 func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64, inputLen int) (point, error) {
 	p := cfg.Preset
-	s, closeStack, err := startPresetStack(p, mode, cfg.Native, fmt.Sprintf("%s-%d-%g", mode, inputLen, rate))
-	if err != nil {
-		return point{}, err
+	var proxyURL, prefillURL, decodeURL string
+	var closeStack func() error
+	if cfg.Processes != nil {
+		logDir := filepath.Join(cfg.ResultDir, "logs", fmt.Sprintf("in%d-rate%g", inputLen, rate))
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return point{}, err
+		}
+		ps, err := startProcessStack(ctx, *cfg.Processes, p, mode, logDir)
+		if err != nil {
+			return point{}, err
+		}
+		proxyURL, prefillURL, decodeURL, closeStack = ps.proxy, ps.prefill, ps.decode, ps.close
+	} else {
+		s, stop, err := startPresetStack(p, mode, cfg.Native, fmt.Sprintf("%s-%d-%g", mode, inputLen, rate))
+		if err != nil {
+			return point{}, err
+		}
+		proxyURL, prefillURL, decodeURL, closeStack = s.URL(), s.Prefill.URL(), s.Decode.URL(), stop
 	}
-	defer closeStack()
-	rc := runConfig{BaseURL: s.URL(), Model: p.Model.Name, InputLen: inputLen, OutputLen: p.OutputLen, NumPrompts: p.Prompts(rate),
+	closed := false
+	defer func() {
+		if !closed {
+			closeStack()
+		}
+	}()
+	rc := runConfig{BaseURL: proxyURL, Model: p.Model.Name, InputLen: inputLen, OutputLen: p.OutputLen, NumPrompts: p.Prompts(rate),
 		RequestRate: rate, NumWarmups: 1, Goodput: cfg.Goodput, Percentiles: cfg.Percentile, Seed: cfg.Seed,
 		RequestTimeout: 5 * time.Minute, Mode: mode, Machine: cfg.Machine, Progress: cfg.Progress,
 		Label: fmt.Sprintf("%s %d@%g", mode, inputLen, rate)}
+	engines := []string{prefillURL, decodeURL}
 	before := [2]transferStats{}
-	for i, e := range []string{s.Prefill.URL(), s.Decode.URL()} {
+	var err error
+	for i, e := range engines {
 		if before[i], err = scrapeTransfers(ctx, e); err != nil {
 			return point{}, err
 		}
 	}
-	statsBefore := s.Decode.Stats()
 	samples, dur, err := benchRun(ctx, rc)
 	if err != nil && samples == nil {
 		return point{}, err
 	}
 	var xfer transferStats
-	for i, e := range []string{s.Prefill.URL(), s.Decode.URL()} {
+	for i, e := range engines {
 		after, err := scrapeTransfers(ctx, e)
 		if err != nil {
 			return point{}, err
@@ -149,8 +176,9 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 		xfer.Transfers += d.Transfers
 		xfer.XferSeconds += d.XferSeconds
 		xfer.Descriptors += d.Descriptors
+		xfer.KVVerified += d.KVVerified
+		xfer.KVVerifyFailures += d.KVVerifyFailures
 	}
-	statsAfter := s.Decode.Stats()
 	sum := summarize(samples, dur, cfg.Goodput, cfg.Percentile)
 	r := newResult(rc, samples, sum)
 	r.GeneratedTexts = nil // the decode engine verified every byte of KV; the texts add nothing to a sweep
@@ -163,7 +191,7 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 	pt := point{Mode: mode, RequestRate: rate, InputLen: inputLen, OutputLen: p.OutputLen, NumPrompts: rc.NumPrompts,
 		Completed: sum.Completed, Failed: sum.Failed, Duration: dur.Seconds(), RequestThroughput: sum.RequestThroughput,
 		RequestGoodput: r.RequestGoodput, OutputThroughput: sum.OutputThroughput, Metrics: r.Metrics,
-		KVBytesVerified: statsAfter.KVBytesVerified - statsBefore.KVBytesVerified, KVVerifyFailures: statsAfter.KVVerifyFailures - statsBefore.KVVerifyFailures,
+		KVBytesVerified: uint64(xfer.KVVerified), KVVerifyFailures: uint64(xfer.KVVerifyFailures),
 		Transfers: xfer.Transfers, MeanXferMs: ms(meanXfer), MeanDescriptors: meanDescs * descScale, RunFile: filepath.Join("runs", name)}
 	for _, x := range samples {
 		if x.Err != nil {
@@ -171,6 +199,7 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 			break
 		}
 	}
+	closed = true
 	return pt, closeStack()
 }
 

@@ -71,12 +71,19 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
 	}
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
+	}
 	cs = append(cs, s.prom.ttft, s.prom.tpot,
 		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", func() float64 { return float64(s.st.running.Load()) }),
 		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", func() float64 { return float64(s.st.waiting.Load()) }),
 		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", func() float64 {
 			return float64(s.st.blocks.Load()) / float64(s.cfg.NumBlocks)
-		}))
+		}),
+		// The simulation's own checks, so that a benchmark of engines in
+		// other processes can tell that decode got the right bytes.
+		counter("gonixl_engine_kv_bytes_verified_total", "KV bytes decode loaded and found equal to the prompt's.", func() float64 { return float64(s.st.verified.Load()) }),
+		counter("gonixl_engine_kv_verify_failures_total", "Requests whose loaded KV differed from the prompt's.", func() float64 { return float64(s.st.verifyFail.Load()) }))
 	for _, c := range cs {
 		if err := s.reg.Register(c); err != nil {
 			return fmt.Errorf("engine: metrics: %w", err)

@@ -464,7 +464,8 @@ func TestHTTP(t *testing.T) {
 	p.complete(t, p.decode.URL(), "", req(prompt, 2))
 	_, metrics := get("/metrics")
 	for _, name := range []string{"vllm:time_to_first_token_seconds_count", "vllm:time_per_output_token_seconds_bucket",
-		"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", `tp_rank="1"`, "vllm:nixl_"} {
+		"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", `tp_rank="1"`, "vllm:nixl_",
+		"# TYPE gonixl_engine_kv_bytes_verified_total counter", "# TYPE gonixl_engine_kv_verify_failures_total counter"} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
