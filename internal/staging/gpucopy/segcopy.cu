@@ -1,10 +1,13 @@
-// segcopy.cu: the gather/scatter kernel of gonixl's staging path. It copies a
-// list of byte segments on one GPU: the gather packs a request's scattered KV
-// blocks into a contiguous staging slot, the scatter unpacks a slot into the
-// blocks. One thread block copies one segment at a time (grid-stride over the
-// list); 16-byte loads and stores when the segment allows them, 4 in flight
-// per thread. The copier cuts longer segments into pieces of 64 KiB, so a
-// few large runs still spread over every multiprocessor.
+// segcopy.cu: the gather/scatter kernels of gonixl's staging path, on one
+// GPU: the gather packs a request's scattered KV blocks into a contiguous
+// staging slot, the scatter unpacks a slot into the blocks.
+// gonixl_copy_blocks takes the regions' bases and the block ids and computes
+// every address itself (a few KiB uploaded per call);
+// gonixl_copy_segments takes a list of segments (for geometries where
+// blocks do not map one to one). One thread block copies one item at a time
+// (grid-stride); 16-byte loads and stores when the item allows them, 4 in
+// flight per thread. The copier cuts segments longer than 64 KiB into
+// pieces, so a few large runs still spread over every multiprocessor.
 //
 // The PTX beside this file (segcopy.ptx) is what gonixl loads at run time
 // with cuModuleLoadData; building gonixl needs no CUDA toolkit. Regenerate it
@@ -12,9 +15,11 @@
 //
 //   nvcc -arch=compute_80 -ptx -O3 -o segcopy.ptx segcopy.cu
 //
-// (segcopy.ptx was made so, with nvcc 13.0 on an H200, and chosen over 256
-// and 1024 threads a block: 1585 GB/s gathering 131,072 fragments of 32
-// KiB against 1463 and 1518, BenchmarkGatherKernel in examples/gpue2e).
+// (segcopy.ptx was made so, with nvcc 13.0 on an H200. 512 threads a block
+// were chosen over 256 and 1024: 1585 GB/s gathering 131,072 fragments of
+// 32 KiB by segments against 1463 and 1518; by block ids the same gather
+// ran at 1968 GB/s, 0.92x cuMemcpyDtoD; BenchmarkGatherKernel in
+// examples/gpue2e.)
 //
 // GONIXL_THREADS sets the threads of a block (default below; the copier
 // launches as many as the kernel's launch bounds allow).
