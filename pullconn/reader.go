@@ -14,6 +14,7 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -258,7 +259,8 @@ func (c *Consumer) post(l *load) {
 		bytes, descs := tr.Bytes, tr.Len()
 		scatter, plan, blocks := c.stagedRead(l, s, tr, cached)
 		if scatter {
-			local, remote, bytes, descs = plan.Local, plan.Remote, plan.Bytes, len(plan.Local.Descs)
+			local, remote = staging.SplitLists(plan.Local, plan.Remote, c.cfg.Staging.TransferChunk)
+			bytes, descs = plan.Bytes, len(local.Descs)
 		}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nixl.NotifOptions(msg))
 		if err == nil {

@@ -308,3 +308,19 @@ func eventually(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestStagedReadChunked: with TransferChunk the staged READ is several
+// descriptors, and the bytes are the same.
+func TestStagedReadChunked(t *testing.T) {
+	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *RankConfig) { rc.Staging.TransferChunk = 1024 }}, m)
+	blocks := []int{9, 3, 30, 12}
+	c.fill(4, blocks, 64)
+	p := c.finish("r", blocks)
+	c.load("d", p, []int{5, 40, 7, 22})
+	require.NoError(t, c.result("d")[0].Err)
+	c.verify(4, []int{5, 40, 7, 22}, 0, 64)
+	s := c.cons[0].Stats()
+	require.Equal(t, uint64(1), extraCount(t, s, "staged_transfers"))
+	require.Equal(t, uint64(8), s.Descriptors, "8 KiB image in 1 KiB descriptors")
+}

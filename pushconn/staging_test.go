@@ -337,3 +337,17 @@ func TestStagingConfigRefused(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 }
+
+// TestStagedWriteChunked: with TransferChunk the staged WRITE is several
+// descriptors, and the bytes are the same.
+func TestStagedWriteChunked(t *testing.T) {
+	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	r := newRig(t, rigConfig{
+		preRank: func(c *RankConfig) { m.rank("prefill")(c); c.Staging.TransferChunk = 4096 },
+		decRank: m.rank("decode"),
+	})
+	pushOne(t, r, true, "c", "c", []int{9, 3, 30, 12}, []int{5, 40, 7, 22}, 64)
+	ps := r.producers[0].Stats()
+	require.Equal(t, uint64(1), extra(t, ps, "staged_transfers"))
+	require.Equal(t, uint64(4), ps.Descriptors, "16 KiB image in 4 KiB descriptors")
+}

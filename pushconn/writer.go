@@ -543,7 +543,8 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	if slot != nil {
-		local, remote, bytes, descs = plan.Local, plan.Remote, plan.Bytes, len(plan.Local.Descs)
+		local, remote = staging.SplitLists(plan.Local, plan.Remote, p.cfg.Staging.TransferChunk)
+		bytes, descs = plan.Bytes, len(local.Descs)
 		if msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world); err != nil {
 			w.freeSlot(slot)
 			w.failWrite(pr, h, pushwire.FailLayout, err)

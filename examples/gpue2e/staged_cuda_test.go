@@ -36,7 +36,8 @@ func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Stagin
 	if err != nil {
 		return pullconn.Staging{}, nil, err
 	}
-	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: int(slots)}
+	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: int(slots),
+		TransferChunk: uint64(envInt("GONIXL_E2E_XFER_CHUNK", 0))}
 	if m.mem() == nixl.VRAM {
 		if st.Copier, err = pullconn.NewGPUCopier(dev); err != nil {
 			_ = m.free(base)

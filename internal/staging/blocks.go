@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
 )
 
 // BlockCopy is a gather or scatter given by block ids instead of a list
@@ -135,4 +136,22 @@ func SameBlocksRead(src, dst *descriptors.Layout, nSrc, cached int, dstBlocks []
 	sc := BlockCopy{Bases: Bases(dst), Blocks: dstBlocks[:m], BlockLen: dst.BlockLen(), Len: bl,
 		Slot: local.Addr, SlotStride: stride}
 	return plan, sc, nil
+}
+
+// SplitLists cuts the equal descriptors of local and remote into pieces of
+// at most chunk bytes (chunk 0: unchanged).
+func SplitLists(local, remote nixl.XferList, chunk uint64) (nixl.XferList, nixl.XferList) {
+	if chunk == 0 {
+		return local, remote
+	}
+	l, r := nixl.XferList{Mem: local.Mem}, nixl.XferList{Mem: remote.Mem}
+	for i, d := range local.Descs {
+		o := remote.Descs[i]
+		for off := uint64(0); off < d.Len; off += chunk {
+			n := min(chunk, d.Len-off)
+			l.Descs = append(l.Descs, nixl.Desc{Addr: d.Addr + off, Len: n, DevID: d.DevID})
+			r.Descs = append(r.Descs, nixl.Desc{Addr: o.Addr + off, Len: n, DevID: o.DevID})
+		}
+	}
+	return l, r
 }

@@ -59,6 +59,10 @@ type Config struct {
 	// DefaultVRAMCopyBandwidth or DefaultDRAMCopyBandwidth).
 	DescCost      time.Duration
 	CopyBandwidth float64
+	// TransferChunk, when not zero, cuts a staged transfer into
+	// descriptors of at most this many bytes (one request still); zero
+	// moves a slot's run as one descriptor.
+	TransferChunk uint64
 }
 
 // Enabled reports whether the configuration stages anything.

@@ -310,3 +310,21 @@ func TestInfoSlot(t *testing.T) {
 		t.Fatal("slot of no staging accepted")
 	}
 }
+
+func TestSplitLists(t *testing.T) {
+	l := nixl.XferList{Mem: nixl.VRAM, Descs: []nixl.Desc{{Addr: 0x1000, Len: 10, DevID: 1}}}
+	r := nixl.XferList{Mem: nixl.VRAM, Descs: []nixl.Desc{{Addr: 0x9000, Len: 10, DevID: 2}}}
+	gl, gr := SplitLists(l, r, 4)
+	want := []uint64{4, 4, 2}
+	if len(gl.Descs) != 3 || len(gr.Descs) != 3 {
+		t.Fatalf("%d and %d descriptors", len(gl.Descs), len(gr.Descs))
+	}
+	for i, n := range want {
+		if gl.Descs[i].Len != n || gr.Descs[i].Len != n || gl.Descs[i].Addr != 0x1000+uint64(4*i) || gr.Descs[i].Addr != 0x9000+uint64(4*i) || gl.Descs[i].DevID != 1 || gr.Descs[i].DevID != 2 {
+			t.Fatalf("piece %d: %+v %+v", i, gl.Descs[i], gr.Descs[i])
+		}
+	}
+	if a, b := SplitLists(l, r, 0); len(a.Descs) != 1 || len(b.Descs) != 1 {
+		t.Fatal("chunk 0 changed the lists")
+	}
+}
