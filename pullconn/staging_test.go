@@ -324,3 +324,18 @@ func TestStagedReadChunked(t *testing.T) {
 	require.Equal(t, uint64(1), extraCount(t, s, "staged_transfers"))
 	require.Equal(t, uint64(8), s.Descriptors, "8 KiB image in 1 KiB descriptors")
 }
+
+// TestParamsStagingSlotChecked: a slot outside any staging memory is
+// refused by Validate, naming the field.
+func TestParamsStagingSlotChecked(t *testing.T) {
+	p := Params{DoRemotePrefill: true, RemoteEngineID: "e", RemoteRequestID: "r", RemoteHost: "h", RemotePort: 1, TPSize: 1}
+	for _, bad := range []int{-1, staging.MaxSlots} {
+		p.RemoteStagingSlot = &bad
+		err := p.Validate()
+		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorContains(t, err, "RemoteStagingSlot")
+	}
+	ok := 3
+	p.RemoteStagingSlot = &ok
+	require.NoError(t, p.Validate())
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gonixl/gonixl/internal/sidechannel"
+	"github.com/gonixl/gonixl/internal/staging"
 )
 
 // replyWith encodes a Reply whose payload is the map fields writes.
@@ -153,6 +154,25 @@ func TestHoldQuery(t *testing.T) {
 	assert.Contains(t, err.Error(), `engine "prefill-e" holds no blocks for peers (not a pull prefill engine)`)
 }
 
+// TestPayloadStagingChecked: a rank's advertised staging memory must be
+// slots inside the address space, or the payload is refused naming it.
+func TestPayloadStagingChecked(t *testing.T) {
+	p := Payload{EngineID: "e", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), TPSize: 1, PPSize: 1, BlockSize: 16, Ranks: RankList{rank(0, 1, 16)}}
+	p.Ranks[0].Staging = &staging.Info{Base: 1 << 30, SlotBytes: 1 << 20, Slots: 4}
+	require.NoError(t, p.Validate())
+	for _, bad := range []staging.Info{
+		{Base: 1, SlotBytes: 1 << 20, Slots: 0},
+		{Base: 1, SlotBytes: 0, Slots: 1},
+		{Base: 1, SlotBytes: 1 << 20, Slots: staging.MaxSlots + 1},
+		{Base: ^uint64(0) - 10, SlotBytes: 1 << 20, Slots: 1},
+	} {
+		p.Ranks[0].Staging = &bad
+		err := p.Validate()
+		require.Error(t, err, "%+v", bad)
+		require.Contains(t, err.Error(), "ranks[0].staging")
+	}
+}
+
 // FuzzReplyFrame decodes arbitrary bytes as the reply a client receives:
 // errors matching ErrMalformed, never a panic, and what decodes validates
 // or is refused by Validate.
@@ -160,6 +180,12 @@ func FuzzReplyFrame(f *testing.F) {
 	p := Payload{EngineID: "e", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), TPSize: 1, PPSize: 1, BlockSize: 16, Ranks: RankList{rank(0, 1, 16)}}
 	good, _ := sidechannel.Encode(Reply{Compat: p.Compat, Hash: p.Hash, Payload: &p, Now: 1})
 	f.Add(good)
+	staged := p
+	staged.Ranks = RankList{rank(0, 1, 16)}
+	staged.Ranks[0].Staging = &staging.Info{Base: 1 << 30, SlotBytes: 1 << 20, Slots: 4}
+	if b, err := sidechannel.Encode(Reply{Compat: p.Compat, Hash: p.Hash, Payload: &staged, Now: 1}); err == nil {
+		f.Add(b)
+	}
 	f.Add([]byte{0x81, 0xa7, 'p', 'a', 'y', 'l', 'o', 'a', 'd', 0x81, 0xa5, 'r', 'a', 'n', 'k', 's', 0xdd, 0, 0, 0, 9})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var r Reply

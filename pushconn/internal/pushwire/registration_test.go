@@ -262,6 +262,10 @@ func FuzzDecodeRegistration(f *testing.F) {
 	if msg, err := EncodeRegistration(withInc); err == nil {
 		f.Add(msg)
 	}
+	withInc.Staging = &Staging{Slot: 2, Offsets: []uint64{0, 1 << 20}, Sizes: []uint64{1 << 20, 1 << 20}}
+	if msg, err := EncodeRegistration(withInc); err == nil {
+		f.Add(msg)
+	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		reg, err := DecodeRegistration(msg)
 		if err != nil {
