@@ -142,6 +142,9 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	if err := cfg.validate(e); err != nil {
 		return nil, err
 	}
+	if err := staging.Prepare(&cfg.Staging); err != nil {
+		return nil, invalidf("RankConfig.Staging: %v", err)
+	}
 	if err := e.core.Claim("consumer", cfg.Layout.TPRank); err != nil {
 		return nil, err
 	}

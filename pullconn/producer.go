@@ -54,6 +54,9 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	if err := cfg.validate(e); err != nil {
 		return nil, err
 	}
+	if err := staging.Prepare(&cfg.Staging); err != nil {
+		return nil, invalidf("RankConfig.Staging: %v", err)
+	}
 	h, err := newHolds(e.core.Config().TPSize, cfg.Lease, recentExpired)
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)

@@ -339,3 +339,19 @@ func TestParamsStagingSlotChecked(t *testing.T) {
 	p.RemoteStagingSlot = &ok
 	require.NoError(t, p.Validate())
 }
+
+// TestStagingMeasureCopy: with MeasureCopy the rank measures its copy
+// bandwidth at start and the model uses it; requests still move right.
+func TestStagingMeasureCopy(t *testing.T) {
+	m := newStagingMem(t, StagingAuto, 2, 64<<10)
+	measure := func(rc *RankConfig) { rc.Staging.MeasureCopy = true }
+	c := stagedCluster(t, clusterOpts{prefillCfg: measure, decodeCfg: measure}, m)
+	require.Greater(t, c.prods[0].model.CopyBandwidth, 0.0)
+	require.NotEqual(t, 1e9, c.prods[0].model.CopyBandwidth, "measured, not the configured 1e9")
+	blocks := []int{9, 3, 30, 12}
+	c.fill(4, blocks, 64)
+	p := c.finish("r", blocks)
+	c.load("d", p, []int{5, 40, 7, 22})
+	require.NoError(t, c.result("d")[0].Err)
+	c.verify(4, []int{5, 40, 7, 22}, 0, 64)
+}

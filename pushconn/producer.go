@@ -75,6 +75,9 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	if err := cfg.validate(e, true); err != nil {
 		return nil, err
 	}
+	if err := staging.Prepare(&cfg.Staging); err != nil {
+		return nil, invalidf("RankConfig.Staging: %v", err)
+	}
 	m, err := match.New[*pendingReg, *hold](match.Config{RegistrationTTL: cfg.RegistrationTimeout, FinishedTTL: cfg.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -59,6 +59,11 @@ type Config struct {
 	// DefaultVRAMCopyBandwidth or DefaultDRAMCopyBandwidth).
 	DescCost      time.Duration
 	CopyBandwidth float64
+	// MeasureCopy, under ModeAuto, measures CopyBandwidth when the rank
+	// starts (copies inside slot 0 with the Copier) instead of taking it
+	// from the field or its default. DescCost is always configured: it
+	// needs a peer to measure.
+	MeasureCopy bool
 	// TransferChunk, when not zero, cuts a staged transfer into
 	// descriptors of at most this many bytes (one request still); zero
 	// moves a slot's run as one descriptor.
@@ -150,4 +155,40 @@ func (in Info) Slot(i int) (uint64, error) {
 		return 0, fmt.Errorf("staging slot %d out of range [0, %d)", i, in.Slots)
 	}
 	return in.Base + uint64(i)*in.SlotBytes, nil
+}
+
+// MeasureCopy returns the copier's bandwidth in bytes per second: up to
+// 256 MiB of slot 0 copied onto its other half, once to warm up and then
+// three times timed. Slot 0 holds nothing yet when a rank starts.
+func MeasureCopy(c *Config) (float64, error) {
+	n := min(c.SlotBytes/2, 256<<20) &^ 15
+	if n == 0 || c.Copier == nil {
+		return 0, fmt.Errorf("staging: cannot measure the copy bandwidth in slots of %d bytes", c.SlotBytes)
+	}
+	segs := []Seg{{Src: c.Base, Dst: c.Base + n, Len: n}}
+	if err := c.Copier.Copy(segs); err != nil {
+		return 0, fmt.Errorf("staging: measuring the copy bandwidth: %w", err)
+	}
+	const reps = 3
+	start := time.Now()
+	for range reps {
+		if err := c.Copier.Copy(segs); err != nil {
+			return 0, fmt.Errorf("staging: measuring the copy bandwidth: %w", err)
+		}
+	}
+	return float64(n) * reps / max(time.Since(start).Seconds(), 1e-9), nil
+}
+
+// Prepare measures CopyBandwidth when c asks for it (MeasureCopy under
+// ModeAuto); the connectors call it when a rank starts.
+func Prepare(c *Config) error {
+	if !c.MeasureCopy || c.Mode != ModeAuto {
+		return nil
+	}
+	bw, err := MeasureCopy(c)
+	if err != nil {
+		return err
+	}
+	c.CopyBandwidth = bw
+	return nil
 }

@@ -328,3 +328,14 @@ func TestSplitLists(t *testing.T) {
 		t.Fatal("chunk 0 changed the lists")
 	}
 }
+
+func TestMeasureCopy(t *testing.T) {
+	s := slotBuf(t, 1<<20)
+	bw, err := MeasureCopy(&Config{Mode: ModeAuto, Base: s.Addr, SlotBytes: s.Len, Slots: 1, Copier: HostCopier{}})
+	if err != nil || bw <= 0 {
+		t.Fatalf("bandwidth %v, %v", bw, err)
+	}
+	if _, err := MeasureCopy(&Config{Base: s.Addr, SlotBytes: 16, Copier: HostCopier{}}); err == nil {
+		t.Fatal("measured in a 16-byte slot")
+	}
+}
