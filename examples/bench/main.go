@@ -240,7 +240,7 @@ func startPresetStack(p preset, mode string, native bool, run string) (*stack.St
 	cfg := stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
 		Lease: p.Lease, RequestTimeout: p.RequestTimeout}
 	if native {
-		newAgent, err := nativeAgents(run)
+		newAgent, err := stack.NativeAgents("bench-" + run)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gonixl/gonixl/examples/completions"
 	"github.com/gonixl/gonixl/examples/loadgen"
 )
 
@@ -69,7 +70,7 @@ func benchRun(ctx context.Context, cfg runConfig) ([]sample, time.Duration, erro
 	one := func(id string, prompt string) sample {
 		rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 		defer cancel()
-		return complete(rctx, client, cfg.BaseURL, cfg.Model, id, prompt, cfg.InputLen, cfg.OutputLen)
+		return completions.Stream(rctx, client, cfg.BaseURL, cfg.Model, id, prompt, cfg.InputLen, cfg.OutputLen)
 	}
 	warm := randomPrompts(cfg.NumWarmups, cfg.InputLen, cfg.Seed^0xfeed)
 	for i, p := range warm {

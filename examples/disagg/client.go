@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -12,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gonixl/gonixl/examples/completions"
 )
 
 // sample is one streamed completion as the client saw it.
@@ -61,82 +60,13 @@ func promptText(seed uint64, i, words int) string {
 	return b.String()
 }
 
-// complete sends one streaming request and reads its SSE stream.
+// complete sends one streaming request through the benchmark's client.
 func complete(ctx context.Context, client *http.Client, url, model, id, prompt string, maxTokens int) sample {
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
-		"ignore_eos": true, "stream_options": map[string]any{"include_usage": true}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return sample{err: err}
+	c := completions.Stream(ctx, client, url, model, id, prompt, len(strings.Fields(prompt)), maxTokens)
+	s := sample{err: c.Err, ttft: c.TTFT, tokens: c.OutputTokens, text: c.Text, requestID: id}
+	if c.Err == nil && c.OutputTokens > 1 {
+		s.tpot = (c.Latency - c.TTFT) / time.Duration(c.OutputTokens-1)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
-	s := sample{requestID: id}
-	start := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		s.err = err
-		return s
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		s.err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, e.Error.Message)
-		return s
-	}
-	var first, last time.Time
-	var text strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	done := false
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if line == "[DONE]" {
-			done = true
-			break
-		}
-		var chunk struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
-			s.err = fmt.Errorf("bad chunk %q: %w", line, err)
-			return s
-		}
-		if len(chunk.Choices) == 0 || chunk.Choices[0].Text == "" {
-			continue // the usage chunk
-		}
-		now := time.Now()
-		if first.IsZero() {
-			first = now
-		}
-		last = now
-		s.tokens++
-		text.WriteString(chunk.Choices[0].Text)
-	}
-	switch {
-	case sc.Err() != nil:
-		s.err = sc.Err()
-	case !done:
-		s.err = fmt.Errorf("stream ended without [DONE]")
-	case s.tokens == 0:
-		s.err = fmt.Errorf("no token streamed")
-	}
-	if s.err != nil {
-		return s
-	}
-	s.ttft = first.Sub(start)
-	if s.tokens > 1 {
-		s.tpot = last.Sub(first) / time.Duration(s.tokens-1)
-	}
-	s.text = text.String()
 	return s
 }
 

@@ -1,4 +1,4 @@
-package main
+package completions
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 
 // sse serves one streamed completion: chunks of text, then usage, then
 // [DONE] unless cut.
-func sse(t *testing.T, texts []string, usage int, done bool, check func(r *http.Request, body completionRequest)) *httptest.Server {
+func sse(t *testing.T, texts []string, usage int, done bool, check func(r *http.Request, body Body)) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body completionRequest
+		var body Body
 		require.NoError(t, json.NewDecoder(r.Body).Decode(&body))
 		if check != nil {
 			check(r, body)
@@ -40,13 +40,13 @@ func sse(t *testing.T, texts []string, usage int, done bool, check func(r *http.
 }
 
 func TestCompleteTimesTheStream(t *testing.T) {
-	srv := sse(t, []string{" a", "", " b", " c"}, 3, true, func(r *http.Request, b completionRequest) {
+	srv := sse(t, []string{" a", "", " b", " c"}, 3, true, func(r *http.Request, b Body) {
 		assert.Equal(t, "/v1/completions", r.URL.Path)
 		assert.Equal(t, "req-1", r.Header.Get("X-Request-Id"))
-		assert.Equal(t, completionRequest{Model: "m", Prompt: "hello world", MaxTokens: 3, IgnoreEOS: true, Stream: true,
+		assert.Equal(t, Body{Model: "m", Prompt: "hello world", MaxTokens: 3, IgnoreEOS: true, Stream: true,
 			StreamOptions: map[string]any{"include_usage": true}}, b)
 	})
-	s := complete(context.Background(), srv.Client(), srv.URL+"/", "m", "req-1", "hello world", 2, 3)
+	s := Stream(context.Background(), srv.Client(), srv.URL+"/", "m", "req-1", "hello world", 2, 3)
 	require.NoError(t, s.Err)
 	assert.Equal(t, " a b c", s.Text)
 	assert.Equal(t, 3, s.OutputTokens)
@@ -61,25 +61,25 @@ func TestCompleteTimesTheStream(t *testing.T) {
 
 func TestCompleteCountsChunksWithoutUsage(t *testing.T) {
 	srv := sse(t, []string{"x", "y"}, -1, true, nil)
-	s := complete(context.Background(), srv.Client(), srv.URL, "m", "", "p", 1, 2)
+	s := Stream(context.Background(), srv.Client(), srv.URL, "m", "", "p", 1, 2)
 	require.NoError(t, s.Err)
 	assert.Equal(t, 2, s.OutputTokens)
 }
 
 func TestCompleteErrors(t *testing.T) {
 	cut := sse(t, []string{"x"}, 1, false, nil)
-	s := complete(context.Background(), cut.Client(), cut.URL, "m", "", "p", 1, 1)
+	s := Stream(context.Background(), cut.Client(), cut.URL, "m", "", "p", 1, 1)
 	assert.EqualError(t, s.Err, "stream ended without data: [DONE]")
 
 	none := sse(t, nil, 0, true, nil)
-	s = complete(context.Background(), none.Client(), none.URL, "m", "", "p", 1, 1)
+	s = Stream(context.Background(), none.Client(), none.URL, "m", "", "p", 1, 1)
 	assert.EqualError(t, s.Err, "no token streamed")
 
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "data: {nope\n\n")
 	}))
 	defer bad.Close()
-	s = complete(context.Background(), bad.Client(), bad.URL, "m", "", "p", 1, 1)
+	s = Stream(context.Background(), bad.Client(), bad.URL, "m", "", "p", 1, 1)
 	assert.ErrorContains(t, s.Err, `chunk "{nope" is not JSON`)
 
 	refused := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -87,7 +87,7 @@ func TestCompleteErrors(t *testing.T) {
 		fmt.Fprint(w, `{"error":{"message":"engine overloaded"}}`)
 	}))
 	defer refused.Close()
-	s = complete(context.Background(), refused.Client(), refused.URL, "m", "", "p", 1, 1)
+	s = Stream(context.Background(), refused.Client(), refused.URL, "m", "", "p", 1, 1)
 	assert.EqualError(t, s.Err, "HTTP 503: engine overloaded")
 }
 
@@ -101,6 +101,6 @@ func TestCompleteDeadline(t *testing.T) {
 	defer stall.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	s := complete(ctx, stall.Client(), stall.URL, "m", "", "p", 1, 1)
+	s := Stream(ctx, stall.Client(), stall.URL, "m", "", "p", 1, 1)
 	assert.ErrorIs(t, s.Err, context.DeadlineExceeded)
 }

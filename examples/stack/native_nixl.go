@@ -1,6 +1,6 @@
 //go:build nixl
 
-package main
+package stack
 
 import (
 	"fmt"
@@ -9,15 +9,17 @@ import (
 	"github.com/gonixl/gonixl/nixl"
 )
 
-// nativeAgents makes NIXL agents with the UCX backend (over the loopback
-// device unless UCX_NET_DEVICES says otherwise); the preset's link and post
-// cost do not apply: the transfers are real.
-func nativeAgents(run string) (func(name string) (nixl.Agent, error), error) {
+// NativeAgents returns a factory of NIXL agents with the UCX backend (over
+// the loopback device unless UCX_NET_DEVICES says otherwise), named
+// prefix-<pid>-<name> so that stacks of one process, and of several, never
+// share an agent name.
+func NativeAgents(prefix string) (func(name string) (nixl.Agent, error), error) {
 	if _, set := os.LookupEnv("UCX_NET_DEVICES"); !set {
 		os.Setenv("UCX_NET_DEVICES", "lo")
 	}
+	pid := os.Getpid()
 	return func(name string) (nixl.Agent, error) {
-		a, err := nixl.New(fmt.Sprintf("bench-%d-%s-%s", os.Getpid(), run, name), nixl.Config{})
+		a, err := nixl.New(fmt.Sprintf("%s-%d-%s", prefix, pid, name), nixl.Config{})
 		if err != nil {
 			return nil, err
 		}

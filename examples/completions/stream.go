@@ -1,4 +1,8 @@
-package main
+// Package completions is a streaming client of an OpenAI-compatible
+// /v1/completions endpoint, timed as vLLM's benchmark client times it. The
+// serving benchmark (examples/bench) and the main job (examples/disagg) send
+// their requests through it, so both report the same TTFT.
+package completions
 
 import (
 	"bufio"
@@ -12,12 +16,12 @@ import (
 	"time"
 )
 
-// sample is one request as the client saw it, timed as vLLM's benchmark
+// Sample is one request as the client saw it, timed as vLLM's benchmark
 // client times it: TTFT is the first chunk that carries text, each later
 // text chunk adds an inter-token latency, and the latency ends at the last
 // text chunk.
-type sample struct {
-	Start        time.Duration   // since the run started
+type Sample struct {
+	Start        time.Duration   // since the run started (set by the caller)
 	TTFT         time.Duration   // request sent -> first token
 	ITL          []time.Duration // gaps between the text chunks after the first
 	Latency      time.Duration   // request sent -> last token
@@ -27,8 +31,8 @@ type sample struct {
 	Err          error
 }
 
-// completionRequest is the body sent to /v1/completions.
-type completionRequest struct {
+// Body is the JSON body sent to /v1/completions.
+type Body struct {
 	Model         string         `json:"model"`
 	Prompt        string         `json:"prompt"`
 	MaxTokens     int            `json:"max_tokens"`
@@ -37,11 +41,13 @@ type completionRequest struct {
 	StreamOptions map[string]any `json:"stream_options"`
 }
 
-// complete sends one streaming completion and reads its server-sent events.
-// The request's context bounds every wait.
-func complete(ctx context.Context, client *http.Client, url, model, requestID, prompt string, promptTokens, outputLen int) sample {
-	s := sample{PromptTokens: promptTokens}
-	body, err := json.Marshal(completionRequest{Model: model, Prompt: prompt, MaxTokens: outputLen,
+// Stream sends one streaming completion of outputLen tokens (ignore_eos) to
+// url + /v1/completions and reads its server-sent events; requestID, if not
+// empty, goes in X-Request-Id. The context bounds every wait. A failed
+// request is a Sample with Err set, never a panic.
+func Stream(ctx context.Context, client *http.Client, url, model, requestID, prompt string, promptTokens, outputLen int) Sample {
+	s := Sample{PromptTokens: promptTokens}
+	body, err := json.Marshal(Body{Model: model, Prompt: prompt, MaxTokens: outputLen,
 		IgnoreEOS: true, Stream: true, StreamOptions: map[string]any{"include_usage": true}})
 	if err != nil {
 		s.Err = err
