@@ -243,3 +243,24 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A lease that expired before Close (keep-alives late on a loaded host) is
+// no error: the key went with it.
+func TestCloseAfterTheLeaseExpired(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := client(t, srv)
+	ctx := context.Background()
+	r, err := discovery.Register(ctx, discovery.RegisterConfig{Client: cli, Cluster: "c", Record: record("decode", "d"), TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, r.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatalf("Close after the lease ended: %v", err)
+	}
+	if kv, _ := cli.Get(ctx, r.Key()); len(kv.Kvs) != 0 {
+		t.Fatalf("the key outlived Close: %s", kv.Kvs[0].Value)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -179,6 +180,9 @@ func (r *Registration) Close(ctx context.Context) error {
 		lease := r.Lease()
 		_, derr := r.cfg.Client.Delete(ctx, r.key)
 		_, rerr := r.cfg.Client.Revoke(ctx, lease)
+		if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+			rerr = nil // it expired first (keep-alives late on a loaded host): the key went with it
+		}
 		if derr != nil || rerr != nil {
 			r.err = fmt.Errorf("discovery: deregistering %s: %w", r.key, errors.Join(derr, rerr))
 		}
