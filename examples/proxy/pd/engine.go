@@ -54,7 +54,8 @@ type engine struct {
 	compat string
 
 	mu             sync.Mutex
-	healthy        bool            // last GET /health passed (and no connection error since)
+	healthy        bool            // last GET /health passed
+	suspect        bool            // a request could not reach it since that check
 	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
 	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
 	wrongRole      string          // non-empty: the engine reports the other role
@@ -72,10 +73,13 @@ func (e *engine) kvInfo() *KVTransferInfo {
 	return e.info
 }
 
-// markDown takes the engine out of rotation until the next health check passes.
+// markDown takes the engine out of rotation until the next health check passes. A
+// failure seen by a request alone never empties a pool: pick falls back on suspect
+// engines when no other is in rotation (as Envoy's panic threshold does), so one
+// transient error on a loaded host does not turn into 503s until the next check.
 func (e *engine) markDown() {
 	e.mu.Lock()
-	e.healthy = false
+	e.suspect = true
 	e.mu.Unlock()
 }
 
@@ -96,9 +100,15 @@ func normalizeConnector(s string) string {
 
 // inRotation says whether the engine may get requests under connector conn.
 func (e *engine) inRotation(conn string) bool {
+	return e.usable(conn, false)
+}
+
+// usable is inRotation, or with suspectOK also an engine that only a request's failure
+// took out.
+func (e *engine) usable(conn string, suspectOK bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.healthy || e.wrongConnector != "" || e.wrongRole != "" {
+	if !e.healthy || (e.suspect && !suspectOK) || e.wrongConnector != "" || e.wrongRole != "" {
 		return false
 	}
 	// Push needs the prefill engine's side-channel coordinates.
@@ -118,8 +128,9 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 		info, infoErr = p.getInfo(ctx, e)
 	}
 	e.mu.Lock()
-	wasHealthy := e.healthy
+	wasHealthy := e.healthy && !e.suspect
 	e.healthy = healthErr == nil
+	e.suspect = false
 	if info != nil {
 		e.info = info
 		if c := normalizeConnector(info.Connector); conn != "" && c != "" && c != conn {
@@ -256,15 +267,20 @@ func compatible(a, b *engine) bool {
 // is over.
 func (p *Proxy) pick(pool []*engine, rr *atomic.Uint64, policy string, accept func(*engine) bool, exclude ...*engine) (*engine, func()) {
 	cands := make([]*engine, 0, len(pool))
-outer:
-	for _, e := range pool {
-		for _, x := range exclude {
-			if x == e {
-				continue outer
+	for _, suspectOK := range []bool{false, true} {
+	outer:
+		for _, e := range pool {
+			for _, x := range exclude {
+				if x == e {
+					continue outer
+				}
+			}
+			if e.usable(p.connector, suspectOK) && (accept == nil || accept(e)) {
+				cands = append(cands, e)
 			}
 		}
-		if e.inRotation(p.connector) && (accept == nil || accept(e)) {
-			cands = append(cands, e)
+		if len(cands) > 0 {
+			break
 		}
 	}
 	if len(cands) == 0 {

@@ -391,7 +391,7 @@ func (p *Proxy) noPair(mine, others []*engine, want role) *legError {
 // hasPartner says whether pool has an engine in rotation that may be paired with e.
 func (p *Proxy) hasPartner(pool []*engine, e *engine) bool {
 	for _, d := range pool {
-		if compatible(e, d) && d.inRotation(p.connector) {
+		if compatible(e, d) && d.usable(p.connector, true) {
 			return true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -612,5 +613,50 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	if s := h.p.Stats(); s.Failed != 1 || s.Retried != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A request's failure takes an engine out of rotation until its next health check, but
+// never the last ones: with every candidate suspect, they stay candidates (one transient
+// error on a loaded host must not become 503s for a health interval). A failed health
+// check does take an engine out.
+func TestSuspectEnginesAreTheLastResort(t *testing.T) {
+	pa, pb := newFake(t, "prefill", "pull", nil), newFake(t, "prefill", "pull", nil)
+	df := newFake(t, "decode", "pull", nil)
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour}, []*fake{pa, pb}, []*fake{df})
+	pool := h.p.pools().prefill
+	eventually(t, "both prefill engines in rotation", func() bool { return h.p.inRotationCount(pool) == 2 })
+	var rr atomic.Uint64
+	pool[0].markDown()
+	for range 4 {
+		e, release := h.p.pick(pool, &rr, PolicyRoundRobin, nil)
+		if e != pool[1] {
+			t.Fatalf("picked %v, want the engine not suspect", e)
+		}
+		release()
+	}
+	if n := h.p.inRotationCount(pool); n != 1 {
+		t.Fatalf("%d in rotation, want 1", n)
+	}
+	pool[1].markDown()
+	seen := map[*engine]bool{}
+	for range 4 {
+		e, release := h.p.pick(pool, &rr, PolicyRoundRobin, nil)
+		if e == nil {
+			t.Fatal("every engine suspect: nothing picked")
+		}
+		seen[e] = true
+		release()
+	}
+	if len(seen) != 2 {
+		t.Fatalf("suspect engines picked: %d, want both", len(seen))
+	}
+	for _, e := range pool {
+		e.mu.Lock()
+		e.healthy = false // as a failed health check leaves it
+		e.mu.Unlock()
+	}
+	if e, _ := h.p.pick(pool, &rr, PolicyRoundRobin, nil); e != nil {
+		t.Fatal("an engine that failed its health check was picked")
 	}
 }
