@@ -12,9 +12,15 @@ import (
 func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 	l := &p.cfg.Layout
 	size := staging.SrcImageSize(l, len(blocks))
-	want := len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
+	tp := p.e.core.Config().TPSize
+	// Only an engine of one TP rank stages: with more, one rank's Params
+	// (naming the slot) could reach decode before another rank gathered
+	// into its slot, and decode would read what the slot held before.
+	// Direct READs need no such order: the blocks hold the KV once the
+	// forward pass ends.
+	want := tp == 1 && len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
 		p.model.Choose(runs(blocks)*len(l.Regions), size, 1) == staging.Staged
-	i, staged := p.e.slots.decide(id, p.e.core.Config().TPSize, want)
+	i, staged := p.e.slots.decide(id, tp, want)
 	if !staged {
 		if want {
 			p.stage.NoSlot.Inc()

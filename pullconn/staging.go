@@ -11,12 +11,15 @@ import (
 // Staging is a rank's staging memory and policy (RankConfig.Staging).
 //
 // On prefill, RequestFinished gathers the request's blocks, whole, into a
-// slot (when the image fits a slot, one is free on every rank and the cost
-// model or StagingOn says so) before it returns, and the Params carry the
-// slot (our own key "remote_staging_slot", which a vLLM decode ignores).
-// The slot is held with the blocks and freed with them. Every prefill rank
-// of an engine must have the same Mode, Slots and SlotBytes: the slot
-// index is the engine's, one per request on all ranks.
+// slot (when the image fits a slot, one is free and the cost model or
+// StagingOn says so) before it returns, and the Params carry the slot (our
+// own key "remote_staging_slot", which a vLLM decode ignores). The slot is
+// held with the blocks and freed with them. Only a prefill engine of one
+// TP rank stages: with several, one rank's Params could reach decode
+// before another rank had gathered (its blocks, read directly, hold the KV
+// from the end of the forward pass; its slot only from its gather). The
+// ranks of an engine must still have the same Mode, Slots and SlotBytes:
+// the slot index is the engine's.
 //
 // On decode, a load whose Params name a slot READs the parts it needs of
 // each prefill rank's slot into a slot of its own (a few large READs, or

@@ -125,6 +125,18 @@ func TestStagedPullBytes(t *testing.T) {
 						staged += extraCount(t, cn.Stats(), "staged_transfers")
 						direct += extraCount(t, cn.Stats(), "direct_transfers")
 					}
+					if g.pre.tp > 1 {
+						// Prefill engines of several ranks never stage
+						// (see Staging): every READ is direct.
+						require.Nil(t, p.RemoteStagingSlot)
+						var direct uint64
+						for _, cn := range c.cons {
+							direct += extraCount(t, cn.Stats(), "direct_transfers")
+							require.Zero(t, extraCount(t, cn.Stats(), "staged_transfers"))
+						}
+						require.Positive(t, direct)
+						return
+					}
 					reads := uint64(len(c.cons) * len(c.prods))
 					if g.pre.tp > g.dec.tp {
 						reads = uint64(len(c.prods))
