@@ -72,7 +72,7 @@ func ratioPlot(r sweepResult, base string) (*plot.Plot, error) {
 	p.X.Label.Text = "request rate (req/s)"
 	p.Y.Label.Text = "ratio"
 	p.Y.Min, p.Y.Max = 0, 1.2
-	p.Legend.Top = false
+	p.Legend.Top, p.Legend.Left = false, true // clear of the published point, bottom right
 	for i, n := range r.InputLens {
 		var xys plotter.XYs
 		for _, rate := range r.Rates {
