@@ -268,9 +268,14 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				} else if res.Err != nil && rank == 0 {
 					f.failed++
 				}
-				// The engine takes the blocks back: poison them, so a late
-				// write shows.
-				c.poisonBlocks(c.dbufs[rank], &c.dlayouts[rank], r.dblocks)
+				// The engine takes the blocks back once the rank's last load
+				// of them ended: poison them, so a late write shows. (With a
+				// second load of the same blocks accepted on this rank, the
+				// first result does not hand them back: poisoning then would
+				// overwrite what the second READ brought.)
+				if r.ended[rank] == r.want[rank] {
+					c.poisonBlocks(c.dbufs[rank], &c.dlayouts[rank], r.dblocks)
+				}
 			}
 		}
 		for rank, p := range c.prods {
