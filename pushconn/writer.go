@@ -575,8 +575,11 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	status, err := p.cfg.Agent.PostXferReq(xh, nil)
-	p.stats.RecordPost(time.Since(start))
-	wr := &write{reg: pr, hold: h, handle: xh, posted: start, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs, slot: slot}
+	posted := time.Now()
+	p.stats.RecordPost(posted.Sub(start))
+	// The transfer time starts once the WRITE is posted, as pull's READ
+	// time does: the same metric means the same thing on both connectors.
+	wr := &write{reg: pr, hold: h, handle: xh, posted: posted, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs, slot: slot}
 	switch {
 	case err != nil && peerGone(err) && !pr.retry:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
