@@ -6,12 +6,12 @@ import (
 	"net"
 	"slices"
 	"strconv"
-
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
@@ -150,7 +150,9 @@ func (c *Consumer) connect(r *remote) (*pairing, error) {
 		return nil, err
 	}
 	for _, s := range set.notify {
-		name, err := c.cfg.Agent.LoadRemoteMD(p.Ranks[s].Metadata)
+		// A prefill engine restarted under the same agent names replaces
+		// the dead instance's metadata.
+		name, err := engine.LoadPeerMD(c.cfg.Agent, p.Ranks[s].Agent, p.Ranks[s].Metadata)
 		if err != nil {
 			c.e.core.Client().Forget(r.engineID, r.addr)
 			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", ErrHandshake, r.engineID, s, err)

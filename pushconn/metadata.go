@@ -3,20 +3,14 @@ package pushconn
 import (
 	"errors"
 
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/nixl"
 )
 
-// loadPeerMD loads a peer agent's metadata. A peer that restarted under the
-// same name is refused by the agent (nixl.ErrNotAllowed) while the old
-// instance is still known, so the old one is forgotten first and the load
-// tried once more.
+// loadPeerMD loads a peer agent's metadata, replacing a dead instance of
+// the same name (engine.LoadPeerMD).
 func loadPeerMD(a nixl.Agent, name string, md []byte) error {
-	_, err := a.LoadRemoteMD(md)
-	if errors.Is(err, nixl.ErrNotAllowed) {
-		if ierr := a.InvalidateRemoteMD(name); ierr == nil {
-			_, err = a.LoadRemoteMD(md)
-		}
-	}
+	_, err := engine.LoadPeerMD(a, name, md)
 	return err
 }
 
