@@ -5,19 +5,20 @@ import "github.com/gonixl/gonixl/internal/stats"
 // pushCounters are the counters the push connector keeps besides the
 // shared ones; both sides register all of them so their lines read alike.
 type pushCounters struct {
-	regsReceived  *stats.Counter
-	regsSent      *stats.Counter
-	matchedExact  *stats.Counter
-	matchedStrip  *stats.Counter
-	matchedXferID *stats.Counter
-	duplicates    *stats.Counter
-	unmatchedExp  *stats.Counter
-	failSent      *stats.Counter
-	failReceived  *stats.Counter
-	failUndeliver *stats.Counter
-	timeouts      *stats.Counter
-	misdirected   *stats.Counter
-	handshakes    *stats.Counter
+	regsReceived   *stats.Counter
+	regsSent       *stats.Counter
+	matchedExact   *stats.Counter
+	matchedStrip   *stats.Counter
+	matchedXferID  *stats.Counter
+	duplicates     *stats.Counter
+	cancelledFirst *stats.Counter
+	unmatchedExp   *stats.Counter
+	failSent       *stats.Counter
+	failReceived   *stats.Counter
+	failUndeliver  *stats.Counter
+	timeouts       *stats.Counter
+	misdirected    *stats.Counter
+	handshakes     *stats.Counter
 
 	cancelSent      *stats.Counter
 	cancelReceived  *stats.Counter
@@ -41,19 +42,20 @@ type pushCounters struct {
 
 func newPushCounters(s *stats.Set) *pushCounters {
 	return &pushCounters{
-		regsReceived:  s.Counter("registrations_received", "PUSH_REG registrations received and decoded (prefill)."),
-		regsSent:      s.Counter("registrations_sent", "PUSH_REG registrations sent to prefill ranks (decode)."),
-		matchedExact:  s.Counter("matched_exact", "Registrations matched to finished blocks by exact request id."),
-		matchedStrip:  s.Counter("matched_stripped", "Registrations matched by request id without its -xxxxxxxx suffix."),
-		matchedXferID: s.Counter("matched_transfer_id", "Registrations matched by transfer id."),
-		duplicates:    s.Counter("duplicate_registrations", "Registrations dropped as duplicates of one pending or already written."),
-		unmatchedExp:  s.Counter("unmatched_expired", "Registrations whose request never finished within the registration timeout."),
-		failSent:      s.Counter("push_fail_sent", "PUSH_FAIL notifications sent to decode."),
-		failReceived:  s.Counter("push_fail_received", "PUSH_FAIL notifications received from prefill."),
-		failUndeliver: s.Counter("push_fail_undeliverable", "PUSH_FAIL notifications that could not be sent."),
-		timeouts:      s.Counter("registration_timeouts", "Decode requests failed at the registration timeout."),
-		misdirected:   s.Counter("misdirected_registrations", "Registrations for another engine or from an agent this rank does not write to."),
-		handshakes:    s.Counter("handshakes", "Side-channel handshakes with peer engines that succeeded."),
+		regsReceived:   s.Counter("registrations_received", "PUSH_REG registrations received and decoded (prefill)."),
+		regsSent:       s.Counter("registrations_sent", "PUSH_REG registrations sent to prefill ranks (decode)."),
+		matchedExact:   s.Counter("matched_exact", "Registrations matched to finished blocks by exact request id."),
+		matchedStrip:   s.Counter("matched_stripped", "Registrations matched by request id without its -xxxxxxxx suffix."),
+		matchedXferID:  s.Counter("matched_transfer_id", "Registrations matched by transfer id."),
+		duplicates:     s.Counter("duplicate_registrations", "Registrations dropped as duplicates of one pending or already written."),
+		cancelledFirst: s.Counter("registrations_cancelled_before_arrival", "Registrations dropped because decode's PUSH_CANCEL for them came (and was acknowledged) first."),
+		unmatchedExp:   s.Counter("unmatched_expired", "Registrations whose request never finished within the registration timeout."),
+		failSent:       s.Counter("push_fail_sent", "PUSH_FAIL notifications sent to decode."),
+		failReceived:   s.Counter("push_fail_received", "PUSH_FAIL notifications received from prefill."),
+		failUndeliver:  s.Counter("push_fail_undeliverable", "PUSH_FAIL notifications that could not be sent."),
+		timeouts:       s.Counter("registration_timeouts", "Decode requests failed at the registration timeout."),
+		misdirected:    s.Counter("misdirected_registrations", "Registrations for another engine or from an agent this rank does not write to."),
+		handshakes:     s.Counter("handshakes", "Side-channel handshakes with peer engines that succeeded."),
 
 		cancelSent:      s.Counter("push_cancel_sent", "PUSH_CANCEL notifications sent to prefill ranks for requests decode ended without success (decode)."),
 		cancelReceived:  s.Counter("push_cancel_received", "PUSH_CANCEL notifications received and decoded (prefill)."),

@@ -431,3 +431,72 @@ func TestAbortWhileRegisteringCancelsEveryRankThatGetsTheRegistration(t *testing
 	time.Sleep(50 * time.Millisecond)
 	require.True(t, poisoned(t, r.decLayout[0], dst), "a prefill rank wrote into blocks decode handed back")
 }
+
+// holdFirstReg keeps the first PUSH_REG naming id it is asked to send (a
+// network that delays it), to be delivered later by the test.
+type holdFirstReg struct {
+	nixl.Agent
+	id   string
+	mu   sync.Mutex
+	held []byte
+	to   string
+}
+
+func (a *holdFirstReg) GenNotif(remote string, msg []byte, opts *nixl.Options) error {
+	a.mu.Lock()
+	if a.held == nil && strings.HasPrefix(string(msg), pushwire.RegPrefix) && strings.Contains(string(msg), a.id) {
+		a.held, a.to = append([]byte(nil), msg...), remote
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.Unlock()
+	return a.Agent.GenNotif(remote, msg, opts)
+}
+
+// A PUSH_CANCEL that overtakes its PUSH_REG (the registration delayed by
+// the network) is acknowledged at once — prefill holds nothing of it — and
+// decode hands the blocks back; the registration, when it comes, used to be
+// admitted, and the request's WRITE landed in the released blocks. Found by
+// the long push campaign (1 write after release in 31,911 requests).
+// Prefill now remembers a cancel of a registration it never received.
+func TestRegistrationArrivingAfterItsCancelIsDropped(t *testing.T) {
+	fab, err := loopback.NewFabric()
+	require.NoError(t, err)
+	var dec *holdFirstReg
+	r := newRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
+		a, err := fab.NewAgent(name)
+		require.NoError(t, err)
+		if strings.HasPrefix(name, "decode") {
+			dec = &holdFirstReg{Agent: a, id: "late-request"}
+			return dec
+		}
+		return a
+	}})
+	c, p := r.consumers[0], r.producers[0]
+	// A request first, so that prefill knows decode's agent and its ack of
+	// the cancel is delivered at once.
+	pushOne(t, r, true, "before", "before", blocksFrom(0, 1), blocksFrom(0, 1), 16)
+	dst := blocksFrom(4, 2)
+	require.NoError(t, c.Register("late-request", r.pre.Coordinates(), dst))
+	eventually(t, "the registration sent (and held back)", func() bool {
+		dec.mu.Lock()
+		defer dec.mu.Unlock()
+		return dec.held != nil
+	})
+	require.NoError(t, c.Abort("late-request"))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, ErrAborted, "prefill acknowledged the cancel of a registration it never saw")
+	poison(t, r.decLayout[0], dst) // the engine takes the blocks back
+
+	// The delayed registration arrives, then prefill finishes the request.
+	require.NoError(t, dec.Agent.GenNotif(dec.to, dec.held, nil))
+	eventually(t, "the late registration dropped", func() bool {
+		return extra(t, p.Stats(), "registrations_cancelled_before_arrival") == 1
+	})
+	fill(t, r.preLayout[0], blocksFrom(1, 2), 3, 32)
+	_, err = p.RequestFinished("late-request", blocksFrom(1, 2))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	require.True(t, poisoned(t, r.decLayout[0], dst), "a WRITE landed in blocks decode handed back")
+	assert.Equal(t, uint64(1), p.Stats().Transfers, "only the first request's WRITE")
+}

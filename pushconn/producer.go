@@ -92,7 +92,8 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 		world:    e.TPSize(), // times the PP size, which is 1
 	}
 	p.push = newPushCounters(p.stats)
-	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap)}
+	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
+		cancelledUnseen: newSeenRegs(seenCap)}
 	if cfg.Staging.Enabled() {
 		p.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
 		p.stage = staging.NewCounters(p.stats)

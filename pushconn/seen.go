@@ -76,3 +76,10 @@ func (s *seenRegs) check(now time.Time, sender, id, transferID string, incarnati
 	s.set[k] = until
 	return false
 }
+
+// has reports whether the key is remembered (and not longer ago than its
+// timeout), without remembering it.
+func (s *seenRegs) has(now time.Time, sender, id, transferID string, incarnation, seq uint64) bool {
+	t, ok := s.set[s.key(sender, id, transferID, incarnation, seq)]
+	return ok && now.Before(t)
+}

@@ -125,10 +125,14 @@ type writer struct {
 	// finished, so that request is freed at once, without a WRITE.
 	cancelled *cancelledRegs
 	// seen: registrations received, so a late copy of one is dropped.
-	seen    *seenRegs
-	parked  int                  // registrations parked over all peers
-	scratch descriptors.Transfer // mapping lists, reused by startWrite
-	planner staging.Planner
+	seen *seenRegs
+	// cancelledUnseen: registrations whose PUSH_CANCEL came before them
+	// (the PUSH_REG delayed or duplicated by the network); decode handed
+	// their blocks back at the ack, so they must never be admitted.
+	cancelledUnseen *seenRegs
+	parked          int                  // registrations parked over all peers
+	scratch         descriptors.Transfer // mapping lists, reused by startWrite
+	planner         staging.Planner
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -185,6 +189,13 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		p.push.misdirected.Inc()
 		p.log.Warn("pushconn: dropped a PUSH_REG for another engine", zap.String("sender", sender),
 			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
+		return
+	}
+	if reg.Seq != 0 && w.cancelledUnseen.has(p.now(), sender, reg.RequestID, reg.TransferID, 0, reg.Seq) {
+		// Its cancel came first and was acknowledged: decode's blocks are
+		// back with its engine.
+		p.push.cancelledFirst.Inc()
+		p.log.Debug("pushconn: dropped a registration cancelled before it arrived", zap.String("sender", sender), zap.String("request", reg.RequestID))
 		return
 	}
 	if reg.Seq != 0 && w.seen.check(p.now(), sender, reg.RequestID, reg.TransferID, reg.DecodeIncarnation, reg.Seq, p.now().Add(p.cfg.RegistrationTimeout)) {
@@ -864,6 +875,15 @@ func (w *writer) onCancel(sender string, msg []byte) {
 	default:
 		p.log.Debug("pushconn: PUSH_CANCEL for no waiting registration (written, failed or never received)",
 			zap.String("sender", sender), zap.String("decode_request", c.RequestID))
+		if c.Seq != 0 {
+			// Never received, perhaps: the registration may still be on
+			// its way, and decode reuses the blocks once this ack is in.
+			// (The cancel carries no incarnation; the seq starts at random
+			// for every decode start, so another instance's registration
+			// is not caught by it but for a 2^-64 chance, which would only
+			// make that one time out.)
+			w.cancelledUnseen.check(p.now(), sender, c.RequestID, c.TransferID, 0, c.Seq, p.now().Add(p.cfg.RegistrationTimeout))
+		}
 		w.sendAck(w.peerOf(sender), sender, c)
 	}
 }
