@@ -105,6 +105,10 @@ func Stream(ctx context.Context, client *http.Client, url, model, requestID, pro
 			return s
 		}
 		if chunk.Usage != nil {
+			if chunk.Usage.CompletionTokens < 0 {
+				s.Err = fmt.Errorf("usage chunk %q: completion_tokens is negative", truncate(line, 80))
+				return s
+			}
 			usage = chunk.Usage.CompletionTokens
 		}
 		if len(chunk.Choices) == 0 || chunk.Choices[0].Text == "" {

@@ -71,6 +71,13 @@ func TestCompleteErrors(t *testing.T) {
 	s := Stream(context.Background(), cut.Client(), cut.URL, "m", "", "p", 1, 1)
 	assert.EqualError(t, s.Err, "stream ended without data: [DONE]")
 
+	negative := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "data: {\"choices\":[{\"text\":\"x\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":-2}}\n\ndata: [DONE]\n\n")
+	}))
+	defer negative.Close()
+	s = Stream(context.Background(), negative.Client(), negative.URL, "m", "", "p", 1, 1)
+	assert.ErrorContains(t, s.Err, "completion_tokens is negative")
+
 	none := sse(t, nil, 0, true, nil)
 	s = Stream(context.Background(), none.Client(), none.URL, "m", "", "p", 1, 1)
 	assert.EqualError(t, s.Err, "no token streamed")
@@ -103,4 +110,25 @@ func TestCompleteDeadline(t *testing.T) {
 	defer cancel()
 	s := Stream(ctx, stall.Client(), stall.URL, "m", "", "p", 1, 1)
 	assert.ErrorIs(t, s.Err, context.DeadlineExceeded)
+}
+
+// The client reads an endpoint's bytes: whatever they are, it ends with a
+// Sample (an error or a count of the text chunks it saw), never a panic.
+func FuzzStream(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"text\":\" a\"}]}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"completion_tokens\":-3}}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {nope\n\n"))
+	f.Add([]byte(": comment\nevent: x\ndata: \n\n"))
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		body = b
+		s := Stream(context.Background(), srv.Client(), srv.URL, "m", "", "p", 1, 1)
+		if s.Err == nil {
+			assert.NotEmpty(t, s.Text, "a stream without text is an error")
+			assert.GreaterOrEqual(t, s.Latency, s.TTFT)
+			assert.GreaterOrEqual(t, s.OutputTokens, 0)
+		}
+	})
 }
