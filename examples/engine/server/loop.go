@@ -87,7 +87,8 @@ type loop struct {
 	running  []*request
 	loading  map[string]*request
 	held     map[string]*heldReq
-	pending  atomic.Int64 // waitHeld's view: held + loading, last step
+	pending  atomic.Int64   // waitHeld's view: held + loading, last step
+	drained  [][]connResult // drainConsumers' results, reused
 	// verifying is the time spent checking loaded KV since the last decode
 	// step; the next step's modeled time includes it, as a real engine
 	// spends none.
@@ -348,52 +349,40 @@ func (l *loop) pollConnectors() {
 	}
 }
 
-// startRanks starts the request's load on every rank. With Inline a
-// rank's Load posts its READs at once (the handshake done), so the ranks
-// start side by side, for the reason drainConsumers gives.
+// startRanks starts the request's load on every rank.
 func (l *loop) startRanks(r *request) []error {
 	errs := make([]error, len(l.s.conss))
-	if !l.s.cfg.Inline || len(l.s.conss) < 2 {
-		for i, c := range l.s.conss {
-			errs[i] = c.start(r)
-		}
-		return errs
-	}
-	var wg sync.WaitGroup
-	for i, c := range l.s.conss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.start(r)
-		}()
-	}
-	wg.Wait()
+	l.eachConsumer(func(i int, c consumer) { errs[i] = c.start(r) })
 	return errs
 }
 
-// drainConsumers takes every rank's results. With Inline, a Drain posts the
-// rank's READs, which costs real time per descriptor on a native agent; a TP
-// worker of vLLM posts its own rank's READs in its own process, so the ranks
-// drain side by side here, and the loop waits for the slowest, as vLLM's
-// step waits for its slowest worker.
+// drainConsumers takes every rank's results, into a slice the next call
+// reuses.
 func (l *loop) drainConsumers() [][]connResult {
-	out := make([][]connResult, len(l.s.conss))
+	if len(l.drained) != len(l.s.conss) {
+		l.drained = make([][]connResult, len(l.s.conss))
+	}
+	l.eachConsumer(func(i int, c consumer) { l.drained[i] = c.drain() })
+	return l.drained
+}
+
+// eachConsumer calls f for every rank's consumer and returns when all
+// returned. With Inline the ranks run side by side: a rank's Load and Drain
+// then post its READs, which costs real time per descriptor on a native
+// agent, and a TP worker of vLLM posts its own rank's READs in its own
+// process, its step waiting for the slowest worker.
+func (l *loop) eachConsumer(f func(i int, c consumer)) {
 	if !l.s.cfg.Inline || len(l.s.conss) < 2 {
 		for i, c := range l.s.conss {
-			out[i] = c.drain()
+			f(i, c)
 		}
-		return out
+		return
 	}
 	var wg sync.WaitGroup
 	for i, c := range l.s.conss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = c.drain()
-		}()
+		wg.Go(func() { f(i, c) })
 	}
 	wg.Wait()
-	return out
 }
 
 func (l *loop) freed(rank int, id string) {
