@@ -70,11 +70,7 @@ func preflight(ctx context.Context, cfg preflightConfig) error {
 		if !d.HaveHistograms {
 			fmt.Fprintf(out, "preflight: %s exports no NIXL transfer metrics (vllm:nixl_xfer_time_seconds)\n", u)
 		}
-		total.Transfers += d.Transfers
-		total.XferSeconds += d.XferSeconds
-		total.Descriptors += d.Descriptors
-		total.Bytes += d.Bytes
-		total.FailedXfers += d.FailedXfers
+		total = total.add(d)
 	}
 	if total.Transfers == 0 {
 		fmt.Fprintf(out, "preflight: WARNING: no KV transfer was recorded over %d long requests: is the proxy disaggregating?\n", cfg.LongPrompts)

@@ -109,6 +109,14 @@ func (a transferStats) sub(b transferStats) transferStats {
 		HaveHistograms: a.HaveHistograms, KVVerified: a.KVVerified - b.KVVerified, KVVerifyFailures: a.KVVerifyFailures - b.KVVerifyFailures}
 }
 
+// add sums two engines' figures.
+func (a transferStats) add(b transferStats) transferStats {
+	return transferStats{Transfers: a.Transfers + b.Transfers, XferSeconds: a.XferSeconds + b.XferSeconds,
+		Descriptors: a.Descriptors + b.Descriptors, Bytes: a.Bytes + b.Bytes, FailedXfers: a.FailedXfers + b.FailedXfers,
+		HaveHistograms: a.HaveHistograms || b.HaveHistograms, KVVerified: a.KVVerified + b.KVVerified,
+		KVVerifyFailures: a.KVVerifyFailures + b.KVVerifyFailures}
+}
+
 // mean is the mean transfer time, descriptors and bytes per transfer.
 func (a transferStats) mean() (time.Duration, float64, float64) {
 	if a.Transfers == 0 {

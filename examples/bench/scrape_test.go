@@ -53,6 +53,10 @@ func TestParseTransfers(t *testing.T) {
 	d := st.sub(transferStats{Transfers: 2, XferSeconds: 0.25, Descriptors: 200, Bytes: 1, HaveHistograms: true})
 	assert.Equal(t, uint64(4), d.Transfers)
 	assert.InDelta(t, 0.5, d.XferSeconds, 1e-12)
+	sum := d.add(transferStats{Transfers: 1, KVVerified: 4})
+	assert.Equal(t, uint64(5), sum.Transfers)
+	assert.Equal(t, 4100.0, sum.KVVerified)
+	assert.True(t, sum.HaveHistograms)
 }
 
 func TestParseTransfersGonixlNames(t *testing.T) {

@@ -172,12 +172,7 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 		if err != nil {
 			return point{}, err
 		}
-		d := after.sub(before[i])
-		xfer.Transfers += d.Transfers
-		xfer.XferSeconds += d.XferSeconds
-		xfer.Descriptors += d.Descriptors
-		xfer.KVVerified += d.KVVerified
-		xfer.KVVerifyFailures += d.KVVerifyFailures
+		xfer = xfer.add(after.sub(before[i]))
 	}
 	sum := summarize(samples, dur, cfg.Goodput, cfg.Percentile)
 	r := newResult(rc, samples, sum)
