@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -233,28 +232,8 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 		}
 	}()
 
-	results := make([]result, requests)
-	var clients sync.WaitGroup
 	start := time.Now()
-	for i := range requests {
-		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
-		clients.Go(func() {
-			pi := i % len(prompts)
-			st, text, err := complete(httpc, proxyURL, prompts[pi], i%2 == 0, "chaos-"+strconv.Itoa(i))
-			var ce *clearError
-			switch {
-			case err == nil && st == 200 && text == want[pi]:
-				results[i].end(t, i, succeeded, "")
-			case err == nil && st == 200:
-				results[i].end(t, i, unclear, fmt.Sprintf("text %q, want %q", text, want[pi]))
-			case errors.As(err, &ce):
-				results[i].end(t, i, failedClearly, ce.Error())
-			default:
-				results[i].end(t, i, unclear, fmt.Sprintf("status %d: %v", st, err))
-			}
-		})
-	}
-	clients.Wait()
+	results := sendLoad(t, httpc, proxyURL, prompts, want, requests, rate)
 	close(loadDone)
 	<-chaosDone
 	restarts.Wait()

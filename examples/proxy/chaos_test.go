@@ -323,28 +323,8 @@ func chaos(t *testing.T, mode string) {
 	}()
 
 	// The load: requests at a steady rate, half of them streamed.
-	results := make([]result, requests)
-	var clients sync.WaitGroup
 	start := time.Now()
-	for i := range requests {
-		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
-		clients.Go(func() {
-			pi := i % len(prompts)
-			st, text, err := complete(httpc, proxyURL, prompts[pi], i%2 == 0, "chaos-"+strconv.Itoa(i))
-			var ce *clearError
-			switch {
-			case err == nil && st == 200 && text == want[pi]:
-				results[i].end(t, i, succeeded, "")
-			case err == nil && st == 200:
-				results[i].end(t, i, unclear, fmt.Sprintf("text %q, want %q", text, want[pi]))
-			case errors.As(err, &ce):
-				results[i].end(t, i, failedClearly, ce.Error())
-			default:
-				results[i].end(t, i, unclear, fmt.Sprintf("status %d: %v", st, err))
-			}
-		})
-	}
-	clients.Wait()
+	results := sendLoad(t, httpc, proxyURL, prompts, want, requests, rate)
 	close(loadDone)
 	<-chaosDone
 	restarts.Wait()
@@ -552,4 +532,33 @@ func complete(c *http.Client, base, prompt string, stream bool, id string) (int,
 		}
 	}
 	return 200, "", fmt.Errorf("stream ended without [DONE] or an error event: %v", sc.Err())
+}
+
+// sendLoad sends requests through the proxy at a steady rate, half of them
+// streamed, each checked against the reference text of its prompt, and
+// returns their outcomes once every one ended.
+func sendLoad(t *testing.T, httpc *http.Client, proxyURL string, prompts, want []string, requests int, rate float64) []result {
+	results := make([]result, requests)
+	var clients sync.WaitGroup
+	start := time.Now()
+	for i := range requests {
+		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+		clients.Go(func() {
+			pi := i % len(prompts)
+			st, text, err := complete(httpc, proxyURL, prompts[pi], i%2 == 0, "chaos-"+strconv.Itoa(i))
+			var ce *clearError
+			switch {
+			case err == nil && st == 200 && text == want[pi]:
+				results[i].end(t, i, succeeded, "")
+			case err == nil && st == 200:
+				results[i].end(t, i, unclear, fmt.Sprintf("text %q, want %q", text, want[pi]))
+			case errors.As(err, &ce):
+				results[i].end(t, i, failedClearly, ce.Error())
+			default:
+				results[i].end(t, i, unclear, fmt.Sprintf("status %d: %v", st, err))
+			}
+		})
+	}
+	clients.Wait()
+	return results
 }
