@@ -127,6 +127,11 @@ type xfer struct {
 	bytes         uint64
 	descs         int
 	done          bool
+	// part: one chunk of a rank's staged READ cut into several, but not
+	// its last; the last carries the rank's bytes and descriptors, so that
+	// the rank's READ counts once. scattered: its scatter ran (a chunk is
+	// scattered as soon as it is read).
+	part, scattered bool
 }
 
 type handshakeDone struct {

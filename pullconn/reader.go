@@ -260,6 +260,18 @@ func (c *Consumer) post(l *load) {
 		local, remote := tr.Sides(nixl.Read)
 		bytes, descs := tr.Bytes, tr.Len()
 		scatter, plan, blocks := c.stagedRead(l, s, tr, cached)
+		if scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1 {
+			if err := c.postChunks(l, s, plan, blocks); err != nil {
+				c.stats.FailedTransfers.Inc()
+				c.forgetIfGone(l.r, err)
+				c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
+				return
+			}
+			// Its completion goes out once every chunk is read (below,
+			// after): a chunk's READ cannot carry it, since prefill frees
+			// the slot on it while later chunks are still read.
+			continue
+		}
 		if scatter {
 			local, remote = staging.SplitLists(plan.Local, plan.Remote, c.cfg.Staging.TransferChunk)
 			bytes, descs = plan.Bytes, len(local.Descs)
@@ -371,7 +383,17 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		}
 		if st == nixl.StatusSuccess {
 			x.done = true
-			c.stats.RecordTransfer(x.bytes, x.descs, time.Since(x.start))
+			if !x.part {
+				c.stats.RecordTransfer(x.bytes, x.descs, time.Since(x.start))
+			}
+			if x.scatterBlocks != nil && !l.allDone() {
+				// Pipelined: this chunk is scattered while the later ones
+				// are still read. The load still holds its blocks.
+				if err := c.scatterOne(l, x); err != nil {
+					c.fail(l, err)
+					return false
+				}
+			}
 		}
 	}
 	if l.allDone() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/nixl"
 )
 
 // stagedRead decides whether the READ of load l from prefill rank s (its
@@ -59,27 +60,79 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, cached i
 	return true, plan, nil
 }
 
-// scatter copies the load's staged READs from its slot into its blocks;
-// the READs are done. wmu is held.
+// scatter copies the load's staged READs from its slot into its blocks
+// (those not scattered yet); the READs are done. wmu is held.
 func (c *Consumer) scatter(l *load) error {
 	for _, x := range l.xfers {
 		if c.stage == nil {
 			return nil
 		}
-		var err error
-		switch {
-		case x.scatterBlocks != nil:
-			err = c.stage.CopyBlocks(c.cfg.Staging.Copier, *x.scatterBlocks)
-		case x.scatter != nil:
-			err = c.stage.Copy(c.cfg.Staging.Copier, x.scatter)
-		default:
-			c.stage.Direct.Inc()
-			continue
+		if err := c.scatterOne(l, x); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("%w: request %q: scatter of prefill rank %d's part: %v", ErrStaging, l.id, x.rank, err)
-		}
+	}
+	return nil
+}
+
+// scatterOne scatters one done READ of the load, once, and counts the
+// rank's path (by its last chunk, for a chunked READ). wmu is held.
+func (c *Consumer) scatterOne(l *load, x *xfer) error {
+	if x.scattered {
+		return nil
+	}
+	x.scattered = true
+	var err error
+	switch {
+	case x.scatterBlocks != nil:
+		err = c.stage.CopyBlocks(c.cfg.Staging.Copier, *x.scatterBlocks)
+	case x.scatter != nil:
+		err = c.stage.Copy(c.cfg.Staging.Copier, x.scatter)
+	default:
+		c.stage.Direct.Inc()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: request %q: scatter of prefill rank %d's part: %v", ErrStaging, l.id, x.rank, err)
+	}
+	if !x.part {
 		c.stage.Staged.Inc()
+	}
+	return nil
+}
+
+// postChunks posts the staged READ of prefill rank s (its plan, one span,
+// scattered by sc) as Staging.Chunks READs of region ranges, none carrying the
+// completion: each chunk is scattered as soon as it is read, while the
+// later ones are still read. wmu is held.
+func (c *Consumer) postChunks(l *load, s int, plan staging.ReadPlan, sc *staging.BlockCopy) error {
+	set := l.r.setup
+	regions := len(sc.Bases)
+	chunks := staging.ImageChunks(regions, staging.ChunkCount(regions, c.cfg.Staging.Chunks), sc.SlotStride, plan.Bytes)
+	for k, ch := range chunks {
+		local, remote := staging.ChunkLists(plan.Local, plan.Remote, ch)
+		local, remote = staging.SplitLists(local, remote, c.cfg.Staging.TransferChunk)
+		part := sc.Regions(ch.R0, ch.R1)
+		x := &xfer{rank: s, bytes: plan.Bytes, part: k < len(chunks)-1, scatterBlocks: &part}
+		for _, ck := range chunks {
+			x.descs += ck.Descs(c.cfg.Staging.TransferChunk)
+		}
+		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nil)
+		if err != nil {
+			return err
+		}
+		x.h = h
+		l.xfers = append(l.xfers, x)
+		st, err := c.cfg.Agent.PostXferReq(h, nil)
+		x.start = time.Now()
+		if err != nil {
+			return err
+		}
+		if st == nixl.StatusSuccess {
+			x.done = true
+			if !x.part {
+				c.stats.RecordTransfer(x.bytes, x.descs, 0)
+			}
+		}
 	}
 	return nil
 }

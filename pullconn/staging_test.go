@@ -296,7 +296,7 @@ func TestStagedPullClose(t *testing.T) {
 	p := c.finish("z", blocks)
 	require.NotNil(t, p.RemoteStagingSlot)
 	c.load("dz", p, []int{4, 8})
-	eventually(t, func() bool { return c.fab.Counters().Posted == 1 })
+	eventually(t, func() bool { return c.fab.Counters().Posted == uint64(staging.ChunkCount(2*testLayers, 0)) })
 	_, dec := slotsInUse(c)
 	require.Equal(t, 1, dec, "decode slot held while the READ is in flight")
 	require.NoError(t, c.cons[0].Close())

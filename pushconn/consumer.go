@@ -175,6 +175,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelAckPrefix, c.onCancelAck)
 	c.poll.Handle(pushwire.StagedPrefix, c.onStaged)
+	c.poll.Handle(pushwire.StagedChunkPrefix, c.onStagedChunk)
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
 	c.poll.Handle("", c.onCompletion)
 	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")

@@ -16,6 +16,16 @@ type decodeStage struct {
 	slot  staging.Slot
 	offer pushwire.Staging
 	parts map[string]stagePart
+	// chunks is, per prefill agent whose WRITE came in chunks, the chunks
+	// scattered so far.
+	chunks map[string]*chunkState
+}
+
+// chunkState is the chunks of one prefill rank's part seen so far: their
+// count (fixed by the first) and a bit per chunk scattered.
+type chunkState struct {
+	n   int
+	got uint64
 }
 
 type stagePart struct {
@@ -100,6 +110,78 @@ func (c *Consumer) releaseStage(r *decodeReq) {
 		c.log.Error("pushconn: staging slot released twice", zap.String("request", r.id), zap.Error(err))
 	}
 	r.stage = nil
+}
+
+// onStagedChunk handles "PUSH_STAGED_CHUNK:<c>:<k>:<id>:<n>": chunk c of k
+// of a prefill rank's part arrived in the offered slot. The chunk's
+// regions are scattered into the blocks at once, while the rank's later
+// chunks still move; the rank's completion counts once all k are.
+func (c *Consumer) onStagedChunk(sender string, msg []byte) {
+	ch, err := pushwire.DecodeStagedChunk(msg)
+	if err != nil {
+		c.stats.MalformedNotifications.Inc()
+		c.log.Debug("pushconn: dropped a malformed PUSH_STAGED_CHUNK", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	c.mu.Lock()
+	r := c.tracker.stagedPart(ch.ID, sender)
+	var scatter staging.BlockCopy
+	var st *chunkState
+	if r != nil {
+		part, ok := r.stage.parts[sender]
+		if !ok {
+			r = nil
+		} else if err := staging.CheckChunk(len(part.scatter.Bases), ch.Chunks, ch.Chunk); err != nil {
+			c.mu.Unlock()
+			c.stats.MalformedNotifications.Inc()
+			c.log.Debug("pushconn: dropped a PUSH_STAGED_CHUNK that does not fit the part", zap.String("sender", sender), zap.Error(err))
+			return
+		} else {
+			if r.stage.chunks == nil {
+				r.stage.chunks = map[string]*chunkState{}
+			}
+			if st = r.stage.chunks[sender]; st == nil {
+				st = &chunkState{n: ch.Chunks}
+				r.stage.chunks[sender] = st
+			}
+			if st.n != ch.Chunks || st.got&(1<<ch.Chunk) != 0 {
+				// Another count than the rank's first chunk said, or a
+				// chunk seen already: scattering it again could only
+				// write what is there, or the wrong regions.
+				c.mu.Unlock()
+				c.stats.UnknownNotifications.Inc()
+				return
+			}
+			r0, r1 := staging.ChunkRegions(len(part.scatter.Bases), ch.Chunks, ch.Chunk)
+			scatter = part.scatter.Regions(r0, r1)
+		}
+	}
+	c.mu.Unlock()
+	if r == nil {
+		c.stats.UnknownNotifications.Inc()
+		return
+	}
+	// As in onStaged: the slot and the blocks stay the request's while the
+	// sender is still expected, and only this goroutine scatters.
+	err = c.stage.CopyBlocks(c.cfg.Staging.Copier, scatter)
+	c.mu.Lock()
+	now := c.cfg.Clock.Now()
+	if err != nil {
+		c.tracker.scatterFailed(now, ch.ID, sender, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", ErrStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
+		c.mu.Unlock()
+		c.log.Warn("pushconn: staged chunk could not be scattered", zap.String("request", ch.ID), zap.String("sender", sender), zap.Error(err))
+		c.signal()
+		return
+	}
+	st.got |= 1 << ch.Chunk
+	if st.got != 1<<st.n-1 {
+		c.mu.Unlock()
+		return
+	}
+	a := c.tracker.complete(now, ch.ID, sender)
+	c.mu.Unlock()
+	c.stage.Staged.Inc()
+	c.counted(a)
 }
 
 // onStaged handles "PUSH_STAGED:<id>:<n>" from a prefill rank that wrote

@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -8,24 +9,46 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
+// stagedWrite is the plan of a staged WRITE: the slot it gathers into,
+// the whole image local -> remote (one descriptor each), and its chunks
+// with each chunk's gather.
+type stagedWrite struct {
+	slot          *staging.Slot
+	local, remote nixl.XferList
+	bytes         uint64
+	chunks        []staging.Chunk
+	// blocks is the gather by block ids (whole blocks on both sides),
+	// chunk k being its regions [R0, R1); else segs[k] is chunk k's.
+	blocks *staging.BlockCopy
+	segs   [][]staging.Seg
+}
+
+// gather copies chunk k of the image into the slot.
+func (sw *stagedWrite) gather(p *Producer, k int) error {
+	if sw.blocks != nil {
+		return p.stage.CopyBlocks(p.cfg.Staging.Copier, sw.blocks.Regions(sw.chunks[k].R0, sw.chunks[k].R1))
+	}
+	return p.stage.Copy(p.cfg.Staging.Copier, sw.segs[k])
+}
+
 // stage decides whether the WRITE of h for registration pr goes through
-// staging slots and, if so, gathers it into a slot of this rank. It
-// returns the slot and the plan of the one WRITE, nil when the WRITE goes
-// into the blocks directly (decode offered no slot or a slot that does
-// not fit, the model prefers direct, or no slot is free here). An error
-// means the gather failed: the slot is already released.
-func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *descriptors.Layout, dstBlocks []int, cached int) (*staging.Slot, staging.WritePlan, error) {
+// staging slots and, if so, takes a slot of this rank and plans it. It
+// returns nil when the WRITE goes into the blocks directly (decode offered
+// no slot or a slot that does not fit, the model prefers direct, no slot
+// is free here, or the plan failed). Nothing is copied yet.
+func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *descriptors.Layout, dstBlocks []int, cached int) *stagedWrite {
 	p := w.p
 	offer := pr.reg.Staging
 	if p.pool == nil || offer == nil {
-		return nil, staging.WritePlan{}, nil
+		return nil
 	}
 	info := pr.peer.payload.Ranks[pr.rank].Staging
 	me := p.cfg.Layout.TPRank
 	if info == nil || me >= len(offer.Offsets) {
-		return nil, staging.WritePlan{}, nil
+		return nil
 	}
 	im, err := staging.NewDstImage(&p.cfg.Layout, dst, len(dstBlocks))
 	size, off := im.Size(), offer.Offsets[me]
@@ -34,48 +57,128 @@ func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *de
 		// advertised slot): write into the blocks, which is always right.
 		p.log.Debug("pushconn: decode's staging offer does not fit this rank; writing directly",
 			zap.String("decode_request", pr.reg.RequestID), zap.Uint64("offered_bytes", offer.Sizes[me]), zap.Uint64("image_bytes", size))
-		return nil, staging.WritePlan{}, nil
+		return nil
 	}
 	remote, err := info.Slot(offer.Slot)
 	if err != nil {
-		return nil, staging.WritePlan{}, nil
+		return nil
 	}
 	if p.model.Choose(t.Len(), t.Bytes, 1) != staging.Staged {
-		return nil, staging.WritePlan{}, nil
+		return nil
 	}
 	slot, ok := p.pool.Acquire(h.id)
 	if !ok {
 		p.stage.NoSlot.Inc()
-		return nil, staging.WritePlan{}, nil
+		return nil
+	}
+	n := staging.ChunkCount(im.Regions, p.cfg.Staging.Chunks)
+	sw := &stagedWrite{
+		slot:   &slot,
+		local:  nixl.XferList{Mem: p.cfg.Layout.Mem, Descs: []nixl.Desc{{Addr: slot.Addr, Len: size, DevID: p.cfg.Layout.Regions[0].DevID}}},
+		remote: nixl.XferList{Mem: dst.Mem, Descs: []nixl.Desc{{Addr: remote + off, Len: size, DevID: dst.Regions[0].DevID}}},
+		bytes:  size,
+		chunks: staging.ImageChunks(im.Regions, n, uint64(im.Blocks)*im.PerBlock, size),
 	}
 	if staging.SameBlocks(&p.cfg.Layout, dst) {
 		// Whole blocks on both sides: the copier gathers by block ids.
-		bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), slot.Addr)
-		if err == nil {
-			if err := p.stage.CopyBlocks(p.cfg.Staging.Copier, bc); err != nil {
-				w.freeSlot(&slot)
-				return nil, staging.WritePlan{}, err
-			}
-			return &slot, staging.WritePlan{
-				Local:  nixl.XferList{Mem: p.cfg.Layout.Mem, Descs: []nixl.Desc{{Addr: slot.Addr, Len: size, DevID: p.cfg.Layout.Regions[0].DevID}}},
-				Remote: nixl.XferList{Mem: dst.Mem, Descs: []nixl.Desc{{Addr: remote + off, Len: size, DevID: dst.Regions[0].DevID}}},
-				Bytes:  size,
-			}, nil
+		if bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), slot.Addr); err == nil {
+			sw.blocks = &bc
+			return sw
 		}
 	}
 	planStart := time.Now()
 	plan, err := w.planner.PlanWrite(t, &p.cfg.Layout, dst, dstBlocks, im, slot, remote+off)
+	if err == nil {
+		sw.segs, err = staging.SplitGather(plan.Gather, slot.Addr, sw.chunks)
+	}
 	p.stage.Planned(planStart)
 	if err != nil {
 		w.freeSlot(&slot)
 		p.log.Warn("pushconn: staged plan failed; writing directly", zap.String("request", h.id), zap.Error(err))
-		return nil, staging.WritePlan{}, nil
+		return nil
 	}
-	if err := p.stage.Copy(p.cfg.Staging.Copier, plan.Gather); err != nil {
-		w.freeSlot(&slot)
-		return nil, staging.WritePlan{}, err
+	return sw
+}
+
+// postStaged gathers and posts a staged WRITE chunk by chunk: chunk k+1 is
+// gathered while chunk k moves, and each chunk's WRITE carries its own
+// completion so that decode scatters it while the next still moves.
+// postMu is held; start is when the request's WRITE began.
+func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time.Time) {
+	p := w.p
+	wr := &write{reg: pr, hold: h, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: sw.bytes, slot: sw.slot}
+	n := len(sw.chunks)
+	for k, ch := range sw.chunks {
+		if err := sw.gather(p, k); err != nil {
+			w.abandon(wr, pushwire.FailTransfer, fmt.Errorf("gather chunk %d of %d into the staging slot: %w", k, n, err))
+			return
+		}
+		var msg []byte
+		var err error
+		if n == 1 {
+			msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world)
+		} else {
+			msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n)
+		}
+		if err != nil {
+			w.abandon(wr, pushwire.FailLayout, err)
+			return
+		}
+		local, remote := staging.ChunkLists(sw.local, sw.remote, ch)
+		local, remote = staging.SplitLists(local, remote, p.cfg.Staging.TransferChunk)
+		xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
+		var status nixl.Status
+		if err == nil {
+			status, err = p.cfg.Agent.PostXferReq(xh, nil)
+			if err != nil {
+				_ = p.cfg.Agent.ReleaseXferReq(xh)
+			}
+		}
+		if err != nil {
+			if k == 0 && peerGone(err) && !pr.retry {
+				// Nothing of it moved: handshake again, as a direct WRITE does.
+				w.freeSlot(sw.slot)
+				w.forgetIfGone(pr.peer, err)
+				w.retryAfterHandshake(pr, h)
+				return
+			}
+			p.stats.FailedTransfers.Inc()
+			w.forgetIfGone(pr.peer, err)
+			w.abandon(wr, pushwire.FailPost, fmt.Errorf("post WRITE of chunk %d of %d: %w", k, n, err))
+			return
+		}
+		if k == 0 {
+			// The transfer time starts once the first chunk is posted.
+			wr.posted = time.Now()
+		}
+		wr.descs += len(local.Descs)
+		if status == nixl.StatusSuccess {
+			if err := p.cfg.Agent.ReleaseXferReq(xh); err != nil {
+				p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
+			}
+			continue
+		}
+		wr.handles = append(wr.handles, xh)
 	}
-	return &slot, plan, nil
+	p.stats.RecordPost(time.Since(start))
+	if len(wr.handles) == 0 {
+		w.completeWrite(wr)
+		return
+	}
+	w.inflight = append(w.inflight, wr)
+}
+
+// abandon ends a staged WRITE that could not be posted whole: once the
+// agent let go of the chunks already posted, its slot is freed and decode
+// told; until then it stays in flight, cancelling, as a failed WRITE does.
+func (w *writer) abandon(wr *write, kind pushwire.FailKind, err error) {
+	if len(wr.handles) == 0 || w.released(wr) {
+		w.freeSlot(wr.slot)
+		w.failWrite(wr.reg, wr.hold, kind, err)
+		return
+	}
+	wr.cancelling, wr.failErr, wr.drainUntil = true, err, w.p.now().Add(w.p.cfg.WriteTimeout)
+	w.inflight = append(w.inflight, wr)
 }
 
 // freeSlot releases a prefill staging slot (nil: none).

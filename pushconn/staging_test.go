@@ -156,6 +156,10 @@ func TestStagedPushBytes(t *testing.T) {
 	}
 }
 
+// rigChunks is how many chunks a staged WRITE of the rig's layouts (4
+// regions) is cut into by default: one per region.
+const rigChunks = 2 * numLayers
+
 func cmpOr(a, b string) string {
 	if a == "" {
 		return b
@@ -187,7 +191,7 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("a", srcA)
 	require.NoError(t, err)
-	eventually(t, "WRITE a posted", func() bool { return fab.Counters().Posted == 1 })
+	eventually(t, "WRITE a posted", func() bool { return fab.Counters().Posted == rigChunks })
 	pre, dec := inUse(r)
 	require.Equal(t, 1, pre, "prefill slot held while the WRITE is in flight")
 	require.Equal(t, 1, dec, "decode slot held while the WRITE is in flight")
@@ -197,7 +201,7 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	admitted(t, p, 2)
 	_, err = p.RequestFinished("b", srcB)
 	require.NoError(t, err)
-	eventually(t, "WRITE b posted", func() bool { return fab.Counters().Posted == 2 })
+	eventually(t, "WRITE b posted", func() bool { return fab.Counters().Posted == rigChunks+1 })
 	require.Equal(t, uint64(1), extra(t, c.Stats(), "staging_no_slot"), "b found decode's only slot taken")
 	fc.Advance(time.Hour)
 	res := await(t, c, 2)
@@ -302,7 +306,7 @@ func TestStagedClose(t *testing.T) {
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("z", []int{6, 2})
 	require.NoError(t, err)
-	eventually(t, "WRITE posted", func() bool { return fab.Counters().Posted == 1 })
+	eventually(t, "WRITE posted", func() bool { return fab.Counters().Posted == rigChunks })
 	require.NoError(t, p.Close())
 	require.NoError(t, c.Close())
 	res := await(t, c, 1)

@@ -90,9 +90,11 @@ type parkedReg struct {
 
 // write is one WRITE in flight.
 type write struct {
-	reg      *pendingReg
-	hold     *hold
-	handle   nixl.XferHandle
+	reg  *pendingReg
+	hold *hold
+	// handles are its transfer requests still held: one for a direct
+	// WRITE, one per chunk not yet seen complete for a staged one.
+	handles  []nixl.XferHandle
 	posted   time.Time // wall clock, for the transfer time
 	deadline time.Time // on the configured clock
 	bytes    uint64
@@ -548,38 +550,29 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	}
 	local, remote := t.Sides(nixl.Write)
 	bytes, descs := t.Bytes, t.Len()
-	slot, plan, err := w.stage(pr, h, t, dst, dstBlocks, cached)
-	if err != nil {
-		w.failWrite(pr, h, pushwire.FailTransfer, fmt.Errorf("gather into the staging slot: %w", err))
-		return
-	}
-	if slot != nil {
-		local, remote = staging.SplitLists(plan.Local, plan.Remote, p.cfg.Staging.TransferChunk)
-		bytes, descs = plan.Bytes, len(local.Descs)
-		if msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world); err != nil {
-			w.freeSlot(slot)
-			w.failWrite(pr, h, pushwire.FailLayout, err)
-			return
-		}
-	}
+	sw := w.stage(pr, h, t, dst, dstBlocks, cached)
 	// Abort waits for postMu: once it returned, no WRITE of the request
 	// starts.
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
 	if p.isAborted(h.id) {
-		w.freeSlot(slot)
+		if sw != nil {
+			w.freeSlot(sw.slot)
+		}
 		w.failWrite(pr, h, pushwire.FailAborted, errors.New("the prefill engine aborted the request"))
+		return
+	}
+	if sw != nil {
+		w.postStaged(pr, h, sw, start)
 		return
 	}
 	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
 	if err != nil && peerGone(err) && !pr.retry {
-		w.freeSlot(slot)
 		w.forgetIfGone(pr.peer, err)
 		w.retryAfterHandshake(pr, h)
 		return
 	}
 	if err != nil {
-		w.freeSlot(slot)
 		p.stats.FailedTransfers.Inc()
 		w.forgetIfGone(pr.peer, err)
 		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("create WRITE: %w", err))
@@ -590,16 +583,14 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	p.stats.RecordPost(posted.Sub(start))
 	// The transfer time starts once the WRITE is posted, as pull's READ
 	// time does: the same metric means the same thing on both connectors.
-	wr := &write{reg: pr, hold: h, handle: xh, posted: posted, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs, slot: slot}
+	wr := &write{reg: pr, hold: h, handles: []nixl.XferHandle{xh}, posted: posted, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs}
 	switch {
 	case err != nil && peerGone(err) && !pr.retry:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
-		w.freeSlot(slot)
 		w.forgetIfGone(pr.peer, err)
 		w.retryAfterHandshake(pr, h)
 	case err != nil:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
-		w.freeSlot(slot)
 		p.stats.FailedTransfers.Inc()
 		w.forgetIfGone(pr.peer, err)
 		w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("post WRITE: %w", err))
@@ -654,14 +645,10 @@ func (w *writer) pollWrites() {
 			still = append(still, wr)
 			continue
 		}
-		status, err := p.cfg.Agent.XferStatus(wr.handle)
-		var failed error
+		failed := w.pollHandles(wr)
 		switch {
-		case err != nil:
-			p.stats.FailedTransfers.Inc()
-			w.forgetIfGone(wr.reg.peer, err)
-			failed = fmt.Errorf("WRITE failed in flight: %w", err)
-		case status == nixl.StatusSuccess:
+		case failed != nil:
+		case len(wr.handles) == 0:
 			w.completeWrite(wr)
 			w.ackEnded(wr)
 			continue
@@ -687,12 +674,51 @@ func (w *writer) pollWrites() {
 	w.inflight = still
 }
 
-// released asks the agent to let go of a WRITE and reports whether it did:
-// then no byte of it moves any more. A handle the agent no longer knows
-// counts as released.
+// pollHandles checks a WRITE's transfer requests once, releasing the ones
+// that completed; it returns the error of one that failed.
+func (w *writer) pollHandles(wr *write) error {
+	p := w.p
+	left := wr.handles[:0]
+	var failed error
+	for _, xh := range wr.handles {
+		if failed != nil {
+			left = append(left, xh)
+			continue
+		}
+		status, err := p.cfg.Agent.XferStatus(xh)
+		switch {
+		case err != nil:
+			p.stats.FailedTransfers.Inc()
+			w.forgetIfGone(wr.reg.peer, err)
+			failed = fmt.Errorf("WRITE failed in flight: %w", err)
+			left = append(left, xh)
+		case status == nixl.StatusSuccess:
+			if err := p.cfg.Agent.ReleaseXferReq(xh); err != nil {
+				p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
+			}
+		default:
+			left = append(left, xh)
+		}
+	}
+	clear(wr.handles[len(left):])
+	wr.handles = left
+	return failed
+}
+
+// released asks the agent to let go of a WRITE's transfer requests and
+// reports whether it did for all: then no byte of it moves any more. A
+// handle the agent no longer knows counts as released.
 func (w *writer) released(wr *write) bool {
-	err := w.p.cfg.Agent.ReleaseXferReq(wr.handle)
-	return err == nil || errors.Is(err, nixl.ErrInvalidParam) || errors.Is(err, nixl.ErrNotFound)
+	left := wr.handles[:0]
+	for _, xh := range wr.handles {
+		err := w.p.cfg.Agent.ReleaseXferReq(xh)
+		if !(err == nil || errors.Is(err, nixl.ErrInvalidParam) || errors.Is(err, nixl.ErrNotFound)) {
+			left = append(left, xh)
+		}
+	}
+	clear(wr.handles[len(left):])
+	wr.handles = left
+	return len(left) == 0
 }
 
 // retryAfterHandshake parks a matched WRITE until a fresh handshake with
@@ -761,9 +787,12 @@ func (w *writer) dropStale(pr *pendingReg, h *hold) {
 
 func (w *writer) completeWrite(wr *write) {
 	p := w.p
-	if err := p.cfg.Agent.ReleaseXferReq(wr.handle); err != nil {
-		p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
+	for _, xh := range wr.handles {
+		if err := p.cfg.Agent.ReleaseXferReq(xh); err != nil {
+			p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
+		}
 	}
+	wr.handles = nil
 	p.stats.RecordTransfer(wr.bytes, wr.descs, time.Since(wr.posted))
 	if p.stage != nil {
 		if wr.slot != nil {
@@ -1027,7 +1056,9 @@ func (w *writer) onStray(sender string, msg []byte) {
 func (w *writer) shutdown() {
 	const why = "prefill rank closed"
 	for _, wr := range w.inflight {
-		_ = w.p.cfg.Agent.ReleaseXferReq(wr.handle)
+		for _, xh := range wr.handles {
+			_ = w.p.cfg.Agent.ReleaseXferReq(xh)
+		}
 		w.freeSlot(wr.slot)
 		w.p.stats.FailedTransfers.Inc()
 		w.sendFail(wr.reg.sender, wr.reg.reg, pushwire.FailClosed, why)

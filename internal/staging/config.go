@@ -68,6 +68,14 @@ type Config struct {
 	// descriptors of at most this many bytes (one request still); zero
 	// moves a slot's run as one descriptor.
 	TransferChunk uint64
+	// Chunks cuts a staged transfer into this many pieces, by regions, so
+	// that the gather of one piece, the transfer of the one before and the
+	// scatter of the one before that overlap: 0 means DefaultChunks, 1
+	// gathers everything before the first byte moves. At most MaxChunks,
+	// and never more than the layout's regions. A chunked staged READ
+	// (pull) needs the same block geometry on both sides (SameBlocks);
+	// others move as one chunk.
+	Chunks int
 }
 
 // Enabled reports whether the configuration stages anything.
@@ -113,6 +121,8 @@ func (c *Config) Validate(field string, layoutMem nixl.MemType) error {
 		return fmt.Errorf("%s: %d slots of %d bytes from %#x overflow the address space", field, c.Slots, c.SlotBytes, c.Base)
 	case c.Copier == nil:
 		return fmt.Errorf("%s.Copier is nil: %v staging needs a copier (gpucopy.New for VRAM)", field, c.Mem)
+	case c.Chunks < 0 || c.Chunks > MaxChunks:
+		return fmt.Errorf("%s.Chunks is %d, want 0..%d (0: %d)", field, c.Chunks, MaxChunks, DefaultChunks)
 	case c.DescCost < 0 || c.CopyBandwidth < 0:
 		return fmt.Errorf("%s: DescCost %v and CopyBandwidth %v must not be negative", field, c.DescCost, c.CopyBandwidth)
 	}

@@ -80,3 +80,52 @@ func TestRegistrationStaging(t *testing.T) {
 		}
 	}
 }
+
+func TestStagedChunkRoundTrip(t *testing.T) {
+	msg, err := EncodeStagedChunk("req-1:x", 4, 2, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg) != "PUSH_STAGED_CHUNK:2:8:req-1:x:4" {
+		t.Fatalf("message %q", msg)
+	}
+	c, err := DecodeStagedChunk(msg)
+	if err != nil || c.ID != "req-1:x" || c.N != 4 || c.Chunk != 2 || c.Chunks != 8 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	for _, bad := range []string{
+		"PUSH_STAGED:req:4", "PUSH_STAGED_CHUNK:", "PUSH_STAGED_CHUNK:1:req:4", "PUSH_STAGED_CHUNK:8:8:req:4",
+		"PUSH_STAGED_CHUNK:0:0:req:4", "PUSH_STAGED_CHUNK:01:8:req:4", "PUSH_STAGED_CHUNK:1:12345:req:4",
+		"PUSH_STAGED_CHUNK:-1:8:req:4", "PUSH_STAGED_CHUNK:1:8:req:0", "PUSH_STAGED_CHUNK:1:8::4", "PUSH_STAGED_CHUNK:1:8:req",
+	} {
+		if _, err := DecodeStagedChunk([]byte(bad)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%q: err = %v", bad, err)
+		}
+	}
+	for _, bad := range [][2]int{{0, 0}, {3, 3}, {-1, 2}, {0, 10000}} {
+		if _, err := EncodeStagedChunk("r", 1, bad[0], bad[1]); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("chunk %d of %d: err = %v", bad[0], bad[1], err)
+		}
+	}
+}
+
+func FuzzDecodeStagedChunk(f *testing.F) {
+	f.Add([]byte("PUSH_STAGED_CHUNK:0:8:req-1:2"))
+	f.Add([]byte("PUSH_STAGED_CHUNK:7:8:a:b:1"))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		c, err := DecodeStagedChunk(msg)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		again, err := EncodeStagedChunk(c.ID, c.N, c.Chunk, c.Chunks)
+		if err != nil {
+			t.Fatalf("decoded %+v does not re-encode: %v", c, err)
+		}
+		if back, err := DecodeStagedChunk(again); err != nil || back != c {
+			t.Fatalf("round trip %+v -> %q -> %+v, %v", c, again, back, err)
+		}
+	})
+}

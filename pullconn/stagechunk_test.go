@@ -1,0 +1,127 @@
+package pullconn
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// chunkCopier copies by HostCopier, records each copy's bytes and fails
+// copy failAt (1-based; 0: none).
+type chunkCopier struct {
+	mu     sync.Mutex
+	bytes  []uint64
+	failAt int
+}
+
+func (cc *chunkCopier) Copy(segs []staging.Seg) error {
+	var n uint64
+	for _, s := range segs {
+		n += s.Len
+	}
+	cc.mu.Lock()
+	cc.bytes = append(cc.bytes, n)
+	fail := cc.failAt == len(cc.bytes)
+	cc.mu.Unlock()
+	if fail {
+		return errors.New("injected scatter failure")
+	}
+	return staging.HostCopier{}.Copy(segs)
+}
+
+func (cc *chunkCopier) record() []uint64 {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return append([]uint64(nil), cc.bytes...)
+}
+
+// TestStagedPullChunks: a staged READ between like blocks is n READs of
+// region ranges, none carrying the completion (prefill gets one, after
+// every chunk); decode scatters each chunk by itself; the bytes arrive
+// whole and the rank's READ counts once, for 1, 2, 3 (uneven) and the
+// default (one per region) chunks, with a prefix-cache hit too.
+func TestStagedPullChunks(t *testing.T) {
+	for _, cached := range []int{0, 1} {
+		for _, chunks := range []int{1, 2, 3, 0} {
+			t.Run(fmt.Sprintf("cached%d/chunks%d", cached, chunks), func(t *testing.T) {
+				m := newStagingMem(t, StagingOn, 2, 64<<10)
+				dec := &chunkCopier{}
+				m.copier["decode"] = dec
+				c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *RankConfig) { rc.Staging.Chunks = chunks }}, m)
+				blocks := []int{9, 3, 30, 12}
+				c.fill(4, blocks, 64)
+				p := c.finish("r", blocks)
+				require.NotNil(t, p.RemoteStagingSlot)
+				local := []int{5, 40, 7, 22}[cached:]
+				// With cached, decode holds the first block already (a
+				// prefix-cache hit): it reads the other three.
+				before := c.fab.Counters().Posted
+				c.load("d", p, local)
+				require.NoError(t, c.result("d")[0].Err)
+				c.verify(4, local, cached*c.dlayouts[0].BlockSize, 64)
+				n := staging.ChunkCount(2*testLayers, chunks)
+				require.Equal(t, uint64(n), c.fab.Counters().Posted-before, "one READ per chunk")
+				got := dec.record()
+				require.Len(t, got, n, "one scatter per chunk")
+				perRegion := uint64(len(local)) * c.dlayouts[0].BlockLen()
+				var sum uint64
+				for _, b := range got {
+					require.Zero(t, b%perRegion, "a scatter is whole regions")
+					sum += b
+				}
+				require.Equal(t, perRegion*uint64(2*testLayers), sum)
+				s := c.cons[0].Stats()
+				require.Equal(t, uint64(1), extraCount(t, s, "staged_transfers"), "the rank's READ counts once")
+				require.Equal(t, uint64(1), s.Transfers, "one transfer recorded")
+				require.Equal(t, map[string]int{"r": 1}, c.freed(1)[0], "prefill freed the blocks once, on the completion")
+				pre, decSlots := slotsInUse(c)
+				require.Zero(t, pre)
+				require.Zero(t, decSlots)
+			})
+		}
+	}
+}
+
+// TestStagedPullChunkFails: a failed READ or scatter of a later chunk
+// fails the load (the scatters before it ran; no result says done), frees
+// its slot, and the next request goes through.
+func TestStagedPullChunkFails(t *testing.T) {
+	for _, step := range []string{"transfer", "scatter"} {
+		t.Run(step, func(t *testing.T) {
+			m := newStagingMem(t, StagingOn, 1, 64<<10)
+			dec := &chunkCopier{}
+			if step == "scatter" {
+				dec.failAt = 2
+			}
+			m.copier["decode"] = dec
+			c := stagedCluster(t, clusterOpts{}, m)
+			if step == "transfer" {
+				_, err := c.fab.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "decode-0", Count: 1})
+				require.NoError(t, err)
+			}
+			blocks := []int{9, 3}
+			c.fill(4, blocks, 32)
+			p := c.finish("r", blocks)
+			c.load("d", p, []int{5, 40})
+			err := c.result("d")[0].Err
+			if step == "scatter" {
+				require.ErrorIs(t, err, ErrStaging)
+			} else {
+				require.ErrorIs(t, err, ErrTransfer)
+			}
+			_, decSlots := slotsInUse(c)
+			require.Zero(t, decSlots, "decode slot released")
+			c.fill(5, []int{20, 22}, 32)
+			p = c.finish("y", []int{20, 22})
+			c.load("dy", p, []int{30, 33})
+			require.NoError(t, c.result("dy")[0].Err)
+			c.verify(5, []int{30, 33}, 0, 32)
+		})
+	}
+}

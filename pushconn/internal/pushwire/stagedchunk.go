@@ -1,0 +1,87 @@
+package pushwire
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"github.com/gonixl/gonixl/internal/notif"
+)
+
+// StagedChunkPrefix starts the completion of one chunk of a staged WRITE
+// cut into several: "PUSH_STAGED_CHUNK:<chunk>:<chunks>:<decode request
+// id>:<prefill world size>". Each chunk's WRITE carries its own, so that
+// decode scatters a chunk while the next one is still moving; decode
+// counts the rank's completion once it scattered all <chunks>. The chunk
+// numbers come first because a request id may hold ':'. A staged WRITE
+// of one chunk sends PUSH_STAGED instead.
+const StagedChunkPrefix = "PUSH_STAGED_CHUNK:"
+
+// maxChunkDigits bounds the chunk numbers (the connectors allow 64).
+const maxChunkDigits = 4
+
+// StagedChunk is one decoded chunk completion.
+type StagedChunk struct {
+	notif.Completion
+	Chunk, Chunks int
+}
+
+// EncodeStagedChunk returns the completion of chunk c of k of request id
+// from a prefill engine of world size n.
+func EncodeStagedChunk(id string, n, c, k int) ([]byte, error) {
+	if k < 1 || c < 0 || c >= k || k >= 10000 {
+		return nil, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk %d of %d", ErrMalformed, c, k)
+	}
+	comp, err := notif.EncodeCompletion(id, n)
+	if err != nil {
+		return nil, err
+	}
+	msg := append([]byte(StagedChunkPrefix), strconv.Itoa(c)...)
+	msg = append(append(msg, ':'), strconv.Itoa(k)...)
+	return append(append(msg, ':'), comp...), nil
+}
+
+// DecodeStagedChunk parses a chunk completion; anything else gives an
+// error wrapping ErrMalformed.
+func DecodeStagedChunk(msg []byte) (StagedChunk, error) {
+	rest, ok := bytes.CutPrefix(msg, []byte(StagedChunkPrefix))
+	if !ok {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: message does not start with %q", ErrMalformed, StagedChunkPrefix)
+	}
+	var out StagedChunk
+	var err error
+	if out.Chunk, rest, err = chunkNumber(rest); err != nil {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk: %v", ErrMalformed, err)
+	}
+	if out.Chunks, rest, err = chunkNumber(rest); err != nil {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk count: %v", ErrMalformed, err)
+	}
+	if out.Chunks < 1 || out.Chunk >= out.Chunks {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk %d of %d", ErrMalformed, out.Chunk, out.Chunks)
+	}
+	if out.Completion, err = notif.DecodeCompletion(rest); err != nil {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: %v", ErrMalformed, err)
+	}
+	return out, nil
+}
+
+// chunkNumber reads a decimal number without leading zeros and its ':'.
+func chunkNumber(b []byte) (int, []byte, error) {
+	i := bytes.IndexByte(b, ':')
+	switch {
+	case i <= 0:
+		return 0, nil, fmt.Errorf("no number before ':'")
+	case i > maxChunkDigits:
+		return 0, nil, fmt.Errorf("more than %d digits", maxChunkDigits)
+	case i > 1 && b[0] == '0':
+		return 0, nil, fmt.Errorf("leading zero")
+	}
+	n := 0
+	for _, d := range b[:i] {
+		if d < '0' || d > '9' {
+			return 0, nil, fmt.Errorf("%q is not a number", b[:i])
+		}
+		n = n*10 + int(d-'0')
+	}
+	return n, b[i+1:], nil
+}
