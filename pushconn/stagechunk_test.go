@@ -147,8 +147,8 @@ func TestStagedChunkNotifsChecked(t *testing.T) {
 	admitted(t, p, 1)
 	malformed0, unknown0 := c.Stats().MalformedNotifications, c.Stats().UnknownNotifications
 	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1", rigChunks+1)) // more chunks than regions
-	send("PUSH_STAGED_CHUNK:0:0:x:1")                             // no chunk
-	send("PUSH_STAGED_CHUNK:0:2:nobody:1")                        // no such request
+	send("PUSH_STAGED_CHUNK:0:0:x:1")                            // no chunk
+	send("PUSH_STAGED_CHUNK:0:2:nobody:1")                       // no such request
 	eventually(t, "bad chunks counted", func() bool {
 		s := c.Stats()
 		return s.MalformedNotifications == malformed0+2 && s.UnknownNotifications == unknown0+1
