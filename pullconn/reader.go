@@ -248,18 +248,37 @@ func (c *Consumer) post(l *load) {
 		// The lists are reused from request to request: agents copy them in
 		// CreateXferReq, and a fragmented request would otherwise allocate
 		// megabytes each time.
+		src := &set.payload.Ranks[s].Layout
+		var scatter bool
+		var plan staging.ReadPlan
+		var blocks *staging.BlockCopy
+		same := c.pool != nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
+			len(l.p.RemoteBlockIDs)-cached == len(l.local)
+		if same {
+			// Whole blocks one to one: a staged READ needs no mapping
+			// (the largest CPU cost of a fragmented request), and the
+			// model only the runs.
+			scatter, plan, blocks = c.stagedRead(l, s, nil, staging.SameBlocksDescs(src, l.p.RemoteBlockIDs[cached:], l.local),
+				uint64(len(l.local))*uint64(len(src.Regions))*src.BlockLen(), cached)
+		}
 		tr := &c.scratch
-		_, err := descriptors.MapCoalescedInto(tr, &set.payload.Ranks[s].Layout, &c.cfg.Layout, req)
-		if err != nil {
-			c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", ErrInvalid, l.id, s, err))
-			return
+		var local, remote nixl.XferList
+		var bytes uint64
+		var descs int
+		if !scatter {
+			if _, err := descriptors.MapCoalescedInto(tr, src, &c.cfg.Layout, req); err != nil {
+				c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", ErrInvalid, l.id, s, err))
+				return
+			}
+			if tr.Len() == 0 {
+				continue
+			}
+			local, remote = tr.Sides(nixl.Read)
+			bytes, descs = tr.Bytes, tr.Len()
+			if !same {
+				scatter, plan, blocks = c.stagedRead(l, s, tr, descs, bytes, cached)
+			}
 		}
-		if tr.Len() == 0 {
-			continue
-		}
-		local, remote := tr.Sides(nixl.Read)
-		bytes, descs := tr.Bytes, tr.Len()
-		scatter, plan, blocks := c.stagedRead(l, s, tr, cached)
 		if scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1 {
 			if err := c.postChunks(l, s, plan, blocks); err != nil {
 				c.stats.FailedTransfers.Inc()

@@ -15,8 +15,11 @@ import (
 // mapped pairs tr) reads prefill's staging slot instead of its blocks, and
 // returns the plan when it does: prefill gathered the request into the
 // slot its Params name, the model prefers it, and this rank has room in a
-// slot of its own. wmu is held.
-func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, cached int) (bool, staging.ReadPlan, *staging.BlockCopy) {
+// slot of its own. descs and bytes are the direct READ's size, for the
+// cost model; tr is the mapped direct READ, nil when the layouts have
+// SameBlocks (then the READ is planned from the block ids alone). wmu is
+// held.
+func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, descs int, bytes uint64, cached int) (bool, staging.ReadPlan, *staging.BlockCopy) {
 	if c.pool == nil || l.p.RemoteStagingSlot == nil {
 		return false, staging.ReadPlan{}, nil
 	}
@@ -29,7 +32,7 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, cached i
 		// Not a slot that prefill's image fits: it cannot have gathered there.
 		return false, staging.ReadPlan{}, nil
 	}
-	if c.model.Choose(tr.Len(), tr.Bytes, staging.MaxRuns) != staging.Staged {
+	if c.model.Choose(descs, bytes, staging.MaxRuns) != staging.Staged {
 		return false, staging.ReadPlan{}, nil
 	}
 	if l.slot == nil {
@@ -41,13 +44,15 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, cached i
 		l.slot, l.slotUsed = &slot, 0
 	}
 	part := staging.Slot{Index: l.slot.Index, Addr: l.slot.Addr + l.slotUsed, Len: l.slot.Len - l.slotUsed}
-	if staging.SameBlocks(&pr.Layout, &c.cfg.Layout) {
+	if tr == nil {
 		// Whole blocks on both sides: one span, scattered by block ids.
 		plan, sc, err := staging.SameBlocksRead(&pr.Layout, &c.cfg.Layout, len(l.p.RemoteBlockIDs), cached, l.local, remote, part)
-		if err == nil {
-			l.slotUsed += (plan.Bytes + 15) &^ 15
-			return true, plan, &sc
+		if err != nil {
+			c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(err))
+			return false, staging.ReadPlan{}, nil
 		}
+		l.slotUsed += (plan.Bytes + 15) &^ 15
+		return true, plan, &sc
 	}
 	planStart := time.Now()
 	plan, err := c.planner.PlanRead(tr, &pr.Layout, &c.cfg.Layout, l.p.RemoteBlockIDs, remote, part)

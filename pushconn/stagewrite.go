@@ -26,12 +26,13 @@ type stagedWrite struct {
 	segs   [][]staging.Seg
 }
 
-// gather copies chunk k of the image into the slot.
-func (sw *stagedWrite) gather(p *Producer, k int) error {
+// gather copies chunk k of the image into the slot, running progress
+// while it copies (see staging.ProgressCopier).
+func (sw *stagedWrite) gather(p *Producer, k int, progress func()) error {
 	if sw.blocks != nil {
-		return p.stage.CopyBlocks(p.cfg.Staging.Copier, sw.blocks.Regions(sw.chunks[k].R0, sw.chunks[k].R1))
+		return p.stage.CopyBlocksProgress(p.cfg.Staging.Copier, sw.blocks.Regions(sw.chunks[k].R0, sw.chunks[k].R1), progress)
 	}
-	return p.stage.Copy(p.cfg.Staging.Copier, sw.segs[k])
+	return p.stage.CopyProgress(p.cfg.Staging.Copier, sw.segs[k], progress)
 }
 
 // stage decides whether the WRITE of h for registration pr goes through
@@ -39,7 +40,11 @@ func (sw *stagedWrite) gather(p *Producer, k int) error {
 // returns nil when the WRITE goes into the blocks directly (decode offered
 // no slot or a slot that does not fit, the model prefers direct, no slot
 // is free here, or the plan failed). Nothing is copied yet.
-func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *descriptors.Layout, dstBlocks []int, cached int) *stagedWrite {
+//
+// descs and bytes are the direct transfer's size, for the cost model. t is
+// the mapped direct transfer; nil when the layouts have SameBlocks, which
+// then stage by block ids without it.
+func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, descs int, bytes uint64, dst *descriptors.Layout, dstBlocks []int, cached int) *stagedWrite {
 	p := w.p
 	offer := pr.reg.Staging
 	if p.pool == nil || offer == nil {
@@ -63,7 +68,7 @@ func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *de
 	if err != nil {
 		return nil
 	}
-	if p.model.Choose(t.Len(), t.Bytes, 1) != staging.Staged {
+	if p.model.Choose(descs, bytes, 1) != staging.Staged {
 		return nil
 	}
 	slot, ok := p.pool.Acquire(h.id)
@@ -79,12 +84,15 @@ func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *de
 		bytes:  size,
 		chunks: staging.ImageChunks(im.Regions, n, uint64(im.Blocks)*im.PerBlock, size),
 	}
-	if staging.SameBlocks(&p.cfg.Layout, dst) {
+	if t == nil {
 		// Whole blocks on both sides: the copier gathers by block ids.
-		if bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), slot.Addr); err == nil {
-			sw.blocks = &bc
-			return sw
+		bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), slot.Addr)
+		if err != nil {
+			w.freeSlot(&slot)
+			return nil
 		}
+		sw.blocks = &bc
+		return sw
 	}
 	planStart := time.Now()
 	plan, err := w.planner.PlanWrite(t, &p.cfg.Layout, dst, dstBlocks, im, slot, remote+off)
@@ -108,9 +116,23 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 	p := w.p
 	wr := &write{reg: pr, hold: h, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: sw.bytes, slot: sw.slot}
 	n := len(sw.chunks)
+	// While a chunk is gathered, the chunks before it are polled: that
+	// progresses the agent, so they complete and their completions reach
+	// decode (which scatters them) during the gather, not after the last.
+	var inFlight error
+	progress := func() {
+		if inFlight == nil && len(wr.handles) > 0 {
+			inFlight = w.pollHandles(wr)
+		}
+	}
 	for k, ch := range sw.chunks {
-		if err := sw.gather(p, k); err != nil {
+		if err := sw.gather(p, k, progress); err != nil {
 			w.abandon(wr, pushwire.FailTransfer, fmt.Errorf("gather chunk %d of %d into the staging slot: %w", k, n, err))
+			return
+		}
+		if inFlight != nil {
+			// An earlier chunk failed in flight (counted by pollHandles).
+			w.abandon(wr, pushwire.FailTransfer, inFlight)
 			return
 		}
 		var msg []byte

@@ -22,8 +22,9 @@ import (
 
 // stagingFor returns a rank's staging configuration for mode (GONIXL_E2E_
 // STAGING: "" or "off", "on", "auto"): slots of one request's KV in the
-// rank's memory (as many as fit 8 GiB, 2 to 16), and on a GPU the
-// gather/scatter kernel on device dev.
+// rank's memory (as many as fit 8 GiB, 2 to 16), cut into
+// GONIXL_E2E_CHUNKS pipelined chunks (default staging.DefaultChunks), and
+// on a GPU the gather/scatter kernel on device dev.
 // The function it returns frees them.
 func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Staging, func(), error) {
 	if mode == "" || mode == "off" {
@@ -37,7 +38,7 @@ func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Stagin
 		return pullconn.Staging{}, nil, err
 	}
 	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: int(slots),
-		TransferChunk: uint64(envInt("GONIXL_E2E_XFER_CHUNK", 0))}
+		TransferChunk: uint64(envInt("GONIXL_E2E_XFER_CHUNK", 0)), Chunks: envInt("GONIXL_E2E_CHUNKS", 0)}
 	if m.mem() == nixl.VRAM {
 		if st.Copier, err = pullconn.NewGPUCopier(dev); err != nil {
 			_ = m.free(base)

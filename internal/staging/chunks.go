@@ -16,10 +16,14 @@ import (
 // ranges from (regions, chunks) alone.
 
 // DefaultChunks is the number of chunks of a staged transfer when
-// Config.Chunks is zero: enough for the first gather and the last scatter
-// to be an eighth of the copy time each, few enough that each chunk stays
-// large (512 MiB of a 16k-token Qwen3-32B request).
-const DefaultChunks = 8
+// Config.Chunks is zero. Measured on one H200 (BenchmarkStagedKV with
+// GONIXL_E2E_CHUNKS 1, 4, 8, 16; docs/gpu.md), where gather, transfer and
+// scatter share the one GPU's memory bandwidth: 4 was the fastest push
+// (0.27-0.28x cuMemcpyDtoD, against 0.26 for 1 and 0.24-0.26 for 8),
+// 16 the slowest (each chunk's launch and WRITE cost more than the
+// overlap gains); pull was the same for 1, 4 and 8 within noise. Across
+// two GPUs the passes use different memory and the overlap gains more.
+const DefaultChunks = 4
 
 // MaxChunks bounds Config.Chunks and the chunk count a peer may name.
 const MaxChunks = 64

@@ -18,6 +18,15 @@ type Copier interface {
 	Copy(segs []Seg) error
 }
 
+// ProgressCopier is a copier that runs a function over and over while
+// its copy is under way (the GPU copier, between polls of its stream): a
+// connector that gathers one chunk while the chunks before it move keeps
+// them progressing, and their completions going out, during the gather.
+type ProgressCopier interface {
+	CopyProgress(segs []Seg, progress func()) error
+	CopyBlocksProgress(b BlockCopy, progress func()) error
+}
+
 // HostCopier copies host memory that nixl.Buffer allocated (the memory the
 // loopback agent and DRAM layouts use) with Go's copy. An address outside
 // such a buffer gives an error, never a fault.

@@ -34,9 +34,21 @@ func NewCounters(s *stats.Set) *Counters {
 func (k *Counters) Planned(start time.Time) { k.PlanUS.Add(uint64(time.Since(start).Microseconds())) }
 
 // Copy runs c over segs and counts the bytes, or the failure.
-func (k *Counters) Copy(c Copier, segs []Seg) error {
+func (k *Counters) Copy(c Copier, segs []Seg) error { return k.CopyProgress(c, segs, nil) }
+
+// CopyProgress is Copy with progress run during the copy when c is a
+// ProgressCopier (else once after it).
+func (k *Counters) CopyProgress(c Copier, segs []Seg, progress func()) error {
 	start := time.Now()
-	err := c.Copy(segs)
+	var err error
+	if pc, ok := c.(ProgressCopier); ok && progress != nil {
+		err = pc.CopyProgress(segs, progress)
+	} else {
+		err = c.Copy(segs)
+		if progress != nil {
+			progress()
+		}
+	}
 	k.CopyUS.Add(uint64(time.Since(start).Microseconds()))
 	if err != nil {
 		k.Failures.Inc()
@@ -52,13 +64,24 @@ func (k *Counters) Copy(c Copier, segs []Seg) error {
 
 // CopyBlocks runs a block copy on c (by block ids when c is a
 // BlockCopier, else by segments) and counts it as Copy does.
-func (k *Counters) CopyBlocks(c Copier, b BlockCopy) error {
+func (k *Counters) CopyBlocks(c Copier, b BlockCopy) error { return k.CopyBlocksProgress(c, b, nil) }
+
+// CopyBlocksProgress is CopyBlocks with progress run as CopyProgress runs
+// it.
+func (k *Counters) CopyBlocksProgress(c Copier, b BlockCopy, progress func()) error {
 	start := time.Now()
 	var err error
-	if bc, ok := c.(BlockCopier); ok {
+	pc, isPC := c.(ProgressCopier)
+	switch bc, ok := c.(BlockCopier); {
+	case isPC && progress != nil:
+		err = pc.CopyBlocksProgress(b, progress)
+	case ok:
 		err = bc.CopyBlocks(b)
-	} else {
+	default:
 		err = c.Copy(b.Segs(nil))
+	}
+	if !(isPC && progress != nil) && progress != nil {
+		progress()
 	}
 	k.CopyUS.Add(uint64(time.Since(start).Microseconds()))
 	if err != nil {

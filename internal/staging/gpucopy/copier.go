@@ -30,6 +30,7 @@ typedef int (*f_htod_async)(uint64_t, const void*, size_t, void*);
 typedef int (*f_launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
 typedef int (*f_errstr)(int, const char**);
 typedef int (*f_attr)(int*, int, void*);
+typedef int (*f_stream_query)(void*);
 
 static struct {
 	void *lib;
@@ -37,7 +38,7 @@ static struct {
 	f_mod_load mod_load; f_mod_unload mod_unload; f_mod_fn mod_fn;
 	f_stream_create stream_create; f_stream_destroy stream_destroy; f_stream_sync stream_sync;
 	f_alloc alloc; f_free free_; f_alloc_host alloc_host; f_free_host free_host;
-	f_htod_async htod_async; f_launch launch; f_errstr errstr; f_attr attr;
+	f_htod_async htod_async; f_launch launch; f_errstr errstr; f_attr attr; f_stream_query stream_query;
 } gc;
 
 static int gc_load(void) {
@@ -53,7 +54,7 @@ static int gc_load(void) {
 	SYM(alloc, "cuMemAlloc_v2") SYM(free_, "cuMemFree_v2")
 	SYM(alloc_host, "cuMemAllocHost_v2") SYM(free_host, "cuMemFreeHost")
 	SYM(htod_async, "cuMemcpyHtoDAsync_v2") SYM(launch, "cuLaunchKernel") SYM(errstr, "cuGetErrorString")
-	SYM(attr, "cuFuncGetAttribute")
+	SYM(attr, "cuFuncGetAttribute") SYM(stream_query, "cuStreamQuery")
 #undef SYM
 	gc.lib = l;
 	return gc.init(0);
@@ -87,24 +88,28 @@ static int gc_free_host(void *p) { return gc.free_host(p); }
 
 // gc_run_blocks uploads the bases and block ids (bytes of the pinned host
 // table: regions 64-bit bases, then m 32-bit ids) and launches the block
-// kernel over regions*m items on stream s, and waits for it.
+// kernel over regions*m items on stream s, and waits for it when sync.
 static int gc_run_blocks(void *fn, void *s, uint64_t dtable, const void *htable, size_t bytes,
 		unsigned int regions, unsigned int m, uint64_t blockLen, uint64_t off, uint64_t len,
-		uint64_t slot, uint64_t slotStride, int toSlot, unsigned int grid, unsigned int threads) {
+		uint64_t slot, uint64_t slotStride, int toSlot, unsigned int grid, unsigned int threads, int sync) {
 	int r = gc.htod_async(dtable, htable, bytes, s); if (r) return r;
 	uint64_t bases = dtable, blocks = dtable + 8ull * regions;
 	void *args[10] = {&bases, &blocks, &regions, &m, &blockLen, &off, &len, &slot, &slotStride, &toSlot};
 	r = gc.launch(fn, grid, 1, 1, threads, 1, 1, 0, s, args, 0); if (r) return r;
-	return gc.stream_sync(s);
+	return sync ? gc.stream_sync(s) : 0;
 }
 
+// gc_query is cuStreamQuery: 0 once the stream's work is done,
+// CUDA_ERROR_NOT_READY (600) while it runs, else the error.
+static int gc_query(void *s) { return gc.stream_query(s); }
+
 // gc_run uploads n segment records from the pinned host table, launches the
-// kernel over them on stream s and waits for it.
-static int gc_run(void *fn, void *s, uint64_t dtable, const void *htable, unsigned int n, unsigned int grid, unsigned int threads) {
+// kernel over them on stream s and waits for it when sync.
+static int gc_run(void *fn, void *s, uint64_t dtable, const void *htable, unsigned int n, unsigned int grid, unsigned int threads, int sync) {
 	int r = gc.htod_async(dtable, htable, (size_t)n * 24, s); if (r) return r;
 	void *args[2]; args[0] = &dtable; args[1] = &n;
 	r = gc.launch(fn, grid, 1, 1, threads, 1, 1, 0, s, args, 0); if (r) return r;
-	return gc.stream_sync(s);
+	return sync ? gc.stream_sync(s) : 0;
 }
 */
 import "C"
@@ -116,6 +121,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gonixl/gonixl/internal/staging"
@@ -180,7 +186,12 @@ type Copier struct {
 	cap      int            // records both tables hold
 	threads  int            // threads per block: the kernel's launch bounds
 	closed   bool
+	broken   bool // a kernel outlived KernelTimeout
 }
+
+// KernelTimeout bounds how long a copy with progress waits for its kernel
+// (a gather of gigabytes takes milliseconds).
+const KernelTimeout = 30 * time.Second
 
 // New loads the kernel on device ordinal (the DevID of its VRAM
 // descriptors) and creates the copier's stream. The kernel is the
@@ -262,7 +273,12 @@ func (c *Copier) grow(n int) error {
 
 // Copy copies every segment (device addresses of this GPU) and returns
 // once the kernel has finished. Segments must not overlap one another.
-func (c *Copier) Copy(segs []staging.Seg) error {
+func (c *Copier) Copy(segs []staging.Seg) error { return c.CopyProgress(segs, nil) }
+
+// CopyProgress is Copy calling progress (when not nil) over and over
+// while the kernel runs, with no lock of the caller's held by the copier
+// but its own: the caller's transfers keep moving during a long gather.
+func (c *Copier) CopyProgress(segs []staging.Seg, progress func()) error {
 	if len(segs) == 0 {
 		return nil
 	}
@@ -277,6 +293,9 @@ func (c *Copier) Copy(segs []staging.Seg) error {
 	defer c.mu.Unlock()
 	if c.closed {
 		return errors.New("gpucopy: copier closed")
+	}
+	if c.broken {
+		return errors.New("gpucopy: copier unusable: a kernel outlived its timeout")
 	}
 	return c.do(func() error {
 		if err := c.grow(n); err != nil {
@@ -295,21 +314,63 @@ func (c *Copier) Copy(segs []staging.Seg) error {
 		if i == 0 {
 			return nil
 		}
-		return check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(i), C.uint(grid), C.uint(c.threads)))
+		if err := check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(i), C.uint(grid), C.uint(c.threads), syncFlag(progress))); err != nil {
+			return err
+		}
+		return c.wait("kernel gonixl_copy_segments", progress)
 	})
+}
+
+func syncFlag(progress func()) C.int {
+	if progress == nil {
+		return 1
+	}
+	return 0
+}
+
+// wait polls the stream until its kernel ended, calling progress between
+// polls; with no progress the launch already waited. The context is made
+// current again after each call, which may run other CUDA users' code.
+func (c *Copier) wait(op string, progress func()) error {
+	if progress == nil {
+		return nil
+	}
+	deadline := time.Now().Add(KernelTimeout)
+	for {
+		switch r := C.gc_query(c.stream); r {
+		case 0:
+			return nil
+		case 600: // CUDA_ERROR_NOT_READY
+		default:
+			return check(op, r)
+		}
+		if time.Now().After(deadline) {
+			// The kernel may still write: nothing may use the copier (or
+			// hand its memory to another copy) again.
+			c.broken = true
+			return fmt.Errorf("gpucopy: %s still running after %v; the copier is unusable", op, KernelTimeout)
+		}
+		progress()
+		if err := check("cuCtxSetCurrent", C.gc_set(c.ctx)); err != nil {
+			return err
+		}
+	}
 }
 
 // CopyBlocks copies by block ids (see staging.BlockCopy) with the block
 // kernel, which computes the addresses on the GPU: only the bases and ids
 // are uploaded. Without that kernel in the PTX it copies the same bytes
 // by segments.
-func (c *Copier) CopyBlocks(b staging.BlockCopy) error {
+func (c *Copier) CopyBlocks(b staging.BlockCopy) error { return c.CopyBlocksProgress(b, nil) }
+
+// CopyBlocksProgress is CopyBlocks calling progress as CopyProgress does.
+func (c *Copier) CopyBlocksProgress(b staging.BlockCopy, progress func()) error {
 	items := uint64(len(b.Bases)) * uint64(len(b.Blocks))
 	if items == 0 || b.Len == 0 {
 		return nil
 	}
 	if c.fnBlocks == nil || len(b.Bases) > 1<<20 || len(b.Blocks) > 1<<30 || items > 1<<40 {
-		return c.Copy(b.Segs(nil))
+		return c.CopyProgress(b.Segs(nil), progress)
 	}
 	for _, id := range b.Blocks {
 		if id < 0 || id > 1<<31-1 {
@@ -328,6 +389,9 @@ func (c *Copier) CopyBlocks(b staging.BlockCopy) error {
 	if c.closed {
 		return errors.New("gpucopy: copier closed")
 	}
+	if c.broken {
+		return errors.New("gpucopy: copier unusable: a kernel outlived its timeout")
+	}
 	return c.do(func() error {
 		if err := c.grow((bytes + segBytes - 1) / segBytes); err != nil {
 			return err
@@ -339,9 +403,12 @@ func (c *Copier) CopyBlocks(b staging.BlockCopy) error {
 			ids[i] = int32(id)
 		}
 		grid := int(min(items, maxGrid))
-		return check("kernel gonixl_copy_blocks", C.gc_run_blocks(c.fnBlocks, c.stream, c.dev, c.host, C.size_t(bytes),
+		if err := check("kernel gonixl_copy_blocks", C.gc_run_blocks(c.fnBlocks, c.stream, c.dev, c.host, C.size_t(bytes),
 			C.uint(len(b.Bases)), C.uint(len(b.Blocks)), C.uint64_t(b.BlockLen), C.uint64_t(b.Off), C.uint64_t(b.Len),
-			C.uint64_t(b.Slot), C.uint64_t(b.SlotStride), C.int(toSlot), C.uint(grid), C.uint(c.threads)))
+			C.uint64_t(b.Slot), C.uint64_t(b.SlotStride), C.int(toSlot), C.uint(grid), C.uint(c.threads), syncFlag(progress))); err != nil {
+			return err
+		}
+		return c.wait("kernel gonixl_copy_blocks", progress)
 	})
 }
 

@@ -19,6 +19,14 @@ func New(device int) (*Copier, error) {
 // Copy returns ErrUnavailable without the `cuda` build tag.
 func (c *Copier) Copy(segs []staging.Seg) error { return ErrUnavailable }
 
+// CopyProgress returns ErrUnavailable without the `cuda` build tag.
+func (c *Copier) CopyProgress(segs []staging.Seg, progress func()) error { return ErrUnavailable }
+
+// CopyBlocksProgress returns ErrUnavailable without the `cuda` build tag.
+func (c *Copier) CopyBlocksProgress(b staging.BlockCopy, progress func()) error {
+	return ErrUnavailable
+}
+
 // Close does nothing in this build.
 func (c *Copier) Close() error { return nil }
 
