@@ -125,3 +125,38 @@ func TestStagedPullChunkFails(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedPullSeveralRanksNeedPromise: a prefill engine of two TP ranks
+// stages only with EngineConfig.ParamsAfterAllRanks; without it the
+// Params name no slot and every READ is direct, with the same bytes.
+func TestStagedPullSeveralRanksNeedPromise(t *testing.T) {
+	for _, promise := range []bool{false, true} {
+		t.Run(fmt.Sprintf("promise=%v", promise), func(t *testing.T) {
+			m := newStagingMem(t, StagingOn, 2, 64<<10)
+			c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{1, 16},
+				prefillEngine: func(e *EngineConfig) { e.ParamsAfterAllRanks = promise }}, m)
+			blocks := []int{9, 3, 30, 12}
+			c.fill(6, blocks, 64)
+			p := c.finish("r", blocks)
+			c.load("d", p, []int{5, 40, 7, 22})
+			require.NoError(t, c.result("d")[0].Err)
+			c.verify(6, []int{5, 40, 7, 22}, 0, 64)
+			s := c.cons[0].Stats()
+			if promise {
+				require.NotNil(t, p.RemoteStagingSlot)
+				require.Equal(t, uint64(2), extraCount(t, s, "staged_transfers"), "both prefill ranks' slots read")
+				require.Zero(t, extraCount(t, s, "direct_transfers"))
+			} else {
+				require.Nil(t, p.RemoteStagingSlot)
+				require.Zero(t, extraCount(t, s, "staged_transfers"))
+				require.Equal(t, uint64(2), extraCount(t, s, "direct_transfers"))
+			}
+			for i, f := range c.freed(1) {
+				require.Equal(t, map[string]int{"r": 1}, f, "prefill rank %d", i)
+			}
+			pre, dec := slotsInUse(c)
+			require.Zero(t, pre)
+			require.Zero(t, dec)
+		})
+	}
+}

@@ -13,12 +13,13 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 	l := &p.cfg.Layout
 	size := staging.SrcImageSize(l, len(blocks))
 	tp := p.e.core.Config().TPSize
-	// Only an engine of one TP rank stages: with more, one rank's Params
-	// (naming the slot) could reach decode before another rank gathered
-	// into its slot, and decode would read what the slot held before.
-	// Direct READs need no such order: the blocks hold the KV once the
-	// forward pass ends.
-	want := tp == 1 && len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
+	// An engine of several TP ranks stages only when it promised to send
+	// the Params after every rank's RequestFinished: else one rank's
+	// Params (naming the slot) could reach decode before another rank
+	// gathered into its slot, and decode would read what the slot held
+	// before. Direct READs need no such order: the blocks hold the KV
+	// once the forward pass ends.
+	want := (tp == 1 || p.e.paramsAfterAll) && len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
 		p.model.Choose(runs(blocks)*len(l.Regions), size, 1) == staging.Staged
 	i, staged := p.e.slots.decide(id, tp, want)
 	if !staged {
@@ -26,6 +27,11 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 			p.stage.NoSlot.Inc()
 		}
 		return 0, false, nil
+	}
+	if size > p.cfg.Staging.SlotBytes {
+		// Another rank decided for this one, whose image does not fit.
+		p.e.slots.release(i)
+		return 0, false, fmt.Errorf("%w: request %q: an image of %d bytes does not fit a staging slot of %d", ErrStaging, id, size, p.cfg.Staging.SlotBytes)
 	}
 	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
 	if err := p.stage.CopyBlocks(p.cfg.Staging.Copier, staging.SrcGatherBlocks(l, blocks, base)); err != nil {

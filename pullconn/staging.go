@@ -14,12 +14,12 @@ import (
 // slot (when the image fits a slot, one is free and the cost model or
 // StagingOn says so) before it returns, and the Params carry the slot (our
 // own key "remote_staging_slot", which a vLLM decode ignores). The slot is
-// held with the blocks and freed with them. Only a prefill engine of one
-// TP rank stages: with several, one rank's Params could reach decode
-// before another rank had gathered (its blocks, read directly, hold the KV
-// from the end of the forward pass; its slot only from its gather). The
-// ranks of an engine must still have the same Mode, Slots and SlotBytes:
-// the slot index is the engine's.
+// held with the blocks and freed with them. A prefill engine of several
+// TP ranks stages only with EngineConfig.ParamsAfterAllRanks: otherwise
+// one rank's Params could reach decode before another rank had gathered
+// (its blocks, read directly, hold the KV from the end of the forward
+// pass; its slot only from its gather). The ranks of an engine must have
+// the same Mode, Slots and SlotBytes: the slot index is the engine's.
 //
 // On decode, a load whose Params name a slot READs the parts it needs of
 // each prefill rank's slot into a slot of its own (a few large READs, or

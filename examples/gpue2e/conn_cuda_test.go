@@ -99,6 +99,8 @@ type (
 		Full      bool             `json:"full"`
 		// Seq picks the blocks a sampled check looks at.
 		Seq int `json:"seq"`
+		// recv is when decode received it (not sent).
+		recv int64
 	}
 	// doneMsg is a request's end on decode: when (wall clock), how, and
 	// what the byte check found.
@@ -107,6 +109,8 @@ type (
 		EndNano int64  `json:"end"`
 		Err     string `json:"err,omitempty"`
 		Checked uint64 `json:"checked"`
+		// RecvNano is when decode received the request's load message.
+		RecvNano int64 `json:"recv"`
 		// Stage is decode's staging counters (cumulative) when it ended.
 		Stage map[string]uint64 `json:"stage,omitempty"`
 	}
@@ -252,6 +256,7 @@ func runDecode() error {
 			l := reqs[d.ID]
 			delete(reqs, d.ID)
 			mu.Unlock()
+			d.RecvNano = l.recv
 			if d.Err == "" {
 				spans := requestSpans(&layout, base, l)
 				for _, s := range spans {
@@ -279,6 +284,7 @@ func runDecode() error {
 			if err := msg.Decode(&l); err != nil {
 				return fail(err)
 			}
+			l.recv = time.Now().UnixNano()
 			mu.Lock()
 			reqs[l.ID] = l
 			mu.Unlock()
@@ -508,6 +514,10 @@ func (f *connFixture) drainFreed() []string {
 // runStats is what one run of requests measured.
 type runStats struct {
 	critical []time.Duration   // prefill finished -> decode has every block
+	// The critical path's parts (pull): prefill's RequestFinished (its
+	// gather included), the hop of the Params to the decode process, and
+	// decode's load from receipt to the end.
+	finish, hop, load []time.Duration
 	bytes    uint64            // checked on decode
 	stalls   int               // requests that waited for a free slot
 	stage    map[string]uint64 // decode's staging counters at the last end
@@ -547,7 +557,7 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		pSlot, dSlot int
 		pBlocks      []int
 		dBlocks      []int
-		t0           int64
+		t0, t1       int64 // before and after RequestFinished (t1: pull only)
 		frag         bool
 		seq          int
 		ended, freed bool
@@ -570,6 +580,11 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 			return nil
 		}
 		st.critical = append(st.critical, time.Duration(d.EndNano-r.t0))
+		if r.t1 != 0 {
+			st.finish = append(st.finish, time.Duration(r.t1-r.t0))
+			st.hop = append(st.hop, time.Duration(d.RecvNano-r.t1))
+			st.load = append(st.load, time.Duration(d.EndNano-d.RecvNano))
+		}
 		st.bytes += d.Checked
 		if d.Stage != nil {
 			st.stage = d.Stage
@@ -661,6 +676,7 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		if err != nil {
 			return st, err
 		}
+		r.t1 = time.Now().UnixNano()
 		pending++
 		unfreed++
 		if err := f.peer.Conn().Send("load", loadMsg{ID: r.id, Pull: &params, Blocks: r.dBlocks, SrcBlocks: r.pBlocks, Full: full, Seq: r.seq}); err != nil {

@@ -225,7 +225,7 @@ func BenchmarkStagedKV(b *testing.B) {
 						if f.pushP != nil {
 							px0 = f.pushP.Stats().XferTime
 						}
-						var crit []time.Duration
+						var crit, fin, hop, load []time.Duration
 						var first, last map[string]uint64
 						b.ResetTimer()
 						for i := range b.N {
@@ -234,6 +234,7 @@ func BenchmarkStagedKV(b *testing.B) {
 								b.Fatal(err)
 							}
 							crit = append(crit, rs.critical...)
+							fin, hop, load = append(fin, rs.finish...), append(hop, rs.hop...), append(load, rs.load...)
 							if i == 0 {
 								first = rs.stage
 							}
@@ -265,6 +266,14 @@ func BenchmarkStagedKV(b *testing.B) {
 							if n := last["xfers"] - first["xfers"]; n > 0 {
 								b.ReportMetric(float64(last["xfer_us"]-first["xfer_us"])/float64(n)/1e3, "xfer_ms")
 							}
+						}
+						if len(fin) > 0 {
+							// Pull's critical path in parts: prefill's
+							// RequestFinished, the Params' hop to the decode
+							// process (the harness's pipe), decode's load.
+							b.ReportMetric(float64(latency.Summarize(fin).P50)/1e6, "finish_ms")
+							b.ReportMetric(float64(latency.Summarize(hop).P50)/1e6, "hop_ms")
+							b.ReportMetric(float64(latency.Summarize(load).P50)/1e6, "load_ms")
 						}
 						p50 := latency.Summarize(crit).P50
 						gbs := float64(reqBytes) / p50.Seconds() / 1e9
