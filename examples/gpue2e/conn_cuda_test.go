@@ -513,14 +513,14 @@ func (f *connFixture) drainFreed() []string {
 
 // runStats is what one run of requests measured.
 type runStats struct {
-	critical []time.Duration   // prefill finished -> decode has every block
+	critical []time.Duration // prefill finished -> decode has every block
 	// The critical path's parts (pull): prefill's RequestFinished (its
 	// gather included), the hop of the Params to the decode process, and
 	// decode's load from receipt to the end.
 	finish, hop, load []time.Duration
-	bytes    uint64            // checked on decode
-	stalls   int               // requests that waited for a free slot
-	stage    map[string]uint64 // decode's staging counters at the last end
+	bytes             uint64            // checked on decode
+	stalls            int               // requests that waited for a free slot
+	stage             map[string]uint64 // decode's staging counters at the last end
 }
 
 // run sends n requests at rate per second. Each request's prefill compute
