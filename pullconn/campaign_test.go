@@ -64,26 +64,36 @@ func TestFaultCampaign(t *testing.T) {
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
 // slots each, so some requests find none and are read directly): the same
-// faults and guarantees. Prefill has one TP rank: only such an engine
-// stages (see Staging).
+// faults and guarantees: with chunked READs (like blocks, 1 -> 1), whole
+// planned ones (1 -> 2), and a prefill engine of two ranks (2 -> 1, with
+// ParamsAfterAllRanks).
 func TestFaultCampaignStaged(t *testing.T) {
-	var total campaignFigures
-	for _, pair := range []struct{ p, d int }{{1, 1}, {1, 2}} {
-		name := fmt.Sprintf("tp%d-to-tp%d/staged", pair.p, pair.d)
-		t.Run(name, func(t *testing.T) {
-			m := newStagingMem(t, StagingOn, 4, 256<<10)
-			cc := &countingCopier{}
-			m.copier["prefill"], m.copier["decode"] = cc, cc
-			f := runCampaign(t, 7, pair.p, pair.d, 150, m)
-			if cc.n.Load() == 0 {
-				t.Fatal("the campaign staged nothing")
-			}
-			t.Logf("%d gathers and scatters", cc.n.Load())
-			t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
-				name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
-			total.add(f)
-		})
+	seeds, requests := 1, 150
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, requests = 5, 2000
 	}
+	var total campaignFigures
+	for _, pair := range []struct{ p, d int }{{1, 1}, {1, 2}, {2, 1}} {
+		for k := range seeds {
+			seed := uint64(7 + 100*k)
+			name := fmt.Sprintf("tp%d-to-tp%d/staged/seed%d", pair.p, pair.d, seed)
+			t.Run(name, func(t *testing.T) {
+				m := newStagingMem(t, StagingOn, 4, 256<<10)
+				cc := &countingCopier{}
+				m.copier["prefill"], m.copier["decode"] = cc, cc
+				f := runCampaign(t, seed, pair.p, pair.d, requests, m)
+				if cc.n.Load() == 0 {
+					t.Fatal("the campaign staged nothing")
+				}
+				t.Logf("%d gathers and scatters", cc.n.Load())
+				t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
+					name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
+				total.add(f)
+			})
+		}
+	}
+	t.Logf("pull staged campaign total: %d requests, %d done, %d failed (%d expired, %d aborted), wrong-byte done results %d, writes after release %d",
+		total.requests, total.done, total.failed, total.expired, total.aborted, total.wrongBytes, total.writesAfterRelease)
 	if total.wrongBytes != 0 || total.writesAfterRelease != 0 {
 		t.Fatalf("staged campaign: %d wrong-byte done results, %d writes after release", total.wrongBytes, total.writesAfterRelease)
 	}
@@ -121,6 +131,8 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 	c := newCluster(t, clusterOpts{
 		prefill: side{ptp, 16}, decode: side{dtp, 16},
 		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
+		// Every prefill rank finishes a request before its Params are used.
+		prefillEngine: func(e *EngineConfig) { e.ParamsAfterAllRanks = true },
 		prefillCfg: func(rc *RankConfig) {
 			rc.Lease = lease
 			rc.HeartbeatExtension = lease * 2 / 3

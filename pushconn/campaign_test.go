@@ -93,25 +93,34 @@ func TestFaultCampaign(t *testing.T) {
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
 // slots each, so some requests find none and go direct): the same faults,
-// the same guarantees, and the slots all come back.
+// the same guarantees, and the slots all come back. Its WRITEs are
+// chunked (one chunk per region): by block ids (TP 2 -> 2) and by planned
+// segments (2 -> 1, 1 -> 2). GONIXL_CAMPAIGN=long runs 5 seeds x 2000
+// requests per pairing.
 func TestFaultCampaignStaged(t *testing.T) {
-	n := 300
+	n, seeds := 300, 1
 	if testing.Short() {
 		n = 100
 	}
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		n, seeds = 2000, 5
+	}
 	var total campaignFigures
 	for _, tp := range [][2]int{{2, 2}, {2, 1}, {1, 2}} {
-		seed := uint64(5000 + 100*tp[0] + tp[1])
-		t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
-			m := newStagingMem(t, StagingOn, 4, 256<<10)
-			cc := &countingCopier{}
-			m.copier = func(string) Copier { return cc }
-			f := runCampaign(t, seed, n, tp[0], tp[1], m)
-			t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.n.Load())
-			require.Positive(t, cc.n.Load(), "the campaign staged nothing")
-			total.add(f)
-		})
+		for k := range seeds {
+			seed := uint64(5000 + 100*tp[0] + tp[1] + 1000*k)
+			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
+				m := newStagingMem(t, StagingOn, 4, 256<<10)
+				cc := &countingCopier{}
+				m.copier = func(string) Copier { return cc }
+				f := runCampaign(t, seed, n, tp[0], tp[1], m)
+				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.n.Load())
+				require.Positive(t, cc.n.Load(), "the campaign staged nothing")
+				total.add(f)
+			})
+		}
 	}
+	t.Logf("push staged campaign total: %+v", total)
 	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
 	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
 	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
