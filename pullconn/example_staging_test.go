@@ -21,8 +21,9 @@ func stagingMem(slotBytes uint64) (*nixl.Buffer, pullconn.Staging) {
 
 // A fragmented request through staging slots: prefill gathers blocks 7
 // and 2 into a slot when the request finishes and its Params name the
-// slot; decode reads the slot in one READ and scatters it into blocks 5
-// and 9. On a GPU, Staging.Copier is pullconn.NewGPUCopier(device).
+// slot; decode reads the slot in Staging.Chunks READs (4 by default, one
+// per region here), scattering each as it lands, into blocks 5 and 9. On a
+// GPU, Staging.Copier is pullconn.NewGPUCopier(device).
 func ExampleStaging() {
 	fab, _ := loopback.NewFabric()
 	defer fab.Close()

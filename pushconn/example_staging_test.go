@@ -20,9 +20,10 @@ func stagingMem(slotBytes uint64) (*nixl.Buffer, pushconn.Staging) {
 
 // A fragmented request through staging slots: decode offers a slot in its
 // registration, prefill gathers blocks 7 and 2 into a slot of its own and
-// WRITEs it into decode's in one descriptor, decode scatters it into
-// blocks 5 and 9 before the request is done. On a GPU, Staging.Copier is
-// pushconn.NewGPUCopier(device).
+// WRITEs it into decode's in Staging.Chunks pieces (4 by default, one per
+// region here: each gathered while the one before moves), decode scatters
+// each piece into blocks 5 and 9 as it lands, and the request is done once
+// all are. On a GPU, Staging.Copier is pushconn.NewGPUCopier(device).
 func ExampleStaging() {
 	fab, _ := loopback.NewFabric()
 	defer fab.Close()

@@ -98,7 +98,7 @@ func yardstick(b *testing.B, dev int) float64 {
 		b.Fatal(err)
 	}
 	defer m0.free(src)
-	copyOnce := func() error { return nil }
+	var copyOnce func() error
 	if dev == 0 {
 		dst, err := m0.alloc(n)
 		if err != nil {

@@ -89,7 +89,6 @@ func (g *gpuMem) zero(spans []span) error {
 func (g *gpuMem) copy(dst, src, n uint64) error { return g.d.CopyDtoD(dst, src, n) }
 func (g *gpuMem) current() error                { return g.d.SetCurrent() }
 func (g *gpuMem) close() error                  { return g.d.Close() }
-func (g *gpuMem) device() *cudamem.Device       { return g.d }
 
 type hostMem struct {
 	mu   sync.Mutex
