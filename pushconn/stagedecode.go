@@ -161,27 +161,10 @@ func (c *Consumer) onStagedChunk(sender string, msg []byte) {
 		c.stats.UnknownNotifications.Inc()
 		return
 	}
-	// As in onStaged: the slot and the blocks stay the request's while the
-	// sender is still expected, and only this goroutine scatters.
-	err = c.stage.CopyBlocks(c.cfg.Staging.Copier, scatter)
-	c.mu.Lock()
-	now := c.cfg.Clock.Now()
-	if err != nil {
-		c.tracker.scatterFailed(now, ch.ID, sender, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", ErrStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
-		c.mu.Unlock()
-		c.log.Warn("pushconn: staged chunk could not be scattered", zap.String("request", ch.ID), zap.String("sender", sender), zap.Error(err))
-		c.signal()
-		return
-	}
-	st.got |= 1 << ch.Chunk
-	if st.got != 1<<st.n-1 {
-		c.mu.Unlock()
-		return
-	}
-	a := c.tracker.complete(now, ch.ID, sender)
-	c.mu.Unlock()
-	c.stage.Staged.Inc()
-	c.counted(a)
+	c.scatterPart(ch.ID, sender, fmt.Sprintf("chunk %d of %d", ch.Chunk, ch.Chunks), scatter, func() bool {
+		st.got |= 1 << ch.Chunk
+		return st.got == 1<<st.n-1
+	})
 }
 
 // onStaged handles "PUSH_STAGED:<id>:<n>" from a prefill rank that wrote
@@ -211,19 +194,32 @@ func (c *Consumer) onStaged(sender string, msg []byte) {
 		c.stats.UnknownNotifications.Inc()
 		return
 	}
-	// The slot and the blocks stay the request's while the sender is
-	// still expected: its result cannot go out before complete below.
-	err = c.stage.CopyBlocks(c.cfg.Staging.Copier, scatter)
+	c.scatterPart(comp.ID, sender, "part", scatter, nil)
+}
+
+// scatterPart scatters what prefill agent sender wrote of request id into
+// the offered slot (a part or a chunk of it, what says which) and, once
+// last reports the part whole (nil: at once), counts the sender like a
+// completion. A failed scatter fails the request. It runs on the poller
+// goroutine, the only one that scatters; the slot and the blocks stay the
+// request's while the sender is still expected: its result cannot go out
+// before the sender is counted.
+func (c *Consumer) scatterPart(id, sender, what string, scatter staging.BlockCopy, last func() bool) {
+	err := c.stage.CopyBlocks(c.cfg.Staging.Copier, scatter)
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	if err != nil {
-		c.tracker.scatterFailed(now, comp.ID, sender, fmt.Errorf("%w: request %q: part from prefill agent %q: %v", ErrStaging, comp.ID, sender, err))
+		c.tracker.scatterFailed(now, id, sender, fmt.Errorf("%w: request %q: %s from prefill agent %q: %v", ErrStaging, id, what, sender, err))
 		c.mu.Unlock()
-		c.log.Warn("pushconn: staged part could not be scattered", zap.String("request", comp.ID), zap.String("sender", sender), zap.Error(err))
+		c.log.Warn("pushconn: staged "+what+" could not be scattered", zap.String("request", id), zap.String("sender", sender), zap.Error(err))
 		c.signal()
 		return
 	}
-	a := c.tracker.complete(now, comp.ID, sender)
+	if last != nil && !last() {
+		c.mu.Unlock()
+		return
+	}
+	a := c.tracker.complete(now, id, sender)
 	c.mu.Unlock()
 	c.stage.Staged.Inc()
 	c.counted(a)
