@@ -131,9 +131,9 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 	c := newCluster(t, clusterOpts{
 		prefill: side{ptp, 16}, decode: side{dtp, 16},
 		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
-		// Every prefill rank finishes a request before its Params are used.
-		prefillEngine: func(e *EngineConfig) { e.ParamsAfterAllRanks = true },
 		prefillCfg: func(rc *RankConfig) {
+			// Every prefill rank finishes a request before its Params are used.
+			rc.ParamsAfterAllRanks = true
 			rc.Lease = lease
 			rc.HeartbeatExtension = lease * 2 / 3
 			if len(staged) > 0 {

@@ -108,6 +108,16 @@ type RankConfig struct {
 	// Staging is the rank's staging memory and policy for fragmented
 	// requests (see Staging). The zero value stages nothing.
 	Staging Staging
+	// ParamsAfterAllRanks, on a prefill rank with Staging, promises that
+	// the engine hands a request's Params to decode only after
+	// RequestFinished returned on every one of its TP ranks, as a
+	// scheduler that collects its workers' results does (examples/engine
+	// does). Only then does a prefill engine of several ranks stage: a
+	// rank's staging slot holds the request from its gather in
+	// RequestFinished, not from the end of the forward pass. Every rank of
+	// the engine must say the same; it changes nothing for an engine of
+	// one rank.
+	ParamsAfterAllRanks bool
 }
 
 func (c *RankConfig) withDefaults(e *Engine) {

@@ -42,14 +42,6 @@ type EngineConfig struct {
 	Clock clock.Clock
 	// Logger receives side-channel warnings (default: none).
 	Logger *zap.Logger
-	// ParamsAfterAllRanks promises that the engine hands a request's
-	// Params to decode only after RequestFinished returned on every one of
-	// its TP ranks, as a scheduler that collects its workers' results does
-	// (examples/engine does). Only then may a prefill engine of several
-	// ranks stage (see Staging): a rank's staging slot holds the request
-	// from its gather in RequestFinished, not from the end of the forward
-	// pass. Pull only; it changes nothing for an engine of one rank.
-	ParamsAfterAllRanks bool
 }
 
 func (c EngineConfig) core() engine.Config {
@@ -76,8 +68,6 @@ type Engine struct {
 	producers  map[int]*Producer // by TP rank, for hold queries
 
 	slots slotIndex // staging slot indexes of the prefill ranks
-	// paramsAfterAll: EngineConfig.ParamsAfterAllRanks.
-	paramsAfterAll bool
 }
 
 type advert struct {
@@ -121,7 +111,7 @@ const maxAdverts = 1 << 16
 
 // NewEngine validates cfg and starts the side channel.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
-	e := &Engine{producers: map[int]*Producer{}, paramsAfterAll: cfg.ParamsAfterAllRanks}
+	e := &Engine{producers: map[int]*Producer{}}
 	core, err := engine.Start(cfg.core(), engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend})
 	if err != nil {
 		return nil, err

@@ -33,7 +33,6 @@ type clusterOpts struct {
 	prefillCfg      func(*RankConfig)
 	decodeCfg       func(*RankConfig)
 	decodeEngine    func(*EngineConfig)
-	prefillEngine   func(*EngineConfig)
 	// newAgent creates the agents (default: loopback agents on the
 	// cluster's fabric); the cluster closes them.
 	newAgent func(t *testing.T, name string) nixl.Agent
@@ -107,9 +106,6 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		return probe.Clock
 	}
 	pcfg := EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: o.prefill.tp, BlockSize: o.prefill.bs, Clock: rankClock(o.prefillCfg)}
-	if o.prefillEngine != nil {
-		o.prefillEngine(&pcfg)
-	}
 	c.pe, err = NewEngine(pcfg)
 	require.NoError(t, err)
 	dcfg := EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: o.decode.tp, BlockSize: o.decode.bs, HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}

@@ -64,7 +64,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
 		log: cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
 	if cfg.Staging.Enabled() {
-		if err := e.slots.join(&cfg.Staging); err != nil {
+		if err := e.slots.join(&cfg.Staging, cfg.ParamsAfterAllRanks); err != nil {
 			return nil, invalidf("%v", err)
 		}
 		p.stage, p.model, p.slots = staging.NewCounters(p.stats), staging.NewModel(&cfg.Staging), map[string]int{}

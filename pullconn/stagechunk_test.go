@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
@@ -127,14 +128,14 @@ func TestStagedPullChunkFails(t *testing.T) {
 }
 
 // TestStagedPullSeveralRanksNeedPromise: a prefill engine of two TP ranks
-// stages only with EngineConfig.ParamsAfterAllRanks; without it the
+// stages only with RankConfig.ParamsAfterAllRanks; without it the
 // Params name no slot and every READ is direct, with the same bytes.
 func TestStagedPullSeveralRanksNeedPromise(t *testing.T) {
 	for _, promise := range []bool{false, true} {
 		t.Run(fmt.Sprintf("promise=%v", promise), func(t *testing.T) {
 			m := newStagingMem(t, StagingOn, 2, 64<<10)
 			c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{1, 16},
-				prefillEngine: func(e *EngineConfig) { e.ParamsAfterAllRanks = promise }}, m)
+				prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = promise }}, m)
 			blocks := []int{9, 3, 30, 12}
 			c.fill(6, blocks, 64)
 			p := c.finish("r", blocks)
@@ -159,4 +160,28 @@ func TestStagedPullSeveralRanksNeedPromise(t *testing.T) {
 			require.Zero(t, dec)
 		})
 	}
+}
+
+// TestParamsAfterAllRanksAgree: a prefill rank whose ParamsAfterAllRanks
+// differs from the engine's other ranks is refused, naming the field.
+func TestParamsAfterAllRanksAgree(t *testing.T) {
+	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{1, 16}, prefillCfg: func(rc *RankConfig) {
+		rc.ParamsAfterAllRanks = rc.Layout.TPRank == 0
+		if rc.Layout.TPRank == 1 {
+			// Rank 1 joins below instead, after the cluster built rank 0.
+			rc.Staging = Staging{}
+		}
+	}}, m)
+	a, err := c.fab.NewAgent("prefill-extra")
+	require.NoError(t, err)
+	defer a.Close()
+	buf, err := nixl.AllocBuffer(layoutBytes(2, 16))
+	require.NoError(t, err)
+	defer buf.Free()
+	cfg := RankConfig{Agent: a, Layout: newLayout(buf, 1, 2, 16)}
+	m.rank("prefill", nil)(&cfg)
+	_, err = NewProducer(c.pe, cfg)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "RankConfig.ParamsAfterAllRanks is false; the engine's other ranks have true")
 }

@@ -19,7 +19,7 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 	// gathered into its slot, and decode would read what the slot held
 	// before. Direct READs need no such order: the blocks hold the KV
 	// once the forward pass ends.
-	want := (tp == 1 || p.e.paramsAfterAll) && len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
+	want := (tp == 1 || p.cfg.ParamsAfterAllRanks) && len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
 		p.model.Choose(runs(blocks)*len(l.Regions), size, 1) == staging.Staged
 	i, staged := p.e.slots.decide(id, tp, want)
 	if !staged {

@@ -15,7 +15,7 @@ import (
 // StagingOn says so) before it returns, and the Params carry the slot (our
 // own key "remote_staging_slot", which a vLLM decode ignores). The slot is
 // held with the blocks and freed with them. A prefill engine of several
-// TP ranks stages only with EngineConfig.ParamsAfterAllRanks: otherwise
+// TP ranks stages only with RankConfig.ParamsAfterAllRanks: otherwise
 // one rank's Params could reach decode before another rank had gathered
 // (its blocks, read directly, hold the KV from the end of the forward
 // pass; its slot only from its gather). The ranks of an engine must have
@@ -75,23 +75,28 @@ type slotIndex struct {
 	mu    sync.Mutex
 	shape staging.Info // Slots and SlotBytes every rank must have (Base unused)
 	mode  staging.Mode
-	used  []int          // ranks holding each index
-	byID  map[string]int // request id -> index, while ranks still take it
-	taken map[string]int // request id -> ranks that took it
-	ranks int            // ranks with staging
+	// afterAll: the ranks' RankConfig.ParamsAfterAllRanks.
+	afterAll bool
+	used     []int          // ranks holding each index
+	byID     map[string]int // request id -> index, while ranks still take it
+	taken    map[string]int // request id -> ranks that took it
+	ranks    int            // ranks with staging
 }
 
-// join checks that a rank's staging has the engine's shape.
-func (s *slotIndex) join(c *staging.Config) error {
+// join checks that a rank's staging (and its ParamsAfterAllRanks) has
+// the engine's shape.
+func (s *slotIndex) join(c *staging.Config, afterAll bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ranks == 0 {
-		s.shape, s.mode = staging.Info{Slots: c.Slots, SlotBytes: c.SlotBytes}, c.Mode
+		s.shape, s.mode, s.afterAll = staging.Info{Slots: c.Slots, SlotBytes: c.SlotBytes}, c.Mode, afterAll
 		s.used = make([]int, c.Slots)
 		s.byID, s.taken = map[string]int{}, map[string]int{}
 	} else if c.Slots != s.shape.Slots || c.SlotBytes != s.shape.SlotBytes || c.Mode != s.mode {
 		return fmt.Errorf("RankConfig.Staging: %d slots of %d bytes, mode %q; the engine's other ranks have %d of %d, mode %q",
 			c.Slots, c.SlotBytes, c.Mode, s.shape.Slots, s.shape.SlotBytes, s.mode)
+	} else if afterAll != s.afterAll {
+		return fmt.Errorf("RankConfig.ParamsAfterAllRanks is %v; the engine's other ranks have %v", afterAll, s.afterAll)
 	}
 	s.ranks++
 	return nil

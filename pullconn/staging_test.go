@@ -102,7 +102,7 @@ func TestStagedPullBytes(t *testing.T) {
 					// The cluster's finish calls every prefill rank
 					// before it hands the Params on.
 					c := stagedCluster(t, clusterOpts{prefill: g.pre, decode: g.dec,
-						prefillEngine: func(e *EngineConfig) { e.ParamsAfterAllRanks = true }}, m)
+						prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = true }}, m)
 					const tokens = 8 * 32
 					pb := pick(rng, layout, tokens/g.pre.bs, 1)
 					db := pick(rng, layout, tokens/g.dec.bs, 20)
