@@ -62,24 +62,35 @@ func DecodeCompletion(msg []byte) (Completion, error) {
 }
 
 func parseCount(b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, errors.New("empty count")
+	n, err := ParseDecimal(b, 6, "count")
+	if err != nil {
+		return 0, err
 	}
-	if len(b) > 1 && b[0] == '0' {
-		return 0, errors.New("count has a leading zero")
+	if n < 1 || n > MaxCount {
+		return 0, fmt.Errorf("count %d outside [1, %d]", n, MaxCount)
 	}
-	if len(b) > 6 {
-		return 0, fmt.Errorf("count longer than %d allows", MaxCount)
+	return n, nil
+}
+
+// ParseDecimal reads the numbers of the notification formats: decimal
+// digits only, no leading zero, at most maxDigits of them (so the value
+// fits an int whatever the peer sent). The error names the number as what
+// and the rule that failed.
+func ParseDecimal(b []byte, maxDigits int, what string) (int, error) {
+	switch {
+	case len(b) == 0:
+		return 0, fmt.Errorf("empty %s", what)
+	case len(b) > 1 && b[0] == '0':
+		return 0, fmt.Errorf("%s has a leading zero", what)
+	case len(b) > maxDigits:
+		return 0, fmt.Errorf("%s longer than %d digits", what, maxDigits)
 	}
 	n := 0
 	for _, c := range b {
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("count %q is not a decimal number", b)
+			return 0, fmt.Errorf("%s %q is not a decimal number", what, b)
 		}
 		n = n*10 + int(c-'0')
-	}
-	if n < 1 || n > MaxCount {
-		return 0, fmt.Errorf("count %d outside [1, %d]", n, MaxCount)
 	}
 	return n, nil
 }

@@ -50,11 +50,11 @@ func DecodeStagedChunk(msg []byte) (StagedChunk, error) {
 	}
 	var out StagedChunk
 	var err error
-	if out.Chunk, rest, err = chunkNumber(rest); err != nil {
-		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk: %v", ErrMalformed, err)
+	if out.Chunk, rest, err = chunkNumber(rest, "chunk"); err != nil {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: %v", ErrMalformed, err)
 	}
-	if out.Chunks, rest, err = chunkNumber(rest); err != nil {
-		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk count: %v", ErrMalformed, err)
+	if out.Chunks, rest, err = chunkNumber(rest, "chunk count"); err != nil {
+		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: %v", ErrMalformed, err)
 	}
 	if out.Chunks < 1 || out.Chunk >= out.Chunks {
 		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk %d of %d", ErrMalformed, out.Chunk, out.Chunks)
@@ -65,23 +65,16 @@ func DecodeStagedChunk(msg []byte) (StagedChunk, error) {
 	return out, nil
 }
 
-// chunkNumber reads a decimal number without leading zeros and its ':'.
-func chunkNumber(b []byte) (int, []byte, error) {
+// chunkNumber reads a number (notif.ParseDecimal's), named what, and the
+// ':' after it.
+func chunkNumber(b []byte, what string) (int, []byte, error) {
 	i := bytes.IndexByte(b, ':')
-	switch {
-	case i <= 0:
-		return 0, nil, fmt.Errorf("no number before ':'")
-	case i > maxChunkDigits:
-		return 0, nil, fmt.Errorf("more than %d digits", maxChunkDigits)
-	case i > 1 && b[0] == '0':
-		return 0, nil, fmt.Errorf("leading zero")
+	if i < 0 {
+		return 0, nil, fmt.Errorf("no ':' after the %s", what)
 	}
-	n := 0
-	for _, d := range b[:i] {
-		if d < '0' || d > '9' {
-			return 0, nil, fmt.Errorf("%q is not a number", b[:i])
-		}
-		n = n*10 + int(d-'0')
+	n, err := notif.ParseDecimal(b[:i], maxChunkDigits, what)
+	if err != nil {
+		return 0, nil, err
 	}
 	return n, b[i+1:], nil
 }
