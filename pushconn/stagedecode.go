@@ -113,9 +113,7 @@ func (c *Consumer) releaseStage(r *decodeReq) {
 }
 
 // onStagedChunk handles "PUSH_STAGED_CHUNK:<c>:<k>:<id>:<n>": chunk c of k
-// of a prefill rank's part arrived in the offered slot. The chunk's
-// regions are scattered into the blocks at once, while the rank's later
-// chunks still move; the rank's completion counts once all k are.
+// of a prefill rank's part arrived in the offered slot.
 func (c *Consumer) onStagedChunk(sender string, msg []byte) {
 	ch, err := pushwire.DecodeStagedChunk(msg)
 	if err != nil {
@@ -123,53 +121,11 @@ func (c *Consumer) onStagedChunk(sender string, msg []byte) {
 		c.log.Debug("pushconn: dropped a malformed PUSH_STAGED_CHUNK", zap.String("sender", sender), zap.Error(err))
 		return
 	}
-	c.mu.Lock()
-	r := c.tracker.stagedPart(ch.ID, sender)
-	var scatter staging.BlockCopy
-	var st *chunkState
-	if r != nil {
-		part, ok := r.stage.parts[sender]
-		if !ok {
-			r = nil
-		} else if err := staging.CheckChunk(len(part.scatter.Bases), ch.Chunks, ch.Chunk); err != nil {
-			c.mu.Unlock()
-			c.stats.MalformedNotifications.Inc()
-			c.log.Debug("pushconn: dropped a PUSH_STAGED_CHUNK that does not fit the part", zap.String("sender", sender), zap.Error(err))
-			return
-		} else {
-			if r.stage.chunks == nil {
-				r.stage.chunks = map[string]*chunkState{}
-			}
-			if st = r.stage.chunks[sender]; st == nil {
-				st = &chunkState{n: ch.Chunks}
-				r.stage.chunks[sender] = st
-			}
-			if st.n != ch.Chunks || st.got&(1<<ch.Chunk) != 0 {
-				// Another count than the rank's first chunk said, or a
-				// chunk seen already: scattering it again could only
-				// write what is there, or the wrong regions.
-				c.mu.Unlock()
-				c.stats.UnknownNotifications.Inc()
-				return
-			}
-			r0, r1 := staging.ChunkRegions(len(part.scatter.Bases), ch.Chunks, ch.Chunk)
-			scatter = part.scatter.Regions(r0, r1)
-		}
-	}
-	c.mu.Unlock()
-	if r == nil {
-		c.stats.UnknownNotifications.Inc()
-		return
-	}
-	c.scatterPart(ch.ID, sender, fmt.Sprintf("chunk %d of %d", ch.Chunk, ch.Chunks), scatter, func() bool {
-		st.got |= 1 << ch.Chunk
-		return st.got == 1<<st.n-1
-	})
+	c.stagedArrived(sender, ch)
 }
 
-// onStaged handles "PUSH_STAGED:<id>:<n>" from a prefill rank that wrote
-// its part of the request into the offered slot: the part is scattered
-// into the blocks, and only then counted like a completion.
+// onStaged handles "PUSH_STAGED:<id>:<n>": a prefill rank wrote its whole
+// part into the offered slot, a part of one chunk.
 func (c *Consumer) onStaged(sender string, msg []byte) {
 	comp, err := pushwire.DecodeStaged(msg)
 	if err != nil {
@@ -177,49 +133,76 @@ func (c *Consumer) onStaged(sender string, msg []byte) {
 		c.log.Debug("pushconn: dropped a malformed PUSH_STAGED", zap.String("sender", sender), zap.Error(err))
 		return
 	}
+	c.stagedArrived(sender, pushwire.StagedChunk{Completion: comp, Chunk: 0, Chunks: 1})
+}
+
+// stagedArrived scatters chunk ch.Chunk of ch.Chunks of what prefill agent
+// sender wrote of request ch.ID into the offered slot: that chunk's regions
+// go into the blocks at once, while the rank's later chunks still move,
+// and the rank counts like a completion once all its chunks are
+// scattered. The first chunk fixes the rank's count. A chunk that does not
+// fit the part, another count, a chunk seen already, or a request that
+// does not expect the sender in a slot is counted and changes nothing; a
+// failed scatter fails the request.
+//
+// It runs on the poller goroutine, the only one that scatters. The slot
+// and the blocks stay the request's while the sender is still expected:
+// its result cannot go out before the sender is counted.
+func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	c.mu.Lock()
-	r := c.tracker.stagedPart(comp.ID, sender)
-	var scatter staging.BlockCopy
+	r := c.tracker.stagedPart(ch.ID, sender)
+	var part stagePart
 	if r != nil {
-		if part, ok := r.stage.parts[sender]; ok {
-			scatter = part.scatter
-		} else {
+		var ok bool
+		if part, ok = r.stage.parts[sender]; !ok {
 			r = nil
 		}
 	}
-	c.mu.Unlock()
 	if r == nil {
-		// Not a part this rank expects in a slot (the request ended, or
-		// the sender was never offered one): nothing is scattered.
+		c.mu.Unlock()
 		c.stats.UnknownNotifications.Inc()
 		return
 	}
-	c.scatterPart(comp.ID, sender, "part", scatter, nil)
-}
-
-// scatterPart scatters what prefill agent sender wrote of request id into
-// the offered slot (a part or a chunk of it, what says which) and, once
-// last reports the part whole (nil: at once), counts the sender like a
-// completion. A failed scatter fails the request. It runs on the poller
-// goroutine, the only one that scatters; the slot and the blocks stay the
-// request's while the sender is still expected: its result cannot go out
-// before the sender is counted.
-func (c *Consumer) scatterPart(id, sender, what string, scatter staging.BlockCopy, last func() bool) {
-	err := c.stage.CopyBlocks(c.cfg.Staging.Copier, scatter)
+	regions := len(part.scatter.Bases)
+	if err := staging.CheckChunk(regions, ch.Chunks, ch.Chunk); err != nil {
+		c.mu.Unlock()
+		c.stats.MalformedNotifications.Inc()
+		c.log.Debug("pushconn: dropped a staged chunk that does not fit the part", zap.String("sender", sender), zap.Error(err))
+		return
+	}
+	if r.stage.chunks == nil {
+		r.stage.chunks = map[string]*chunkState{}
+	}
+	st := r.stage.chunks[sender]
+	if st == nil {
+		st = &chunkState{n: ch.Chunks}
+		r.stage.chunks[sender] = st
+	}
+	if st.n != ch.Chunks || st.got&(1<<ch.Chunk) != 0 {
+		// Another count than the rank's first chunk said, or a chunk seen
+		// already: scattering it again could only write what is there, or
+		// the wrong regions.
+		c.mu.Unlock()
+		c.stats.UnknownNotifications.Inc()
+		return
+	}
+	c.mu.Unlock()
+	r0, r1 := staging.ChunkRegions(regions, ch.Chunks, ch.Chunk)
+	err := c.stage.CopyBlocks(c.cfg.Staging.Copier, part.scatter.Regions(r0, r1))
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	if err != nil {
-		c.tracker.scatterFailed(now, id, sender, fmt.Errorf("%w: request %q: %s from prefill agent %q: %v", ErrStaging, id, what, sender, err))
+		c.tracker.scatterFailed(now, ch.ID, sender, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", ErrStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
 		c.mu.Unlock()
-		c.log.Warn("pushconn: staged "+what+" could not be scattered", zap.String("request", id), zap.String("sender", sender), zap.Error(err))
+		c.log.Warn("pushconn: staged chunk could not be scattered", zap.String("request", ch.ID), zap.String("sender", sender), zap.Error(err))
 		c.signal()
 		return
 	}
-	if last != nil && !last() {
+	if st.got |= 1 << ch.Chunk; st.got != 1<<st.n-1 {
 		c.mu.Unlock()
 		return
 	}
-	a := c.tracker.complete(now, id, sender)
+	a := c.tracker.complete(now, ch.ID, sender)
 	c.mu.Unlock()
 	c.stage.Staged.Inc()
 	c.counted(a)
