@@ -40,19 +40,8 @@ type (
 // NewGPUCopier returns the CUDA gather/scatter kernel's copier for GPU
 // device (build tag `cuda`; without it an error). Close it after the ranks
 // that use it with CloseGPUCopier.
-func NewGPUCopier(device int) (Copier, error) {
-	c, err := gpucopy.New(device)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
+func NewGPUCopier(device int) (Copier, error) { return gpucopy.NewCopier(device) }
 
 // CloseGPUCopier frees a copier from NewGPUCopier; other copiers are left
 // alone.
-func CloseGPUCopier(c Copier) error {
-	if g, ok := c.(*gpucopy.Copier); ok {
-		return g.Close()
-	}
-	return nil
-}
+func CloseGPUCopier(c Copier) error { return gpucopy.CloseCopier(c) }

@@ -236,6 +236,20 @@ func NewWithPTX(device int, ptx string) (*Copier, error) {
 	return c, nil
 }
 
+// run runs one copy f: one at a time, with the context current, refused
+// once the copier is closed or a kernel outlived KernelTimeout.
+func (c *Copier) run(f func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("gpucopy: copier closed")
+	}
+	if c.broken {
+		return errors.New("gpucopy: copier unusable: a kernel outlived its timeout")
+	}
+	return c.do(f)
+}
+
 // do runs f with the copier's context current on a locked OS thread.
 func (c *Copier) do(f func() error) error {
 	runtime.LockOSThread()
@@ -289,15 +303,7 @@ func (c *Copier) CopyProgress(segs []staging.Seg, progress func()) error {
 	if n > 1<<31 {
 		return fmt.Errorf("gpucopy: %d pieces in one copy, at most %d", n, 1<<31)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return errors.New("gpucopy: copier closed")
-	}
-	if c.broken {
-		return errors.New("gpucopy: copier unusable: a kernel outlived its timeout")
-	}
-	return c.do(func() error {
+	return c.run(func() error {
 		if err := c.grow(n); err != nil {
 			return err
 		}
@@ -384,15 +390,7 @@ func (c *Copier) CopyBlocksProgress(b staging.BlockCopy, progress func()) error 
 	// Table: the bases (8 bytes each), then the ids (4 bytes each), in
 	// records of 24 bytes as grow counts them.
 	bytes := 8*len(b.Bases) + 4*len(b.Blocks)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return errors.New("gpucopy: copier closed")
-	}
-	if c.broken {
-		return errors.New("gpucopy: copier unusable: a kernel outlived its timeout")
-	}
-	return c.do(func() error {
+	return c.run(func() error {
 		if err := c.grow((bytes + segBytes - 1) / segBytes); err != nil {
 			return err
 		}
