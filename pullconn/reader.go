@@ -262,9 +262,6 @@ func (c *Consumer) post(l *load) {
 				uint64(len(l.local))*uint64(len(src.Regions))*src.BlockLen(), cached)
 		}
 		tr := &c.scratch
-		var local, remote nixl.XferList
-		var bytes uint64
-		var descs int
 		if !scatter {
 			if _, err := descriptors.MapCoalescedInto(tr, src, &c.cfg.Layout, req); err != nil {
 				c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", ErrInvalid, l.id, s, err))
@@ -273,13 +270,15 @@ func (c *Consumer) post(l *load) {
 			if tr.Len() == 0 {
 				continue
 			}
-			local, remote = tr.Sides(nixl.Read)
-			bytes, descs = tr.Bytes, tr.Len()
 			if !same {
-				scatter, plan, blocks = c.stagedRead(l, s, tr, descs, bytes, cached)
+				scatter, plan, blocks = c.stagedRead(l, s, tr, tr.Len(), tr.Bytes, cached)
 			}
 		}
-		if scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1 {
+		var local, remote nixl.XferList
+		var bytes uint64
+		var descs int
+		switch {
+		case scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1:
 			if err := c.postChunks(l, s, plan, blocks); err != nil {
 				c.stats.FailedTransfers.Inc()
 				c.forgetIfGone(l.r, err)
@@ -290,10 +289,12 @@ func (c *Consumer) post(l *load) {
 			// after): a chunk's READ cannot carry it, since prefill frees
 			// the slot on it while later chunks are still read.
 			continue
-		}
-		if scatter {
+		case scatter:
 			local, remote = staging.SplitLists(plan.Local, plan.Remote, c.cfg.Staging.TransferChunk)
 			bytes, descs = plan.Bytes, len(local.Descs)
+		default:
+			local, remote = tr.Sides(nixl.Read)
+			bytes, descs = tr.Bytes, tr.Len()
 		}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nixl.NotifOptions(msg))
 		if err == nil {

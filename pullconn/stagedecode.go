@@ -113,14 +113,15 @@ func (c *Consumer) postChunks(l *load, s int, plan staging.ReadPlan, sc *staging
 	set := l.r.setup
 	regions := len(sc.Bases)
 	chunks := staging.ImageChunks(regions, staging.ChunkCount(regions, c.cfg.Staging.Chunks), sc.SlotStride, plan.Bytes)
+	descs := 0 // the rank's, carried by its last chunk
+	for _, ch := range chunks {
+		descs += ch.Descs(c.cfg.Staging.TransferChunk)
+	}
 	for k, ch := range chunks {
 		local, remote := staging.ChunkLists(plan.Local, plan.Remote, ch)
 		local, remote = staging.SplitLists(local, remote, c.cfg.Staging.TransferChunk)
 		part := sc.Regions(ch.R0, ch.R1)
-		x := &xfer{rank: s, bytes: plan.Bytes, part: k < len(chunks)-1, scatterBlocks: &part}
-		for _, ck := range chunks {
-			x.descs += ck.Descs(c.cfg.Staging.TransferChunk)
-		}
+		x := &xfer{rank: s, bytes: plan.Bytes, descs: descs, part: k < len(chunks)-1, scatterBlocks: &part}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nil)
 		if err != nil {
 			return err

@@ -537,29 +537,31 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
-	var sw *stagedWrite
-	same := err == nil && p.pool != nil && pr.reg.Staging != nil && staging.SameBlocks(&p.cfg.Layout, dst) && len(h.blocks)-cached == len(dstBlocks)
-	if same {
-		// Whole blocks one to one: staging needs no mapping, and the
-		// model needs only the runs (mapping a fragmented request is the
-		// largest CPU cost before its first byte moves).
-		sw = w.stage(pr, h, nil, staging.SameBlocksDescs(dst, h.blocks[cached:], dstBlocks), uint64(len(dstBlocks))*uint64(len(dst.Regions))*dst.BlockLen(), dst, dstBlocks, cached)
-	}
 	// The lists are reused from WRITE to WRITE (only the poller goroutine
 	// runs the writer): agents copy them in CreateXferReq, and a fragmented
 	// request would otherwise allocate megabytes each time.
 	t := &w.scratch
-	if err == nil && sw == nil {
-		_, err = descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks, DstBlocks: dstBlocks, DstCached: cached})
+	var sw *stagedWrite
+	if err == nil {
+		// Whole blocks one to one: staging needs no mapping and the model
+		// only the runs (mapping a fragmented request is the largest CPU
+		// cost before its first byte moves). Otherwise the mapped WRITE
+		// is the direct one and the staged plan's input.
+		same := p.pool != nil && pr.reg.Staging != nil && staging.SameBlocks(&p.cfg.Layout, dst) && len(h.blocks)-cached == len(dstBlocks)
+		if same {
+			bytes := uint64(len(dstBlocks)) * uint64(len(dst.Regions)) * dst.BlockLen()
+			sw = w.stage(pr, h, nil, staging.SameBlocksDescs(dst, h.blocks[cached:], dstBlocks), bytes, dst, dstBlocks, cached)
+		}
+		if sw == nil {
+			_, err = descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks, DstBlocks: dstBlocks, DstCached: cached})
+		}
+		if err == nil && sw == nil && !same {
+			sw = w.stage(pr, h, t, t.Len(), t.Bytes, dst, dstBlocks, cached)
+		}
 	}
 	if err != nil {
 		w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
 		return
-	}
-	local, remote := t.Sides(nixl.Write)
-	bytes, descs := t.Bytes, t.Len()
-	if sw == nil && !same {
-		sw = w.stage(pr, h, t, descs, bytes, dst, dstBlocks, cached)
 	}
 	// Abort waits for postMu: once it returned, no WRITE of the request
 	// starts.
@@ -576,6 +578,8 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		w.postStaged(pr, h, sw, start)
 		return
 	}
+	local, remote := t.Sides(nixl.Write)
+	bytes, descs := t.Bytes, t.Len()
 	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
 	if err != nil && peerGone(err) && !pr.retry {
 		w.forgetIfGone(pr.peer, err)
