@@ -6,14 +6,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -79,13 +78,13 @@ func TestFaultCampaignStaged(t *testing.T) {
 			name := fmt.Sprintf("tp%d-to-tp%d/staged/seed%d", pair.p, pair.d, seed)
 			t.Run(name, func(t *testing.T) {
 				m := newStagingMem(t, StagingOn, 4, 256<<10)
-				cc := &countingCopier{}
+				cc := &stagingtest.Copier{}
 				m.copier["prefill"], m.copier["decode"] = cc, cc
 				f := runCampaign(t, seed, pair.p, pair.d, requests, m)
-				if cc.n.Load() == 0 {
+				if cc.Count() == 0 {
 					t.Fatal("the campaign staged nothing")
 				}
-				t.Logf("%d gathers and scatters", cc.n.Load())
+				t.Logf("%d gathers and scatters", cc.Count())
 				t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
 					name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
 				total.add(f)
@@ -97,14 +96,6 @@ func TestFaultCampaignStaged(t *testing.T) {
 	if total.wrongBytes != 0 || total.writesAfterRelease != 0 {
 		t.Fatalf("staged campaign: %d wrong-byte done results, %d writes after release", total.wrongBytes, total.writesAfterRelease)
 	}
-}
-
-// countingCopier is the host copier, counting its copies.
-type countingCopier struct{ n atomic.Int64 }
-
-func (c *countingCopier) Copy(segs []staging.Seg) error {
-	c.n.Add(1)
-	return staging.HostCopier{}.Copy(segs)
 }
 
 // campaignReq is one request's life in the campaign engine.

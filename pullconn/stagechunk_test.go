@@ -1,46 +1,16 @@
 package pullconn
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
-
-// chunkCopier copies by HostCopier, records each copy's bytes and fails
-// copy failAt (1-based; 0: none).
-type chunkCopier struct {
-	mu     sync.Mutex
-	bytes  []uint64
-	failAt int
-}
-
-func (cc *chunkCopier) Copy(segs []staging.Seg) error {
-	var n uint64
-	for _, s := range segs {
-		n += s.Len
-	}
-	cc.mu.Lock()
-	cc.bytes = append(cc.bytes, n)
-	fail := cc.failAt == len(cc.bytes)
-	cc.mu.Unlock()
-	if fail {
-		return errors.New("injected scatter failure")
-	}
-	return staging.HostCopier{}.Copy(segs)
-}
-
-func (cc *chunkCopier) record() []uint64 {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	return append([]uint64(nil), cc.bytes...)
-}
 
 // TestStagedPullChunks: a staged READ between like blocks is n READs of
 // region ranges, none carrying the completion (prefill gets one, after
@@ -52,7 +22,7 @@ func TestStagedPullChunks(t *testing.T) {
 		for _, chunks := range []int{1, 2, 3, 0} {
 			t.Run(fmt.Sprintf("cached%d/chunks%d", cached, chunks), func(t *testing.T) {
 				m := newStagingMem(t, StagingOn, 2, 64<<10)
-				dec := &chunkCopier{}
+				dec := &stagingtest.Copier{}
 				m.copier["decode"] = dec
 				c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *RankConfig) { rc.Staging.Chunks = chunks }}, m)
 				blocks := []int{9, 3, 30, 12}
@@ -68,7 +38,7 @@ func TestStagedPullChunks(t *testing.T) {
 				c.verify(4, local, cached*c.dlayouts[0].BlockSize, 64)
 				n := staging.ChunkCount(2*testLayers, chunks)
 				require.Equal(t, uint64(n), c.fab.Counters().Posted-before, "one READ per chunk")
-				got := dec.record()
+				got, _ := dec.Record()
 				require.Len(t, got, n, "one scatter per chunk")
 				perRegion := uint64(len(local)) * c.dlayouts[0].BlockLen()
 				var sum uint64
@@ -96,9 +66,9 @@ func TestStagedPullChunkFails(t *testing.T) {
 	for _, step := range []string{"transfer", "scatter"} {
 		t.Run(step, func(t *testing.T) {
 			m := newStagingMem(t, StagingOn, 1, 64<<10)
-			dec := &chunkCopier{}
+			dec := &stagingtest.Copier{}
 			if step == "scatter" {
-				dec.failAt = 2
+				dec.FailAt = 2
 			}
 			m.copier["decode"] = dec
 			c := stagedCluster(t, clusterOpts{}, m)

@@ -1,10 +1,8 @@
 package pullconn
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -207,22 +206,6 @@ func TestStagedPullSlotsBounded(t *testing.T) {
 	require.NotNil(t, pc.RemoteStagingSlot, "the slot is free again")
 }
 
-type failingCopier struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (f *failingCopier) Copy(segs []staging.Seg) error {
-	f.mu.Lock()
-	fail := f.n > 0
-	f.n--
-	f.mu.Unlock()
-	if fail {
-		return errors.New("injected copy failure")
-	}
-	return staging.HostCopier{}.Copy(segs)
-}
-
 // TestStagedPullFailures: a failed gather fails RequestFinished and holds
 // nothing; a failed staged READ or scatter fails the load; every slot
 // comes back, and the next request goes through.
@@ -233,10 +216,10 @@ func TestStagedPullFailures(t *testing.T) {
 			// slot until its lease, as it must (decode may still read).
 			m := newStagingMem(t, StagingOn, 2, 64<<10)
 			if step == "gather" {
-				m.copier["prefill"] = &failingCopier{n: 1}
+				m.copier["prefill"] = &stagingtest.Copier{FailAt: 1}
 			}
 			if step == "scatter" {
-				m.copier["decode"] = &failingCopier{n: 1}
+				m.copier["decode"] = &stagingtest.Copier{FailAt: 1}
 			}
 			c := stagedCluster(t, clusterOpts{}, m)
 			if step == "transfer" {

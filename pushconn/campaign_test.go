@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/lease"
-	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -111,11 +110,11 @@ func TestFaultCampaignStaged(t *testing.T) {
 			seed := uint64(5000 + 100*tp[0] + tp[1] + 1000*k)
 			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
 				m := newStagingMem(t, StagingOn, 4, 256<<10)
-				cc := &countingCopier{}
+				cc := &stagingtest.Copier{}
 				m.copier = func(string) Copier { return cc }
 				f := runCampaign(t, seed, n, tp[0], tp[1], m)
-				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.n.Load())
-				require.Positive(t, cc.n.Load(), "the campaign staged nothing")
+				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.Count())
+				require.Positive(t, cc.Count(), "the campaign staged nothing")
 				total.add(f)
 			})
 		}
@@ -125,14 +124,6 @@ func TestFaultCampaignStaged(t *testing.T) {
 	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
 	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
 	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
-}
-
-// countingCopier is the host copier, counting its copies.
-type countingCopier struct{ n atomic.Int64 }
-
-func (c *countingCopier) Copy(segs []staging.Seg) error {
-	c.n.Add(1)
-	return staging.HostCopier{}.Copy(segs)
 }
 
 // campaign request: one attempt of one request, on every rank.

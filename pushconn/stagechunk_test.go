@@ -2,50 +2,16 @@ package pushconn
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
-
-// recordingCopier copies by HostCopier and records each copy's bytes and
-// what probe returned when it started.
-type recordingCopier struct {
-	mu     sync.Mutex
-	probe  func() uint64
-	bytes  []uint64
-	probes []uint64
-	failAt int // 1-based copy that fails; 0: none
-}
-
-func (rc *recordingCopier) Copy(segs []staging.Seg) error {
-	var n uint64
-	for _, s := range segs {
-		n += s.Len
-	}
-	rc.mu.Lock()
-	rc.bytes = append(rc.bytes, n)
-	if rc.probe != nil {
-		rc.probes = append(rc.probes, rc.probe())
-	}
-	fail := rc.failAt == len(rc.bytes)
-	rc.mu.Unlock()
-	if fail {
-		return fmt.Errorf("injected failure of copy %d", rc.failAt)
-	}
-	return staging.HostCopier{}.Copy(segs)
-}
-
-func (rc *recordingCopier) record() ([]uint64, []uint64) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return append([]uint64(nil), rc.bytes...), append([]uint64(nil), rc.probes...)
-}
 
 // TestStagedChunksPipelined: a staged WRITE of n chunks gathers chunk k
 // only after chunks 0..k-1 were posted, posts n WRITEs, and decode
@@ -58,13 +24,13 @@ func TestStagedChunksPipelined(t *testing.T) {
 		for _, chunks := range []int{1, 2, 3, 0} {
 			t.Run(fmt.Sprintf("tp%d-%d/bs%d-%d/chunks%d", g.preTP, g.decTP, g.preBlock, g.decBlock, chunks), func(t *testing.T) {
 				m := newStagingMem(t, StagingOn, 2, 64<<10)
-				pre, dec := map[int]*recordingCopier{}, &recordingCopier{}
+				pre, dec := map[int]*stagingtest.Copier{}, &stagingtest.Copier{}
 				r := stagingRig(t, rigConfig{preTP: g.preTP, decTP: g.decTP, preBlock: g.preBlock, decBlock: g.decBlock}, m)
 				// The copiers and the chunk count are set after the rig
 				// built its ranks (before any request): the rig's hook
 				// cannot see the fabric yet. Prefill alone chooses the count.
 				for i, p := range r.producers {
-					rc := &recordingCopier{probe: func() uint64 { return r.fabric.Counters().Posted }}
+					rc := &stagingtest.Copier{Probe: func() uint64 { return r.fabric.Counters().Posted }}
 					pre[i] = rc
 					p.cfg.Staging.Copier, p.cfg.Staging.Chunks = rc, chunks
 				}
@@ -78,7 +44,7 @@ func TestStagedChunksPipelined(t *testing.T) {
 				n := staging.ChunkCount(2*numLayers, chunks)
 				var posted uint64
 				for i := range r.producers {
-					bytes, probes := pre[i].record()
+					bytes, probes := pre[i].Record()
 					require.Len(t, bytes, n, "prefill rank %d gathers once per chunk", i)
 					// Chunk k is gathered once the rank's chunks before it
 					// were posted (the ranks share the fabric's count).
@@ -88,7 +54,7 @@ func TestStagedChunksPipelined(t *testing.T) {
 					posted += uint64(n)
 				}
 				require.Equal(t, posted, r.fabric.Counters().Posted, "one WRITE per chunk")
-				bytes, _ := dec.record()
+				bytes, _ := dec.Record()
 				require.Len(t, bytes, n*len(r.producers), "decode scatters each chunk by itself")
 				im, err := staging.NewDstImage(&r.preLayout[0], &r.decLayout[0], len(dst))
 				require.NoError(t, err)
@@ -111,7 +77,7 @@ func TestStagedChunksPipelined(t *testing.T) {
 func TestStagedChunkLost(t *testing.T) {
 	m := newStagingMem(t, StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
-	dec := &recordingCopier{}
+	dec := &stagingtest.Copier{}
 	r.consumers[0].cfg.Staging.Copier = dec
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.DropNotif, From: "prefill-0", Count: 1})
 	require.NoError(t, err)
@@ -120,7 +86,7 @@ func TestStagedChunkLost(t *testing.T) {
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("x", []int{5, 1})
 	require.NoError(t, err)
-	eventually(t, "the other chunks scattered", func() bool { b, _ := dec.record(); return len(b) == rigChunks-1 })
+	eventually(t, "the other chunks scattered", func() bool { b, _ := dec.Record(); return len(b) == rigChunks-1 })
 	time.Sleep(50 * time.Millisecond)
 	require.Empty(t, c.Drain(), "no result before the lost chunk")
 	r.clock.Advance(DefaultRegistrationTimeout + time.Second)
@@ -204,7 +170,7 @@ func TestStagedChunkCountMismatch(t *testing.T) {
 func TestStagedChunkGatherFails(t *testing.T) {
 	m := newStagingMem(t, StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
-	r.producers[0].cfg.Staging.Copier = &recordingCopier{failAt: 3}
+	r.producers[0].cfg.Staging.Copier = &stagingtest.Copier{FailAt: 3}
 	c, p := r.consumers[0], r.producers[0]
 	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
 	admitted(t, p, 1)

@@ -1,10 +1,8 @@
 package pushconn
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -218,23 +217,6 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	require.Zero(t, dec)
 }
 
-// failingCopier fails its first n copies.
-type failingCopier struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (f *failingCopier) Copy(segs []staging.Seg) error {
-	f.mu.Lock()
-	fail := f.n > 0
-	f.n--
-	f.mu.Unlock()
-	if fail {
-		return errors.New("injected copy failure")
-	}
-	return staging.HostCopier{}.Copy(segs)
-}
-
 // TestStagedFailures: a failed gather, transfer or scatter fails the
 // request (a gather or transfer failure reaches decode as PUSH_FAIL), and
 // every slot comes back; the next request goes through.
@@ -244,10 +226,10 @@ func TestStagedFailures(t *testing.T) {
 			m := newStagingMem(t, StagingOn, 1, 64<<10)
 			bad := map[string]Copier{}
 			if step == "gather" {
-				bad["prefill"] = &failingCopier{n: 1}
+				bad["prefill"] = &stagingtest.Copier{FailAt: 1}
 			}
 			if step == "scatter" {
-				bad["decode"] = &failingCopier{n: 1}
+				bad["decode"] = &stagingtest.Copier{FailAt: 1}
 			}
 			m.copier = func(side string) Copier {
 				if c := bad[side]; c != nil {
