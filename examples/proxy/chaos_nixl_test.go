@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
-	"github.com/gonixl/gonixl/pushconn"
 )
 
 // TestChaosProcesses is TestChaos with every engine and the proxy a separate process over
@@ -182,13 +181,7 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 	proxy := startProcess(t, bin, "proxy", "proxy", "-port", "0", "-etcd", etcd, "-cluster", cluster, "-connector", mode,
 		"-health-interval", "200ms", "-request-timeout", chaosProxyTimeout.String())
 	proxyURL := "http://" + logLine(t, proxy, "listening")["addr"].(string)
-	deadline := time.Now().Add(30 * time.Second)
-	for !healthy(httpc, proxyURL) {
-		if time.Now().After(deadline) {
-			t.Fatal("the proxy never saw a prefill and a decode engine")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitHealthy(t, httpc, proxyURL, 30*time.Second)
 
 	// Every 0.5-1.5 s an engine of each role in turn gets SIGKILL, one of each role staying
 	// up; it starts again under its id 0.5-2 s later.
@@ -241,12 +234,9 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 
 	// No block held on any engine up now (kv_cache_usage_perc is blocks in use / blocks).
 	held := 0.0
-	drainFor := chaosHold + chaosEngineWait + 10*time.Second
-	if mode == "push" {
-		drainFor = pushconn.DefaultCancelTimeout + chaosEngineWait + 10*time.Second // as in TestChaos
-	}
+	drainFor := chaosDrainFor(mode)
 	drainStart := time.Now()
-	deadline = drainStart.Add(drainFor)
+	deadline := drainStart.Add(drainFor)
 	for {
 		held = 0
 		for _, p := range live {
@@ -263,19 +253,7 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 	}
 
 	drained := time.Since(drainStart)
-	counts := map[outcome]int{}
-	whys := map[string]int{}
-	var unclearDetails []string
-	for i := range results {
-		o := outcome(results[i].outcome.Load())
-		counts[o]++
-		if o == failedClearly {
-			whys[digits.ReplaceAllString(results[i].detail, "N")]++
-		}
-		if o == unclear && len(unclearDetails) < 10 {
-			unclearDetails = append(unclearDetails, fmt.Sprintf("request %d: %s", i, results[i].detail))
-		}
-	}
+	out := tallyResults(t, results)
 
 	// Graceful ends: the proxy's counters, and every engine's KV check.
 	_ = proxy.cmd.Process.Signal(syscall.SIGTERM)
@@ -286,25 +264,17 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 		verifyFailures += logLine(t, p, "stopped")["kv_verify_failures"].(float64)
 	}
 	t.Logf("chaos processes %s (seed %d): %d requests in %s at %.0f/s: %d succeeded, %d failed with a clear error, %d unclear; proxy: %v retried, %v failed; engines killed (SIGKILL): %v; blocks left held: %v (after %s)",
-		mode, seed, requests, loadTime.Round(time.Millisecond), rate, counts[succeeded], counts[failedClearly], counts[unclear],
+		mode, seed, requests, loadTime.Round(time.Millisecond), rate, out.counts[succeeded], out.counts[failedClearly], out.counts[unclear],
 		ps["retried"], ps["failed"], killed, held, drained.Round(time.Millisecond))
-	for why, n := range whys {
-		t.Logf("  %4d × %s", n, why)
-	}
-	if len(unclearDetails) > 0 {
-		t.Errorf("requests without a clear end: %s", strings.Join(unclearDetails, "; "))
-	}
-	if counts[pending] != 0 {
-		t.Errorf("%d requests never ended", counts[pending])
-	}
+	out.report(t)
 	if held != 0 {
 		t.Errorf("%v blocks still held on live engines", held)
 	}
 	if ps["requests"].(float64) != requests {
 		t.Errorf("proxy saw %v requests, the clients sent %d", ps["requests"], requests)
 	}
-	if counts[succeeded] < requests/2 {
-		t.Errorf("only %d of %d requests succeeded", counts[succeeded], requests)
+	if out.counts[succeeded] < requests/2 {
+		t.Errorf("only %d of %d requests succeeded", out.counts[succeeded], requests)
 	}
 	if killed["prefill"] == 0 || killed["decode"] == 0 {
 		t.Errorf("the schedule killed %v: want prefill and decode engines killed", killed)

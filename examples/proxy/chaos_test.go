@@ -271,13 +271,7 @@ func chaos(t *testing.T, mode string) {
 	front := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go front.Serve(ln) //nolint:errcheck // ErrServerClosed at the end
 	proxyURL := "http://" + ln.Addr().String()
-	deadline := time.Now().Add(10 * time.Second)
-	for !healthy(httpc, proxyURL) {
-		if time.Now().After(deadline) {
-			t.Fatal("the proxy never saw a prefill and a decode engine")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitHealthy(t, httpc, proxyURL, 10*time.Second)
 
 	// The chaos: every 200-600 ms an engine is killed, of each role in turn, keeping one of
 	// each role alive; it comes back under its id 300-1500 ms later.
@@ -336,12 +330,9 @@ func chaos(t *testing.T, mode string) {
 	// registration until PUSH_CANCEL_ACK or its cancel timeout (a WRITE might still land):
 	// the engine does not set it, so it is the connector's default.
 	var held int
-	drainFor := chaosHold + chaosEngineWait + 10*time.Second
-	if mode == "push" {
-		drainFor = pushconn.DefaultCancelTimeout + chaosEngineWait + 10*time.Second
-	}
+	drainFor := chaosDrainFor(mode)
 	drainStart := time.Now()
-	deadline = drainStart.Add(drainFor)
+	deadline := drainStart.Add(drainFor)
 	for {
 		held = 0
 		var where []string
@@ -367,47 +358,27 @@ func chaos(t *testing.T, mode string) {
 	}
 
 	drained := time.Since(drainStart)
-	counts := map[outcome]int{}
-	var unclearDetails []string
-	whys := map[string]int{} // the clear errors, numbers blanked
-	for i := range results {
-		o := outcome(results[i].outcome.Load())
-		counts[o]++
-		if o == failedClearly {
-			whys[digits.ReplaceAllString(results[i].detail, "N")]++
-		}
-		if o == unclear && len(unclearDetails) < 10 {
-			unclearDetails = append(unclearDetails, fmt.Sprintf("request %d: %s", i, results[i].detail))
-		}
-	}
+	out := tallyResults(t, results)
 	st := p.Stats()
 	killed := 0
 	for _, n := range c.killed {
 		killed += n
 	}
 	t.Logf("chaos %s (seed %d): %d requests in %s at %.0f/s: %d succeeded, %d failed with a clear error, %d unclear; proxy: %d retried, %d failed; engines killed: %d %v; blocks left held: %d (after %s)",
-		mode, seed, requests, loadTime.Round(time.Millisecond), rate, counts[succeeded], counts[failedClearly], counts[unclear],
+		mode, seed, requests, loadTime.Round(time.Millisecond), rate, out.counts[succeeded], out.counts[failedClearly], out.counts[unclear],
 		st.Retried, st.Failed, killed, c.killed, held, drained.Round(time.Millisecond))
-	for why, n := range whys {
-		t.Logf("  %4d × %s", n, why)
-	}
-	if len(unclearDetails) > 0 {
-		t.Errorf("requests without a clear end: %s", strings.Join(unclearDetails, "; "))
-	}
-	if counts[pending] != 0 {
-		t.Errorf("%d requests never ended", counts[pending])
-	}
+	out.report(t)
 	if held != 0 {
 		t.Errorf("%d blocks still held on live engines after %s", held, drainFor)
 	}
 	if st.Requests != uint64(requests) {
 		t.Errorf("proxy saw %d requests, the clients sent %d", st.Requests, requests)
 	}
-	if st.Failed > uint64(counts[failedClearly]) {
-		t.Errorf("proxy failed %d requests, the clients saw %d errors", st.Failed, counts[failedClearly])
+	if st.Failed > uint64(out.counts[failedClearly]) {
+		t.Errorf("proxy failed %d requests, the clients saw %d errors", st.Failed, out.counts[failedClearly])
 	}
-	if counts[succeeded] < requests/2 {
-		t.Errorf("only %d of %d requests succeeded", counts[succeeded], requests)
+	if out.counts[succeeded] < requests/2 {
+		t.Errorf("only %d of %d requests succeeded", out.counts[succeeded], requests)
 	}
 	if c.killed[server.RolePrefill+", lease revoked"]+c.killed[server.RolePrefill+", lease expired"] == 0 ||
 		c.killed[server.RoleDecode+", lease revoked"]+c.killed[server.RoleDecode+", lease expired"] == 0 {
@@ -443,6 +414,71 @@ func chaos(t *testing.T, mode string) {
 }
 
 var digits = regexp.MustCompile(`[0-9]+`)
+
+// waitHealthy waits up to within for the proxy at url to see a prefill
+// and a decode engine.
+func waitHealthy(t *testing.T, httpc *http.Client, url string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !healthy(httpc, url) {
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy never saw a prefill and a decode engine")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// chaosDrainFor is how long the chaos tests wait for every block of the
+// live engines to come back. Push decode keeps the blocks of a request
+// whose prefill engine died with its registration until PUSH_CANCEL_ACK or
+// its cancel timeout (a WRITE might still land): the engine does not set
+// it, so it is the connector's default.
+func chaosDrainFor(mode string) time.Duration {
+	if mode == "push" {
+		return pushconn.DefaultCancelTimeout + chaosEngineWait + 10*time.Second
+	}
+	return chaosHold + chaosEngineWait + 10*time.Second
+}
+
+// outcomes is how the requests of a chaos run ended: a count per outcome,
+// the clear errors (numbers blanked) with their counts, and the first ten
+// requests without a clear end.
+type outcomes struct {
+	counts  map[outcome]int
+	whys    map[string]int
+	unclear []string
+}
+
+func tallyResults(t *testing.T, results []result) outcomes {
+	t.Helper()
+	o := outcomes{counts: map[outcome]int{}, whys: map[string]int{}}
+	for i := range results {
+		k := outcome(results[i].outcome.Load())
+		o.counts[k]++
+		if k == failedClearly {
+			o.whys[digits.ReplaceAllString(results[i].detail, "N")]++
+		}
+		if k == unclear && len(o.unclear) < 10 {
+			o.unclear = append(o.unclear, fmt.Sprintf("request %d: %s", i, results[i].detail))
+		}
+	}
+	return o
+}
+
+// report logs the clear errors and fails the test for a request without
+// a clear end or one that never ended.
+func (o outcomes) report(t *testing.T) {
+	t.Helper()
+	for why, n := range o.whys {
+		t.Logf("  %4d × %s", n, why)
+	}
+	if len(o.unclear) > 0 {
+		t.Errorf("requests without a clear end: %s", strings.Join(o.unclear, "; "))
+	}
+	if o.counts[pending] != 0 {
+		t.Errorf("%d requests never ended", o.counts[pending])
+	}
+}
 
 func healthy(c *http.Client, url string) bool {
 	resp, err := c.Get(url + "/healthcheck")
