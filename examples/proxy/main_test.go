@@ -42,40 +42,11 @@ func engine(t *testing.T, role string) *httptest.Server {
 func TestRun(t *testing.T) {
 	pre, dec := engine(t, "prefill"), engine(t, "decode")
 	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"-port", "0", "-prefill", strings.TrimPrefix(pre.URL, "http://"),
-			"-decode", strings.TrimPrefix(dec.URL, "http://")}, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not listening")
-	}
-	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-		strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	http.DefaultClient.CloseIdleConnections()
+	addr, errc := startRun(t, ctx, "-port", "0", "-prefill", strings.TrimPrefix(pre.URL, "http://"),
+		"-decode", strings.TrimPrefix(dec.URL, "http://"))
+	completeToy(t, addr)
 	cancel() // what SIGTERM does
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no graceful shutdown")
-	}
+	waitStopped(t, errc)
 	if err := run(context.Background(), []string{"-policy", "random", "-prefill", "a", "-decode", "b"}, nil); err == nil {
 		t.Fatal("bad policy accepted")
 	}
@@ -119,33 +90,56 @@ func TestRunWithEtcd(t *testing.T) {
 		}
 		defer reg.Close(context.Background())
 	}
+	addr, errc := startRun(t, ctx, "-port", "0", "-etcd", srv.Endpoint, "-cluster", "cmd")
+	for range 6 {
+		completeToy(t, addr)
+	}
+	cancel()
+	waitStopped(t, errc)
+	if err := run(context.Background(), []string{"-etcd", "127.0.0.1:1", "-etcd-timeout", "500ms", "-port", "0"}, nil); err == nil || !strings.Contains(err.Error(), "-etcd 127.0.0.1:1") {
+		t.Fatalf("unreachable etcd: %v", err)
+	}
+}
+
+// startRun starts the command with args until ctx ends and returns its
+// listening address and the channel its end comes on.
+func startRun(t *testing.T, ctx context.Context, args ...string) (string, chan error) {
+	t.Helper()
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"-port", "0", "-etcd", srv.Endpoint, "-cluster", "cmd"}, func(a string) { addrc <- a })
-	}()
-	var addr string
+	go func() { errc <- run(ctx, args, func(a string) { addrc <- a }) }()
 	select {
-	case addr = <-addrc:
+	case addr := <-addrc:
+		return addr, errc
 	case err := <-errc:
 		t.Fatal(err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("not listening")
 	}
-	for range 6 {
-		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-			strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
-			t.Fatalf("%d %s", resp.StatusCode, body)
-		}
+	return "", nil
+}
+
+// completeToy sends one completion through the proxy at addr and checks
+// that the decode engine answered it.
+func completeToy(t *testing.T, addr string) {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"toy","prompt":"hi","max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"decode"`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// waitStopped waits for the command started by startRun to end cleanly
+// once its context ended.
+func waitStopped(t *testing.T, errc chan error) {
+	t.Helper()
 	http.DefaultClient.CloseIdleConnections()
-	cancel()
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -153,8 +147,5 @@ func TestRunWithEtcd(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no graceful shutdown")
-	}
-	if err := run(context.Background(), []string{"-etcd", "127.0.0.1:1", "-etcd-timeout", "500ms", "-port", "0"}, nil); err == nil || !strings.Contains(err.Error(), "-etcd 127.0.0.1:1") {
-		t.Fatalf("unreachable etcd: %v", err)
 	}
 }
