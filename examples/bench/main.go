@@ -317,14 +317,14 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 	sc := sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
 		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout, Native: o.agents == "nixl"}
 	if o.agents == "processes" {
-		bins := processBinaries{Engine: o.engineBin, Proxy: o.proxyBin}
+		bins := stack.Programs{Engine: o.engineBin, Proxy: o.proxyBin}
 		if bins.Engine == "" || bins.Proxy == "" {
 			dir, err := os.MkdirTemp("", "gonixl-bench-bin")
 			if err != nil {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			built, err := buildBinaries(ctx, dir)
+			built, err := stack.BuildPrograms(ctx, dir)
 			if err != nil {
 				return err
 			}

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,25 +25,9 @@ type processStack struct {
 	proxy           string
 }
 
-// processBinaries are the programs a process sweep starts.
-type processBinaries struct{ Engine, Proxy string }
-
-// buildBinaries builds the engine (with -tags nixl) and the proxy into dir,
-// from the module this command runs in (so run it inside the repository).
-func buildBinaries(ctx context.Context, dir string) (processBinaries, error) {
-	b := processBinaries{Engine: filepath.Join(dir, "engine"), Proxy: filepath.Join(dir, "proxy")}
-	for _, x := range []struct{ out, pkg string }{{b.Engine, "github.com/gonixl/gonixl/examples/engine"}, {b.Proxy, "github.com/gonixl/gonixl/examples/proxy"}} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "nixl", "-o", x.out, x.pkg)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return b, fmt.Errorf("go build -tags nixl %s (run inside the repository): %v\n%s", x.pkg, err, out)
-		}
-	}
-	return b, nil
-}
-
 // startProcessStack starts the engines with the preset's engine arguments and
 // the mode's connector, then the proxy, and waits until all are healthy.
-func startProcessStack(ctx context.Context, bin processBinaries, p preset, mode, logDir string) (_ *processStack, err error) {
+func startProcessStack(ctx context.Context, bin stack.Programs, p preset, mode, logDir string) (_ *processStack, err error) {
 	connector, inline, err := stack.ConnectorOf(mode)
 	if err != nil {
 		return nil, err
@@ -93,7 +74,7 @@ func startProcessStack(ctx context.Context, bin processBinaries, p preset, mode,
 	}
 	s.proxy = "http://" + addr
 	for _, u := range []string{s.prefill + "/health", s.decode + "/health", s.proxy + "/healthcheck"} {
-		if err := waitHealthy(ctx, u); err != nil {
+		if err := stack.WaitHealthy(ctx, u, time.Minute); err != nil {
 			return nil, err
 		}
 	}
@@ -119,39 +100,7 @@ func (s *processStack) start(bin, logPath string, args ...string) (string, error
 // logged waits, up to a minute, for the program's JSON log line with msg and
 // returns its string field key.
 func logged(ctx context.Context, logPath, msg, key string) (string, error) {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if f, err := os.Open(logPath); err == nil {
-			sc := bufio.NewScanner(f)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				var m map[string]any
-				if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
-					if v, ok := m[key].(string); ok {
-						f.Close()
-						return v, nil
-					}
-				}
-			}
-			f.Close()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return "", fmt.Errorf("%s: no %q log line with %q within a minute", logPath, msg, key)
-}
-
-func waitHealthy(ctx context.Context, url string) error {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not healthy within a minute", url)
+	return stack.LogField(ctx, logPath, msg, key, time.Minute)
 }
 
 // close stops the proxy, then the engines, with SIGTERM (a graceful drain),

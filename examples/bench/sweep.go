@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/gonixl/gonixl/examples/stack"
 )
 
 // sweepConfig is a sweep: every mode x rate x input length of a preset,
@@ -29,7 +31,7 @@ type sweepConfig struct {
 	Native bool
 	// Processes, when set, runs each point's engines and proxy as separate
 	// programs (engines built with -tags nixl: NIXL agents over UCX).
-	Processes *processBinaries
+	Processes *stack.Programs
 }
 
 // point is one sweep point's figures.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gonixl/gonixl/examples/stack"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,7 +36,7 @@ func TestSweepOfProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts processes")
 	}
-	bins, err := buildBinaries(context.Background(), t.TempDir())
+	bins, err := stack.BuildPrograms(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	p := small
 	p.Rates = []float64{10}

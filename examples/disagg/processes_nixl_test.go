@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonixl/gonixl/examples/stack"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,10 +32,8 @@ func TestThreeProcesses(t *testing.T) {
 		t.Skip("builds and starts processes")
 	}
 	bin := t.TempDir()
-	for _, p := range []string{"engine", "proxy"} {
-		out, err := exec.Command("go", "build", "-tags", "nixl", "-o", filepath.Join(bin, p), "../"+p).CombinedOutput()
-		require.NoError(t, err, "build %s: %s", p, out)
-	}
+	_, err := stack.BuildPrograms(context.Background(), bin)
+	require.NoError(t, err)
 	for _, tc := range []struct{ backend, connector string }{{"UCX", "pull"}, {"UCX", "push"}, {"LIBFABRIC", "pull"}} {
 		t.Run(tc.backend+"/"+tc.connector, func(t *testing.T) {
 			runThreeProcesses(t, bin, tc.backend, tc.connector)
@@ -46,21 +44,9 @@ func TestThreeProcesses(t *testing.T) {
 // logged waits for p's JSON log line with msg and returns its field key.
 func logged(t *testing.T, p *proc, msg, key string) string {
 	t.Helper()
-	var val string
-	require.Eventually(t, func() bool {
-		b, _ := os.ReadFile(p.log)
-		for _, line := range strings.Split(string(b), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
-				if v, ok := m[key].(string); ok {
-					val = v
-					return true
-				}
-			}
-		}
-		return false
-	}, 60*time.Second, 20*time.Millisecond, "no %q log line with %q", msg, key)
-	return val
+	v, err := stack.LogField(context.Background(), p.log, msg, key, 60*time.Second)
+	require.NoError(t, err)
+	return v
 }
 
 func port(t *testing.T, url string) int {
@@ -107,14 +93,7 @@ func start(t *testing.T, bin, name string, env []string, args ...string) *proc {
 
 func waitHealthy(t *testing.T, url string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "%s never healthy", url)
+	require.NoError(t, stack.WaitHealthy(context.Background(), url, 60*time.Second))
 }
 
 func runThreeProcesses(t *testing.T, bin, backend, connector string) {

@@ -4,7 +4,7 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
+	"github.com/gonixl/gonixl/examples/stack"
 )
 
 // TestChaosProcesses is TestChaos with every engine and the proxy a separate process over
@@ -31,11 +32,8 @@ func TestChaosProcesses(t *testing.T) {
 	}
 	srv := etcdtest.Start(t)
 	bin := t.TempDir()
-	for _, p := range []string{"engine", "proxy"} {
-		out, err := exec.Command("go", "build", "-tags", "nixl", "-o", filepath.Join(bin, p), "../"+p).CombinedOutput()
-		if err != nil {
-			t.Fatalf("build %s: %v: %s", p, err, out)
-		}
+	if _, err := stack.BuildPrograms(context.Background(), bin); err != nil {
+		t.Fatal(err)
 	}
 	for _, mode := range []string{"pull", "push"} {
 		t.Run(mode, func(t *testing.T) { chaosProcesses(t, bin, srv.Endpoint, mode) })
@@ -86,34 +84,11 @@ func startProcess(t *testing.T, bin, name, id string, args ...string) *process {
 // logLine waits up to 60 s for p's log line with msg and returns it.
 func logLine(t *testing.T, p *process, msg string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	exited := false
-	for {
-		f, err := os.Open(p.log)
-		if err == nil {
-			sc := bufio.NewScanner(f)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				var m map[string]any
-				if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
-					f.Close()
-					return m
-				}
-			}
-			f.Close()
-		}
-		if exited { // the file was read once more after the exit
-			t.Fatalf("%s exited before logging %q", p.id, msg)
-		}
-		select {
-		case <-p.done:
-			exited = true
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q log line within 60 s", p.id, msg)
-		}
+	m, err := stack.LogLine(context.Background(), p.log, msg, "", 60*time.Second, p.done)
+	if err != nil {
+		t.Fatalf("%s: %v", p.id, err)
 	}
+	return m
 }
 
 // gauge reads one unlabelled-by-us gauge of an engine's /metrics.
