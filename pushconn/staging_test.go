@@ -172,15 +172,9 @@ func cmpOr(a, b string) string {
 // WRITE and the scatter ended.
 func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	fc := clock.NewManual(rigStart)
-	fab, err := loopback.NewFabric(loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(4096.0, 0))) // 4 KiB a second of fabric time
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = fab.Close() })
 	m := newStagingMem(t, StagingOn, 1, 64<<10)
-	r := stagingRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
-		a, err := fab.NewAgent(name)
-		require.NoError(t, err)
-		return a
-	}}, m)
+	r := stagingRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(4096.0, 0))}}, m) // 4 KiB a second of fabric time
+	fab := r.fabric
 	c, p := r.consumers[0], r.producers[0]
 	rng := rand.New(rand.NewPCG(1, 2))
 	srcA, dstA := fragmented(rng, 4), []int{40, 42, 44, 46}
@@ -188,7 +182,7 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	fill(t, r.preLayout[0], srcA, 1, 64)
 	require.NoError(t, c.Register("a", r.pre.Coordinates(), dstA))
 	admitted(t, p, 1)
-	_, err = p.RequestFinished("a", srcA)
+	_, err := p.RequestFinished("a", srcA)
 	require.NoError(t, err)
 	eventually(t, "WRITE a posted", func() bool { return fab.Counters().Posted == rigChunks })
 	pre, dec := inUse(r)
@@ -274,19 +268,13 @@ func TestStagedFailures(t *testing.T) {
 // ends the request once, frees its blocks once and every slot.
 func TestStagedClose(t *testing.T) {
 	fc := clock.NewManual(rigStart)
-	fab, err := loopback.NewFabric(loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(1, 0))) // never, on a clock that stands still
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = fab.Close() })
 	m := newStagingMem(t, StagingOn, 2, 64<<10)
-	r := stagingRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
-		a, err := fab.NewAgent(name)
-		require.NoError(t, err)
-		return a
-	}}, m)
+	r := stagingRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(1, 0))}}, m) // never, on a clock that stands still
+	fab := r.fabric
 	c, p := r.consumers[0], r.producers[0]
 	require.NoError(t, c.Register("z", r.pre.Coordinates(), []int{8, 3}))
 	admitted(t, p, 1)
-	_, err = p.RequestFinished("z", []int{6, 2})
+	_, err := p.RequestFinished("z", []int{6, 2})
 	require.NoError(t, err)
 	eventually(t, "WRITE posted", func() bool { return fab.Counters().Posted == rigChunks })
 	require.NoError(t, p.Close())
