@@ -45,21 +45,13 @@ func (k *Counters) CopyProgress(c Copier, segs []Seg, progress func()) error {
 		err = pc.CopyProgress(segs, progress)
 	} else {
 		err = c.Copy(segs)
-		if progress != nil {
-			progress()
-		}
-	}
-	k.CopyUS.Add(uint64(time.Since(start).Microseconds()))
-	if err != nil {
-		k.Failures.Inc()
-		return err
+		after(progress)
 	}
 	var n uint64
 	for _, s := range segs {
 		n += s.Len
 	}
-	k.Copied.Add(n)
-	return nil
+	return k.count(start, n, err)
 }
 
 // CopyBlocks runs a block copy on c (by block ids when c is a
@@ -71,23 +63,34 @@ func (k *Counters) CopyBlocks(c Copier, b BlockCopy) error { return k.CopyBlocks
 func (k *Counters) CopyBlocksProgress(c Copier, b BlockCopy, progress func()) error {
 	start := time.Now()
 	var err error
-	pc, isPC := c.(ProgressCopier)
-	switch bc, ok := c.(BlockCopier); {
-	case isPC && progress != nil:
+	if pc, ok := c.(ProgressCopier); ok && progress != nil {
 		err = pc.CopyBlocksProgress(b, progress)
-	case ok:
+	} else if bc, ok := c.(BlockCopier); ok {
 		err = bc.CopyBlocks(b)
-	default:
+		after(progress)
+	} else {
 		err = c.Copy(b.Segs(nil))
+		after(progress)
 	}
-	if !(isPC && progress != nil) && progress != nil {
+	return k.count(start, b.Bytes(), err)
+}
+
+// after runs progress (when set) once a copier that cannot run it during
+// the copy has finished.
+func after(progress func()) {
+	if progress != nil {
 		progress()
 	}
+}
+
+// count counts a copy that began at start: its time, and its bytes or its
+// failure.
+func (k *Counters) count(start time.Time, bytes uint64, err error) error {
 	k.CopyUS.Add(uint64(time.Since(start).Microseconds()))
 	if err != nil {
 		k.Failures.Inc()
 		return err
 	}
-	k.Copied.Add(b.Bytes())
+	k.Copied.Add(bytes)
 	return nil
 }
