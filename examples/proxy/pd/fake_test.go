@@ -201,6 +201,13 @@ func newHarness(t *testing.T, cfg Config, prefill, decode []*fake) *harness {
 	for _, f := range decode {
 		cfg.Decode = append(cfg.Decode, f.srv.URL)
 	}
+	return startHarness(t, cfg)
+}
+
+// startHarness starts a proxy of cfg (health checks every 50 ms unless it
+// says otherwise) behind a test server; both close with the test.
+func startHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 50 * time.Millisecond
 	}

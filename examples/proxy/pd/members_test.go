@@ -3,7 +3,6 @@ package pd
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -19,17 +18,7 @@ func member(f *fake, compat, incarnation string) Member {
 func dynamicHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	cfg.Dynamic = true
-	if cfg.HealthInterval == 0 {
-		cfg.HealthInterval = 50 * time.Millisecond
-	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	front := httptest.NewServer(p)
-	t.Cleanup(front.Close)
-	return &harness{p: p, front: front}
+	return startHarness(t, cfg)
 }
 
 func (h *harness) postOK(t *testing.T) {
