@@ -142,16 +142,7 @@ func chaosProcesses(t *testing.T, bin, etcd, mode string) {
 	defer httpc.CloseIdleConnections()
 
 	// The text of every prompt, served by a decode engine alone.
-	prompts := make([]string, 20)
-	want := make([]string, len(prompts))
-	for i := range prompts {
-		prompts[i] = strings.TrimSpace(strings.Repeat(fmt.Sprintf("chaos prompt %d ", i), 1+i%12))
-		st, text, err := complete(httpc, live["decode-0"].url, prompts[i], false, "ref-"+strconv.Itoa(i))
-		if err != nil || st != 200 || text == "" {
-			t.Fatalf("reference text of prompt %d: %d %q %v", i, st, text, err)
-		}
-		want[i] = text
-	}
+	prompts, want := chaosPrompts(t, httpc, live["decode-0"].url, 20)
 
 	proxy := startProcess(t, bin, "proxy", "proxy", "-port", "0", "-etcd", etcd, "-cluster", cluster, "-connector", mode,
 		"-health-interval", "200ms", "-request-timeout", chaosProxyTimeout.String())

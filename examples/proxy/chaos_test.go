@@ -238,17 +238,7 @@ func chaos(t *testing.T, mode string) {
 	}
 	httpc := &http.Client{Timeout: chaosClientWait, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer httpc.CloseIdleConnections()
-	prompts := make([]string, 40)
-	want := make([]string, len(prompts))
-	for i := range prompts {
-		// 1 to 4 blocks of 16 tokens.
-		prompts[i] = strings.TrimSpace(strings.Repeat(fmt.Sprintf("chaos prompt %d ", i), 1+i%12))
-		st, text, err := complete(httpc, ref.URL(), prompts[i], false, "ref-"+strconv.Itoa(i))
-		if err != nil || st != 200 || text == "" {
-			t.Fatalf("reference text of prompt %d: %d %q %v", i, st, text, err)
-		}
-		want[i] = text
-	}
+	prompts, want := chaosPrompts(t, httpc, ref.URL(), 40)
 	if err := ref.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -414,6 +404,22 @@ func chaos(t *testing.T, mode string) {
 }
 
 var digits = regexp.MustCompile(`[0-9]+`)
+
+// chaosPrompts returns n prompts of 1 to 4 blocks of 16 tokens and the
+// text each must get, as the engine at url serves it alone (no KV moved).
+func chaosPrompts(t *testing.T, httpc *http.Client, url string, n int) (prompts, want []string) {
+	t.Helper()
+	prompts, want = make([]string, n), make([]string, n)
+	for i := range prompts {
+		prompts[i] = strings.TrimSpace(strings.Repeat(fmt.Sprintf("chaos prompt %d ", i), 1+i%12))
+		st, text, err := complete(httpc, url, prompts[i], false, "ref-"+strconv.Itoa(i))
+		if err != nil || st != 200 || text == "" {
+			t.Fatalf("reference text of prompt %d: %d %q %v", i, st, text, err)
+		}
+		want[i] = text
+	}
+	return prompts, want
+}
 
 // waitHealthy waits up to within for the proxy at url to see a prefill
 // and a decode engine.
