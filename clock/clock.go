@@ -49,3 +49,12 @@ func (c *Manual) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
 }
+
+// Step moves the clock by d in either direction, as an operator or NTP
+// stepping a host's wall clock does; tests use it to show that no guarantee
+// rests on a clock that only moves forward.
+func (c *Manual) Step(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}

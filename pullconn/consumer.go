@@ -36,14 +36,15 @@ type Consumer struct {
 	readyCh chan struct{}
 
 	// Engine-facing state. Lock order: wmu before qmu.
-	qmu     sync.Mutex
-	closed  bool
-	live    map[string]struct{} // requests not yet ended
-	queue   []*load             // submitted, not yet seen by the reader
-	hsDone  []handshakeDone
-	queried []holdAnswer
-	results []Result
-	waiting map[string]*waiter // KeepAlive-registered, heartbeats only
+	qmu      sync.Mutex
+	closed   bool
+	live     map[string]struct{} // requests not yet ended
+	queue    []*load             // submitted, not yet seen by the reader
+	hsDone   []handshakeDone
+	queried  []holdAnswer
+	verdicts []verdicts
+	results  []Result
+	waiting  map[string]*waiter // KeepAlive-registered, heartbeats only
 	// read are the remote requests (key + "\x00" + remote id) this rank
 	// read and sent its completion for, until their hold's deadline: prefill
 	// may free them any time after the completion, so loading one again
@@ -59,8 +60,12 @@ type Consumer struct {
 	remotes map[string]*remote
 	reading []*load
 	ready   []*load // handshake done, to post on the next Drain (Inline)
-	lastHB  time.Time
-	scratch descriptors.Transfer // mapping lists, reused by post
+	// confirming are loads whose READs are done and whose hold prefill is
+	// asked to confirm.
+	confirming []*load
+	toConfirm  []*load // of those, the ones the next confirmation asks about
+	lastHB     time.Time
+	scratch    descriptors.Transfer // mapping lists, reused by post
 	// draining are loads that ended but whose READs the agent has not yet
 	// let go of: their result waits until no byte can land in their blocks.
 	draining []*load
@@ -74,6 +79,7 @@ type Consumer struct {
 	stuck         *stats.Counter
 	holdQueries   *stats.Counter
 	failedQueries *stats.Counter
+	notHeld       *stats.Counter
 
 	// Staging (pool nil without RankConfig.Staging): this rank's slots,
 	// counters, cost model, and the plans' scratch (wmu).
@@ -180,6 +186,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: RankConfig.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
+	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not confirm, after the READ, that it held the request the Params name for this engine.")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
@@ -324,7 +331,7 @@ func (c *Consumer) Abort(requestID string) error {
 
 // findLoad looks for a routed load that has not ended. wmu is held.
 func (c *Consumer) findLoad(id string) *load {
-	for _, set := range [][]*load{c.reading, c.ready} {
+	for _, set := range [][]*load{c.reading, c.ready, c.confirming} {
 		for _, l := range set {
 			if l.id == id && !l.ended {
 				return l
@@ -425,6 +432,10 @@ func (c *Consumer) Close() error {
 		c.fail(l, ErrClosed)
 	}
 	c.reading = nil
+	for _, l := range c.confirming {
+		c.fail(l, ErrClosed)
+	}
+	c.confirming = nil
 	for _, l := range c.ready {
 		c.fail(l, ErrClosed)
 	}
@@ -483,7 +494,7 @@ func (c *Consumer) busy() bool {
 	n := len(c.queue) + len(c.hsDone)
 	c.qmu.Unlock()
 	c.wmu.Lock()
-	n += len(c.reading) + len(c.draining)
+	n += len(c.reading) + len(c.draining) + len(c.confirming)
 	c.wmu.Unlock()
 	return n > 0
 }

@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -112,7 +113,7 @@ const maxAdverts = 1 << 16
 // NewEngine validates cfg and starts the side channel.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e := &Engine{producers: map[int]*Producer{}}
-	core, err := engine.Start(cfg.core(), engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend})
+	core, err := engine.Start(cfg.core(), engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend, OnConfirm: e.confirm})
 	if err != nil {
 		return nil, err
 	}
@@ -125,20 +126,14 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 // returns for each the earliest deadline over the ranks, in Unix
 // nanoseconds, or 0 if some rank does not hold it. It runs on a side-channel
 // goroutine.
-func (e *Engine) extend(ids []string) []int64 {
-	e.mu.Lock()
-	prods := make([]*Producer, 0, len(e.producers))
-	for _, p := range e.producers {
-		prods = append(prods, p)
-	}
-	full := len(prods) == e.core.Config().TPSize
-	e.mu.Unlock()
+func (e *Engine) extend(reader, agent string, ids []string) []int64 {
+	prods := e.ranks()
 	out := make([]int64, len(ids))
-	if !full {
+	if prods == nil {
 		return out // a rank missing cannot vouch for its part of the blocks
 	}
 	for i, p := range prods {
-		ds := p.extendHolds(ids)
+		ds := p.extendHolds(reader, agent, ids)
 		for j, d := range ds {
 			switch {
 			case d.IsZero():
@@ -151,6 +146,44 @@ func (e *Engine) extend(ids []string) []int64 {
 	}
 	for j := range out {
 		out[j] = max(out[j], 0)
+	}
+	return out
+}
+
+// ranks returns the engine's Producers by TP rank, or nil unless every
+// rank has one.
+func (e *Engine) ranks() []*Producer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	tp := e.core.Config().TPSize
+	if len(e.producers) != tp {
+		return nil
+	}
+	prods := make([]*Producer, tp)
+	for r, p := range e.producers {
+		prods[r] = p
+	}
+	return prods
+}
+
+// confirm answers a decode rank's confirmation: for each hold, "" when
+// every prefill rank it names still holds exactly that hold for engine
+// reader, else the first rank's reason. Each rank counts the
+// confirmation as agent's completion whatever the others answer: decode
+// has finished reading either way. It runs on a side-channel goroutine.
+func (e *Engine) confirm(reader, agent string, refs []handshake.HoldRef) []string {
+	prods := e.ranks()
+	out := make([]string, len(refs))
+	for i, ref := range refs {
+		if prods == nil {
+			out[i] = fmt.Sprintf("prefill engine %q does not have all its ranks", e.ID())
+			continue
+		}
+		for _, rk := range ref.Ranks {
+			if v := prods[rk].confirmHold(reader, agent, ref); v != "" && out[i] == "" {
+				out[i] = fmt.Sprintf("prefill engine %q rank %d: %s", e.ID(), rk, v)
+			}
+		}
 	}
 	return out
 }

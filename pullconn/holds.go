@@ -20,8 +20,19 @@ type holds struct {
 }
 
 type held struct {
-	aborted  bool // the engine dropped it: no more extensions
-	blocks   []int
+	aborted bool // the engine dropped it: no more extensions
+	blocks  []int
+	// key identifies this hold (Params.holdKey: id, blocks, advertised
+	// deadline, staging slot); 0 until RequestFinished set it, and a
+	// confirmation never matches 0.
+	key uint64
+	// reader is the decode engine the hold is bound to: the first engine
+	// that asked about it (a hold query or a confirmation). Every other
+	// engine is answered "not held", and NIXL completions count only from
+	// readers, the reader's agents that asked. Empty: nobody asked yet (a
+	// vLLM decode never does), and any completion counts.
+	reader   string
+	readers  map[string]bool
 	expected int // completions to wait for; 0 until the first one says
 	got      int
 	// from are the decode agents whose completion was counted: one decode
@@ -40,6 +51,7 @@ const (
 	completionLate                                   // the request's lease already expired
 	completionInvalid                                // count disagrees with earlier ones
 	completionDuplicate                              // that decode agent's completion was counted already
+	completionForeign                                // from an agent of another engine than the hold's reader
 )
 
 func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
@@ -48,6 +60,64 @@ func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
 		return nil, err
 	}
 	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember)}, nil
+}
+
+// setKey records the identity of id's hold once its Params are made.
+func (h *holds) setKey(id string, key uint64) {
+	if r, ok := h.reqs[id]; ok {
+		r.key = key
+	}
+}
+
+// bind binds id's hold to reader (agent asking) unless it is bound to
+// another engine, and reports whether the hold is held for reader.
+func (h *holds) bind(id, reader, agent string) bool {
+	r, ok := h.reqs[id]
+	if !ok || reader == "" {
+		return false
+	}
+	if r.reader != "" && r.reader != reader {
+		return false
+	}
+	r.reader = reader
+	if agent != "" {
+		if r.readers == nil {
+			r.readers = map[string]bool{}
+		}
+		r.readers[agent] = true
+	}
+	return true
+}
+
+// confirm answers one confirmation of hold key of request id from agent of
+// engine reader, after its READ: "" when the rank still holds exactly that
+// hold for reader, else why not. A released hold is never confirmed, not
+// even to the agent whose completion released it: the blocks may hold
+// another request's bytes by the time a second READ of them ends. A confirmation is the agent's completion: it
+// counts like one, and completionDone releases the hold (the caller frees
+// its blocks).
+func (h *holds) confirm(id string, key uint64, n int, reader, agent string) (string, completionOutcome) {
+	r, ok := h.reqs[id]
+	if !ok {
+		if h.expired.has(id) {
+			return "its hold expired", completionLate
+		}
+		return "it holds no such request", completionUnknown
+	}
+	switch {
+	case r.key == 0 || r.key != key:
+		// Other blocks, another deadline (a later hold of the same id) or
+		// another staging slot than the Params name.
+		return "it holds other blocks for it than the Params name", completionInvalid
+	case !h.bind(id, reader, agent):
+		return fmt.Sprintf("it holds it for decode engine %q", r.reader), completionForeign
+	}
+	out, err := h.complete(notif.Completion{ID: id, N: n}, agent)
+	switch out {
+	case completionCounted, completionDone, completionDuplicate:
+		return "", out
+	}
+	return err.Error(), out
 }
 
 // finish starts holding a request's blocks. A request already held is an
@@ -84,6 +154,9 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 		}
 		return completionUnknown, fmt.Errorf("completion for unknown request %q", c.ID)
 	}
+	if r.reader != "" && !r.readers[sender] {
+		return completionForeign, fmt.Errorf("completion for request %q from agent %q: the hold is bound to decode engine %q, whose ranks did not name that agent", c.ID, sender, r.reader)
+	}
 	want := h.expectedFor(c.N)
 	if r.expected != 0 && r.expected != want {
 		return completionInvalid, fmt.Errorf("completion for request %q says decode TP %d (expect %d completions), earlier ones said %d", c.ID, c.N, want, r.expected)
@@ -108,8 +181,14 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 // heartbeat extends the leases of the held, not aborted ids among ids to at
 // least now+by and returns those ids.
 func (h *holds) heartbeat(ids []string, now time.Time, by time.Duration) (extended []string) {
+	return h.heartbeatFor(ids, "", now, by)
+}
+
+// heartbeatFor extends as heartbeat does, but only the holds not bound to
+// an engine other than reader ("" : any).
+func (h *holds) heartbeatFor(ids []string, reader string, now time.Time, by time.Duration) (extended []string) {
 	for _, id := range ids {
-		if r, ok := h.reqs[id]; ok && !r.aborted && h.leases.Extend(id, now, by) {
+		if r, ok := h.reqs[id]; ok && !r.aborted && (reader == "" || r.reader == "" || r.reader == reader) && h.leases.Extend(id, now, by) {
 			extended = append(extended, id)
 		}
 	}

@@ -39,6 +39,39 @@ type Params struct {
 	RemoteStagingSlot *int `json:"remote_staging_slot,omitempty"`
 }
 
+// holdKey is the identity of the hold these Params describe, as prefill
+// recorded it and decode asks to confirm it: an FNV-1a digest of the
+// request id, the block ids, the advertised deadline and the staging slot.
+// Params naming other blocks or another slot, or those of an earlier hold
+// of the same id (whose deadline differs), do not match; it is never 0.
+func (p *Params) holdKey() uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		for i := 0; i < 8; i++ {
+			h ^= v & 0xff
+			h *= prime
+			v >>= 8
+		}
+	}
+	for i := 0; i < len(p.RemoteRequestID); i++ {
+		h ^= uint64(p.RemoteRequestID[i])
+		h *= prime
+	}
+	mix(uint64(len(p.RemoteRequestID)))
+	mix(uint64(len(p.RemoteBlockIDs)))
+	for _, b := range p.RemoteBlockIDs {
+		mix(uint64(b))
+	}
+	mix(math.Float64bits(p.RemoteBlocksExpiryTime))
+	if s := p.RemoteStagingSlot; s != nil {
+		mix(uint64(*s) + 1)
+	} else {
+		mix(0)
+	}
+	return max(h, 1)
+}
+
 // expiry returns RemoteBlocksExpiryTime as a time on prefill's clock.
 func (p *Params) expiry() (time.Time, bool) {
 	if p.RemoteBlocksExpiryTime <= 0 {

@@ -31,6 +31,8 @@ type Producer struct {
 
 	aborted    *stats.Counter
 	duplicates *stats.Counter
+	foreign    *stats.Counter
+	notHeld    *stats.Counter
 
 	mu     sync.Mutex
 	holds  *holds
@@ -80,6 +82,8 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	}
 	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
+	p.foreign = p.stats.Counter("foreign_completions", "Completions or confirmations from a decode engine other than the one a hold is bound to, not counted.")
+	p.notHeld = p.stats.Counter("unconfirmed_holds", "Confirmations answered \"not held\": no such hold, other blocks, or bound to another decode engine.")
 	p.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
 		IdleInterval: cfg.IdleInterval,
@@ -154,7 +158,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		p.holds.leases.Extend(requestID, advertised, 0)
 		p.mu.Unlock()
 	}
-	return Params{
+	params := Params{
 		DoRemotePrefill: true,
 		RemoteBlockIDs:  append([]int(nil), blocks...), // the caller's to change; the hold keeps its own
 		RemoteEngineID:  p.e.ID(),
@@ -168,7 +172,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		// unless a hold query moved it.
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
 		RemoteStagingSlot:      slot,
-	}, nil
+	}
+	p.mu.Lock()
+	p.holds.setKey(requestID, params.holdKey())
+	p.mu.Unlock()
+	return params, nil
 }
 
 // Abort tells the rank that the engine dropped request requestID: its hold
@@ -275,6 +283,15 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 		p.freed = append(p.freed, p.releasedSlots([]string{c.ID})...)
 	}
 	p.mu.Unlock()
+	p.countCompletion(out)
+	if err != nil {
+		p.log.Debug("pullconn: completion ignored", zap.String("from", sender), zap.Error(err))
+	}
+}
+
+// countCompletion counts what a completion or confirmation did, when it
+// did not count.
+func (p *Producer) countCompletion(out completionOutcome) {
 	switch out {
 	case completionUnknown:
 		p.stats.UnknownNotifications.Inc()
@@ -284,9 +301,8 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 		p.stats.MalformedNotifications.Inc()
 	case completionDuplicate:
 		p.duplicates.Inc()
-	}
-	if err != nil {
-		p.log.Debug("pullconn: completion ignored", zap.String("from", sender), zap.Error(err))
+	case completionForeign:
+		p.foreign.Inc()
 	}
 }
 
@@ -306,7 +322,7 @@ func (p *Producer) onHeartbeat(sender string, msg []byte) {
 // extendHolds extends the holds of ids that this rank has and the engine
 // did not abort, as a heartbeat does, and returns their deadlines (zero
 // for the others). It serves hold queries from decode engines.
-func (p *Producer) extendHolds(ids []string) []time.Time {
+func (p *Producer) extendHolds(reader, agent string, ids []string) []time.Time {
 	now := p.cfg.Clock.Now()
 	out := make([]time.Time, len(ids))
 	p.mu.Lock()
@@ -314,11 +330,36 @@ func (p *Producer) extendHolds(ids []string) []time.Time {
 	if p.closed {
 		return out
 	}
-	p.holds.heartbeat(ids, now, p.cfg.HeartbeatExtension)
+	for _, id := range ids {
+		p.holds.bind(id, reader, agent)
+	}
+	p.holds.heartbeatFor(ids, reader, now, p.cfg.HeartbeatExtension)
 	for i, id := range ids {
-		if r, ok := p.holds.reqs[id]; ok && !r.aborted {
+		if r, ok := p.holds.reqs[id]; ok && !r.aborted && r.reader == reader {
 			out[i], _ = p.holds.leases.Deadline(id)
 		}
 	}
 	return out
+}
+
+// confirmHold answers one hold of a confirmation on this rank (see
+// holds.confirm) and counts it as agent's completion; a hold it releases
+// goes to DrainFreed.
+func (p *Producer) confirmHold(reader, agent string, ref handshake.HoldRef) string {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return "the rank is closed"
+	}
+	verdict, out := p.holds.confirm(ref.ID, ref.Key, ref.N, reader, agent)
+	if out == completionDone {
+		p.freed = append(p.freed, p.releasedSlots([]string{ref.ID})...)
+	}
+	p.mu.Unlock()
+	p.countCompletion(out)
+	if verdict != "" {
+		p.notHeld.Inc()
+		p.log.Debug("pullconn: hold not confirmed", zap.String("request_id", ref.ID), zap.String("reader", reader), zap.String("agent", agent), zap.String("why", verdict))
+	}
+	return verdict
 }

@@ -31,8 +31,8 @@ func (c *Consumer) tick() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.qmu.Lock()
-	queued, done, answers := c.queue, c.hsDone, c.queried
-	c.queue, c.hsDone, c.queried = nil, nil, nil
+	queued, done, answers, verdicts := c.queue, c.hsDone, c.queried, c.verdicts
+	c.queue, c.hsDone, c.queried, c.verdicts = nil, nil, nil, nil
 	c.qmu.Unlock()
 
 	for _, d := range done {
@@ -40,6 +40,9 @@ func (c *Consumer) tick() {
 	}
 	for _, a := range answers {
 		c.applyHoldAnswer(a)
+	}
+	for _, v := range verdicts {
+		c.applyVerdicts(v)
 	}
 	for _, l := range queued {
 		c.route(l)
@@ -51,6 +54,7 @@ func (c *Consumer) tick() {
 		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
 	}
 	c.pollReads()
+	c.startConfirms()
 	c.drain(c.cfg.Clock.Now())
 	if len(c.confirmed) > 64+4*(len(c.reading)+len(c.ready)+len(waiting)) {
 		c.pruneConfirmed()
@@ -201,6 +205,7 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 		return
 	}
 	r.ready, r.setup = true, d.set
+	r.clock = handshake.Clock{Offset: d.set.payload.ClockOffset, Uncertainty: d.set.payload.ClockUncertainty}
 	if c.cfg.Inline {
 		c.ready = append(c.ready, parked...)
 		return
@@ -296,7 +301,13 @@ func (c *Consumer) post(l *load) {
 			local, remote = tr.Sides(nixl.Read)
 			bytes, descs = tr.Bytes, tr.Len()
 		}
-		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nixl.NotifOptions(msg))
+		opts := nixl.NotifOptions(msg)
+		if l.r.confirms() {
+			// The confirmation after the READ is the completion: prefill
+			// counts it only for the hold it names.
+			opts = nil
+		}
+		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], opts)
 		if err == nil {
 			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: bytes, descs: descs, scatter: plan.Scatter, scatterBlocks: blocks})
 			var st nixl.Status
@@ -314,10 +325,12 @@ func (c *Consumer) post(l *load) {
 			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
 			return
 		}
-		notified = append(notified, s)
-		// The READ carries the completion: once posted, prefill may
-		// count it whatever becomes of the load.
-		c.markNotified(l)
+		if !l.r.confirms() {
+			notified = append(notified, s)
+			// The READ carries the completion: once posted, prefill may
+			// count it whatever becomes of the load.
+			c.markNotified(l)
+		}
 	}
 	c.stats.RecordPost(time.Since(start))
 	for _, s := range set.notify {
@@ -355,6 +368,17 @@ func (c *Consumer) succeed(l *load) {
 	}
 	c.releaseXfers(l)
 	c.markNotified(l)
+	if l.r.confirms() {
+		// Done only on prefill's word that it held exactly this request
+		// for this engine until after the READ; the scatter out of the
+		// staging slot runs while the confirmation travels.
+		c.toConfirm = append(c.toConfirm, l)
+		c.confirming = append(c.confirming, l)
+		if err := c.scatter(l); err != nil {
+			c.fail(l, err)
+		}
+		return
+	}
 	if err := c.scatter(l); err != nil {
 		c.fail(l, err)
 		return
@@ -497,8 +521,7 @@ func (c *Consumer) holdDeadline(l *load) (deadline time.Time, guarded bool) {
 	if !ok || l.r == nil || l.r.setup == nil {
 		return time.Time{}, false
 	}
-	pl := l.r.setup.payload
-	deadline = base.Add(-pl.ClockOffset - pl.ClockUncertainty)
+	deadline = base.Add(-l.r.clock.Offset - l.r.clock.Uncertainty)
 	if t, ok := c.confirmed[l.key+"\x00"+l.p.RemoteRequestID]; ok && t.After(deadline) {
 		deadline = t
 	}
@@ -518,6 +541,7 @@ type holdAnswer struct {
 	r         *remote
 	ids       []string
 	deadlines []time.Time
+	clock     handshake.Clock
 	err       error
 }
 
@@ -530,8 +554,11 @@ func (c *Consumer) queryHolds(r *remote, ids []string) {
 	ans := holdAnswer{r: r}
 	for len(ids) > 0 && ans.err == nil {
 		n := min(len(ids), handshake.MaxExtendIDs)
-		ds, err := c.e.core.Client().Extend(c.ctx, r.engineID, r.addr, ids[:n])
+		ds, clk, err := c.e.core.Client().Extend(c.ctx, r.engineID, r.addr, c.cfg.Agent.Name(), ids[:n])
 		ans.ids, ans.deadlines, ans.err = append(ans.ids, ids[:n]...), append(ans.deadlines, ds...), err
+		if err == nil {
+			ans.clock = clk
+		}
 		ids = ids[n:]
 	}
 	c.qmu.Lock()
@@ -550,6 +577,7 @@ func (c *Consumer) applyHoldAnswer(a holdAnswer) {
 		return
 	}
 	c.holdQueries.Inc()
+	a.r.clock = a.clock
 	want := c.expected()
 	for i, id := range a.ids {
 		k := a.r.key + "\x00" + id

@@ -19,7 +19,15 @@ type remote struct {
 	setup    *pairing
 	parked   []*load // waiting for the handshake
 	querying bool    // a hold query is in flight
+	// clock is the latest estimate of the engine's clock against ours: the
+	// handshake's, then each hold query's and confirmation's, so that a
+	// step of either clock is seen at the next exchange.
+	clock handshake.Clock
 }
+
+// confirms reports whether the engine confirms holds after READs (a gonixl
+// prefill that says so in its payload).
+func (r *remote) confirms() bool { return r.setup != nil && r.setup.payload.Confirms }
 
 // pairing is the result of a handshake as one decode rank sees it.
 type pairing struct {

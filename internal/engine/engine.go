@@ -31,7 +31,10 @@ type Connector struct {
 	ErrClosed error
 	// OnExtend, when set, answers peers' hold queries (see
 	// handshake.Hello.Extend): pull prefill engines set it.
-	OnExtend func(ids []string) []int64
+	OnExtend func(reader, agent string, ids []string) []int64
+	// OnConfirm, when set, answers peers' confirmations (see
+	// handshake.Hello.Confirm): pull prefill engines set it.
+	OnConfirm func(reader, agent string, refs []handshake.HoldRef) []string
 }
 
 // ErrClosed is what a closed Engine's rank calls wrap when the connector
@@ -78,8 +81,9 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 			Logger:      cfg.Logger,
 			OnMalformed: func(error) { e.stats.MalformedFrames.Inc() },
 		},
-		Now:      cfg.Clock.Now,
-		OnExtend: conn.OnExtend,
+		Now:       cfg.Clock.Now,
+		OnExtend:  conn.OnExtend,
+		OnConfirm: conn.OnConfirm,
 		OnRefused: func(err error) {
 			e.stats.FailedHandshakes.Inc()
 			cfg.Logger.Warn(conn.Name+": refused a handshake", zap.Error(err))

@@ -128,8 +128,9 @@ func TestClientEstimatesClockOffset(t *testing.T) {
 func TestHoldQuery(t *testing.T) {
 	ahead := func() time.Time { return time.Unix(0, 0).Add(time.Hour) }
 	var asked []string
-	s, err := Serve("127.0.0.1:0", engine(1), ServerOptions{Now: ahead, OnExtend: func(ids []string) []int64 {
-		asked = ids
+	var reader, agent string
+	s, err := Serve("127.0.0.1:0", engine(1), ServerOptions{Now: ahead, OnExtend: func(r, a string, ids []string) []int64 {
+		asked, reader, agent = ids, r, a
 		return []int64{time.Unix(0, 0).Add(time.Hour + 30*time.Second).UnixNano(), 0}
 	}})
 	require.NoError(t, err)
@@ -137,9 +138,13 @@ func TestHoldQuery(t *testing.T) {
 	c, err := NewClient("decode-e", compat(ModePull), time.Second, 0)
 	require.NoError(t, err)
 	before := time.Now()
-	ds, err := c.Extend(context.Background(), "prefill-e", s.Addr().String(), []string{"a", "b"})
+	ds, clk, err := c.Extend(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", []string{"a", "b"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b"}, asked)
+	assert.Equal(t, "decode-e", reader)
+	assert.Equal(t, "decode-e-0", agent)
+	// The exchange measures the offset afresh: the server is an hour ahead.
+	assert.InDelta(t, float64(time.Hour)-float64(time.Since(time.Unix(0, 0))), float64(clk.Offset), float64(clk.Uncertainty+time.Second))
 	require.Len(t, ds, 2)
 	// 30 s after the server's now, counted from before the query left.
 	assert.False(t, ds[0].Before(before.Add(30*time.Second)))
@@ -149,9 +154,63 @@ func TestHoldQuery(t *testing.T) {
 	plain, err := Serve("127.0.0.1:0", engine(1), ServerOptions{})
 	require.NoError(t, err)
 	defer plain.Close()
-	_, err = c.Extend(context.Background(), "prefill-e", plain.Addr().String(), []string{"a"})
+	_, _, err = c.Extend(context.Background(), "prefill-e", plain.Addr().String(), "decode-e-0", []string{"a"})
 	require.ErrorIs(t, err, ErrFailed)
 	assert.Contains(t, err.Error(), `engine "prefill-e" holds no blocks for peers (not a pull prefill engine)`)
+}
+
+// TestConfirmation: the verdicts come back in order for the asking engine
+// and agent; malformed holds are refused naming what was wrong, before the
+// engine sees them; an engine that confirms nothing says so.
+func TestConfirmation(t *testing.T) {
+	var got []HoldRef
+	var reader, agent string
+	s, err := Serve("127.0.0.1:0", engine(2), ServerOptions{OnConfirm: func(r, a string, refs []HoldRef) []string {
+		got, reader, agent = refs, r, a
+		return []string{"", "it holds no such request"}
+	}})
+	require.NoError(t, err)
+	defer s.Close()
+	c, err := NewClient("decode-e", compat(ModePull), time.Second, 0)
+	require.NoError(t, err)
+	refs := []HoldRef{{ID: "a", Key: 7, N: 1, Ranks: []int{0, 1}}, {ID: "b", Key: 9, N: 1, Ranks: []int{1}}}
+	why, _, err := c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", refs)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"", "it holds no such request"}, why)
+	assert.Equal(t, refs, got)
+	assert.Equal(t, "decode-e", reader)
+	assert.Equal(t, "decode-e-0", agent)
+
+	got = nil
+	for _, tc := range []struct {
+		ref  HoldRef
+		want string
+	}{
+		{HoldRef{ID: "", N: 1, Ranks: []int{0}}, "confirmation hold 0: id is 0 bytes, want 1..1024"},
+		{HoldRef{ID: "a", N: 0, Ranks: []int{0}}, "confirmation hold 0: decode world size 0 outside [1, 65536]"},
+		{HoldRef{ID: "a", N: 1}, "confirmation hold 0: names 0 prefill ranks, engine has 2"},
+		{HoldRef{ID: "a", N: 1, Ranks: []int{0, 0}}, "confirmation hold 0: prefill rank 0 is out of range 0..1 or named twice"},
+		{HoldRef{ID: "a", N: 1, Ranks: []int{2}}, "confirmation hold 0: prefill rank 2 is out of range 0..1 or named twice"},
+	} {
+		_, _, err := c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", []HoldRef{tc.ref})
+		require.ErrorIs(t, err, ErrFailed)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	many := make([]HoldRef, MaxConfirmHolds+1)
+	for i := range many {
+		many[i] = HoldRef{ID: "a", N: 1, Ranks: []int{0}}
+	}
+	_, _, err = c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", many)
+	require.ErrorContains(t, err, "confirmation lists 513 holds, limit 512")
+	_, _, err = c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "", refs)
+	require.ErrorContains(t, err, "confirmation names an agent of 0 bytes")
+	assert.Nil(t, got, "nothing malformed reached the engine")
+
+	plain, err := Serve("127.0.0.1:0", engine(1), ServerOptions{})
+	require.NoError(t, err)
+	defer plain.Close()
+	_, _, err = c.Confirm(context.Background(), "prefill-e", plain.Addr().String(), "decode-e-0", refs[:1])
+	require.ErrorContains(t, err, `engine "prefill-e" confirms no holds (not a pull prefill engine)`)
 }
 
 // TestPayloadStagingChecked: a rank's advertised staging memory must be

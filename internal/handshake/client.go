@@ -118,9 +118,8 @@ func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, boo
 	}
 	if r.Now != 0 {
 		// The server read its clock somewhere between sent and got.
-		mid := sent.Add(got.Sub(sent) / 2)
-		p.ClockOffset = time.Unix(0, r.Now).Sub(mid)
-		p.ClockUncertainty = got.Sub(sent)/2 + time.Microsecond
+		m := measure(sent, got, r.Now)
+		p.ClockOffset, p.ClockUncertainty = m.Offset, m.Uncertainty
 	}
 	return p, false, nil
 }
@@ -130,26 +129,27 @@ func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, boo
 // of that engine now holds it until on the local clock, conservatively
 // converted with the offset this exchange measured; the zero time where
 // the engine does not hold it. Nothing is cached.
-func (c *Client) Extend(ctx context.Context, engineID, addr string, ids []string) ([]time.Time, error) {
+func (c *Client) Extend(ctx context.Context, engineID, addr, agent string, ids []string) ([]time.Time, Clock, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	h := c.hello
-	h.Extend = ids
+	h.Extend, h.Agent = ids, agent
 	sent := c.now()
 	r, err := sidechannel.Call[Hello, Reply](ctx, addr, h, c.maxFrame, c.timeout)
+	got := c.now()
 	if err != nil {
-		return nil, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
+		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
 	}
 	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
-		return nil, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
+		return nil, Clock{}, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
 	}
 	switch {
 	case r.Error != "":
-		return nil, fmt.Errorf("%w: hold query to engine %q at %s refused: %s", ErrFailed, engineID, addr, r.Error)
+		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s refused: %s", ErrFailed, engineID, addr, r.Error)
 	case len(r.Holds) != len(ids):
-		return nil, fmt.Errorf("%w: hold query to engine %q at %s: %d answers for %d ids", ErrFailed, engineID, addr, len(r.Holds), len(ids))
+		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s: %d answers for %d ids", ErrFailed, engineID, addr, len(r.Holds), len(ids))
 	case r.Now == 0:
-		return nil, fmt.Errorf("%w: hold query to engine %q at %s: reply carries no clock", ErrFailed, engineID, addr)
+		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s: reply carries no clock", ErrFailed, engineID, addr)
 	}
 	// The server read its clock, and extended the holds, at some moment
 	// between sent and got: a remote deadline d is certain to be no earlier
@@ -161,7 +161,57 @@ func (c *Client) Extend(ctx context.Context, engineID, addr string, ids []string
 			out[i] = sent.Add(time.Unix(0, ns).Sub(remoteNow))
 		}
 	}
-	return out, nil
+	return out, measure(sent, got, r.Now), nil
+}
+
+// Clock is one exchange's estimate of a remote engine's clock: Offset is
+// its clock minus ours, and Uncertainty the half round trip the exchange
+// cannot resolve. Each hold query and confirmation measures it afresh, so
+// a clock that stepped since the handshake is seen at the next exchange.
+type Clock struct {
+	Offset, Uncertainty time.Duration
+}
+
+// measure estimates the offset from a reply stamped remoteNow (Unix
+// nanoseconds) that was asked for at sent and arrived at got. The local
+// readings come from the engine's clock; with the system clock their
+// difference is monotonic (time.Time keeps the monotonic reading), so a
+// step of the local wall clock between them cannot shrink the round trip.
+func measure(sent, got time.Time, remoteNow int64) Clock {
+	mid := sent.Add(got.Sub(sent) / 2)
+	return Clock{Offset: time.Unix(0, remoteNow).Sub(mid), Uncertainty: got.Sub(sent)/2 + time.Microsecond}
+}
+
+// Confirm asks engine engineID at addr whether it still holds each of refs
+// for this engine (see Hello.Confirm), as agent, and returns one verdict
+// per hold ("" confirmed, else why not) and the clock estimate of the
+// exchange. A hold is confirmed only by an answer: every error means
+// "not confirmed". At most MaxConfirmHolds refs.
+func (c *Client) Confirm(ctx context.Context, engineID, addr, agent string, refs []HoldRef) ([]string, Clock, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	h := c.hello
+	h.Confirm, h.Agent = refs, agent
+	sent := c.now()
+	r, err := sidechannel.Call[Hello, Reply](ctx, addr, h, c.maxFrame, c.timeout)
+	got := c.now()
+	if err != nil {
+		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
+	}
+	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
+		return nil, Clock{}, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
+	}
+	switch {
+	case r.Error != "":
+		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s refused: %s", ErrFailed, engineID, addr, r.Error)
+	case len(r.Verdicts) != len(refs):
+		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s: %d verdicts for %d holds", ErrFailed, engineID, addr, len(r.Verdicts), len(refs))
+	}
+	var clk Clock
+	if r.Now != 0 {
+		clk = measure(sent, got, r.Now)
+	}
+	return r.Verdicts, clk, nil
 }
 
 // plainError is a side-channel error with the internal package's name taken

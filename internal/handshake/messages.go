@@ -10,7 +10,42 @@ type Hello struct {
 	// heartbeat does) and answers their deadlines in Reply.Holds, with no
 	// payload. At most MaxExtendIDs ids of 1..notif.MaxIDLen bytes.
 	Extend []string `msgpack:"extend,omitempty"`
+	// Agent is the asking rank's NIXL agent name, in hold queries and
+	// confirmations: prefill binds a hold to the decode engine that first
+	// asks about it and counts a confirmation as that agent's completion.
+	Agent string `msgpack:"agent,omitempty"`
+	// Confirm, when set, makes the hello a confirmation instead of a
+	// handshake: for each hold the server answers, in Reply.Verdicts,
+	// whether every rank it names still holds exactly that request for the
+	// asking engine, and counts the confirmation as the agent's completion
+	// on those ranks. At most MaxConfirmHolds entries; not with Extend.
+	Confirm []HoldRef `msgpack:"confirm,omitempty"`
 }
+
+// HoldRef names one hold a decode rank read and asks prefill to confirm.
+type HoldRef struct {
+	// ID is the request id on prefill (Params.RemoteRequestID).
+	ID string `msgpack:"id"`
+	// Key identifies the hold prefill made when the request finished: a
+	// digest of its id, block ids, advertised deadline and staging slot,
+	// so Params that name other blocks, a later hold of the same id, or
+	// another slot do not match.
+	Key uint64 `msgpack:"key"`
+	// N is the decode engine's world size, as in a completion message.
+	N int `msgpack:"n"`
+	// Ranks are the prefill TP ranks this decode rank reads or notifies;
+	// each must hold the request.
+	Ranks []int `msgpack:"ranks"`
+}
+
+// MaxConfirmHolds bounds Hello.Confirm so that a confirmation fits the
+// server's request frame whatever its ids and rank lists hold (see
+// sidechannel.DefaultMaxRequestFrame): 512 x (1024 + 1024 x 3 + 32) bytes
+// is about 2.1 MiB.
+const MaxConfirmHolds = 512
+
+// MaxConfirmRanks bounds HoldRef.Ranks, as MaxRanks bounds a payload.
+const MaxConfirmRanks = MaxRanks
 
 // MaxExtendIDs bounds Hello.Extend.
 const MaxExtendIDs = 4096
@@ -35,4 +70,8 @@ type Reply struct {
 	// in Unix nanoseconds on the server's clock, or 0 where some rank does
 	// not hold it.
 	Holds []int64 `msgpack:"holds,omitempty"`
+	// Verdicts answers Hello.Confirm, one entry per hold in its order: ""
+	// where the hold is confirmed, else why it is not (not held, other
+	// blocks, held for another engine).
+	Verdicts []string `msgpack:"verdicts,omitempty"`
 }

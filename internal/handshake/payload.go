@@ -40,6 +40,11 @@ type Payload struct {
 	BlockSize int    `msgpack:"block_size"` // tokens per block
 	// Ranks holds one entry per TP rank, Ranks[i].TPRank == i.
 	Ranks RankList `msgpack:"ranks"`
+	// Confirms says the engine answers confirmations (Hello.Confirm): a
+	// decode rank then asks, after its READs, whether the blocks it read
+	// were still held for it, and reports done only on a yes. A peer that
+	// does not say (older gonixl, vLLM) is read on its deadline alone.
+	Confirms bool `msgpack:"confirms,omitempty"`
 
 	// ClockOffset is the client's estimate of the remote engine's clock
 	// minus its own when it fetched the payload, and ClockUncertainty the

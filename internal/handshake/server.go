@@ -32,7 +32,8 @@ type Server struct {
 	// for every refused hello (for the failed-handshakes counter).
 	onRefused func(error)
 	now       func() time.Time
-	onExtend  func([]string) []int64
+	onExtend  func(reader, agent string, ids []string) []int64
+	onConfirm func(reader, agent string, refs []HoldRef) []string
 
 	mu    sync.Mutex
 	ranks []*Rank
@@ -46,9 +47,14 @@ type ServerOptions struct {
 	// Now is the engine's clock, stamped on every reply (default
 	// time.Now).
 	Now func() time.Time
-	// OnExtend answers hold queries (Hello.Extend) with Reply.Holds; nil
-	// refuses them. The ids are checked before it is called.
-	OnExtend func(ids []string) []int64
+	// OnExtend answers hold queries (Hello.Extend) with Reply.Holds, for
+	// the asking engine (Hello.EngineID) and agent; nil refuses them. The
+	// ids are checked before it is called.
+	OnExtend func(reader, agent string, ids []string) []int64
+	// OnConfirm answers confirmations (Hello.Confirm) with Reply.Verdicts;
+	// nil refuses them. The holds are checked (ids, counts, rank numbers)
+	// before it is called. Payloads say Confirms when it is set.
+	OnConfirm func(reader, agent string, refs []HoldRef) []string
 }
 
 // Serve validates engine and starts answering hellos on addr.
@@ -66,7 +72,7 @@ func Serve(addr string, engine Engine, opts ServerOptions) (*Server, error) {
 	case engine.BlockSize < 1:
 		return nil, fmt.Errorf("engine block size is %d, want >= 1", engine.BlockSize)
 	}
-	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, ranks: make([]*Rank, engine.TPSize)}
+	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, onConfirm: opts.OnConfirm, ranks: make([]*Rank, engine.TPSize)}
 	sc, err := sidechannel.Listen(addr, s.answer, opts.ServerOptions)
 	if err != nil {
 		return nil, err
@@ -135,14 +141,22 @@ func (s *Server) answer(h Hello) Reply {
 		r.Error = err.Error()
 		return r
 	}
+	if len(h.Extend) > 0 && len(h.Confirm) > 0 {
+		r.Error = "a hello is a hold query or a confirmation, not both"
+		return r
+	}
 	if len(h.Extend) > 0 {
 		return s.extend(h, r)
+	}
+	if len(h.Confirm) > 0 {
+		return s.confirm(h, r)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := &Payload{
 		EngineID: s.engine.EngineID, Compat: s.engine.Compat, Hash: s.hash,
 		TPSize: s.engine.TPSize, PPSize: s.engine.PPSize, BlockSize: s.engine.BlockSize,
+		Confirms: s.onConfirm != nil,
 	}
 	for i, rk := range s.ranks {
 		if rk == nil {
@@ -172,6 +186,49 @@ func (s *Server) extend(h Hello, r Reply) Reply {
 			return r
 		}
 	}
-	r.Holds = s.onExtend(h.Extend)
+	r.Holds = s.onExtend(h.EngineID, h.Agent, h.Extend)
 	return r
+}
+
+// confirm answers a confirmation.
+func (s *Server) confirm(h Hello, r Reply) Reply {
+	switch {
+	case s.onConfirm == nil:
+		r.Error = fmt.Sprintf("engine %q confirms no holds (not a pull prefill engine)", s.engine.EngineID)
+		return r
+	case len(h.Confirm) > MaxConfirmHolds:
+		r.Error = fmt.Sprintf("confirmation lists %d holds, limit %d", len(h.Confirm), MaxConfirmHolds)
+		return r
+	case h.Agent == "" || len(h.Agent) > notif.MaxIDLen:
+		r.Error = fmt.Sprintf("confirmation names an agent of %d bytes, want 1..%d", len(h.Agent), notif.MaxIDLen)
+		return r
+	}
+	for i, ref := range h.Confirm {
+		if err := s.checkRef(ref); err != nil {
+			r.Error = fmt.Sprintf("confirmation hold %d: %v", i, err)
+			return r
+		}
+	}
+	r.Verdicts = s.onConfirm(h.EngineID, h.Agent, h.Confirm)
+	return r
+}
+
+// checkRef checks one hold of a confirmation against the engine's shape.
+func (s *Server) checkRef(ref HoldRef) error {
+	switch {
+	case ref.ID == "" || len(ref.ID) > notif.MaxIDLen:
+		return fmt.Errorf("id is %d bytes, want 1..%d", len(ref.ID), notif.MaxIDLen)
+	case ref.N < 1 || ref.N > notif.MaxCount:
+		return fmt.Errorf("decode world size %d outside [1, %d]", ref.N, notif.MaxCount)
+	case len(ref.Ranks) == 0 || len(ref.Ranks) > s.engine.TPSize:
+		return fmt.Errorf("names %d prefill ranks, engine has %d", len(ref.Ranks), s.engine.TPSize)
+	}
+	seen := make(map[int]bool, len(ref.Ranks))
+	for _, rk := range ref.Ranks {
+		if rk < 0 || rk >= s.engine.TPSize || seen[rk] {
+			return fmt.Errorf("prefill rank %d is out of range 0..%d or named twice", rk, s.engine.TPSize-1)
+		}
+		seen[rk] = true
+	}
+	return nil
 }
