@@ -216,8 +216,10 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	}
 	err := c.tracker.add(c.cfg.Clock.Now(), r)
 	if err == nil {
-		c.seq++
-		r.seq = c.seq
+		if !o.noSeq {
+			c.seq++
+			r.seq = c.seq
+		}
 		c.inbox = append(c.inbox, r)
 	}
 	c.mu.Unlock()
@@ -548,27 +550,32 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 	}
 }
 
-// onCompletion handles "<request id>:<n>" from a prefill rank whose WRITE
-// has landed.
+// onCompletion handles "<request id>:<n>[#<seq>]" from a prefill rank
+// whose WRITE has landed.
 func (c *Consumer) onCompletion(sender string, msg []byte) {
-	comp, err := notif.DecodeCompletion(msg)
+	comp, err := notif.DecodeSeqCompletion(msg)
 	if err != nil {
 		c.stats.MalformedNotifications.Inc()
 		c.log.Debug("pushconn: dropped a malformed notification", zap.String("sender", sender), zap.Error(err))
 		return
 	}
 	c.mu.Lock()
-	a := c.tracker.complete(c.cfg.Clock.Now(), comp.ID, sender)
+	a := c.tracker.complete(c.cfg.Clock.Now(), comp.ID, sender, comp.Seq)
 	c.mu.Unlock()
-	if c.stage != nil && a != arrivalUnknown && a != arrivalStranger {
+	if c.stage != nil && a != arrivalUnknown && a != arrivalStranger && a != arrivalStale {
 		c.stage.Direct.Inc()
 	}
-	c.counted(a)
+	c.counted(sender, comp, a)
 }
 
-// counted acts on what a completion did to the tracker.
-func (c *Consumer) counted(a arrival) {
+// counted acts on what completion comp from prefill agent sender did to
+// the tracker.
+func (c *Consumer) counted(sender string, comp notif.Completion, a arrival) {
 	switch a {
+	case arrivalStale:
+		c.push.staleCompletions.Inc()
+		c.log.Debug("pushconn: dropped a completion of another registration of the request id",
+			zap.String("sender", sender), zap.String("request", comp.ID), zap.Uint64("seq", comp.Seq))
 	case arrivalDone, arrivalReleased:
 		c.signal()
 	case arrivalSettled:

@@ -38,6 +38,8 @@ type pushCounters struct {
 	aborted            *stats.Counter
 	oversized          *stats.Counter
 	superseded         *stats.Counter
+	staleCompletions   *stats.Counter
+	seqlessCopies      *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -75,5 +77,7 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		aborted:            s.Counter("aborted_requests", "Requests ended by Abort (both sides)."),
 		oversized:          s.Counter("oversized_ids", "Notifications refused because an id or host in them was longer than the limit (1024 bytes) (prefill)."),
 		superseded:         s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
+		staleCompletions:   s.Counter("stale_completions", "Completions (plain or staged) that name another registration of their request id than the one decode holds, or none when it had a seq; counted for nothing (decode)."),
+		seqlessCopies:      s.Counter("seqless_copies_dropped", "Registrations without registration_seq dropped as late copies (same sender, ids and block ids) of one the rank had ended without a WRITE and told decode so, by PUSH_CANCEL_ACK or PUSH_FAIL (prefill)."),
 	}
 }

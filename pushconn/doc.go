@@ -21,7 +21,8 @@
 // transfer_id), plus our own optional decode_incarnation (see Restarts).
 // The request is done when every one of those ranks has
 // sent its completion "<decode request id>:<prefill world size>" (the
-// WRITE's notification, which arrives after the data); it fails at once on
+// WRITE's notification, which arrives after the data; with the
+// registration's seq, see Completions); it fails at once on
 // a PUSH_FAIL from any of them, with ErrRegistrationTimeout when the
 // registration timeout (default 480 s) passes, and with ErrAborted when
 // the engine calls Consumer.Abort; when it fails it tells the other ranks
@@ -166,9 +167,10 @@
 // deregistered, when no WRITE can land in it. Remaining risk: a prefill
 // rank that is alive but lost every PUSH_CANCEL (or whose acks were all
 // lost) and still holds the registration past CancelTimeout may WRITE
-// into the released blocks later, and a completion it sends then counts
-// for a new request of the same id. A crashed prefill rank sends nothing
-// more, so it is no risk.
+// into the released blocks later (its completion names the old
+// registration's seq, so it counts for no newer request of the same id;
+// from a decode that sends no seq it would). A crashed prefill rank sends
+// nothing more, so it is no risk.
 //
 // # Registrations of the same id
 //
@@ -193,6 +195,33 @@
 // then the same request id was registered again (the first request ended
 // on decode), and the new registration replaces a waiting one
 // (superseded_registrations) or is admitted after a written one.
+//
+// # Completions
+//
+// The completions name the registration they answer, too: for a
+// registration that carried a registration_seq, prefill's WRITE notifies
+//
+//	"<decode request id>:<prefill world size>#<registration_seq>"
+//
+// (and the staged completions end the same way: "PUSH_STAGED:<id>:<n>#<seq>",
+// "PUSH_STAGED_CHUNK:<c>:<k>:<id>:<n>#<seq>"); for one without (vLLM's
+// decode sends none) it notifies the plain "<id>:<n>" that vLLM parses.
+// The seq follows the count after '#' (package notif says why that form):
+// a decoder that splits at the last ':' and parses an integer refuses it
+// instead of counting it for another request id, and an id may still hold
+// ':' and '#'. Decode counts a completion only when its seq is the one of
+// the request id's registration it holds, live or draining: a completion
+// with another registration's seq — a late, duplicated copy of an earlier
+// request's of the same id — is counted in stale_completions, logged at
+// debug and changes nothing, so it can neither end the newer request done
+// over blocks no rank wrote nor release a draining one's blocks while a
+// prefill rank may still write them. A completion without a seq for a
+// registration that had one is stale as well: gonixl's prefill always
+// echoes the seq, so such a message answers some other registration (or
+// comes from a prefill that drops the key, and those requests end at their
+// registration timeout). Against a decode that sends no seq the plain
+// completion counts as before, and a duplicated one can still count for a
+// newer request of the same id.
 //
 // # Abort
 //
@@ -285,7 +314,8 @@
 // stale_registrations, peer_limit_refusals, pending_limit_refusals,
 // evicted_peers, push_cancel_ack_sent, push_cancel_ack_received,
 // push_cancel_ack_undeliverable, cancel_timeouts, aborted_requests,
-// oversized_ids and superseded_registrations. With a
+// oversized_ids, superseded_registrations, stale_completions and
+// seqless_copies_dropped. With a
 // Logger they are logged as one "KV Transfer metrics:" line every
 // StatsInterval.
 //

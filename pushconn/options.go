@@ -7,6 +7,10 @@ type RequestOption func(*requestOpts)
 type requestOpts struct {
 	transferID string
 	tokens     int
+	// noSeq: Register sends no registration_seq, as vLLM's decode does;
+	// only the package's tests set it (withoutSeq), to drive prefill
+	// through what a seq-less peer sends.
+	noSeq bool
 }
 
 // WithTransferID sets a router-assigned transfer id that both sides carry;
@@ -21,6 +25,13 @@ func WithTransferID(id string) RequestOption {
 // decode's cached blocks ambiguous.
 func WithTokens(n int) RequestOption {
 	return func(o *requestOpts) { o.tokens = n }
+}
+
+// withoutSeq makes Consumer.Register send its PUSH_REG without
+// registration_seq, like a vLLM decode. Unexported: a gonixl decode always
+// numbers its registrations, and the tests need a seq-less one.
+func withoutSeq() RequestOption {
+	return func(o *requestOpts) { o.noSeq = true }
 }
 
 func applyOpts(opts []RequestOption) requestOpts {

@@ -99,8 +99,9 @@ func TestStagedChunkLost(t *testing.T) {
 
 // TestStagedChunkNotifsChecked: chunk completions that do not fit the
 // part (too many chunks for its regions, a count other than the first
-// chunk's, a chunk seen already, an unknown request) are counted and
-// change nothing; the request they aimed at still ends by its own chunks.
+// chunk's, a chunk seen already, an unknown request, another registration's
+// seq or none) are counted and change nothing; the request they aimed at
+// still ends by its own chunks.
 func TestStagedChunkNotifsChecked(t *testing.T) {
 	m := newStagingMem(t, StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
@@ -111,21 +112,26 @@ func TestStagedChunkNotifsChecked(t *testing.T) {
 	}
 	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
 	admitted(t, p, 1)
+	seq := regSeq(t, c, "x")
 	malformed0, unknown0 := c.Stats().MalformedNotifications, c.Stats().UnknownNotifications
-	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1", rigChunks+1)) // more chunks than regions
-	send("PUSH_STAGED_CHUNK:0:0:x:1")                            // no chunk
-	send("PUSH_STAGED_CHUNK:0:2:nobody:1")                       // no such request
+	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1#%d", rigChunks+1, seq)) // more chunks than regions
+	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:0:x:1#%d", seq))               // no chunk
+	send("PUSH_STAGED_CHUNK:0:2:nobody:1")                               // no such request
+	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1#%d", rigChunks, seq-1)) // another registration's
+	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1", rigChunks))           // none
+	send(fmt.Sprintf("PUSH_STAGED:x:1#%d", seq+1))
 	eventually(t, "bad chunks counted", func() bool {
 		s := c.Stats()
-		return s.MalformedNotifications == malformed0+2 && s.UnknownNotifications == unknown0+1
+		return s.MalformedNotifications == malformed0+2 && s.UnknownNotifications == unknown0+1 && extra(t, s, "stale_completions") == 3
 	})
+	require.Zero(t, extra(t, c.Stats(), "staging_copied_bytes"), "nothing scattered")
 	pre, decSlots := inUse(r)
 	require.Equal(t, 0, pre)
 	require.Equal(t, 1, decSlots, "the offered slot still held")
 	pushOneFinish(t, r, "x", []int{5, 1}, []int{3, 9})
 	// A repeat of a chunk after the end: the request is gone.
 	before := c.Stats().UnknownNotifications
-	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1", rigChunks))
+	send(fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1#%d", rigChunks, seq))
 	eventually(t, "late chunk counted", func() bool { return c.Stats().UnknownNotifications == before+1 })
 }
 
@@ -152,7 +158,8 @@ func TestStagedChunkCountMismatch(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
 	admitted(t, p, 1)
-	require.NoError(t, r.preAgents[0].GenNotif(r.decAgents[0].Name(), []byte("PUSH_STAGED_CHUNK:1:2:x:1"), nil))
+	bogus := fmt.Sprintf("PUSH_STAGED_CHUNK:1:2:x:1#%d", regSeq(t, c, "x"))
+	require.NoError(t, r.preAgents[0].GenNotif(r.decAgents[0].Name(), []byte(bogus), nil))
 	eventually(t, "bogus chunk scattered", func() bool { return extra(t, c.Stats(), "staging_copied_bytes") > 0 })
 	unknown0 := c.Stats().UnknownNotifications
 	_, err := p.RequestFinished("x", []int{5, 1})
@@ -185,3 +192,14 @@ func TestStagedChunkGatherFails(t *testing.T) {
 }
 
 var _ nixl.Agent = (*sendHook)(nil)
+
+// regSeq returns the registration_seq of consumer c's live request id.
+func regSeq(t testing.TB, c *Consumer, id string) uint64 {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.tracker.reqs[id]
+	require.NotNil(t, r, "request %q is not live", id)
+	require.NotZero(t, r.seq)
+	return r.seq
+}

@@ -141,16 +141,23 @@ func (c *Consumer) onStaged(sender string, msg []byte) {
 // go into the blocks at once, while the rank's later chunks still move,
 // and the rank counts like a completion once all its chunks are
 // scattered. The first chunk fixes the rank's count. A chunk that does not
-// fit the part, another count, a chunk seen already, or a request that
-// does not expect the sender in a slot is counted and changes nothing; a
-// failed scatter fails the request.
+// fit the part, another count, a chunk seen already, a request that does
+// not expect the sender in a slot, or a chunk of another registration of
+// the id (its seq, or none, is not the request's: a late copy of an
+// earlier request's, which would scatter a slot no rank wrote for this
+// one) is counted and changes nothing; a failed scatter fails the request.
 //
 // It runs on the poller goroutine, the only one that scatters. The slot
 // and the blocks stay the request's while the sender is still expected:
 // its result cannot go out before the sender is counted.
 func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	c.mu.Lock()
-	r := c.tracker.stagedPart(ch.ID, sender)
+	r, stale := c.tracker.stagedPart(ch.ID, sender, ch.Seq)
+	if stale {
+		c.mu.Unlock()
+		c.counted(sender, ch.Completion, arrivalStale)
+		return
+	}
 	var part stagePart
 	if r != nil {
 		var ok bool
@@ -192,7 +199,7 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	if err != nil {
-		c.tracker.scatterFailed(now, ch.ID, sender, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", ErrStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
+		c.tracker.scatterFailed(now, ch.ID, sender, ch.Seq, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", ErrStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
 		c.mu.Unlock()
 		c.log.Warn("pushconn: staged chunk could not be scattered", zap.String("request", ch.ID), zap.String("sender", sender), zap.Error(err))
 		c.signal()
@@ -202,8 +209,8 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 		c.mu.Unlock()
 		return
 	}
-	a := c.tracker.complete(now, ch.ID, sender)
+	a := c.tracker.complete(now, ch.ID, sender, ch.Seq)
 	c.mu.Unlock()
 	c.stage.Staged.Inc()
-	c.counted(a)
+	c.counted(sender, ch.Completion, a)
 }

@@ -138,9 +138,9 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 		var msg []byte
 		var err error
 		if n == 1 {
-			msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world)
+			msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world, pr.reg.Seq)
 		} else {
-			msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n)
+			msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n, pr.reg.Seq)
 		}
 		if err != nil {
 			w.abandon(wr, pushwire.FailLayout, err)

@@ -73,6 +73,7 @@ const (
 	arrivalUnknown                      // never registered here
 	arrivalSettled                      // a rank of a draining request ended; more may follow
 	arrivalReleased                     // the last rank of a draining request ended: its result is out
+	arrivalStale                        // a completion of another registration of the id
 )
 
 // tracker is the decode side's state machine: requests from registration
@@ -158,11 +159,24 @@ func (t *tracker) sent(r *decodeReq, agent string) {
 	}
 }
 
-// complete counts a completion for request id from the agent sender.
-func (t *tracker) complete(now time.Time, id, sender string) arrival {
+// complete counts a completion for request id from the agent sender,
+// naming registration seq (0: none). It counts only for the registration
+// of that seq: a completion of another registration of the id (a late,
+// duplicated copy of an earlier request's) is stale and changes nothing,
+// live or draining. A completion without a seq for a registration that had
+// one is stale too: gonixl's prefill always echoes the seq, so only
+// another registration's message, or a peer that drops the seq, sends
+// one (see "Completions" in the package documentation).
+func (t *tracker) complete(now time.Time, id, sender string, seq uint64) arrival {
 	r, ok := t.reqs[id]
 	if !ok {
-		return t.settle(now, id, sender, srcWritten, 0) // completions carry no seq
+		if d, draining := t.draining[id]; draining && d.seq != seq {
+			return arrivalStale
+		}
+		return t.settle(now, id, sender, srcWritten, seq)
+	}
+	if r.seq != seq {
+		return arrivalStale
 	}
 	st, known := r.sources[sender]
 	switch {
@@ -180,32 +194,40 @@ func (t *tracker) complete(now time.Time, id, sender string) arrival {
 	return arrivalDone
 }
 
-// scatterFailed ends request id, whose staged part from prefill agent
-// sender arrived but could not be scattered: that rank has written (it
-// will not write again), and the request fails with err.
-func (t *tracker) scatterFailed(now time.Time, id, sender string, err error) {
-	if r, ok := t.reqs[id]; ok {
+// scatterFailed ends request id, registered with seq, whose staged part
+// from prefill agent sender arrived but could not be scattered: that rank
+// has written (it will not write again), and the request fails with err.
+func (t *tracker) scatterFailed(now time.Time, id, sender string, seq uint64, err error) {
+	if r, ok := t.reqs[id]; ok && r.seq == seq {
 		if st, known := r.sources[sender]; known && st == srcWaiting {
 			r.sources[sender] = srcWritten
 		}
 		t.end(now, r, err)
 		return
 	}
-	t.settle(now, id, sender, srcWritten, 0)
+	if d, ok := t.draining[id]; ok && d.seq == seq {
+		t.settle(now, id, sender, srcWritten, seq)
+	}
 }
 
 // stagedPart returns the request that prefill agent sender may have
 // written into a staging slot (live, or draining with that rank still
-// expected), or nil.
-func (t *tracker) stagedPart(id, sender string) *decodeReq {
+// expected), or nil; stale reports a staged completion of another
+// registration of the id (its seq is not the request's), as complete does.
+func (t *tracker) stagedPart(id, sender string, seq uint64) (r *decodeReq, stale bool) {
 	r, ok := t.reqs[id]
 	if !ok {
 		r, ok = t.draining[id]
 	}
-	if !ok || r.stage == nil || r.sources[sender] != srcWaiting {
-		return nil
+	switch {
+	case !ok:
+		return nil, false
+	case r.seq != seq:
+		return nil, true
+	case r.stage == nil || r.sources[sender] != srcWaiting:
+		return nil, false
 	}
-	return r
+	return r, false
 }
 
 // settle records that prefill agent sender of draining request id ended

@@ -519,7 +519,10 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		w.dropStale(pr, h)
 		return
 	}
-	msg, err := notif.EncodeCompletion(pr.reg.RequestID, p.world)
+	// The registration's seq rides along (when it had one), so decode
+	// counts this completion only for this registration, never for a
+	// later one of the same id that a late copy of it would reach.
+	msg, err := notif.EncodeSeqCompletion(pr.reg.RequestID, p.world, pr.reg.Seq)
 	if err != nil {
 		w.failWrite(pr, h, pushwire.FailLayout, err)
 		return

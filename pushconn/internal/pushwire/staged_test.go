@@ -7,7 +7,7 @@ import (
 )
 
 func TestStagedRoundTrip(t *testing.T) {
-	msg, err := EncodeStaged("req-1:x", 4)
+	msg, err := EncodeStaged("req-1:x", 4, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +18,14 @@ func TestStagedRoundTrip(t *testing.T) {
 	if err != nil || c.ID != "req-1:x" || c.N != 4 {
 		t.Fatalf("decoded %+v, %v", c, err)
 	}
-	for _, bad := range []string{"req:4", "PUSH_STAGED:", "PUSH_STAGED:req", "PUSH_STAGED:req:0", "PUSH_STAGED::4"} {
+	msg, err = EncodeStaged("req-1:x", 4, 77)
+	if err != nil || string(msg) != "PUSH_STAGED:req-1:x:4#77" {
+		t.Fatalf("message %q, %v", msg, err)
+	}
+	if c, err := DecodeStaged(msg); err != nil || c.ID != "req-1:x" || c.N != 4 || c.Seq != 77 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	for _, bad := range []string{"req:4", "PUSH_STAGED:", "PUSH_STAGED:req", "PUSH_STAGED:req:0", "PUSH_STAGED::4", "PUSH_STAGED:req:4#", "PUSH_STAGED:req:4#0"} {
 		if _, err := DecodeStaged([]byte(bad)); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("%q: err = %v", bad, err)
 		}
@@ -28,6 +35,7 @@ func TestStagedRoundTrip(t *testing.T) {
 func FuzzDecodeStaged(f *testing.F) {
 	f.Add([]byte("PUSH_STAGED:req-1:2"))
 	f.Add([]byte("PUSH_STAGED:a:b:1"))
+	f.Add([]byte("PUSH_STAGED:a:b:1#42"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		c, err := DecodeStaged(msg)
 		if err != nil {
@@ -36,7 +44,7 @@ func FuzzDecodeStaged(f *testing.F) {
 			}
 			return
 		}
-		again, err := EncodeStaged(c.ID, c.N)
+		again, err := EncodeStaged(c.ID, c.N, c.Seq)
 		if err != nil {
 			t.Fatalf("decoded %+v does not re-encode: %v", c, err)
 		}
@@ -82,7 +90,7 @@ func TestRegistrationStaging(t *testing.T) {
 }
 
 func TestStagedChunkRoundTrip(t *testing.T) {
-	msg, err := EncodeStagedChunk("req-1:x", 4, 2, 8)
+	msg, err := EncodeStagedChunk("req-1:x", 4, 2, 8, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +99,13 @@ func TestStagedChunkRoundTrip(t *testing.T) {
 	}
 	c, err := DecodeStagedChunk(msg)
 	if err != nil || c.ID != "req-1:x" || c.N != 4 || c.Chunk != 2 || c.Chunks != 8 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	msg, err = EncodeStagedChunk("req-1:x", 4, 2, 8, 1<<40)
+	if err != nil || string(msg) != "PUSH_STAGED_CHUNK:2:8:req-1:x:4#1099511627776" {
+		t.Fatalf("message %q, %v", msg, err)
+	}
+	if c, err := DecodeStagedChunk(msg); err != nil || c.ID != "req-1:x" || c.Seq != 1<<40 || c.Chunk != 2 {
 		t.Fatalf("decoded %+v, %v", c, err)
 	}
 	for _, bad := range []string{
@@ -103,7 +118,7 @@ func TestStagedChunkRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range [][2]int{{0, 0}, {3, 3}, {-1, 2}, {0, 10000}} {
-		if _, err := EncodeStagedChunk("r", 1, bad[0], bad[1]); !errors.Is(err, ErrMalformed) {
+		if _, err := EncodeStagedChunk("r", 1, bad[0], bad[1], 0); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("chunk %d of %d: err = %v", bad[0], bad[1], err)
 		}
 	}
@@ -112,6 +127,7 @@ func TestStagedChunkRoundTrip(t *testing.T) {
 func FuzzDecodeStagedChunk(f *testing.F) {
 	f.Add([]byte("PUSH_STAGED_CHUNK:0:8:req-1:2"))
 	f.Add([]byte("PUSH_STAGED_CHUNK:7:8:a:b:1"))
+	f.Add([]byte("PUSH_STAGED_CHUNK:7:8:a:b:1#9"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		c, err := DecodeStagedChunk(msg)
 		if err != nil {
@@ -120,7 +136,7 @@ func FuzzDecodeStagedChunk(f *testing.F) {
 			}
 			return
 		}
-		again, err := EncodeStagedChunk(c.ID, c.N, c.Chunk, c.Chunks)
+		again, err := EncodeStagedChunk(c.ID, c.N, c.Chunk, c.Chunks, c.Seq)
 		if err != nil {
 			t.Fatalf("decoded %+v does not re-encode: %v", c, err)
 		}

@@ -10,7 +10,8 @@ import (
 
 // StagedChunkPrefix starts the completion of one chunk of a staged WRITE
 // cut into several: "PUSH_STAGED_CHUNK:<chunk>:<chunks>:<decode request
-// id>:<prefill world size>". Each chunk's WRITE carries its own, so that
+// id>:<prefill world size>", with "#<registration_seq>" after the size
+// when the registration had one. Each chunk's WRITE carries its own, so that
 // decode scatters a chunk while the next one is still moving; decode
 // counts the rank's completion once it scattered all <chunks>. The chunk
 // numbers come first because a request id may hold ':'. A staged WRITE
@@ -26,13 +27,13 @@ type StagedChunk struct {
 	Chunk, Chunks int
 }
 
-// EncodeStagedChunk returns the completion of chunk c of k of request id
-// from a prefill engine of world size n.
-func EncodeStagedChunk(id string, n, c, k int) ([]byte, error) {
+// EncodeStagedChunk returns the completion of chunk c of k of request id,
+// registered with seq (0: none), from a prefill engine of world size n.
+func EncodeStagedChunk(id string, n, c, k int, seq uint64) ([]byte, error) {
 	if k < 1 || c < 0 || c >= k || k >= 10000 {
 		return nil, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk %d of %d", ErrMalformed, c, k)
 	}
-	comp, err := notif.EncodeCompletion(id, n)
+	comp, err := notif.EncodeSeqCompletion(id, n, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func DecodeStagedChunk(msg []byte) (StagedChunk, error) {
 	if out.Chunks < 1 || out.Chunk >= out.Chunks {
 		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: chunk %d of %d", ErrMalformed, out.Chunk, out.Chunks)
 	}
-	if out.Completion, err = notif.DecodeCompletion(rest); err != nil {
+	if out.Completion, err = notif.DecodeSeqCompletion(rest); err != nil {
 		return StagedChunk{}, fmt.Errorf("%w: PUSH_STAGED_CHUNK: %v", ErrMalformed, err)
 	}
 	return out, nil
