@@ -137,6 +137,7 @@ func (e *Engine) Close() error {
 	if already {
 		return nil
 	}
+	e.client.Close()
 	return e.server.Close()
 }
 

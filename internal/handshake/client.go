@@ -22,7 +22,14 @@ type Client struct {
 	maxFrame int
 	now      func() time.Time
 	cache    sidechannel.Cache[*Payload]
+	// conns keeps connections for confirmations and hold queries, which
+	// are on pull's critical path or frequent.
+	conns sidechannel.Pool
 }
+
+// Close closes the connections the client keeps. It is idempotent; later
+// calls still work, each on a connection of its own.
+func (c *Client) Close() { c.conns.Close() }
 
 // retryDelay spaces attempts at an engine whose ranks are still starting.
 const retryDelay = 20 * time.Millisecond
@@ -135,7 +142,9 @@ func (c *Client) Extend(ctx context.Context, engineID, addr, agent string, ids [
 	h := c.hello
 	h.Extend, h.Agent = ids, agent
 	sent := c.now()
-	r, err := sidechannel.Call[Hello, Reply](ctx, addr, h, c.maxFrame, c.timeout)
+	// Safe to repeat: a second extension of the same holds changes only
+	// their deadlines, which the answer reports.
+	r, err := sidechannel.CallPooled[Hello, Reply](ctx, &c.conns, addr, h, c.maxFrame, c.timeout)
 	got := c.now()
 	if err != nil {
 		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
@@ -193,7 +202,10 @@ func (c *Client) Confirm(ctx context.Context, engineID, addr, agent string, refs
 	h := c.hello
 	h.Confirm, h.Agent = refs, agent
 	sent := c.now()
-	r, err := sidechannel.Call[Hello, Reply](ctx, addr, h, c.maxFrame, c.timeout)
+	// Safe to repeat: a hold counts one completion per agent, and a hold
+	// the first copy released is answered "not held" (the load fails; it
+	// is never done on an unconfirmed hold).
+	r, err := sidechannel.CallPooled[Hello, Reply](ctx, &c.conns, addr, h, c.maxFrame, c.timeout)
 	got := c.now()
 	if err != nil {
 		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
