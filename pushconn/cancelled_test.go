@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/pushconn/internal/match"
+	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
 // A cancelled registration frees the first request that names it (exact
@@ -28,4 +29,36 @@ func TestCancelledRegsTakeOnceWithinTheTimeout(t *testing.T) {
 	require.True(t, c.take(match.Key{RequestID: "y", TransferID: "tb"}, now), "transfer id")
 	require.Empty(t, c.byID)
 	require.Empty(t, c.byTID)
+}
+
+// A seq-less registration is a copy of an ended one only with the same
+// sender, ids and block lists, and only until the deadline; a cancel of
+// one never received refuses every block list of its sender and ids.
+func TestSeqlessEndedCopies(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	e := newSeqlessEnded(8)
+	reg := func(id, tid string, blocks ...int) *pushwire.Registration {
+		return &pushwire.Registration{RequestID: id, TransferID: tid, LocalBlockIDs: [][]int{blocks}}
+	}
+	e.ended("d0", reg("a", "", 1, 2), now.Add(time.Second))
+	require.Equal(t, copyOfEnded, e.copyOf(now, "d0", reg("a", "", 1, 2)))
+	require.Equal(t, copyNone, e.copyOf(now, "d0", reg("a", "", 1, 3)), "other blocks: a new registration")
+	require.Equal(t, copyNone, e.copyOf(now, "d0", reg("a", "", 1)), "fewer blocks")
+	require.Equal(t, copyNone, e.copyOf(now, "d0", &pushwire.Registration{RequestID: "a", LocalBlockIDs: [][]int{{1}, {2}}}), "the same ids in two groups")
+	require.Equal(t, copyNone, e.copyOf(now, "d1", reg("a", "", 1, 2)), "another sender")
+	require.Equal(t, copyNone, e.copyOf(now, "d0", reg("a", "t", 1, 2)), "another transfer id")
+	require.Equal(t, copyNone, e.copyOf(now.Add(time.Second), "d0", reg("a", "", 1, 2)), "past the deadline")
+
+	e.cancelledUnseen("d0", "b", "", now.Add(time.Second))
+	require.Equal(t, copyCancelledFirst, e.copyOf(now, "d0", reg("b", "", 7)))
+	require.Equal(t, copyCancelledFirst, e.copyOf(now, "d0", reg("b", "")), "no blocks")
+	require.Equal(t, copyNone, e.copyOf(now, "d1", reg("b", "", 7)))
+
+	// Bounded: the oldest entries go first.
+	for i := range 8 {
+		e.ended("d2", reg("c", "", i), now.Add(time.Second))
+	}
+	require.Equal(t, copyNone, e.copyOf(now, "d0", reg("a", "", 1, 2)), "forgotten by the ring")
+	require.Equal(t, copyOfEnded, e.copyOf(now, "d2", reg("c", "", 7)))
+	require.Len(t, e.seen.set, 8)
 }

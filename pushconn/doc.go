@@ -223,6 +223,35 @@
 // completion counts as before, and a duplicated one can still count for a
 // newer request of the same id.
 //
+// # Registrations without a seq
+//
+// A registration without registration_seq (vLLM's decode sends none)
+// cannot be told from a later one of the same id, so prefill remembers, per
+// rank and until its registration timeout, the seq-less registrations it
+// ended without a WRITE and told decode so — withdrawn for a PUSH_CANCEL it
+// acknowledged, or refused with PUSH_FAIL (expired, after the lease,
+// layout, handshake, overloaded) — by sender agent, request id, transfer id
+// and block ids, and drops a later registration identical in all four
+// (seqless_copies_dropped): decode took those blocks back, and a late copy
+// of the registration would be written into them. A seq-less cancel of a
+// registration the rank never received names no blocks: every seq-less
+// registration of that sender and ids is then dropped until the timeout
+// (registrations_cancelled_before_arrival). At most 65,536 entries are
+// kept (a ring of 64-bit hashes, about 5 MiB; the oldest goes first).
+// Copies of written registrations were already dropped by the matcher
+// (its tombstones, for the same time). Still open against a decode that
+// sends no seq: a copy that arrives after prefill's registration timeout
+// (counted from the ending, or from the WRITE), or after the rank forgot
+// the entry (more than 65,536 such endings within one timeout, or the
+// prefill rank restarted), is admitted and may be written into reused
+// blocks; a completion (plain "<id>:<n>"), PUSH_CANCEL or PUSH_CANCEL_ACK
+// of an earlier registration of the id counts for a newer one; and a new
+// registration identical to an ended one (same sender, ids and blocks),
+// or any of a sender and id whose cancel came first, is dropped as a copy
+// within the timeout and waits for decode's registration timeout, as a
+// same-id registration after a WRITE already did (the matcher takes it
+// for a duplicate).
+//
 // # Abort
 //
 // Consumer.Abort(id) ends a decode request at once with ErrAborted; its

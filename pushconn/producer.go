@@ -93,7 +93,7 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
-		cancelledUnseen: newSeenRegs(seenCap)}
+		cancelledUnseen: newSeenRegs(seenCap), seqless: newSeqlessEnded(seqlessEndedCap)}
 	if cfg.Staging.Enabled() {
 		p.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
 		p.stage = staging.NewCounters(p.stats)

@@ -59,9 +59,22 @@ func (s *seenRegs) key(sender, id, transferID string, incarnation, seq uint64) u
 // longer ago than its timeout); if not, it remembers it until until.
 func (s *seenRegs) check(now time.Time, sender, id, transferID string, incarnation, seq uint64, until time.Time) bool {
 	k := s.key(sender, id, transferID, incarnation, seq)
-	if t, ok := s.set[k]; ok && now.Before(t) {
+	if s.hasKey(now, k) {
 		return true
 	}
+	s.remember(k, until)
+	return false
+}
+
+// hasKey reports whether hash k is remembered and not past its time.
+func (s *seenRegs) hasKey(now time.Time, k uint64) bool {
+	t, ok := s.set[k]
+	return ok && now.Before(t)
+}
+
+// remember keeps hash k until until (replacing the time it had),
+// forgetting the oldest entry when the ring is full.
+func (s *seenRegs) remember(k uint64, until time.Time) {
 	e := seenEntry{key: k, until: until}
 	if len(s.ring) < cap(s.ring) {
 		s.ring = append(s.ring, e)
@@ -74,12 +87,10 @@ func (s *seenRegs) check(now time.Time, sender, id, transferID string, incarnati
 		s.next = (s.next + 1) % len(s.ring)
 	}
 	s.set[k] = until
-	return false
 }
 
 // has reports whether the key is remembered (and not longer ago than its
 // timeout), without remembering it.
 func (s *seenRegs) has(now time.Time, sender, id, transferID string, incarnation, seq uint64) bool {
-	t, ok := s.set[s.key(sender, id, transferID, incarnation, seq)]
-	return ok && now.Before(t)
+	return s.hasKey(now, s.key(sender, id, transferID, incarnation, seq))
 }

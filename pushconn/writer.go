@@ -132,9 +132,14 @@ type writer struct {
 	// (the PUSH_REG delayed or duplicated by the network); decode handed
 	// their blocks back at the ack, so they must never be admitted.
 	cancelledUnseen *seenRegs
-	parked          int                  // registrations parked over all peers
-	scratch         descriptors.Transfer // mapping lists, reused by startWrite
-	planner         staging.Planner
+	// seqless: registrations without a registration_seq that the rank
+	// ended without a WRITE (cancelled, failed), so a late copy of one is
+	// dropped; a seq tells copies from new registrations, without one
+	// only the block ids can.
+	seqless *seqlessEnded
+	parked  int                  // registrations parked over all peers
+	scratch descriptors.Transfer // mapping lists, reused by startWrite
+	planner staging.Planner
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -192,6 +197,20 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		p.log.Warn("pushconn: dropped a PUSH_REG for another engine", zap.String("sender", sender),
 			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
 		return
+	}
+	if reg.Seq == 0 {
+		switch w.seqless.copyOf(p.now(), sender, reg) {
+		case copyOfEnded:
+			// Decode was told it ends here (PUSH_CANCEL_ACK, PUSH_FAIL)
+			// and took its blocks back; a WRITE would land in reused ones.
+			p.push.seqlessCopies.Inc()
+			p.log.Debug("pushconn: dropped a copy of a seq-less registration the rank ended without a WRITE", zap.String("sender", sender), zap.String("request", reg.RequestID))
+			return
+		case copyCancelledFirst:
+			p.push.cancelledFirst.Inc()
+			p.log.Debug("pushconn: dropped a seq-less registration cancelled before it arrived", zap.String("sender", sender), zap.String("request", reg.RequestID))
+			return
+		}
 	}
 	if reg.Seq != 0 && w.cancelledUnseen.has(p.now(), sender, reg.RequestID, reg.TransferID, 0, reg.Seq) {
 		// Its cancel came first and was acknowledged: decode's blocks are
@@ -830,9 +849,15 @@ func (w *writer) failWrite(pr *pendingReg, h *hold, kind pushwire.FailKind, err 
 	w.endWrite(pr, h)
 }
 
-// sendFail sends decode a PUSH_FAIL for its registration reg.
+// sendFail sends decode a PUSH_FAIL for its registration reg. Decode takes
+// the blocks back on it, so a seq-less registration is remembered (even
+// when the PUSH_FAIL cannot be delivered: decode's timeout then does the
+// same) and a late copy of it is never admitted.
 func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwire.FailKind, reason string) {
 	p := w.p
+	if reg.Seq == 0 {
+		w.seqless.ended(sender, reg, p.now().Add(p.cfg.RegistrationTimeout))
+	}
 	msg, err := pushwire.EncodeFailure(&pushwire.Failure{
 		RequestID: reg.RequestID, TransferID: reg.TransferID, EngineID: p.engine.ID(),
 		Rank: p.cfg.Layout.TPRank, Kind: kind, Reason: reason, Seq: reg.Seq,
@@ -912,9 +937,14 @@ func (w *writer) onCancel(sender string, msg []byte) {
 		return
 	}
 	p.push.cancelReceived.Inc()
-	switch de, st := w.cancel(sender, c); st {
+	switch de, reg, st := w.cancel(sender, c); st {
 	case cancelDropped:
 		p.push.cancelDropped.Inc()
+		if reg.Seq == 0 {
+			// Decode takes the blocks back at the ack: a copy of it
+			// must not be admitted after.
+			w.seqless.ended(sender, reg, p.now().Add(p.cfg.RegistrationTimeout))
+		}
 		w.sendAck(de, sender, c)
 	case cancelInFlight:
 		// Answered when the WRITE ends.
@@ -929,6 +959,11 @@ func (w *writer) onCancel(sender string, msg []byte) {
 			// is not caught by it but for a 2^-64 chance, which would only
 			// make that one time out.)
 			w.cancelledUnseen.check(p.now(), sender, c.RequestID, c.TransferID, 0, c.Seq, p.now().Add(p.cfg.RegistrationTimeout))
+		} else {
+			// The same for a seq-less registration; the cancel names no
+			// blocks, so any seq-less registration of these ids from
+			// the sender is refused until the timeout.
+			w.seqless.cancelledUnseen(sender, c.RequestID, c.TransferID, p.now().Add(p.cfg.RegistrationTimeout))
 		}
 		w.sendAck(w.peerOf(sender), sender, c)
 	}
@@ -944,8 +979,9 @@ const (
 )
 
 // cancel drops sender's registration named by c and reports what it found,
-// with the decode engine entry it belongs to.
-func (w *writer) cancel(sender string, c *pushwire.Cancel) (*decodeEngine, cancelState) {
+// with the decode engine entry it belongs to and, when it dropped one, the
+// registration.
+func (w *writer) cancel(sender string, c *pushwire.Cancel) (*decodeEngine, *pushwire.Registration, cancelState) {
 	// A cancel that names its registration's seq cancels only that one: an
 	// earlier registration's cancel, late or repeated, must not withdraw
 	// (or answer for) a newer registration of the same id.
@@ -959,12 +995,12 @@ func (w *writer) cancel(sender string, c *pushwire.Cancel) (*decodeEngine, cance
 		// registration; remembered, so its request is freed at once.
 		pr.peer.refs--
 		w.cancelled.add(key, w.p.now().Add(w.p.cfg.RegistrationTimeout))
-		return pr.peer, cancelDropped
+		return pr.peer, pr.reg, cancelDropped
 	}
 	for _, wr := range w.inflight {
 		if wr.reg.sender == sender && same(wr.reg.reg) {
 			wr.acks = append(wr.acks, c)
-			return wr.reg.peer, cancelInFlight
+			return wr.reg.peer, nil, cancelInFlight
 		}
 	}
 	for _, de := range w.peers {
@@ -972,18 +1008,18 @@ func (w *writer) cancel(sender string, c *pushwire.Cancel) (*decodeEngine, cance
 			if r.sender == sender && same(r.reg) {
 				de.parked = append(de.parked[:i], de.parked[i+1:]...)
 				w.parked--
-				return de, cancelDropped
+				return de, r.reg, cancelDropped
 			}
 		}
 		for i, r := range de.rewrites {
 			if r.reg.sender == sender && same(r.reg.reg) {
 				de.rewrites = append(de.rewrites[:i], de.rewrites[i+1:]...)
 				w.endWrite(r.reg, r.hold)
-				return de, cancelDropped
+				return de, r.reg.reg, cancelDropped
 			}
 		}
 	}
-	return nil, cancelNone
+	return nil, nil, cancelNone
 }
 
 // peerOf returns the decode engine entry that writes into agent, if any.
