@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,10 @@ const poison = 0xEE
 type campaignFigures struct {
 	requests, done, failed, expired, aborted int
 	wrongBytes, writesAfterRelease           int
+	// The second round's attacks: clock steps, forged Params (never done),
+	// Params replayed to a second decode engine (done only with the right
+	// bytes), and how the refused ones ended.
+	steps, forged, forgedDone, replayed, replayDone, notHeld int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -38,7 +43,27 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.aborted += o.aborted
 	f.wrongBytes += o.wrongBytes
 	f.writesAfterRelease += o.writesAfterRelease
+	f.steps += o.steps
+	f.forged += o.forged
+	f.forgedDone += o.forgedDone
+	f.replayed += o.replayed
+	f.replayDone += o.replayDone
+	f.notHeld += o.notHeld
 }
+
+func (f campaignFigures) String() string {
+	return fmt.Sprintf("%d requests: %d done, %d failed (%d expired, %d aborted, %d not held); wrong bytes in done results: %d; writes after release: %d; "+
+		"%d clock steps, %d forged loads (%d done), %d replays to a second engine (%d done)",
+		f.requests, f.done, f.failed, f.expired, f.aborted, f.notHeld, f.wrongBytes, f.writesAfterRelease, f.steps, f.forged, f.forgedDone, f.replayed, f.replayDone)
+}
+
+// steppedClock is the system clock with an offset the campaign steps
+// either way, as an operator or NTP steps a host's clock. Its readings
+// carry no monotonic part, so the steps show in every comparison.
+type steppedClock struct{ off atomic.Int64 }
+
+func (s *steppedClock) Now() time.Time       { return time.Now().Round(0).Add(time.Duration(s.off.Load())) }
+func (s *steppedClock) Step(d time.Duration) { s.off.Add(int64(d)) }
 
 func TestFaultCampaign(t *testing.T) {
 	seeds, requests := 2, 150
@@ -51,14 +76,12 @@ func TestFaultCampaign(t *testing.T) {
 			name := fmt.Sprintf("tp%d-to-tp%d/seed%d", pair.p, pair.d, seed)
 			t.Run(name, func(t *testing.T) {
 				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests)
-				t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
-					name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
+				t.Logf("%s: %v", name, f)
 				total.add(f)
 			})
 		}
 	}
-	t.Logf("pull campaign total: %d requests, %d done, %d failed (%d expired, %d aborted), wrong-byte done results %d, writes after release %d",
-		total.requests, total.done, total.failed, total.expired, total.aborted, total.wrongBytes, total.writesAfterRelease)
+	t.Logf("pull campaign total: %v", total)
 }
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
@@ -85,14 +108,12 @@ func TestFaultCampaignStaged(t *testing.T) {
 					t.Fatal("the campaign staged nothing")
 				}
 				t.Logf("%d gathers and scatters", cc.Count())
-				t.Logf("%s: %d requests: %d done, %d failed (%d expired, %d aborted); wrong bytes in done results: %d; writes after release: %d",
-					name, f.requests, f.done, f.failed, f.expired, f.aborted, f.wrongBytes, f.writesAfterRelease)
+				t.Logf("%s: %v", name, f)
 				total.add(f)
 			})
 		}
 	}
-	t.Logf("pull staged campaign total: %d requests, %d done, %d failed (%d expired, %d aborted), wrong-byte done results %d, writes after release %d",
-		total.requests, total.done, total.failed, total.expired, total.aborted, total.wrongBytes, total.writesAfterRelease)
+	t.Logf("pull staged campaign total: %v", total)
 	if total.wrongBytes != 0 || total.writesAfterRelease != 0 {
 		t.Fatalf("staged campaign: %d wrong-byte done results, %d writes after release", total.wrongBytes, total.writesAfterRelease)
 	}
@@ -119,12 +140,14 @@ type campaignReq struct {
 func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingMem) campaignFigures {
 	const lease = 200 * time.Millisecond
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	pclk, dclk := &steppedClock{}, &steppedClock{}
 	c := newCluster(t, clusterOpts{
 		prefill: side{ptp, 16}, decode: side{dtp, 16},
 		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
 		prefillCfg: func(rc *RankConfig) {
 			// Every prefill rank finishes a request before its Params are used.
 			rc.ParamsAfterAllRanks = true
+			rc.Clock = pclk
 			rc.Lease = lease
 			rc.HeartbeatExtension = lease * 2 / 3
 			if len(staged) > 0 {
@@ -132,6 +155,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 			}
 		},
 		decodeCfg: func(rc *RankConfig) {
+			rc.Clock = dclk
 			rc.Lease = lease
 			rc.HeartbeatInterval = lease / 6
 			rc.TransferTimeout = 100 * time.Millisecond
@@ -154,6 +178,21 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 		_, err := c.fab.AddFault(flt)
 		require.NoError(t, err)
 	}
+	// Decode engine B, one rank: Params replayed to it after engine A read
+	// them (a proxy retrying the decode leg elsewhere).
+	b := c.secondDecode(t, "decode-b")
+	bl := newLayout(b.buf, 0, 1, 16)
+	fillAll(b.buf, poison)
+	bfree := newFreeList(testBlocks)
+	type attackLoad struct {
+		did     string
+		dblocks []int
+		seed    int // the bytes a done result must carry; -1: must not be done
+		ended   []int
+		want    []int // 1 on the ranks that took the load
+		onB     bool
+	}
+	attacks := map[string]*attackLoad{}
 	pfree := newFreeList(testBlocks)
 	dfree := newFreeList(testBlocks)
 	for r := range c.pbufs {
@@ -169,7 +208,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 	next, live := 0, 0
 	disconnectAt := n / 2
 	deadline := time.Now().Add(2 * time.Minute)
-	for (next < n || live > 0) && time.Now().Before(deadline) {
+	for (next < n || live > 0 || len(attacks) > 0) && time.Now().Before(deadline) {
 		now := time.Now()
 		// Admit: the engine finishes prefill of a new request when blocks
 		// are free on both sides.
@@ -215,6 +254,40 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					}
 				}
 				reqs[r.id], byDecode[r.did] = r, r
+				if next%53 == 26 {
+					// A step of one engine's clock, either way, by up to
+					// 1.5 leases: holds end early or late on prefill, and
+					// decode's view of their deadlines goes wrong.
+					d := time.Duration(rng.Int64N(int64(3*lease))) - 3*lease/2
+					if rng.IntN(2) == 0 {
+						pclk.Step(d)
+					} else {
+						dclk.Step(d)
+					}
+					f.steps++
+				}
+				if rng.Float64() < 0.03 {
+					// Forged Params: an id prefill never finished, or the
+					// request's id with other blocks. Never done.
+					fp := r.params
+					fp.RemoteBlockIDs = slices.Clone(fp.RemoteBlockIDs)
+					if rng.IntN(2) == 0 {
+						fp.RemoteRequestID = fmt.Sprintf("never-%d", next)
+					} else {
+						for i := range fp.RemoteBlockIDs {
+							fp.RemoteBlockIDs[i] = (fp.RemoteBlockIDs[i] + 1 + rng.IntN(testBlocks-1)) % testBlocks
+						}
+					}
+					// On engine B, which has no load of that request to
+					// guard it.
+					if fb, ok := bfree.take(nb); ok {
+						a := &attackLoad{did: fmt.Sprintf("forged-%d", next), dblocks: fb, seed: -1, ended: make([]int, 1), want: []int{1}, onB: true}
+						f.writesAfterRelease += c.checkPoisonIn(b.buf, &bl, fb, a.did)
+						require.NoError(t, b.cons.Load(a.did, fp, fb))
+						attacks[a.did] = a
+						f.forged++
+					}
+				}
 				next++
 				live++
 				if next == disconnectAt {
@@ -250,9 +323,45 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				}
 			}
 		}
+		// The attackers' results: forged loads are never done; a replay is
+		// done only with the request's bytes.
+		drainAttack := func(rank int, res Result) {
+			a := attacks[res.RequestID]
+			require.NotNil(t, a, "result for unknown request %q", res.RequestID)
+			a.ended[rank]++
+			require.LessOrEqual(t, a.ended[rank], a.want[rank], "%s ended more often than loaded on rank %d", a.did, rank)
+			buf, l := b.buf, &bl
+			if !a.onB {
+				buf, l = c.dbufs[rank], &c.dlayouts[rank]
+			}
+			if res.Err == nil {
+				if a.seed < 0 {
+					f.forgedDone++
+					t.Errorf("forged load %s done on decode rank %d", a.did, rank)
+				} else {
+					f.replayDone++
+					f.wrongBytes += c.checkBytes(buf, l, a.dblocks, a.seed, a.did)
+				}
+			} else if errors.Is(res.Err, ErrNotHeld) {
+				f.notHeld++
+			}
+			c.poisonBlocks(buf, l, a.dblocks)
+			if slices.Equal(a.ended, a.want) {
+				if a.onB {
+					bfree.give(a.dblocks)
+				} else {
+					dfree.give(a.dblocks)
+				}
+				delete(attacks, a.did)
+			}
+		}
 		// The engine step: results and freed blocks.
 		for rank, cn := range c.cons {
 			for _, res := range cn.Drain() {
+				if attacks[res.RequestID] != nil {
+					drainAttack(rank, res)
+					continue
+				}
 				r := byDecode[res.RequestID]
 				require.NotNil(t, r, "result for unknown request %q", res.RequestID)
 				r.ended[rank]++
@@ -271,6 +380,18 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				} else if res.Err != nil && rank == 0 {
 					f.failed++
 				}
+				if res.Err != nil && rank == 0 && errors.Is(res.Err, ErrNotHeld) {
+					f.notHeld++
+				}
+				if res.Err == nil && rank == 0 && rng.Float64() < 0.05 {
+					if bb, ok := bfree.take(len(r.dblocks)); ok {
+						a := &attackLoad{did: "replay-" + r.did, dblocks: bb, seed: r.seed, ended: make([]int, 1), want: []int{1}, onB: true}
+						f.writesAfterRelease += c.checkPoisonIn(b.buf, &bl, bb, a.did)
+						require.NoError(t, b.cons.Load(a.did, r.params, bb))
+						attacks[a.did] = a
+						f.replayed++
+					}
+				}
 				// The engine takes the blocks back once the rank's last load
 				// of them ended: poison them, so a late write shows. (With a
 				// second load of the same blocks accepted on this rank, the
@@ -280,6 +401,9 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					c.poisonBlocks(c.dbufs[rank], &c.dlayouts[rank], r.dblocks)
 				}
 			}
+		}
+		for _, res := range b.cons.Drain() {
+			drainAttack(0, res)
 		}
 		for rank, p := range c.prods {
 			for _, id := range p.DrainFreed() {
@@ -310,6 +434,10 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 		time.Sleep(200 * time.Microsecond)
 	}
 	require.Zero(t, live, "%d requests did not end in time", live)
+	for _, a := range attacks {
+		require.Equal(t, a.want, a.ended, "%s did not end in time", a.did)
+	}
+	require.Zero(t, f.forgedDone, "forged loads done")
 	for r, cn := range c.cons {
 		require.Empty(t, cn.Drain(), "decode rank %d: a result after every request ended", r)
 	}
@@ -332,14 +460,19 @@ func allOnce(counts []int) bool {
 
 // checkRequest counts the wrong bytes of request r in decode rank's memory.
 func (c *cluster) checkRequest(rank int, r *campaignReq) int {
-	l := &c.dlayouts[rank]
+	return c.checkBytes(c.dbufs[rank], &c.dlayouts[rank], r.dblocks, r.seed, fmt.Sprintf("%s on decode rank %d", r.did, rank))
+}
+
+// checkBytes counts the bytes of blocks in buf that are not request seed's,
+// reporting them as what's.
+func (c *cluster) checkBytes(buf *nixl.Buffer, l *descriptors.Layout, blocks []int, seed int, what string) int {
 	wrong := 0
 	for g := 0; g < l.NumRegions(); g++ {
 		for h := 0; h < l.KVHeads; h++ {
-			for tok := 0; tok < len(r.dblocks)*l.BlockSize; tok++ {
-				got := tokenBytes(c.dbufs[rank], l, r.dblocks, 0, g, h, tok)
+			for tok := 0; tok < len(blocks)*l.BlockSize; tok++ {
+				got := tokenBytes(buf, l, blocks, 0, g, h, tok)
 				for i := range got {
-					if got[i] != value(r.seed, g, l.FirstHead()+h, tok, i) {
+					if got[i] != value(seed, g, l.FirstHead()+h, tok, i) {
 						wrong++
 					}
 				}
@@ -347,9 +480,13 @@ func (c *cluster) checkRequest(rank int, r *campaignReq) int {
 		}
 	}
 	if wrong > 0 {
-		c.t.Errorf("request %s done on decode rank %d with %d wrong bytes", r.did, rank, wrong)
+		c.t.Errorf("request %s done with %d wrong bytes", what, wrong)
 	}
 	return wrong
+}
+
+func (c *cluster) checkPoisonIn(buf *nixl.Buffer, l *descriptors.Layout, blocks []int, when string) int {
+	return c.checkPoison([]*nixl.Buffer{buf}, []descriptors.Layout{*l}, blocks, "decode engine B", when)
 }
 
 func (c *cluster) poisonBlocks(buf *nixl.Buffer, l *descriptors.Layout, blocks []int) {
