@@ -2,7 +2,7 @@ package pullconn
 
 import (
 	"fmt"
-	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -69,21 +69,31 @@ func (c *Consumer) startConfirm(r *remote, loads []*load) {
 	go c.confirm(r, loads, refs)
 }
 
-// confirm asks the engine about refs, in batches the side channel takes. It
-// runs on its own goroutine.
+// confirm asks the engine about refs, in batches the side channel takes,
+// and ends the loads. It runs on its own goroutine.
 func (c *Consumer) confirm(r *remote, loads []*load, refs []handshake.HoldRef) {
 	defer c.hsWG.Done()
 	v := verdicts{r: r, loads: loads}
+	start := time.Now()
 	for len(refs) > 0 && v.err == nil {
 		n := min(len(refs), handshake.MaxConfirmHolds)
 		why, clk, err := c.e.core.Client().Confirm(c.ctx, r.engineID, r.addr, c.cfg.Agent.Name(), refs[:n])
 		v.why, v.clock, v.err = append(v.why, why...), clk, err
 		refs = refs[n:]
 	}
+	c.confirmations.Inc()
+	c.confirmMicros.Add(uint64(time.Since(start).Microseconds()))
+	// Applied here rather than on the next tick: the result is on the
+	// critical path, and a hop through the poller goroutine costs another
+	// wake-up. After Close began, Close ends the loads (ErrClosed).
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.qmu.Lock()
-	c.verdicts = append(c.verdicts, v)
+	closed := c.closed
 	c.qmu.Unlock()
-	c.poll.Wake()
+	if !closed {
+		c.applyVerdicts(v)
+	}
 }
 
 // applyVerdicts ends the loads a confirmation answered: done where prefill
@@ -94,7 +104,7 @@ func (c *Consumer) applyVerdicts(v verdicts) {
 		v.r.clock = v.clock
 	}
 	for i, l := range v.loads {
-		c.confirming = slices.DeleteFunc(c.confirming, func(x *load) bool { return x == l })
+		delete(c.confirming, l)
 		if l.ended {
 			continue // aborted, closed or its scatter failed meanwhile
 		}

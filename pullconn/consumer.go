@@ -36,15 +36,14 @@ type Consumer struct {
 	readyCh chan struct{}
 
 	// Engine-facing state. Lock order: wmu before qmu.
-	qmu      sync.Mutex
-	closed   bool
-	live     map[string]struct{} // requests not yet ended
-	queue    []*load             // submitted, not yet seen by the reader
-	hsDone   []handshakeDone
-	queried  []holdAnswer
-	verdicts []verdicts
-	results  []Result
-	waiting  map[string]*waiter // KeepAlive-registered, heartbeats only
+	qmu     sync.Mutex
+	closed  bool
+	live    map[string]struct{} // requests not yet ended
+	queue   []*load             // submitted, not yet seen by the reader
+	hsDone  []handshakeDone
+	queried []holdAnswer
+	results []Result
+	waiting map[string]*waiter // KeepAlive-registered, heartbeats only
 	// read are the remote requests (key + "\x00" + remote id) this rank
 	// read and sent its completion for, until their hold's deadline: prefill
 	// may free them any time after the completion, so loading one again
@@ -62,7 +61,7 @@ type Consumer struct {
 	ready   []*load // handshake done, to post on the next Drain (Inline)
 	// confirming are loads whose READs are done and whose hold prefill is
 	// asked to confirm.
-	confirming []*load
+	confirming map[*load]struct{}
 	toConfirm  []*load // of those, the ones the next confirmation asks about
 	lastHB     time.Time
 	scratch    descriptors.Transfer // mapping lists, reused by post
@@ -80,6 +79,8 @@ type Consumer struct {
 	holdQueries   *stats.Counter
 	failedQueries *stats.Counter
 	notHeld       *stats.Counter
+	confirmations *stats.Counter
+	confirmMicros *stats.Counter
 
 	// Staging (pool nil without RankConfig.Staging): this rank's slots,
 	// counters, cost model, and the plans' scratch (wmu).
@@ -171,14 +172,15 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		}
 	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
-		log:       cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
-		live:      map[string]struct{}{},
-		waiting:   map[string]*waiter{},
-		remotes:   map[string]*remote{},
-		confirmed: map[string]time.Time{},
-		readyCh:   make(chan struct{}, 1),
-		read:      map[string]time.Time{},
-		loading:   map[string]string{},
+		log:        cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
+		live:       map[string]struct{}{},
+		waiting:    map[string]*waiter{},
+		remotes:    map[string]*remote{},
+		confirming: map[*load]struct{}{},
+		confirmed:  map[string]time.Time{},
+		readyCh:    make(chan struct{}, 1),
+		read:       map[string]time.Time{},
+		loading:    map[string]string{},
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
@@ -187,6 +189,8 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
 	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not confirm, after the READ, that it held the request the Params name for this engine.")
+	c.confirmations = c.stats.Counter("confirmations", "Confirmation exchanges with prefill engines, one per engine and reader round for the loads whose READs ended.")
+	c.confirmMicros = c.stats.Counter("confirmation_microseconds", "Time spent waiting for confirmations, in microseconds (divide by confirmations for the mean round trip).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
@@ -331,11 +335,16 @@ func (c *Consumer) Abort(requestID string) error {
 
 // findLoad looks for a routed load that has not ended. wmu is held.
 func (c *Consumer) findLoad(id string) *load {
-	for _, set := range [][]*load{c.reading, c.ready, c.confirming} {
+	for _, set := range [][]*load{c.reading, c.ready} {
 		for _, l := range set {
 			if l.id == id && !l.ended {
 				return l
 			}
+		}
+	}
+	for l := range c.confirming {
+		if l.id == id && !l.ended {
+			return l
 		}
 	}
 	for _, r := range c.remotes {
@@ -432,10 +441,10 @@ func (c *Consumer) Close() error {
 		c.fail(l, ErrClosed)
 	}
 	c.reading = nil
-	for _, l := range c.confirming {
+	for l := range c.confirming {
 		c.fail(l, ErrClosed)
 	}
-	c.confirming = nil
+	clear(c.confirming)
 	for _, l := range c.ready {
 		c.fail(l, ErrClosed)
 	}

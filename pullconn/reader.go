@@ -31,8 +31,8 @@ func (c *Consumer) tick() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.qmu.Lock()
-	queued, done, answers, verdicts := c.queue, c.hsDone, c.queried, c.verdicts
-	c.queue, c.hsDone, c.queried, c.verdicts = nil, nil, nil, nil
+	queued, done, answers := c.queue, c.hsDone, c.queried
+	c.queue, c.hsDone, c.queried = nil, nil, nil
 	c.qmu.Unlock()
 
 	for _, d := range done {
@@ -40,9 +40,6 @@ func (c *Consumer) tick() {
 	}
 	for _, a := range answers {
 		c.applyHoldAnswer(a)
-	}
-	for _, v := range verdicts {
-		c.applyVerdicts(v)
 	}
 	for _, l := range queued {
 		c.route(l)
@@ -373,7 +370,7 @@ func (c *Consumer) succeed(l *load) {
 		// for this engine until after the READ; the scatter out of the
 		// staging slot runs while the confirmation travels.
 		c.toConfirm = append(c.toConfirm, l)
-		c.confirming = append(c.confirming, l)
+		c.confirming[l] = struct{}{}
 		if err := c.scatter(l); err != nil {
 			c.fail(l, err)
 		}

@@ -49,6 +49,9 @@ func BenchmarkCriticalPath(b *testing.B) {
 						b.ReportMetric(us(rep.Critical.P99), "crit-p99-us")
 						b.ReportMetric(us(rep.EngineLoop.P50), "loop-p50-us")
 						b.ReportMetric(us(rep.EngineLoop.P99), "loop-p99-us")
+						if rep.ConfirmMean > 0 {
+							b.ReportMetric(us(rep.ConfirmMean), "confirm-us")
+						}
 					})
 				}
 			}

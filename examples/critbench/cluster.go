@@ -3,6 +3,7 @@ package critbench
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
@@ -223,6 +224,22 @@ func (c *cluster) bytesMoved() uint64 {
 		n += cn.Stats().Bytes
 	}
 	return n
+}
+
+// confirmMean is the mean round trip of pull's confirmations in the run
+// (zero for push): what the confirmation adds to pull's critical path.
+func (c *cluster) confirmMean() time.Duration {
+	var n, us uint64
+	for _, cn := range c.pullCons {
+		st := cn.Stats()
+		a, _ := st.Get("confirmations")
+		b, _ := st.Get("confirmation_microseconds")
+		n, us = n+a, us+b
+	}
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(us/n) * time.Microsecond
 }
 
 func (c *cluster) close() error {

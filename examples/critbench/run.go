@@ -34,6 +34,10 @@ type Report struct {
 	// decode rank, RequestFinished on every prefill rank, and its share of
 	// the Drain call that returned its result.
 	EngineLoop latency.Summary
+	// ConfirmMean is the mean round trip of pull's confirmations (the
+	// side-channel exchange after the READ that a pull load waits for),
+	// measured in the run; zero for push.
+	ConfirmMean time.Duration
 	// Wall is the run's duration, arrivals to last result.
 	Wall time.Duration
 }
@@ -197,6 +201,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			cfg.Mode, cfg.Timeout, rep.Done, rep.Failed, n, freed.Load(), want)
 	}
 	rep.BytesMoved = c.bytesMoved()
+	rep.ConfirmMean = c.confirmMean()
 	for i := range n {
 		if failed[i] {
 			continue
