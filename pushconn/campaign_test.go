@@ -23,7 +23,14 @@ import (
 // transfers in flight, drops and delays notifications and disconnects
 // agents, while the test itself duplicates registrations, aborts requests
 // on either side, retries them under new suffixes, lets leases run out and
-// closes a prefill rank near the end. Prefill fills each request's blocks
+// closes a prefill rank near the end. A quarter of the registrations go
+// without registration_seq (as vLLM's decode sends them), 5% of all
+// PUSH_REGs arrive a second time some 30 ms later (campaignNet), a fifth of
+// the requests take 20-80 ms on prefill (a quarter of those are aborted by
+// decode meanwhile, so registrations are cancelled while they wait), and a
+// tenth reuse the ids of an earlier request that ended done: each of those
+// gets late copies of the completions prefill sent for the earlier ones.
+// Prefill fills each request's blocks
 // with the request's own pattern; decode poisons blocks as soon as the
 // engine gets them back (a failed Result, or a done one once checked) and
 // reuses them for later requests, so a WRITE that lands after the release
@@ -38,11 +45,20 @@ type campaignFigures struct {
 	wrongBytes, writesAfterRelease           int
 	decodeResultsTwice, prefillFreeTwice     int
 	missingResults, missingFrees             int
+	// seqless: requests registered without registration_seq; reused:
+	// requests under an earlier request's ids; completionCopies: late
+	// copies of earlier completions delivered to them; regCopies: PUSH_REGs
+	// delivered a second time.
+	seqless, reused, completionCopies, regCopies int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
 	f.requests += o.requests
 	f.retries += o.retries
+	f.seqless += o.seqless
+	f.reused += o.reused
+	f.completionCopies += o.completionCopies
+	f.regCopies += o.regCopies
 	f.done += o.done
 	f.failed += o.failed
 	f.aborted += o.aborted
@@ -77,17 +93,23 @@ func TestFaultCampaign(t *testing.T) {
 				t.Logf("seed %d: %+v", seed, f)
 			})
 		}
-		t.Logf("push campaign TP %d -> %d: %d seeds x %d requests (+%d retries): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
-			tp[0], tp[1], seeds, n, pair.retries, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
+		t.Logf("push campaign TP %d -> %d: %d seeds x %d requests (+%d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
+			tp[0], tp[1], seeds, n, pair.retries, pair.seqless, pair.reused, pair.completionCopies, pair.regCopies, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
 			pair.decodeResultsTwice+pair.prefillFreeTwice, pair.missingResults+pair.missingFrees)
 		total.add(pair)
 	}
-	t.Logf("push campaign total: %d requests (%d seeds x %d x 3 pairings) in %v: %d done, %d failed, %d wrong-byte done results, %d writes after release",
-		total.requests, seeds, n, time.Since(start).Round(time.Millisecond), total.done, total.failed, total.wrongBytes, total.writesAfterRelease)
+	t.Logf("push campaign total: %d requests (%d seeds x %d x 3 pairings, %d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies) in %v: %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release",
+		total.requests, seeds, n, total.retries, total.seqless, total.reused, total.completionCopies, total.regCopies, time.Since(start).Round(time.Millisecond),
+		total.done, total.failed, total.aborted, total.wrongBytes, total.writesAfterRelease)
 	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
 	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
 	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
 	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+	if os.Getenv("GONIXL_CAMPAIGN_SEED") == "" {
+		require.Positive(t, total.seqless, "no seq-less registrations")
+		require.Positive(t, total.completionCopies, "no late completion copies")
+		require.Positive(t, total.regCopies, "no PUSH_REG copies")
+	}
 }
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
@@ -115,6 +137,7 @@ func TestFaultCampaignStaged(t *testing.T) {
 				f := runCampaign(t, seed, n, tp[0], tp[1], m)
 				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.Count())
 				require.Positive(t, cc.Count(), "the campaign staged nothing")
+				require.Positive(t, f.completionCopies, "no late completion copies")
 				total.add(f)
 			})
 		}
@@ -144,11 +167,19 @@ type creq struct {
 	abortedPre     bool
 	duplicated     bool
 	noRegister     bool // decode never registers: prefill's lease runs out
+	seqless        bool // registered without registration_seq
 	results        map[int]int
 	frees          map[int]int
 	decodeReleased bool
 	prefillFreed   bool
 	retryOf        *creq
+	// reuses is the earlier request, ended done, whose ids this one
+	// carries; copies lists when late copies of the completions prefill
+	// sent for it (and its id's earlier requests) are delivered, and
+	// regMark how many there were when this one registered.
+	reuses  *creq
+	copies  []time.Time
+	regMark int
 }
 
 const campaignBlocks = 384
@@ -168,9 +199,10 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		defer logger.Sync() //nolint:errcheck
 		fabricOpts = append(fabricOpts, loopback.WithLogger(logger))
 	}
+	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, numBlocks: campaignBlocks, clock: lease.SystemClock{},
-		fabric: fabricOpts,
+		fabric: fabricOpts, wrap: net.wrap,
 		rank: func(c *RankConfig) {
 			c.Logger = logger
 			c.StatsInterval = -1
@@ -218,6 +250,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 	}
 	coords := r.pre.Coordinates()
 	var live, all, retries []*creq
+	var reusable []*creq     // ended done, their ids free to register again
 	owner := map[int]*creq{} // decode block -> the last request that held it
 	issued, next := 0, 0
 	closeAt := n * 19 / 20
@@ -247,6 +280,18 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		case 1:
 			q.tid = fmt.Sprintf("tid-%d-%d", seed, q.n)
 		}
+		switch {
+		case retryOf == nil && len(reusable) > 0 && rng.IntN(10) == 0:
+			// The same ids again, with a seq (a seq-less registration of an
+			// id already written is dropped as a duplicate, and copies of
+			// plain completions would count: the documented gap).
+			k := rng.IntN(len(reusable))
+			q.reuses = reusable[k]
+			reusable = append(reusable[:k], reusable[k+1:]...)
+			q.decID, q.preID, q.tid = q.reuses.decID, q.reuses.preID, q.reuses.tid
+		case rng.IntN(4) == 0:
+			q.seqless = true
+		}
 		q.dblocks = take(&dfree, nb)
 		if q.dblocks == nil {
 			return nil
@@ -274,6 +319,12 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		}
 		q.regAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		q.finAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		slow := rng.IntN(5) == 0
+		if slow {
+			// A long prompt: the registration waits for prefill, where a
+			// cancel withdraws it and a late copy of it may come first.
+			q.finAt = q.regAt.Add(20*time.Millisecond + time.Duration(rng.IntN(60_000))*time.Microsecond)
+		}
 		switch x := rng.IntN(100); {
 		case x < 3:
 			q.noRegister = true // prefill's lease runs out
@@ -285,14 +336,29 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 			q.abortPreAt = q.finAt.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
 		case x < 15:
 			q.dupAt = q.regAt.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+		case slow && x < 40:
+			// The client goes away during a long prefill.
+			q.abortDecAt = q.regAt.Add(time.Duration(rng.IntN(int(q.finAt.Sub(q.regAt)/time.Microsecond))) * time.Microsecond)
+		}
+		if q.reuses != nil {
+			// One copy soon after the registration, often another later
+			// (while the request waits, drains or has ended).
+			q.copies = append(q.copies, q.regAt.Add(time.Duration(rng.IntN(4000))*time.Microsecond))
+			if rng.IntN(2) == 0 {
+				q.copies = append(q.copies, q.regAt.Add(time.Duration(rng.IntN(40))*time.Millisecond))
+			}
 		}
 		return q
 	}
 	opts := func(q *creq) []RequestOption {
+		var o []RequestOption
 		if q.tid != "" {
-			return []RequestOption{WithTransferID(q.tid)}
+			o = append(o, WithTransferID(q.tid))
 		}
-		return nil
+		if q.seqless {
+			o = append(o, withoutSeq())
+		}
+		return o
 	}
 	for {
 		now := time.Now()
@@ -332,9 +398,11 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 			require.NoError(t, r.fabric.Reconnect(disconnected))
 			disconnected = ""
 		}
+		net.deliver(now)
 		for _, q := range live {
 			if !q.registered && !q.noRegister && !now.Before(q.regAt) {
 				q.registered = true
+				q.regMark = net.recorded(q.decID)
 				for _, c := range r.consumers {
 					if err := c.Register(q.decID, coords, q.dblocks, opts(q)...); err != nil {
 						t.Errorf("Register %s: %v", q.decID, err)
@@ -377,6 +445,11 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 				q.duplicated = true
 				duplicate(r, q, coords)
 			}
+			for len(q.copies) > 0 && q.registered && q.regMark > 0 && !now.Before(q.copies[0]) {
+				q.copies = q.copies[1:]
+				net.resendCompletion(q.decID, rng.IntN(q.regMark))
+				fig.completionCopies++
+			}
 		}
 		for k, c := range r.consumers {
 			for _, res := range c.Drain() {
@@ -392,7 +465,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 				if res.Err == nil {
 					if !holds(t, r.decLayout[k], q.dblocks, q.n, len(q.dblocks)*16) {
 						fig.wrongBytes++
-						t.Logf("wrong bytes: rank %d request %d (retry of %v) dec %s pre %s tid %q", k, q.n, q.retryOf != nil, q.decID, q.preID, q.tid)
+						t.Logf("wrong bytes: rank %d %s", k, describe(q))
 					}
 				}
 				if k == 0 {
@@ -435,7 +508,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 			if !q.decodeReleased && len(q.results) == decTP && q.registered {
 				q.decodeReleased = true
 				dfree = append(dfree, q.dblocks...)
-				if q.failed && !q.abortedDec && q.retryOf == nil && rng.IntN(2) == 0 && !closed {
+				if q.failed && !q.abortedDec && q.retryOf == nil && q.reuses == nil && rng.IntN(2) == 0 && !closed {
 					retries = append(retries, q) // the proxy retries it under new suffixes
 				}
 			}
@@ -444,6 +517,11 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 				pfree = append(pfree, q.pblocks...)
 			}
 			if q.decodeReleased && q.prefillFreed {
+				if !q.failed && !q.noRegister && q.retryOf == nil {
+					// Ended done on every rank and freed on prefill:
+					// a later request may carry its ids.
+					reusable = append(reusable, q)
+				}
 				continue
 			}
 			kept = append(kept, q)
@@ -481,7 +559,16 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		if q.retryOf != nil {
 			fig.retries++
 		}
+		if q.seqless {
+			fig.seqless++
+		}
+		if q.reuses != nil {
+			fig.reused++
+		}
 	}
+	net.mu.Lock()
+	fig.regCopies = net.regCopies
+	net.mu.Unlock()
 	return fig
 }
 
@@ -548,8 +635,8 @@ func describe(q *creq) string {
 	if q == nil {
 		return "no request"
 	}
-	return fmt.Sprintf("request %d (dec %s pre %s tid %q retry %v failed %v abortedDec %v abortedPre %v dup %v noReg %v results %v frees %v)",
-		q.n, q.decID, q.preID, q.tid, q.retryOf != nil, q.failed, q.abortedDec, q.abortedPre, q.duplicated, q.noRegister, q.results, q.frees)
+	return fmt.Sprintf("request %d (dec %s pre %s tid %q retry %v failed %v abortedDec %v abortedPre %v dup %v noReg %v seqless %v reuses %v results %v frees %v)",
+		q.n, q.decID, q.preID, q.tid, q.retryOf != nil, q.failed, q.abortedDec, q.abortedPre, q.duplicated, q.noRegister, q.seqless, q.reuses != nil, q.results, q.frees)
 }
 
 // whose names the request and block position whose KV block b holds.

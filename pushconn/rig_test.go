@@ -35,6 +35,9 @@ type rigConfig struct {
 	// newAgent creates the agents (default: loopback agents on the rig's
 	// fabric); the rig closes them.
 	newAgent func(t testing.TB, name string) nixl.Agent
+	// wrap, when set, stands between each agent made on the rig's fabric
+	// and its rank (the rig's agent lists hold what it returns).
+	wrap func(name string, a nixl.Agent) nixl.Agent
 }
 
 // rig is one prefill and one decode engine on a loopback fabric, each TP
@@ -93,6 +96,9 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 		} else {
 			a, err = f.NewAgent(name)
 			require.NoError(t, err)
+			if rc.wrap != nil {
+				a = rc.wrap(name, a)
+			}
 		}
 		l := testLayout(t, tp, rank, block, rc.numBlocks)
 		cfg := RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}
