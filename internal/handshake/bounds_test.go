@@ -159,6 +159,29 @@ func TestHoldQuery(t *testing.T) {
 	assert.Contains(t, err.Error(), `engine "prefill-e" holds no blocks for peers (not a pull prefill engine)`)
 }
 
+// TestConfirmationCountsBoundedBeforeAllocating: a hold list or rank list
+// whose header claims more entries than the limits is refused by its count,
+// so a few bytes cannot make the server allocate per claimed entry.
+func TestConfirmationCountsBoundedBeforeAllocating(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		list []byte
+		want string
+	}{
+		{"holds", []byte{0xdd, 0x00, 0x10, 0x00, 0x00}, "confirmation lists 1048576 holds, limit 512"},
+		{"ranks", []byte{0x91, 0x81, 0xa5, 'r', 'a', 'n', 'k', 's', 0xdd, 0x00, 0x10, 0x00, 0x00}, "hold names 1048576 ranks, limit 1024"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := append([]byte{0x81, 0xa7, 'c', 'o', 'n', 'f', 'i', 'r', 'm'}, tc.list...)
+			body = append(body, make([]byte, 1<<20)...) // enough bytes for the shape check
+			var h Hello
+			err := sidechannel.Decode(body, &h)
+			require.ErrorIs(t, err, sidechannel.ErrMalformed)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
 // TestConfirmation: the verdicts come back in order for the asking engine
 // and agent; malformed holds are refused naming what was wrong, before the
 // engine sees them; an engine that confirms nothing says so.
@@ -201,7 +224,10 @@ func TestConfirmation(t *testing.T) {
 		many[i] = HoldRef{ID: "a", N: 1, Ranks: []int{0}}
 	}
 	_, _, err = c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", many)
-	require.ErrorContains(t, err, "confirmation lists 513 holds, limit 512")
+	// Refused by its count as the frame is decoded: the server closes the
+	// connection (a malformed frame) without reading on.
+	require.ErrorIs(t, err, ErrFailed)
+	require.ErrorContains(t, err, "the server closed the connection without replying")
 	_, _, err = c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "", refs)
 	require.ErrorContains(t, err, "confirmation names an agent of 0 bytes")
 	assert.Nil(t, got, "nothing malformed reached the engine")

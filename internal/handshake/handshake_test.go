@@ -278,7 +278,11 @@ func FuzzHelloFrame(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte{0x80})
 	f.Add([]byte{0x81, 0xa6, 'c', 'o', 'm', 'p', 'a', 't', 0xc0})
-	s := &Server{engine: engine(1), hash: compat(ModePull).Hash(), ranks: make([]*Rank, 1)}
+	conf, _ := sidechannel.Encode(Hello{EngineID: "d", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), Agent: "d-0",
+		Confirm: HoldRefs{{ID: "r", Key: 9, N: 2, Ranks: RankNumbers{0}}}})
+	f.Add(conf)
+	s := &Server{engine: engine(1), hash: compat(ModePull).Hash(), ranks: make([]*Rank, 1),
+		onConfirm: func(_, _ string, refs []HoldRef) []string { return make([]string, len(refs)) }}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var h Hello
 		if err := sidechannel.Decode(body, &h); err != nil {

@@ -1,5 +1,12 @@
 package handshake
 
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
 // Hello is what a client sends: who asks and what it is.
 type Hello struct {
 	EngineID string `msgpack:"engine_id"`
@@ -19,7 +26,7 @@ type Hello struct {
 	// whether every rank it names still holds exactly that request for the
 	// asking engine, and counts the confirmation as the agent's completion
 	// on those ranks. At most MaxConfirmHolds entries; not with Extend.
-	Confirm []HoldRef `msgpack:"confirm,omitempty"`
+	Confirm HoldRefs `msgpack:"confirm,omitempty"`
 }
 
 // HoldRef names one hold a decode rank read and asks prefill to confirm.
@@ -35,7 +42,7 @@ type HoldRef struct {
 	N int `msgpack:"n"`
 	// Ranks are the prefill TP ranks this decode rank reads or notifies;
 	// each must hold the request.
-	Ranks []int `msgpack:"ranks"`
+	Ranks RankNumbers `msgpack:"ranks"`
 }
 
 // MaxConfirmHolds bounds Hello.Confirm so that a confirmation fits the
@@ -74,4 +81,67 @@ type Reply struct {
 	// where the hold is confirmed, else why it is not (not held, other
 	// blocks, held for another engine).
 	Verdicts []string `msgpack:"verdicts,omitempty"`
+}
+
+// HoldRefs is a confirmation's holds. Its decoder checks the count against
+// MaxConfirmHolds before it allocates and grows the list only with holds
+// actually decoded: the generic decoder would allocate a HoldRef (56 bytes)
+// for each element an array header claims, one byte of input apiece.
+type HoldRefs []HoldRef
+
+// DecodeMsgpack decodes the list within the bounds above.
+func (hs *HoldRefs) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return fmt.Errorf("confirmation holds: %w", err)
+	}
+	if n > MaxConfirmHolds {
+		return fmt.Errorf("confirmation lists %d holds, limit %d", n, MaxConfirmHolds)
+	}
+	if n <= 0 {
+		*hs = nil
+		return nil
+	}
+	out := make(HoldRefs, 0, min(n, 16))
+	for i := range n {
+		if c, err := dec.PeekCode(); err != nil || !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
+			return fmt.Errorf("confirmation holds[%d] is not a map", i)
+		}
+		var h HoldRef
+		if err := dec.Decode(&h); err != nil {
+			return fmt.Errorf("confirmation holds[%d]: %w", i, err)
+		}
+		out = append(out, h)
+	}
+	*hs = out
+	return nil
+}
+
+// RankNumbers is a hold's prefill ranks, decoded within MaxConfirmRanks
+// for the same reason as HoldRefs (8 bytes per claimed int otherwise).
+type RankNumbers []int
+
+// DecodeMsgpack decodes the list within the bound above.
+func (rn *RankNumbers) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return fmt.Errorf("hold ranks: %w", err)
+	}
+	if n > MaxConfirmRanks {
+		return fmt.Errorf("hold names %d ranks, limit %d", n, MaxConfirmRanks)
+	}
+	if n <= 0 {
+		*rn = nil
+		return nil
+	}
+	out := make(RankNumbers, 0, min(n, 16))
+	for i := range n {
+		v, err := dec.DecodeInt()
+		if err != nil {
+			return fmt.Errorf("hold ranks[%d]: %w", i, err)
+		}
+		out = append(out, v)
+	}
+	*rn = out
+	return nil
 }
