@@ -237,7 +237,7 @@
 // registration the rank never received names no blocks: every seq-less
 // registration of that sender and ids is then dropped until the timeout
 // (registrations_cancelled_before_arrival). At most 65,536 entries are
-// kept (a ring of 64-bit hashes, about 5 MiB; the oldest goes first).
+// kept (a ring of 64-bit hashes, about 7 MiB; the oldest goes first).
 // Copies of written registrations were already dropped by the matcher
 // (its tombstones, for the same time). Still open against a decode that
 // sends no seq: a copy that arrives after prefill's registration timeout

@@ -7,7 +7,8 @@ import (
 )
 
 // seenCap bounds how many registrations a prefill rank remembers having
-// received, at about 24 bytes each whatever the id's length.
+// received, at about 110 bytes each with the map's share (measured; 7 MiB
+// when full) whatever the id's length.
 const seenCap = 1 << 16
 
 // seenRegs remembers the registrations (sender agent, decode incarnation,
