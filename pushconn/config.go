@@ -38,10 +38,14 @@ const (
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultCancelTimeout bounds how long decode keeps the blocks of a
 	// request that ended other than by success while it waits for every
-	// prefill rank that got the registration to answer its PUSH_CANCEL:
-	// prefill's write timeout, the longest a WRITE it already posted stays
-	// in flight, plus a margin for the notifications.
-	DefaultCancelTimeout = DefaultWriteTimeout + 10*time.Second
+	// prefill rank that got the registration to answer its PUSH_CANCEL.
+	// A WRITE prefill posted before the cancel reached it may move bytes
+	// for two write timeouts: in flight until WriteTimeout, then, if the
+	// agent will not release it, until one more WriteTimeout passes. The
+	// cancel itself may be lost once and reach prefill only at its first
+	// resend, a quarter of this timeout later. So: (2 x WriteTimeout +
+	// 10 s for the notifications) x 4/3, 93.3 s with the defaults.
+	DefaultCancelTimeout = (2*DefaultWriteTimeout + 10*time.Second) * cancelResends / (cancelResends - 1)
 	// DefaultPollInterval is the notification polling period while work
 	// waits (vLLM's push writer polls every 1 ms).
 	DefaultPollInterval = time.Millisecond
@@ -100,8 +104,11 @@ type RankConfig struct {
 	// Consumer.Abort) keeps its blocks, and its Result, while decode waits
 	// for every prefill rank that got its registration to have written,
 	// failed or acknowledged the PUSH_CANCEL (see the package
-	// documentation, "Write safety"). Keep it above prefill's
-	// WriteTimeout. Zero means DefaultCancelTimeout.
+	// documentation, "Write safety"). Keep it at least (2 x prefill's
+	// WriteTimeout + a margin for notifications) x 4/3, as the default is:
+	// a WRITE the agent will not release may move bytes for two write
+	// timeouts, and a lost cancel is resent a quarter of this timeout
+	// later. Zero means DefaultCancelTimeout.
 	CancelTimeout time.Duration
 	// PollInterval and IdleInterval set the agent polling periods while
 	// work waits and otherwise. Zero means the defaults.
