@@ -89,12 +89,12 @@ package pushconn
 // Configurations: the short one runs with go test; GONIXL_SIM=long runs at
 // least 100 seeds x 1,000,000 steps; GONIXL_SIM_SEED=<n> runs seed n only.
 //
-// Open finding (long run, this revision): a WRITE the agent has not
-// released yet may still land after decode's cancel timeout, because the
-// writer keeps it up to 2 x WriteTimeout after its post and decode waits
-// CancelTimeout (WriteTimeout + 10 s by default) from the request's end;
-// TestSimFindingUnreleasedWriteOutlivesCancelTimeout shows it on the real
-// connector.
+// Finding of the first long run, fixed since (b529ccf): a WRITE the agent
+// had not released yet could still land after decode's cancel timeout,
+// because the writer keeps it up to 2 x WriteTimeout after its post and
+// decode waited CancelTimeout (then WriteTimeout + 10 s) from the request's
+// end; TestSimFindingUnreleasedWriteOutlivesCancelTimeout shows it on the
+// real connector with the old default.
 
 import (
 	"errors"
@@ -1867,10 +1867,10 @@ func simConfigs() []simConfig {
 // the faults happened: a run that exercised nothing would pass vacuously.
 // GONIXL_SIM=long: 100 seeds x 1,000,000 steps (one pairing a seed), going
 // on after a WRITE that lands after release so that every one is counted.
-// On this revision the long run finds WRITEs that land after decode's
-// cancel timeout, held by an agent that could not cancel them (see
-// TestSimFindingUnreleasedWriteOutlivesCancelTimeout, the same on the real
-// connector); the short run's seeds meet none.
+// With the old default cancel timeout the long run found WRITEs that
+// landed after it, held by an agent that could not cancel them (see
+// TestSimFindingUnreleasedWriteOutlivesCancelTimeout); with the current
+// one it finds none.
 func TestSimCurrentRules(t *testing.T) {
 	seeds, steps := simSeeds(t, 1, 2), simShortSteps()
 	if simLong() {
