@@ -9,14 +9,28 @@ import (
 	"github.com/gonixl/gonixl/internal/handshake"
 )
 
-// A decode rank reports a load done only once prefill confirmed, after the
-// load's READs completed, that it still held exactly the hold the Params
-// name (handshake.HoldRef: id and a digest of the blocks, deadline and
-// staging slot) for this decode engine. The confirmation travels on the
-// side channel and is also the rank's completion: prefill counts it only
-// for that hold, so forged Params never free a real request, and a hold it
-// released, let expire or never had is answered "not held". Neither clock
-// matters: the answer comes after the READ ended, whatever the clocks read.
+// A decode rank reports a load done only once prefill pinned, for this
+// decode engine, exactly the hold the Params name (handshake.HoldRef: id
+// and a digest of the blocks, deadline and staging slot), and the load's
+// READs ended within the pin. The pin is asked on the side channel as the
+// READs are posted and travels beside them. While it lasts, prefill
+// releases the hold only on completions that name it (the ones decode
+// sends once done), not at its lease; it is timed on both sides by the
+// monotonic clock, which no wall-clock step moves: decode's READs ended
+// before pinSent + TransferTimeout on decode's monotonic clock, and prefill
+// holds until at least its receipt of the pin + TransferTimeout +
+// ExpiryMargin on its own, which is later. A hold prefill released, let
+// expire, never had, holds with other blocks or for another engine is
+// answered "not held", so forged or replayed Params and a rank whose
+// staging copy failed never give a done result.
+
+// pinState is where a load's pin stands.
+type pinState uint8
+
+const (
+	pinPending pinState = iota // asked, or to be asked; no answer yet
+	pinGranted                 // every prefill rank it names pinned the hold
+)
 
 // verdicts is a confirmation's outcome for the loads it asked about.
 type verdicts struct {
@@ -63,8 +77,11 @@ func (c *Consumer) startConfirm(r *remote, loads []*load) {
 	c.hsWG.Add(1)
 	c.qmu.Unlock()
 	refs := make([]handshake.HoldRef, len(loads))
+	pin := (c.cfg.TransferTimeout + c.cfg.ExpiryMargin).Microseconds()
+	now := time.Now() // before the request leaves: the pin ends later
 	for i, l := range loads {
-		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.p.holdKey(), N: c.cfg.Layout.TPSize, Ranks: r.setup.notify}
+		l.pinSent = now
+		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.p.holdKey(), N: c.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
 	}
 	go c.confirm(r, loads, refs)
 }
@@ -96,9 +113,9 @@ func (c *Consumer) confirm(r *remote, loads []*load, refs []handshake.HoldRef) {
 	}
 }
 
-// applyVerdicts ends the loads a confirmation answered: done where prefill
-// confirmed the hold, failed with ErrNotHeld where it did not or could not
-// be asked. wmu is held.
+// applyVerdicts records the pins a confirmation granted, finishing the
+// loads whose READs already ended, and fails with ErrNotHeld the loads
+// prefill did not pin or could not be asked about. wmu is held.
 func (c *Consumer) applyVerdicts(v verdicts) {
 	if v.err == nil && v.clock != (handshake.Clock{}) {
 		v.r.clock = v.clock
@@ -113,16 +130,25 @@ func (c *Consumer) applyVerdicts(v verdicts) {
 			c.notHeld.Inc()
 			c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q could not confirm that it still held request %q: %w", ErrNotHeld, l.id, l.p.RemoteEngineID, l.p.RemoteRequestID, v.err))
 		case v.why[i] != "":
-			// Answered "not held": this confirmation counted on no rank
-			// that refused it, so it freed nothing there, and a later
-			// load of the remote request is confirmed or refused on its
-			// own (no read-once guard needed).
-			l.completed = false
 			c.notHeld.Inc()
 			c.log.Warn("pullconn: prefill did not confirm the hold; the bytes read are not trusted", zap.String("request_id", l.id), zap.String("remote_request_id", l.p.RemoteRequestID), zap.String("why", v.why[i]))
 			c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q does not hold request %q as its Params say (%s)", ErrNotHeld, l.id, l.p.RemoteEngineID, l.p.RemoteRequestID, v.why[i]))
 		default:
-			c.end(l, Result{RequestID: l.id})
+			l.pin = pinGranted
+			if !l.readsEnded.IsZero() {
+				c.pinnedReadEnded(l)
+			}
 		}
 	}
+}
+
+// pinnedReadEnded finishes a load whose READs ended and whose pin was
+// granted, if the READs ended within the pin. wmu is held.
+func (c *Consumer) pinnedReadEnded(l *load) {
+	if limit := l.pinSent.Add(c.cfg.TransferTimeout); l.readsEnded.After(limit) {
+		c.notHeld.Inc()
+		c.fail(l, fmt.Errorf("%w: request %q: its READs from prefill engine %q ended %v after the pin was asked, past the %v it covers", ErrNotHeld, l.id, l.p.RemoteEngineID, l.readsEnded.Sub(l.pinSent), c.cfg.TransferTimeout))
+		return
+	}
+	c.finish(l)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
@@ -73,7 +74,12 @@ func TestClockStepAfterHandshakeNeverDoneOnFreedBlocks(t *testing.T) {
 	}
 }
 
-// Attack 1b: prefill's clock steps forward while the READ is in flight.
+// Attack 1b: prefill's clock steps forward while the READ is in flight,
+// far past the hold's lease. The READ is pinned: prefill keeps the blocks
+// until decode's completion (or the pin's end, on the monotonic clock), so
+// the load is done with the right bytes; had the pin arrived after the
+// step, the load would fail with ErrNotHeld instead. Either way the blocks
+// are freed once.
 func TestClockStepDuringReadNeverDoneOnFreedBlocks(t *testing.T) {
 	pc := clock.NewManual(time.Unix(1000, 0))
 	// Every READ takes 200 ms; its bytes are copied at its end.
@@ -85,12 +91,43 @@ func TestClockStepDuringReadNeverDoneOnFreedBlocks(t *testing.T) {
 	c.fill(2, []int{2}, 16)
 	p := c.finish("r2", []int{2})
 	c.load("d2", p, []int{6})
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	pc.Advance(5 * time.Second)
-	require.Equal(t, map[string]int{"r2": 1}, c.freed(1)[0])
-	c.rewrite(99, []int{2}, 16)
-	err := c.notDoneOrRight(c.result("d2")[0], 2, []int{6}, 16)
-	require.ErrorIs(t, err, ErrNotHeld)
+	settle()
+	assert.Empty(t, c.prods[0].DrainFreed(), "the pinned hold outlives its lease")
+	if err := c.notDoneOrRight(c.result("d2")[0], 2, []int{6}, 16); err != nil {
+		require.ErrorIs(t, err, ErrNotHeld)
+	}
+	assert.Equal(t, map[string]int{"r2": 1}, c.freed(1)[0])
+}
+
+// A stale completion of an earlier hold of the same id (a late copy) does
+// not release a later, pinned hold of the id while its READ runs.
+func TestLateCompletionOfAnEarlierHoldDoesNotReleaseAPinnedOne(t *testing.T) {
+	c := newCluster(t, clusterOpts{
+		fabric: []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(200 * time.Millisecond))},
+	})
+	c.fill(1, []int{1}, 16)
+	first := c.finish("r", []int{1})
+	c.load("d1", first, []int{5})
+	require.NoError(t, c.result("d1")[0].Err)
+	require.Equal(t, map[string]int{"r": 1}, c.freed(1)[0])
+	// The same id again, another hold (another deadline, so another key).
+	c.fill(2, []int{3}, 16)
+	time.Sleep(2 * time.Millisecond)
+	second := c.finish("r", []int{3})
+	require.NotEqual(t, first.holdKey(), second.holdKey())
+	c.load("d2", second, []int{7})
+	time.Sleep(50 * time.Millisecond) // the READ runs, pinned
+	// The copy travels the link behind the READ and ahead of decode's own
+	// completion of the second hold.
+	stale, err := notif.EncodeSeqCompletion("r", 1, first.holdKey())
+	require.NoError(t, err)
+	require.NoError(t, c.dagents[0].GenNotif(c.pagents[0].Name(), stale, nil))
+	require.Eventually(t, func() bool { st, _ := c.prods[0].Stats().Get("stale_completions"); return st == 1 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, 1, c.prods[0].Held(), "the late copy released nothing")
+	require.NoError(t, c.result("d2")[0].Err)
+	c.verify(2, []int{7}, 0, 16)
 }
 
 // Attack 2: Params that name a request prefill never finished, or blocks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -59,10 +60,10 @@ type Consumer struct {
 	remotes map[string]*remote
 	reading []*load
 	ready   []*load // handshake done, to post on the next Drain (Inline)
-	// confirming are loads whose READs are done and whose hold prefill is
-	// asked to confirm.
+	// confirming are loads whose READs ended and whose pin prefill has
+	// not answered yet.
 	confirming map[*load]struct{}
-	toConfirm  []*load // of those, the ones the next confirmation asks about
+	toConfirm  []*load // loads whose pin the next confirmation asks for
 	lastHB     time.Time
 	scratch    descriptors.Transfer // mapping lists, reused by post
 	// draining are loads that ended but whose READs the agent has not yet
@@ -121,6 +122,12 @@ type load struct {
 	// let go; it is published after.
 	result     Result
 	drainUntil time.Time
+	// pin is where the load's pin stands, pinSent when it was asked (this
+	// process's monotonic clock) and readsEnded when its READs were seen
+	// ended; zero until then. Only with a prefill that pins.
+	pin        pinState
+	pinSent    time.Time
+	readsEnded time.Time
 }
 
 type xfer struct {
@@ -562,7 +569,7 @@ func (c *Consumer) publish(l *load) {
 				c.readForgotten.Inc()
 			}
 		}
-		c.read[l.key+"\x00"+l.p.RemoteRequestID] = l.readUntil
+		c.read[readKey(l.key, &l.p)] = l.readUntil
 	}
 	delete(c.live, l.id)
 	c.results = append(c.results, l.result)
@@ -634,10 +641,17 @@ func (c *Consumer) checkRemote(id, key string, p *Params) error {
 	if other, ok := c.loading[k]; ok {
 		return invalidf("request %q: remote request %q of engine %q is already loading on this rank (as request %q)", id, p.RemoteRequestID, p.RemoteEngineID, other)
 	}
-	if until, ok := c.read[k]; ok && c.cfg.Clock.Now().Before(until) {
+	if until, ok := c.read[readKey(key, p)]; ok && c.cfg.Clock.Now().Before(until) {
 		return invalidf("request %q: remote request %q of engine %q was already read by this rank, and prefill may have freed its blocks since", id, p.RemoteRequestID, p.RemoteEngineID)
 	}
 	return nil
+}
+
+// readKey names one hold of a remote request in Consumer.read: a later
+// hold of the same id (another deadline, so another Params.holdKey) is
+// other blocks held afresh, which this rank may read.
+func readKey(key string, p *Params) string {
+	return key + "\x00" + p.RemoteRequestID + "\x00" + strconv.FormatUint(p.holdKey(), 16)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -166,11 +166,11 @@ func (e *Engine) ranks() []*Producer {
 	return prods
 }
 
-// confirm answers a decode rank's confirmation: for each hold, "" when
-// every prefill rank it names still holds exactly that hold for engine
-// reader, else the first rank's reason. Each rank counts the
-// confirmation as agent's completion whatever the others answer: decode
-// has finished reading either way. It runs on a side-channel goroutine.
+// confirm answers a decode rank's pins: for each hold, "" when every
+// prefill rank it names holds exactly that hold for engine reader and
+// pinned it, else the first rank's reason (a rank that pinned keeps its pin
+// whatever the others answered: decode is reading). It runs on a
+// side-channel goroutine.
 func (e *Engine) confirm(reader, agent string, refs []handshake.HoldRef) []string {
 	prods := e.ranks()
 	out := make([]string, len(refs))
@@ -180,7 +180,7 @@ func (e *Engine) confirm(reader, agent string, refs []handshake.HoldRef) []strin
 			continue
 		}
 		for _, rk := range ref.Ranks {
-			if v := prods[rk].confirmHold(reader, agent, ref); v != "" && out[i] == "" {
+			if v := prods[rk].pinHold(reader, agent, ref); v != "" && out[i] == "" {
 				out[i] = fmt.Sprintf("prefill engine %q rank %d: %s", e.ID(), rk, v)
 			}
 		}

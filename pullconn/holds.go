@@ -17,6 +17,9 @@ type holds struct {
 	leases  *lease.Table
 	reqs    map[string]*held
 	expired recent
+	// overdue are held requests whose lease ran out while a reader's pin
+	// still keeps them: released when the pin ends (or on completions).
+	overdue map[string]bool
 }
 
 type held struct {
@@ -31,8 +34,12 @@ type held struct {
 	// engine is answered "not held", and NIXL completions count only from
 	// readers, the reader's agents that asked. Empty: nobody asked yet (a
 	// vLLM decode never does), and any completion counts.
-	reader   string
-	readers  map[string]bool
+	reader  string
+	readers map[string]bool
+	// pinUntil is when the last pin a reader was granted ends, on the
+	// rank's monotonic clock: until then no lease expiry releases the
+	// hold (its completions still do). Zero: never pinned.
+	pinUntil time.Time
 	expected int // completions to wait for; 0 until the first one says
 	got      int
 	// from are the decode agents whose completion was counted: one decode
@@ -52,6 +59,7 @@ const (
 	completionInvalid                                // count disagrees with earlier ones
 	completionDuplicate                              // that decode agent's completion was counted already
 	completionForeign                                // from an agent of another engine than the hold's reader
+	completionStale                                  // names another hold of the id (its key), or none for a pinned hold
 )
 
 func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
@@ -59,7 +67,7 @@ func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember)}, nil
+	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember), overdue: map[string]bool{}}, nil
 }
 
 // setKey records the identity of id's hold once its Params are made.
@@ -89,35 +97,32 @@ func (h *holds) bind(id, reader, agent string) bool {
 	return true
 }
 
-// confirm answers one confirmation of hold key of request id from agent of
-// engine reader, after its READ: "" when the rank still holds exactly that
-// hold for reader, else why not. A released hold is never confirmed, not
-// even to the agent whose completion released it: the blocks may hold
-// another request's bytes by the time a second READ of them ends. A confirmation is the agent's completion: it
-// counts like one, and completionDone releases the hold (the caller frees
-// its blocks).
-func (h *holds) confirm(id string, key uint64, n int, reader, agent string) (string, completionOutcome) {
+// pin answers one pin of hold key of request id asked by agent of engine
+// reader, sent as that agent posted its READs: "" when the rank holds
+// exactly that hold and it is not bound to another engine, else why not.
+// On "" the hold is bound to reader and no lease expiry releases it before
+// until (mono: the rank's monotonic clock); only completions that name it
+// do. Decode reports the load done only if its READs ended before the pin
+// it asked for ran out, so the hold covered them whatever the wall clocks
+// did meanwhile.
+func (h *holds) pin(id string, key uint64, reader, agent string, until time.Time) string {
 	r, ok := h.reqs[id]
-	if !ok {
-		if h.expired.has(id) {
-			return "its hold expired", completionLate
-		}
-		return "it holds no such request", completionUnknown
-	}
 	switch {
+	case !ok && h.expired.has(id):
+		return "its hold expired"
+	case !ok:
+		return "it holds no such request"
 	case r.key == 0 || r.key != key:
 		// Other blocks, another deadline (a later hold of the same id) or
 		// another staging slot than the Params name.
-		return "it holds other blocks for it than the Params name", completionInvalid
+		return "it holds other blocks for it than the Params name"
 	case !h.bind(id, reader, agent):
-		return fmt.Sprintf("it holds it for decode engine %q", r.reader), completionForeign
+		return fmt.Sprintf("it holds it for decode engine %q", r.reader)
 	}
-	out, err := h.complete(notif.Completion{ID: id, N: n}, agent)
-	switch out {
-	case completionCounted, completionDone, completionDuplicate:
-		return "", out
+	if until.After(r.pinUntil) {
+		r.pinUntil = until
 	}
-	return err.Error(), out
+	return ""
 }
 
 // finish starts holding a request's blocks. A request already held is an
@@ -154,6 +159,12 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 		}
 		return completionUnknown, fmt.Errorf("completion for unknown request %q", c.ID)
 	}
+	if c.Seq != 0 && c.Seq != r.key || c.Seq == 0 && !r.pinUntil.IsZero() {
+		// A pinned hold's readers name it in their completions: one for
+		// another hold of the id (a late copy) must not release this one
+		// while a pinned READ of it may still run.
+		return completionStale, fmt.Errorf("completion for request %q from agent %q names another hold of the id", c.ID, sender)
+	}
 	if r.reader != "" && !r.readers[sender] {
 		return completionForeign, fmt.Errorf("completion for request %q from agent %q: the hold is bound to decode engine %q, whose ranks did not name that agent", c.ID, sender, r.reader)
 	}
@@ -174,6 +185,7 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 		return completionCounted, nil
 	}
 	delete(h.reqs, c.ID)
+	delete(h.overdue, c.ID)
 	h.leases.Complete(c.ID)
 	return completionDone, nil
 }
@@ -206,10 +218,24 @@ func (h *holds) abort(id string) bool {
 	return true
 }
 
-// expire releases every request whose lease ran out by now and returns
+// expire releases every request whose lease ran out by now (the rank's
+// clock) and whose pins ended by mono (its monotonic clock), and returns
 // their ids, each once.
-func (h *holds) expire(now time.Time) []string {
-	ids := h.leases.Expire(now)
+func (h *holds) expire(now, mono time.Time) []string {
+	var ids []string
+	for _, id := range h.leases.Expire(now) {
+		if h.reqs[id].pinUntil.After(mono) {
+			h.overdue[id] = true
+			continue
+		}
+		ids = append(ids, id)
+	}
+	for id := range h.overdue {
+		if !h.reqs[id].pinUntil.After(mono) {
+			delete(h.overdue, id)
+			ids = append(ids, id)
+		}
+	}
 	for _, id := range ids {
 		delete(h.reqs, id)
 		h.expired.add(id)
@@ -225,6 +251,7 @@ func (h *holds) releaseAll() []string {
 		ids = append(ids, id)
 	}
 	clear(h.reqs)
+	clear(h.overdue)
 	return ids
 }
 

@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ type Producer struct {
 	aborted    *stats.Counter
 	duplicates *stats.Counter
 	foreign    *stats.Counter
+	stale      *stats.Counter
 	notHeld    *stats.Counter
 
 	mu     sync.Mutex
@@ -83,7 +85,8 @@ func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
 	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
 	p.foreign = p.stats.Counter("foreign_completions", "Completions or confirmations from a decode engine other than the one a hold is bound to, not counted.")
-	p.notHeld = p.stats.Counter("unconfirmed_holds", "Confirmations answered \"not held\": no such hold, other blocks, or bound to another decode engine.")
+	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy), or none for a pinned hold: not counted.")
+	p.notHeld = p.stats.Counter("unconfirmed_holds", "Pins answered \"not held\": no such hold, other blocks, bound to another decode engine, or a pin longer than granted.")
 	p.poll = poller.New(cfg.Agent, poller.Options{
 		Interval:     cfg.PollInterval,
 		IdleInterval: cfg.IdleInterval,
@@ -259,7 +262,7 @@ func (p *Producer) busy() bool {
 func (p *Producer) tick() {
 	now := p.cfg.Clock.Now()
 	p.mu.Lock()
-	ids := p.holds.expire(now)
+	ids := p.holds.expire(now, time.Now())
 	// Count before the ids become visible to DrainFreed, so a caller that
 	// sees them also sees the count.
 	p.stats.ExpiredRequests.Add(uint64(len(ids)))
@@ -271,7 +274,9 @@ func (p *Producer) tick() {
 }
 
 func (p *Producer) onCompletion(sender string, msg []byte) {
-	c, err := notif.DecodeCompletion(msg)
+	// "<id>:<n>" from a vLLM decode; "<id>:<n>#<hold key>" from ours, which
+	// names the hold it read.
+	c, err := notif.DecodeSeqCompletion(msg)
 	if err != nil {
 		p.stats.MalformedNotifications.Inc()
 		p.log.Debug("pullconn: dropped malformed notification", zap.String("from", sender), zap.Error(err))
@@ -303,6 +308,8 @@ func (p *Producer) countCompletion(out completionOutcome) {
 		p.duplicates.Inc()
 	case completionForeign:
 		p.foreign.Inc()
+	case completionStale:
+		p.stale.Inc()
 	}
 }
 
@@ -342,24 +349,35 @@ func (p *Producer) extendHolds(reader, agent string, ids []string) []time.Time {
 	return out
 }
 
-// confirmHold answers one hold of a confirmation on this rank (see
-// holds.confirm) and counts it as agent's completion; a hold it releases
-// goes to DrainFreed.
-func (p *Producer) confirmHold(reader, agent string, ref handshake.HoldRef) string {
+// pinHold answers one hold of a pin on this rank (see holds.pin): the pin
+// lasts ref.Pin on this process's monotonic clock, which no step of the
+// wall clock (or of RankConfig.Clock) moves, and at most maxPin.
+func (p *Producer) pinHold(reader, agent string, ref handshake.HoldRef) string {
+	d := time.Duration(ref.PinMicros) * time.Microsecond
+	if limit := p.maxPin(); d > limit {
+		p.notHeld.Inc()
+		return fmt.Sprintf("a pin of %v is longer than the %v this rank grants", d, limit)
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return "the rank is closed"
 	}
-	verdict, out := p.holds.confirm(ref.ID, ref.Key, ref.N, reader, agent)
-	if out == completionDone {
-		p.freed = append(p.freed, p.releasedSlots([]string{ref.ID})...)
-	}
+	verdict := p.holds.pin(ref.ID, ref.Key, reader, agent, time.Now().Add(d))
 	p.mu.Unlock()
-	p.countCompletion(out)
 	if verdict != "" {
 		p.notHeld.Inc()
-		p.log.Debug("pullconn: hold not confirmed", zap.String("request_id", ref.ID), zap.String("reader", reader), zap.String("agent", agent), zap.String("why", verdict))
+		p.log.Debug("pullconn: hold not pinned", zap.String("request_id", ref.ID), zap.String("reader", reader), zap.String("agent", agent), zap.String("why", verdict))
+	} else {
+		p.poll.Wake() // a pinned hold past its lease is released on a tick
 	}
 	return verdict
 }
+
+// maxPin bounds how long a reader may keep a hold past its lease: twice
+// the lease, and at least minMaxPin, which covers a decode's default
+// TransferTimeout and ExpiryMargin.
+func (p *Producer) maxPin() time.Duration { return max(2*p.cfg.Lease, minMaxPin) }
+
+// minMaxPin is the least maxPin grants.
+const minMaxPin = 2 * time.Minute

@@ -336,6 +336,11 @@ func (c *Consumer) post(l *load) {
 		}
 	}
 	l.deadline = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
+	if l.r.confirms() && len(l.xfers) > 0 {
+		// Pinned while the READs run: the pin travels beside them, so it
+		// adds to the critical path only what outlasts the READs.
+		c.toConfirm = append(c.toConfirm, l)
+	}
 	if l.allDone() {
 		c.succeed(l)
 		return
@@ -352,8 +357,9 @@ func (l *load) allDone() bool {
 	return true
 }
 
-// succeed sends the completions no READ carried, releases the requests and
-// ends the load as done. wmu is held.
+// succeed ends a load whose READs all ended: done (finish) once they are
+// certain to have read the request's bytes, after the pin when prefill
+// pins. wmu is held.
 func (c *Consumer) succeed(l *load) {
 	if hold, guarded := c.holdDeadline(l); guarded && len(l.xfers) > 0 {
 		// The READ finished, but only bytes read while prefill still held
@@ -363,25 +369,38 @@ func (c *Consumer) succeed(l *load) {
 			return
 		}
 	}
-	c.releaseXfers(l)
-	c.markNotified(l)
-	if l.r.confirms() {
-		// Done only on prefill's word that it held exactly this request
-		// for this engine until after the READ; the scatter out of the
-		// staging slot runs while the confirmation travels.
-		c.toConfirm = append(c.toConfirm, l)
-		c.confirming[l] = struct{}{}
-		if err := c.scatter(l); err != nil {
-			c.fail(l, err)
+	if l.r.confirms() && len(l.xfers) > 0 {
+		l.readsEnded = time.Now()
+		if l.pin == pinPending {
+			// Done only once prefill pinned the hold for this engine;
+			// the answer is still on its way.
+			c.confirming[l] = struct{}{}
+			return
 		}
+		c.pinnedReadEnded(l)
 		return
 	}
+	c.finish(l)
+}
+
+// finish ends a load whose READs ended and are trusted: the scatter out of
+// the staging slot, then the completions no READ carried, then done. wmu
+// is held.
+func (c *Consumer) finish(l *load) {
+	c.releaseXfers(l)
+	c.markNotified(l)
 	if err := c.scatter(l); err != nil {
 		c.fail(l, err)
 		return
 	}
 	if len(l.after) > 0 {
-		msg, _ := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
+		// To a prefill that pins, the completion names the hold it read
+		// (its key), so a late copy never releases a later hold of the id.
+		var key uint64
+		if l.r.confirms() {
+			key = l.p.holdKey()
+		}
+		msg, _ := notif.EncodeSeqCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize, key)
 		for _, s := range l.after {
 			if err := c.cfg.Agent.GenNotif(l.r.setup.agents[s], msg, nil); err != nil {
 				// The data is here; prefill frees by lease instead.

@@ -196,7 +196,7 @@ func TestConfirmation(t *testing.T) {
 	defer s.Close()
 	c, err := NewClient("decode-e", compat(ModePull), time.Second, 0)
 	require.NoError(t, err)
-	refs := []HoldRef{{ID: "a", Key: 7, N: 1, Ranks: []int{0, 1}}, {ID: "b", Key: 9, N: 1, Ranks: []int{1}}}
+	refs := []HoldRef{{ID: "a", Key: 7, N: 1, Ranks: []int{0, 1}, PinMicros: 1}, {ID: "b", Key: 9, N: 1, Ranks: []int{1}, PinMicros: 30e6}}
 	why, _, err := c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", refs)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"", "it holds no such request"}, why)
@@ -209,11 +209,12 @@ func TestConfirmation(t *testing.T) {
 		ref  HoldRef
 		want string
 	}{
-		{HoldRef{ID: "", N: 1, Ranks: []int{0}}, "confirmation hold 0: id is 0 bytes, want 1..1024"},
-		{HoldRef{ID: "a", N: 0, Ranks: []int{0}}, "confirmation hold 0: decode world size 0 outside [1, 65536]"},
-		{HoldRef{ID: "a", N: 1}, "confirmation hold 0: names 0 prefill ranks, engine has 2"},
-		{HoldRef{ID: "a", N: 1, Ranks: []int{0, 0}}, "confirmation hold 0: prefill rank 0 is out of range 0..1 or named twice"},
-		{HoldRef{ID: "a", N: 1, Ranks: []int{2}}, "confirmation hold 0: prefill rank 2 is out of range 0..1 or named twice"},
+		{HoldRef{ID: "", N: 1, Ranks: []int{0}, PinMicros: 1}, "confirmation hold 0: id is 0 bytes, want 1..1024"},
+		{HoldRef{ID: "a", N: 0, Ranks: []int{0}, PinMicros: 1}, "confirmation hold 0: decode world size 0 outside [1, 65536]"},
+		{HoldRef{ID: "a", N: 1, Ranks: []int{0}}, "confirmation hold 0: pin of 0 us, want >= 1"},
+		{HoldRef{ID: "a", N: 1, PinMicros: 1}, "confirmation hold 0: names 0 prefill ranks, engine has 2"},
+		{HoldRef{ID: "a", N: 1, Ranks: []int{0, 0}, PinMicros: 1}, "confirmation hold 0: prefill rank 0 is out of range 0..1 or named twice"},
+		{HoldRef{ID: "a", N: 1, Ranks: []int{2}, PinMicros: 1}, "confirmation hold 0: prefill rank 2 is out of range 0..1 or named twice"},
 	} {
 		_, _, err := c.Confirm(context.Background(), "prefill-e", s.Addr().String(), "decode-e-0", []HoldRef{tc.ref})
 		require.ErrorIs(t, err, ErrFailed)

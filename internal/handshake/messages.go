@@ -23,9 +23,9 @@ type Hello struct {
 	Agent string `msgpack:"agent,omitempty"`
 	// Confirm, when set, makes the hello a confirmation instead of a
 	// handshake: for each hold the server answers, in Reply.Verdicts,
-	// whether every rank it names still holds exactly that request for the
-	// asking engine, and counts the confirmation as the agent's completion
-	// on those ranks. At most MaxConfirmHolds entries; not with Extend.
+	// whether every rank it names holds exactly that request for the asking
+	// engine, and if so pins it there for HoldRef.PinMicros. At most
+	// MaxConfirmHolds entries; not with Extend.
 	Confirm HoldRefs `msgpack:"confirm,omitempty"`
 }
 
@@ -40,6 +40,12 @@ type HoldRef struct {
 	Key uint64 `msgpack:"key"`
 	// N is the decode engine's world size, as in a completion message.
 	N int `msgpack:"n"`
+	// PinMicros is how long, from when it answers, the server must keep
+	// the hold whatever its lease says (its completions still release
+	// it), in microseconds on its monotonic clock: decode asks as it posts
+	// its READs and trusts them only if they ended within that time of
+	// asking.
+	PinMicros int64 `msgpack:"pin_us"`
 	// Ranks are the prefill TP ranks this decode rank reads or notifies;
 	// each must hold the request.
 	Ranks RankNumbers `msgpack:"ranks"`

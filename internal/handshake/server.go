@@ -220,6 +220,8 @@ func (s *Server) checkRef(ref HoldRef) error {
 		return fmt.Errorf("id is %d bytes, want 1..%d", len(ref.ID), notif.MaxIDLen)
 	case ref.N < 1 || ref.N > notif.MaxCount:
 		return fmt.Errorf("decode world size %d outside [1, %d]", ref.N, notif.MaxCount)
+	case ref.PinMicros < 1:
+		return fmt.Errorf("pin of %d us, want >= 1", ref.PinMicros)
 	case len(ref.Ranks) == 0 || len(ref.Ranks) > s.engine.TPSize:
 		return fmt.Errorf("names %d prefill ranks, engine has %d", len(ref.Ranks), s.engine.TPSize)
 	}
