@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"math/rand/v2"
 	"fmt"
 	"sync"
 	"time"
@@ -73,12 +74,15 @@ type Engine struct {
 
 type advert struct {
 	deadline time.Time
-	ranks    int // ranks that have finished the request
+	// nonce tells this hold of the id from any other, in its key, even
+	// if a clock stepped back gave a later hold the same deadline.
+	nonce uint64
+	ranks int // ranks that have finished the request
 }
 
 // advertise returns the deadline to put in the Params of request id, which
 // a rank holds until own.
-func (e *Engine) advertise(id string, now, own time.Time) time.Time {
+func (e *Engine) advertise(id string, now, own time.Time) (time.Time, uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.advertised == nil {
@@ -95,7 +99,10 @@ func (e *Engine) advertise(id string, now, own time.Time) time.Time {
 				}
 			}
 		}
-		a = &advert{deadline: own}
+		// 53 bits: the Params travel as JSON, and a proxy that decodes
+		// numbers as float64 (Go's map[string]any, JavaScript) keeps
+		// integers exactly only up to 2^53.
+		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1}
 		e.advertised[id] = a
 	}
 	a.ranks++
@@ -103,7 +110,24 @@ func (e *Engine) advertise(id string, now, own time.Time) time.Time {
 	if a.ranks >= e.core.Config().TPSize {
 		delete(e.advertised, id)
 	}
-	return d
+	return d, a.nonce
+}
+
+// dropAdverts forgets the adverts of ids whose hold ended on a rank: a
+// later RequestFinished of one of them is a new request of the id (a
+// retry), not a late rank of this one, and must get a deadline and a
+// nonce, hence a hold key, of its own. A rank that finishes the old
+// request late then advertises a hold the Params do not name, and decode's
+// pin is refused: it costs that load, never a byte.
+func (e *Engine) dropAdverts(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, id := range ids {
+		delete(e.advertised, id)
+	}
 }
 
 // maxAdverts is how many unfinished adverts an engine keeps before it

@@ -37,13 +37,20 @@ type Params struct {
 	// gathered the request's blocks into (our own key; see Staging). A
 	// decode without staging, or vLLM's, reads the blocks instead.
 	RemoteStagingSlot *int `json:"remote_staging_slot,omitempty"`
+	// RemoteHoldNonce tells this hold of the request apart from any other
+	// hold of the same id (our own key): decode names it, with the blocks,
+	// deadline and slot, when it asks prefill to pin the hold. Below 2^53,
+	// so that JSON decoders that read numbers as float64 keep it. Zero from
+	// a peer that does not say.
+	RemoteHoldNonce uint64 `json:"remote_hold_nonce,omitempty"`
 }
 
 // holdKey is the identity of the hold these Params describe, as prefill
-// recorded it and decode asks to confirm it: an FNV-1a digest of the
-// request id, the block ids, the advertised deadline and the staging slot.
-// Params naming other blocks or another slot, or those of an earlier hold
-// of the same id (whose deadline differs), do not match; it is never 0.
+// recorded it and decode asks to pin it: an FNV-1a digest of the request
+// id, the block ids, the advertised deadline, the staging slot and the
+// hold's nonce. Params naming other blocks or another slot, or those of
+// another hold of the same id (another nonce), do not match; it is never
+// 0.
 func (p *Params) holdKey() uint64 {
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
@@ -64,6 +71,7 @@ func (p *Params) holdKey() uint64 {
 		mix(uint64(b))
 	}
 	mix(math.Float64bits(p.RemoteBlocksExpiryTime))
+	mix(p.RemoteHoldNonce)
 	if s := p.RemoteStagingSlot; s != nil {
 		mix(uint64(*s) + 1)
 	} else {
@@ -121,6 +129,9 @@ func (p *Params) Validate() error {
 		return invalidf("Params.NumTokens is %d, want >= 0", p.NumTokens)
 	case math.IsNaN(p.RemoteBlocksExpiryTime) || math.IsInf(p.RemoteBlocksExpiryTime, 0) || p.RemoteBlocksExpiryTime < 0 || p.RemoteBlocksExpiryTime > maxExpirySeconds:
 		return invalidf("Params.RemoteBlocksExpiryTime is %v, want seconds since the Unix epoch (0 for none)", p.RemoteBlocksExpiryTime)
+	}
+	if p.RemoteHoldNonce >= 1<<53 {
+		return invalidf("Params.RemoteHoldNonce is %d, want below 2^53", p.RemoteHoldNonce)
 	}
 	if s := p.RemoteStagingSlot; s != nil && (*s < 0 || *s >= staging.MaxSlots) {
 		return invalidf("Params.RemoteStagingSlot is %d, want 0..%d", *s, staging.MaxSlots-1)

@@ -155,7 +155,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	// Every rank advertises the deadline of the first to finish the request;
 	// a rank whose own lease would end earlier (a shorter RankConfig.Lease)
 	// holds until the advertised one, so each rank's hold covers it.
-	advertised := p.e.advertise(requestID, now, deadline)
+	advertised, nonce := p.e.advertise(requestID, now, deadline)
 	if advertised.After(deadline) {
 		p.mu.Lock()
 		p.holds.leases.Extend(requestID, advertised, 0)
@@ -175,6 +175,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		// unless a hold query moved it.
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
 		RemoteStagingSlot:      slot,
+		RemoteHoldNonce:        nonce,
 	}
 	p.mu.Lock()
 	p.holds.setKey(requestID, params.holdKey())
@@ -247,8 +248,10 @@ func (p *Producer) Close() error {
 		}
 	}
 	p.mu.Lock()
-	p.freed = append(p.freed, p.releasedSlots(p.holds.releaseAll())...)
+	all := p.holds.releaseAll()
+	p.freed = append(p.freed, p.releasedSlots(all)...)
 	p.mu.Unlock()
+	p.e.dropAdverts(all)
 	p.leaveSlots()
 	return err
 }
@@ -268,6 +271,7 @@ func (p *Producer) tick() {
 	p.stats.ExpiredRequests.Add(uint64(len(ids)))
 	p.freed = append(p.freed, p.releasedSlots(ids)...)
 	p.mu.Unlock()
+	p.e.dropAdverts(ids)
 	if len(ids) > 0 {
 		p.log.Warn("pullconn: lease expired, releasing blocks decode never read", zap.Strings("request_ids", ids), zap.Duration("lease", p.cfg.Lease))
 	}
@@ -288,6 +292,9 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 		p.freed = append(p.freed, p.releasedSlots([]string{c.ID})...)
 	}
 	p.mu.Unlock()
+	if out == completionDone {
+		p.e.dropAdverts([]string{c.ID})
+	}
 	p.countCompletion(out)
 	if err != nil {
 		p.log.Debug("pullconn: completion ignored", zap.String("from", sender), zap.Error(err))

@@ -67,6 +67,7 @@ type slotIndex struct {
 	// afterAll: the ranks' RankConfig.ParamsAfterAllRanks.
 	afterAll bool
 	used     []int          // ranks holding each index
+	owner    []string       // the request each index was last given to
 	byID     map[string]int // request id -> index, while ranks still take it
 	taken    map[string]int // request id -> ranks that took it
 	ranks    int            // ranks with staging
@@ -80,6 +81,7 @@ func (s *slotIndex) join(c *staging.Config, afterAll bool) error {
 	if s.ranks == 0 {
 		s.shape, s.mode, s.afterAll = staging.Info{Slots: c.Slots, SlotBytes: c.SlotBytes}, c.Mode, afterAll
 		s.used = make([]int, c.Slots)
+		s.owner = make([]string, c.Slots)
 		s.byID, s.taken = map[string]int{}, map[string]int{}
 	} else if c.Slots != s.shape.Slots || c.SlotBytes != s.shape.SlotBytes || c.Mode != s.mode {
 		return fmt.Errorf("RankConfig.Staging: %d slots of %d bytes, mode %q; the engine's other ranks have %d of %d, mode %q",
@@ -105,6 +107,13 @@ func (s *slotIndex) decide(id string, tp int, want bool) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i, ok := s.byID[id]
+	if ok && i >= 0 && s.owner[i] != id {
+		// Stale: the ranks that took i for this id released it (a failed
+		// gather, an expiry, a Close) and another request took it since;
+		// gathering into it now would overwrite that request's hold.
+		ok = false
+		delete(s.taken, id)
+	}
 	if !ok {
 		i = -1
 		for k, n := range s.used {
@@ -114,6 +123,9 @@ func (s *slotIndex) decide(id string, tp int, want bool) (int, bool) {
 			}
 		}
 		s.byID[id] = i
+		if i >= 0 {
+			s.owner[i] = id
+		}
 	}
 	if s.taken[id]++; s.taken[id] >= tp {
 		// Every rank has decided: a later request of the same id decides again.
