@@ -387,9 +387,16 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					if bb, ok := bfree.take(len(r.dblocks)); ok {
 						a := &attackLoad{did: "replay-" + r.did, dblocks: bb, seed: r.seed, ended: make([]int, 1), want: []int{1}, onB: true}
 						f.writesAfterRelease += c.checkPoisonIn(b.buf, &bl, bb, a.did)
-						require.NoError(t, b.cons.Load(a.did, r.params, bb))
-						attacks[a.did] = a
-						f.replayed++
+						// Refused while B still loads a forged copy of the
+						// same remote request, or a replay of an earlier
+						// result of this request (its guard).
+						if err := b.cons.Load(a.did, r.params, bb); err != nil {
+							require.ErrorIs(t, err, ErrInvalid)
+							bfree.give(bb)
+						} else {
+							attacks[a.did] = a
+							f.replayed++
+						}
 					}
 				}
 				// The engine takes the blocks back once the rank's last load

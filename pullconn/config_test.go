@@ -133,24 +133,36 @@ func TestNotifyRanks(t *testing.T) {
 // rank's handlers: no panic; only a well-formed completion for the held
 // request releases it; everything else is counted and changes nothing.
 func FuzzProducerNotification(f *testing.F) {
-	for _, s := range []string{"held:1", "held:2", "HB:held", "HB:", "other:1", "held:0", "held", ":1", "HB:a,,b", "PUSH_REG:\x80"} {
+	for _, s := range []string{"held:1", "held:2", "HB:held", "HB:", "other:1", "held:0", "held", ":1", "HB:a,,b", "PUSH_REG:\x80", "held:1#7", "held:1#8", "held:1#"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, err := newHolds(1, time.Minute, 16)
 		require.NoError(t, err)
 		clk := clock.NewManual(time.Unix(0, 0))
-		p := &Producer{cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
+		p := &Producer{e: &Engine{}, cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
 		p.duplicates = p.stats.Counter("duplicate_completions", "")
+		p.stale = p.stats.Counter("stale_completions", "")
 		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
+		h.setKey("held", 7)
 		if notif.IsHeartbeat(msg) {
 			p.onHeartbeat("peer", msg)
 		} else {
 			p.onCompletion("peer", msg)
 		}
-		c, cerr := notif.DecodeCompletion(msg)
-		forHeld := !notif.IsHeartbeat(msg) && cerr == nil && c.ID == "held"
+		// A completion may name the hold it read ("#<key>"): another key
+		// is a stale copy, counted as such and changing nothing.
+		c, cerr := notif.DecodeSeqCompletion(msg)
+		stale := !notif.IsHeartbeat(msg) && cerr == nil && c.ID == "held" && c.Seq != 0 && c.Seq != 7
+		forHeld := !notif.IsHeartbeat(msg) && cerr == nil && c.ID == "held" && !stale
 		s := p.stats.Snapshot()
+		if stale {
+			require.Empty(t, p.freed)
+			require.Equal(t, 1, h.len())
+			st, _ := s.Get("stale_completions")
+			require.Equal(t, uint64(1), st)
+			return
+		}
 		if forHeld && c.N > 1 {
 			// A valid first completion of several: counted, not released.
 			require.Empty(t, p.freed)

@@ -69,11 +69,12 @@ func EncodeSeqCompletion(id string, n int, seq uint64) ([]byte, error) {
 
 // DecodeCompletion parses "<id>:<n>". The id may itself contain ':' (the last
 // colon separates the count); n is a decimal number in [1, MaxCount] with no
-// sign and no leading zero. A "#<seq>" tail is malformed here: pull's
-// completions never carry one.
+// sign and no leading zero. A "#<seq>" tail is malformed here (the plain
+// form vLLM's connectors send and read).
 func DecodeCompletion(msg []byte) (Completion, error) { return decodeCompletion(msg, false) }
 
-// DecodeSeqCompletion parses a push completion: "<id>:<n>" as
+// DecodeSeqCompletion parses a completion that may name what it answers (a
+// push registration's seq, a pull hold's key): "<id>:<n>" as
 // DecodeCompletion does, optionally followed by "#<seq>", a decimal number
 // in [1, 2^64-1] with no sign and no leading zero. Everything after the
 // last ':' is the count and the seq, so an id may hold ':' and '#'.

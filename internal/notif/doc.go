@@ -17,8 +17,10 @@
 //	"<request id>:<n>#<seq>"   seq in decimal, 1..2^64-1, no leading zero
 //
 // and sends the plain "<request id>:<n>" otherwise (vLLM's decode sends no
-// seq and parses only that form). Pull's completions never carry a seq
-// (DecodeCompletion refuses one; DecodeSeqCompletion reads both forms).
+// seq and parses only that form). A pull completion to a gonixl prefill
+// that pins its holds names the hold it read the same way, with the hold's
+// key in place of the seq; to any other prefill it is plain
+// (DecodeCompletion refuses a tail; DecodeSeqCompletion reads both forms).
 //
 // Why '#' after the count: a vLLM decoder splits at the last ':' and
 // reads the rest with Python's int(), which accepts surrounding whitespace,
