@@ -25,6 +25,6 @@
 // so the memory of a released request can be handed back at once.
 // The errors returned are those of NIXL's nixlAgent for the same
 // mistakes, as [*nixl.Error] values that match nixl's sentinel errors; the
-// differences from the native agent are listed in the README section
-// "Testing without GPUs" and on the methods concerned.
+// differences from the native agent are listed in docs/loopback.md and on
+// the methods concerned.
 package loopback
