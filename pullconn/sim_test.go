@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -20,32 +21,60 @@ import (
 
 // A deterministic simulation of the pull protocol, in the style of etcd
 // raft's and FoundationDB's: one seed drives a prefill engine and two decode
-// engines through delayed, reordered, duplicated and lost messages, clock
-// steps, crashes, forged and replayed Params, staging failures and block
-// reuse, and after every step the simulation checks that
+// engines through delayed, reordered, duplicated and lost messages, wall
+// clock steps, crashes, forged, replayed and re-delivered Params, staging
+// failures, block reuse, retried ids, late, replayed and foreign
+// completions, slow or lost pins, stalled READs and paused decode ranks,
+// and after every step the simulation checks that
 //
 //  1. no decode load is done with bytes other than its request's (and,
-//     1b, under the confirm rules none is done unless the hold each
-//     prefill rank confirmed is the one that was live as its READ
-//     completed),
+//     under the pin rules, 1b: none is done unless the hold each prefill
+//     rank pinned is the one that was live as the READ from it completed,
+//     and 1c: none is done on a READ that ended, on that rank's
+//     monotonic clock, after the pin the rank granted ran out),
 //  2. prefill releases every hold it made exactly once (completion,
-//     expiry or close) and never before the deadline it advertised,
+//     expiry or close), never by expiry before the deadline it advertised
+//     (on its wall clock) nor, 2b, before a pin it granted ended (on its
+//     monotonic clock), and never, 2c, on a completion naming another hold
+//     of the id once the hold was pinned,
 //  3. every decode load ends exactly once, and
 //  4. the prefill engine never rewrites a block or staging slot while a
 //     hold covering it is live.
 //
+// Clocks. Every engine (and every prefill rank) has a wall clock that
+// steps either way by up to 3 s, and a monotonic clock that never steps
+// (its own origin, a rate within +-500 ppm, a new one when a rank
+// restarts). Leases, Params deadlines, heartbeats and hold queries run on
+// the wall clocks, as in the real code (RankConfig.Clock); pins run on the
+// monotonic ones (time.Now in Consumer.startConfirm, Producer.pinHold and
+// Producer.tick), on both sides.
+//
 // What is real code: each prefill rank's protocol state is a real *holds
-// (finish, setKey, bind, confirm, complete, heartbeat, heartbeatFor, abort,
-// expire, releaseAll), the engine's staging slots are a real slotIndex,
-// Params, their holdKey, expirySeconds and expiry are the real ones, and
-// decode ranks pair with prefill ranks by the real notifyRanks. What is
-// modeled: the glue around them (Producer.RequestFinished's order of
-// finish, advertise, extend and setKey; Engine.advertise, which
-// TestSimAdvertiseMirrorsEngine compares with the real one; Engine.extend
-// and Engine.confirm's aggregation over ranks; Producer.extendHolds), which
-// is mirrored here, and the decode rank, a small state machine that follows
-// the Consumer's rules (post, succeed, pollLoad, holdDeadline, heartbeat,
-// applyHoldAnswer, applyVerdicts) under one of two rule sets.
+// (finish, setKey, bind, pin, complete, heartbeat, heartbeatFor, abort,
+// expire with its overdue holds, releaseAll), the engine's staging slots
+// are a real slotIndex, Params, their holdKey (with RemoteHoldNonce),
+// expirySeconds and expiry are the real ones, completions are encoded and
+// parsed by the real notif.EncodeSeqCompletion and DecodeSeqCompletion, and
+// decode ranks pair with prefill ranks by the real notifyRanks.
+//
+// What is modeled, mirrored from the real code: the prefill glue, that is
+// Producer.RequestFinished's order (gather, finish, advertise, extend,
+// Params with the advert's nonce, setKey), Engine.advertise and
+// Engine.dropAdverts (TestSimAdvertiseMirrorsEngine compares them with the
+// real ones; the nonce comes from the seed's stream, not math/rand), the
+// drop of a released hold's advert, which the real code runs after the
+// rank's lock is let go (Producer.tick, onCompletion, Close) so that
+// another rank's RequestFinished may come in between, Engine.extend with
+// Producer.extendHolds, Engine.confirm with Producer.pinHold (maxPin, the
+// pin's end on the rank's monotonic clock) and Producer.onCompletion; and
+// the decode rank, a small state machine that follows the Consumer's rules
+// (Load's checkRemote with its loading and read guards, post, the pin sent
+// as the READs are posted, succeed, pinnedReadEnded, finish with its keyed
+// completions, pollLoad, holdDeadline, heartbeat, applyHoldAnswer,
+// applyVerdicts, publish) under one of two rule sets. The real Consumer
+// batches a tick's pins into one call per prefill engine; here each load's
+// pin is its own call. The router sends a request's Params to decode
+// engine A, and those of a retried id to A or B.
 //
 // Memory is modeled by tags: every prefill block and slot holds the tag of
 // the request (and rank) whose KV it holds; a READ copies the tags at its
@@ -55,13 +84,23 @@ import (
 type simRules int
 
 const (
-	// confirmRules: this revision. Done only on prefill's "" verdict to a
-	// confirmation sent after the READs completed, which is also the
-	// completion; hold queries bind holds to the asking engine.
-	confirmRules simRules = iota + 1
+	// pinRules: this revision. The READs are posted without a NIXL
+	// notification, and a pin (handshake.HoldRef, PinMicros =
+	// TransferTimeout + ExpiryMargin) is sent beside them, pinSent noted
+	// on decode's monotonic clock. Each prefill rank named answers ""
+	// only for exactly that hold (its key) not bound to another engine,
+	// binds it and keeps it from expiry until its monotonic now +
+	// PinMicros; the pin counts no completion. The load is done only when
+	// every rank answered "" and its READs were seen ended no later than
+	// pinSent + TransferTimeout (decode's monotonic clock); then decode
+	// sends "<id>:<n>#<hold key>" to the ranks it notifies. Prefill counts
+	// a keyed completion only for the hold it names, and none without a
+	// key for a pinned hold; hold queries bind holds to the asking engine.
+	pinRules simRules = iota + 1
 	// legacyRules: main at b6a750d. Done when the READs completed before the
 	// converted deadline (the handshake's clock offset); each READ carries
-	// the completion "<id>:<n>"; nothing binds a hold to an engine.
+	// the completion "<id>:<n>"; nothing binds a hold to an engine, and
+	// the prefill glue of that revision (no advert nonce, no dropAdverts).
 	legacyRules
 )
 
@@ -69,7 +108,7 @@ func (r simRules) String() string {
 	if r == legacyRules {
 		return "legacy"
 	}
-	return "confirm"
+	return "pin"
 }
 
 // simAttack is a set of attacks (fault classes that a decode may not
@@ -77,14 +116,33 @@ func (r simRules) String() string {
 type simAttack uint32
 
 const (
-	atkClockAfterHS    simAttack = 1 << iota // clocks step while no READ is in flight
-	atkClockDuringRead                       // clocks step while a READ is in flight
-	atkForge                                 // Params with another id, other blocks, slot or deadline
+	atkClockAfterHS    simAttack = 1 << iota // wall clocks step while no READ is in flight
+	atkClockDuringRead                       // wall clocks step while a READ is in flight
+	atkForge                                 // Params with another id, other blocks, slot, deadline or nonce
 	atkReplay                                // Params replayed to decode engine B
 	atkStagingFail                           // one prefill rank's gather failed; its Params go out anyway
 	atkCrash                                 // a prefill rank crashes and restarts, losing its memory
 	atkRetryID                               // a prefill request id is finished again after its hold ended
-	atkAll             = atkClockAfterHS | atkClockDuringRead | atkForge | atkReplay | atkStagingFail | atkCrash | atkRetryID
+	// atkPinNet: a pin or its verdict is delayed (past the READs' end,
+	// past the call's timeout) or lost, a READ stalls past the
+	// TransferTimeout a pin covers, and a decode rank pauses (its reader
+	// and side-channel goroutines stop, so no heartbeat, hold query or
+	// verdict is handled and READs that end are seen late; its clocks
+	// run on).
+	atkPinNet
+	// atkStaleCompletion: a completion sent earlier (keyed with an
+	// earlier hold of the id, or plain) arrives again, preferably while a
+	// later hold of the id is held and pinned.
+	atkStaleCompletion
+	// atkForeignCompletion: a completion for a held id from an agent of
+	// another decode engine than the hold's reader (or of a vLLM decode),
+	// naming the hold's key, none or a wrong one.
+	atkForeignCompletion
+	// atkRedeliver: the proxy hands decode engine A the same Params
+	// again later (a retried request).
+	atkRedeliver
+	atkAll = atkClockAfterHS | atkClockDuringRead | atkForge | atkReplay | atkStagingFail | atkCrash | atkRetryID |
+		atkPinNet | atkStaleCompletion | atkForeignCompletion | atkRedeliver
 )
 
 // Scale: a lease of 2 s where vLLM's is 30 s, so that clock steps of up
@@ -97,11 +155,25 @@ const (
 	simTransferTimeout = 2 * time.Second
 	simCallTimeout     = 500 * time.Millisecond
 	simHSTimeout       = time.Second
-	simBlocks          = 16
-	simSlots           = 3
-	simMaxReqs         = 6
-	simRetryRing       = 16
+	// simPinTimeout bounds a pin call: Client.Confirm runs under the
+	// client's handshake timeout.
+	simPinTimeout = simHSTimeout
+	// simKeepAlive is RankConfig.KeepAliveTimeout at this scale (480 s
+	// for a 30 s lease), which bounds Consumer.read's guard.
+	simKeepAlive = 16 * simLease
+	simMonoPPM   = 500
+	simBlocks    = 16
+	simSlots     = 3
+	simMaxReqs   = 6
+	simRetryRing = 16
+	simCompRing  = 64
 )
+
+// simPin is the pin decode asks for (Consumer.startConfirm).
+const simPin = simTransferTimeout + simMargin
+
+// simMaxPin mirrors Producer.maxPin.
+func simMaxPin() time.Duration { return max(2*simLease, minMaxPin) }
 
 // simConfig is one simulation's shape. Everything else (the decode
 // engines' TP sizes, staging, the block allocator, ParamsAfterAllRanks
@@ -111,7 +183,21 @@ type simConfig struct {
 	attacks simAttack
 	// prefillTP is the prefill engine's TP size; 0: 1 or 2 drawn per seed.
 	prefillTP int
+	// stall is the share of READs atkPinNet stalls; 0: 1 %.
+	stall float64
+	// mutant breaks one pin rule of the decode model, to show that the
+	// invariants catch it (TestSimCatchesPinMutants).
+	mutant simMutant
 }
+
+// simMutant is a deliberately wrong decode pin rule.
+type simMutant uint8
+
+const (
+	mutNone        simMutant = iota
+	mutNoPinWindow           // done whenever the pin was granted, however late the READs ended
+	mutShortPin              // PinMicros shorter than TransferTimeout
+)
 
 type simResult uint8
 
@@ -132,21 +218,30 @@ var simResultNames = [...]string{resDone: "done", resExpired: "expired", resNotH
 type simRelease uint8
 
 const (
-	relCompletion simRelease = iota + 1 // a NIXL completion (legacy)
-	relConfirm                          // a confirmation
+	relCompletion simRelease = iota + 1 // a NIXL completion (legacy: plain, riding on the READ; pin: keyed, once done)
 	relExpire
 	relClose // Close or a crash
 	simReleases
 )
 
-var simReleaseNames = [...]string{relCompletion: "completion", relConfirm: "confirmation", relExpire: "expiry", relClose: "close"}
+var simReleaseNames = [...]string{relCompletion: "completion", relExpire: "expiry", relClose: "close"}
 
 // simStats are a run's totals.
 type simStats struct {
 	steps, requests, loads, retries, forged, replayed, crashes, holds int
-	results                                                           [simResults]int
-	released                                                          [simReleases]int
-	simTime                                                           time.Duration
+	// redelivered: Params handed to A again; refused: loads Load refused
+	// (checkRemote); pins: pins sent; pinsLate: verdicts "" that came
+	// after the load's READs ended; pinsLost: pins or verdicts the
+	// atkPinNet fault dropped; stalled: READs it stalled; outlasted:
+	// loads failed because their READs ended past pinSent +
+	// TransferTimeout; staleSent, foreignSent: completions the two
+	// completion attacks sent.
+	redelivered, refused, pins, pinsLate, pinsLost, stalled, pauses, outlasted, staleSent, foreignSent int
+	results                                                                                            [simResults]int
+	released                                                                                           [simReleases]int
+	// outcomes counts what holds.complete made of each completion.
+	outcomes [completionStale + 1]int
+	simTime  time.Duration
 }
 
 func (a *simStats) add(b simStats) {
@@ -158,7 +253,20 @@ func (a *simStats) add(b simStats) {
 	a.replayed += b.replayed
 	a.crashes += b.crashes
 	a.holds += b.holds
+	a.redelivered += b.redelivered
+	a.refused += b.refused
+	a.pins += b.pins
+	a.pinsLate += b.pinsLate
+	a.pinsLost += b.pinsLost
+	a.stalled += b.stalled
+	a.pauses += b.pauses
+	a.outlasted += b.outlasted
+	a.staleSent += b.staleSent
+	a.foreignSent += b.foreignSent
 	a.simTime += b.simTime
+	for i := range a.outcomes {
+		a.outcomes[i] += b.outcomes[i]
+	}
 	for i := range a.results {
 		a.results[i] += b.results[i]
 	}
@@ -178,13 +286,24 @@ func (a simStats) String() string {
 	for r := relCompletion; r < simReleases; r++ {
 		fmt.Fprintf(&b, " %s %d", simReleaseNames[r], a.released[r])
 	}
+	fmt.Fprintf(&b, "; %d re-delivered, %d loads refused; %d pins (%d answered after the READs ended, %d lost, %d READs stalled, %d decode pauses, %d loads past their pin)",
+		a.redelivered, a.refused, a.pins, a.pinsLate, a.pinsLost, a.stalled, a.pauses, a.outlasted)
+	fmt.Fprintf(&b, "; completions: %d replayed, %d foreign sent;", a.staleSent, a.foreignSent)
+	for o := completionCounted; o <= completionStale; o++ {
+		fmt.Fprintf(&b, " %s %d", simOutcomeNames[o], a.outcomes[o])
+	}
 	return b.String()
 }
 
-// simWrongBytes is invariant 1's violation, simUncovered 1b's.
+var simOutcomeNames = [...]string{completionCounted: "counted", completionDone: "done", completionUnknown: "unknown", completionLate: "late",
+	completionInvalid: "invalid", completionDuplicate: "duplicate", completionForeign: "foreign", completionStale: "stale"}
+
+// simWrongBytes is invariant 1's violation, simUncovered 1b's and
+// simOutlasted 1c's.
 const (
 	simWrongBytes = "done with wrong bytes"
-	simUncovered  = "done on a READ no confirmed hold covered"
+	simUncovered  = "done on a READ no pinned hold covered"
+	simOutlasted  = "done on a READ that outlasted its pin"
 )
 
 // simViolation is the first invariant a run broke.
@@ -249,7 +368,9 @@ type sim struct {
 	nextJunk       int
 	nextCall       uint64
 	nextLoad       int
-	retryRing      []string // ids the engine freed, for atkRetryID
+	retryRing      []string  // ids the engine freed, for atkRetryID
+	compRing       []*simMsg // completions decode sent, for atkStaleCompletion
+	compNext       int
 	lastFreed      string
 	reuseNow       float64 // chance that freed blocks are rewritten at once
 	rankLag        bool
@@ -274,16 +395,19 @@ type simPrefill struct {
 	afterAll bool // RankConfig.ParamsAfterAllRanks
 	lifo     bool // blocks are allocated most recently freed first (else at random)
 	adverts  map[string]*advert
-	reqs     []*simReq // owning blocks at the engine
-	byID     map[string]*simReq
-	down     int
+	// rng draws the adverts' nonces (nil: the legacy glue, which has none).
+	rng  *rand.Rand
+	reqs []*simReq // owning blocks at the engine
+	byID map[string]*simReq
+	down int
 }
 
-// simRank is one prefill rank: a real *holds, its clock, its memory, and
+// simRank is one prefill rank: a real *holds, its clocks, its memory, and
 // the model's ledger of the holds it made.
 type simRank struct {
 	r         int
 	clock     simClock
+	mono      simMono
 	h         *holds
 	up        bool
 	inc       int // incarnation: a restart loads new agent metadata
@@ -301,6 +425,9 @@ type simHold struct {
 	key  uint64
 	adv  time.Time
 	slot int
+	// pinUntil is the end of the latest pin the rank granted on the hold,
+	// on its monotonic clock (the model's ledger; zero: never pinned).
+	pinUntil time.Time
 }
 
 // simReq is one request on the prefill engine, from its forward pass until
@@ -319,6 +446,9 @@ type simReq struct {
 	freed    bool
 	failRank int  // staging failure on this rank (-1 none)
 	refinish bool // the engine calls RequestFinished again on the failed rank
+	// retry: the id is one the engine had freed; the router may send its
+	// Params to either decode engine.
+	retry bool
 }
 
 // simDecode is one decode engine: its clock, its handshake with the
@@ -328,6 +458,7 @@ type simDecode struct {
 	name   string
 	tp     int
 	clock  simClock
+	mono   simMono
 	hs     simHS
 	ranks  []*simDRank
 	parked []*simLoad
@@ -354,12 +485,23 @@ type simDRank struct {
 	lastHB    time.Time
 	live      []*simLoad
 	ticking   bool
+	// loading and read are Consumer.loading and Consumer.read: the live
+	// load of each remote request id, and until when (this engine's wall
+	// clock) a remote request (legacy: its id; pin rules: readKey, the id
+	// and the hold key) that this rank read may not be loaded again.
+	loading map[string]*simLoad
+	read    map[string]time.Time
+	// toPin are the loads whose pins go out on the next tick
+	// (Consumer.toConfirm).
+	toPin []*simLoad
+	// pausedUntil: the rank handles nothing before then (true time).
+	pausedUntil time.Duration
 }
 
 const (
 	ldParked uint8 = iota + 1
 	ldReading
-	ldConfirming
+	ldPinWait // READs ended, the pin's verdict not in yet (Consumer.confirming)
 	ldEnded
 )
 
@@ -376,9 +518,23 @@ type simLoad struct {
 	pending  int
 	wrong    bool
 	deadline time.Time
-	call     uint64
-	sent     time.Time
 	kind     string
+	// The pin: its call, when it was sent and when the READs were seen
+	// ended (decode's monotonic clock; zero until then), whether it was
+	// granted, and the model's notes from its verdict (by rank named).
+	pinCall    uint64
+	pinSent    time.Time
+	readsEnded time.Time
+	granted    bool
+	answered   bool
+	pinned     []*simHold
+	pinUntil   []time.Time
+	// readMono is, by prefill rank, that rank's monotonic clock as the
+	// READ from it completed (for 1c).
+	readMono []time.Time
+	// completed and readUntil are Consumer.markNotified's.
+	completed bool
+	readUntil time.Time
 	// direct: the Params name a slot, but this rank READs the blocks (no
 	// staging slot of its own was free); prefill holds both.
 	direct bool
@@ -421,6 +577,9 @@ func newSim(seed uint64, cfg simConfig) *sim {
 		tp = 1 + r.IntN(2)
 	}
 	p := &simPrefill{tp: tp, adverts: map[string]*advert{}, byID: map[string]*simReq{}}
+	if cfg.rules == pinRules {
+		p.rng = r
+	}
 	p.staging = cfg.attacks&atkStagingFail != 0 || r.IntN(2) == 0
 	// A prefill engine of several ranks stages only with
 	// ParamsAfterAllRanks; without staging it may hand Params on after the
@@ -437,6 +596,9 @@ func newSim(seed uint64, cfg simConfig) *sim {
 		rk := &simRank{r: i, up: true, blocks: make([]uint64, simBlocks), slotMem: make([]uint64, simSlots),
 			held: map[string]*simHold{}, cover: make([]int, simBlocks), slotCover: make([]int, simSlots)}
 		rk.h = s.newHolds(tp)
+		if cfg.rules == pinRules {
+			rk.mono = s.newMono()
+		}
 		if p.staging {
 			if err := p.slots.join(&staging.Config{Mode: staging.ModeOn, Slots: simSlots, SlotBytes: 1 << 20}, p.afterAll); err != nil {
 				panic(err)
@@ -448,19 +610,24 @@ func newSim(seed uint64, cfg simConfig) *sim {
 	for i := range s.d {
 		dtp := 1 + r.IntN(2)
 		e := &simDecode{idx: i, name: "decode-" + string(rune('a'+i)), tp: dtp}
+		if cfg.rules == pinRules {
+			e.mono = s.newMono()
+		}
 		for j := range dtp {
 			notify, err := notifyRanks(j, dtp, tp)
 			if err != nil {
 				panic(err)
 			}
-			e.ranks = append(e.ranks, &simDRank{e: e, j: j, agent: e.name + "/" + strconv.Itoa(j), notify: notify, confirmed: map[string]time.Time{}})
+			e.ranks = append(e.ranks, &simDRank{e: e, j: j, agent: e.name + "/" + strconv.Itoa(j), notify: notify, confirmed: map[string]time.Time{},
+				loading: map[string]*simLoad{}, read: map[string]time.Time{}})
 		}
 		s.d[i] = e
 	}
 	// The faults the chaos event injects (one event every 32 ms on average;
 	// with every attack on, a clock step about every 110 ms, a crash about
-	// every 1 s): 0 clock step, 1 crash, 2 prefill abort, 3 decode abort,
-	// -1 nothing.
+	// every 0.8 s): 0 clock step, 1 crash, 2 prefill abort, 3 decode abort,
+	// 4 a completion sent earlier arrives again, 5 a foreign completion,
+	// 6 a decode rank pauses, -1 nothing.
 	if cfg.attacks&(atkClockAfterHS|atkClockDuringRead) != 0 {
 		s.addChaos(0, 1.5)
 		switch cfg.attacks & (atkClockAfterHS | atkClockDuringRead) {
@@ -478,6 +645,15 @@ func newSim(seed uint64, cfg simConfig) *sim {
 	}
 	if s.decodeAborts {
 		s.addChaos(3, 1)
+	}
+	if cfg.attacks&atkStaleCompletion != 0 {
+		s.addChaos(4, 0.6)
+	}
+	if cfg.attacks&atkForeignCompletion != 0 {
+		s.addChaos(5, 0.6)
+	}
+	if cfg.attacks&atkPinNet != 0 {
+		s.addChaos(6, 0.15)
 	}
 	for range 5 - len(s.chaosKinds) {
 		s.addChaos(-1, 1) // nothing
@@ -605,19 +781,39 @@ func (s *sim) stepOnce() {
 		s.pendingParams--
 		s.deliver(e.del)
 	case evMsg:
+		if m := e.msg; (m.kind == mPinReply || m.kind == mQueryReply) && s.deferred(s.d[m.eng].ranks[m.rank], e) {
+			break
+		}
 		s.handle(e.msg)
 	case evRead:
 		s.readDone(e.load, e.a, e.b)
+	case evSeen:
+		if !s.deferred(e.load.dr, e) {
+			s.seen(e.load, e.a, e.b == 1)
+		}
+	case evPost:
+		if !s.deferred(e.load.dr, e) {
+			s.postParked(e.load)
+		}
 	case evTimeout:
-		s.timeout(e)
+		switch {
+		case e.a == 2 && s.deferred(s.d[e.b].ranks[int(e.x>>32)], e):
+		case e.a == 3 && s.deferred(e.load.dr, e):
+		default:
+			s.timeout(e)
+		}
 	case evDTick:
-		s.dtick(s.d[e.a].ranks[e.b])
+		if dr := s.d[e.a].ranks[e.b]; !s.deferred(dr, e) {
+			s.dtick(dr)
+		}
 	case evPTick:
 		s.ptick(s.p.ranks[e.a])
 	case evChaos:
 		s.chaos()
 	case evRestart:
 		s.restart(s.p.ranks[e.a])
+	case evDrop:
+		s.p.dropAdverts(e.msg.ids)
 	}
 	s.check()
 }
@@ -626,9 +822,11 @@ func (s *sim) stepOnce() {
 // rest as things happen (incremental bookkeeping, no scans).
 func (s *sim) check() {
 	for _, rk := range s.p.ranks {
-		if n := rk.h.len(); n != rk.nheld || rk.h.leases.Len() != n {
-			s.violate("release", "rank %d: holds has %d requests and %d leases, the model %d live holds (a hold vanished or was kept without being reported)",
-				rk.r, n, rk.h.leases.Len(), rk.nheld)
+		// A hold whose lease ran out while pinned is overdue: held, with no
+		// lease, until its pin ends.
+		if n := rk.h.len(); n != rk.nheld || rk.h.leases.Len()+len(rk.h.overdue) != n {
+			s.violate("release", "rank %d: holds has %d requests, %d leases and %d overdue, the model %d live holds (a hold vanished or was kept without being reported)",
+				rk.r, n, rk.h.leases.Len(), len(rk.h.overdue), rk.nheld)
 		}
 	}
 	if s.liveLoads < 0 || s.readsInFlight < 0 {
@@ -651,7 +849,7 @@ func (s *sim) gen() {
 	if p.down > 0 || len(p.reqs) >= simMaxReqs || len(p.free) < k {
 		return
 	}
-	cid := 0
+	cid, retry := 0, false
 	if s.cfg.attacks&atkRetryID != 0 && len(s.retryRing) > 0 && s.chance(0.3) {
 		id := s.lastFreed
 		if s.chance(0.5) {
@@ -659,6 +857,7 @@ func (s *sim) gen() {
 		}
 		if p.byID[id] == nil {
 			cid, _ = strconv.Atoi(id[1:])
+			retry = true
 			s.stats.retries++
 		}
 	}
@@ -666,7 +865,7 @@ func (s *sim) gen() {
 		s.nextCid++
 		cid = s.nextCid
 	}
-	q := &simReq{id: simID(cid), cid: cid, failRank: -1, lost: make([]bool, p.tp), ranDone: make([]bool, p.tp)}
+	q := &simReq{id: simID(cid), cid: cid, retry: retry, failRank: -1, lost: make([]bool, p.tp), ranDone: make([]bool, p.tp)}
 	for range k {
 		i := len(p.free) - 1 // the most recently freed block
 		if !p.lifo {
@@ -715,8 +914,8 @@ func (s *sim) writeBlock(rk *simRank, b int, tag uint64, id string) {
 
 // finishOnRank is Producer.RequestFinished on one rank: the gather into a
 // staging slot first (a failed gather holds nothing), then holds.finish,
-// the engine's advertised deadline (a rank whose own lease ends earlier
-// extends to it), the Params and holds.setKey.
+// the engine's advertised deadline and nonce (a rank whose own lease ends
+// earlier extends to it), the Params and holds.setKey.
 func (s *sim) finishOnRank(q *simReq, r int) {
 	p := s.p
 	rk := p.ranks[r]
@@ -766,13 +965,13 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 		return
 	}
 	deadline, _ := rk.h.leases.Deadline(id)
-	adv := p.advertise(id, now, deadline)
+	adv, nonce := p.advertise(id, now, deadline)
 	if adv.After(deadline) {
 		rk.h.leases.Extend(id, adv, 0)
 	}
 	params := Params{DoRemotePrefill: true, RemoteBlockIDs: slices.Clone(q.blocks), RemoteEngineID: "prefill", RemoteRequestID: id,
 		RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: p.tp, PPSize: 1, TransferMode: handshake.ModePull,
-		RemoteBlocksExpiryTime: expirySeconds(adv)}
+		RemoteBlocksExpiryTime: expirySeconds(adv), RemoteHoldNonce: nonce}
 	if slot >= 0 {
 		v := slot
 		params.RemoteStagingSlot = &v
@@ -800,8 +999,10 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 }
 
 // advertise mirrors Engine.advertise: every rank of the engine advertises
-// the deadline of the first rank that finished the request.
-func (p *simPrefill) advertise(id string, now, own time.Time) time.Time {
+// the deadline and nonce of the first rank that finished the request. The
+// nonce comes from the seed's stream (the real one from math/rand); the
+// legacy glue has none.
+func (p *simPrefill) advertise(id string, now, own time.Time) (time.Time, uint64) {
 	a, ok := p.adverts[id]
 	if !ok || !now.Before(a.deadline) {
 		if len(p.adverts) > 256 {
@@ -812,6 +1013,9 @@ func (p *simPrefill) advertise(id string, now, own time.Time) time.Time {
 			}
 		}
 		a = &advert{deadline: own}
+		if p.rng != nil {
+			a.nonce = p.rng.Uint64() | 1
+		}
 		p.adverts[id] = a
 	}
 	a.ranks++
@@ -819,7 +1023,29 @@ func (p *simPrefill) advertise(id string, now, own time.Time) time.Time {
 	if a.ranks >= p.tp {
 		delete(p.adverts, id)
 	}
-	return d
+	return d, a.nonce
+}
+
+// dropAdverts mirrors Engine.dropAdverts.
+func (p *simPrefill) dropAdverts(ids []string) {
+	for _, id := range ids {
+		delete(p.adverts, id)
+	}
+}
+
+// droppedAdverts is a rank's call of Engine.dropAdverts for the holds it
+// released (pin rules; the legacy glue has none). The real code calls it
+// after letting go of the rank's lock, so another rank's RequestFinished
+// may advertise in between: sometimes it runs a little later.
+func (s *sim) droppedAdverts(ids []string) {
+	if s.cfg.rules != pinRules || len(ids) == 0 {
+		return
+	}
+	if s.chance(0.2) {
+		s.schedule(s.between(0, 200*time.Microsecond), simEvent{kind: evDrop, msg: &simMsg{ids: slices.Clone(ids)}})
+		return
+	}
+	s.p.dropAdverts(ids)
 }
 
 // settle lets the engine free a request's blocks once no rank holds it or
@@ -876,7 +1102,9 @@ func (s *sim) junkTag() uint64 {
 }
 
 // release is a rank reporting holds released (DrainFreed): each exactly
-// once, and by expiry never before the deadline the rank advertised.
+// once, and by expiry never before the deadline the rank advertised (its
+// wall clock) nor before a pin it granted ended (its monotonic clock). The
+// rank then drops the ids' adverts (pin rules).
 func (s *sim) release(rk *simRank, ids []string, how simRelease) {
 	for _, id := range ids {
 		hd := rk.held[id]
@@ -887,6 +1115,9 @@ func (s *sim) release(rk *simRank, ids []string, how simRelease) {
 		if how == relExpire {
 			if now := s.now(&rk.clock); now.Before(hd.adv) {
 				s.violateID(id, "release", "rank %d expired %s at %v, before the deadline it advertised, %v", rk.r, id, now, hd.adv)
+			}
+			if mono := s.mono(&rk.mono); mono.Before(hd.pinUntil) {
+				s.violateID(id, "released while pinned", "rank %d expired %s at %v on its monotonic clock, before the pin it granted ended, %v", rk.r, id, mono, hd.pinUntil)
 			}
 		}
 		delete(rk.held, id)
@@ -904,6 +1135,7 @@ func (s *sim) release(rk *simRank, ids []string, how simRelease) {
 		hd.req.live--
 		s.settle(hd.req)
 	}
+	s.droppedAdverts(ids)
 }
 
 // maybeHandOut hands the Params of the first rank that finished on: at
@@ -917,7 +1149,8 @@ func (s *sim) maybeHandOut(q *simReq) {
 }
 
 // handOut sends a request's Params to decode engine A through the proxy,
-// and under attack also replays them to B, or forges a copy.
+// and under attack also replays them to B, hands them to A again later,
+// or forges a copy.
 func (s *sim) handOut(q *simReq) {
 	if q.handed {
 		return
@@ -927,16 +1160,24 @@ func (s *sim) handOut(q *simReq) {
 	if s.chance(s.proxySlowShare) {
 		d = s.between(0, 3*simLease/2)
 	}
-	s.sendParams(d, &simDelivery{p: q.params, truth: q.cid, eng: 0, kind: "genuine"})
+	eng := 0
+	if q.retry && s.chance(0.5) {
+		eng = 1
+	}
+	s.sendParams(d, &simDelivery{p: q.params, truth: q.cid, eng: eng, kind: "genuine"})
 	if s.cfg.attacks&atkReplay != 0 && s.chance(0.5) {
 		s.stats.replayed++
 		s.sendParams(s.between(0, 2*simLease), &simDelivery{p: q.params, truth: q.cid, eng: 1, kind: "replay"})
+	}
+	if s.cfg.attacks&atkRedeliver != 0 && s.chance(0.3) {
+		s.stats.redelivered++
+		s.sendParams(s.between(0, 3*simLease), &simDelivery{p: q.params, truth: q.cid, eng: 0, kind: "redelivered"})
 	}
 	if s.cfg.attacks&atkForge != 0 && s.chance(0.3) {
 		s.stats.forged++
 		f := *q.params
 		how := ""
-		switch s.rng.IntN(5) {
+		switch s.rng.IntN(6) {
 		case 0:
 			how = "id-unknown"
 			f.RemoteRequestID = simID(s.junkCid())
@@ -968,6 +1209,9 @@ func (s *sim) handOut(q *simReq) {
 		case 4:
 			how = "deadline"
 			f.RemoteBlocksExpiryTime += float64(1 + s.rng.IntN(10))
+		case 5:
+			how = "nonce"
+			f.RemoteHoldNonce ^= s.rng.Uint64() | 1
 		}
 		truth, _ := strconv.Atoi(f.RemoteRequestID[1:])
 		s.sendParams(s.between(0, simLease), &simDelivery{p: &f, truth: truth, eng: s.rng.IntN(2), kind: "forged-" + how})
@@ -991,15 +1235,17 @@ func (s *sim) ensurePTick(rk *simRank) {
 	}
 }
 
-// ptick is the Producer's poller tick: leases that ran out are released.
+// ptick is the Producer's poller tick: holds whose leases ran out (the
+// rank's wall clock) and whose pins ended (its monotonic clock) are
+// released.
 func (s *sim) ptick(rk *simRank) {
 	rk.ticking = false
 	if !rk.up {
 		return
 	}
-	now := s.now(&rk.clock)
-	if ids := rk.h.expire(now); len(ids) > 0 {
-		s.release(rk, ids, relExpire)
+	now, mono := s.now(&rk.clock), s.mono(&rk.mono)
+	if ids := rk.h.expire(now, mono); len(ids) > 0 {
+		s.release(rk, s.sortedIDs(ids), relExpire) // the overdue ones come out of a map
 	}
 	if d, ok := rk.h.leases.Next(); ok && !d.After(now) {
 		s.violate("release", "rank %d: a lease ending at %v is still held at %v after expire", rk.r, d, now)
@@ -1017,8 +1263,8 @@ func (s *sim) handle(m *simMsg) {
 		s.onHello(m)
 	case mQuery:
 		s.onQuery(m)
-	case mConfirm:
-		s.onConfirm(m)
+	case mPin:
+		s.onPin(m)
 	case mCompletion:
 		s.onCompletion(m)
 	case mHeartbeat:
@@ -1029,7 +1275,7 @@ func (s *sim) handle(m *simMsg) {
 		s.onHelloReply(m)
 	case mQueryReply:
 		s.onQueryReply(m)
-	case mConfirmReply:
+	case mPinReply:
 		s.onVerdict(m)
 	}
 }
@@ -1096,45 +1342,76 @@ func (s *sim) onQuery(m *simMsg) {
 	s.send(&simMsg{kind: mQueryReply, call: m.call, eng: m.eng, rank: m.rank, ids: m.ids, holds: out, now: remoteNow, sent: m.sent})
 }
 
-// onConfirm mirrors Engine.confirm and Producer.confirmHold: "" when every
-// rank named still holds exactly that hold for the asking engine; each
-// rank counts the confirmation as the agent's completion.
-func (s *sim) onConfirm(m *simMsg) {
+// onPin mirrors Engine.confirm and Producer.pinHold: each rank named pins
+// the hold if it holds exactly that hold (its key) for the asking engine,
+// until its monotonic now + PinMicros (at most maxPin); the verdict is ""
+// when every rank did. A rank that pinned keeps its pin whatever the
+// others answered. No completion is counted.
+func (s *sim) onPin(m *simMsg) {
 	p := s.p
 	reader := s.d[m.eng].name
 	why := ""
-	var confirmed []*simHold
+	pinned := make([]*simHold, len(m.ref.Ranks))
+	until := make([]time.Time, len(m.ref.Ranks))
 	if p.down > 0 {
 		why = "prefill engine does not have all its ranks"
 	} else {
-		for _, r := range m.ref.Ranks {
+		d := time.Duration(m.ref.PinMicros) * time.Microsecond
+		for i, r := range m.ref.Ranks {
 			rk := p.ranks[r]
-			hd := rk.held[m.ref.ID]
-			v, out := rk.h.confirm(m.ref.ID, m.ref.Key, m.ref.N, reader, m.agent)
-			confirmed = append(confirmed, hd)
-			if out == completionDone {
-				if hd == nil || hd.key != m.ref.Key {
-					s.violateID(m.ref.ID, "release", "rank %d: a confirmation of key %x released %s, whose hold has another key", r, m.ref.Key, m.ref.ID)
+			var v string
+			if d > simMaxPin() {
+				v = fmt.Sprintf("a pin of %v is longer than the %v this rank grants", d, simMaxPin())
+			} else {
+				u := s.mono(&rk.mono).Add(d)
+				if v = rk.h.pin(m.ref.ID, m.ref.Key, reader, m.agent, u); v == "" {
+					hd := rk.held[m.ref.ID]
+					if hd == nil || hd.key != m.ref.Key {
+						s.violateID(m.ref.ID, "model", "rank %d pinned %s for key %x, which the model does not hold with that key", r, m.ref.ID, m.ref.Key)
+						return
+					}
+					if u.After(hd.pinUntil) {
+						hd.pinUntil = u
+					}
+					pinned[i], until[i] = hd, u
+					s.trace("pinned", reader, r, 0, m.ref.ID)
+					s.ensurePTick(rk) // Producer.pinHold wakes the poller
 				}
-				s.release(rk, []string{m.ref.ID}, relConfirm)
 			}
 			if v != "" && why == "" {
 				why = fmt.Sprintf("rank %d: %s", r, v)
 			}
 		}
 	}
-	s.send(&simMsg{kind: mConfirmReply, call: m.call, eng: m.eng, rank: m.rank, load: m.load, why: why, now: s.now(&p.ranks[0].clock).UnixNano(), sent: m.sent, id: m.ref.ID,
-		confirmed: confirmed})
+	s.sendPinMsg(&simMsg{kind: mPinReply, call: m.call, eng: m.eng, rank: m.rank, load: m.load, why: why, now: s.now(&p.ranks[0].clock).UnixNano(), sent: m.sent, id: m.ref.ID,
+		pinned: pinned, until: until})
 }
 
-// onCompletion is Producer.onCompletion: a NIXL "<id>:<n>" (legacy
-// decodes send them with their READs).
+// onCompletion is Producer.onCompletion: a NIXL "<id>:<n>" or
+// "<id>:<n>#<hold key>" (DecodeSeqCompletion) into holds.complete. A pinned
+// hold is released only by completions naming its key (2c).
 func (s *sim) onCompletion(m *simMsg) {
 	rk := s.p.ranks[m.prank]
 	if !rk.up {
 		return
 	}
-	if out, _ := rk.h.complete(notif.Completion{ID: m.id, N: m.n}, m.agent); out == completionDone {
+	hd := rk.held[m.id]
+	msg, err := notif.EncodeSeqCompletion(m.id, m.n, m.seq) // as decode sends it
+	if err != nil {
+		s.violate("model", "completion %q: %v", m.id, err)
+		return
+	}
+	c, err := notif.DecodeSeqCompletion(msg)
+	if err != nil {
+		s.violate("model", "completion %q: %v", msg, err)
+		return
+	}
+	out, _ := rk.h.complete(c, m.agent)
+	s.stats.outcomes[out]++
+	if out == completionDone {
+		if hd != nil && !hd.pinUntil.IsZero() && m.seq != hd.key {
+			s.violateID(m.id, "release", "rank %d: a completion from %s naming key %x released %s, pinned with key %x", rk.r, m.agent, m.seq, m.id, hd.key)
+		}
 		s.release(rk, []string{m.id}, relCompletion)
 	}
 }
@@ -1165,7 +1442,140 @@ func (s *sim) chaos() {
 		if n := len(dr.live); n > 0 {
 			s.end(dr.live[s.rng.IntN(n)], resAborted)
 		}
+	case 4:
+		s.replayCompletion()
+	case 5:
+		s.foreignCompletion()
+	case 6:
+		e := s.d[s.rng.IntN(2)]
+		if dr := e.ranks[s.rng.IntN(len(e.ranks))]; !s.paused(dr) {
+			dr.pausedUntil = s.t + s.between(simTransferTimeout/4, 2*simTransferTimeout)
+			s.stats.pauses++
+			s.trace("decode-pause", e.name, int((dr.pausedUntil-s.t)/time.Millisecond), dr.j, "")
+		}
 	}
+}
+
+// paused reports whether decode rank dr is paused now.
+func (s *sim) paused(dr *simDRank) bool { return s.t < dr.pausedUntil }
+
+// deferred puts off until the end of dr's pause an event dr is to handle,
+// and reports whether it did.
+func (s *sim) deferred(dr *simDRank, e simEvent) bool {
+	if !s.paused(dr) {
+		return false
+	}
+	s.schedule(dr.pausedUntil-s.t, e)
+	return true
+}
+
+// sendPinMsg sends a pin or its verdict; under atkPinNet it may be lost
+// or delayed past the READs' end and past the call's timeout.
+func (s *sim) sendPinMsg(m *simMsg) {
+	if s.cfg.attacks&atkPinNet != 0 {
+		switch u := s.rng.Float64(); {
+		case u < 0.04:
+			s.stats.pinsLost++
+			s.trace("pin-lost", simMsgNames[m.kind], m.eng, m.rank, m.id)
+			return
+		case u < 0.2:
+			s.sendAfter(m, s.between(0, simPinTimeout*3/2))
+			return
+		}
+	}
+	s.send(m)
+}
+
+// noteCompletion keeps a completion decode sent, for atkStaleCompletion.
+func (s *sim) noteCompletion(m *simMsg) {
+	if s.cfg.attacks&atkStaleCompletion == 0 {
+		return
+	}
+	if len(s.compRing) < simCompRing {
+		s.compRing = append(s.compRing, m)
+		return
+	}
+	s.compRing[s.compNext] = m
+	s.compNext = (s.compNext + 1) % simCompRing
+}
+
+// replayCompletion delivers again a completion decode sent earlier: by
+// preference one naming an earlier hold of an id that its rank now holds
+// (pinned, if one is), as a late or duplicated NIXL notification would.
+func (s *sim) replayCompletion() {
+	if len(s.compRing) == 0 {
+		return
+	}
+	var pick *simMsg
+	best := 0
+	for _, m := range s.compRing {
+		score := 0
+		if rk := s.p.ranks[m.prank]; rk.up {
+			if hd := rk.held[m.id]; hd != nil && hd.key != m.seq {
+				score = 1
+				if !hd.pinUntil.IsZero() {
+					score = 2
+				}
+			}
+		}
+		if score > best {
+			pick, best = m, score
+		}
+	}
+	if pick == nil || s.chance(0.2) {
+		pick = s.compRing[s.rng.IntN(len(s.compRing))]
+	}
+	s.stats.staleSent++
+	s.trace("replay-completion", strconv.Itoa(best), pick.prank, 0, pick.id)
+	s.send(pick)
+}
+
+// foreignCompletion sends a completion for an id some prefill rank holds
+// from an agent of another decode engine than the one that reads the hold:
+// while the hold is bound, an agent of the other engine here, or of a
+// third decode that never pins (a vLLM decode, or one that saw the Params
+// and misbehaves); while it is not, an agent of that third decode only.
+// The agent is the NIXL sender's name, which a peer cannot choose: a
+// completion from the reading engine's own agents is one it sent (a late
+// or repeated one is atkStaleCompletion's). It names the hold's key (the
+// sender saw the Params), none (vLLM's), or a wrong one; under the legacy
+// rules none, as every decode then sent.
+func (s *sim) foreignCompletion() {
+	rk := s.p.ranks[s.rng.IntN(len(s.p.ranks))]
+	var ids []string
+	for _, q := range s.p.reqs {
+		if rk.held[q.id] != nil {
+			ids = append(ids, q.id)
+		}
+	}
+	if !rk.up || len(ids) == 0 {
+		return
+	}
+	id := ids[s.rng.IntN(len(ids))]
+	hd := rk.held[id]
+	agents := []string{"vllm-c/0", "vllm-c/1"}
+	if reader := rk.h.reqs[id].reader; reader != "" {
+		for _, e := range s.d {
+			if e.name != reader {
+				for _, dr := range e.ranks {
+					agents = append(agents, dr.agent)
+				}
+			}
+		}
+	}
+	m := &simMsg{kind: mCompletion, prank: rk.r, agent: agents[s.rng.IntN(len(agents))], id: id, n: 1 + s.rng.IntN(2), eng: -1}
+	if s.cfg.rules == pinRules {
+		switch u := s.rng.Float64(); {
+		case u < 0.5:
+			m.seq = hd.key
+		case u < 0.9:
+		default:
+			m.seq = s.rng.Uint64() | 1
+		}
+	}
+	s.stats.foreignSent++
+	s.trace("foreign-completion", m.agent, rk.r, 0, id)
+	s.send(m)
 }
 
 // clockStep steps one decode engine's clock, one prefill rank's or all of
@@ -1238,6 +1648,9 @@ func (s *sim) crash() {
 
 func (s *sim) restart(rk *simRank) {
 	rk.h = s.newHolds(s.p.tp)
+	if s.cfg.rules == pinRules {
+		rk.mono = s.newMono() // a new process
+	}
 	rk.up = true
 	rk.inc++
 	s.p.down--
@@ -1251,7 +1664,9 @@ func (s *sim) restart(rk *simRank) {
 
 // ---- decode ----
 
-// deliver is Consumer.Load on every rank of a decode engine.
+// deliver is Consumer.Load on every rank of a decode engine (under a new
+// decode request id each time): refused by checkRemote while the rank
+// loads that remote request, or read it and its guard has not run out.
 func (s *sim) deliver(del *simDelivery) {
 	if s.viol != nil {
 		return
@@ -1260,12 +1675,26 @@ func (s *sim) deliver(del *simDelivery) {
 	exp, guarded := del.p.expiry()
 	key := del.p.holdKey()
 	s.trace("load", del.kind, e.idx, 0, del.p.RemoteRequestID)
+	loaded := false
 	for _, dr := range e.ranks {
+		if why := s.checkRemote(dr, del.p); why != "" {
+			s.stats.refused++
+			s.trace("load-refused", why, e.idx, dr.j, del.p.RemoteRequestID)
+			continue
+		}
+		loaded = true
 		s.nextLoad++
 		l := &simLoad{n: s.nextLoad, dr: dr, p: del.p, key: key, truth: del.truth, exp: exp, guarded: guarded, kind: del.kind}
 		dr.live = append(dr.live, l)
+		dr.loading[del.p.RemoteRequestID] = l
 		s.liveLoads++
 		s.stats.loads++
+		if s.paused(dr) {
+			// Load queued it; the paused reader routes it later.
+			l.state = ldParked
+			s.schedule(dr.pausedUntil-s.t, simEvent{kind: evPost, load: l})
+			continue
+		}
 		if e.hs.state == 2 {
 			s.post(l)
 			continue
@@ -1273,8 +1702,42 @@ func (s *sim) deliver(del *simDelivery) {
 		l.state = ldParked
 		e.parked = append(e.parked, l)
 	}
-	if e.hs.state == 0 {
+	if loaded && e.hs.state == 0 {
 		s.startHandshake(e)
+	}
+}
+
+// checkRemote mirrors Consumer.checkRemote.
+func (s *sim) checkRemote(dr *simDRank, p *Params) string {
+	if dr.loading[p.RemoteRequestID] != nil {
+		return "loading"
+	}
+	if until, ok := dr.read[s.readKey(p)]; ok && s.now(&dr.e.clock).Before(until) {
+		return "read"
+	}
+	return ""
+}
+
+// readKey mirrors readKey (legacy: b6a750d's, the remote request id
+// alone); the engine key is the same for every load here.
+func (s *sim) readKey(p *Params) string {
+	if s.cfg.rules == legacyRules {
+		return p.RemoteRequestID
+	}
+	return p.RemoteRequestID + "\x00" + strconv.FormatUint(p.holdKey(), 16)
+}
+
+// markNotified mirrors Consumer.markNotified: a completion of the load may
+// have reached prefill, so the rank does not load the remote request again
+// until the hold's deadline.
+func (s *sim) markNotified(l *simLoad) {
+	if l.completed {
+		return
+	}
+	l.completed = true
+	l.readUntil = s.now(&l.dr.e.clock).Add(simTransferTimeout + simKeepAlive)
+	if hold, ok := s.holdDeadline(l); ok {
+		l.readUntil = hold.Add(simMargin)
 	}
 }
 
@@ -1304,8 +1767,28 @@ func (s *sim) onHelloReply(m *simMsg) {
 	e.parked = nil
 	for _, l := range parked {
 		if l.state == ldParked {
+			if s.paused(l.dr) {
+				s.schedule(l.dr.pausedUntil-s.t, simEvent{kind: evPost, load: l})
+				continue
+			}
 			s.post(l)
 		}
+	}
+}
+
+// postParked routes a load a paused rank took (Consumer.route).
+func (s *sim) postParked(l *simLoad) {
+	if l.state != ldParked {
+		return // aborted meanwhile
+	}
+	e := l.dr.e
+	if e.hs.state == 2 {
+		s.post(l)
+		return
+	}
+	e.parked = append(e.parked, l)
+	if e.hs.state == 0 {
+		s.startHandshake(e)
 	}
 }
 
@@ -1335,7 +1818,10 @@ func (s *sim) holdDeadline(l *simLoad) (time.Time, bool) {
 }
 
 // post mirrors Consumer.post: no READ once the deadline passed; one READ
-// per prefill rank read, each taking its own time.
+// per prefill rank read, each taking its own time. Legacy: each READ
+// carries its completion. Pin rules: the READs carry none, and the load's
+// pin goes out beside them, on this tick (Consumer.tick: post, then
+// startConfirms) or, as after an Inline Drain, on the next.
 func (s *sim) post(l *simLoad) {
 	dr, e := l.dr, l.dr.e
 	now := s.now(&e.clock)
@@ -1364,16 +1850,45 @@ func (s *sim) post(l *simLoad) {
 	}
 	l.pending = len(dr.notify)
 	l.deadline = now.Add(simTransferTimeout)
+	l.readMono = make([]time.Time, s.p.tp)
 	for _, src := range dr.notify {
 		s.readsInFlight++
 		s.schedule(s.readTime(), simEvent{kind: evRead, load: l, a: src, b: s.p.ranks[src].inc})
 	}
 	s.trace("post", "", e.idx, dr.j, l.p.RemoteRequestID)
+	if s.cfg.rules == legacyRules {
+		s.markNotified(l)
+	} else if s.chance(0.7) {
+		s.sendPin(l)
+	} else {
+		dr.toPin = append(dr.toPin, l)
+	}
 	s.ensureDTick(dr)
+}
+
+// sendPin mirrors Consumer.startConfirm for one load: pinSent on decode's
+// monotonic clock before the call leaves, PinMicros = TransferTimeout +
+// ExpiryMargin; the call times out after simPinTimeout.
+func (s *sim) sendPin(l *simLoad) {
+	dr := l.dr
+	s.nextCall++
+	s.stats.pins++
+	l.pinCall, l.pinSent = s.nextCall, s.mono(&dr.e.mono)
+	pin := simPin
+	if s.cfg.mutant == mutShortPin {
+		pin = simTransferTimeout - 3*simMargin
+	}
+	ref := handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.key, N: dr.e.tp, Ranks: dr.notify, PinMicros: pin.Microseconds()}
+	s.sendPinMsg(&simMsg{kind: mPin, call: l.pinCall, eng: dr.e.idx, rank: dr.j, agent: dr.agent, ref: ref, load: l, sent: s.now(&dr.e.clock), id: ref.ID})
+	s.schedule(simPinTimeout, simEvent{kind: evTimeout, a: 3, load: l, x: l.pinCall})
 }
 
 func (s *sim) readTime() time.Duration {
 	switch u := s.rng.Float64(); {
+	case s.cfg.attacks&atkPinNet != 0 && u < cmp.Or(s.cfg.stall, 0.01):
+		// Stalled past the TransferTimeout a pin covers.
+		s.stats.stalled++
+		return s.between(simTransferTimeout*3/4, 2*simTransferTimeout)
 	case u < 0.02:
 		return s.between(50*time.Millisecond, 1500*time.Millisecond)
 	case u < 0.2:
@@ -1385,7 +1900,8 @@ func (s *sim) readTime() time.Duration {
 
 // readDone is a READ from prefill rank src completing: it copies what the
 // blocks (or the slot) hold now. Under the legacy rules it also delivers
-// the completion it carries, whatever became of the load.
+// the completion it carries, whatever became of the load. The decode rank
+// sees it at once, or when its pause ends.
 func (s *sim) readDone(l *simLoad, src, inc int) {
 	s.readsInFlight--
 	rk := s.p.ranks[src]
@@ -1394,10 +1910,22 @@ func (s *sim) readDone(l *simLoad, src, inc int) {
 	if ok {
 		s.copyCheck(l, src)
 		l.seen[src] = s.covering(l, rk)
+		l.readMono[src] = s.mono(&rk.mono)
 		if s.cfg.rules == legacyRules {
-			s.send(&simMsg{kind: mCompletion, prank: src, agent: l.dr.agent, id: l.p.RemoteRequestID, n: l.dr.e.tp, eng: l.dr.e.idx, rank: l.dr.j})
+			m := &simMsg{kind: mCompletion, prank: src, agent: l.dr.agent, id: l.p.RemoteRequestID, n: l.dr.e.tp, eng: l.dr.e.idx, rank: l.dr.j}
+			s.noteCompletion(m)
+			s.send(m)
 		}
 	}
+	if s.paused(l.dr) {
+		s.schedule(l.dr.pausedUntil-s.t, simEvent{kind: evSeen, load: l, a: src, b: boolInt(ok)})
+		return
+	}
+	s.seen(l, src, ok)
+}
+
+// seen is the decode rank seeing the READ from src ended (pollLoad).
+func (s *sim) seen(l *simLoad, src int, ok bool) {
 	if l.state != ldReading {
 		return
 	}
@@ -1440,8 +1968,9 @@ func simResultOK(ok bool) string {
 }
 
 // succeed mirrors Consumer.succeed: done only if the READs were seen
-// complete before the deadline; under the confirm rules, only once prefill
-// confirms the hold.
+// complete before the deadline (the wall clock); under the pin rules, only
+// once prefill pinned the hold, and only if the READs ended within the pin
+// (pinnedReadEnded).
 func (s *sim) succeed(l *simLoad) {
 	dr := l.dr
 	now := s.now(&dr.e.clock)
@@ -1453,19 +1982,35 @@ func (s *sim) succeed(l *simLoad) {
 		s.done(l)
 		return
 	}
-	s.nextCall++
-	l.state, l.call, l.sent = ldConfirming, s.nextCall, now
-	ref := handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.key, N: dr.e.tp, Ranks: dr.notify}
-	s.send(&simMsg{kind: mConfirm, call: l.call, eng: dr.e.idx, rank: dr.j, agent: dr.agent, ref: ref, load: l, sent: now, id: ref.ID})
-	s.schedule(simCallTimeout, simEvent{kind: evTimeout, a: 3, load: l, x: l.call})
+	l.readsEnded = s.mono(&dr.e.mono)
+	if !l.granted {
+		l.state = ldPinWait // the verdict is still on its way
+		return
+	}
+	s.pinnedReadEnded(l)
 }
 
-// onVerdict mirrors applyVerdicts.
+// pinnedReadEnded mirrors Consumer.pinnedReadEnded: the READs must have
+// ended no later than pinSent + TransferTimeout, on decode's monotonic
+// clock. (A load whose pin goes out on the next tick may see its READs
+// end before pinSent; the hold, live when the pin came, was live since.)
+func (s *sim) pinnedReadEnded(l *simLoad) {
+	if s.cfg.mutant != mutNoPinWindow && l.readsEnded.After(l.pinSent.Add(simTransferTimeout)) {
+		s.stats.outlasted++
+		s.end(l, resNotHeld)
+		return
+	}
+	s.finishLoad(l)
+}
+
+// onVerdict mirrors applyVerdicts: "not held" fails the load; "" grants
+// the pin, and finishes the load if its READs already ended.
 func (s *sim) onVerdict(m *simMsg) {
 	l := m.load
-	if l.state != ldConfirming || l.call != m.call {
-		return // a late or second answer
+	if l.state == ldEnded || l.pinCall != m.call || l.answered {
+		return // ended meanwhile, or a second copy of the answer
 	}
+	l.answered = true
 	if m.now != 0 {
 		l.dr.off, l.dr.unc = simMeasure(m.sent, s.now(&l.dr.e.clock), m.now)
 	}
@@ -1473,16 +2018,41 @@ func (s *sim) onVerdict(m *simMsg) {
 		s.end(l, resNotHeld)
 		return
 	}
-	// Invariant 1b: the hold each rank confirmed is the one that was live
-	// as the READ from it completed, so no release and new hold (of the
-	// same key) came between, even where the bytes happen to be right.
-	for i, r := range l.dr.notify {
-		if l.seen[r] == nil || l.seen[r] != m.confirmed[i].req {
-			s.violateID(l.p.RemoteRequestID, simUncovered, "decode engine %s rank %d: load of %s (%s Params) is done on prefill rank %d's confirmation of a hold that was not the one live as its READ completed (%s)",
-				l.dr.e.name, l.dr.j, l.p.RemoteRequestID, l.kind, r, simWhich(l.seen[r]))
+	l.granted, l.pinned, l.pinUntil = true, m.pinned, m.until
+	if l.state == ldPinWait {
+		s.stats.pinsLate++
+		s.pinnedReadEnded(l)
+	}
+}
+
+// finishLoad mirrors Consumer.finish under the pin rules: the load is done
+// (invariants 1, 1b and 1c), the rank will not load that hold again until
+// its deadline (markNotified), and the completions naming the hold go to
+// the ranks it notifies, as NIXL notifications.
+func (s *sim) finishLoad(l *simLoad) {
+	dr := l.dr
+	for i, r := range dr.notify {
+		// 1b: the hold each rank pinned is the one that was live as the
+		// READ from it completed, so no release and new hold came
+		// between, even where the bytes happen to be right.
+		if l.seen[r] == nil || l.seen[r] != l.pinned[i].req {
+			s.violateID(l.p.RemoteRequestID, simUncovered, "decode engine %s rank %d: load of %s (%s Params) is done on prefill rank %d's pin of a hold that was not the one live as its READ completed (%s)",
+				dr.e.name, dr.j, l.p.RemoteRequestID, l.kind, r, simWhich(l.seen[r]))
+		}
+		// 1c: a READ that ended after the pin was granted ended before
+		// the pin ran out, on that rank's monotonic clock.
+		if l.readMono[r].After(l.pinUntil[i]) {
+			s.violateID(l.p.RemoteRequestID, simOutlasted, "decode engine %s rank %d: load of %s is done, but its READ from prefill rank %d ended at %v on that rank's monotonic clock, after the pin it granted ran out (%v)",
+				dr.e.name, dr.j, l.p.RemoteRequestID, r, l.readMono[r], l.pinUntil[i])
 		}
 	}
+	s.markNotified(l)
 	s.done(l)
+	for _, r := range dr.notify {
+		m := &simMsg{kind: mCompletion, prank: r, agent: dr.agent, id: l.p.RemoteRequestID, n: dr.e.tp, seq: l.key, eng: dr.e.idx, rank: dr.j}
+		s.noteCompletion(m)
+		s.send(m)
+	}
 }
 
 func simWhich(q *simReq) string {
@@ -1525,7 +2095,11 @@ func simSlot(p *int) string {
 	return strconv.Itoa(*p)
 }
 
-// end ends a load, exactly once (invariant 3).
+// end ends a load, exactly once (invariant 3), and publishes it as
+// Consumer.publish does: a load whose completion may have reached prefill
+// guards its remote request (Consumer.read) until the hold's deadline as
+// the rank knows it now, at most KeepAliveTimeout + TransferTimeout ahead;
+// the rank forgets the deadline hold queries confirmed for the id.
 func (s *sim) end(l *simLoad, res simResult) {
 	if l.state == ldEnded {
 		s.violateID(l.p.RemoteRequestID, "load ended twice", "load %d of %s ended %s after it had ended", l.n, l.p.RemoteRequestID, simResultNames[res])
@@ -1538,7 +2112,20 @@ func (s *sim) end(l *simLoad, res simResult) {
 	if i := slices.Index(dr.live, l); i >= 0 {
 		dr.live = slices.Delete(dr.live, i, i+1)
 	}
-	s.trace("end", simResultNames[res], dr.e.idx, dr.j, l.p.RemoteRequestID)
+	id := l.p.RemoteRequestID
+	if l.completed {
+		now := s.now(&dr.e.clock)
+		if hold, ok := s.holdDeadline(l); ok {
+			l.readUntil = maxTime(l.readUntil, hold.Add(simMargin))
+		}
+		l.readUntil = minTime(l.readUntil, now.Add(simKeepAlive+simTransferTimeout))
+		dr.read[s.readKey(l.p)] = l.readUntil
+	}
+	if dr.loading[id] == l {
+		delete(dr.loading, id)
+	}
+	delete(dr.confirmed, id)
+	s.trace("end", simResultNames[res], dr.e.idx, dr.j, id)
 }
 
 func (s *sim) timeout(e simEvent) {
@@ -1561,8 +2148,8 @@ func (s *sim) timeout(e simEvent) {
 		if dr.querying && dr.qcall == e.x&0xffffffff {
 			dr.querying = false
 		}
-	case 3: // confirmation: every error means "not confirmed"
-		if l := e.load; l.state == ldConfirming && l.call == e.x {
+	case 3: // pin: every error means "not held", READs in flight or not
+		if l := e.load; l.state != ldEnded && l.pinCall == e.x && !l.answered {
 			s.end(l, resNotHeld)
 		}
 	}
@@ -1599,6 +2186,14 @@ func (s *sim) dtick(dr *simDRank) {
 		}
 		reading++
 	}
+	// startConfirms: the pins of loads posted since the last tick.
+	for _, l := range dr.toPin {
+		if l.state != ldEnded {
+			s.sendPin(l)
+		}
+	}
+	clear(dr.toPin)
+	dr.toPin = dr.toPin[:0]
 	if reading > 0 && dr.e.hs.state == 2 && now.Sub(dr.lastHB) >= simHBInterval {
 		ids := make([]string, 0, reading)
 		for _, l := range dr.live {
@@ -1621,6 +2216,15 @@ func (s *sim) dtick(dr *simDRank) {
 		for k := range dr.confirmed {
 			if !s.wants(dr, k) {
 				delete(dr.confirmed, k)
+			}
+		}
+	}
+	if len(dr.read) > 256 {
+		// Consumer.publish prunes at maxRead; entries past their time
+		// guard nothing either way.
+		for k, until := range dr.read {
+			if !now.Before(until) {
+				delete(dr.read, k)
 			}
 		}
 	}
@@ -1647,7 +2251,7 @@ func (s *sim) onQueryReply(m *simMsg) {
 		return
 	}
 	dr.querying = false
-	if s.cfg.rules == confirmRules {
+	if s.cfg.rules == pinRules {
 		dr.off, dr.unc = simMeasure(m.sent, s.now(&dr.e.clock), m.now)
 	}
 	remoteNow := time.Unix(0, m.now)
@@ -1676,7 +2280,7 @@ func simRun(seed uint64, cfg simConfig, steps int) *sim {
 // simMode is the configuration the environment asks for: short by
 // default (4 seeds x 20,000 steps, a fraction of a second), GONIXL_SIM=long
 // for the long one (300 seeds x 1,000,000 steps, every invariant checked
-// at every step: about 1.5 minutes on one core), GONIXL_SIM_SEED=<n> for
+// at every step: about 2 minutes on one core), GONIXL_SIM_SEED=<n> for
 // one seed (at the length the mode gives).
 func simMode(t *testing.T) (seeds []uint64, steps int, long bool) {
 	long = os.Getenv("GONIXL_SIM") == "long"
@@ -1698,15 +2302,15 @@ func simMode(t *testing.T) (seeds []uint64, steps int, long bool) {
 	return seeds, steps, long
 }
 
-// TestSimConfirmRules runs this revision's rules through every attack and
+// TestSimPinRules runs this revision's rules through every attack and
 // fault at once: no invariant may break. Every seed runs (a seed stops at
 // its first violation) and the first violation of each kind is reported
 // with its replayed history. It also checks that the attacks really
-// happened and were refused (loads answered "not held"), so that a
-// simulation that stopped attacking would fail here.
-func TestSimConfirmRules(t *testing.T) {
+// happened and were refused (loads answered "not held", completions not
+// counted), so that a simulation that stopped attacking would fail here.
+func TestSimPinRules(t *testing.T) {
 	seeds, steps, long := simMode(t)
-	cfg := simConfig{rules: confirmRules, attacks: atkAll}
+	cfg := simConfig{rules: pinRules, attacks: atkAll}
 	var total simStats
 	var first []*simViolation
 	kinds := map[string]int{}
@@ -1726,33 +2330,59 @@ func TestSimConfirmRules(t *testing.T) {
 		}
 	}
 	el := time.Since(start)
-	t.Logf("confirm rules, all attacks: %d seeds x %d steps: %d violating seeds %v in %v (%.0f steps/s); %v",
+	t.Logf("pin rules, all attacks: %d seeds x %d steps: %d violating seeds %v in %v (%.0f steps/s); %v",
 		len(seeds), steps, bad, kinds, el.Round(time.Millisecond), float64(total.steps)/el.Seconds(), total)
 	for _, v := range first {
-		t.Errorf("confirm rules broke an invariant; replay with GONIXL_SIM_SEED=%d\n%s", v.seed, simExplain(v, cfg, steps))
+		t.Errorf("pin rules broke an invariant; replay with GONIXL_SIM_SEED=%d\n%s", v.seed, simExplain(v, cfg, steps))
 	}
-	if total.results[resDone] == 0 || total.results[resNotHeld] == 0 || total.forged == 0 || total.replayed == 0 || total.crashes == 0 || total.retries == 0 {
+	if total.results[resDone] == 0 || total.results[resNotHeld] == 0 || total.forged == 0 || total.replayed == 0 || total.crashes == 0 || total.retries == 0 ||
+		total.redelivered == 0 || total.refused == 0 {
 		t.Fatalf("the simulation did not exercise the protocol: %v", total)
 	}
-	if total.released[relConfirm] == 0 || total.released[relExpire] == 0 || total.released[relClose] == 0 {
+	if total.pins == 0 || total.pinsLate == 0 || total.pinsLost == 0 || total.stalled == 0 ||
+		total.outcomes[completionStale] == 0 || total.outcomes[completionForeign] == 0 || total.staleSent == 0 || total.foreignSent == 0 {
+		t.Fatalf("the pin faults did not happen: %v", total)
+	}
+	if long && total.outlasted == 0 {
+		t.Fatalf("no load's READs outlasted its pin: %v", total)
+	}
+	if total.released[relCompletion] == 0 || total.released[relExpire] == 0 || total.released[relClose] == 0 {
 		t.Fatalf("some way of releasing a hold never happened: %v", total)
 	}
 }
 
 // TestSimAdvertiseMirrorsEngine keeps the simulation's copy of
-// Engine.advertise (simPrefill.advertise) honest: both answer a random
-// sequence of calls alike.
+// Engine.advertise and Engine.dropAdverts (simPrefill's) honest: both
+// answer a random sequence of calls alike, the same deadline and a nonce
+// that is new exactly when the real one is (the nonces themselves are
+// random on both sides).
 func TestSimAdvertiseMirrorsEngine(t *testing.T) {
 	e, err := NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: 2, BlockSize: 16})
 	require.NoError(t, err)
 	defer e.Close()
-	p := &simPrefill{tp: 2, adverts: map[string]*advert{}}
 	rng := rand.New(rand.NewPCG(1, 2))
+	p := &simPrefill{tp: 2, adverts: map[string]*advert{}, rng: rand.New(rand.NewPCG(3, 4))}
+	toSim, toReal := map[uint64]uint64{}, map[uint64]uint64{}
 	for i := range 20_000 {
 		id := simID(1 + rng.IntN(4))
+		if rng.IntN(8) == 0 {
+			e.dropAdverts([]string{id})
+			p.dropAdverts([]string{id})
+			continue
+		}
 		now := simEpoch.Add(time.Duration(rng.Int64N(int64(10 * time.Second))))
 		own := now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
-		require.Equal(t, e.advertise(id, now, own), p.advertise(id, now, own), "call %d: advertise(%s, %v, %v)", i, id, now, own)
+		rd, rn := e.advertise(id, now, own)
+		sd, sn := p.advertise(id, now, own)
+		require.Equal(t, rd, sd, "call %d: advertise(%s, %v, %v)", i, id, now, own)
+		require.NotZero(t, rn)
+		if s, ok := toSim[rn]; ok {
+			require.Equal(t, s, sn, "call %d: the real nonce is an earlier one, the simulation's is not", i)
+		} else {
+			_, old := toReal[sn]
+			require.False(t, old, "call %d: the real nonce is new, the simulation's is an earlier one", i)
+			toSim[rn], toReal[sn] = sn, rn
+		}
 	}
 }
 
@@ -1770,12 +2400,28 @@ var simAttacks = []struct {
 	{"staging copy failure on one rank", atkStagingFail, 2},
 	{"prefill rank crash and restart", atkCrash, 0},
 	{"request id finished again", atkRetryID, 0},
+	// An earlier hold of the id needs the id finished again.
+	{"late completion of an earlier hold", atkRetryID | atkStaleCompletion, 0},
+	{"completion from another engine's agent", atkForeignCompletion, 0},
+}
+
+// simPinFaults are the faults that matter to pins only (the legacy rules
+// pin nothing, and their read guard and unmoved clock offset refuse the
+// re-delivered load), each alone under the pin rules.
+var simPinFaults = []struct {
+	name    string
+	attacks simAttack
+}{
+	{"pin delayed or lost, READ stalled", atkPinNet},
+	{"params handed to the same engine again", atkRedeliver},
+	{"late completion of an earlier hold", atkRetryID | atkStaleCompletion},
+	{"completion from another engine's agent", atkForeignCompletion},
 }
 
 // TestSimFindsLegacyHoles shows that the simulation finds each attack
-// class's violation under the legacy rules (so the confirm rules' clean
-// runs mean something), and that the seed that found it runs clean under
-// the confirm rules.
+// class's violation under the legacy rules (so the pin rules' clean runs
+// mean something), and that the seed that found it runs clean under the
+// pin rules.
 func TestSimFindsLegacyHoles(t *testing.T) {
 	const maxSeeds, steps = 200, 20_000
 	for _, a := range simAttacks {
@@ -1795,12 +2441,79 @@ func TestSimFindsLegacyHoles(t *testing.T) {
 			}
 			t.Logf("legacy rules, %s: found at seed %d step %d (%d seeds tried): %s: %s", a.name, found.seed, found.step, tried, found.what, found.detail)
 			for seed := found.seed; seed < found.seed+3; seed++ {
-				cfg := simConfig{rules: confirmRules, attacks: a.attacks, prefillTP: a.prefillTP}
+				cfg := simConfig{rules: pinRules, attacks: a.attacks, prefillTP: a.prefillTP}
 				if s := simRun(seed, cfg, steps); s.viol != nil {
-					t.Fatalf("confirm rules, %s:\n%s", a.name, simExplain(s.viol, cfg, steps))
+					t.Fatalf("pin rules, %s:\n%s", a.name, simExplain(s.viol, cfg, steps))
 				}
 			}
 		})
+	}
+}
+
+// TestSimPinFaultsAlone runs each pin fault alone under the pin rules: no
+// invariant may break, and the fault must have happened.
+func TestSimPinFaultsAlone(t *testing.T) {
+	const seeds, steps = 6, 20_000
+	for _, f := range simPinFaults {
+		t.Run(f.name, func(t *testing.T) {
+			cfg := simConfig{rules: pinRules, attacks: f.attacks}
+			var total simStats
+			for seed := uint64(1); seed <= seeds; seed++ {
+				s := simRun(seed, cfg, steps)
+				if s.viol != nil {
+					t.Fatalf("pin rules, %s:\n%s", f.name, simExplain(s.viol, cfg, steps))
+				}
+				total.add(s.stats)
+			}
+			happened := map[simAttack]bool{
+				atkPinNet:                       total.pinsLost > 0 && total.stalled > 0 && total.pinsLate > 0,
+				atkRedeliver:                    total.redelivered > 0 && total.refused > 0,
+				atkRetryID | atkStaleCompletion: total.staleSent > 0 && total.outcomes[completionStale] > 0,
+				atkForeignCompletion:            total.foreignSent > 0 && total.outcomes[completionForeign] > 0,
+			}
+			if !happened[f.attacks] {
+				t.Fatalf("%s did not happen: %v", f.name, total)
+			}
+			t.Logf("%s: %v", f.name, total)
+		})
+	}
+}
+
+// TestSimCatchesPinMutants breaks the decode model's pin timing, one rule
+// at a time, and shows that the invariants catch it, so that the pin
+// rules' clean runs say something about the timing too. Stalled READs are
+// made common (30 %): a pin's timing matters only to a READ that outlasts
+// it while the hold's lease runs out too.
+func TestSimCatchesPinMutants(t *testing.T) {
+	const maxSeeds, steps = 60, 200_000
+	for _, m := range []struct {
+		name   string
+		mutant simMutant
+	}{
+		{"no READ-within-pin check", mutNoPinWindow},
+		{"pin shorter than the transfer timeout", mutShortPin},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			cfg := simConfig{rules: pinRules, attacks: atkAll, stall: 0.3, mutant: m.mutant}
+			for seed := uint64(1); seed <= maxSeeds; seed++ {
+				if v := simRun(seed, cfg, steps).viol; v != nil {
+					switch v.what {
+					case simWrongBytes, simUncovered, simOutlasted:
+						t.Logf("%s: caught at seed %d step %d: %s: %s", m.name, seed, v.step, v.what, v.detail)
+						return
+					}
+					t.Fatalf("%s: another violation first:\n%s", m.name, simExplain(v, cfg, steps))
+				}
+			}
+			t.Fatalf("%s: not caught in %d seeds x %d steps", m.name, maxSeeds, steps)
+		})
+	}
+	// The control: the same configuration without a mutant runs clean.
+	for seed := uint64(1); seed <= 3; seed++ {
+		cfg := simConfig{rules: pinRules, attacks: atkAll, stall: 0.3}
+		if s := simRun(seed, cfg, steps); s.viol != nil {
+			t.Fatalf("pin rules with stalled READs:\n%s", simExplain(s.viol, cfg, steps))
+		}
 	}
 }
 
@@ -1827,7 +2540,7 @@ func TestSimSeedReplays(t *testing.T) {
 		seed uint64
 		cfg  simConfig
 	}{
-		{3, simConfig{rules: confirmRules, attacks: atkAll}},
+		{3, simConfig{rules: pinRules, attacks: atkAll}},
 		{1, simConfig{rules: legacyRules, attacks: atkReplay}},
 	} {
 		a, b := simRun(tc.seed, tc.cfg, 20_000), simRun(tc.seed, tc.cfg, 20_000)
@@ -1843,14 +2556,17 @@ func TestSimSeedReplays(t *testing.T) {
 	}
 }
 
-// TestSimFindingSlotReusedAfterAFailedGather replays on the real Producers
-// and Consumer what the simulation found (invariant 4, then a done result
-// with another request's bytes): with ParamsAfterAllRanks, rank 1's gather
-// of x fails and gives slot index 0 back; y then takes index 0 on both
-// ranks; rank 0's RequestFinished(x) comes last and is handed index 0 by
-// the decision rank 1 left behind (slotIndex.byID), so it gathers x into
-// rank 0's slot 0 while y holds it. y's Params and keys still match, and
-// its load is done with x's bytes in rank 0's part.
+// TestSimFindingSlotReusedAfterAFailedGather replays on the real Producers,
+// Engine and Consumer what the simulation found (invariant 4, then a done
+// result with another request's bytes): with ParamsAfterAllRanks, rank 1's
+// gather of x fails and gives slot index 0 back; y then takes index 0 on
+// both ranks; rank 0's RequestFinished(x) comes last and, before
+// slotIndex.decide checked the index's owner, was handed index 0 by the
+// decision rank 1 left behind (slotIndex.byID), so it gathered x into rank
+// 0's slot 0 while y held it. y's Params and keys still match, so its pins
+// are granted on both ranks, and its load was done with x's bytes in rank
+// 0's part. Now x gets a slot of its own (or none) and y's load is done
+// with y's bytes.
 func TestSimFindingSlotReusedAfterAFailedGather(t *testing.T) {
 	m := newStagingMem(t, StagingOn, 2, 64<<10)
 	m.copier["prefill"] = &stagingtest.Copier{FailAt: 1} // the engine's first gather: rank 1's of x
@@ -1863,40 +2579,130 @@ func TestSimFindingSlotReusedAfterAFailedGather(t *testing.T) {
 	require.ErrorIs(t, err, ErrStaging)
 	py := c.finish("y", yb)
 	require.NotNil(t, py.RemoteStagingSlot)
-	_, err = c.prods[0].RequestFinished("x", xb)
+	px, err := c.prods[0].RequestFinished("x", xb)
 	require.NoError(t, err)
+	if px.RemoteStagingSlot != nil {
+		require.NotEqual(t, *py.RemoteStagingSlot, *px.RemoteStagingSlot, "x was gathered into the slot y holds")
+	}
 	c.load("dy", py, []int{5})
 	require.NoError(t, c.notDoneOrRight(c.result("dy")[0], 2, []int{5}, 16), "y is still held as its Params say")
 }
 
 // TestSimFindingHoldKeyReusedByALaterHold checks, on the real Producers,
-// what holdKey's confirmations rest on: a later hold of the same id does
-// not get the key of an earlier one. Rank 1's gather of r fails, so only
-// rank 0 took the engine's advert of r (Engine.advertise); decode's
-// confirmation releases rank 0's hold; the engine finishes r again (a
-// retry with the same id) in the same block and slot before the first
-// deadline, and rank 0 inherits the advert's deadline — the same key. A
-// confirmation sent for the first hold, by a reader whose READ ran while
-// block 1 was free, would then be answered "" for the second.
+// Engine and Consumer, what a pin's hold key rests on: a later hold of the
+// same id does not get the key of an earlier one. Rank 1's gather of r
+// fails, so only rank 0 took the engine's advert of r (Engine.advertise).
+// Decode rank 0, which reads prefill rank 0 alone (TP 2 to 2), pins r
+// there, reads it and sends the completion naming the hold, which releases
+// rank 0's hold before its deadline. The engine finishes r again in the
+// same block and slot: before Producer.onCompletion dropped the advert
+// (Engine.dropAdverts), rank 0 inherited it, deadline and nonce, hence
+// the first hold's key, and a pin sent for the first hold, by a reader
+// whose READ ran while block 1 was free, was granted for the second.
 func TestSimFindingHoldKeyReusedByALaterHold(t *testing.T) {
 	m := newStagingMem(t, StagingOn, 2, 64<<10)
 	m.copier["prefill"] = &stagingtest.Copier{FailAt: 2} // rank 1's gather of the first r
-	c := stagedCluster(t, clusterOpts{prefill: side{2, 16},
+	c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{2, 16},
 		prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = true }}, m)
 	c.fill(1, []int{1}, 16)
 	p1, err := c.prods[0].RequestFinished("r", []int{1})
 	require.NoError(t, err)
 	_, err = c.prods[1].RequestFinished("r", []int{1})
 	require.ErrorIs(t, err, ErrStaging)
-	c.load("d1", p1, []int{5})
-	require.ErrorIs(t, c.result("d1")[0].Err, ErrNotHeld, "rank 1 holds nothing")
+	require.NoError(t, c.cons[0].Load("d1", p1, []int{5}))
+	var res *Result
+	for deadline := time.Now().Add(10 * time.Second); res == nil; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "no result for d1")
+		for _, r := range c.cons[0].Drain() {
+			if r.RequestID == "d1" {
+				res = &r
+			}
+		}
+	}
+	require.NoError(t, res.Err, "decode rank 0 reads prefill rank 0, which holds r as p1 says")
 	for deadline := time.Now().Add(5 * time.Second); c.prods[0].Held() != 0; time.Sleep(time.Millisecond) {
-		require.True(t, time.Now().Before(deadline), "rank 0 never released the first hold")
+		require.True(t, time.Now().Before(deadline), "rank 0 never released the first hold on the completion naming it")
 	}
 	p2, err := c.prods[0].RequestFinished("r", []int{1})
 	require.NoError(t, err)
-	ref := handshake.HoldRef{ID: "r", Key: p1.holdKey(), N: 2, Ranks: []int{0}}
+	ref := handshake.HoldRef{ID: "r", Key: p1.holdKey(), N: 2, Ranks: []int{0}, PinMicros: time.Minute.Microseconds()}
 	verdict := c.pe.confirm("decode-b", "decode-b-agent-0", []handshake.HoldRef{ref})
-	require.NotEqual(t, p1.holdKey(), p2.holdKey(), "the second hold of r has the first one's key (deadline %v, slot %s both times); a confirmation of the first is answered %q",
-		p2.RemoteBlocksExpiryTime, simSlot(p2.RemoteStagingSlot), verdict[0])
+	require.NotEqual(t, p1.holdKey(), p2.holdKey(), "the second hold of r has the first one's key (deadline %v, nonce %x, slot %s both times); a pin of the first is answered %q",
+		p2.RemoteBlocksExpiryTime, p2.RemoteHoldNonce, simSlot(p2.RemoteStagingSlot), verdict[0])
+	require.NotEmpty(t, verdict[0], "a pin of the first hold's key is granted for the second")
+}
+
+// The three tests below replay on a real *holds what the simulation found
+// under the pin rules; each fails until the rule it names is fixed.
+
+// TestSimFindingOverdueHoldReleasedBeforeItsDeadline: a pinned hold whose
+// lease runs out becomes overdue, and holds.expire released it as soon as
+// its pin ended, without asking the wall clock again: after the rank's
+// clock stepped back, it released the hold before the deadline it
+// advertised, by its own clock (invariant 2). A decode that trusts that
+// deadline (vLLM's, or ours before the pin is answered) still reads.
+func TestSimFindingOverdueHoldReleasedBeforeItsDeadline(t *testing.T) {
+	h, err := newHolds(1, 2*time.Second, 16)
+	require.NoError(t, err)
+	wall, mono := simEpoch, time.Unix(5000, 0)
+	require.NoError(t, h.finish("r", []int{1}, wall)) // the lease ends at wall+2s
+	h.setKey("r", 7)
+	require.Empty(t, h.pin("r", 7, "decode-a", "decode-a/0", mono.Add(time.Second)))
+	// The wall clock steps 3 s forward: the lease ran out, the pin keeps it.
+	require.Empty(t, h.expire(wall.Add(3*time.Second), mono.Add(100*time.Millisecond)))
+	// It steps 2.5 s back, before the deadline again; the pin ends.
+	require.Empty(t, h.expire(wall.Add(500*time.Millisecond), mono.Add(1500*time.Millisecond)),
+		"released at %v, before the deadline it advertised (%v), once the pin ended", wall.Add(500*time.Millisecond), wall.Add(2*time.Second))
+	require.Equal(t, []string{"r"}, h.expire(wall.Add(2*time.Second), mono.Add(1600*time.Millisecond)))
+}
+
+// TestSimFindingPinAfterAnotherDecodesCompletion: prefill TP 1 and decode
+// A of TP 2, whose two ranks both read the rank, which expects two
+// completions. A vLLM decode that got the Params (a replay; it never pins)
+// read the blocks and sent its plain completion while the hold was bound
+// to no engine: it counted. A's two pins were then granted; A's rank 0
+// finished first, and its completion, the second counted, released the
+// hold while A's rank 1 still read under its pin (1b; with the blocks
+// reused, wrong bytes). A pin must not be granted on a hold that counted a
+// completion from an agent that is not the pinning engine's.
+func TestSimFindingPinAfterAnotherDecodesCompletion(t *testing.T) {
+	h, err := newHolds(1, 2*time.Second, 16)
+	require.NoError(t, err)
+	mono := time.Unix(5000, 0)
+	require.NoError(t, h.finish("r", []int{1}, simEpoch))
+	h.setKey("r", 7)
+	out, _ := h.complete(notif.Completion{ID: "r", N: 2}, "vllm-c/0")
+	require.Equal(t, completionCounted, out)
+	v0 := h.pin("r", 7, "decode-a", "decode-a/0", mono.Add(2*time.Second))
+	v1 := h.pin("r", 7, "decode-a", "decode-a/1", mono.Add(2*time.Second))
+	if v0 == "" && v1 == "" {
+		out, _ = h.complete(notif.Completion{ID: "r", N: 2, Seq: 7}, "decode-a/0")
+		require.NotEqual(t, completionDone, out, "decode-a/0's completion released the hold while decode-a/1's pinned READ may run")
+	}
+}
+
+// TestSimFindingPinAfterTheAgentsOwnCompletion: prefill TP 1, decode A of
+// TP 2. A's rank 0 pinned, read and sent its completion (one of two
+// counted); rank 1's pin verdict was lost, so its load failed and sent
+// none. The proxy handed A the Params again; rank 0's read guard had run
+// out (Consumer.read, until the deadline rank 0 knew), so both ranks loaded
+// them again, and both pins were granted. Rank 1 finished first: its
+// completion released the hold while rank 0's second READ ran (1b). A pin
+// must not be granted to an agent whose completion the hold counted: that
+// agent's READ is no longer one the hold waits for.
+func TestSimFindingPinAfterTheAgentsOwnCompletion(t *testing.T) {
+	h, err := newHolds(1, 2*time.Second, 16)
+	require.NoError(t, err)
+	mono := time.Unix(5000, 0)
+	require.NoError(t, h.finish("r", []int{1}, simEpoch))
+	h.setKey("r", 7)
+	require.Empty(t, h.pin("r", 7, "decode-a", "decode-a/0", mono.Add(2*time.Second)))
+	require.Empty(t, h.pin("r", 7, "decode-a", "decode-a/1", mono.Add(2*time.Second)))
+	out, _ := h.complete(notif.Completion{ID: "r", N: 2, Seq: 7}, "decode-a/0")
+	require.Equal(t, completionCounted, out)
+	if h.pin("r", 7, "decode-a", "decode-a/0", mono.Add(3*time.Second)) == "" {
+		require.Empty(t, h.pin("r", 7, "decode-a", "decode-a/1", mono.Add(3*time.Second)))
+		out, _ = h.complete(notif.Completion{ID: "r", N: 2, Seq: 7}, "decode-a/1")
+		require.NotEqual(t, completionDone, out, "decode-a/1's completion released the hold while decode-a/0's second, pinned READ may run")
+	}
 }

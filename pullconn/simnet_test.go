@@ -9,7 +9,7 @@ import (
 )
 
 // The deterministic simulation's world: true time, the event queue, the
-// engines' clocks, the network and the trace. Everything that varies comes
+// engines' clocks (wall and monotonic), the network and the trace. Everything that varies comes
 // from the seed's one PCG stream (sim.rng): there are no goroutines, no
 // real time, no map iteration where order matters, so a seed replays
 // step for step. The protocol model that runs on it is in sim_test.go.
@@ -26,6 +26,25 @@ type simClock struct{ off time.Duration }
 
 func (s *sim) now(c *simClock) time.Time { return simEpoch.Add(s.t + c.off) }
 
+// simMono is one process's monotonic clock (time.Now's monotonic reading,
+// which pins are timed by on both sides): it never steps, but it starts
+// anywhere and runs at its own rate, within the +-500 ppm that NTP may
+// slew a clock by. A restarted process has a new one.
+type simMono struct {
+	off time.Duration
+	ppm float64
+}
+
+func (s *sim) mono(m *simMono) time.Time {
+	return simEpoch.Add(m.off + time.Duration(float64(s.t)*(1+m.ppm*1e-6)))
+}
+
+// newMono draws a monotonic clock: an origin unrelated to true time and a
+// rate within simMonoPPM.
+func (s *sim) newMono() simMono {
+	return simMono{off: s.between(-time.Hour, time.Hour), ppm: (2*s.rng.Float64() - 1) * simMonoPPM}
+}
+
 // simKind is what an event does when its time comes.
 type simKind uint8
 
@@ -40,6 +59,9 @@ const (
 	evPTick                      // a prefill rank's poller runs (lease expiry)
 	evChaos                      // a fault is injected
 	evRestart                    // a crashed prefill rank comes back
+	evDrop                       // Engine.dropAdverts, run after the rank's lock was let go
+	evSeen                       // a decode rank sees a READ ended (after a pause)
+	evPost                       // a decode rank posts a load it took while paused
 )
 
 // simEvent is one entry of the queue. Ties in time are broken by seq, the
@@ -122,7 +144,7 @@ func (s *sim) between(lo, hi time.Duration) time.Duration {
 func (s *sim) chance(p float64) bool { return s.rng.Float64() < p }
 
 // simMsgKind is a network message's kind. Side-channel calls (hello, hold
-// query, confirmation) and their answers travel over TCP in the real code;
+// query, pin) and their answers travel over TCP in the real code;
 // here every message may be delayed, reordered, duplicated (a retried
 // call) or lost (a call that times out), as NIXL notifications may.
 type simMsgKind uint8
@@ -132,14 +154,17 @@ const (
 	mHelloReply
 	mQuery
 	mQueryReply
-	mConfirm
-	mConfirmReply
-	mCompletion // NIXL notification "<id>:<n>" (legacy rules: it rides on the READ)
-	mHeartbeat  // NIXL notification "HB:<id>,..."
+	mPin      // a confirmation call asking to pin a hold (handshake.HoldRef with PinMicros)
+	mPinReply // its verdict
+	// mCompletion is the NIXL notification "<id>:<n>" (legacy rules: it
+	// rides on the READ) or "<id>:<n>#<hold key>" (pin rules: sent once
+	// done).
+	mCompletion
+	mHeartbeat // NIXL notification "HB:<id>,..."
 )
 
 var simMsgNames = [...]string{mHello: "hello", mHelloReply: "hello-reply", mQuery: "hold-query", mQueryReply: "hold-answer",
-	mConfirm: "confirm", mConfirmReply: "verdict", mCompletion: "completion", mHeartbeat: "heartbeat"}
+	mPin: "pin", mPinReply: "pin-verdict", mCompletion: "completion", mHeartbeat: "heartbeat"}
 
 // simMsg is one message. It is never changed once sent, so a duplicate
 // may share it.
@@ -152,6 +177,7 @@ type simMsg struct {
 	agent string // the decode rank's agent
 	id    string
 	n     int
+	seq   uint64 // a completion's "#<seq>": the hold key it names, 0 none
 	ids   []string
 	ref   handshake.HoldRef
 	load  *simLoad
@@ -161,21 +187,27 @@ type simMsg struct {
 	why   string
 	retry bool  // hello reply: a rank is restarting, ask again
 	inc   []int // hello reply: the ranks' incarnations (their agent metadata)
-	// confirmed is the model's note on a verdict: the hold each rank named
-	// had when it answered (not part of the real reply).
-	confirmed []*simHold
+	// pinned and until are the model's notes on a pin verdict, by rank
+	// named: the hold that rank had as it answered "" (nil: none, or it
+	// refused) and the end of the pin it granted, on its monotonic clock
+	// (not part of the real reply).
+	pinned []*simHold
+	until  []time.Time
 }
 
 // send puts m on the network: lost, or delivered after a random delay,
 // sometimes twice. Long delays, beyond a lease, happen too.
-func (s *sim) send(m *simMsg) {
+func (s *sim) send(m *simMsg) { s.sendAfter(m, 0) }
+
+// sendAfter is send with extra delay on top of the network's.
+func (s *sim) sendAfter(m *simMsg, extra time.Duration) {
 	if s.chance(s.net.loss) {
 		s.trace("lost", simMsgNames[m.kind], m.eng, m.rank, m.id)
 		return
 	}
-	s.schedule(s.netDelay(), simEvent{kind: evMsg, msg: m})
+	s.schedule(extra+s.netDelay(), simEvent{kind: evMsg, msg: m})
 	if s.chance(s.net.dup) {
-		s.schedule(s.netDelay(), simEvent{kind: evMsg, msg: m})
+		s.schedule(extra+s.netDelay(), simEvent{kind: evMsg, msg: m})
 	}
 }
 
