@@ -2343,7 +2343,7 @@ func TestSimPinRules(t *testing.T) {
 		total.outcomes[completionStale] == 0 || total.outcomes[completionForeign] == 0 || total.staleSent == 0 || total.foreignSent == 0 {
 		t.Fatalf("the pin faults did not happen: %v", total)
 	}
-	if long && total.outlasted == 0 {
+	if long && len(seeds) > 1 && total.outlasted == 0 {
 		t.Fatalf("no load's READs outlasted its pin: %v", total)
 	}
 	if total.released[relCompletion] == 0 || total.released[relExpire] == 0 || total.released[relClose] == 0 {
