@@ -18,8 +18,10 @@ type holds struct {
 	reqs    map[string]*held
 	expired recent
 	// overdue are held requests whose lease ran out while a reader's pin
-	// still keeps them: released when the pin ends (or on completions).
-	overdue map[string]bool
+	// still keeps them, with the lease's deadline: released once the pin
+	// ended and that deadline is past on the rank's clock again (it may
+	// have stepped back meanwhile), or on completions.
+	overdue map[string]time.Time
 }
 
 type held struct {
@@ -67,7 +69,7 @@ func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember), overdue: map[string]bool{}}, nil
+	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember), overdue: map[string]time.Time{}}, nil
 }
 
 // setKey records the identity of id's hold once its Params are made.
@@ -118,6 +120,18 @@ func (h *holds) pin(id string, key uint64, reader, agent string, until time.Time
 		return "it holds other blocks for it than the Params name"
 	case !h.bind(id, reader, agent):
 		return fmt.Sprintf("it holds it for decode engine %q", r.reader)
+	case r.from[agent]:
+		// A second load by the same agent: its own completion may be
+		// the last the hold waits for and release it mid-READ.
+		return "it counted this agent's completion already"
+	}
+	// A completion counted from outside the pinning engine (a vLLM decode
+	// read the hold before it was bound) may be one of those the hold
+	// waits for: the pin could not keep it.
+	for a := range r.from {
+		if !r.readers[a] {
+			return fmt.Sprintf("it counted a completion from agent %q, which is not decode engine %q's", a, reader)
+		}
 	}
 	if until.After(r.pinUntil) {
 		r.pinUntil = until
@@ -223,15 +237,17 @@ func (h *holds) abort(id string) bool {
 // their ids, each once.
 func (h *holds) expire(now, mono time.Time) []string {
 	var ids []string
-	for _, id := range h.leases.Expire(now) {
-		if h.reqs[id].pinUntil.After(mono) {
-			h.overdue[id] = true
-			continue
+	for d, ok := h.leases.Next(); ok && !d.After(now); d, ok = h.leases.Next() {
+		for _, id := range h.leases.Expire(d) {
+			if h.reqs[id].pinUntil.After(mono) {
+				h.overdue[id] = d
+				continue
+			}
+			ids = append(ids, id)
 		}
-		ids = append(ids, id)
 	}
-	for id := range h.overdue {
-		if !h.reqs[id].pinUntil.After(mono) {
+	for id, d := range h.overdue {
+		if !h.reqs[id].pinUntil.After(mono) && !d.After(now) {
 			delete(h.overdue, id)
 			ids = append(ids, id)
 		}
