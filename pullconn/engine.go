@@ -1,8 +1,8 @@
 package pullconn
 
 import (
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
