@@ -137,24 +137,14 @@ func (c *Client) once(ctx context.Context, engineID, addr string) (*Payload, boo
 // converted with the offset this exchange measured; the zero time where
 // the engine does not hold it. Nothing is cached.
 func (c *Client) Extend(ctx context.Context, engineID, addr, agent string, ids []string) ([]time.Time, Clock, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	h := c.hello
 	h.Extend, h.Agent = ids, agent
-	sent := c.now()
 	// Safe to repeat: a second extension of the same holds changes only
 	// their deadlines, which the answer reports.
-	r, err := sidechannel.CallPooled[Hello, Reply](ctx, &c.conns, addr, h, c.maxFrame, c.timeout)
-	got := c.now()
-	if err != nil {
-		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
-	}
-	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
-		return nil, Clock{}, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
-	}
+	r, sent, got, err := c.ask(ctx, "hold query", engineID, addr, h)
 	switch {
-	case r.Error != "":
-		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s refused: %s", ErrFailed, engineID, addr, r.Error)
+	case err != nil:
+		return nil, Clock{}, err
 	case len(r.Holds) != len(ids):
 		return nil, Clock{}, fmt.Errorf("%w: hold query to engine %q at %s: %d answers for %d ids", ErrFailed, engineID, addr, len(r.Holds), len(ids))
 	case r.Now == 0:
@@ -171,6 +161,27 @@ func (c *Client) Extend(ctx context.Context, engineID, addr, agent string, ids [
 		}
 	}
 	return out, measure(sent, got, r.Now), nil
+}
+
+// ask sends one hold query or confirmation (what, for messages) over a
+// kept connection and checks the reply's compatibility facts and error; it
+// returns the reply and the local clock's readings around the exchange.
+func (c *Client) ask(ctx context.Context, what, engineID, addr string, h Hello) (Reply, time.Time, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	sent := c.now()
+	r, err := sidechannel.CallPooled[Hello, Reply](ctx, &c.conns, addr, h, c.maxFrame, c.timeout)
+	got := c.now()
+	if err != nil {
+		return r, sent, got, fmt.Errorf("%w: %s to engine %q at %s: %w", ErrFailed, what, engineID, addr, plain(err))
+	}
+	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
+		return r, sent, got, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
+	}
+	if r.Error != "" {
+		return r, sent, got, fmt.Errorf("%w: %s to engine %q at %s refused: %s", ErrFailed, what, engineID, addr, r.Error)
+	}
+	return r, sent, got, nil
 }
 
 // Clock is one exchange's estimate of a remote engine's clock: Offset is
@@ -197,25 +208,14 @@ func measure(sent, got time.Time, remoteNow int64) Clock {
 // exchange. A hold is confirmed only by an answer: every error means
 // "not confirmed". At most MaxConfirmHolds refs.
 func (c *Client) Confirm(ctx context.Context, engineID, addr, agent string, refs []HoldRef) ([]string, Clock, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	h := c.hello
 	h.Confirm, h.Agent = refs, agent
-	sent := c.now()
-	// Safe to repeat: a hold counts one completion per agent, and a hold
-	// the first copy released is answered "not held" (the load fails; it
-	// is never done on an unconfirmed hold).
-	r, err := sidechannel.CallPooled[Hello, Reply](ctx, &c.conns, addr, h, c.maxFrame, c.timeout)
-	got := c.now()
-	if err != nil {
-		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s: %w", ErrFailed, engineID, addr, plain(err))
-	}
-	if err := Check(c.hello.Compat, r.Compat, r.Hash); err != nil {
-		return nil, Clock{}, fmt.Errorf("engine %q at %s: %w", engineID, addr, err)
-	}
+	// Safe to repeat: a second pin of a hold by the same engine only
+	// extends it, and one the first copy could not pin is refused again.
+	r, sent, got, err := c.ask(ctx, "confirmation", engineID, addr, h)
 	switch {
-	case r.Error != "":
-		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s refused: %s", ErrFailed, engineID, addr, r.Error)
+	case err != nil:
+		return nil, Clock{}, err
 	case len(r.Verdicts) != len(refs):
 		return nil, Clock{}, fmt.Errorf("%w: confirmation to engine %q at %s: %d verdicts for %d holds", ErrFailed, engineID, addr, len(r.Verdicts), len(refs))
 	}

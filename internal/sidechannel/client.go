@@ -16,15 +16,8 @@ import (
 // one, Call applies fallback so that it never waits forever.
 func Call[Req, Resp any](ctx context.Context, addr string, req Req, maxFrame int, fallback time.Duration) (Resp, error) {
 	var zero Resp
-	if maxFrame <= 0 {
-		maxFrame = DefaultMaxFrame
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, fallback)
-		defer cancel()
-	}
-	body, err := Encode(req)
+	ctx, cancel, body, maxFrame, err := prepare(ctx, req, maxFrame, fallback)
+	defer cancel()
 	if err != nil {
 		return zero, err
 	}
@@ -34,24 +27,31 @@ func Call[Req, Resp any](ctx context.Context, addr string, req Req, maxFrame int
 		return zero, fmt.Errorf("sidechannel: dial %s: %w", addr, err)
 	}
 	defer c.Close()
-	deadline, _ := ctx.Deadline()
-	if err := c.SetDeadline(deadline); err != nil {
-		return zero, fmt.Errorf("sidechannel: %s: %w", addr, err)
-	}
-	// Closing the connection when ctx is cancelled (not only at its
-	// deadline) unblocks the read below.
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if err := WriteFrame(c, body, maxFrame); err != nil {
-		return zero, fmt.Errorf("sidechannel: send to %s: %w", addr, ctxErr(ctx, closedHint(err)))
-	}
-	reply, err := ReadFrame(c, maxFrame)
+	reply, err := exchange(ctx, c, addr, body, maxFrame)
 	if err != nil {
-		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, ctxErr(ctx, closedHint(err)))
+		return zero, err
 	}
+	return decodeReply[Resp](reply, addr)
+}
+
+// prepare encodes req and gives ctx the fallback deadline when it has
+// none, so that no call waits forever.
+func prepare[Req any](ctx context.Context, req Req, maxFrame int, fallback time.Duration) (context.Context, context.CancelFunc, []byte, int, error) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, fallback)
+	}
+	body, err := Encode(req)
+	return ctx, cancel, body, maxFrame, err
+}
+
+func decodeReply[Resp any](reply []byte, addr string) (Resp, error) {
 	var resp Resp
 	if err := Decode(reply, &resp); err != nil {
-		return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, err)
+		return resp, fmt.Errorf("sidechannel: reply from %s: %w", addr, err)
 	}
 	return resp, nil
 }

@@ -30,15 +30,8 @@ const maxIdlePerAddr = 4
 // to repeat.
 func CallPooled[Req, Resp any](ctx context.Context, p *Pool, addr string, req Req, maxFrame int, fallback time.Duration) (Resp, error) {
 	var zero Resp
-	if maxFrame <= 0 {
-		maxFrame = DefaultMaxFrame
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, fallback)
-		defer cancel()
-	}
-	body, err := Encode(req)
+	ctx, cancel, body, maxFrame, err := prepare(ctx, req, maxFrame, fallback)
+	defer cancel()
 	if err != nil {
 		return zero, err
 	}
@@ -59,11 +52,7 @@ func CallPooled[Req, Resp any](ctx context.Context, p *Pool, addr string, req Re
 			return zero, err
 		}
 		p.put(addr, c)
-		var resp Resp
-		if err := Decode(reply, &resp); err != nil {
-			return zero, fmt.Errorf("sidechannel: reply from %s: %w", addr, err)
-		}
-		return resp, nil
+		return decodeReply[Resp](reply, addr)
 	}
 }
 
