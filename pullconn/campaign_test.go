@@ -33,6 +33,10 @@ type campaignFigures struct {
 	// Params replayed to a second decode engine (done only with the right
 	// bytes), and how the refused ones ended.
 	steps, forged, forgedDone, replayed, replayDone, notHeld int
+	// Staged campaigns: requests whose gather failed on some prefill rank
+	// while another rank's Params went to decode (never done), and those
+	// of them done.
+	gatherFailed, gatherFailedDone int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -49,12 +53,15 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.replayed += o.replayed
 	f.replayDone += o.replayDone
 	f.notHeld += o.notHeld
+	f.gatherFailed += o.gatherFailed
+	f.gatherFailedDone += o.gatherFailedDone
 }
 
 func (f campaignFigures) String() string {
 	return fmt.Sprintf("%d requests: %d done, %d failed (%d expired, %d aborted, %d not held); wrong bytes in done results: %d; writes after release: %d; "+
-		"%d clock steps, %d forged loads (%d done), %d replays to a second engine (%d done)",
-		f.requests, f.done, f.failed, f.expired, f.aborted, f.notHeld, f.wrongBytes, f.writesAfterRelease, f.steps, f.forged, f.forgedDone, f.replayed, f.replayDone)
+		"%d clock steps, %d forged loads (%d done), %d replays to a second engine (%d done), %d loads of requests whose gather failed on a prefill rank (%d done)",
+		f.requests, f.done, f.failed, f.expired, f.aborted, f.notHeld, f.wrongBytes, f.writesAfterRelease, f.steps, f.forged, f.forgedDone, f.replayed, f.replayDone,
+		f.gatherFailed, f.gatherFailedDone)
 }
 
 // steppedClock is the system clock with an offset the campaign steps
@@ -101,7 +108,10 @@ func TestFaultCampaignStaged(t *testing.T) {
 			name := fmt.Sprintf("tp%d-to-tp%d/staged/seed%d", pair.p, pair.d, seed)
 			t.Run(name, func(t *testing.T) {
 				m := newStagingMem(t, StagingOn, 4, 256<<10)
-				cc := &stagingtest.Copier{}
+				// Every 23rd copy fails: gathers on prefill (one rank of
+				// several may fail while another's Params reach decode)
+				// and scatters on decode.
+				cc := &stagingtest.Copier{FailEvery: 23}
 				m.copier["prefill"], m.copier["decode"] = cc, cc
 				f := runCampaign(t, seed, pair.p, pair.d, requests, m)
 				if cc.Count() == 0 {
@@ -134,7 +144,10 @@ type campaignReq struct {
 	want       []int // loads per decode rank
 	freed      []int // DrainFreed per prefill rank
 	prefillOut bool  // prefill blocks back in the free list
-	decodeOut  bool
+	// gatherFailed: a prefill rank's gather failed in RequestFinished
+	// (it holds nothing); decode still got another rank's Params.
+	gatherFailed bool
+	decodeOut    bool
 }
 
 func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingMem) campaignFigures {
@@ -224,12 +237,26 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				}
 				f.writesAfterRelease += c.checkPoison(c.dbufs, c.dlayouts, db, "decode", r.did)
 				c.fill(r.seed, pb, nb*16)
+				finished := 0
 				for i, p := range c.prods {
 					par, err := p.RequestFinished(r.id, pb)
+					if len(staged) > 0 && errors.Is(err, ErrStaging) {
+						// Nothing held on this rank: nothing to free.
+						r.freed[i], r.gatherFailed = 1, true
+						continue
+					}
 					require.NoError(t, err)
-					if i == 0 {
+					if finished == 0 {
 						r.params = par
 					}
+					finished++
+				}
+				if finished == 0 {
+					// Failed on every rank: the engine recomputes; no load.
+					r.loaded = true
+					clear(r.want)
+				} else if r.gatherFailed {
+					f.gatherFailed++
 				}
 				switch x := rng.Float64(); {
 				case x < 0.65:
@@ -239,7 +266,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				default:
 					r.loadAt = now.Add(lease + time.Duration(rng.Int64N(int64(lease))))
 				}
-				if rng.Float64() < 0.2 {
+				if rng.Float64() < 0.2 && finished > 0 {
 					r.waited = true
 					for _, cn := range c.cons {
 						require.NoError(t, cn.KeepAlive(r.did, r.params))
@@ -266,7 +293,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					}
 					f.steps++
 				}
-				if rng.Float64() < 0.03 {
+				if rng.Float64() < 0.03 && finished > 0 {
 					// Forged Params: an id prefill never finished, or the
 					// request's id with other blocks. Never done.
 					fp := r.params
@@ -366,6 +393,10 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				require.NotNil(t, r, "result for unknown request %q", res.RequestID)
 				r.ended[rank]++
 				require.LessOrEqual(t, r.ended[rank], r.want[rank], "request %s ended more often than loaded on decode rank %d", r.did, rank)
+				if res.Err == nil && r.gatherFailed {
+					f.gatherFailedDone++
+					t.Errorf("request %s done on decode rank %d though prefill rank's gather failed", r.did, rank)
+				}
 				switch {
 				case res.Err == nil:
 					f.wrongBytes += c.checkRequest(rank, r)

@@ -21,6 +21,9 @@ type Copier struct {
 	// FailAt makes copy number FailAt (counting from 1) fail without
 	// copying; 0 fails none.
 	FailAt int
+	// FailEvery makes every FailEvery-th copy fail as well (campaigns);
+	// 0 fails none.
+	FailEvery int
 
 	mu     sync.Mutex
 	bytes  []uint64
@@ -42,7 +45,7 @@ func (c *Copier) Copy(segs []staging.Seg) error {
 	}
 	k := len(c.bytes)
 	c.mu.Unlock()
-	if k == c.FailAt {
+	if k == c.FailAt || c.FailEvery > 0 && k%c.FailEvery == 0 {
 		return fmt.Errorf("stagingtest: injected failure of copy %d", k)
 	}
 	return staging.HostCopier{}.Copy(segs)
