@@ -81,7 +81,7 @@ func (c *Consumer) startConfirm(r *remote, loads []*load) {
 	now := time.Now() // before the request leaves: the pin ends later
 	for i, l := range loads {
 		l.pinSent = now
-		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.p.holdKey(), N: c.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
+		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.hold, N: c.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
 	}
 	go c.confirm(r, loads, refs)
 }

@@ -101,6 +101,7 @@ type waiter struct {
 type load struct {
 	id       string
 	p        Params
+	hold     uint64 // p.holdKey()
 	local    []int
 	key      string
 	r        *remote
@@ -244,7 +245,7 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 		c.rejects.Inc()
 		return invalidf("request %q is already loading", requestID)
 	}
-	if err := c.checkRemote(requestID, l.key, &p); err != nil {
+	if err := c.checkRemote(requestID, l); err != nil {
 		c.qmu.Unlock()
 		c.rejects.Inc()
 		return err
@@ -284,7 +285,7 @@ func (c *Consumer) KeepAlive(requestID string, p Params) error {
 	if c.closed {
 		return ErrClosed
 	}
-	if err := c.checkRemote(requestID, l.key, &p); err != nil {
+	if err := c.checkRemote(requestID, l); err != nil {
 		c.rejects.Inc()
 		return err
 	}
@@ -502,7 +503,9 @@ func (c *Consumer) newLoad(id string, p *Params, local []int) (*load, error) {
 	// the engine may reuse its slices by then: keep copies.
 	own := *p
 	own.RemoteBlockIDs = append([]int(nil), p.RemoteBlockIDs...)
-	return &load{id: id, p: own, local: append([]int(nil), local...), key: p.RemoteEngineID + "@" + addr}, nil
+	// The hold key digests every block id: computed once, not at each of
+	// the guard, the pin, the completion and the result.
+	return &load{id: id, p: own, local: append([]int(nil), local...), key: p.RemoteEngineID + "@" + addr, hold: own.holdKey()}, nil
 }
 
 func (c *Consumer) busy() bool {
@@ -569,7 +572,7 @@ func (c *Consumer) publish(l *load) {
 				c.readForgotten.Inc()
 			}
 		}
-		c.read[readKey(l.key, &l.p)] = l.readUntil
+		c.read[l.readKey()] = l.readUntil
 	}
 	delete(c.live, l.id)
 	c.results = append(c.results, l.result)
@@ -636,22 +639,23 @@ func minTime(a, b time.Time) time.Time {
 
 // checkRemote refuses to start a load or keep-alive of a remote request this
 // rank is loading already or has read. qmu is held.
-func (c *Consumer) checkRemote(id, key string, p *Params) error {
-	k := key + "\x00" + p.RemoteRequestID
+func (c *Consumer) checkRemote(id string, l *load) error {
+	p := &l.p
+	k := l.key + "\x00" + p.RemoteRequestID
 	if other, ok := c.loading[k]; ok {
 		return invalidf("request %q: remote request %q of engine %q is already loading on this rank (as request %q)", id, p.RemoteRequestID, p.RemoteEngineID, other)
 	}
-	if until, ok := c.read[readKey(key, p)]; ok && c.cfg.Clock.Now().Before(until) {
+	if until, ok := c.read[l.readKey()]; ok && c.cfg.Clock.Now().Before(until) {
 		return invalidf("request %q: remote request %q of engine %q was already read by this rank, and prefill may have freed its blocks since", id, p.RemoteRequestID, p.RemoteEngineID)
 	}
 	return nil
 }
 
-// readKey names one hold of a remote request in Consumer.read: a later
-// hold of the same id (another deadline, so another Params.holdKey) is
-// other blocks held afresh, which this rank may read.
-func readKey(key string, p *Params) string {
-	return key + "\x00" + p.RemoteRequestID + "\x00" + strconv.FormatUint(p.holdKey(), 16)
+// readKey names the load's hold in Consumer.read: a later hold of the same
+// id (another nonce and deadline, so another hold key) is other blocks
+// held afresh, which this rank may read.
+func (l *load) readKey() string {
+	return l.key + "\x00" + l.p.RemoteRequestID + "\x00" + strconv.FormatUint(l.hold, 16)
 }
 
 func maxTime(a, b time.Time) time.Time {

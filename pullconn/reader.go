@@ -398,7 +398,7 @@ func (c *Consumer) finish(l *load) {
 		// (its key), so a late copy never releases a later hold of the id.
 		var key uint64
 		if l.r.confirms() {
-			key = l.p.holdKey()
+			key = l.hold
 		}
 		msg, _ := notif.EncodeSeqCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize, key)
 		for _, s := range l.after {
