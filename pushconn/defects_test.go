@@ -458,45 +458,57 @@ func (a *holdFirstReg) GenNotif(remote string, msg []byte, opts *nixl.Options) e
 // decode hands the blocks back; the registration, when it comes, used to be
 // admitted, and the request's WRITE landed in the released blocks. Found by
 // the long push campaign (1 write after release in 31,911 requests).
-// Prefill now remembers a cancel of a registration it never received.
+// Prefill now remembers a cancel of a registration it never received. The
+// seq-less case: a cancel names no blocks, so every seq-less registration
+// of that sender and id is refused until prefill's registration timeout.
 func TestRegistrationArrivingAfterItsCancelIsDropped(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	var dec *holdFirstReg
-	r := newRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
-		a, err := fab.NewAgent(name)
-		require.NoError(t, err)
-		if strings.HasPrefix(name, "decode") {
-			dec = &holdFirstReg{Agent: a, id: "late-request"}
-			return dec
-		}
-		return a
-	}})
-	c, p := r.consumers[0], r.producers[0]
-	// A request first, so that prefill knows decode's agent and its ack of
-	// the cancel is delivered at once.
-	pushOne(t, r, true, "before", "before", blocksFrom(0, 1), blocksFrom(0, 1), 16)
-	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("late-request", r.pre.Coordinates(), dst))
-	eventually(t, "the registration sent (and held back)", func() bool {
-		dec.mu.Lock()
-		defer dec.mu.Unlock()
-		return dec.held != nil
-	})
-	require.NoError(t, c.Abort("late-request"))
-	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted, "prefill acknowledged the cancel of a registration it never saw")
-	poison(t, r.decLayout[0], dst) // the engine takes the blocks back
+	for _, tc := range []struct {
+		name string
+		opts []RequestOption
+	}{{"with seq", nil}, {"seq-less", []RequestOption{withoutSeq()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fab, err := loopback.NewFabric()
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, fab.Close()) })
+			var dec *holdFirstReg
+			r := newRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
+				a, err := fab.NewAgent(name)
+				require.NoError(t, err)
+				if strings.HasPrefix(name, "decode") {
+					dec = &holdFirstReg{Agent: a, id: "late-request"}
+					return dec
+				}
+				return a
+			}})
+			c, p := r.consumers[0], r.producers[0]
+			// A request first, so that prefill knows decode's agent and its
+			// ack of the cancel is delivered at once.
+			pushOne(t, r, true, "before", "before", blocksFrom(0, 1), blocksFrom(0, 1), 16)
+			dst := blocksFrom(4, 2)
+			require.NoError(t, c.Register("late-request", r.pre.Coordinates(), dst, tc.opts...))
+			eventually(t, "the registration sent (and held back)", func() bool {
+				dec.mu.Lock()
+				defer dec.mu.Unlock()
+				return dec.held != nil
+			})
+			require.NoError(t, c.Abort("late-request"))
+			res := await(t, c, 1)
+			require.ErrorIs(t, res[0].Err, ErrAborted, "prefill acknowledged the cancel of a registration it never saw")
+			poison(t, r.decLayout[0], dst) // the engine takes the blocks back
 
-	// The delayed registration arrives, then prefill finishes the request.
-	require.NoError(t, dec.Agent.GenNotif(dec.to, dec.held, nil))
-	eventually(t, "the late registration dropped", func() bool {
-		return extra(t, p.Stats(), "registrations_cancelled_before_arrival") == 1
-	})
-	fill(t, r.preLayout[0], blocksFrom(1, 2), 3, 32)
-	_, err = p.RequestFinished("late-request", blocksFrom(1, 2))
-	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
-	require.True(t, poisoned(t, r.decLayout[0], dst), "a WRITE landed in blocks decode handed back")
-	assert.Equal(t, uint64(1), p.Stats().Transfers, "only the first request's WRITE")
+			// The delayed registration arrives, then prefill finishes the request.
+			require.NoError(t, dec.Agent.GenNotif(dec.to, dec.held, nil))
+			eventually(t, "the late registration received", func() bool { return extra(t, p.Stats(), "registrations_received") == 2 })
+			eventually(t, "the late registration dropped", func() bool {
+				return extra(t, p.Stats(), "registrations_cancelled_before_arrival") == 1
+			})
+			fill(t, r.preLayout[0], blocksFrom(1, 2), 3, 32)
+			_, err = p.RequestFinished("late-request", blocksFrom(1, 2))
+			require.NoError(t, err)
+			time.Sleep(50 * time.Millisecond)
+			require.True(t, poisoned(t, r.decLayout[0], dst), "a WRITE landed in blocks decode handed back")
+			assert.Equal(t, uint64(1), extra(t, p.Stats(), "registrations_cancelled_before_arrival"))
+			assert.Equal(t, uint64(1), p.Stats().Transfers, "only the first request's WRITE")
+		})
+	}
 }

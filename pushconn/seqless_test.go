@@ -102,50 +102,6 @@ func TestSeqlessLateCopyOfCancelledRegistrationDropped(t *testing.T) {
 	assert.Equal(t, uint64(1), extra(t, p.Stats(), "seqless_copies_dropped"))
 }
 
-// The seq-less form of TestRegistrationArrivingAfterItsCancelIsDropped: the
-// PUSH_CANCEL overtakes its (delayed) PUSH_REG, prefill acknowledges it at
-// once, and the registration must not be admitted when it comes. A cancel
-// names no blocks, so every seq-less registration of that sender and id is
-// refused until prefill's registration timeout.
-func TestSeqlessRegistrationArrivingAfterItsCancelIsDropped(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, fab.Close()) })
-	var dec *holdFirstReg
-	r := newRig(t, rigConfig{newAgent: func(t testing.TB, name string) nixl.Agent {
-		a, err := fab.NewAgent(name)
-		require.NoError(t, err)
-		if strings.HasPrefix(name, "decode") {
-			dec = &holdFirstReg{Agent: a, id: "late-request"}
-			return dec
-		}
-		return a
-	}})
-	c, p := r.consumers[0], r.producers[0]
-	pushOne(t, r, true, "before", "before", blocksFrom(0, 1), blocksFrom(0, 1), 16)
-	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("late-request", r.pre.Coordinates(), dst, withoutSeq()))
-	eventually(t, "the registration sent (and held back)", func() bool {
-		dec.mu.Lock()
-		defer dec.mu.Unlock()
-		return dec.held != nil
-	})
-	require.NoError(t, c.Abort("late-request"))
-	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
-	poison(t, r.decLayout[0], dst)
-
-	require.NoError(t, dec.Agent.GenNotif(dec.to, dec.held, nil))
-	eventually(t, "the late registration received", func() bool { return extra(t, p.Stats(), "registrations_received") == 2 })
-	fill(t, r.preLayout[0], blocksFrom(1, 2), 3, 32)
-	_, err = p.RequestFinished("late-request", blocksFrom(1, 2))
-	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
-	require.True(t, poisoned(t, r.decLayout[0], dst), "a WRITE landed in blocks decode handed back")
-	assert.Equal(t, uint64(1), extra(t, p.Stats(), "registrations_cancelled_before_arrival"))
-	assert.Equal(t, uint64(1), p.Stats().Transfers, "only the first request's WRITE")
-}
-
 // What the copy rule leaves alone: a new seq-less registration of the same
 // id with other blocks, after the first was cancelled, is not a copy and
 // is written.
