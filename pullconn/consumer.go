@@ -60,12 +60,12 @@ type Consumer struct {
 	remotes map[string]*remote
 	reading []*load
 	ready   []*load // handshake done, to post on the next Drain (Inline)
-	// confirming are loads whose READs ended and whose pin prefill has
+	// awaitingPin are loads whose READs ended and whose pin prefill has
 	// not answered yet.
-	confirming map[*load]struct{}
-	toConfirm  []*load // loads whose pin the next confirmation asks for
-	lastHB     time.Time
-	scratch    descriptors.Transfer // mapping lists, reused by post
+	awaitingPin map[*load]struct{}
+	toPin       []*load // loads whose pin the next confirmation asks for
+	lastHB      time.Time
+	scratch     descriptors.Transfer // mapping lists, reused by post
 	// draining are loads that ended but whose READs the agent has not yet
 	// let go of: their result waits until no byte can land in their blocks.
 	draining []*load
@@ -180,15 +180,15 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		}
 	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
-		log:        cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
-		live:       map[string]struct{}{},
-		waiting:    map[string]*waiter{},
-		remotes:    map[string]*remote{},
-		confirming: map[*load]struct{}{},
-		confirmed:  map[string]time.Time{},
-		readyCh:    make(chan struct{}, 1),
-		read:       map[string]time.Time{},
-		loading:    map[string]string{},
+		log:         cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
+		live:        map[string]struct{}{},
+		waiting:     map[string]*waiter{},
+		remotes:     map[string]*remote{},
+		awaitingPin: map[*load]struct{}{},
+		confirmed:   map[string]time.Time{},
+		readyCh:     make(chan struct{}, 1),
+		read:        map[string]time.Time{},
+		loading:     map[string]string{},
 	}
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
@@ -350,7 +350,7 @@ func (c *Consumer) findLoad(id string) *load {
 			}
 		}
 	}
-	for l := range c.confirming {
+	for l := range c.awaitingPin {
 		if l.id == id && !l.ended {
 			return l
 		}
@@ -449,10 +449,10 @@ func (c *Consumer) Close() error {
 		c.fail(l, ErrClosed)
 	}
 	c.reading = nil
-	for l := range c.confirming {
+	for l := range c.awaitingPin {
 		c.fail(l, ErrClosed)
 	}
-	clear(c.confirming)
+	clear(c.awaitingPin)
 	for _, l := range c.ready {
 		c.fail(l, ErrClosed)
 	}
@@ -513,7 +513,7 @@ func (c *Consumer) busy() bool {
 	n := len(c.queue) + len(c.hsDone)
 	c.qmu.Unlock()
 	c.wmu.Lock()
-	n += len(c.reading) + len(c.draining) + len(c.confirming)
+	n += len(c.reading) + len(c.draining) + len(c.awaitingPin)
 	c.wmu.Unlock()
 	return n > 0
 }

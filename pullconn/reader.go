@@ -51,7 +51,7 @@ func (c *Consumer) tick() {
 		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
 	}
 	c.pollReads()
-	c.startConfirms()
+	c.askPins()
 	c.drain(c.cfg.Clock.Now())
 	if len(c.confirmed) > 64+4*(len(c.reading)+len(c.ready)+len(waiting)) {
 		c.pruneConfirmed()
@@ -299,9 +299,9 @@ func (c *Consumer) post(l *load) {
 			bytes, descs = tr.Bytes, tr.Len()
 		}
 		opts := nixl.NotifOptions(msg)
-		if l.r.confirms() {
-			// The confirmation after the READ is the completion: prefill
-			// counts it only for the hold it names.
+		if l.r.pins() {
+			// The pin travels beside the READ; the completion, naming the
+			// hold, goes out once the load is done.
 			opts = nil
 		}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], opts)
@@ -322,7 +322,7 @@ func (c *Consumer) post(l *load) {
 			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
 			return
 		}
-		if !l.r.confirms() {
+		if !l.r.pins() {
 			notified = append(notified, s)
 			// The READ carries the completion: once posted, prefill may
 			// count it whatever becomes of the load.
@@ -336,10 +336,10 @@ func (c *Consumer) post(l *load) {
 		}
 	}
 	l.deadline = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
-	if l.r.confirms() && len(l.xfers) > 0 {
+	if l.r.pins() && len(l.xfers) > 0 {
 		// Pinned while the READs run: the pin travels beside them, so it
 		// adds to the critical path only what outlasts the READs.
-		c.toConfirm = append(c.toConfirm, l)
+		c.toPin = append(c.toPin, l)
 	}
 	if l.allDone() {
 		c.succeed(l)
@@ -369,12 +369,12 @@ func (c *Consumer) succeed(l *load) {
 			return
 		}
 	}
-	if l.r.confirms() && len(l.xfers) > 0 {
+	if l.r.pins() && len(l.xfers) > 0 {
 		l.readsEnded = time.Now()
 		if l.pin == pinPending {
 			// Done only once prefill pinned the hold for this engine;
 			// the answer is still on its way.
-			c.confirming[l] = struct{}{}
+			c.awaitingPin[l] = struct{}{}
 			return
 		}
 		c.pinnedReadEnded(l)
@@ -397,7 +397,7 @@ func (c *Consumer) finish(l *load) {
 		// To a prefill that pins, the completion names the hold it read
 		// (its key), so a late copy never releases a later hold of the id.
 		var key uint64
-		if l.r.confirms() {
+		if l.r.pins() {
 			key = l.hold
 		}
 		msg, _ := notif.EncodeSeqCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize, key)

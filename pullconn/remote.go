@@ -25,9 +25,9 @@ type remote struct {
 	clock handshake.Clock
 }
 
-// confirms reports whether the engine confirms holds after READs (a gonixl
-// prefill that says so in its payload).
-func (r *remote) confirms() bool { return r.setup != nil && r.setup.payload.Confirms }
+// pins reports whether the engine pins holds for READs (a gonixl prefill
+// that says so in its payload, Payload.Confirms).
+func (r *remote) pins() bool { return r.setup != nil && r.setup.payload.Confirms }
 
 // pairing is the result of a handshake as one decode rank sees it.
 type pairing struct {

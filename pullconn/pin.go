@@ -41,10 +41,10 @@ type verdicts struct {
 	err   error
 }
 
-// startConfirms sends, per prefill engine, one confirmation for the loads
+// askPins sends, per prefill engine, one pin request for the loads
 // whose READs finished since the last tick. wmu is held.
-func (c *Consumer) startConfirms() {
-	if len(c.toConfirm) == 0 {
+func (c *Consumer) askPins() {
+	if len(c.toPin) == 0 {
 		return
 	}
 	// Grouped by engine state, not looked up in c.remotes: an engine
@@ -52,7 +52,7 @@ func (c *Consumer) startConfirms() {
 	// READs that finished.
 	by := map[*remote][]*load{}
 	var order []*remote
-	for _, l := range c.toConfirm {
+	for _, l := range c.toPin {
 		if l.ended {
 			continue
 		}
@@ -61,18 +61,18 @@ func (c *Consumer) startConfirms() {
 		}
 		by[l.r] = append(by[l.r], l)
 	}
-	clear(c.toConfirm)
-	c.toConfirm = c.toConfirm[:0]
+	clear(c.toPin)
+	c.toPin = c.toPin[:0]
 	for _, r := range order {
-		c.startConfirm(r, by[r])
+		c.askPin(r, by[r])
 	}
 }
 
-func (c *Consumer) startConfirm(r *remote, loads []*load) {
+func (c *Consumer) askPin(r *remote, loads []*load) {
 	c.qmu.Lock()
 	if c.closed {
 		c.qmu.Unlock()
-		return // Close fails the loads waiting in c.confirming
+		return // Close fails the loads waiting in c.awaitingPin
 	}
 	c.hsWG.Add(1)
 	c.qmu.Unlock()
@@ -83,12 +83,12 @@ func (c *Consumer) startConfirm(r *remote, loads []*load) {
 		l.pinSent = now
 		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.hold, N: c.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
 	}
-	go c.confirm(r, loads, refs)
+	go c.pin(r, loads, refs)
 }
 
-// confirm asks the engine about refs, in batches the side channel takes,
+// pin asks the engine to pin refs, in batches the side channel takes,
 // and ends the loads. It runs on its own goroutine.
-func (c *Consumer) confirm(r *remote, loads []*load, refs []handshake.HoldRef) {
+func (c *Consumer) pin(r *remote, loads []*load, refs []handshake.HoldRef) {
 	defer c.hsWG.Done()
 	v := verdicts{r: r, loads: loads}
 	start := time.Now()
@@ -121,7 +121,7 @@ func (c *Consumer) applyVerdicts(v verdicts) {
 		v.r.clock = v.clock
 	}
 	for i, l := range v.loads {
-		delete(c.confirming, l)
+		delete(c.awaitingPin, l)
 		if l.ended {
 			continue // aborted, closed or its scatter failed meanwhile
 		}
