@@ -196,7 +196,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: RankConfig.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
-	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not confirm, after the READ, that it held the request the Params name for this engine.")
+	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not pin the hold the Params name for this engine, or the READs outlasted the pin.")
 	c.confirmations = c.stats.Counter("confirmations", "Confirmation exchanges with prefill engines, one per engine and reader round for the loads whose READs ended.")
 	c.confirmMicros = c.stats.Counter("confirmation_microseconds", "Time spent waiting for confirmations, in microseconds (divide by confirmations for the mean round trip).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")

@@ -35,11 +35,11 @@ var (
 	// ErrStaging: a gather into or a scatter out of a staging slot failed
 	// (the copier failed; see Staging).
 	ErrStaging = errors.New("pullconn: staging copy failed")
-	// ErrNotHeld: prefill did not confirm, after the READ, that it still held
-	// exactly the request the Params name (its id, blocks, deadline and
-	// staging slot) for this decode engine: the bytes read cannot be trusted.
-	// Forged or replayed Params, a hold that ran out early (a clock step) or
-	// a rank that never held the request give it.
+	// ErrNotHeld: prefill did not pin, for this decode engine, exactly the
+	// hold the Params name (its id, blocks, deadline, staging slot and
+	// nonce), or the READs ended after the pin they asked for: the bytes
+	// read cannot be trusted. Forged or replayed Params, a hold that ran out
+	// early (a clock step) or a rank that never held the request give it.
 	ErrNotHeld = errors.New("pullconn: prefill does not hold the request")
 )
 

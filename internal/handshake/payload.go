@@ -41,9 +41,10 @@ type Payload struct {
 	// Ranks holds one entry per TP rank, Ranks[i].TPRank == i.
 	Ranks RankList `msgpack:"ranks"`
 	// Confirms says the engine answers confirmations (Hello.Confirm): a
-	// decode rank then asks, after its READs, whether the blocks it read
-	// were still held for it, and reports done only on a yes. A peer that
-	// does not say (older gonixl, vLLM) is read on its deadline alone.
+	// decode rank then asks it, as it posts its READs, to pin the hold they
+	// read, and reports done only if the pin was granted and the READs
+	// ended within it. A peer that does not say (older gonixl, vLLM) is read
+	// on its deadline alone.
 	Confirms bool `msgpack:"confirms,omitempty"`
 
 	// ClockOffset is the client's estimate of the remote engine's clock
