@@ -19,7 +19,8 @@ type Hello struct {
 	Extend []string `msgpack:"extend,omitempty"`
 	// Agent is the asking rank's NIXL agent name, in hold queries and
 	// confirmations: prefill binds a hold to the decode engine that first
-	// asks about it and counts a confirmation as that agent's completion.
+	// asks about it, and counts completions of a bound hold only from the
+	// agents that asked.
 	Agent string `msgpack:"agent,omitempty"`
 	// Confirm, when set, makes the hello a confirmation instead of a
 	// handshake: for each hold the server answers, in Reply.Verdicts,
@@ -29,7 +30,7 @@ type Hello struct {
 	Confirm HoldRefs `msgpack:"confirm,omitempty"`
 }
 
-// HoldRef names one hold a decode rank read and asks prefill to confirm.
+// HoldRef names one hold a decode rank reads and asks prefill to pin.
 type HoldRef struct {
 	// ID is the request id on prefill (Params.RemoteRequestID).
 	ID string `msgpack:"id"`
@@ -84,7 +85,7 @@ type Reply struct {
 	// not hold it.
 	Holds []int64 `msgpack:"holds,omitempty"`
 	// Verdicts answers Hello.Confirm, one entry per hold in its order: ""
-	// where the hold is confirmed, else why it is not (not held, other
+	// where the hold is pinned, else why it is not (not held, other
 	// blocks, held for another engine).
 	Verdicts []string `msgpack:"verdicts,omitempty"`
 }
