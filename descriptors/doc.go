@@ -1,7 +1,12 @@
 // Package descriptors turns KV-cache block ids into NIXL descriptor lists. A
 // [Layout] describes one engine rank's KV cache as NIXL sees it (its memory
 // regions, block geometry, heads and tensor-parallel position); from it come
-// the registration list and the per-block descriptor list. [MapCoalesced]
+// the registration list and the per-block descriptor list. A [Geometry]
+// states the model's KV cache once for an engine (layers, KV heads, head
+// dim, dtype, block size, blocks, TP size, MLA): [Geometry.Layout] and
+// [Geometry.LayoutAt] build each rank's Layout from it without region bases
+// computed by hand, and [Geometry.Check] tells whether a rank's layout
+// matches it. [MapCoalesced]
 // (and [MapCoalescedInto], which reuses a buffer) pairs one request's source
 // blocks with its destination blocks for one (source rank, destination rank)
 // pair, across different TP sizes, block sizes, MLA and decode-side prefix
