@@ -5,13 +5,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gonixl/gonixl/metrics"
+	"github.com/gonixl/gonixl/connector"
 )
 
 // Source is anything with connector statistics: a pullconn or pushconn
-// Producer, Consumer or Engine.
+// Producer or Consumer, or a connector.Engine.
 type Source interface {
-	Stats() metrics.Snapshot
+	Stats() connector.Stats
 }
 
 // Options configure a Collector.
@@ -43,7 +43,7 @@ type Collector struct {
 
 type fixedMetric struct {
 	desc *prometheus.Desc
-	get  func(*metrics.Snapshot) uint64
+	get  func(*connector.Stats) uint64
 }
 
 type extraMetric struct {
@@ -77,16 +77,16 @@ func New(src Source, opts Options) *Collector {
 	}
 	for _, f := range []struct {
 		n, help string
-		get     func(*metrics.Snapshot) uint64
+		get     func(*connector.Stats) uint64
 	}{
-		{"nixl_num_failed_transfers_total", "Number of failed NIXL KV-cache transfers.", func(s *metrics.Snapshot) uint64 { return s.FailedTransfers }},
-		{"nixl_num_failed_notifications_total", "Number of NIXL notifications that could not be sent.", func(s *metrics.Snapshot) uint64 { return s.FailedNotifications }},
-		{"nixl_num_failed_handshakes_total", "Number of side-channel handshakes that failed or were refused.", func(s *metrics.Snapshot) uint64 { return s.FailedHandshakes }},
-		{"nixl_num_kv_expired_reqs_total", "Number of requests whose held KV blocks were released by lease expiry.", func(s *metrics.Snapshot) uint64 { return s.ExpiredRequests }},
-		{"nixl_num_unknown_notifications_total", "Number of notifications naming a request this rank does not know.", func(s *metrics.Snapshot) uint64 { return s.UnknownNotifications }},
-		{"nixl_num_late_notifications_total", "Number of completions that arrived after the request's lease expired.", func(s *metrics.Snapshot) uint64 { return s.LateNotifications }},
-		{"nixl_num_malformed_notifications_total", "Number of notifications that could not be decoded.", func(s *metrics.Snapshot) uint64 { return s.MalformedNotifications }},
-		{"nixl_num_malformed_frames_total", "Number of side-channel frames that could not be decoded.", func(s *metrics.Snapshot) uint64 { return s.MalformedFrames }},
+		{"nixl_num_failed_transfers_total", "Number of failed NIXL KV-cache transfers.", func(s *connector.Stats) uint64 { return s.FailedTransfers }},
+		{"nixl_num_failed_notifications_total", "Number of NIXL notifications that could not be sent.", func(s *connector.Stats) uint64 { return s.FailedNotifications }},
+		{"nixl_num_failed_handshakes_total", "Number of side-channel handshakes that failed or were refused.", func(s *connector.Stats) uint64 { return s.FailedHandshakes }},
+		{"nixl_num_kv_expired_reqs_total", "Number of requests whose held KV blocks were released by lease expiry.", func(s *connector.Stats) uint64 { return s.ExpiredRequests }},
+		{"nixl_num_unknown_notifications_total", "Number of notifications naming a request this rank does not know.", func(s *connector.Stats) uint64 { return s.UnknownNotifications }},
+		{"nixl_num_late_notifications_total", "Number of completions that arrived after the request's lease expired.", func(s *connector.Stats) uint64 { return s.LateNotifications }},
+		{"nixl_num_malformed_notifications_total", "Number of notifications that could not be decoded.", func(s *connector.Stats) uint64 { return s.MalformedNotifications }},
+		{"nixl_num_malformed_frames_total", "Number of side-channel frames that could not be decoded.", func(s *connector.Stats) uint64 { return s.MalformedFrames }},
 	} {
 		c.fixed = append(c.fixed, fixedMetric{desc: desc(f.n, f.help), get: f.get})
 	}
@@ -126,7 +126,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func histogram(d *prometheus.Desc, h metrics.Histogram) prometheus.Metric {
+func histogram(d *prometheus.Desc, h connector.Histogram) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i, b := range h.Bounds {
 		buckets[b] = h.Cumulative[i]

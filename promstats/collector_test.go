@@ -13,12 +13,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/stats"
 )
 
 type setSource struct{ s *stats.Set }
 
-func (s setSource) Stats() stats.Snapshot { return s.s.Snapshot() }
+// Stats converts as the connectors do, so the Collector reads the public
+// type exactly as a rank returns it.
+func (s setSource) Stats() connector.Stats {
+	return engine.Public.Stats(s.s.Snapshot()).(connector.Stats)
+}
 
 func gather(t *testing.T, c *Collector) map[string]*dto.MetricFamily {
 	t.Helper()

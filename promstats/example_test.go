@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/promstats"
 	"github.com/gonixl/gonixl/pullconn"
 )
@@ -13,7 +15,8 @@ import (
 // Register one collector per connector rank (or engine), labelled so that
 // ranks side by side stay apart, with vLLM's metric names.
 func Example() {
-	e, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "prefill-0", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "prefill-0", Model: "m",
+		Geometry: descriptors.Geometry{Layers: 2, KVHeads: 8, HeadDim: 64, DType: "bfloat16", BlockSize: 16, Blocks: 64, TPSize: 1}})
 	if err != nil {
 		panic(err)
 	}

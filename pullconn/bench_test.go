@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func newBenchRank(b testing.TB, fab *loopback.Fabric, name string) *benchRank {
 // benchPair is one prefill rank and one decode rank.
 type benchPair struct {
 	fab    *loopback.Fabric
-	pe, de *Engine
+	pe, de *connector.Engine
 	prod   *Producer
 	cons   *Consumer
 	ranks  []*benchRank
@@ -59,15 +60,15 @@ func newBenchPair(b testing.TB, model loopback.TransferModel, inline bool) *benc
 	fab, err := loopback.NewFabric(loopback.WithModel(model))
 	require.NoError(b, err)
 	bp := &benchPair{fab: fab}
-	bp.pe, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	bp.pe, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(b, err)
-	bp.de, err = NewEngine(EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	bp.de, err = NewEngine(connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(b, err)
 	pr, dr := newBenchRank(b, fab, "prefill-0"), newBenchRank(b, fab, "decode-0")
 	bp.ranks = []*benchRank{pr, dr}
-	bp.prod, err = NewProducer(bp.pe, RankConfig{Agent: pr.agent, Layout: pr.layout, StatsInterval: -1})
+	bp.prod, err = NewProducer(bp.pe, Config{RankConfig: connector.RankConfig{Agent: pr.agent, Layout: pr.layout, StatsInterval: -1}})
 	require.NoError(b, err)
-	bp.cons, err = NewConsumer(bp.de, RankConfig{Agent: dr.agent, Layout: dr.layout, Inline: inline, StatsInterval: -1})
+	bp.cons, err = NewConsumer(bp.de, Config{RankConfig: connector.RankConfig{Agent: dr.agent, Layout: dr.layout, StatsInterval: -1}, Inline: inline})
 	require.NoError(b, err)
 	return bp
 }

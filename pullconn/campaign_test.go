@@ -3,6 +3,7 @@ package pullconn
 import (
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -107,7 +108,7 @@ func TestFaultCampaignStaged(t *testing.T) {
 			seed := uint64(7 + 100*k)
 			name := fmt.Sprintf("tp%d-to-tp%d/staged/seed%d", pair.p, pair.d, seed)
 			t.Run(name, func(t *testing.T) {
-				m := newStagingMem(t, StagingOn, 4, 256<<10)
+				m := newStagingMem(t, connector.StagingOn, 4, 256<<10)
 				// Every 23rd copy fails: gathers on prefill (one rank of
 				// several may fail while another's Params reach decode)
 				// and scatters on decode.
@@ -157,7 +158,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 	c := newCluster(t, clusterOpts{
 		prefill: side{ptp, 16}, decode: side{dtp, 16},
 		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
-		prefillCfg: func(rc *RankConfig) {
+		prefillCfg: func(rc *Config) {
 			// Every prefill rank finishes a request before its Params are used.
 			rc.ParamsAfterAllRanks = true
 			rc.Clock = pclk
@@ -167,7 +168,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				staged[0].rank("prefill", nil)(rc)
 			}
 		},
-		decodeCfg: func(rc *RankConfig) {
+		decodeCfg: func(rc *Config) {
 			rc.Clock = dclk
 			rc.Lease = lease
 			rc.HeartbeatInterval = lease / 6
@@ -175,7 +176,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 			rc.ExpiryMargin = 20 * time.Millisecond
 			rc.Inline = seed%2 == 0
 			if seed%3 == 0 {
-				rc.FailurePolicy = PolicyRecompute
+				rc.FailurePolicy = connector.PolicyRecompute
 			}
 			if len(staged) > 0 {
 				staged[0].rank("decode", nil)(rc)
@@ -240,7 +241,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				finished := 0
 				for i, p := range c.prods {
 					par, err := p.RequestFinished(r.id, pb)
-					if len(staged) > 0 && errors.Is(err, ErrStaging) {
+					if len(staged) > 0 && errors.Is(err, connector.ErrStaging) {
 						// Nothing held on this rank: nothing to free.
 						r.freed[i], r.gatherFailed = 1, true
 						continue
@@ -338,7 +339,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					if err := c.cons[0].Load(r.did, r.params, r.dblocks); err == nil {
 						r.want[0]++
 					} else {
-						require.ErrorIs(t, err, ErrInvalid, "a second Load of a live id")
+						require.ErrorIs(t, err, connector.ErrInvalid, "a second Load of a live id")
 					}
 				}
 			}
@@ -352,7 +353,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 		}
 		// The attackers' results: forged loads are never done; a replay is
 		// done only with the request's bytes.
-		drainAttack := func(rank int, res Result) {
+		drainAttack := func(rank int, res connector.Result) {
 			a := attacks[res.RequestID]
 			require.NotNil(t, a, "result for unknown request %q", res.RequestID)
 			a.ended[rank]++
@@ -403,7 +404,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				case rank > 0:
 				case errors.Is(res.Err, ErrExpired):
 					f.expired++
-				case errors.Is(res.Err, ErrAborted):
+				case errors.Is(res.Err, connector.ErrAborted):
 					f.aborted++
 				}
 				if res.Err == nil && rank == 0 {
@@ -422,7 +423,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 						// same remote request, or a replay of an earlier
 						// result of this request (its guard).
 						if err := b.cons.Load(a.did, r.params, bb); err != nil {
-							require.ErrorIs(t, err, ErrInvalid)
+							require.ErrorIs(t, err, connector.ErrInvalid)
 							bfree.give(bb)
 						} else {
 							attacks[a.did] = a

@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,14 +32,14 @@ func TestProducerCloseDeregistersBeforeFreeing(t *testing.T) {
 	a, err := fab.NewAgent("prefill-0")
 	require.NoError(t, err)
 	defer a.Close()
-	e, err := NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	e, err := NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(t, err)
 	defer e.Close()
 	buf, err := nixl.AllocBuffer(layoutBytes(1, 16))
 	require.NoError(t, err)
 	defer buf.Free()
 	wrapped := &deregisterHook{Agent: a}
-	p, err := NewProducer(e, RankConfig{Agent: wrapped, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1})
+	p, err := NewProducer(e, Config{RankConfig: connector.RankConfig{Agent: wrapped, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}})
 	require.NoError(t, err)
 	_, err = p.RequestFinished("held-1", []int{1, 2})
 	require.NoError(t, err)

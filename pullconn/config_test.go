@@ -10,49 +10,59 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
 func TestDefaultsMatchVLLM(t *testing.T) {
-	cfg := RankConfig{}
-	cfg.withDefaults(nil)
+	e, err := NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: testGeometry(1, 16)})
+	require.NoError(t, err)
+	defer e.Close()
+	pe, err := engineOf(e)
+	require.NoError(t, err)
+	fab, _ := loopback.NewFabric()
+	defer fab.Close()
+	a, _ := fab.NewAgent("a")
+	cfg, err := newRankConfig(pe, Config{RankConfig: connector.RankConfig{Agent: a, Layout: newLayout(fakeBuffer{}, 0, 1, 16)}})
+	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, cfg.Lease)
 	assert.Equal(t, 5*time.Second, cfg.HeartbeatInterval, "lease/6")
 	assert.Equal(t, 20*time.Second, cfg.HeartbeatExtension, "2/3 lease")
-	assert.Equal(t, PolicyFail, cfg.FailurePolicy)
-	assert.Equal(t, 5*time.Second, DefaultHandshakeTimeout)
+	assert.Equal(t, connector.PolicyFail, cfg.FailurePolicy)
+	assert.Equal(t, 5*time.Second, connector.DefaultHandshakeTimeout)
 	assert.False(t, cfg.Inline)
 }
 
 func TestRankConfigErrorsNameTheField(t *testing.T) {
-	e, err := NewEngine(EngineConfig{EngineID: "e", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	e, err := NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(t, err)
 	defer e.Close()
 	fab, _ := loopback.NewFabric()
 	defer fab.Close()
 	a, _ := fab.NewAgent("a")
-	good := func() RankConfig {
-		return RankConfig{Agent: a, Layout: newLayout(fakeBuffer{}, 0, 1, 16), StatsInterval: -1}
+	good := func() Config {
+		return Config{RankConfig: connector.RankConfig{Agent: a, Layout: newLayout(fakeBuffer{}, 0, 1, 16), StatsInterval: -1}}
 	}
-	for want, mutate := range map[string]func(*RankConfig){
-		"RankConfig.Agent is nil": func(c *RankConfig) { c.Agent = nil },
-		"RankConfig.Lease is -1s": func(c *RankConfig) { c.Lease = -time.Second },
-		"RankConfig.HeartbeatInterval 40s must be shorter than RankConfig.Lease 30s": func(c *RankConfig) { c.HeartbeatInterval = 40 * time.Second },
-		"RankConfig.HeartbeatExtension is -1s":                                       func(c *RankConfig) { c.HeartbeatExtension = -time.Second },
-		"RankConfig.TransferTimeout is -1s":                                          func(c *RankConfig) { c.TransferTimeout = -time.Second },
-		`RankConfig.FailurePolicy is "retry"`:                                        func(c *RankConfig) { c.FailurePolicy = "retry" },
-		"RankConfig.PollInterval is -1ms":                                            func(c *RankConfig) { c.PollInterval = -time.Millisecond },
-		`RankConfig.Layout.TPSize is 2, engine "e" has TP size 1`:                    func(c *RankConfig) { c.Layout.TPSize = 2 },
-		`RankConfig.Layout.BlockSize is 32, engine "e" has block size 16`:            func(c *RankConfig) { c.Layout.BlockSize = 32 },
-		"RankConfig.Layout: descriptors":                                             func(c *RankConfig) { c.Layout.HeadBytes = 0 },
+	for want, mutate := range map[string]func(*Config){
+		"RankConfig.Agent is nil": func(c *Config) { c.Agent = nil },
+		"RankConfig.Lease is -1s": func(c *Config) { c.Lease = -time.Second },
+		"Config.HeartbeatInterval 40s must be shorter than RankConfig.Lease 30s": func(c *Config) { c.HeartbeatInterval = 40 * time.Second },
+		"Config.HeartbeatExtension is -1s":                                       func(c *Config) { c.HeartbeatExtension = -time.Second },
+		"Config.TransferTimeout is -1s":                                          func(c *Config) { c.TransferTimeout = -time.Second },
+		`RankConfig.FailurePolicy is "retry"`:                                    func(c *Config) { c.FailurePolicy = "retry" },
+		"RankConfig.PollInterval is -1ms":                                        func(c *Config) { c.PollInterval = -time.Millisecond },
+		`RankConfig.Layout.TPSize is 2, engine "e" has TP size 1`:                func(c *Config) { c.Layout.TPSize = 2 },
+		`RankConfig.Layout.BlockSize is 32, engine "e" has block size 16`:        func(c *Config) { c.Layout.BlockSize = 32 },
+		"RankConfig.Layout: descriptors":                                         func(c *Config) { c.Layout.HeadBytes = 0 },
 	} {
 		cfg := good()
 		mutate(&cfg)
 		_, err := NewProducer(e, cfg)
 		require.Error(t, err, want)
-		assert.ErrorIs(t, err, ErrInvalid, want)
+		assert.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.Contains(t, err.Error(), want)
 		_, err = NewConsumer(e, cfg)
 		assert.Contains(t, err.Error(), want)
@@ -65,17 +75,17 @@ type fakeBuffer struct{}
 func (fakeBuffer) Addr() uint64 { return 1 << 20 }
 
 func TestEngineConfigErrorsNameTheField(t *testing.T) {
-	for want, cfg := range map[string]EngineConfig{
-		"EngineConfig.EngineID is empty":                          {Model: "m", DType: "d", TPSize: 1, BlockSize: 16},
-		"EngineConfig.TPSize is 0, want >= 1":                     {EngineID: "e", Model: "m", DType: "d", BlockSize: 16},
-		"EngineConfig.BlockSize is 0, want >= 1":                  {EngineID: "e", Model: "m", DType: "d", TPSize: 1},
-		"EngineConfig.Model is empty":                             {EngineID: "e", DType: "d", TPSize: 1, BlockSize: 16},
-		"EngineConfig.HandshakeTimeout is -1s":                    {EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, HandshakeTimeout: -time.Second},
-		`EngineConfig.KVLayout is "NHD": only "HND" is supported`: {EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, KVLayout: "NHD"},
+	for want, cfg := range map[string]connector.EngineConfig{
+		"EngineConfig.EngineID is empty":                          {Model: "m", Geometry: testGeometry(1, 16)},
+		"EngineConfig.Geometry.TPSize is 0, want >= 1":            {EngineID: "e", Model: "m", Geometry: func() descriptors.Geometry { g := testGeometry(1, 16); g.TPSize = 0; return g }()},
+		"EngineConfig.Geometry.BlockSize is 0, want >= 1":         {EngineID: "e", Model: "m", Geometry: testGeometry(1, 0)},
+		"EngineConfig.Model is empty":                             {EngineID: "e", Geometry: testGeometry(1, 16)},
+		"EngineConfig.HandshakeTimeout is -1s":                    {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), HandshakeTimeout: -time.Second},
+		`EngineConfig.KVLayout is "NHD": only "HND" is supported`: {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), KVLayout: "NHD"},
 	} {
 		_, err := NewEngine(cfg)
 		require.Error(t, err, want)
-		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, err, connector.ErrInvalid)
 		assert.Contains(t, err.Error(), want)
 	}
 }
@@ -126,7 +136,7 @@ func TestNotifyRanks(t *testing.T) {
 	n, _ = notifyRanks(1, 2, 4)
 	assert.Equal(t, []int{2, 3}, n)
 	_, err = notifyRanks(0, 3, 2)
-	assert.ErrorIs(t, err, ErrIncompatible)
+	assert.ErrorIs(t, err, connector.ErrIncompatible)
 }
 
 // FuzzProducerNotification feeds arbitrary notifications to a prefill
@@ -139,8 +149,8 @@ func FuzzProducerNotification(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, err := newHolds(1, time.Minute, 16)
 		require.NoError(t, err)
-		clk := clock.NewManual(time.Unix(0, 0))
-		p := &Producer{e: &Engine{}, cfg: RankConfig{Clock: clk, HeartbeatExtension: time.Second}, holds: h, stats: newStatsForTest(), log: nopLogger}
+		clk := connector.NewManualClock(time.Unix(0, 0))
+		p := &Producer{e: &pullEngine{}, cfg: rankConfig{Rank: engine.Rank{Clock: clk}, Config: Config{HeartbeatExtension: time.Second}}, holds: h, stats: newStatsForTest(), log: nopLogger}
 		p.duplicates = p.stats.Counter("duplicate_completions", "")
 		p.stale = p.stats.Counter("stale_completions", "")
 		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
@@ -190,7 +200,7 @@ func FuzzProducerNotification(f *testing.F) {
 }
 
 func TestEngineListenErrorNamesTheAddress(t *testing.T) {
-	_, err := NewEngine(EngineConfig{EngineID: "e", Model: "m", DType: "d", TPSize: 1, BlockSize: 16, ListenAddr: "127.0.0.1:99999"})
+	_, err := NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), ListenAddr: "127.0.0.1:99999"})
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), `pullconn: engine "e": side channel cannot listen on 127.0.0.1:99999: listen tcp`), err.Error())
 	assert.NotContains(t, err.Error(), "sidechannel")

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
@@ -23,7 +23,7 @@ import (
 
 // notDoneOrRight fails the test when res is done but decode's blocks do not
 // hold request seed's bytes, and returns res.Err.
-func (c *cluster) notDoneOrRight(res Result, seed int, blocks []int, tokens int) error {
+func (c *cluster) notDoneOrRight(res connector.Result, seed int, blocks []int, tokens int) error {
 	c.t.Helper()
 	if res.Err == nil {
 		c.verify(seed, blocks, 0, tokens)
@@ -48,10 +48,10 @@ func TestClockStepAfterHandshakeNeverDoneOnFreedBlocks(t *testing.T) {
 		{"decode-5s", 0, -5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pc, dc := clock.NewManual(time.Unix(1000, 0)), clock.NewManual(time.Unix(1000, 0))
+			pc, dc := connector.NewManualClock(time.Unix(1000, 0)), connector.NewManualClock(time.Unix(1000, 0))
 			c := newCluster(t, clusterOpts{
-				prefillCfg: func(rc *RankConfig) { rc.Clock = pc; rc.Lease = 3 * time.Second },
-				decodeCfg:  func(rc *RankConfig) { rc.Clock = dc; rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
+				prefillCfg: func(rc *Config) { rc.Clock = pc; rc.Lease = 3 * time.Second },
+				decodeCfg:  func(rc *Config) { rc.Clock = dc; rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
 			})
 			c.fill(1, []int{1}, 16)
 			c.load("d1", c.finish("r1", []int{1}), []int{5})
@@ -81,12 +81,12 @@ func TestClockStepAfterHandshakeNeverDoneOnFreedBlocks(t *testing.T) {
 // step, the load would fail with ErrNotHeld instead. Either way the blocks
 // are freed once.
 func TestClockStepDuringReadNeverDoneOnFreedBlocks(t *testing.T) {
-	pc := clock.NewManual(time.Unix(1000, 0))
+	pc := connector.NewManualClock(time.Unix(1000, 0))
 	// Every READ takes 200 ms; its bytes are copied at its end.
 	c := newCluster(t, clusterOpts{
 		fabric:     []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(200 * time.Millisecond))},
-		prefillCfg: func(rc *RankConfig) { rc.Clock = pc; rc.Lease = 3 * time.Second },
-		decodeCfg:  func(rc *RankConfig) { rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
+		prefillCfg: func(rc *Config) { rc.Clock = pc; rc.Lease = 3 * time.Second },
+		decodeCfg:  func(rc *Config) { rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
 	})
 	c.fill(2, []int{2}, 16)
 	p := c.finish("r2", []int{2})
@@ -192,7 +192,7 @@ func TestParamsLoadedByTwoDecodeEnginesAtOnce(t *testing.T) {
 	require.NoError(t, b.cons.Load("d", p, []int{5}))
 	ra, rb := c.result("d")[0], b.result(t, "d")
 	done := 0
-	for _, r := range []Result{ra, rb} {
+	for _, r := range []connector.Result{ra, rb} {
 		if r.Err == nil {
 			done++
 		} else {
@@ -208,17 +208,17 @@ func TestParamsLoadedByTwoDecodeEnginesAtOnce(t *testing.T) {
 // Attack 6: one prefill rank's staging copy failed in RequestFinished, but
 // the engine handed another rank's Params (naming the slot) to decode.
 func TestStagingCopyFailedOnOneRankNeverDone(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 	m.copier["prefill"] = &stagingtest.Copier{FailAt: 2} // rank 1's gather
 	c := stagedCluster(t, clusterOpts{prefill: side{2, 16},
-		prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = true }}, m)
+		prefillCfg: func(rc *Config) { rc.ParamsAfterAllRanks = true }}, m)
 	blocks := []int{9, 2, 40}
 	c.fill(1, blocks, 48)
 	p, err := c.prods[0].RequestFinished("x", blocks)
 	require.NoError(t, err)
 	require.NotNil(t, p.RemoteStagingSlot)
 	_, err = c.prods[1].RequestFinished("x", blocks)
-	require.ErrorIs(t, err, ErrStaging)
+	require.ErrorIs(t, err, connector.ErrStaging)
 	c.load("dx", p, []int{1, 3, 5})
 	err = c.notDoneOrRight(c.result("dx")[0], 1, []int{1, 3, 5}, 48)
 	require.ErrorIs(t, err, ErrNotHeld)
@@ -227,20 +227,20 @@ func TestStagingCopyFailedOnOneRankNeverDone(t *testing.T) {
 // extraDecode is a second decode engine with one rank on the cluster's
 // fabric.
 type extraDecode struct {
-	e    *Engine
+	e    *connector.Engine
 	cons *Consumer
 	buf  *nixl.Buffer
 }
 
 func (c *cluster) secondDecode(t *testing.T, id string) *extraDecode {
 	t.Helper()
-	e, err := NewEngine(EngineConfig{EngineID: id, Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16, HandshakeTimeout: 2 * time.Second})
+	e, err := NewEngine(connector.EngineConfig{EngineID: id, Model: "m", Geometry: testGeometry(1, 16), HandshakeTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	a, err := c.fab.NewAgent(id + "-0")
 	require.NoError(t, err)
 	buf, err := nixl.AllocBuffer(layoutBytes(1, 16))
 	require.NoError(t, err)
-	cn, err := NewConsumer(e, RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1})
+	cn, err := NewConsumer(e, Config{RankConfig: connector.RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cn.Close()
@@ -251,7 +251,7 @@ func (c *cluster) secondDecode(t *testing.T, id string) *extraDecode {
 	return &extraDecode{e: e, cons: cn, buf: buf}
 }
 
-func (x *extraDecode) result(t *testing.T, id string) Result {
+func (x *extraDecode) result(t *testing.T, id string) connector.Result {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -263,5 +263,5 @@ func (x *extraDecode) result(t *testing.T, id string) Result {
 		time.Sleep(200 * time.Microsecond)
 	}
 	t.Fatalf("no result for %q", id)
-	return Result{}
+	return connector.Result{}
 }

@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,7 +88,7 @@ func TestInlineHappyPath(t *testing.T) {
 	c := transferCase(t, clusterOpts{
 		prefill:   side{2, 16},
 		decode:    side{2, 16},
-		decodeCfg: func(c *RankConfig) { c.Inline = true },
+		decodeCfg: func(c *Config) { c.Inline = true },
 	}, 50)
 	for _, cn := range c.cons {
 		assert.Equal(t, uint64(1), cn.Stats().Transfers)
@@ -157,13 +158,13 @@ func TestManyConcurrentRequestsEachEndOnce(t *testing.T) {
 }
 
 func TestDuplicateLoadRefused(t *testing.T) {
-	c := newCluster(t, clusterOpts{decodeCfg: func(c *RankConfig) { c.Inline = true }})
+	c := newCluster(t, clusterOpts{decodeCfg: func(c *Config) { c.Inline = true }})
 	p := c.finish("req-1", []int{1})
 	// The first load waits for the handshake, which runs on its own
 	// goroutine, so the request is still live when the second call comes.
 	require.NoError(t, c.cons[0].Load("d", p, []int{2}))
 	err := c.cons[0].Load("d", p, []int{2})
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, connector.ErrInvalid)
 	assert.ErrorContains(t, err, `request "d" is already loading`)
 	require.NoError(t, c.result("d")[0].Err)
 	assert.Equal(t, uint64(1), c.cons[0].Stats().Transfers)
@@ -173,7 +174,7 @@ func TestLoadRejectsBadArguments(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	p := c.finish("req-1", []int{1})
 	err := c.cons[0].Load("d", p, []int{testBlocks})
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, connector.ErrInvalid)
 	assert.ErrorContains(t, err, "localBlocks[0] is 64, layout has 64 blocks")
 	bad := p
 	bad.RemotePort = 0
@@ -181,7 +182,7 @@ func TestLoadRejectsBadArguments(t *testing.T) {
 	bad = p
 	bad.TransferMode = "push"
 	err = c.cons[0].Load("d", bad, nil)
-	assert.ErrorIs(t, err, ErrIncompatible)
+	assert.ErrorIs(t, err, connector.ErrIncompatible)
 	assert.ErrorContains(t, err, `transfer mode mismatch: local "pull", remote "push"`)
 	assert.Equal(t, 0, c.cons[0].Pending())
 	v, _ := c.cons[0].Stats().Get("rejected_loads")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"strconv"
 	"sync"
 	"time"
@@ -24,8 +25,8 @@ import (
 // (the poller) handshakes, posts READs (unless Inline), polls them and sends
 // heartbeats. All methods are safe for concurrent use.
 type Consumer struct {
-	e       *Engine
-	cfg     RankConfig
+	e       *pullEngine
+	cfg     rankConfig
 	stats   *stats.Set
 	rejects *stats.Counter
 	log     *zap.Logger
@@ -43,7 +44,7 @@ type Consumer struct {
 	queue   []*load             // submitted, not yet seen by the reader
 	hsDone  []handshakeDone
 	queried []holdAnswer
-	results []Result
+	results []connector.Result
 	waiting map[string]*waiter // KeepAlive-registered, heartbeats only
 	// read are the remote requests (key + "\x00" + remote id) this rank
 	// read and sent its completion for, until their hold's deadline: prefill
@@ -121,7 +122,7 @@ type load struct {
 	slotUsed uint64
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
-	result     Result
+	result     connector.Result
 	drainUntil time.Time
 	// pin is where the load's pin stands, pinSent when it was asked (this
 	// process's monotonic clock) and readsEnded when its READs were seen
@@ -157,13 +158,14 @@ type handshakeDone struct {
 
 // NewConsumer registers cfg.Layout's memory with cfg.Agent and starts the
 // rank's reader goroutine.
-func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
-	cfg.withDefaults(e)
-	if err := cfg.validate(e); err != nil {
+func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
+	e, err := engineOf(pub)
+	if err != nil {
 		return nil, err
 	}
-	if err := staging.Prepare(&cfg.Staging); err != nil {
-		return nil, invalidf("RankConfig.Staging: %v", err)
+	cfg, err := newRankConfig(e, config)
+	if err != nil {
+		return nil, err
 	}
 	if err := e.core.Claim("consumer", cfg.Layout.TPRank); err != nil {
 		return nil, err
@@ -193,7 +195,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")
-	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: RankConfig.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
+	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: Config.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
 	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not pin the hold the Params name for this engine, or the READs outlasted the pin.")
@@ -238,7 +240,7 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 	c.qmu.Lock()
 	if c.closed {
 		c.qmu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	if _, dup := c.live[requestID]; dup {
 		c.qmu.Unlock()
@@ -270,7 +272,7 @@ func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
 // KeepAlive tells the rank that request requestID, prefilled as p says,
 // waits for decode blocks: it returns at once, the rank handshakes with the
 // prefill engine now and keeps prefill's hold alive (heartbeats and hold
-// queries) until Load, Abort or RankConfig.KeepAliveTimeout, so the hold does
+// queries) until Load, Abort or Config.KeepAliveTimeout, so the hold does
 // not run out while decode is busy. The deadlines the hold queries confirm
 // are the ones the later Load trusts.
 func (c *Consumer) KeepAlive(requestID string, p Params) error {
@@ -283,7 +285,7 @@ func (c *Consumer) KeepAlive(requestID string, p Params) error {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if err := c.checkRemote(requestID, l); err != nil {
 		c.rejects.Inc()
@@ -296,11 +298,11 @@ func (c *Consumer) KeepAlive(requestID string, p Params) error {
 
 // Abort ends request requestID for the engine (its client went away, say).
 // A request registered with KeepAlive stops its heartbeats. A loading request
-// ends with an error matching ErrAborted: at once when no READ of it is in
+// ends with an error matching errAborted: at once when no READ of it is in
 // flight, else as soon as the agent has let go of its READs, so that no
 // byte lands in its blocks after Drain hands them back. No completion is
 // sent: prefill frees the blocks when its hold ends. An unknown or already
-// ended id, or a second call, does nothing. It returns ErrClosed after
+// ended id, or a second call, does nothing. It returns errClosed after
 // Close.
 func (c *Consumer) Abort(requestID string) error {
 	c.wmu.Lock()
@@ -308,7 +310,7 @@ func (c *Consumer) Abort(requestID string) error {
 	c.qmu.Lock()
 	if c.closed {
 		c.qmu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	_, wasWaiting := c.waiting[requestID]
 	delete(c.waiting, requestID)
@@ -337,7 +339,7 @@ func (c *Consumer) Abort(requestID string) error {
 		return nil // draining already: its result comes
 	}
 	c.aborted.Inc()
-	c.fail(l, fmt.Errorf("%w: request %q", ErrAborted, requestID))
+	c.fail(l, fmt.Errorf("%w: request %q", errAborted, requestID))
 	return nil
 }
 
@@ -368,7 +370,7 @@ func (c *Consumer) findLoad(id string) *load {
 // Drain returns, without waiting, the requests that ended since the last
 // call. In Inline mode it first posts the READs of requests whose handshake
 // finished since, on the calling goroutine.
-func (c *Consumer) Drain() []Result {
+func (c *Consumer) Drain() []connector.Result {
 	if c.cfg.Inline {
 		c.wmu.Lock()
 		ready := c.ready
@@ -418,10 +420,10 @@ func (c *Consumer) Pending() int {
 }
 
 // Stats returns a snapshot of the rank's counters.
-func (c *Consumer) Stats() Stats { return c.stats.Snapshot() }
+func (c *Consumer) Stats() connector.Stats { return statsOf(c.stats) }
 
 // Close stops the reader and the handshakes, ends every pending request with
-// ErrClosed (cancelling its READs) and deregisters the memory. Results stay
+// errClosed (cancelling its READs) and deregisters the memory. Results stay
 // available from Drain. It is idempotent.
 func (c *Consumer) Close() error {
 	c.qmu.Lock()
@@ -443,23 +445,23 @@ func (c *Consumer) Close() error {
 	clear(c.waiting)
 	c.qmu.Unlock()
 	for _, l := range queued {
-		c.fail(l, ErrClosed)
+		c.fail(l, errClosed)
 	}
 	for _, l := range c.reading {
-		c.fail(l, ErrClosed)
+		c.fail(l, errClosed)
 	}
 	c.reading = nil
 	for l := range c.awaitingPin {
-		c.fail(l, ErrClosed)
+		c.fail(l, errClosed)
 	}
 	clear(c.awaitingPin)
 	for _, l := range c.ready {
-		c.fail(l, ErrClosed)
+		c.fail(l, errClosed)
 	}
 	c.ready = nil
 	for _, r := range c.remotes {
 		for _, l := range r.parked {
-			c.fail(l, ErrClosed)
+			c.fail(l, errClosed)
 		}
 		r.parked = nil
 	}
@@ -520,7 +522,7 @@ func (c *Consumer) busy() bool {
 
 // end ends a request exactly once: its result is published as soon as
 // none of its READs can still write into its blocks. wmu is held.
-func (c *Consumer) end(l *load, res Result) {
+func (c *Consumer) end(l *load, res connector.Result) {
 	if l.ended {
 		return
 	}
@@ -582,8 +584,8 @@ func (c *Consumer) publish(l *load) {
 }
 
 func (c *Consumer) fail(l *load, err error) {
-	res := Result{RequestID: l.id, Err: err}
-	if c.cfg.FailurePolicy == PolicyRecompute && len(l.local) > 0 {
+	res := connector.Result{RequestID: l.id, Err: err}
+	if c.cfg.FailurePolicy == connector.PolicyRecompute && len(l.local) > 0 {
 		res.InvalidBlocks = append([]int(nil), l.local...)
 	}
 	c.end(l, res)

@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,9 +12,9 @@ import (
 // The public defaults spell out their values (go doc shows them); the
 // shared engine must agree.
 func TestDefaultsAgreeWithTheSharedEngine(t *testing.T) {
-	assert.Equal(t, engine.DefaultLease, DefaultLease)
-	assert.Equal(t, engine.DefaultHandshakeTimeout, DefaultHandshakeTimeout)
-	assert.Equal(t, engine.DefaultPollInterval, DefaultPollInterval)
-	assert.Equal(t, engine.DefaultIdleInterval, DefaultIdleInterval)
-	assert.Equal(t, engine.DefaultStatsInterval, DefaultStatsInterval)
+	assert.Equal(t, engine.DefaultLease, connector.DefaultLease)
+	assert.Equal(t, engine.DefaultHandshakeTimeout, connector.DefaultHandshakeTimeout)
+	assert.Equal(t, engine.DefaultPollInterval, connector.DefaultPollInterval)
+	assert.Equal(t, engine.DefaultIdleInterval, connector.DefaultIdleInterval)
+	assert.Equal(t, engine.DefaultStatsInterval, connector.DefaultStatsInterval)
 }

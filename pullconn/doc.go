@@ -19,7 +19,7 @@
 // blocks to descriptors for each prefill rank this rank reads from
 // (descriptors.Sources; TP sizes and block sizes may differ), posts the READs
 // with the completion notification, polls them and queues the result, which
-// Drain returns. With RankConfig.Inline the mapping and posting run on the
+// Drain returns. With Config.Inline the mapping and posting run on the
 // caller instead, as in vLLM today; that mode exists to measure the
 // difference. An empty local block list (decode already holds every block)
 // sends the completion notifications only.

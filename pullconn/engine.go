@@ -6,59 +6,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
-	"go.uber.org/zap"
 )
 
-// EngineConfig describes the local engine: who it is, where its side
-// channel listens and what a peer engine must agree with. Its zero value is
-// not usable: EngineID, Model, DType, TPSize and BlockSize are required.
-// The push connector takes the same fields.
-type EngineConfig struct {
-	// EngineID names the engine; peers address it by this id, and Params carry it as remote_engine_id.
-	EngineID string
-	// ListenAddr is the side channel's listen address (default
-	// "127.0.0.1:0", a free loopback port; vLLM's port is 5600).
-	ListenAddr string
-	// AdvertiseHost is the host peers reach the side channel at (default:
-	// the listen address's host).
-	AdvertiseHost string
-	// Model and DType identify the model and the KV-cache element type; a
-	// peer engine must give the same.
-	Model string
-	DType string
-	// KVLayout names the KV-cache memory layout; "HND" (the default) is
-	// the only one supported.
-	KVLayout string
-	// TPSize is the engine's tensor-parallel size and BlockSize its KV
-	// block size in tokens; every rank's Layout must give the same.
-	TPSize    int
-	BlockSize int
-	// HandshakeTimeout bounds each handshake with a peer engine, retries
-	// included (default DefaultHandshakeTimeout, vLLM's 5 s).
-	HandshakeTimeout time.Duration
-	// Clock is the engine's time source (default: the wall clock); its
-	// ranks use it unless their RankConfig names one.
-	Clock clock.Clock
-	// Logger receives side-channel warnings (default: none).
-	Logger *zap.Logger
-}
-
-func (c EngineConfig) core() engine.Config {
-	return engine.Config{
-		EngineID: c.EngineID, ListenAddr: c.ListenAddr, AdvertiseHost: c.AdvertiseHost,
-		Model: c.Model, DType: c.DType, KVLayout: c.KVLayout, TPSize: c.TPSize, BlockSize: c.BlockSize,
-		HandshakeTimeout: c.HandshakeTimeout, Clock: c.Clock, Logger: c.Logger,
-	}
-}
-
-// Engine is one engine's side channel and handshake client, shared by its
-// ranks. On prefill its side channel serves every rank's agent metadata and
-// layout at one address (vLLM's side-channel port); on decode the client
-// fetches each prefill engine's payload once for all ranks.
-type Engine struct {
+// pullEngine is what a pull engine keeps beside the shared engine: the
+// hold deadlines its prefill ranks advertise, its Producers for hold
+// queries and pins, and the staging slot index.
+type pullEngine struct {
 	core *engine.Engine
 
 	mu sync.Mutex
@@ -82,7 +38,7 @@ type advert struct {
 
 // advertise returns the deadline to put in the Params of request id, which
 // a rank holds until own.
-func (e *Engine) advertise(id string, now, own time.Time) (time.Time, uint64) {
+func (e *pullEngine) advertise(id string, now, own time.Time) (time.Time, uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.advertised == nil {
@@ -119,7 +75,7 @@ func (e *Engine) advertise(id string, now, own time.Time) (time.Time, uint64) {
 // nonce, hence a hold key, of its own. A rank that finishes the old
 // request late then advertises a hold the Params do not name, and decode's
 // pin is refused: it costs that load, never a byte.
-func (e *Engine) dropAdverts(ids []string) {
+func (e *pullEngine) dropAdverts(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -134,15 +90,30 @@ func (e *Engine) dropAdverts(ids []string) {
 // drops those whose deadline passed.
 const maxAdverts = 1 << 16
 
-// NewEngine validates cfg and starts the side channel.
-func NewEngine(cfg EngineConfig) (*Engine, error) {
-	e := &Engine{producers: map[int]*Producer{}}
-	core, err := engine.Start(cfg.core(), engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: ErrInvalid, ErrClosed: ErrClosed, OnExtend: e.extend, OnConfirm: e.confirm})
+// NewEngine validates cfg and starts the side channel of a pull engine,
+// the Engine of this package's Producers and Consumers.
+func NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) {
+	e := &pullEngine{producers: map[int]*Producer{}}
+	pub, err := engine.Public.Start(cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: errInvalid, ErrClosed: errClosed, OnExtend: e.extend, OnConfirm: e.confirm, State: e})
 	if err != nil {
 		return nil, err
 	}
-	e.core = core
-	return e, nil
+	e.core = engine.Public.Engine(pub)
+	return pub.(*connector.Engine), nil
+}
+
+// engineOf returns the pull state of e, or an error naming what is wrong
+// with it.
+func engineOf(e *connector.Engine) (*pullEngine, error) {
+	core := engine.Public.Engine(e)
+	if core == nil {
+		return nil, invalidf("engine is nil: create it with pullconn.NewEngine")
+	}
+	pe, ok := core.State().(*pullEngine)
+	if !ok {
+		return nil, invalidf("engine %q was made by %s.NewEngine: a pull rank needs one from pullconn.NewEngine", e.ID(), core.Name())
+	}
+	return pe, nil
 }
 
 // extend answers a decode engine's hold query: it extends, on every
@@ -150,7 +121,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 // returns for each the earliest deadline over the ranks, in Unix
 // nanoseconds, or 0 if some rank does not hold it. It runs on a side-channel
 // goroutine.
-func (e *Engine) extend(reader, agent string, ids []string) []int64 {
+func (e *pullEngine) extend(reader, agent string, ids []string) []int64 {
 	prods := e.ranks()
 	out := make([]int64, len(ids))
 	if prods == nil {
@@ -176,7 +147,7 @@ func (e *Engine) extend(reader, agent string, ids []string) []int64 {
 
 // ranks returns the engine's Producers by TP rank, or nil unless every
 // rank has one.
-func (e *Engine) ranks() []*Producer {
+func (e *pullEngine) ranks() []*Producer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	tp := e.core.Config().TPSize
@@ -195,7 +166,7 @@ func (e *Engine) ranks() []*Producer {
 // pinned it, else the first rank's reason (a rank that pinned keeps its pin
 // whatever the others answered: decode is reading). It runs on a
 // side-channel goroutine.
-func (e *Engine) confirm(reader, agent string, refs []handshake.HoldRef) []string {
+func (e *pullEngine) confirm(reader, agent string, refs []handshake.HoldRef) []string {
 	prods := e.ranks()
 	out := make([]string, len(refs))
 	for i, ref := range refs {
@@ -214,7 +185,7 @@ func (e *Engine) confirm(reader, agent string, refs []handshake.HoldRef) []strin
 
 // addProducer registers a rank for hold queries; a second Producer for a
 // rank is refused.
-func (e *Engine) addProducer(rank int, p *Producer) error {
+func (e *pullEngine) addProducer(rank int, p *Producer) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.producers[rank]; dup {
@@ -224,7 +195,7 @@ func (e *Engine) addProducer(rank int, p *Producer) error {
 	return nil
 }
 
-func (e *Engine) removeProducer(rank int, p *Producer) {
+func (e *pullEngine) removeProducer(rank int, p *Producer) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.producers[rank] == p {
@@ -233,18 +204,4 @@ func (e *Engine) removeProducer(rank int, p *Producer) {
 }
 
 // ID returns the engine id.
-func (e *Engine) ID() string { return e.core.Config().EngineID }
-
-// Host returns the host peers reach the side channel at.
-func (e *Engine) Host() string { return e.core.Host() }
-
-// Port returns the side channel's TCP port.
-func (e *Engine) Port() int { return e.core.Port() }
-
-// Stats returns the side channel's counters: MalformedFrames and
-// FailedHandshakes (hellos refused as incompatible).
-func (e *Engine) Stats() Stats { return e.core.Stats() }
-
-// Close stops the side channel. Close the engine's Producers and Consumers
-// first.
-func (e *Engine) Close() error { return e.core.Close() }
+func (e *pullEngine) ID() string { return e.core.Config().EngineID }

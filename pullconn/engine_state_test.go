@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"time"
 
 	"testing"
@@ -23,38 +24,38 @@ func TestRankConstructorsCheckTheEngine(t *testing.T) {
 	buf, err := nixl.AllocBuffer(layoutBytes(1, 16))
 	require.NoError(t, err)
 	defer buf.Free()
-	cfg := RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}
+	cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}}
 
 	_, err = NewProducer(nil, cfg)
-	require.ErrorIs(t, err, ErrInvalid)
-	assert.Equal(t, "pullconn: invalid argument: engine is nil: create it with NewEngine", err.Error())
+	require.ErrorIs(t, err, connector.ErrInvalid)
+	assert.Equal(t, "pullconn: invalid argument: engine is nil: create it with pullconn.NewEngine", err.Error())
 	_, err = NewConsumer(nil, cfg)
-	require.ErrorIs(t, err, ErrInvalid)
-	_, err = NewConsumer(&Engine{}, cfg)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, connector.ErrInvalid)
+	_, err = NewConsumer(&connector.Engine{}, cfg)
+	require.ErrorIs(t, err, connector.ErrInvalid)
 
-	e, err := NewEngine(EngineConfig{EngineID: "e", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	e, err := NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(t, err)
 	p, err := NewProducer(e, cfg)
 	require.NoError(t, err)
 	b, err := fab.NewAgent("b")
 	require.NoError(t, err)
 	defer b.Close()
-	_, err = NewProducer(e, RankConfig{Agent: b, Layout: cfg.Layout, StatsInterval: -1})
-	require.ErrorIs(t, err, ErrInvalid)
+	_, err = NewProducer(e, Config{RankConfig: connector.RankConfig{Agent: b, Layout: cfg.Layout, StatsInterval: -1}})
+	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.Equal(t, `pullconn: invalid argument: engine "e" already has a Producer for TP rank 0`, err.Error())
 	require.NoError(t, p.Close())
 
 	require.NoError(t, e.Close())
 	require.NoError(t, e.Close(), "idempotent")
 	_, err = NewProducer(e, cfg)
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, connector.ErrClosed)
 	assert.Equal(t, `pullconn: connector closed: engine "e" was closed`, err.Error())
 	_, err = NewConsumer(e, cfg)
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, connector.ErrClosed)
 }
 
-// Ready signals results for Drain, and a Result says when its request
+// Ready signals results for Drain, and a connector.Result says when its request
 // started and ended on the rank's clock.
 func TestReadyAndResultTimes(t *testing.T) {
 	c := newCluster(t, clusterOpts{})

@@ -4,37 +4,23 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/connector"
 )
 
-// Errors that results and calls match with errors.Is.
+// Errors that only pull results and calls report, matched with errors.Is;
+// the errors both connectors report are connector's (connector.ErrInvalid,
+// connector.ErrClosed, connector.ErrHandshake, connector.ErrIncompatible,
+// connector.ErrAborted, connector.ErrStaging).
 var (
-	// ErrInvalid: a configuration, Params or block list that cannot be
-	// used; the message names the field.
-	ErrInvalid = errors.New("pullconn: invalid argument")
-	// ErrIncompatible: the two engines cannot exchange blocks (transfer
-	// mode, model, dtype, layout, TP pairing); the message names both values.
-	ErrIncompatible = handshake.ErrIncompatible
-	// ErrHandshake: the prefill engine's side channel could not be reached
-	// or answered badly within the handshake timeout.
-	ErrHandshake = handshake.ErrFailed
 	// ErrTransfer: posting a READ failed, or it failed in flight.
 	ErrTransfer = errors.New("pullconn: transfer failed")
 	// ErrTimeout: a READ stayed in flight past the transfer timeout.
 	ErrTimeout = errors.New("pullconn: transfer timed out")
-	// ErrClosed: the connector was closed while the request was pending,
-	// or its Engine was closed before the rank was created.
-	ErrClosed = errors.New("pullconn: connector closed")
 	// ErrExpired: prefill's hold of the blocks (Params.RemoteBlocksExpiryTime,
 	// extended by answered heartbeats) would end, or has ended, before the
 	// READ could be finished: decode did not use bytes the hold may no
 	// longer cover.
 	ErrExpired = errors.New("pullconn: prefill hold expired")
-	// ErrAborted: the engine aborted the request (Consumer.Abort).
-	ErrAborted = errors.New("pullconn: request aborted")
-	// ErrStaging: a gather into or a scatter out of a staging slot failed
-	// (the copier failed; see Staging).
-	ErrStaging = errors.New("pullconn: staging copy failed")
 	// ErrNotHeld: prefill did not pin, for this decode engine, exactly the
 	// hold the Params name (its id, blocks, deadline, staging slot and
 	// nonce), or the READs ended after the pin they asked for: the bytes
@@ -43,6 +29,15 @@ var (
 	ErrNotHeld = errors.New("pullconn: prefill does not hold the request")
 )
 
+// The shared errors as this package reports them: prefixed with its name,
+// matching connector's.
+var (
+	errInvalid = fmt.Errorf("pullconn: %w", connector.ErrInvalid)
+	errClosed  = fmt.Errorf("pullconn: %w", connector.ErrClosed)
+	errAborted = fmt.Errorf("pullconn: %w", connector.ErrAborted)
+	errStaging = fmt.Errorf("pullconn: %w", connector.ErrStaging)
+)
+
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, args...))
 }

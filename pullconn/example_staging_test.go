@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pullconn"
@@ -11,20 +12,20 @@ import (
 
 // stagingMem allocates two staging slots of one request's size (4 regions
 // of 2 blocks here; real engines size them for their longest request).
-func stagingMem(slotBytes uint64) (*nixl.Buffer, pullconn.Staging) {
+func stagingMem(slotBytes uint64) (*nixl.Buffer, connector.Staging) {
 	buf, err := nixl.AllocBuffer(int(2 * slotBytes))
 	if err != nil {
 		panic(err)
 	}
-	return buf, pullconn.Staging{Mode: pullconn.StagingOn, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: slotBytes, Slots: 2}
+	return buf, connector.Staging{Mode: connector.StagingOn, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: slotBytes, Slots: 2}
 }
 
 // A fragmented request through staging slots: prefill gathers blocks 7
 // and 2 into a slot when the request finishes and its Params name the
 // slot; decode reads the slot in Staging.Chunks READs (4 by default, one
 // per region here), scattering each as it lands, into blocks 5 and 9. On a
-// GPU, Staging.Copier is pullconn.NewGPUCopier(device).
-func ExampleStaging() {
+// GPU, Staging.Copier is connector.NewGPUCopier(device).
+func Example_staging() {
 	fab, _ := loopback.NewFabric()
 	defer fab.Close()
 	pa, _ := fab.NewAgent("prefill-0")
@@ -41,16 +42,16 @@ func ExampleStaging() {
 	defer psbuf.Free()
 	defer dsbuf.Free()
 
-	pe, _ := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "prefill", Model: "llama", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	pe, _ := pullconn.NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "llama", Geometry: geometry})
 	defer pe.Close()
-	de, _ := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "decode", Model: "llama", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	de, _ := pullconn.NewEngine(connector.EngineConfig{EngineID: "decode", Model: "llama", Geometry: geometry})
 	defer de.Close()
-	prod, err := pullconn.NewProducer(pe, pullconn.RankConfig{Agent: pa, Layout: playout, Staging: pst})
+	prod, err := pullconn.NewProducer(pe, pullconn.Config{RankConfig: connector.RankConfig{Agent: pa, Layout: playout, Staging: pst}})
 	if err != nil {
 		panic(err)
 	}
 	defer prod.Close()
-	cons, err := pullconn.NewConsumer(de, pullconn.RankConfig{Agent: da, Layout: dlayout, Staging: dst})
+	cons, err := pullconn.NewConsumer(de, pullconn.Config{RankConfig: connector.RankConfig{Agent: da, Layout: dlayout, Staging: dst}})
 	if err != nil {
 		panic(err)
 	}

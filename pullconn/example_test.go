@@ -4,23 +4,26 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pullconn"
 )
 
-// kvCache allocates one rank's KV cache (2 layers, 8 heads of 128 bytes,
-// 64 blocks of 16 tokens) and describes it.
+// geometry is the model's KV cache as each engine holds it: 2 layers, 8
+// KV heads of 64 bfloat16 elements, 64 blocks of 16 tokens, one TP rank.
+var geometry = descriptors.Geometry{Layers: 2, KVHeads: 8, HeadDim: 64, DType: "bfloat16", BlockSize: 16, Blocks: 64, TPSize: 1}
+
+// kvCache allocates one rank's KV cache and lays the geometry out in it.
 func kvCache() (*nixl.Buffer, descriptors.Layout) {
-	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: 2, NumBlocks: 64, BlockSize: 16,
-		KVHeads: 8, HeadBytes: 128, DType: "bfloat16", TPSize: 1}
-	buf, err := nixl.AllocBuffer(int(l.RegionLen()) * l.NumRegions())
+	buf, err := nixl.AllocBuffer(int(geometry.RankBytes()))
 	if err != nil {
 		panic(err)
 	}
-	for i := 0; i < l.NumRegions(); i++ {
-		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
+	l, err := geometry.Layout(nixl.DRAM, 0, buf.RegDesc().Desc)
+	if err != nil {
+		panic(err)
 	}
 	return buf, l
 }
@@ -39,19 +42,19 @@ func Example() {
 	defer pbuf.Free()
 	defer dbuf.Free()
 
-	pe, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "prefill", Model: "llama", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	pe, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "llama", Geometry: geometry})
 	if err != nil {
 		panic(err)
 	}
 	defer pe.Close()
-	de, _ := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "decode", Model: "llama", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	de, _ := pullconn.NewEngine(connector.EngineConfig{EngineID: "decode", Model: "llama", Geometry: geometry})
 	defer de.Close()
-	prod, err := pullconn.NewProducer(pe, pullconn.RankConfig{Agent: pa, Layout: playout})
+	prod, err := pullconn.NewProducer(pe, pullconn.Config{RankConfig: connector.RankConfig{Agent: pa, Layout: playout}})
 	if err != nil {
 		panic(err)
 	}
 	defer prod.Close()
-	cons, _ := pullconn.NewConsumer(de, pullconn.RankConfig{Agent: da, Layout: dlayout})
+	cons, _ := pullconn.NewConsumer(de, pullconn.Config{RankConfig: connector.RankConfig{Agent: da, Layout: dlayout}})
 	defer cons.Close()
 
 	copy(pbuf.Bytes(), "KV of request 1")

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,11 +14,11 @@ import (
 // the freed blocks as the request's (defect 1, load waiting behind a
 // handshake).
 func TestLoadParkedBehindHandshakePastDeadlineFailsExpired(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	// A second prefill engine whose rank has not started: decode's
 	// handshake with it retries until the rank publishes itself.
-	late, err := NewEngine(EngineConfig{EngineID: "late", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16, Clock: clk, HandshakeTimeout: 5 * time.Second})
+	late, err := NewEngine(connector.EngineConfig{EngineID: "late", Model: "m", Geometry: testGeometry(1, 16), Clock: clk, HandshakeTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer late.Close()
 	p := c.finish("req-1", []int{1})
@@ -31,7 +31,7 @@ func TestLoadParkedBehindHandshakePastDeadlineFailsExpired(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	buf := c.pbufs[0]
-	pr, err := NewProducer(late, RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1})
+	pr, err := NewProducer(late, Config{RankConfig: connector.RankConfig{Agent: a, Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}})
 	require.NoError(t, err)
 	defer pr.Close()
 	res := c.result("dreq-1")[0]
@@ -43,10 +43,10 @@ func TestLoadParkedBehindHandshakePastDeadlineFailsExpired(t *testing.T) {
 // Stalled heartbeats (here: none before the hold's deadline) must not let
 // decode READ blocks prefill freed meanwhile (defect 1, heartbeats stall).
 func TestStalledHeartbeatsNeverReadFreedBlocks(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		prefillCfg: withClock(clk),
-		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
+		decodeCfg:  func(rc *Config) { rc.Clock = clk; rc.HeartbeatInterval = time.Hour; rc.Lease = 2 * time.Hour },
 	})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
@@ -64,7 +64,7 @@ func TestStalledHeartbeatsNeverReadFreedBlocks(t *testing.T) {
 // Hold queries confirm heartbeat extensions, so a request that waited far
 // past its Params' deadline still loads its bytes, and they are right.
 func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	c.fill(7, []int{1, 2}, 32)
 	p := c.finish("req-1", []int{1, 2})
@@ -85,10 +85,10 @@ func TestHoldQueriesCarryAWaitPastTheParamsDeadline(t *testing.T) {
 // Defect 7: a KeepAlive (then called Wait) that no Load or Abort follows used to keep prefill's
 // blocks alive forever.
 func TestKeepAliveTimesOut(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		prefillCfg: withClock(clk),
-		decodeCfg:  func(rc *RankConfig) { rc.Clock = clk; rc.KeepAliveTimeout = 40 * time.Second },
+		decodeCfg:  func(rc *Config) { rc.Clock = clk; rc.KeepAliveTimeout = 40 * time.Second },
 	})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
@@ -104,9 +104,9 @@ func TestKeepAliveTimesOut(t *testing.T) {
 
 // Defect 7: per-request abort on decode ends a load at once, exactly once.
 func TestConsumerAbort(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
-	late, err := NewEngine(EngineConfig{EngineID: "late", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16, HandshakeTimeout: 5 * time.Second})
+	late, err := NewEngine(connector.EngineConfig{EngineID: "late", Model: "m", Geometry: testGeometry(1, 16), HandshakeTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer late.Close()
 	p := c.finish("req-1", []int{1})
@@ -119,7 +119,7 @@ func TestConsumerAbort(t *testing.T) {
 	out := c.cons[0].Drain()
 	require.Len(t, out, 1, "the result is there at once")
 	assert.Equal(t, "dreq-1", out[0].RequestID)
-	require.ErrorIs(t, out[0].Err, ErrAborted)
+	require.ErrorIs(t, out[0].Err, connector.ErrAborted)
 	assert.Equal(t, `pullconn: request aborted: request "dreq-1"`, out[0].Err.Error())
 	assert.Equal(t, 0, c.cons[0].Pending())
 	n, _ := c.cons[0].Stats().Get("aborted_requests")
@@ -131,13 +131,13 @@ func TestConsumerAbort(t *testing.T) {
 	c.load("dreq-1", p2, []int{6})
 	require.NoError(t, c.result("dreq-1")[0].Err)
 	require.NoError(t, c.cons[0].Close())
-	assert.ErrorIs(t, c.cons[0].Abort("x"), ErrClosed)
+	assert.ErrorIs(t, c.cons[0].Abort("x"), connector.ErrClosed)
 }
 
 // Prefill Abort stops extensions: the hold ends at the deadline decode was
 // given, not later, and decode does not READ after it.
 func TestProducerAbortStopsExtensions(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.prods[0].Abort("req-1"))
@@ -153,7 +153,7 @@ func TestProducerAbortStopsExtensions(t *testing.T) {
 	c.load("dreq-1", p, []int{7})
 	require.ErrorIs(t, c.result("dreq-1")[0].Err, ErrExpired)
 	require.NoError(t, c.prods[0].Close())
-	assert.ErrorIs(t, c.prods[0].Abort("req-1"), ErrClosed)
+	assert.ErrorIs(t, c.prods[0].Abort("req-1"), connector.ErrClosed)
 }
 
 // A remote request this rank already read (its completion went out, so
@@ -166,11 +166,11 @@ func TestSecondLoadOfAReadRequestRefused(t *testing.T) {
 	c.fill(3, []int{1}, 16)
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].Load("dreq-1", p, []int{4}))
-	var out []Result
+	var out []connector.Result
 	require.Eventually(t, func() bool { out = append(out, c.cons[0].Drain()...); return len(out) == 1 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, out[0].Err)
 	err := c.cons[0].Load("dreq-1b", p, []int{5})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.Equal(t, `pullconn: invalid argument: request "dreq-1b": remote request "req-1" of engine "prefill" was already read by this rank, and prefill may have freed its blocks since`, err.Error())
 	assert.Equal(t, 1, c.prods[0].Held(), "held for decode rank 1")
 	require.NoError(t, c.cons[1].Load("dreq-1", p, []int{4}))

@@ -8,19 +8,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/sidechannel"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
-func withClock(clk clock.Clock) func(*RankConfig) {
-	return func(c *RankConfig) { c.Clock = clk }
+func withClock(clk connector.Clock) func(*Config) {
+	return func(c *Config) { c.Clock = clk }
 }
 
 func TestLeaseExpiresWhenDecodeNeverReads(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefill: side{2, 16}, prefillCfg: withClock(clk)})
 	c.finish("req-1", []int{1, 2})
 	clk.Advance(29 * time.Second)
@@ -46,7 +46,7 @@ func TestLeaseExpiresWhenDecodeNeverReads(t *testing.T) {
 // Defect 1 of the correctness issue: a Load after prefill's lease used to
 // READ blocks prefill had already freed and report the request done.
 func TestLoadAfterLeaseFailsExpired(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	clk.Advance(31 * time.Second)
@@ -61,7 +61,7 @@ func TestLoadAfterLeaseFailsExpired(t *testing.T) {
 }
 
 func TestLateCompletionAfterExpiryCountedAndIgnored(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk)})
 	c.finish("req-1", []int{1})
 	clk.Advance(31 * time.Second)
@@ -97,12 +97,12 @@ func loadPeer(from, to nixl.Agent) error {
 }
 
 func TestReadFailsInFlight(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
-	for _, policy := range []Policy{PolicyFail, PolicyRecompute} {
+	clk := connector.NewManualClock(time.Unix(1000, 0))
+	for _, policy := range []connector.Policy{connector.PolicyFail, connector.PolicyRecompute} {
 		t.Run(string(policy), func(t *testing.T) {
 			c := newCluster(t, clusterOpts{
 				prefillCfg: withClock(clk),
-				decodeCfg:  func(rc *RankConfig) { rc.FailurePolicy = policy },
+				decodeCfg:  func(rc *Config) { rc.FailurePolicy = policy },
 			})
 			_, err := c.fab.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "decode-0", Status: nixl.StatusBackend})
 			require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestReadFailsInFlight(t *testing.T) {
 			assert.ErrorIs(t, r.Err, ErrTransfer)
 			assert.ErrorIs(t, r.Err, nixl.ErrBackend)
 			assert.ErrorContains(t, r.Err, `READ from engine "prefill" rank 0`)
-			if policy == PolicyRecompute {
+			if policy == connector.PolicyRecompute {
 				assert.Equal(t, []int{7, 8}, r.InvalidBlocks)
 			} else {
 				assert.Nil(t, r.InvalidBlocks)
@@ -145,13 +145,13 @@ func TestPostFailure(t *testing.T) {
 }
 
 func TestPrefillDisconnectsMidTransfer(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		fabric:     []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))},
 		prefillCfg: withClock(clk),
 		// The READ is pinned for TransferTimeout + ExpiryMargin: keep that
 		// short, so the hold can end by lease within the test.
-		decodeCfg: func(rc *RankConfig) {
+		decodeCfg: func(rc *Config) {
 			rc.TransferTimeout = 200 * time.Millisecond
 			rc.ExpiryMargin = 50 * time.Millisecond
 		},
@@ -192,7 +192,7 @@ func TestPrefillDisconnectsMidTransfer(t *testing.T) {
 }
 
 func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {
-	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 300 * time.Millisecond }})
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *connector.EngineConfig) { e.HandshakeTimeout = 300 * time.Millisecond }})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -202,14 +202,14 @@ func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {
 	start := time.Now()
 	c.load("dreq-1", p, []int{7})
 	r := c.result("dreq-1")[0]
-	assert.ErrorIs(t, r.Err, ErrHandshake)
+	assert.ErrorIs(t, r.Err, connector.ErrHandshake)
 	assert.ErrorContains(t, r.Err, `engine "prefill" at 127.0.0.1:`)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Equal(t, uint64(1), c.cons[0].Stats().FailedHandshakes)
 }
 
 func TestHandshakeToSilentServerFailsAtDeadline(t *testing.T) {
-	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *connector.EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	accepted := make(chan net.Conn, 1)
@@ -229,16 +229,16 @@ func TestHandshakeToSilentServerFailsAtDeadline(t *testing.T) {
 	p.RemotePort = ln.Addr().(*net.TCPAddr).Port
 	c.load("dreq-1", p, []int{7})
 	r := c.result("dreq-1")[0]
-	assert.ErrorIs(t, r.Err, ErrHandshake)
+	assert.ErrorIs(t, r.Err, connector.ErrHandshake)
 	assert.ErrorContains(t, r.Err, "deadline exceeded")
 }
 
 func TestMismatchedCompatibilityRefused(t *testing.T) {
-	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.Model = "other-model" }})
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *connector.EngineConfig) { e.Model = "other-model" }})
 	p := c.finish("req-1", []int{1})
 	c.load("dreq-1", p, []int{7})
 	r := c.result("dreq-1")[0]
-	assert.ErrorIs(t, r.Err, ErrIncompatible)
+	assert.ErrorIs(t, r.Err, connector.ErrIncompatible)
 	assert.ErrorContains(t, r.Err, `model mismatch: local "other-model", remote "m"`)
 	assert.Equal(t, uint64(0), c.fab.Counters().Posted, "no transfer")
 	assert.Equal(t, uint64(1), c.cons[0].Stats().FailedHandshakes)
@@ -252,7 +252,7 @@ func TestPushEngineRefusedAtHandshake(t *testing.T) {
 	cl, err := handshake.NewClient("push-decode", push, time.Second, 0)
 	require.NoError(t, err)
 	_, err = cl.Get(t.Context(), "prefill", net.JoinHostPort(c.pe.Host(), itoa(c.pe.Port())))
-	assert.ErrorIs(t, err, ErrIncompatible)
+	assert.ErrorIs(t, err, connector.ErrIncompatible)
 	assert.ErrorContains(t, err, `transfer mode mismatch: local "push", remote "pull"`)
 	assert.Equal(t, uint64(1), c.pe.Stats().FailedHandshakes)
 }
@@ -299,7 +299,7 @@ func TestMalformedNotificationsCountedNoStateChange(t *testing.T) {
 }
 
 func TestHeartbeatsKeepWaitingRequestAlive(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
@@ -323,7 +323,7 @@ func TestHeartbeatsKeepWaitingRequestAlive(t *testing.T) {
 }
 
 func TestHeartbeatsStopAfterAbort(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{prefillCfg: withClock(clk), decodeCfg: withClock(clk)})
 	p := c.finish("req-1", []int{1})
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))
@@ -338,10 +338,10 @@ func TestHeartbeatsStopAfterAbort(t *testing.T) {
 }
 
 func TestTransferTimeout(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		fabric:    []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(time.Hour))},
-		decodeCfg: func(rc *RankConfig) { rc.Clock = clk; rc.TransferTimeout = 10 * time.Second },
+		decodeCfg: func(rc *Config) { rc.Clock = clk; rc.TransferTimeout = 10 * time.Second },
 	})
 	p := c.finish("req-1", []int{1})
 	c.load("dreq-1", p, []int{7})
@@ -362,10 +362,10 @@ func TestCloseEndsPendingRequests(t *testing.T) {
 	require.NoError(t, c.cons[0].Close())
 	rs := c.cons[0].Drain()
 	require.Len(t, rs, 1)
-	assert.ErrorIs(t, rs[0].Err, ErrClosed)
-	assert.ErrorIs(t, c.cons[0].Load("dreq-2", p, nil), ErrClosed)
+	assert.ErrorIs(t, rs[0].Err, connector.ErrClosed)
+	assert.ErrorIs(t, c.cons[0].Load("dreq-2", p, nil), connector.ErrClosed)
 	require.NoError(t, c.prods[0].Close())
 	assert.Equal(t, []string{"req-1"}, c.prods[0].DrainFreed())
 	_, err := c.prods[0].RequestFinished("req-3", nil)
-	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, err, connector.ErrClosed)
 }

@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"context"
+	"github.com/gonixl/gonixl/connector"
 	"net"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 // other rank's load with "context canceled": the other rank fails only at
 // the handshake timeout, as if it were alone.
 func TestClosingOneRankDoesNotFailAnothersHandshake(t *testing.T) {
-	c := newCluster(t, clusterOpts{decode: side{2, 16}, decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = time.Second }})
+	c := newCluster(t, clusterOpts{decode: side{2, 16}, decodeEngine: func(e *connector.EngineConfig) { e.HandshakeTimeout = time.Second }})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	conns := make(chan net.Conn, 8)
@@ -45,11 +46,11 @@ func TestClosingOneRankDoesNotFailAnothersHandshake(t *testing.T) {
 	require.NoError(t, c.cons[0].Close())
 	got := c.cons[0].Drain()
 	require.Len(t, got, 1)
-	require.ErrorIs(t, got[0].Err, ErrClosed, "rank 0's own load ends with the close")
+	require.ErrorIs(t, got[0].Err, connector.ErrClosed, "rank 0's own load ends with the close")
 	require.Zero(t, c.cons[0].Stats().FailedHandshakes, "a handshake cut short by Close did not fail")
 
 	deadline := time.Now().Add(5 * time.Second)
-	var res []Result
+	var res []connector.Result
 	for len(res) == 0 && time.Now().Before(deadline) {
 		res = c.cons[1].Drain()
 		time.Sleep(time.Millisecond)

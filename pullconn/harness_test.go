@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
@@ -30,9 +30,9 @@ type side struct {
 type clusterOpts struct {
 	prefill, decode side
 	fabric          []loopback.FabricOption
-	prefillCfg      func(*RankConfig)
-	decodeCfg       func(*RankConfig)
-	decodeEngine    func(*EngineConfig)
+	prefillCfg      func(*Config)
+	decodeCfg       func(*Config)
+	decodeEngine    func(*connector.EngineConfig)
 	// newAgent creates the agents (default: loopback agents on the
 	// cluster's fabric); the cluster closes them.
 	newAgent func(t *testing.T, name string) nixl.Agent
@@ -43,7 +43,7 @@ type clusterOpts struct {
 type cluster struct {
 	t        *testing.T
 	fab      *loopback.Fabric
-	pe, de   *Engine
+	pe, de   *connector.Engine
 	prods    []*Producer
 	cons     []*Consumer
 	pagents  []nixl.Agent
@@ -66,6 +66,12 @@ func newLayout(buf addresser, rank, tp, bs int) descriptors.Layout {
 		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
 	}
 	return l
+}
+
+// testGeometry is the geometry of newLayout's layouts.
+func testGeometry(tp, bs int) descriptors.Geometry {
+	return descriptors.Geometry{Layers: testLayers, KVHeads: testHeads, HeadDim: testHeadBytes / 2, DType: "bfloat16",
+		BlockSize: bs, Blocks: testBlocks, TPSize: tp}
 }
 
 func layoutBytes(tp, bs int) int {
@@ -98,17 +104,17 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 
 	// Each engine runs on the clock its ranks use, as RankConfig.Clock
 	// requires.
-	rankClock := func(apply func(*RankConfig)) clock.Clock {
-		var probe RankConfig
+	rankClock := func(apply func(*Config)) connector.Clock {
+		var probe Config
 		if apply != nil {
 			apply(&probe)
 		}
 		return probe.Clock
 	}
-	pcfg := EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: o.prefill.tp, BlockSize: o.prefill.bs, Clock: rankClock(o.prefillCfg)}
+	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(o.prefill.tp, o.prefill.bs), Clock: rankClock(o.prefillCfg)}
 	c.pe, err = NewEngine(pcfg)
 	require.NoError(t, err)
-	dcfg := EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: o.decode.tp, BlockSize: o.decode.bs, HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
+	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(o.decode.tp, o.decode.bs), HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
 	if o.decodeEngine != nil {
 		o.decodeEngine(&dcfg)
 	}
@@ -120,7 +126,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		buf, err := nixl.AllocBuffer(layoutBytes(o.prefill.tp, o.prefill.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
-		cfg := RankConfig{Agent: a, Layout: l, StatsInterval: -1}
+		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1}}
 		if o.prefillCfg != nil {
 			o.prefillCfg(&cfg)
 		}
@@ -133,7 +139,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		buf, err := nixl.AllocBuffer(layoutBytes(o.decode.tp, o.decode.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
-		cfg := RankConfig{Agent: a, Layout: l, StatsInterval: -1}
+		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1}}
 		if o.decodeCfg != nil {
 			o.decodeCfg(&cfg)
 		}
@@ -247,11 +253,11 @@ func (c *cluster) load(id string, p Params, local []int) {
 
 // results collects results from every decode rank until n per rank have
 // arrived, and fails the test on a second result for any (rank, request).
-func (c *cluster) results(n int) []map[string]Result {
+func (c *cluster) results(n int) []map[string]connector.Result {
 	c.t.Helper()
-	out := make([]map[string]Result, len(c.cons))
+	out := make([]map[string]connector.Result, len(c.cons))
 	for i := range out {
-		out[i] = map[string]Result{}
+		out[i] = map[string]connector.Result{}
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -278,10 +284,10 @@ func (c *cluster) results(n int) []map[string]Result {
 }
 
 // result waits for request id's result on every decode rank.
-func (c *cluster) result(id string) []Result {
+func (c *cluster) result(id string) []connector.Result {
 	c.t.Helper()
 	rs := c.results(1)
-	out := make([]Result, len(rs))
+	out := make([]connector.Result, len(rs))
 	for i, m := range rs {
 		r, ok := m[id]
 		require.True(c.t, ok, "rank %d ended %v, not %q", i, m, id)
@@ -331,3 +337,11 @@ func itoa(n int) string { return fmt.Sprint(n) }
 var nopLogger = zap.NewNop()
 
 func newStatsForTest() *stats.Set { return stats.New() }
+
+// pullOf returns the pull state of an engine made by NewEngine.
+func pullOf(t testing.TB, e *connector.Engine) *pullEngine {
+	t.Helper()
+	pe, err := engineOf(e)
+	require.NoError(t, err)
+	return pe
+}

@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
@@ -88,7 +89,7 @@ func TestHoldsHeartbeatExtends(t *testing.T) {
 func TestHoldsDuplicateFinish(t *testing.T) {
 	h, _ := newHolds(1, 30*time.Second, 16)
 	require.NoError(t, h.finish("r", []int{1}, t0))
-	assert.ErrorIs(t, h.finish("r", []int{2}, t0), ErrInvalid)
+	assert.ErrorIs(t, h.finish("r", []int{2}, t0), connector.ErrInvalid)
 	assert.Equal(t, []int{1}, h.reqs["r"].blocks)
 }
 

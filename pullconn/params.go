@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"math"
 	"time"
 
@@ -29,7 +30,7 @@ type Params struct {
 	// RemoteBlocksExpiryTime is when prefill's hold of the blocks ends, in
 	// seconds since the Unix epoch on prefill's clock (vLLM's key). Decode
 	// never posts or finishes a READ past it, less the handshake's clock
-	// offset estimate and RankConfig.ExpiryMargin, unless a heartbeat
+	// offset estimate and Config.ExpiryMargin, unless a heartbeat
 	// answer extended it. Zero means prefill does not say; decode then
 	// has no such guard.
 	RemoteBlocksExpiryTime float64 `json:"remote_blocks_expiry_time,omitempty"`
@@ -112,7 +113,7 @@ func (p *Params) Validate() error {
 	case !p.DoRemotePrefill:
 		return invalidf("Params.DoRemotePrefill is false: the request was not prefilled remotely")
 	case p.TransferMode != "" && p.TransferMode != "pull":
-		return fmt.Errorf("%w: transfer mode mismatch: local %q, remote %q", ErrIncompatible, "pull", p.TransferMode)
+		return fmt.Errorf("%w: transfer mode mismatch: local %q, remote %q", connector.ErrIncompatible, "pull", p.TransferMode)
 	case p.RemoteEngineID == "":
 		return invalidf("Params.RemoteEngineID is empty")
 	case p.RemoteRequestID == "":

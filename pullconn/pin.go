@@ -102,7 +102,7 @@ func (c *Consumer) pin(r *remote, loads []*load, refs []handshake.HoldRef) {
 	c.confirmMicros.Add(uint64(time.Since(start).Microseconds()))
 	// Applied here rather than on the next tick: the result is on the
 	// critical path, and a hop through the poller goroutine costs another
-	// wake-up. After Close began, Close ends the loads (ErrClosed).
+	// wake-up. After Close began, Close ends the loads (errClosed).
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.qmu.Lock()

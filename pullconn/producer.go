@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +26,8 @@ const recentExpired = 1 << 16
 // completions and heartbeats and expires leases. All methods are safe for
 // concurrent use.
 type Producer struct {
-	e     *Engine
-	cfg   RankConfig
+	e     *pullEngine
+	cfg   rankConfig
 	stats *stats.Set
 	log   *zap.Logger
 
@@ -53,13 +54,14 @@ type Producer struct {
 
 // NewProducer registers cfg.Layout's memory with cfg.Agent, publishes the
 // rank on the engine's side channel and starts its poller.
-func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
-	cfg.withDefaults(e)
-	if err := cfg.validate(e); err != nil {
+func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
+	e, err := engineOf(pub)
+	if err != nil {
 		return nil, err
 	}
-	if err := staging.Prepare(&cfg.Staging); err != nil {
-		return nil, invalidf("RankConfig.Staging: %v", err)
+	cfg, err := newRankConfig(e, config)
+	if err != nil {
+		return nil, err
 	}
 	h, err := newHolds(e.core.Config().TPSize, cfg.Lease, recentExpired)
 	if err != nil {
@@ -120,7 +122,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	closed, held := p.closed, p.holds.reqs[requestID] != nil
 	p.mu.Unlock()
 	if closed {
-		return Params{}, ErrClosed
+		return Params{}, errClosed
 	}
 	var slot *int
 	if p.stage != nil && !held {
@@ -138,7 +140,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	if p.closed {
 		p.mu.Unlock()
 		p.releaseSlot(slot)
-		return Params{}, ErrClosed
+		return Params{}, errClosed
 	}
 	now := p.cfg.Clock.Now()
 	err := p.holds.finish(requestID, blocks, now)
@@ -166,8 +168,8 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		RemoteBlockIDs:  append([]int(nil), blocks...), // the caller's to change; the hold keeps its own
 		RemoteEngineID:  p.e.ID(),
 		RemoteRequestID: requestID,
-		RemoteHost:      p.e.Host(),
-		RemotePort:      p.e.Port(),
+		RemoteHost:      p.e.core.Host(),
+		RemotePort:      p.e.core.Port(),
 		TPSize:          p.e.core.Config().TPSize,
 		PPSize:          1,
 		TransferMode:    handshake.ModePull,
@@ -189,12 +191,12 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 // rank last gave decode passes, whichever is first. They are not freed at
 // once: a decode READ may be in flight, and decode trusts the blocks until
 // that deadline. An unknown id, or a second call, does nothing. It returns
-// ErrClosed after Close.
+// errClosed after Close.
 func (p *Producer) Abort(requestID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if p.holds.abort(requestID) {
 		p.aborted.Inc()
@@ -221,7 +223,7 @@ func (p *Producer) Held() int {
 }
 
 // Stats returns a snapshot of the rank's counters.
-func (p *Producer) Stats() Stats { return p.stats.Snapshot() }
+func (p *Producer) Stats() connector.Stats { return statsOf(p.stats) }
 
 // Close stops the poller, withdraws the rank from the side channel, hands
 // every still-held request to DrainFreed and deregisters the memory. It is

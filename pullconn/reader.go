@@ -3,6 +3,7 @@ package pullconn
 import (
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"net"
 	"slices"
 	"strconv"
@@ -118,7 +119,7 @@ func (c *Consumer) route(l *load) {
 	closed := c.closed
 	c.qmu.Unlock()
 	if closed {
-		c.fail(l, ErrClosed)
+		c.fail(l, errClosed)
 		return
 	}
 	r.parked = append(r.parked, l)
@@ -133,7 +134,7 @@ func (c *Consumer) handshake(r *remote) {
 	if err != nil && c.ctx.Err() != nil {
 		// Close cancelled the fetch: the loads end because of the close,
 		// and the handshake did not fail.
-		err = ErrClosed
+		err = errClosed
 	}
 	c.qmu.Lock()
 	c.hsDone = append(c.hsDone, handshakeDone{r: r, set: set, err: err})
@@ -156,10 +157,10 @@ func (c *Consumer) connect(r *remote) (*pairing, error) {
 		name, err := engine.LoadPeerMD(c.cfg.Agent, p.Ranks[s].Agent, p.Ranks[s].Metadata)
 		if err != nil {
 			c.e.core.Client().Forget(r.engineID, r.addr)
-			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", ErrHandshake, r.engineID, s, err)
+			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, r.engineID, s, err)
 		}
 		if name != p.Ranks[s].Agent {
-			return nil, fmt.Errorf("%w: engine %q rank %d: metadata is agent %q, payload says %q", ErrHandshake, r.engineID, s, name, p.Ranks[s].Agent)
+			return nil, fmt.Errorf("%w: engine %q rank %d: metadata is agent %q, payload says %q", connector.ErrHandshake, r.engineID, s, name, p.Ranks[s].Agent)
 		}
 		set.agents[s] = name
 	}
@@ -175,16 +176,16 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 	}
 	parked := r.parked
 	r.parked = nil
-	if errors.Is(d.err, ErrClosed) {
+	if errors.Is(d.err, errClosed) {
 		for _, l := range parked {
-			c.fail(l, ErrClosed)
+			c.fail(l, errClosed)
 		}
 		return
 	}
 	if d.err != nil {
 		c.stats.FailedHandshakes.Inc()
 		c.log.Warn("pullconn: handshake failed", zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr), zap.Error(d.err))
-		err := fmt.Errorf("pullconn: %w", d.err) // errors.Is(err, ErrHandshake) or ErrIncompatible
+		err := fmt.Errorf("pullconn: %w", d.err) // errors.Is(err, connector.ErrHandshake) or connector.ErrIncompatible
 		for _, l := range parked {
 			c.fail(l, err)
 		}
@@ -266,7 +267,7 @@ func (c *Consumer) post(l *load) {
 		tr := &c.scratch
 		if !scatter {
 			if _, err := descriptors.MapCoalescedInto(tr, src, &c.cfg.Layout, req); err != nil {
-				c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", ErrInvalid, l.id, s, err))
+				c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", errInvalid, l.id, s, err))
 				return
 			}
 			if tr.Len() == 0 {
@@ -409,7 +410,7 @@ func (c *Consumer) finish(l *load) {
 			}
 		}
 	}
-	c.end(l, Result{RequestID: l.id})
+	c.end(l, connector.Result{RequestID: l.id})
 }
 
 // pollReads checks every READ in flight once. wmu is held.
@@ -530,7 +531,7 @@ func (c *Consumer) heartbeat() bool {
 // load's prefill holds are certain to cover its READ: the later of the
 // deadline its Params gave (converted with the handshake's clock offset,
 // less its uncertainty) and the one a hold query confirmed, less
-// RankConfig.ExpiryMargin. guarded is false when prefill gave no deadline.
+// Config.ExpiryMargin. guarded is false when prefill gave no deadline.
 // wmu is held; the handshake must be done.
 func (c *Consumer) holdDeadline(l *load) (deadline time.Time, guarded bool) {
 	base, ok := l.p.expiry()

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
@@ -16,7 +16,7 @@ import (
 // prefill free the blocks the second still reads. The second is refused
 // (found in review: it was reported done with reused blocks' bytes).
 func TestSecondLoadOfALoadingRequestRefused(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	c := newCluster(t, clusterOpts{
 		fabric:     []loopback.FabricOption{loopback.WithClock(clk), loopback.WithModel(loopback.FixedLatency(10 * time.Millisecond))},
 		prefillCfg: withClock(clk), decodeCfg: withClock(clk),
@@ -26,14 +26,14 @@ func TestSecondLoadOfALoadingRequestRefused(t *testing.T) {
 	require.NoError(t, c.cons[0].Load("a", p, []int{5, 6}))
 	require.Eventually(t, func() bool { return c.fab.Counters().Posted == 1 }, 5*time.Second, time.Millisecond)
 	err := c.cons[0].Load("b", p, []int{8, 9})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.Equal(t, `pullconn: invalid argument: request "b": remote request "req-1" of engine "prefill" is already loading on this rank (as request "a")`, err.Error())
-	assert.ErrorIs(t, c.cons[0].KeepAlive("b", p), ErrInvalid, "nor kept alive")
+	assert.ErrorIs(t, c.cons[0].KeepAlive("b", p), connector.ErrInvalid, "nor kept alive")
 	clk.Advance(20 * time.Millisecond)
 	res := c.result("a")
 	require.NoError(t, res[0].Err)
 	c.verify(7, []int{5, 6}, 0, 32)
-	assert.ErrorIs(t, c.cons[0].Load("b", p, []int{8, 9}), ErrInvalid, "read already: still refused")
+	assert.ErrorIs(t, c.cons[0].Load("b", p, []int{8, 9}), connector.ErrInvalid, "read already: still refused")
 }
 
 // Ranks with different leases: every rank advertises the first rank's
@@ -41,11 +41,11 @@ func TestSecondLoadOfALoadingRequestRefused(t *testing.T) {
 // (found in review: rank 1 freed its blocks at 5 s while the Params said
 // 30 s, and decode read them as done).
 func TestShorterLeaseRankHoldsUntilTheAdvertisedDeadline(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1000, 0))
+	clk := connector.NewManualClock(time.Unix(1000, 0))
 	n := 0
 	c := newCluster(t, clusterOpts{
 		prefill: side{2, 16},
-		prefillCfg: func(rc *RankConfig) {
+		prefillCfg: func(rc *Config) {
 			rc.Clock = clk
 			if n == 2 { // call 0 is newCluster's clock probe, 1 is rank 0
 				rc.Lease = 5 * time.Second
@@ -68,7 +68,7 @@ func TestShorterLeaseRankHoldsUntilTheAdvertisedDeadline(t *testing.T) {
 // A KeepAlive whose prefill engine cannot be reached is dropped after the
 // failed handshake, not retried on every reader tick (found in review).
 func TestKeepAliveDroppedWhenTheHandshakeFails(t *testing.T) {
-	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *connector.EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
 	p := c.finish("req-1", []int{1})
 	p.RemotePort = 1 // nothing listens there
 	require.NoError(t, c.cons[0].KeepAlive("dreq-1", p))

@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"slices"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -45,12 +46,12 @@ type pairing struct {
 func notifyRanks(r, decodeTP, prefillTP int) ([]int, error) {
 	if decodeTP >= prefillTP {
 		if decodeTP%prefillTP != 0 {
-			return nil, fmt.Errorf("%w: decode TP %d is not a multiple of prefill TP %d", ErrIncompatible, decodeTP, prefillTP)
+			return nil, fmt.Errorf("%w: decode TP %d is not a multiple of prefill TP %d", connector.ErrIncompatible, decodeTP, prefillTP)
 		}
 		return []int{r / (decodeTP / prefillTP)}, nil
 	}
 	if prefillTP%decodeTP != 0 {
-		return nil, fmt.Errorf("%w: prefill TP %d is not a multiple of decode TP %d", ErrIncompatible, prefillTP, decodeTP)
+		return nil, fmt.Errorf("%w: prefill TP %d is not a multiple of decode TP %d", connector.ErrIncompatible, prefillTP, decodeTP)
 	}
 	k := prefillTP / decodeTP
 	out := make([]int, k)
@@ -65,11 +66,11 @@ func notifyRanks(r, decodeTP, prefillTP int) ([]int, error) {
 func pair(p *handshake.Payload, local *descriptors.Layout) (*pairing, error) {
 	src := &p.Ranks[0].Layout
 	if err := descriptors.Compatible(src, local); err != nil {
-		return nil, fmt.Errorf("%w: engine %q: %v", ErrIncompatible, p.EngineID, err)
+		return nil, fmt.Errorf("%w: engine %q: %v", connector.ErrIncompatible, p.EngineID, err)
 	}
 	sources, err := descriptors.Sources(src, local)
 	if err != nil {
-		return nil, fmt.Errorf("%w: engine %q: %v", ErrIncompatible, p.EngineID, err)
+		return nil, fmt.Errorf("%w: engine %q: %v", connector.ErrIncompatible, p.EngineID, err)
 	}
 	notify, err := notifyRanks(local.TPRank, local.TPSize, p.TPSize)
 	if err != nil {
@@ -80,7 +81,7 @@ func pair(p *handshake.Payload, local *descriptors.Layout) (*pairing, error) {
 			// Another decode rank's completion could free blocks this
 			// rank still reads.
 			return nil, fmt.Errorf("%w: decode rank %d of %d reads prefill rank %d of %d, which it does not notify (notifies %v)",
-				ErrIncompatible, local.TPRank, local.TPSize, s, p.TPSize, notify)
+				connector.ErrIncompatible, local.TPRank, local.TPSize, s, p.TPSize, notify)
 		}
 	}
 	return &pairing{payload: p, agents: make([]string, p.TPSize), sources: sources, notify: notify}, nil

@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/gonixl/gonixl/nixl"
@@ -26,13 +27,13 @@ func TestPrefillRestartedUnderTheSameAgentNames(t *testing.T) {
 	a, err := c.fab.NewAgent("prefill-0")
 	require.NoError(t, err)
 	c.pagents[0] = a
-	c.pe, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	c.pe, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(t, err)
 	buf, err := nixl.AllocBuffer(layoutBytes(1, 16))
 	require.NoError(t, err)
 	c.pbufs[0].Free()
 	c.pbufs[0], c.playouts[0] = buf, newLayout(buf, 0, 1, 16)
-	c.prods[0], err = NewProducer(c.pe, RankConfig{Agent: a, Layout: c.playouts[0], StatsInterval: -1})
+	c.prods[0], err = NewProducer(c.pe, Config{RankConfig: connector.RankConfig{Agent: a, Layout: c.playouts[0], StatsInterval: -1}})
 	require.NoError(t, err)
 
 	c.fill(2, []int{3}, 16)

@@ -3,6 +3,7 @@ package pullconn
 import (
 	"cmp"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -158,7 +159,7 @@ const (
 	// simPinTimeout bounds a pin call: Client.Confirm runs under the
 	// client's handshake timeout.
 	simPinTimeout = simHSTimeout
-	// simKeepAlive is RankConfig.KeepAliveTimeout at this scale (480 s
+	// simKeepAlive is Config.KeepAliveTimeout at this scale (480 s
 	// for a 30 s lease), which bounds Consumer.read's guard.
 	simKeepAlive = 16 * simLease
 	simMonoPPM   = 500
@@ -392,7 +393,7 @@ type simPrefill struct {
 	free     []int
 	slots    *slotIndex
 	staging  bool
-	afterAll bool // RankConfig.ParamsAfterAllRanks
+	afterAll bool // Config.ParamsAfterAllRanks
 	lifo     bool // blocks are allocated most recently freed first (else at random)
 	adverts  map[string]*advert
 	// rng draws the adverts' nonces (nil: the legacy glue, which has none).
@@ -932,7 +933,7 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 	if p.staging {
 		i, staged := p.slots.decide(id, p.tp, q.stage)
 		if staged && q.failRank == r {
-			p.slots.release(i) // the gather failed: ErrStaging, nothing held
+			p.slots.release(i) // the gather failed: connector.ErrStaging, nothing held
 			s.trace("gather-failed", "", r, i, id)
 			if !q.refinish {
 				s.maybeHandOut(q)
@@ -2357,22 +2358,23 @@ func TestSimPinRules(t *testing.T) {
 // that is new exactly when the real one is (the nonces themselves are
 // random on both sides).
 func TestSimAdvertiseMirrorsEngine(t *testing.T) {
-	e, err := NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: 2, BlockSize: 16})
+	e, err := NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(2, 16)})
 	require.NoError(t, err)
 	defer e.Close()
+	pe := pullOf(t, e)
 	rng := rand.New(rand.NewPCG(1, 2))
 	p := &simPrefill{tp: 2, adverts: map[string]*advert{}, rng: rand.New(rand.NewPCG(3, 4))}
 	toSim, toReal := map[uint64]uint64{}, map[uint64]uint64{}
 	for i := range 20_000 {
 		id := simID(1 + rng.IntN(4))
 		if rng.IntN(8) == 0 {
-			e.dropAdverts([]string{id})
+			pe.dropAdverts([]string{id})
 			p.dropAdverts([]string{id})
 			continue
 		}
 		now := simEpoch.Add(time.Duration(rng.Int64N(int64(10 * time.Second))))
 		own := now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
-		rd, rn := e.advertise(id, now, own)
+		rd, rn := pe.advertise(id, now, own)
 		sd, sn := p.advertise(id, now, own)
 		require.Equal(t, rd, sd, "call %d: advertise(%s, %v, %v)", i, id, now, own)
 		require.NotZero(t, rn)
@@ -2568,15 +2570,15 @@ func TestSimSeedReplays(t *testing.T) {
 // 0's part. Now x gets a slot of its own (or none) and y's load is done
 // with y's bytes.
 func TestSimFindingSlotReusedAfterAFailedGather(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 	m.copier["prefill"] = &stagingtest.Copier{FailAt: 1} // the engine's first gather: rank 1's of x
 	c := stagedCluster(t, clusterOpts{prefill: side{2, 16},
-		prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = true }}, m)
+		prefillCfg: func(rc *Config) { rc.ParamsAfterAllRanks = true }}, m)
 	xb, yb := []int{1}, []int{2}
 	c.fill(1, xb, 16)
 	c.fill(2, yb, 16)
 	_, err := c.prods[1].RequestFinished("x", xb)
-	require.ErrorIs(t, err, ErrStaging)
+	require.ErrorIs(t, err, connector.ErrStaging)
 	py := c.finish("y", yb)
 	require.NotNil(t, py.RemoteStagingSlot)
 	px, err := c.prods[0].RequestFinished("x", xb)
@@ -2600,17 +2602,17 @@ func TestSimFindingSlotReusedAfterAFailedGather(t *testing.T) {
 // the first hold's key, and a pin sent for the first hold, by a reader
 // whose READ ran while block 1 was free, was granted for the second.
 func TestSimFindingHoldKeyReusedByALaterHold(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 	m.copier["prefill"] = &stagingtest.Copier{FailAt: 2} // rank 1's gather of the first r
 	c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{2, 16},
-		prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = true }}, m)
+		prefillCfg: func(rc *Config) { rc.ParamsAfterAllRanks = true }}, m)
 	c.fill(1, []int{1}, 16)
 	p1, err := c.prods[0].RequestFinished("r", []int{1})
 	require.NoError(t, err)
 	_, err = c.prods[1].RequestFinished("r", []int{1})
-	require.ErrorIs(t, err, ErrStaging)
+	require.ErrorIs(t, err, connector.ErrStaging)
 	require.NoError(t, c.cons[0].Load("d1", p1, []int{5}))
-	var res *Result
+	var res *connector.Result
 	for deadline := time.Now().Add(10 * time.Second); res == nil; time.Sleep(time.Millisecond) {
 		require.True(t, time.Now().Before(deadline), "no result for d1")
 		for _, r := range c.cons[0].Drain() {
@@ -2626,7 +2628,7 @@ func TestSimFindingHoldKeyReusedByALaterHold(t *testing.T) {
 	p2, err := c.prods[0].RequestFinished("r", []int{1})
 	require.NoError(t, err)
 	ref := handshake.HoldRef{ID: "r", Key: p1.holdKey(), N: 2, Ranks: []int{0}, PinMicros: time.Minute.Microseconds()}
-	verdict := c.pe.confirm("decode-b", "decode-b-agent-0", []handshake.HoldRef{ref})
+	verdict := pullOf(t, c.pe).confirm("decode-b", "decode-b-agent-0", []handshake.HoldRef{ref})
 	require.NotEqual(t, p1.holdKey(), p2.holdKey(), "the second hold of r has the first one's key (deadline %v, nonce %x, slot %s both times); a pin of the first is answered %q",
 		p2.RemoteBlocksExpiryTime, p2.RemoteHoldNonce, simSlot(p2.RemoteStagingSlot), verdict[0])
 	require.NotEmpty(t, verdict[0], "a pin of the first hold's key is granted for the second")

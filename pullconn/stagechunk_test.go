@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,10 +22,10 @@ func TestStagedPullChunks(t *testing.T) {
 	for _, cached := range []int{0, 1} {
 		for _, chunks := range []int{1, 2, 3, 0} {
 			t.Run(fmt.Sprintf("cached%d/chunks%d", cached, chunks), func(t *testing.T) {
-				m := newStagingMem(t, StagingOn, 2, 64<<10)
+				m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 				dec := &stagingtest.Copier{}
 				m.copier["decode"] = dec
-				c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *RankConfig) { rc.Staging.Chunks = chunks }}, m)
+				c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *Config) { rc.Staging.Chunks = chunks }}, m)
 				blocks := []int{9, 3, 30, 12}
 				c.fill(4, blocks, 64)
 				p := c.finish("r", blocks)
@@ -65,7 +66,7 @@ func TestStagedPullChunks(t *testing.T) {
 func TestStagedPullChunkFails(t *testing.T) {
 	for _, step := range []string{"transfer", "scatter"} {
 		t.Run(step, func(t *testing.T) {
-			m := newStagingMem(t, StagingOn, 1, 64<<10)
+			m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 			dec := &stagingtest.Copier{}
 			if step == "scatter" {
 				dec.FailAt = 2
@@ -82,7 +83,7 @@ func TestStagedPullChunkFails(t *testing.T) {
 			c.load("d", p, []int{5, 40})
 			err := c.result("d")[0].Err
 			if step == "scatter" {
-				require.ErrorIs(t, err, ErrStaging)
+				require.ErrorIs(t, err, connector.ErrStaging)
 			} else {
 				require.ErrorIs(t, err, ErrTransfer)
 			}
@@ -98,14 +99,14 @@ func TestStagedPullChunkFails(t *testing.T) {
 }
 
 // TestStagedPullSeveralRanksNeedPromise: a prefill engine of two TP ranks
-// stages only with RankConfig.ParamsAfterAllRanks; without it the
+// stages only with Config.ParamsAfterAllRanks; without it the
 // Params name no slot and every READ is direct, with the same bytes.
 func TestStagedPullSeveralRanksNeedPromise(t *testing.T) {
 	for _, promise := range []bool{false, true} {
 		t.Run(fmt.Sprintf("promise=%v", promise), func(t *testing.T) {
-			m := newStagingMem(t, StagingOn, 2, 64<<10)
+			m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 			c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{1, 16},
-				prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = promise }}, m)
+				prefillCfg: func(rc *Config) { rc.ParamsAfterAllRanks = promise }}, m)
 			blocks := []int{9, 3, 30, 12}
 			c.fill(6, blocks, 64)
 			p := c.finish("r", blocks)
@@ -135,12 +136,12 @@ func TestStagedPullSeveralRanksNeedPromise(t *testing.T) {
 // TestParamsAfterAllRanksAgree: a prefill rank whose ParamsAfterAllRanks
 // differs from the engine's other ranks is refused, naming the field.
 func TestParamsAfterAllRanksAgree(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
-	c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{1, 16}, prefillCfg: func(rc *RankConfig) {
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
+	c := stagedCluster(t, clusterOpts{prefill: side{2, 16}, decode: side{1, 16}, prefillCfg: func(rc *Config) {
 		rc.ParamsAfterAllRanks = rc.Layout.TPRank == 0
 		if rc.Layout.TPRank == 1 {
 			// Rank 1 joins below instead, after the cluster built rank 0.
-			rc.Staging = Staging{}
+			rc.Staging = connector.Staging{}
 		}
 	}}, m)
 	a, err := c.fab.NewAgent("prefill-extra")
@@ -149,9 +150,9 @@ func TestParamsAfterAllRanksAgree(t *testing.T) {
 	buf, err := nixl.AllocBuffer(layoutBytes(2, 16))
 	require.NoError(t, err)
 	defer buf.Free()
-	cfg := RankConfig{Agent: a, Layout: newLayout(buf, 1, 2, 16)}
+	cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: newLayout(buf, 1, 2, 16)}}
 	m.rank("prefill", nil)(&cfg)
 	_, err = NewProducer(c.pe, cfg)
-	require.ErrorIs(t, err, ErrInvalid)
-	require.ErrorContains(t, err, "RankConfig.ParamsAfterAllRanks is false; the engine's other ranks have true")
+	require.ErrorIs(t, err, connector.ErrInvalid)
+	require.ErrorContains(t, err, "Config.ParamsAfterAllRanks is false; the engine's other ranks have true")
 }

@@ -97,7 +97,7 @@ func (c *Consumer) scatterOne(l *load, x *xfer) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: request %q: scatter of prefill rank %d's part: %v", ErrStaging, l.id, x.rank, err)
+		return fmt.Errorf("%w: request %q: scatter of prefill rank %d's part: %v", errStaging, l.id, x.rank, err)
 	}
 	if !x.part {
 		c.stage.Staged.Inc()

@@ -31,12 +31,12 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 	if size > p.cfg.Staging.SlotBytes {
 		// Another rank decided for this one, whose image does not fit.
 		p.e.slots.release(i)
-		return 0, false, fmt.Errorf("%w: request %q: an image of %d bytes does not fit a staging slot of %d", ErrStaging, id, size, p.cfg.Staging.SlotBytes)
+		return 0, false, fmt.Errorf("%w: request %q: an image of %d bytes does not fit a staging slot of %d", errStaging, id, size, p.cfg.Staging.SlotBytes)
 	}
 	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
 	if err := p.stage.CopyBlocks(p.cfg.Staging.Copier, staging.SrcGatherBlocks(l, blocks, base)); err != nil {
 		p.e.slots.release(i)
-		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", ErrStaging, id, i, err)
+		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", errStaging, id, i, err)
 	}
 	p.stage.Staged.Inc()
 	return i, true, nil

@@ -5,56 +5,7 @@ import (
 	"sync"
 
 	"github.com/gonixl/gonixl/internal/staging"
-	"github.com/gonixl/gonixl/internal/staging/gpucopy"
 )
-
-// Staging is a rank's staging memory and policy (RankConfig.Staging).
-//
-// On prefill, RequestFinished gathers the request's blocks, whole, into a
-// slot (when the image fits a slot, one is free and the cost model or
-// StagingOn says so) before it returns, and the Params carry the slot (our
-// own key "remote_staging_slot", which a vLLM decode ignores). The slot is
-// held with the blocks and freed with them. A prefill engine of several
-// TP ranks stages only with RankConfig.ParamsAfterAllRanks: otherwise
-// one rank's Params could reach decode before another rank had gathered
-// (its blocks, read directly, hold the KV from the end of the forward
-// pass; its slot only from its gather). The ranks of an engine must have
-// the same Mode, Slots and SlotBytes: the slot index is the engine's.
-//
-// On decode, a load whose Params name a slot READs the parts it needs of
-// each prefill rank's slot into a slot of its own (a few large READs, or
-// one span), scatters them into its blocks and only then reports the
-// request done; with no slot free, or when the model prefers it, it READs
-// from the blocks as before.
-//
-// The zero value stages nothing.
-type Staging = staging.Config
-
-// StagingMode says when a rank stages (Staging.Mode).
-type StagingMode = staging.Mode
-
-// Staging modes.
-const (
-	StagingOff  = staging.ModeOff
-	StagingOn   = staging.ModeOn
-	StagingAuto = staging.ModeAuto
-)
-
-// Copier gathers and scatters staging slots (Staging.Copier); Seg is one
-// copy.
-type (
-	Copier = staging.Copier
-	Seg    = staging.Seg
-)
-
-// NewGPUCopier returns the CUDA gather/scatter kernel's copier for GPU
-// device (build tag `cuda`; without it an error). Close it after the ranks
-// that use it with CloseGPUCopier.
-func NewGPUCopier(device int) (Copier, error) { return gpucopy.NewCopier(device) }
-
-// CloseGPUCopier frees a copier from NewGPUCopier; other copiers are left
-// alone.
-func CloseGPUCopier(c Copier) error { return gpucopy.CloseCopier(c) }
 
 // slotIndex is a pull engine's staging slot allocator: a request that is
 // staged uses the same slot index on every prefill rank, so one key in
@@ -64,7 +15,7 @@ type slotIndex struct {
 	mu    sync.Mutex
 	shape staging.Info // Slots and SlotBytes every rank must have (Base unused)
 	mode  staging.Mode
-	// afterAll: the ranks' RankConfig.ParamsAfterAllRanks.
+	// afterAll: the ranks' Config.ParamsAfterAllRanks.
 	afterAll bool
 	used     []int          // ranks holding each index
 	owner    []string       // the request each index was last given to
@@ -87,7 +38,7 @@ func (s *slotIndex) join(c *staging.Config, afterAll bool) error {
 		return fmt.Errorf("RankConfig.Staging: %d slots of %d bytes, mode %q; the engine's other ranks have %d of %d, mode %q",
 			c.Slots, c.SlotBytes, c.Mode, s.shape.Slots, s.shape.SlotBytes, s.mode)
 	} else if afterAll != s.afterAll {
-		return fmt.Errorf("RankConfig.ParamsAfterAllRanks is %v; the engine's other ranks have %v", afterAll, s.afterAll)
+		return fmt.Errorf("Config.ParamsAfterAllRanks is %v; the engine's other ranks have %v", afterAll, s.afterAll)
 	}
 	s.ranks++
 	return nil

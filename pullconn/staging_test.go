@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
@@ -19,15 +19,15 @@ import (
 // buffers are freed after the cluster closed.
 type stagingMem struct {
 	t      *testing.T
-	mode   StagingMode
+	mode   connector.StagingMode
 	slots  int
 	bytes  uint64
-	copier map[string]Copier // by side, nil: host copy
+	copier map[string]connector.Copier // by side, nil: host copy
 	bufs   []*nixl.Buffer
 }
 
-func newStagingMem(t *testing.T, mode StagingMode, slots int, bytes uint64) *stagingMem {
-	m := &stagingMem{t: t, mode: mode, slots: slots, bytes: bytes, copier: map[string]Copier{}}
+func newStagingMem(t *testing.T, mode connector.StagingMode, slots int, bytes uint64) *stagingMem {
+	m := &stagingMem{t: t, mode: mode, slots: slots, bytes: bytes, copier: map[string]connector.Copier{}}
 	t.Cleanup(func() {
 		for _, b := range m.bufs {
 			_ = b.Free()
@@ -36,12 +36,12 @@ func newStagingMem(t *testing.T, mode StagingMode, slots int, bytes uint64) *sta
 	return m
 }
 
-func (m *stagingMem) rank(side string, then func(*RankConfig)) func(*RankConfig) {
-	return func(c *RankConfig) {
+func (m *stagingMem) rank(side string, then func(*Config)) func(*Config) {
+	return func(c *Config) {
 		buf, err := nixl.AllocBuffer(int(m.bytes) * m.slots)
 		require.NoError(m.t, err)
 		m.bufs = append(m.bufs, buf)
-		c.Staging = Staging{Mode: m.mode, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: m.bytes, Slots: m.slots,
+		c.Staging = connector.Staging{Mode: m.mode, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: m.bytes, Slots: m.slots,
 			DescCost: 6 * time.Microsecond, CopyBandwidth: 1e9, Copier: m.copier[side]}
 		if then != nil {
 			then(c)
@@ -55,7 +55,7 @@ func stagedCluster(t *testing.T, o clusterOpts, m *stagingMem) *cluster {
 }
 
 func slotsInUse(c *cluster) (pre, dec int) {
-	pre = c.pe.slots.inUse()
+	pre = pullOf(c.t, c.pe).slots.inUse()
 	for _, cn := range c.cons {
 		if cn.pool != nil {
 			dec += cn.pool.InUse()
@@ -93,7 +93,7 @@ func TestStagedPullBytes(t *testing.T) {
 	}
 	for _, g := range geoms {
 		for _, layout := range []string{"fragmented", "partly", "contiguous"} {
-			for _, mode := range []StagingMode{StagingOn, StagingOff, StagingAuto} {
+			for _, mode := range []connector.StagingMode{connector.StagingOn, connector.StagingOff, connector.StagingAuto} {
 				name := fmt.Sprintf("tp%d-%d/bs%d-%d/%s/%s", g.pre.tp, g.dec.tp, g.pre.bs, g.dec.bs, layout, cmpOr(string(mode), "off"))
 				t.Run(name, func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(len(name)), 5))
@@ -101,7 +101,7 @@ func TestStagedPullBytes(t *testing.T) {
 					// The cluster's finish calls every prefill rank
 					// before it hands the Params on.
 					c := stagedCluster(t, clusterOpts{prefill: g.pre, decode: g.dec,
-						prefillCfg: func(rc *RankConfig) { rc.ParamsAfterAllRanks = true }}, m)
+						prefillCfg: func(rc *Config) { rc.ParamsAfterAllRanks = true }}, m)
 					const tokens = 8 * 32
 					pb := pick(rng, layout, tokens/g.pre.bs, 1)
 					db := pick(rng, layout, tokens/g.dec.bs, 20)
@@ -116,7 +116,7 @@ func TestStagedPullBytes(t *testing.T) {
 					for i := range c.prods {
 						require.Equal(t, map[string]int{"r": 1}, freed[i])
 					}
-					if mode == StagingOff {
+					if mode == connector.StagingOff {
 						require.Nil(t, p.RemoteStagingSlot)
 						_, ok := c.cons[0].Stats().Get("staged_transfers")
 						require.False(t, ok, "no staging counters without staging")
@@ -134,15 +134,15 @@ func TestStagedPullBytes(t *testing.T) {
 						reads = uint64(len(c.cons))
 					}
 					require.Equal(t, reads, staged+direct, "every READ counted once")
-					if mode == StagingOn {
+					if mode == connector.StagingOn {
 						require.NotNil(t, p.RemoteStagingSlot)
 						require.Equal(t, reads, staged, "every READ staged")
 					}
-					if mode == StagingAuto && layout == "fragmented" {
+					if mode == connector.StagingAuto && layout == "fragmented" {
 						require.NotNil(t, p.RemoteStagingSlot)
 						require.Equal(t, reads, staged, "the model stages fragmented blocks")
 					}
-					if mode == StagingAuto && layout == "contiguous" && g.pre == g.dec {
+					if mode == connector.StagingAuto && layout == "contiguous" && g.pre == g.dec {
 						require.Nil(t, p.RemoteStagingSlot, "prefill does not gather contiguous blocks")
 						require.Equal(t, reads, direct)
 					}
@@ -162,7 +162,7 @@ func cmpOr(a, b string) string {
 	return a
 }
 
-func extraCount(t *testing.T, s Stats, name string) uint64 {
+func extraCount(t *testing.T, s connector.Stats, name string) uint64 {
 	t.Helper()
 	v, ok := s.Get(name)
 	require.True(t, ok, "counter %s", name)
@@ -173,7 +173,7 @@ func extraCount(t *testing.T, s Stats, name string) uint64 {
 // while the first is held finds none and is read directly, with the same
 // bytes; the slot comes back with the first's hold.
 func TestStagedPullSlotsBounded(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 	c := stagedCluster(t, clusterOpts{}, m)
 	rng := rand.New(rand.NewPCG(9, 9))
 	perm := rng.Perm(testBlocks)
@@ -214,7 +214,7 @@ func TestStagedPullFailures(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			// Two slots: after a failed READ prefill keeps x's blocks and
 			// slot until its lease, as it must (decode may still read).
-			m := newStagingMem(t, StagingOn, 2, 64<<10)
+			m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 			if step == "gather" {
 				m.copier["prefill"] = &stagingtest.Copier{FailAt: 1}
 			}
@@ -230,7 +230,7 @@ func TestStagedPullFailures(t *testing.T) {
 			c.fill(1, blocks, 48)
 			if step == "gather" {
 				_, err := c.prods[0].RequestFinished("x", blocks)
-				require.ErrorIs(t, err, ErrStaging)
+				require.ErrorIs(t, err, connector.ErrStaging)
 				require.Zero(t, c.prods[0].Held(), "nothing held after a failed gather")
 			} else {
 				p := c.finish("x", blocks)
@@ -238,7 +238,7 @@ func TestStagedPullFailures(t *testing.T) {
 				c.load("dx", p, []int{1, 3, 5})
 				r := c.result("dx")[0]
 				if step == "scatter" {
-					require.ErrorIs(t, r.Err, ErrStaging)
+					require.ErrorIs(t, r.Err, connector.ErrStaging)
 				} else {
 					require.ErrorIs(t, r.Err, ErrTransfer)
 				}
@@ -259,11 +259,11 @@ func TestStagedPullFailures(t *testing.T) {
 }
 
 // TestStagedPullClose: closing decode while a staged READ is in flight
-// ends the load once with ErrClosed and frees its slot; closing prefill
+// ends the load once with connector.ErrClosed and frees its slot; closing prefill
 // frees every hold and slot.
 func TestStagedPullClose(t *testing.T) {
-	fc := clock.NewManual(time.Unix(1_800_000_000, 0))
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	fc := connector.NewManualClock(time.Unix(1_800_000_000, 0))
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 	c := stagedCluster(t, clusterOpts{fabric: []loopback.FabricOption{loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(1, 0))}}, m)
 	blocks := []int{7, 3}
 	c.fill(1, blocks, 32)
@@ -275,7 +275,7 @@ func TestStagedPullClose(t *testing.T) {
 	require.Equal(t, 1, dec, "decode slot held while the READ is in flight")
 	require.NoError(t, c.cons[0].Close())
 	r := c.result("dz")
-	require.ErrorIs(t, r[0].Err, ErrClosed)
+	require.ErrorIs(t, r[0].Err, connector.ErrClosed)
 	_, dec = slotsInUse(c)
 	require.Zero(t, dec)
 	require.NoError(t, c.prods[0].Close())
@@ -298,8 +298,8 @@ func eventually(t *testing.T, cond func() bool) {
 // TestStagedReadChunked: with TransferChunk the staged READ is several
 // descriptors, and the bytes are the same.
 func TestStagedReadChunked(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
-	c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *RankConfig) { rc.Staging.TransferChunk = 1024 }}, m)
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
+	c := stagedCluster(t, clusterOpts{decodeCfg: func(rc *Config) { rc.Staging.TransferChunk = 1024 }}, m)
 	blocks := []int{9, 3, 30, 12}
 	c.fill(4, blocks, 64)
 	p := c.finish("r", blocks)
@@ -318,7 +318,7 @@ func TestParamsStagingSlotChecked(t *testing.T) {
 	for _, bad := range []int{-1, staging.MaxSlots} {
 		p.RemoteStagingSlot = &bad
 		err := p.Validate()
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, connector.ErrInvalid)
 		require.ErrorContains(t, err, "RemoteStagingSlot")
 	}
 	ok := 3
@@ -329,8 +329,8 @@ func TestParamsStagingSlotChecked(t *testing.T) {
 // TestStagingMeasureCopy: with MeasureCopy the rank measures its copy
 // bandwidth at start and the model uses it; requests still move right.
 func TestStagingMeasureCopy(t *testing.T) {
-	m := newStagingMem(t, StagingAuto, 2, 64<<10)
-	measure := func(rc *RankConfig) { rc.Staging.MeasureCopy = true }
+	m := newStagingMem(t, connector.StagingAuto, 2, 64<<10)
+	measure := func(rc *Config) { rc.Staging.MeasureCopy = true }
 	c := stagedCluster(t, clusterOpts{prefillCfg: measure, decodeCfg: measure}, m)
 	require.Greater(t, c.prods[0].model.CopyBandwidth, 0.0)
 	require.NotEqual(t, 1e9, c.prods[0].model.CopyBandwidth, "measured, not the configured 1e9")

@@ -1,12 +1,12 @@
 package pullconn
 
-import "github.com/gonixl/gonixl/metrics"
+import (
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/stats"
+)
 
-// Stats is a snapshot of a connector's counters and transfer times (see
-// package metrics); the promstats package exports it to Prometheus. Decode
-// ranks count transfers, bytes, descriptors, failed transfers, handshakes
-// and notifications, expired, aborted and rejected loads, KeepAlive timeouts,
-// hold queries and stuck transfers; prefill ranks count expired and aborted
-// requests and unknown, late and malformed notifications; an Engine counts
-// malformed side-channel frames and refused handshakes.
-type Stats = metrics.Snapshot
+// statsOf returns a rank's counters as the public connector.Stats.
+func statsOf(s *stats.Set) connector.Stats {
+	return engine.Public.Stats(s.Snapshot()).(connector.Stats)
+}

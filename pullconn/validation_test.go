@@ -1,6 +1,7 @@
 package pullconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 )
 
 // Every bad argument to a constructor or method is refused with an error
-// matching ErrInvalid (ErrClosed for a closed engine) whose text names the
+// matching connector.ErrInvalid (connector.ErrClosed for a closed engine) whose text names the
 // field and the expected value, changes nothing and never panics.
 func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	fab, err := loopback.NewFabric()
@@ -28,72 +29,72 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	buf, err := nixl.AllocBuffer(layoutBytes(1, 16))
 	require.NoError(t, err)
 	defer buf.Free()
-	goodEngine := func() EngineConfig {
-		return EngineConfig{EngineID: "e", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16}
+	goodEngine := func() connector.EngineConfig {
+		return connector.EngineConfig{EngineID: "e", Model: "m", Geometry: testGeometry(1, 16)}
 	}
 	agents := map[string]nixl.Agent{}
-	goodRank := func(name string) RankConfig {
+	goodRank := func(name string) Config {
 		if agents[name] == nil {
 			agents[name] = agent(name)
 		}
-		return RankConfig{Agent: agents[name], Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}
+		return Config{RankConfig: connector.RankConfig{Agent: agents[name], Layout: newLayout(buf, 0, 1, 16), StatsInterval: -1}}
 	}
 
-	engineCases := map[string]func(*EngineConfig){
-		"pullconn: invalid argument: EngineConfig.EngineID is empty":                          func(c *EngineConfig) { c.EngineID = "" },
-		"pullconn: invalid argument: EngineConfig.Model is empty":                             func(c *EngineConfig) { c.Model = "" },
-		"pullconn: invalid argument: EngineConfig.DType is empty":                             func(c *EngineConfig) { c.DType = "" },
-		"pullconn: invalid argument: EngineConfig.TPSize is 0, want >= 1":                     func(c *EngineConfig) { c.TPSize = 0 },
-		"pullconn: invalid argument: EngineConfig.BlockSize is -16, want >= 1":                func(c *EngineConfig) { c.BlockSize = -16 },
-		"pullconn: invalid argument: EngineConfig.HandshakeTimeout is -1s, want > 0":          func(c *EngineConfig) { c.HandshakeTimeout = -time.Second },
-		`pullconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported`: func(c *EngineConfig) { c.KVLayout = "NHD" },
+	engineCases := map[string]func(*connector.EngineConfig){
+		"pullconn: invalid argument: EngineConfig.EngineID is empty":                                                     func(c *connector.EngineConfig) { c.EngineID = "" },
+		"pullconn: invalid argument: EngineConfig.Model is empty":                                                        func(c *connector.EngineConfig) { c.Model = "" },
+		`pullconn: invalid argument: EngineConfig.Geometry.DType is empty, want an element type name such as "bfloat16"`: func(c *connector.EngineConfig) { c.Geometry.DType = "" },
+		"pullconn: invalid argument: EngineConfig.Geometry.TPSize is 0, want >= 1":                                       func(c *connector.EngineConfig) { c.Geometry.TPSize = 0 },
+		"pullconn: invalid argument: EngineConfig.Geometry.BlockSize is -16, want >= 1":                                  func(c *connector.EngineConfig) { c.Geometry.BlockSize = -16 },
+		"pullconn: invalid argument: EngineConfig.HandshakeTimeout is -1s, want > 0":                                     func(c *connector.EngineConfig) { c.HandshakeTimeout = -time.Second },
+		`pullconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported`:                            func(c *connector.EngineConfig) { c.KVLayout = "NHD" },
 	}
 	for want, mutate := range engineCases {
 		cfg := goodEngine()
 		mutate(&cfg)
 		e, err := NewEngine(cfg)
 		assert.Nil(t, e)
-		require.ErrorIs(t, err, ErrInvalid, want)
+		require.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.Equal(t, want, err.Error())
 	}
 
 	e, err := NewEngine(goodEngine())
 	require.NoError(t, err)
-	rankCases := map[string]func(*RankConfig){
-		"pullconn: invalid argument: RankConfig.Agent is nil":                                                    func(c *RankConfig) { c.Agent = nil },
-		"pullconn: invalid argument: RankConfig.Lease is -1s, want > 0":                                          func(c *RankConfig) { c.Lease = -time.Second },
-		"pullconn: invalid argument: RankConfig.TransferTimeout is -1s, want > 0":                                func(c *RankConfig) { c.TransferTimeout = -time.Second },
-		"pullconn: invalid argument: RankConfig.ExpiryMargin is -1s, want > 0":                                   func(c *RankConfig) { c.ExpiryMargin = -time.Second },
-		"pullconn: invalid argument: RankConfig.KeepAliveTimeout is -1s, want > 0":                               func(c *RankConfig) { c.KeepAliveTimeout = -time.Second },
-		"pullconn: invalid argument: RankConfig.HeartbeatInterval 40s must be shorter than RankConfig.Lease 30s": func(c *RankConfig) { c.HeartbeatInterval = 40 * time.Second },
-		"pullconn: invalid argument: RankConfig.HeartbeatExtension is -1s, want > 0":                             func(c *RankConfig) { c.HeartbeatExtension = -time.Second },
-		`pullconn: invalid argument: RankConfig.FailurePolicy is "retry", want "fail" or "recompute"`:            func(c *RankConfig) { c.FailurePolicy = "retry" },
-		`pullconn: invalid argument: RankConfig.Layout.TPSize is 2, engine "e" has TP size 1`:                    func(c *RankConfig) { c.Layout.TPSize = 2 },
-		`pullconn: invalid argument: RankConfig.Layout.BlockSize is 32, engine "e" has block size 16`:            func(c *RankConfig) { c.Layout.BlockSize = 32 },
-		`pullconn: invalid argument: RankConfig.Layout.DType is "float16", engine "e" has dtype "bfloat16"`:      func(c *RankConfig) { c.Layout.DType = "float16" },
+	rankCases := map[string]func(*Config){
+		"pullconn: invalid argument: RankConfig.Agent is nil":                                                         func(c *Config) { c.Agent = nil },
+		"pullconn: invalid argument: RankConfig.Lease is -1s, want > 0":                                               func(c *Config) { c.Lease = -time.Second },
+		"pullconn: invalid argument: Config.TransferTimeout is -1s, want > 0":                                         func(c *Config) { c.TransferTimeout = -time.Second },
+		"pullconn: invalid argument: Config.ExpiryMargin is -1s, want > 0":                                            func(c *Config) { c.ExpiryMargin = -time.Second },
+		"pullconn: invalid argument: Config.KeepAliveTimeout is -1s, want > 0":                                        func(c *Config) { c.KeepAliveTimeout = -time.Second },
+		"pullconn: invalid argument: Config.HeartbeatInterval 40s must be shorter than RankConfig.Lease 30s":          func(c *Config) { c.HeartbeatInterval = 40 * time.Second },
+		"pullconn: invalid argument: Config.HeartbeatExtension is -1s, want > 0":                                      func(c *Config) { c.HeartbeatExtension = -time.Second },
+		`pullconn: invalid argument: RankConfig.FailurePolicy is "retry", want "fail" or "recompute"`:                 func(c *Config) { c.FailurePolicy = "retry" },
+		`pullconn: invalid argument: RankConfig.Layout.TPSize is 2, engine "e" has TP size 1`:                         func(c *Config) { c.Layout.TPSize = 2 },
+		`pullconn: invalid argument: RankConfig.Layout.BlockSize is 32, engine "e" has block size 16`:                 func(c *Config) { c.Layout.BlockSize = 32 },
+		`pullconn: invalid argument: RankConfig.Layout.DType is "float16", the geometry's is "bfloat16" (engine "e")`: func(c *Config) { c.Layout.DType = "float16" },
 	}
 	for want, mutate := range rankCases {
 		cfg := goodRank("bad")
 		mutate(&cfg)
 		p, err := NewProducer(e, cfg)
 		assert.Nil(t, p)
-		require.ErrorIs(t, err, ErrInvalid, want)
+		require.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.Equal(t, want, err.Error())
 		c, err := NewConsumer(e, cfg)
 		assert.Nil(t, c)
-		require.ErrorIs(t, err, ErrInvalid, want)
+		require.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.Equal(t, want, err.Error())
 	}
 
 	_, err = NewProducer(nil, goodRank("nil-e"))
-	assert.EqualError(t, err, "pullconn: invalid argument: engine is nil: create it with NewEngine")
+	assert.EqualError(t, err, "pullconn: invalid argument: engine is nil: create it with pullconn.NewEngine")
 	_, err = NewConsumer(nil, goodRank("nil-e2"))
-	assert.EqualError(t, err, "pullconn: invalid argument: engine is nil: create it with NewEngine")
+	assert.EqualError(t, err, "pullconn: invalid argument: engine is nil: create it with pullconn.NewEngine")
 
 	p, err := NewProducer(e, goodRank("p0"))
 	require.NoError(t, err)
 	_, err = NewProducer(e, goodRank("p0b"))
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.EqualError(t, err, `pullconn: invalid argument: engine "e" already has a Producer for TP rank 0`)
 	c, err := NewConsumer(e, goodRank("c0"))
 	require.NoError(t, err, "a Producer and a Consumer of one rank (kv_both)")
@@ -112,7 +113,7 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	}
 	for want, call := range requestCases {
 		err := call()
-		require.ErrorIs(t, err, ErrInvalid, want)
+		require.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.Equal(t, want, err.Error())
 	}
 	assert.Equal(t, 0, p.Held(), "nothing held by refused calls")
@@ -122,7 +123,7 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	assert.EqualError(t, err, `pullconn: invalid argument: request "r" is already held`)
 	require.NoError(t, p.Close())
 
-	de, err := NewEngine(EngineConfig{EngineID: "d", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	de, err := NewEngine(connector.EngineConfig{EngineID: "d", Model: "m", Geometry: testGeometry(1, 16)})
 	require.NoError(t, err)
 	defer de.Close()
 	cn, err := NewConsumer(de, goodRank("d0"))
@@ -161,7 +162,7 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	}
 	for want, call := range loadCases {
 		err := call()
-		require.ErrorIs(t, err, ErrInvalid, want)
+		require.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.Equal(t, want, err.Error())
 	}
 	assert.Equal(t, 0, cn.Pending(), "nothing loading after refused calls")
@@ -170,19 +171,19 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 
 	require.NoError(t, e.Close())
 	_, err = NewProducer(e, goodRank("late"))
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, connector.ErrClosed)
 	assert.EqualError(t, err, `pullconn: connector closed: engine "e" was closed`)
 }
 
 // Errors name the public package and no internal one: a handshake with an
 // address where nothing listens says what failed in pullconn's words.
 func TestHandshakeErrorTextNamesNoInternalPackage(t *testing.T) {
-	c := newCluster(t, clusterOpts{decodeEngine: func(e *EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
+	c := newCluster(t, clusterOpts{decodeEngine: func(e *connector.EngineConfig) { e.HandshakeTimeout = 200 * time.Millisecond }})
 	p := c.finish("req-1", []int{1})
 	p.RemotePort = 1 // nothing listens there
 	c.load("dreq-1", p, []int{2})
 	err := c.result("dreq-1")[0].Err
-	require.ErrorIs(t, err, ErrHandshake)
+	require.ErrorIs(t, err, connector.ErrHandshake)
 	assert.True(t, strings.HasPrefix(err.Error(), `pullconn: handshake failed: engine "prefill" at 127.0.0.1:1: `), err.Error())
 	assert.NotContains(t, err.Error(), "sidechannel")
 	assert.NotContains(t, err.Error(), "handshake: ")

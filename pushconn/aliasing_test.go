@@ -17,7 +17,7 @@ func TestCallersBlockSlicesAreCopied(t *testing.T) {
 	fill(t, r.preLayout[0], src, 9, 32)
 	zero(t, r.decLayout[0], append([]int{60, 61}, dst...))
 	dstArg := append([]int(nil), dst...)
-	require.NoError(t, c.Register("alias", r.pre.Coordinates(), dstArg))
+	require.NoError(t, c.Register("alias", Coordinates(r.pre), dstArg))
 	dstArg[0], dstArg[1] = 60, 61 // the engine reuses its scratch slice
 	admitted(t, p, 1)
 	srcArg := append([]int(nil), src...)

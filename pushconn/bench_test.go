@@ -18,7 +18,7 @@ func BenchmarkEngineLoopCalls(b *testing.B) {
 	r := newRig(b, rigConfig{numBlocks: 4096, clock: lease.SystemClock{}})
 	c, p := r.consumers[0], r.producers[0]
 	var reg, fin, drain, freed latency.Recorder
-	pf := r.pre.Coordinates()
+	pf := Coordinates(r.pre)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := "req-" + strconv.Itoa(i)

@@ -3,6 +3,7 @@ package pushconn
 import (
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -32,7 +33,7 @@ import (
 // gets late copies of the completions prefill sent for the earlier ones.
 // Prefill fills each request's blocks
 // with the request's own pattern; decode poisons blocks as soon as the
-// engine gets them back (a failed Result, or a done one once checked) and
+// engine gets them back (a failed connector.Result, or a done one once checked) and
 // reuses them for later requests, so a WRITE that lands after the release
 // either spoils the poison (found when the block is taken again or at the
 // end) or another request's bytes (found by that request's check).
@@ -131,9 +132,9 @@ func TestFaultCampaignStaged(t *testing.T) {
 		for k := range seeds {
 			seed := uint64(5000 + 100*tp[0] + tp[1] + 1000*k)
 			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
-				m := newStagingMem(t, StagingOn, 4, 256<<10)
+				m := newStagingMem(t, connector.StagingOn, 4, 256<<10)
 				cc := &stagingtest.Copier{}
-				m.copier = func(string) Copier { return cc }
+				m.copier = func(string) connector.Copier { return cc }
 				f := runCampaign(t, seed, n, tp[0], tp[1], m)
 				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.Count())
 				require.Positive(t, cc.Count(), "the campaign staged nothing")
@@ -203,20 +204,20 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, numBlocks: campaignBlocks, clock: lease.SystemClock{},
 		fabric: fabricOpts, wrap: net.wrap,
-		rank: func(c *RankConfig) {
+		rank: func(c *Config) {
 			c.Logger = logger
 			c.StatsInterval = -1
 			c.IdleInterval = 2 * time.Millisecond
 			c.WriteTimeout = 150 * time.Millisecond
 			c.Lease = 300 * time.Millisecond
 		},
-		preRank: func(c *RankConfig) {
+		preRank: func(c *Config) {
 			c.RegistrationTimeout = 600 * time.Millisecond
 			if len(staged) > 0 {
 				staged[0].rank("prefill")(c)
 			}
 		},
-		decRank: func(c *RankConfig) {
+		decRank: func(c *Config) {
 			c.RegistrationTimeout = 800 * time.Millisecond
 			c.CancelTimeout = 400 * time.Millisecond
 			if len(staged) > 0 {
@@ -248,7 +249,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		*free = append((*free)[:i], (*free)[i+nb:]...)
 		return out
 	}
-	coords := r.pre.Coordinates()
+	coords := Coordinates(r.pre)
 	var live, all, retries []*creq
 	var reusable []*creq     // ended done, their ids free to register again
 	owner := map[int]*creq{} // decode block -> the last request that held it
@@ -472,7 +473,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 					switch {
 					case res.Err == nil:
 						fig.done++
-					case errors.Is(res.Err, ErrAborted):
+					case errors.Is(res.Err, connector.ErrAborted):
 						fig.aborted++
 						fig.failed++
 					default:
@@ -617,7 +618,7 @@ func duplicate(r *rig, q *creq, coords Prefill) {
 		}
 		msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
 			RequestID: q.decID, DecodeEngineID: r.dec.ID(), DecodeHost: r.dec.Host(), DecodePort: r.dec.Port(),
-			DecodeTPSize: r.dec.TPSize(), LocalBlockIDs: [][]int{q.dblocks}, RemoteEngineID: coords.EngineID,
+			DecodeTPSize: r.dec.Geometry().TPSize, LocalBlockIDs: [][]int{q.dblocks}, RemoteEngineID: coords.EngineID,
 			RemoteHost: coords.Host, RemotePort: coords.Port, RemoteTPSize: coords.TPSize, RemotePPSize: 1,
 			TransferID: q.tid, DecodeIncarnation: c.incarnation, Seq: seq,
 		})

@@ -11,10 +11,10 @@ import (
 // the blocks: prefill must drop the registration (PUSH_CANCEL) instead of
 // WRITEing into them when the request finishes, and free its blocks at once.
 func TestNoWriteAfterDecodeTimedOut(t *testing.T) {
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.RegistrationTimeout = 3 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("late", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("late", Coordinates(r.pre), dst))
 	admitted(t, p, 1)
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
@@ -47,7 +47,7 @@ func TestNoWriteAfterOtherRankFailed(t *testing.T) {
 	r := newRig(t, rigConfig{preTP: 2, decTP: 1})
 	c := r.consumers[0]
 	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("split", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("split", Coordinates(r.pre), dst))
 	admitted(t, r.producers[0], 1)
 	admitted(t, r.producers[1], 1)
 	require.NoError(t, r.producers[1].Close())
@@ -67,8 +67,8 @@ func TestNoWriteAfterOtherRankFailed(t *testing.T) {
 func TestConsumerCloseCancelsRegistrations(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("a", r.pre.Coordinates(), []int{1}, WithTransferID("t-a")))
-	require.NoError(t, c.Register("b", r.pre.Coordinates(), []int{2}))
+	require.NoError(t, c.Register("a", Coordinates(r.pre), []int{1}, WithTransferID("t-a")))
+	require.NoError(t, c.Register("b", Coordinates(r.pre), []int{2}))
 	admitted(t, p, 2)
 	require.NoError(t, c.Close())
 	require.Len(t, c.Drain(), 2)
@@ -87,7 +87,7 @@ func TestConsumerCloseCancelsRegistrations(t *testing.T) {
 func TestStrayOrMalformedCancelChangesNothing(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("keep", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("keep", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	send := func(msg string) {
 		require.NoError(t, r.decAgents[0].GenNotif(r.preAgents[0].Name(), []byte(msg), nil))

@@ -60,7 +60,7 @@ func TestThousandConcurrentRequests(t *testing.T) {
 						rq := reqs[e.i]
 						if e.register {
 							for _, c := range r.consumers {
-								errs <- c.Register(rq.decID, r.pre.Coordinates(), []int{e.i}, rq.opts...)
+								errs <- c.Register(rq.decID, Coordinates(r.pre), []int{e.i}, rq.opts...)
 							}
 							continue
 						}

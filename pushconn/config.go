@@ -4,16 +4,13 @@ import (
 	"cmp"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/gonixl/gonixl/clock"
-	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/nixl"
 )
 
-// Defaults for zero configuration fields. Where vLLM has a default, it is
-// vLLM's.
+// Defaults for the zero fields of Config that only push has; the shared
+// ones are connector's (connector.DefaultLease, ...). Where vLLM has a
+// default, it is vLLM's.
 const (
 	// DefaultRegistrationTimeout bounds how long a registration waits for
 	// its request to be pushed, on both sides (vLLM's
@@ -28,11 +25,6 @@ const (
 	// blocks; PUSH_CANCEL covers the other order. Keep the rule when
 	// setting either side: prefill's timeout < decode's.
 	DefaultProducerRegistrationTimeout = DefaultRegistrationTimeout - 30*time.Second
-	// DefaultLease bounds how long prefill holds finished blocks that no
-	// registration claims (vLLM's KV lease).
-	DefaultLease = 30 * time.Second
-	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM's).
-	DefaultHandshakeTimeout = 5 * time.Second
 	// DefaultWriteTimeout bounds how long a posted WRITE may stay in
 	// flight before prefill cancels it and reports the failure.
 	DefaultWriteTimeout = 30 * time.Second
@@ -46,16 +38,6 @@ const (
 	// resend, a quarter of this timeout later. So: (2 x WriteTimeout +
 	// 10 s for the notifications) x 4/3, 93.3 s with the defaults.
 	DefaultCancelTimeout = (2*DefaultWriteTimeout + 10*time.Second) * cancelResends / (cancelResends - 1)
-	// DefaultPollInterval is the notification polling period while work
-	// waits (vLLM's push writer polls every 1 ms).
-	DefaultPollInterval = time.Millisecond
-	// DefaultIdleInterval is the period at which an idle rank still
-	// progresses its agent, which the native agent needs for connection
-	// setup and for receiving registrations.
-	DefaultIdleInterval = 50 * time.Millisecond
-	// DefaultStatsInterval is the period of the "KV Transfer metrics:" log
-	// line when a Logger is set.
-	DefaultStatsInterval = 10 * time.Second
 	// DefaultMaxPeers bounds the decode engines one prefill rank keeps
 	// handshakes and state for.
 	DefaultMaxPeers = 1024
@@ -64,28 +46,12 @@ const (
 	DefaultMaxPendingRegistrations = 65536
 )
 
-// Policy says what decode does with a request whose blocks were not
-// written (vLLM's kv_load_failure_policy); pullconn has the same.
-type Policy string
-
-// Failure policies.
-const (
-	// PolicyFail fails the request; nothing is recomputed (vLLM's default).
-	PolicyFail Policy = "fail"
-	// PolicyRecompute fails the request but lists its blocks in
-	// Result.InvalidBlocks, so the engine can recompute them.
-	PolicyRecompute Policy = "recompute"
-)
-
-// RankConfig is what a Producer or a Consumer needs for its TP rank.
-type RankConfig struct {
-	// Agent is this rank's NIXL agent; the connector registers Layout's
-	// memory with it and deregisters it on Close. The agent stays the
-	// caller's: Close does not close it.
-	Agent nixl.Agent
-	// Layout is this rank's KV cache; its TPRank, TPSize and BlockSize
-	// must agree with the Engine.
-	Layout descriptors.Layout
+// Config is what a Producer or a Consumer needs for its TP rank: what
+// every rank takes (connector.RankConfig: agent, layout, lease, polling,
+// clock, logger, staging) and what only push has. Fields marked prefill or
+// decode are read by that side only. Only Agent and Layout are required.
+type Config struct {
+	connector.RankConfig
 	// RegistrationTimeout: on decode, how long a request waits for every
 	// completion (zero means DefaultRegistrationTimeout); on prefill, how
 	// long a registration waits for its request to finish (zero means
@@ -93,13 +59,10 @@ type RankConfig struct {
 	// decode's, or a lost PUSH_CANCEL lets prefill WRITE into blocks
 	// decode already gave up.
 	RegistrationTimeout time.Duration
-	// Lease (prefill only) bounds how long finished blocks wait for their
-	// registration. Zero means DefaultLease.
-	Lease time.Duration
-	// WriteTimeout (prefill only) bounds a WRITE in flight. Zero means
+	// WriteTimeout (prefill) bounds a WRITE in flight. Zero means
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
-	// CancelTimeout (decode only) bounds how long a request that ended
+	// CancelTimeout (decode) bounds how long a request that ended
 	// other than by success (a PUSH_FAIL, its registration timeout,
 	// Consumer.Abort) keeps its blocks, and its Result, while decode waits
 	// for every prefill rank that got its registration to have written,
@@ -110,92 +73,59 @@ type RankConfig struct {
 	// timeouts, and a lost cancel is resent a quarter of this timeout
 	// later. Zero means DefaultCancelTimeout.
 	CancelTimeout time.Duration
-	// PollInterval and IdleInterval set the agent polling periods while
-	// work waits and otherwise. Zero means the defaults.
-	PollInterval time.Duration
-	IdleInterval time.Duration
-	// FailurePolicy (decode only) is PolicyFail (default) or
-	// PolicyRecompute: with recompute a failed Result lists the request's
-	// blocks in InvalidBlocks (vLLM's kv_load_failure_policy).
-	FailurePolicy Policy
-	// Clock is the time source for deadlines (default: the Engine's
-	// clock, EngineConfig.Clock).
-	Clock clock.Clock
-	// Logger receives errors, warnings and the periodic metrics line
-	// (default: none).
-	Logger *zap.Logger
-	// StatsInterval is the metrics line's period when Logger is set. Zero
-	// means DefaultStatsInterval; negative disables the line.
-	StatsInterval time.Duration
-	// MaxPeers (prefill only) bounds the decode engines the rank keeps a
+	// MaxPeers (prefill) bounds the decode engines the rank keeps a
 	// handshake and state for; every registration from a new decode engine
 	// (engine id, host, port) adds one and starts a handshake. At the limit
 	// the least recently used engine with no registration, handshake or
 	// WRITE of its own is forgotten; if there is none the registration is
 	// refused. Zero means DefaultMaxPeers.
 	MaxPeers int
-	// MaxPendingRegistrations (prefill only) bounds the registrations the
+	// MaxPendingRegistrations (prefill) bounds the registrations the
 	// rank holds that wait for their request to finish or for a handshake
 	// with their decode engine; at the limit a new one is refused. Zero
 	// means DefaultMaxPendingRegistrations.
 	MaxPendingRegistrations int
-	// Staging is the rank's staging memory and policy for fragmented
-	// requests (see Staging). The zero value stages nothing.
-	Staging Staging
 }
 
-func (c *RankConfig) withDefaults(e *Engine) {
+// rankConfig is a rank's configuration as the rank runs on it: the shared
+// part in its internal form (engine.Rank, whose fields are the ones
+// selected: Lease, Staging, Clock, ...) and push's own fields, defaults
+// filled in.
+type rankConfig struct {
+	engine.Rank
+	Config
+}
+
+// newRankConfig validates cfg for a rank of e (a Producer when prefill)
+// and fills its defaults.
+func newRankConfig(e *pushEngine, cfg Config, prefill bool) (rankConfig, error) {
+	r, err := engine.Public.Rank(&cfg.RankConfig, e.core)
+	if err != nil {
+		return rankConfig{}, err
+	}
+	c := rankConfig{Rank: r, Config: cfg}
 	c.RegistrationTimeout = cmp.Or(c.RegistrationTimeout, DefaultRegistrationTimeout)
-	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	if prefill {
+		c.RegistrationTimeout = cmp.Or(cfg.RegistrationTimeout, DefaultProducerRegistrationTimeout)
+	}
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.CancelTimeout = cmp.Or(c.CancelTimeout, DefaultCancelTimeout)
-	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
-	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	c.MaxPeers = cmp.Or(c.MaxPeers, DefaultMaxPeers)
 	c.MaxPendingRegistrations = cmp.Or(c.MaxPendingRegistrations, DefaultMaxPendingRegistrations)
-	c.FailurePolicy = cmp.Or(c.FailurePolicy, PolicyFail)
-	c.Staging.WithDefaults()
-	if c.Clock == nil {
-		c.Clock = clock.System{}
-		if e != nil && e.core != nil {
-			c.Clock = e.core.Config().Clock
-		}
-	}
-}
-
-func (c *RankConfig) validate(e *Engine, prefill bool) error {
-	if e == nil || e.core == nil {
-		return invalidf("engine is nil: create it with NewEngine")
-	}
-	if err := e.core.CheckOpen(); err != nil {
-		return err
-	}
-	if err := e.core.CheckRank(c.Agent, c.Layout); err != nil {
-		return invalidf("%v", err)
-	}
-	err := engine.NotNegative(
-		engine.Duration{Field: "RankConfig.RegistrationTimeout", Value: c.RegistrationTimeout},
-		engine.Duration{Field: "RankConfig.Lease", Value: c.Lease},
-		engine.Duration{Field: "RankConfig.WriteTimeout", Value: c.WriteTimeout},
-		engine.Duration{Field: "RankConfig.CancelTimeout", Value: c.CancelTimeout},
-		engine.Duration{Field: "RankConfig.PollInterval", Value: c.PollInterval},
-		engine.Duration{Field: "RankConfig.IdleInterval", Value: c.IdleInterval},
+	err = engine.NotNegative(
+		engine.Duration{Field: "Config.RegistrationTimeout", Value: c.RegistrationTimeout},
+		engine.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout},
+		engine.Duration{Field: "Config.CancelTimeout", Value: c.CancelTimeout},
 	)
-	if err != nil {
-		return invalidf("%v", err)
-	}
 	switch {
+	case err != nil:
+		return rankConfig{}, invalidf("%v", err)
 	case c.MaxPeers < 0:
-		return invalidf("RankConfig.MaxPeers is %d, want > 0", c.MaxPeers)
+		return rankConfig{}, invalidf("Config.MaxPeers is %d, want > 0", c.MaxPeers)
 	case c.MaxPendingRegistrations < 0:
-		return invalidf("RankConfig.MaxPendingRegistrations is %d, want > 0", c.MaxPendingRegistrations)
-	case c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute:
-		return invalidf("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
-	case c.Staging.Validate("RankConfig.Staging", c.Layout.Mem) != nil:
-		return invalidf("%v", c.Staging.Validate("RankConfig.Staging", c.Layout.Mem))
+		return rankConfig{}, invalidf("Config.MaxPendingRegistrations is %d, want > 0", c.MaxPendingRegistrations)
 	case prefill && c.RegistrationTimeout >= DefaultRegistrationTimeout:
-		return invalidf("RankConfig.RegistrationTimeout of a Producer is %v, want less than decode's default %v (DefaultRegistrationTimeout), so prefill gives up first", c.RegistrationTimeout, DefaultRegistrationTimeout)
+		return rankConfig{}, invalidf("Config.RegistrationTimeout of a Producer is %v, want less than decode's default %v (DefaultRegistrationTimeout), so prefill gives up first", c.RegistrationTimeout, DefaultRegistrationTimeout)
 	}
-	return nil
+	return c, nil
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -49,38 +49,14 @@ func (p Prefill) validate() error {
 	return nil
 }
 
-// Result is the end of one decode request: Err is nil when every prefill
-// rank's WRITE has arrived, so the blocks hold the KV cache. Drain returns
-// a Result only once no prefill rank can still write into the request's
-// blocks (see "Write safety" in the package documentation): from then on
-// they are the engine's again.
-type Result struct {
-	RequestID string
-	// Err says why the request failed: it matches ErrPushFailed (a
-	// *PushError from prefill), ErrRegistrationTimeout, ErrHandshake,
-	// ErrIncompatible, ErrInvalid (the request's prefill TP or PP size
-	// differs from the engine's handshake), ErrNotifySend, ErrAborted or
-	// ErrClosed.
-	Err error
-	// InvalidBlocks lists, under PolicyRecompute, the blocks of a failed
-	// request (none holds valid data), so the engine can recompute them;
-	// under PolicyFail it is nil and the engine fails the request.
-	InvalidBlocks []int
-	// Start is when Register was called and End when the request ended,
-	// on the configured Clock. A failed request's Result may come out of
-	// Drain later than End: its blocks were kept until every prefill rank
-	// had answered, or CancelTimeout.
-	Start, End time.Time
-}
-
 // Consumer is the decode side of the push connector for one TP rank: it
 // registers the rank's destination blocks with the prefill engine early
 // and reports each request once every prefill rank that writes to it has
 // written. Register and Drain never block on I/O; a background goroutine
 // handshakes, sends registrations and receives completions.
 type Consumer struct {
-	engine  *Engine
-	cfg     RankConfig
+	engine  *pushEngine
+	cfg     rankConfig
 	log     *zap.Logger
 	stats   *stats.Set
 	push    *pushCounters
@@ -135,9 +111,13 @@ type shakeResult struct {
 // NewConsumer starts a decode rank: it registers the layout's memory with
 // the agent, publishes the rank on the engine's side channel and starts the
 // background goroutine.
-func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
-	cfg.withDefaults(e)
-	if err := cfg.validate(e, false); err != nil {
+func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
+	e, err := engineOf(pub)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := newRankConfig(e, config, false)
+	if err != nil {
 		return nil, err
 	}
 	c := &Consumer{
@@ -149,7 +129,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 		peers:   map[string]*decodePeer{},
 		ready:   make(chan struct{}, 1),
 	}
-	c.tracker.recompute = cfg.FailurePolicy == PolicyRecompute
+	c.tracker.recompute = cfg.FailurePolicy == connector.PolicyRecompute
 	c.push = newPushCounters(c.stats)
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
@@ -188,7 +168,7 @@ func NewConsumer(e *Engine, cfg RankConfig) (*Consumer, error) {
 // registration of blockIDs (the rank's blocks for the request, in token
 // order; the connector supports one KV-cache group, which PUSH_REG sends as
 // a list of one list) to every prefill rank that writes into this rank. It
-// returns at once; the request's Result comes from Drain. An error means
+// returns at once; the request's connector.Result comes from Drain. An error means
 // nothing was registered.
 func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, opts ...RequestOption) error {
 	o := applyOpts(opts)
@@ -212,7 +192,7 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	err := c.tracker.add(c.cfg.Clock.Now(), r)
 	if err == nil {
@@ -233,7 +213,7 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 // once. It never blocks. Like an engine step in vLLM, it also wakes the
 // background goroutine to fetch notifications now, so completions that
 // arrived since are seen at the engine's pace, not only at the poll period.
-func (c *Consumer) Drain() []Result {
+func (c *Consumer) Drain() []connector.Result {
 	c.mu.Lock()
 	out := c.tracker.drain()
 	pending := c.tracker.pending()
@@ -246,20 +226,20 @@ func (c *Consumer) Drain() []Result {
 
 // Abort ends request requestID at once, as the engine drops it (its client
 // went away): no completion counts for it any more, the prefill ranks that
-// got its registration are sent PUSH_CANCEL, and its Result, with an error
-// matching ErrAborted, comes out of Drain once no prefill rank can still
+// got its registration are sent PUSH_CANCEL, and its connector.Result, with an error
+// matching errAborted, comes out of Drain once no prefill rank can still
 // write into its blocks (every one has written, failed or acknowledged the
 // cancel, or CancelTimeout passed). Aborting a request that already ended,
 // or an id never registered, does nothing; after Close it returns
-// ErrClosed.
+// errClosed.
 func (c *Consumer) Abort(requestID string) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	ended := c.tracker.fail(c.cfg.Clock.Now(), requestID,
-		fmt.Errorf("%w: request %q was aborted by the engine", ErrAborted, requestID))
+		fmt.Errorf("%w: request %q was aborted by the engine", errAborted, requestID))
 	c.mu.Unlock()
 	if ended {
 		c.push.aborted.Inc()
@@ -281,10 +261,10 @@ func (c *Consumer) Pending() int {
 }
 
 // Stats returns a snapshot of the rank's counters.
-func (c *Consumer) Stats() Stats { return c.stats.Snapshot() }
+func (c *Consumer) Stats() connector.Stats { return statsOf(c.stats) }
 
 // Close stops the background goroutine, ends every pending request with
-// ErrClosed (Drain still returns them), withdraws the rank from the side
+// errClosed (Drain still returns them), withdraws the rank from the side
 // channel and deregisters the layout's memory. It is idempotent.
 func (c *Consumer) Close() error {
 	c.mu.Lock()
@@ -301,7 +281,7 @@ func (c *Consumer) Close() error {
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	for id := range c.tracker.reqs {
-		c.tracker.fail(now, id, fmt.Errorf("%w: consumer closed while request %q waited for its push", ErrClosed, id))
+		c.tracker.fail(now, id, fmt.Errorf("%w: consumer closed while request %q waited for its push", errClosed, id))
 	}
 	c.inbox = nil
 	cancels := c.tracker.takeCancels()
@@ -445,21 +425,21 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 // agent names. The sizes a request names are checked by send.
 func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, error) {
 	if pl.PPSize != 1 {
-		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d: only pipeline-parallel size 1 is supported", ErrIncompatible, pf.EngineID, pl.PPSize)
+		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d: only pipeline-parallel size 1 is supported", connector.ErrIncompatible, pf.EngineID, pl.PPSize)
 	}
 	src := &pl.Ranks[0].Layout
 	if err := descriptors.Compatible(src, &c.cfg.Layout); err != nil {
-		return nil, fmt.Errorf("%w: prefill engine %q cannot write into this rank: %v", ErrIncompatible, pf.EngineID, err)
+		return nil, fmt.Errorf("%w: prefill engine %q cannot write into this rank: %v", connector.ErrIncompatible, pf.EngineID, err)
 	}
 	ranks, err := descriptors.Sources(src, &c.cfg.Layout)
 	if err != nil {
-		return nil, fmt.Errorf("%w: prefill engine %q: %v", ErrIncompatible, pf.EngineID, err)
+		return nil, fmt.Errorf("%w: prefill engine %q: %v", connector.ErrIncompatible, pf.EngineID, err)
 	}
 	names := make([]string, 0, len(ranks))
 	for _, tp := range ranks {
 		rk := &pl.Ranks[tp]
 		if err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata); err != nil {
-			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", ErrHandshake, pf.EngineID, tp, err)
+			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, tp, err)
 		}
 		names = append(names, rk.Agent)
 	}

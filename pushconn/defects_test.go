@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"io"
 	"net"
 	"strconv"
@@ -35,7 +36,7 @@ func poisoned(t testing.TB, l descriptors.Layout, blocks []int) bool {
 }
 
 // Defect 2. Prefill TP 2 -> decode TP 1: rank 0's WRITE is in flight when
-// rank 1 fails to post. Decode must keep the blocks (hold the Result back)
+// rank 1 fails to post. Decode must keep the blocks (hold the connector.Result back)
 // until rank 0's WRITE has ended, so nothing lands in them after the
 // engine took them back.
 func TestFailedRequestKeepsBlocksUntilTheOtherRanksWriteEnds(t *testing.T) {
@@ -48,7 +49,7 @@ func TestFailedRequestKeepsBlocksUntilTheOtherRanksWriteEnds(t *testing.T) {
 	c := r.consumers[0]
 	dst := blocksFrom(4, 2)
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("split", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("split", Coordinates(r.pre), dst))
 	admitted(t, r.producers[0], 1)
 	admitted(t, r.producers[1], 1)
 	src := blocksFrom(0, 2)
@@ -119,10 +120,10 @@ func (g *gate) port() int { return g.ln.Addr().(*net.TCPAddr).Port }
 // when the handshake completes only the new registration is sent, and
 // prefill writes the new blocks, never the released ones.
 func TestTimedOutParkedRegistrationIsNotSentForTheNewRequest(t *testing.T) {
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.RegistrationTimeout = 3 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
 	g := newGate(t, net.JoinHostPort(r.pre.Host(), itoa(r.pre.Port())))
-	coords := r.pre.Coordinates()
+	coords := Coordinates(r.pre)
 	coords.Port = g.port()
 	old, fresh := []int{4}, []int{6}
 	zero(t, r.decLayout[0], append(append([]int{}, old...), fresh...))
@@ -155,9 +156,9 @@ func TestTimedOutParkedRegistrationIsNotSentForTheNewRequest(t *testing.T) {
 // before its registration arrives. The retry is written when its
 // registration comes, not freed at once as if it were the cancelled one.
 func TestRetryFinishedBeforeItsRegistrationIsWritten(t *testing.T) {
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.RegistrationTimeout = 3 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("chat-aaaaaaaa", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("chat-aaaaaaaa", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
@@ -167,7 +168,7 @@ func TestRetryFinishedBeforeItsRegistrationIsWritten(t *testing.T) {
 	_, err := p.RequestFinished("chat-cccccccc", []int{1}) // the retry, on prefill first
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
-	require.NoError(t, c.Register("chat-bbbbbbbb", r.pre.Coordinates(), []int{6}))
+	require.NoError(t, c.Register("chat-bbbbbbbb", Coordinates(r.pre), []int{6}))
 	res = await(t, c, 1) // frozen clock: only a WRITE or a PUSH_FAIL ends it
 	require.NoError(t, res[0].Err)
 	check(t, r.decLayout[0], []int{6}, 0, 8, 16)
@@ -182,7 +183,7 @@ func TestSameIDRegisteredAgainIsNotADuplicate(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	for round, dst := range [][]int{{4}, {6}} {
-		require.NoError(t, c.Register("same", r.pre.Coordinates(), dst))
+		require.NoError(t, c.Register("same", Coordinates(r.pre), dst))
 		admitted(t, p, uint64(round+1))
 		fill(t, r.preLayout[0], []int{1}, 10+round, 16)
 		_, err := p.RequestFinished("same", []int{1})
@@ -202,15 +203,15 @@ func TestSameIDRegisteredAgainIsNotADuplicate(t *testing.T) {
 func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	bad := r.pre.Coordinates()
+	bad := Coordinates(r.pre)
 	bad.TPSize = 2
 	require.NoError(t, c.Register("bad", bad, []int{4}))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrInvalid)
+	require.ErrorIs(t, res[0].Err, connector.ErrInvalid)
 	require.ErrorContains(t, res[0].Err, `Prefill.TPSize is 2, prefill engine "prefill" has TP size 1`)
 	require.Zero(t, extra(t, c.Stats(), "registrations_sent"))
 
-	require.NoError(t, c.Register("good", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("good", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	fill(t, r.preLayout[0], []int{1}, 2, 16)
 	_, err := p.RequestFinished("good", []int{1})
@@ -221,7 +222,7 @@ func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
 
 	require.NoError(t, c.Register("bad2", bad, []int{5}))
 	res = await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrInvalid)
+	require.ErrorIs(t, res[0].Err, connector.ErrInvalid)
 	require.ErrorContains(t, res[0].Err, "Prefill.TPSize is 2")
 	require.Equal(t, uint64(1), extra(t, c.Stats(), "registrations_sent"), "only the good one")
 }
@@ -231,7 +232,7 @@ func TestWrongPrefillSizeFailsOnlyThatRequest(t *testing.T) {
 func TestOversizedRegistrationIDsAreRefused(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, r.consumers[0].Register("warm", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1) // decode's agent knows prefill's now
 	ok := registrationFrom(t, r, "R", []int{1})
 	big := strings.Repeat("x", 256<<10)
@@ -246,20 +247,20 @@ func TestOversizedRegistrationIDsAreRefused(t *testing.T) {
 	require.Equal(t, uint64(1), extra(t, s, "registrations_received"), "only the good one")
 }
 
-// Defect 7, decode: Abort ends a request at once with ErrAborted, cancels
+// Defect 7, decode: Abort ends a request at once with connector.ErrAborted, cancels
 // its registration on prefill (which acknowledges), and releases the
-// blocks only then; it is idempotent and counted, and ErrClosed after
+// blocks only then; it is idempotent and counted, and connector.ErrClosed after
 // Close.
 func TestConsumerAbort(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("gone", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("gone", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	require.NoError(t, c.Abort("gone"))
 	require.NoError(t, c.Abort("gone"), "second call: no-op")
 	require.NoError(t, c.Abort("never-registered"))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 	require.Contains(t, res[0].Err.Error(), `pushconn: request aborted: request "gone"`)
 	cs := c.Stats()
 	require.Equal(t, uint64(1), extra(t, cs, "aborted_requests"))
@@ -273,15 +274,15 @@ func TestConsumerAbort(t *testing.T) {
 	require.Zero(t, r.fabric.Counters().Posted)
 	require.Empty(t, c.Drain())
 	require.NoError(t, c.Close())
-	require.ErrorIs(t, c.Abort("x"), ErrClosed)
+	require.ErrorIs(t, c.Abort("x"), connector.ErrClosed)
 }
 
 // Without any answer from prefill (its PUSH_CANCELs and acks lost), an
 // aborted request's blocks come back at CancelTimeout, counted.
 func TestAbortWithoutAnswerReleasesAtCancelTimeout(t *testing.T) {
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.CancelTimeout = 2 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.CancelTimeout = 2 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("lost", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("lost", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.DropNotif, From: "decode-0"})
 	require.NoError(t, err)
@@ -294,7 +295,7 @@ func TestAbortWithoutAnswerReleasesAtCancelTimeout(t *testing.T) {
 	eventually(t, "cancel resent", func() bool { return extra(t, c.Stats(), "push_cancel_sent") >= 2 })
 	r.clock.Advance(time.Second)
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 	require.Equal(t, uint64(1), extra(t, c.Stats(), "cancel_timeouts"))
 	require.Zero(t, c.Pending())
 }
@@ -312,13 +313,13 @@ func TestProducerAbort(t *testing.T) {
 	require.NoError(t, p.Abort("dropped"), "second call: no-op")
 	require.NoError(t, p.Abort("unknown"))
 	freedOnce(t, p, "dropped")
-	require.NoError(t, c.Register("dropped", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("dropped", Coordinates(r.pre), []int{4}))
 	res := await(t, c, 1)
 	require.True(t, isPushFail(res[0].Err, "expired"), "got %v", res[0].Err)
 	require.Zero(t, r.fabric.Counters().Posted)
 
 	// Aborted while its WRITE is in flight: it ends, then the blocks are freed.
-	require.NoError(t, c.Register("busy", r.pre.Coordinates(), []int{6}))
+	require.NoError(t, c.Register("busy", Coordinates(r.pre), []int{6}))
 	admitted(t, p, 2)
 	fill(t, r.preLayout[0], []int{2}, 4, 16)
 	_, err = p.RequestFinished("busy", []int{2})
@@ -333,7 +334,7 @@ func TestProducerAbort(t *testing.T) {
 	check(t, r.decLayout[0], []int{6}, 0, 4, 16)
 	require.Equal(t, uint64(2), extra(t, p.Stats(), "aborted_requests"))
 	require.NoError(t, p.Close())
-	require.ErrorIs(t, p.Abort("x"), ErrClosed)
+	require.ErrorIs(t, p.Abort("x"), connector.ErrClosed)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -348,14 +349,14 @@ func TestLateCopyOfACancelledRegistrationIsDropped(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	old := blocksFrom(4, 1)
-	require.NoError(t, c.Register("cmpl-7-aaaaaaaa", r.pre.Coordinates(), old))
+	require.NoError(t, c.Register("cmpl-7-aaaaaaaa", Coordinates(r.pre), old))
 	admitted(t, p, 1)
 	c.mu.Lock()
 	seq := c.seq
 	c.mu.Unlock()
 	require.NoError(t, c.Abort("cmpl-7-aaaaaaaa"))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 	poison(t, r.decLayout[0], old) // the engine takes the blocks back
 
 	// The copy: the same bytes as the registration decode sent.
@@ -377,7 +378,7 @@ func TestLateCopyOfACancelledRegistrationIsDropped(t *testing.T) {
 	require.True(t, poisoned(t, r.decLayout[0], old), "a WRITE landed in blocks decode handed back")
 	assert.Equal(t, uint64(1), extra(t, p.Stats(), "duplicate_registrations"))
 	fresh := blocksFrom(5, 1)
-	require.NoError(t, c.Register("cmpl-7-dddddddd", r.pre.Coordinates(), fresh))
+	require.NoError(t, c.Register("cmpl-7-dddddddd", Coordinates(r.pre), fresh))
 	res = await(t, c, 1)
 	require.NoError(t, res[0].Err)
 	require.Positive(t, check(t, r.decLayout[0], fresh, 0, 8, 16), "the retry's own blocks hold its bytes")
@@ -418,9 +419,9 @@ func TestAbortWhileRegisteringCancelsEveryRankThatGetsTheRegistration(t *testing
 	c := r.consumers[0]
 	dst := blocksFrom(4, 2)
 	hooked.hook = func() { require.NoError(t, c.Abort("torn")) }
-	require.NoError(t, c.Register("torn", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("torn", Coordinates(r.pre), dst))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 	poison(t, r.decLayout[0], dst) // the engine takes the blocks back
 	src := blocksFrom(0, 2)
 	for j, p := range r.producers {
@@ -485,7 +486,7 @@ func TestRegistrationArrivingAfterItsCancelIsDropped(t *testing.T) {
 			// ack of the cancel is delivered at once.
 			pushOne(t, r, true, "before", "before", blocksFrom(0, 1), blocksFrom(0, 1), 16)
 			dst := blocksFrom(4, 2)
-			require.NoError(t, c.Register("late-request", r.pre.Coordinates(), dst, tc.opts...))
+			require.NoError(t, c.Register("late-request", Coordinates(r.pre), dst, tc.opts...))
 			eventually(t, "the registration sent (and held back)", func() bool {
 				dec.mu.Lock()
 				defer dec.mu.Unlock()
@@ -493,7 +494,7 @@ func TestRegistrationArrivingAfterItsCancelIsDropped(t *testing.T) {
 			})
 			require.NoError(t, c.Abort("late-request"))
 			res := await(t, c, 1)
-			require.ErrorIs(t, res[0].Err, ErrAborted, "prefill acknowledged the cancel of a registration it never saw")
+			require.ErrorIs(t, res[0].Err, connector.ErrAborted, "prefill acknowledged the cancel of a registration it never saw")
 			poison(t, r.decLayout[0], dst) // the engine takes the blocks back
 
 			// The delayed registration arrives, then prefill finishes the request.

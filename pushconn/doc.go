@@ -24,12 +24,12 @@
 // WRITE's notification, which arrives after the data; with the
 // registration's seq, see Completions); it fails at once on
 // a PUSH_FAIL from any of them, with ErrRegistrationTimeout when the
-// registration timeout (default 480 s) passes, and with ErrAborted when
+// registration timeout (default 480 s) passes, and with errAborted when
 // the engine calls Consumer.Abort; when it fails it tells the other ranks
-// with PUSH_CANCEL. Drain returns each request's Result exactly once, and
+// with PUSH_CANCEL. Drain returns each request's connector.Result exactly once, and
 // only when no prefill rank can still write into its blocks (see Write
 // safety). A Register whose prefill TP or PP size differs from the prefill
-// engine's handshake fails with an error matching ErrInvalid that names
+// engine's handshake fails with an error matching errInvalid that names
 // the field and both values; it fails only that request.
 //
 // Prefill: Producer.RequestFinished(id, block ids) holds the blocks and
@@ -60,7 +60,7 @@
 // agent at the idle period (50 ms) as the native agent needs.
 //
 // A push engine paired with a pull engine is refused at the handshake, on
-// either side, with an error naming both modes (ErrIncompatible).
+// either side, with an error naming both modes (connector.ErrIncompatible).
 //
 // # PUSH_FAIL
 //
@@ -152,14 +152,14 @@
 // # Write safety
 //
 // Decode hands a request's blocks back to the engine — Drain returns its
-// Result — only when no prefill rank can still write into them: every
+// connector.Result — only when no prefill rank can still write into them: every
 // rank that was sent the registration has completed (its completion
 // notification arrived, also when it comes after decode decided to fail
 // the request), sent PUSH_FAIL, or acknowledged the PUSH_CANCEL. A done
 // request meets this by definition. A failed, timed-out or aborted one
 // drains: it ends at once (no completion counts for it, Abort returns),
 // PUSH_CANCEL goes to every rank that has not answered, again every
-// quarter of RankConfig.CancelTimeout, and its Result comes out when the
+// quarter of Config.CancelTimeout, and its connector.Result comes out when the
 // last rank answers, or at CancelTimeout (default DefaultCancelTimeout,
 // prefill's write timeout plus 10 s; counted in cancel_timeouts) if one
 // never does. Until then Pending counts it and Register refuses its id.
@@ -254,14 +254,14 @@
 //
 // # Abort
 //
-// Consumer.Abort(id) ends a decode request at once with ErrAborted; its
-// Result follows the write-safety rule. Producer.Abort(id) withdraws a
+// Consumer.Abort(id) ends a decode request at once with errAborted; its
+// connector.Result follows the write-safety rule. Producer.Abort(id) withdraws a
 // finished request the engine dropped: no WRITE of it starts once Abort
 // returned (Abort waits for a post in progress), matched registrations
 // whose WRITE has not started get PUSH_FAIL "aborted", later ones
 // PUSH_FAIL "expired", a WRITE in flight is left to end, and the blocks
 // come out of DrainFreed once none is. Both are idempotent, return
-// ErrClosed after Close, and count aborted_requests.
+// errClosed after Close, and count aborted_requests.
 //
 // # Restarts
 //
@@ -308,7 +308,7 @@
 // Every registration from a decode engine (engine id, host, port) that a
 // prefill rank does not know yet adds a table entry and starts a
 // handshake; every registration waits up to the registration timeout.
-// Both are bounded per rank. RankConfig.MaxPeers (default 1024) bounds the
+// Both are bounded per rank. Config.MaxPeers (default 1024) bounds the
 // decode engines: at the limit the least recently used one with no
 // registration admitted or parked, no handshake in flight and no WRITE is
 // forgotten (with its cached handshake and the metadata of its agents
@@ -316,7 +316,7 @@
 // another host spelling; a later registration from it handshakes again,
 // counted in evicted_peers), and
 // when every one is busy the new registration is refused
-// (peer_limit_refusals). RankConfig.MaxPendingRegistrations (default
+// (peer_limit_refusals). Config.MaxPendingRegistrations (default
 // 65536) bounds the registrations waiting for their request or for their
 // engine's handshake; at the limit a new one is refused
 // (pending_limit_refusals). Ids and hosts in every push message are at

@@ -4,39 +4,32 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/connector"
 )
 
-// Errors that results and calls match with errors.Is.
+// Errors that only push results and calls report, matched with errors.Is;
+// the errors both connectors report are connector's (connector.ErrInvalid,
+// connector.ErrClosed, connector.ErrHandshake, connector.ErrIncompatible,
+// connector.ErrAborted, connector.ErrStaging).
 var (
-	// ErrInvalid is matched by errors for arguments and configurations
-	// that cannot be used; the message names the field and its value.
-	ErrInvalid = errors.New("pushconn: invalid argument")
-	// ErrClosed is returned by calls on a closed Consumer or Producer, and
-	// ends requests still pending when it closes.
-	ErrClosed = errors.New("pushconn: closed")
 	// ErrRegistrationTimeout ends a decode request that did not receive
 	// every completion within the registration timeout.
 	ErrRegistrationTimeout = errors.New("pushconn: registration timed out")
 	// ErrPushFailed is matched by *PushError: a prefill rank reported that
 	// it will not write the request.
 	ErrPushFailed = errors.New("pushconn: prefill reported a push failure")
-	// ErrHandshake is matched by errors of a handshake that could not
-	// complete (unreachable side channel, deadline, bad reply).
-	ErrHandshake = handshake.ErrFailed
-	// ErrIncompatible is matched by errors of a handshake that was refused:
-	// different model, dtype or KV layout, or a push engine paired with a
-	// pull engine. The message names both values.
-	ErrIncompatible = handshake.ErrIncompatible
 	// ErrNotifySend is matched by a decode result whose registration could
 	// not be sent to a prefill rank.
 	ErrNotifySend = errors.New("pushconn: could not send the registration")
-	// ErrAborted ends a decode request that Consumer.Abort ended.
-	ErrAborted = errors.New("pushconn: request aborted")
+)
 
-	// ErrStaging: decode could not scatter a prefill rank's staged part of
-	// the request out of its staging slot (the copier failed).
-	ErrStaging = errors.New("pushconn: staging scatter failed")
+// The shared errors as this package reports them: prefixed with its name,
+// matching connector's.
+var (
+	errInvalid = fmt.Errorf("pushconn: %w", connector.ErrInvalid)
+	errClosed  = fmt.Errorf("pushconn: %w", connector.ErrClosed)
+	errAborted = fmt.Errorf("pushconn: %w", connector.ErrAborted)
+	errStaging = fmt.Errorf("pushconn: %w", connector.ErrStaging)
 )
 
 // PushError is a prefill rank's failure report (a PUSH_FAIL notification)
@@ -64,5 +57,5 @@ func (e *PushError) Error() string {
 func (e *PushError) Is(target error) bool { return target == ErrPushFailed }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, args...))
 }

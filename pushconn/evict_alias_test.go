@@ -14,13 +14,13 @@ import (
 // metadata that the other still writes with: its WRITE goes out without
 // failing and without a second handshake.
 func TestEvictingAnAliasKeepsTheOtherEntrysAgents(t *testing.T) {
-	r := newRig(t, rigConfig{preRank: func(c *RankConfig) { c.MaxPeers = 2 }})
+	r := newRig(t, rigConfig{preRank: func(c *Config) { c.MaxPeers = 2 }})
 	p := r.producers[0]
 	a := r.consumers[0]
 	other := startDecode(t, r, "decode-c", 1, 0)
 
 	// decode@127.0.0.1 serves a1 and goes idle.
-	require.NoError(t, a.Register("a1", r.pre.Coordinates(), []int{0, 1}))
+	require.NoError(t, a.Register("a1", Coordinates(r.pre), []int{0, 1}))
 	admitted(t, p, 1)
 	pushTo(t, r, a, func() descriptors.Layout { return r.decLayout[0] }, "a1", blocksFrom(0, 2), []int{0, 1}, 1)
 
@@ -29,7 +29,7 @@ func TestEvictingAnAliasKeepsTheOtherEntrysAgents(t *testing.T) {
 	msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
 		RequestID: "b1", DecodeEngineID: "decode", DecodeHost: "localhost", DecodePort: port,
 		DecodeTPSize: 1, LocalBlockIDs: [][]int{{4, 5}}, RemoteEngineID: r.pre.ID(),
-		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), RemoteTPSize: r.pre.TPSize(), RemotePPSize: 1,
+		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), RemoteTPSize: r.pre.Geometry().TPSize, RemotePPSize: 1,
 		DecodeIncarnation: a.incarnation,
 	})
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func TestEvictingAnAliasKeepsTheOtherEntrysAgents(t *testing.T) {
 	eventually(t, "alias admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 
 	// A third engine evicts the idle 127.0.0.1 entry.
-	require.NoError(t, other.consumer.Register("c1", r.pre.Coordinates(), []int{0, 1}))
+	require.NoError(t, other.consumer.Register("c1", Coordinates(r.pre), []int{0, 1}))
 	eventually(t, "c admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 3 })
 	require.Equal(t, uint64(1), extra(t, p.Stats(), "evicted_peers"))
 

@@ -4,18 +4,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pushconn"
 )
 
 // stagingMem allocates two staging slots of slotBytes each.
-func stagingMem(slotBytes uint64) (*nixl.Buffer, pushconn.Staging) {
+func stagingMem(slotBytes uint64) (*nixl.Buffer, connector.Staging) {
 	buf, err := nixl.AllocBuffer(int(2 * slotBytes))
 	if err != nil {
 		panic(err)
 	}
-	return buf, pushconn.Staging{Mode: pushconn.StagingOn, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: slotBytes, Slots: 2}
+	return buf, connector.Staging{Mode: connector.StagingOn, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: slotBytes, Slots: 2}
 }
 
 // A fragmented request through staging slots: decode offers a slot in its
@@ -23,8 +24,8 @@ func stagingMem(slotBytes uint64) (*nixl.Buffer, pushconn.Staging) {
 // WRITEs it into decode's in Staging.Chunks pieces (4 by default, one per
 // region here: each gathered while the one before moves), decode scatters
 // each piece into blocks 5 and 9 as it lands, and the request is done once
-// all are. On a GPU, Staging.Copier is pushconn.NewGPUCopier(device).
-func ExampleStaging() {
+// all are. On a GPU, Staging.Copier is connector.NewGPUCopier(device).
+func Example_staging() {
 	fab, _ := loopback.NewFabric()
 	defer fab.Close()
 	pa, _ := fab.NewAgent("prefill-0")
@@ -41,22 +42,22 @@ func ExampleStaging() {
 	defer psbuf.Free()
 	defer dsbuf.Free()
 
-	pe, _ := pushconn.NewEngine(pushconn.EngineConfig{EngineID: "prefill", Model: "llama", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	pe, _ := pushconn.NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "llama", Geometry: geometry})
 	defer pe.Close()
-	de, _ := pushconn.NewEngine(pushconn.EngineConfig{EngineID: "decode", Model: "llama", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	de, _ := pushconn.NewEngine(connector.EngineConfig{EngineID: "decode", Model: "llama", Geometry: geometry})
 	defer de.Close()
-	prod, err := pushconn.NewProducer(pe, pushconn.RankConfig{Agent: pa, Layout: playout, Staging: pst})
+	prod, err := pushconn.NewProducer(pe, pushconn.Config{RankConfig: connector.RankConfig{Agent: pa, Layout: playout, Staging: pst}})
 	if err != nil {
 		panic(err)
 	}
 	defer prod.Close()
-	cons, err := pushconn.NewConsumer(de, pushconn.RankConfig{Agent: da, Layout: dlayout, Staging: dst})
+	cons, err := pushconn.NewConsumer(de, pushconn.Config{RankConfig: connector.RankConfig{Agent: da, Layout: dlayout, Staging: dst}})
 	if err != nil {
 		panic(err)
 	}
 	defer cons.Close()
 
-	if err := cons.Register("req-1", pe.Coordinates(), []int{5, 9}); err != nil {
+	if err := cons.Register("req-1", pushconn.Coordinates(pe), []int{5, 9}); err != nil {
 		panic(err)
 	}
 	copy(pbuf.Bytes()[7*playout.BlockLen():], "first block")

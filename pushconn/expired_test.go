@@ -13,13 +13,13 @@ import (
 // decode hears at once that they are gone instead of waiting for its
 // registration timeout (480 s by default).
 func TestRegistrationAfterLeaseExpiryFailsFast(t *testing.T) {
-	r := newRig(t, rigConfig{preRank: func(c *RankConfig) { c.Lease = time.Second }})
+	r := newRig(t, rigConfig{preRank: func(c *Config) { c.Lease = time.Second }})
 	c, p := r.consumers[0], r.producers[0]
 	_, err := p.RequestFinished("gone-0123abcd", blocksFrom(0, 1))
 	require.NoError(t, err)
 	r.clock.Advance(time.Second)
 	freedOnce(t, p, "gone-0123abcd")
-	require.NoError(t, c.Register("gone-0123abcd", r.pre.Coordinates(), []int{3})) // names the lapsed request itself
+	require.NoError(t, c.Register("gone-0123abcd", Coordinates(r.pre), []int{3})) // names the lapsed request itself
 	admitted(t, p, 1)
 	res := await(t, c, 1) // on the frozen clock: only a PUSH_FAIL can end it
 	require.True(t, isPushFail(res[0].Err, "expired"), "got %v", res[0].Err)
@@ -32,7 +32,7 @@ func TestRegistrationAfterLeaseExpiryFailsFast(t *testing.T) {
 	_, err = p.RequestFinished("gone-0123abcd", []int{1})
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond) // the writer takes the finished request
-	require.NoError(t, c.Register("gone-0123abcd", r.pre.Coordinates(), []int{5}))
+	require.NoError(t, c.Register("gone-0123abcd", Coordinates(r.pre), []int{5}))
 	res = await(t, c, 1)
 	require.NoError(t, res[0].Err)
 	check(t, r.decLayout[0], []int{5}, 0, 4, 16)

@@ -1,6 +1,8 @@
 package pushconn
 
 import (
+	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
@@ -17,8 +19,8 @@ func registrationFrom(t *testing.T, r *rig, id string, dst []int) []byte {
 	t.Helper()
 	msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
 		RequestID: id, DecodeEngineID: r.dec.ID(), DecodeHost: r.dec.Host(), DecodePort: r.dec.Port(),
-		DecodeTPSize: r.dec.TPSize(), LocalBlockIDs: [][]int{dst}, RemoteEngineID: r.pre.ID(),
-		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), RemoteTPSize: r.pre.TPSize(), RemotePPSize: 1,
+		DecodeTPSize: r.dec.Geometry().TPSize, LocalBlockIDs: [][]int{dst}, RemoteEngineID: r.pre.ID(),
+		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), RemoteTPSize: r.pre.Geometry().TPSize, RemotePPSize: 1,
 	})
 	require.NoError(t, err)
 	return msg
@@ -28,7 +30,7 @@ func TestDuplicateRegistrationWritesOnce(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("dup", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("dup", Coordinates(r.pre), dst))
 	eventually(t, "first registration", func() bool { return extra(t, p.Stats(), "registrations_received") == 1 })
 	// The same registration again, from the same decode agent.
 	require.NoError(t, r.decAgents[0].GenNotif(r.preAgents[0].Name(), registrationFrom(t, r, "dup", dst), nil))
@@ -47,9 +49,9 @@ func TestDuplicateRegistrationWritesOnce(t *testing.T) {
 }
 
 func TestRegistrationExpiresWhenRequestNeverFinishes(t *testing.T) {
-	r := newRig(t, rigConfig{preRank: func(c *RankConfig) { c.RegistrationTimeout = 10 * time.Second }})
+	r := newRig(t, rigConfig{preRank: func(c *Config) { c.RegistrationTimeout = 10 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("never", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, c.Register("never", Coordinates(r.pre), []int{1}))
 	admitted(t, p, 1)
 	r.clock.Advance(10 * time.Second)
 	p.DrainFreed() // an engine step wakes the writer
@@ -63,7 +65,7 @@ func TestRegistrationExpiresWhenRequestNeverFinishes(t *testing.T) {
 	// Finishing now writes nothing: the registration is gone.
 	_, err := p.RequestFinished("never", []int{0})
 	require.NoError(t, err)
-	r.clock.Advance(DefaultLease)
+	r.clock.Advance(connector.DefaultLease)
 	freedOnce(t, p, "never")
 	require.Zero(t, r.fabric.Counters().Posted)
 }
@@ -71,9 +73,9 @@ func TestRegistrationExpiresWhenRequestNeverFinishes(t *testing.T) {
 func TestDecodeTimesOutOnItsOwn(t *testing.T) {
 	// Prefill keeps registrations longer than decode waits: decode's own
 	// deadline ends the request, with an error that says what is missing.
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.RegistrationTimeout = 3 * time.Second }})
 	c := r.consumers[0]
-	require.NoError(t, c.Register("slow", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, c.Register("slow", Coordinates(r.pre), []int{1}))
 	admitted(t, r.producers[0], 1)
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
@@ -89,11 +91,11 @@ func TestFinishedBlocksLeaseExpiresOnce(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(10 * time.Millisecond)
 	require.Empty(t, p.DrainFreed(), "held until the lease ends")
-	r.clock.Advance(DefaultLease)
+	r.clock.Advance(connector.DefaultLease)
 	freedOnce(t, p, "orphan")
 	require.Equal(t, uint64(1), p.Stats().ExpiredRequests)
 	// A registration arriving now pairs with nothing.
-	require.NoError(t, r.consumers[0].Register("orphan", r.pre.Coordinates(), []int{1, 2, 3}))
+	require.NoError(t, r.consumers[0].Register("orphan", Coordinates(r.pre), []int{1, 2, 3}))
 	admitted(t, p, 1)
 	require.Zero(t, r.fabric.Counters().Posted)
 	require.Equal(t, uint64(1), p.Stats().ExpiredRequests)
@@ -104,7 +106,7 @@ func TestWritePostFailureFailsDecodeAtOnce(t *testing.T) {
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailPost, From: "prefill-0"})
 	require.NoError(t, err)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("pf", r.pre.Coordinates(), blocksFrom(0, 2)))
+	require.NoError(t, c.Register("pf", Coordinates(r.pre), blocksFrom(0, 2)))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("pf", blocksFrom(0, 2))
 	require.NoError(t, err)
@@ -121,7 +123,7 @@ func TestWriteInFlightFailureFailsDecodeAtOnce(t *testing.T) {
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "prefill-0"})
 	require.NoError(t, err)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("inflight", r.pre.Coordinates(), blocksFrom(0, 2)))
+	require.NoError(t, c.Register("inflight", Coordinates(r.pre), blocksFrom(0, 2)))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("inflight", blocksFrom(0, 2))
 	require.NoError(t, err)
@@ -135,16 +137,16 @@ func TestWriteInFlightFailureFailsDecodeAtOnce(t *testing.T) {
 func TestWriteTimeoutCancelsAndFails(t *testing.T) {
 	// Prefill's transfers take an hour on the fabric; its write timeout,
 	// on the test's clock, is one second.
-	r := newRig(t, rigConfig{preRank: func(c *RankConfig) { c.WriteTimeout = time.Second }})
+	r := newRig(t, rigConfig{preRank: func(c *Config) { c.WriteTimeout = time.Second }})
 	require.NoError(t, r.producers[0].Close())
 	require.NoError(t, r.preAgents[0].Close())
 	slow, err := r.fabric.NewAgent("prefill-slow", loopback.AgentModel(loopback.FixedLatency(time.Hour)))
 	require.NoError(t, err)
-	p, err := NewProducer(r.pre, RankConfig{Agent: slow, Layout: r.preLayout[0], Clock: r.clock, WriteTimeout: time.Second})
+	p, err := NewProducer(r.pre, Config{RankConfig: connector.RankConfig{Agent: slow, Layout: r.preLayout[0], Clock: r.clock}, WriteTimeout: time.Second})
 	require.NoError(t, err)
 	r.producers[0] = p
 	c := r.consumers[0]
-	require.NoError(t, c.Register("stuck", r.pre.Coordinates(), []int{0}))
+	require.NoError(t, c.Register("stuck", Coordinates(r.pre), []int{0}))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("stuck", []int{0})
 	require.NoError(t, err)
@@ -163,7 +165,7 @@ func TestDecodeGoneBeforeRegisteringLeaseReleases(t *testing.T) {
 	require.NoError(t, r.consumers[0].Close()) // the decode engine is gone
 	_, err := p.RequestFinished("gone", blocksFrom(0, 2))
 	require.NoError(t, err)
-	r.clock.Advance(DefaultLease)
+	r.clock.Advance(connector.DefaultLease)
 	freedOnce(t, p, "gone")
 	require.Equal(t, uint64(1), p.Stats().ExpiredRequests)
 }
@@ -171,7 +173,7 @@ func TestDecodeGoneBeforeRegisteringLeaseReleases(t *testing.T) {
 func TestDecodeGoneAfterRegisteringReleasesAtOnce(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("gone2", r.pre.Coordinates(), blocksFrom(0, 2)))
+	require.NoError(t, c.Register("gone2", Coordinates(r.pre), blocksFrom(0, 2)))
 	admitted(t, p, 1)
 	require.NoError(t, r.fabric.Disconnect("decode-0"))
 	_, err := p.RequestFinished("gone2", blocksFrom(0, 2))
@@ -187,7 +189,7 @@ func TestMalformedRegistrationCountedAndDropped(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
 	// Make decode load prefill's metadata, then send garbage from its agent.
-	require.NoError(t, c.Register("ok", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, c.Register("ok", Coordinates(r.pre), []int{1}))
 	admitted(t, p, 1)
 	for _, msg := range []string{"PUSH_REG:", "PUSH_REG:\x93\x01\x02\x03", "PUSH_REG:\xdd\xff\xff\xff\xff", "x:1", "PUSH_FAIL:\x80"} {
 		require.NoError(t, r.decAgents[0].GenNotif("prefill-0", []byte(msg), nil))
@@ -205,7 +207,7 @@ func TestMalformedRegistrationCountedAndDropped(t *testing.T) {
 func TestMisdirectedRegistrationDropped(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("ok", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, r.consumers[0].Register("ok", Coordinates(r.pre), []int{1}))
 	admitted(t, p, 1)
 	reg, err := pushwire.DecodeRegistration(registrationFrom(t, r, "other", []int{1}))
 	require.NoError(t, err)
@@ -219,7 +221,7 @@ func TestMisdirectedRegistrationDropped(t *testing.T) {
 func TestPrefixHitNotificationOnly(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("hit", r.pre.Coordinates(), []int{}))
+	require.NoError(t, c.Register("hit", Coordinates(r.pre), []int{}))
 	_, err := p.RequestFinished("hit", blocksFrom(0, 2))
 	require.NoError(t, err)
 	require.NoError(t, await(t, c, 1)[0].Err)
@@ -234,7 +236,7 @@ func TestPartialPrefixHit(t *testing.T) {
 	fill(t, r.preLayout[0], src, 9, 60)
 	dst := []int{21, 22} // decode already holds the first two blocks
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("partial", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("partial", Coordinates(r.pre), dst))
 	_, err := p.RequestFinished("partial", src)
 	require.NoError(t, err)
 	require.NoError(t, await(t, c, 1)[0].Err)
@@ -255,15 +257,15 @@ func TestModeMismatchRefusedAtHandshake(t *testing.T) {
 	pf := Prefill{EngineID: "pull-prefill", Host: "127.0.0.1", Port: pull.Addr().Port, TPSize: 1, PPSize: 1}
 	require.NoError(t, c.Register("mm", pf, []int{1}))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrIncompatible)
+	require.ErrorIs(t, res[0].Err, connector.ErrIncompatible)
 	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "push", remote "pull"`)
 	require.Equal(t, uint64(1), c.Stats().FailedHandshakes)
 
 	// And a pull-mode client is refused by a push engine, counted there.
 	client, err := handshake.NewClient("pull-decode", handshake.Compat{Version: handshake.Version, Model: "m", DType: "bfloat16", Layout: "HND", Mode: handshake.ModePull}, time.Second, 0)
 	require.NoError(t, err)
-	_, err = client.Get(t.Context(), "decode", r.dec.addr(r.dec.Host(), r.dec.Port()))
-	require.ErrorIs(t, err, ErrIncompatible)
+	_, err = client.Get(t.Context(), "decode", fmt.Sprintf("%s:%d", r.dec.Host(), r.dec.Port()))
+	require.ErrorIs(t, err, connector.ErrIncompatible)
 	require.Contains(t, err.Error(), `transfer mode mismatch: local "pull", remote "push"`)
 	require.Equal(t, uint64(1), r.dec.Stats().FailedHandshakes)
 }
@@ -274,14 +276,14 @@ func TestHandshakeToDeadAddressFailsWithinDeadline(t *testing.T) {
 	pf := Prefill{EngineID: "nobody", Host: "127.0.0.1", Port: 1, TPSize: 1, PPSize: 1}
 	require.NoError(t, c.Register("dead", pf, []int{1}))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrHandshake)
+	require.ErrorIs(t, res[0].Err, connector.ErrHandshake)
 	require.Contains(t, res[0].Err.Error(), `engine "nobody" at 127.0.0.1:1`)
 }
 
 func TestRegisterRejectsBadInput(t *testing.T) {
 	r := newRig(t, rigConfig{noProducers: true})
 	c := r.consumers[0]
-	pf := r.pre.Coordinates()
+	pf := Coordinates(r.pre)
 	for name, tc := range map[string]struct {
 		id     string
 		pf     Prefill
@@ -294,7 +296,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 		"port":     {"a", Prefill{EngineID: "p", Host: "h", Port: 0, TPSize: 1, PPSize: 1}, []int{1}, "Prefill.Port is 0"},
 	} {
 		err := c.Register(tc.id, tc.pf, tc.blocks)
-		require.ErrorIs(t, err, ErrInvalid, name)
+		require.ErrorIs(t, err, connector.ErrInvalid, name)
 		require.ErrorContains(t, err, tc.want, name)
 	}
 	require.Zero(t, c.Pending())
@@ -314,14 +316,14 @@ func TestRequestFinishedRejectsBadInput(t *testing.T) {
 	_, err = p.RequestFinished("a", []int{1})
 	require.NoError(t, err)
 	_, err = p.RequestFinished("a", []int{2})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, connector.ErrInvalid)
 	require.ErrorContains(t, err, `request "a" is already finished and held`)
 }
 
 func TestCloseEndsEverythingOnce(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("waiting", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, c.Register("waiting", Coordinates(r.pre), []int{1}))
 	_, err := p.RequestFinished("held", []int{0})
 	require.NoError(t, err)
 	admitted(t, p, 1)
@@ -330,16 +332,16 @@ func TestCloseEndsEverythingOnce(t *testing.T) {
 	freed := p.DrainFreed()
 	require.Equal(t, []string{"held"}, freed)
 	_, err = p.RequestFinished("late", []int{0})
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, connector.ErrClosed)
 	// Prefill told decode its registration will not be served.
 	res := await(t, c, 1)
 	require.True(t, isPushFail(res[0].Err, "closed"), "got %v", res[0].Err)
-	require.NoError(t, c.Register("after", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, c.Register("after", Coordinates(r.pre), []int{1}))
 	require.NoError(t, c.Close())
 	res = c.Drain()
 	require.Len(t, res, 1)
-	require.ErrorIs(t, res[0].Err, ErrClosed)
-	require.ErrorIs(t, c.Register("x", r.pre.Coordinates(), []int{1}), ErrClosed)
+	require.ErrorIs(t, res[0].Err, connector.ErrClosed)
+	require.ErrorIs(t, c.Register("x", Coordinates(r.pre), []int{1}), connector.ErrClosed)
 }
 
 func TestPullPrefillRefusedByPushDecode(t *testing.T) {
@@ -348,14 +350,14 @@ func TestPullPrefillRefusedByPushDecode(t *testing.T) {
 	f, err := loopback.NewFabric()
 	require.NoError(t, err)
 	defer f.Close()
-	pe, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "pull-prefill", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	pe, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "pull-prefill", Model: "m", Geometry: testGeometry(1, 16, numBlocks)})
 	require.NoError(t, err)
 	defer pe.Close()
 	a, err := f.NewAgent("pull-prefill-0")
 	require.NoError(t, err)
 	l := testLayout(t, 1, 0, 16, numBlocks)
 	defer freeLayout(l)
-	pp, err := pullconn.NewProducer(pe, pullconn.RankConfig{Agent: a, Layout: l})
+	pp, err := pullconn.NewProducer(pe, pullconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}})
 	require.NoError(t, err)
 	defer pp.Close()
 
@@ -363,7 +365,7 @@ func TestPullPrefillRefusedByPushDecode(t *testing.T) {
 	c := r.consumers[0]
 	require.NoError(t, c.Register("mm", Prefill{EngineID: "pull-prefill", Host: pe.Host(), Port: pe.Port(), TPSize: 1, PPSize: 1}, []int{1}))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrIncompatible)
+	require.ErrorIs(t, res[0].Err, connector.ErrIncompatible)
 	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "push", remote "pull"`)
 	require.Zero(t, extra(t, c.Stats(), "registrations_sent"))
 	require.Equal(t, uint64(1), pe.Stats().FailedHandshakes, "the pull engine refused us too")
@@ -371,14 +373,14 @@ func TestPullPrefillRefusedByPushDecode(t *testing.T) {
 
 func TestPushPrefillRefusedByPullDecode(t *testing.T) {
 	r := newRig(t, rigConfig{})
-	de, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: "pull-decode", Model: "m", DType: "bfloat16", TPSize: 1, BlockSize: 16})
+	de, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "pull-decode", Model: "m", Geometry: testGeometry(1, 16, numBlocks)})
 	require.NoError(t, err)
 	defer de.Close()
 	a, err := r.fabric.NewAgent("pull-decode-0")
 	require.NoError(t, err)
 	l := testLayout(t, 1, 0, 16, numBlocks)
 	defer freeLayout(l)
-	pc, err := pullconn.NewConsumer(de, pullconn.RankConfig{Agent: a, Layout: l})
+	pc, err := pullconn.NewConsumer(de, pullconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}})
 	require.NoError(t, err)
 	defer pc.Close()
 	params := pullconn.Params{
@@ -386,9 +388,9 @@ func TestPushPrefillRefusedByPullDecode(t *testing.T) {
 		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), TPSize: 1, TransferMode: "pull",
 	}
 	require.NoError(t, pc.Load("x", params, []int{0}))
-	var res []pullconn.Result
+	var res []connector.Result
 	eventually(t, "pull result", func() bool { res = append(res, pc.Drain()...); return len(res) == 1 })
-	require.ErrorIs(t, res[0].Err, ErrIncompatible)
+	require.ErrorIs(t, res[0].Err, connector.ErrIncompatible)
 	require.Contains(t, res[0].Err.Error(), `transfer mode mismatch: local "pull", remote "push"`)
 	require.Equal(t, uint64(1), r.pre.Stats().FailedHandshakes, "the push engine refused it too")
 }
@@ -402,7 +404,7 @@ func TestDecodeRestartRehandshakes(t *testing.T) {
 	require.NoError(t, r.decAgents[0].Close())
 	a, err := r.fabric.NewAgent("decode-0")
 	require.NoError(t, err)
-	c, err := NewConsumer(r.dec, RankConfig{Agent: a, Layout: r.decLayout[0], Clock: r.clock})
+	c, err := NewConsumer(r.dec, Config{RankConfig: connector.RankConfig{Agent: a, Layout: r.decLayout[0], Clock: r.clock}})
 	require.NoError(t, err)
 	r.consumers[0], r.decAgents[0] = c, a
 	// Prefill still holds the old instance's metadata, but the new rank's

@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // prefill fills and finishes src blocks, in the order given; it checks
 // decode's result and bytes and prefill's release, and returns decode's
 // result.
-func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src, dst []int, tokens int, opts ...RequestOption) Result {
+func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src, dst []int, tokens int, opts ...RequestOption) connector.Result {
 	t.Helper()
 	for i, l := range r.preLayout {
 		_ = i
@@ -22,7 +23,7 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 	}
 	register := func() {
 		for _, c := range r.consumers {
-			require.NoError(t, c.Register(decID, r.pre.Coordinates(), dst, opts...))
+			require.NoError(t, c.Register(decID, Coordinates(r.pre), dst, opts...))
 		}
 	}
 	finish := func() {
@@ -31,7 +32,7 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 			require.NoError(t, err)
 			require.Equal(t, ModePush, params.TransferMode)
 			require.Equal(t, preID, params.RemoteRequestID)
-			require.Equal(t, r.pre.Coordinates(), params.Prefill())
+			require.Equal(t, Coordinates(r.pre), params.Prefill())
 		}
 	}
 	if registerFirst {
@@ -46,7 +47,7 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 		finish()
 		register()
 	}
-	var res Result
+	var res connector.Result
 	for i, c := range r.consumers {
 		got := await(t, c, 1)
 		require.Len(t, got, 1)
@@ -135,7 +136,7 @@ func TestDecodeWaitsForEveryWriterRank(t *testing.T) {
 	// Prefill TP 2 -> decode TP 1: decode needs both ranks' completions.
 	r := newRig(t, rigConfig{preTP: 2, decTP: 1})
 	c := r.consumers[0]
-	require.NoError(t, c.Register("both", r.pre.Coordinates(), blocksFrom(0, 2)))
+	require.NoError(t, c.Register("both", Coordinates(r.pre), blocksFrom(0, 2)))
 	for _, p := range r.producers {
 		admitted(t, p, 1)
 	}

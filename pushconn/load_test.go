@@ -16,7 +16,7 @@ import (
 func TestTenThousandConcurrentRequests(t *testing.T) {
 	const n = 10_000
 	r := newRig(t, rigConfig{numBlocks: n, clock: lease.SystemClock{},
-		rank: func(c *RankConfig) { c.IdleInterval = 2 * time.Millisecond }})
+		rank: func(c *Config) { c.IdleInterval = 2 * time.Millisecond }})
 	c, p := r.consumers[0], r.producers[0]
 	for i := range n {
 		fill(t, r.preLayout[0], []int{i}, i+1, 16)
@@ -25,7 +25,7 @@ func TestTenThousandConcurrentRequests(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		// Decode block n-1-i, so a copy into the wrong block shows.
-		require.NoError(t, c.Register(fmt.Sprintf("load-%d-%08x", i, i), r.pre.Coordinates(), []int{n - 1 - i}))
+		require.NoError(t, c.Register(fmt.Sprintf("load-%d-%08x", i, i), Coordinates(r.pre), []int{n - 1 - i}))
 	}
 	eventually(t, "all registered", func() bool { return extra(t, p.Stats(), "registrations_received") == n })
 	require.Equal(t, n, c.Pending())

@@ -15,7 +15,7 @@ import (
 func TestMetricsLogLine(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	log := zap.New(core)
-	r := newRig(t, rigConfig{rank: func(c *RankConfig) { c.Logger = log; c.StatsInterval = 5 * time.Millisecond }})
+	r := newRig(t, rigConfig{rank: func(c *Config) { c.Logger = log; c.StatsInterval = 5 * time.Millisecond }})
 	pushOne(t, r, true, "m-1", "m-1", blocksFrom(0, 2), blocksFrom(2, 2), 32)
 	line := func(role, want string) bool {
 		for _, e := range logs.All() {

@@ -55,7 +55,7 @@ func TestNativePrefillTP1DecodeTP2BlockSizes(t *testing.T) {
 func TestNativePrefixHitNotificationOnly(t *testing.T) {
 	r := newRig(t, rigConfig{newAgent: nativeAgent})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("hit", r.pre.Coordinates(), []int{}))
+	require.NoError(t, c.Register("hit", Coordinates(r.pre), []int{}))
 	_, err := p.RequestFinished("hit", blocksFrom(0, 2))
 	require.NoError(t, err)
 	require.NoError(t, await(t, c, 1)[0].Err)

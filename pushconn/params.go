@@ -28,9 +28,3 @@ type Params struct {
 func (p Params) Prefill() Prefill {
 	return Prefill{EngineID: p.RemoteEngineID, Host: p.RemoteHost, Port: p.RemotePort, TPSize: p.TPSize, PPSize: p.PPSize}
 }
-
-// Coordinates returns how a decode engine reaches this (prefill) engine:
-// what the proxy hands to Consumer.Register before prefill runs.
-func (e *Engine) Coordinates() Prefill {
-	return Prefill{EngineID: e.ID(), Host: e.Host(), Port: e.Port(), TPSize: e.TPSize(), PPSize: 1}
-}

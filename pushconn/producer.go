@@ -1,10 +1,10 @@
 package pushconn
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"sync"
 	"time"
 
@@ -29,8 +29,8 @@ import (
 // the blocks back through DrainFreed exactly once: after the WRITEs ended,
 // or when their lease expired with no registration.
 type Producer struct {
-	engine  *Engine
-	cfg     RankConfig
+	engine  *pushEngine
+	cfg     rankConfig
 	log     *zap.Logger
 	stats   *stats.Set
 	push    *pushCounters
@@ -69,18 +69,18 @@ type Producer struct {
 // NewProducer starts a prefill rank: it registers the layout's memory with
 // the agent, publishes the rank on the engine's side channel and starts the
 // writer goroutine.
-func NewProducer(e *Engine, cfg RankConfig) (*Producer, error) {
-	cfg.RegistrationTimeout = cmp.Or(cfg.RegistrationTimeout, DefaultProducerRegistrationTimeout)
-	cfg.withDefaults(e)
-	if err := cfg.validate(e, true); err != nil {
+func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
+	e, err := engineOf(pub)
+	if err != nil {
 		return nil, err
 	}
-	if err := staging.Prepare(&cfg.Staging); err != nil {
-		return nil, invalidf("RankConfig.Staging: %v", err)
+	cfg, err := newRankConfig(e, config, true)
+	if err != nil {
+		return nil, err
 	}
 	m, err := match.New[*pendingReg, *hold](match.Config{RegistrationTTL: cfg.RegistrationTimeout, FinishedTTL: cfg.Lease})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", errInvalid, err)
 	}
 	p := &Producer{
 		engine:   e,
@@ -148,7 +148,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	switch {
 	case p.closed:
 		p.mu.Unlock()
-		return Params{}, ErrClosed
+		return Params{}, errClosed
 	case p.held[requestID]:
 		p.mu.Unlock()
 		return Params{}, invalidf("request %q is already finished and held", requestID)
@@ -191,13 +191,13 @@ func (p *Producer) DrainFreed() []string {
 // A WRITE already in flight is left to end; the blocks come out of
 // DrainFreed, exactly once, when none is in flight. Aborting an id that is
 // not held (never given, already freed or already aborted) does nothing;
-// after Close it returns ErrClosed.
+// after Close it returns errClosed.
 func (p *Producer) Abort(requestID string) error {
 	p.mu.Lock()
 	switch {
 	case p.closed:
 		p.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	case !p.held[requestID] || p.aborting[requestID]:
 		p.mu.Unlock()
 		return nil
@@ -223,7 +223,7 @@ func (p *Producer) isAborted(id string) bool {
 }
 
 // Stats returns a snapshot of the rank's counters.
-func (p *Producer) Stats() Stats { return p.stats.Snapshot() }
+func (p *Producer) Stats() connector.Stats { return statsOf(p.stats) }
 
 // Held returns how many finished requests' blocks the rank holds (not yet
 // handed to DrainFreed).

@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // the rig's after it went away: same engine id, side-channel port and
 // agent name.
 type decodeInstance struct {
-	engine   *Engine
+	engine   *connector.Engine
 	agent    nixl.Agent
 	layout   descriptors.Layout
 	consumer *Consumer
@@ -49,12 +50,12 @@ func startDecode(t *testing.T, r *rig, id string, tp, port int) *decodeInstance 
 	d.agent, err = r.fabric.NewAgent(id + "-0")
 	require.NoError(t, err)
 	t.Cleanup(func() { d.agent.Close() })
-	d.engine, err = NewEngine(EngineConfig{EngineID: id, ListenAddr: fmt.Sprintf("127.0.0.1:%d", port), Model: "m", DType: "bfloat16", TPSize: tp, BlockSize: 16})
+	d.engine, err = NewEngine(connector.EngineConfig{EngineID: id, ListenAddr: fmt.Sprintf("127.0.0.1:%d", port), Model: "m", Geometry: testGeometry(tp, 16, numBlocks)})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.engine.Close() })
 	d.layout = testLayout(t, tp, 0, 16, numBlocks)
 	t.Cleanup(func() { freeLayout(d.layout) })
-	d.consumer, err = NewConsumer(d.engine, RankConfig{Agent: d.agent, Layout: d.layout, Clock: r.clock, IdleInterval: 5 * time.Millisecond})
+	d.consumer, err = NewConsumer(d.engine, Config{RankConfig: connector.RankConfig{Agent: d.agent, Layout: d.layout, Clock: r.clock, IdleInterval: 5 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.consumer.Close() })
 	return d
@@ -78,7 +79,7 @@ func rawRegistration(t *testing.T, r *rig, port int, id string, dst []int, inc u
 	msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
 		RequestID: id, DecodeEngineID: "decode", DecodeHost: "127.0.0.1", DecodePort: port,
 		DecodeTPSize: 1, LocalBlockIDs: [][]int{dst}, RemoteEngineID: r.pre.ID(),
-		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), RemoteTPSize: r.pre.TPSize(), RemotePPSize: 1,
+		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), RemoteTPSize: r.pre.Geometry().TPSize, RemotePPSize: 1,
 		DecodeIncarnation: inc,
 	})
 	require.NoError(t, err)
@@ -93,7 +94,7 @@ func rawRegistration(t *testing.T, r *rig, port int, id string, dst []int, inc u
 func TestOldRegistrationIsNotWrittenIntoRestartedDecode(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("old", r.pre.Coordinates(), []int{4, 5}))
+	require.NoError(t, r.consumers[0].Register("old", Coordinates(r.pre), []int{4, 5}))
 	admitted(t, p, 1)
 	port := r.dec.Port()
 	crashDecode(t, r)
@@ -121,7 +122,7 @@ func TestOldRegistrationIsNotWrittenIntoRestartedDecode(t *testing.T) {
 
 	// The new instance is served normally.
 	dst := blocksFrom(8, 2)
-	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), dst))
+	require.NoError(t, d.consumer.Register("new", Coordinates(r.pre), dst))
 	eventually(t, "new registration", func() bool { return extra(t, p.Stats(), "registrations_received") == 2 })
 	_, err = p.RequestFinished("new", src)
 	require.NoError(t, err)
@@ -138,14 +139,14 @@ func TestOldRegistrationIsNotWrittenIntoRestartedDecode(t *testing.T) {
 func TestOldRegistrationDroppedOnceTheNewInstanceIsKnown(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
-	require.NoError(t, r.consumers[0].Register("old", r.pre.Coordinates(), []int{4, 5}))
+	require.NoError(t, r.consumers[0].Register("old", Coordinates(r.pre), []int{4, 5}))
 	admitted(t, p, 1)
 	port := r.dec.Port()
 	crashDecode(t, r)
 	d := restartDecode(t, r, port)
 	zero(t, d.layout, blocksFrom(0, 8))
 
-	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), []int{6, 7}))
+	require.NoError(t, d.consumer.Register("new", Coordinates(r.pre), []int{6, 7}))
 	eventually(t, "new instance admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 	src := blocksFrom(0, 2)
 	fill(t, r.preLayout[0], src, 3, 32)
@@ -175,12 +176,12 @@ func TestLateRegistrationFromDeadInstanceIsDroppedOnArrival(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
 	old := r.consumers[0].incarnation
-	require.NoError(t, r.consumers[0].Register("first", r.pre.Coordinates(), []int{1}))
+	require.NoError(t, r.consumers[0].Register("first", Coordinates(r.pre), []int{1}))
 	admitted(t, p, 1)
 	port := r.dec.Port()
 	crashDecode(t, r)
 	d := restartDecode(t, r, port)
-	require.NoError(t, d.consumer.Register("new", r.pre.Coordinates(), []int{2}))
+	require.NoError(t, d.consumer.Register("new", Coordinates(r.pre), []int{2}))
 	eventually(t, "new instance admitted", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 
 	// Sent by the agent now called decode-0, as a delayed message would be.
@@ -198,7 +199,7 @@ func TestLateRegistrationFromDeadInstanceIsDroppedOnArrival(t *testing.T) {
 		_, err := p.RequestFinished(id, []int{0})
 		require.NoError(t, err)
 	}
-	r.clock.Advance(DefaultLease)
+	r.clock.Advance(connector.DefaultLease)
 	freedOnce(t, p, "late", "stranger")
 	s := p.Stats()
 	require.Zero(t, s.Transfers)
@@ -214,7 +215,7 @@ func TestRegistrationWithoutIncarnationIsNotRetriedAfterRestart(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	p := r.producers[0]
 	port := r.dec.Port()
-	require.NoError(t, r.consumers[0].Register("warm", r.pre.Coordinates(), []int{1})) // decode loads prefill's metadata
+	require.NoError(t, r.consumers[0].Register("warm", Coordinates(r.pre), []int{1})) // decode loads prefill's metadata
 	admitted(t, p, 1)
 	require.NoError(t, r.decAgents[0].GenNotif("prefill-0", rawRegistration(t, r, port, "keyless", []int{4, 5}, 0), nil))
 	admitted(t, p, 2)
@@ -239,7 +240,7 @@ func TestSameInstanceIsRetriedAfterFreshHandshake(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("same", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("same", Coordinates(r.pre), dst))
 	admitted(t, p, 1)
 	require.NoError(t, r.preAgents[0].InvalidateRemoteMD("decode-0"))
 	src := blocksFrom(0, 2)

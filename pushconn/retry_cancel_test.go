@@ -13,9 +13,9 @@ import (
 // finished blocks pair with the live registration and are written, instead
 // of being freed without a WRITE while the live one waits out its timeout.
 func TestCancelledRegistrationDoesNotTakeRetrysMatch(t *testing.T) {
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.RegistrationTimeout = 3 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("chat-aaaaaaaa", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("chat-aaaaaaaa", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	r.clock.Advance(3 * time.Second) // decode gives up, sends PUSH_CANCEL
 	res := await(t, c, 1)
@@ -23,7 +23,7 @@ func TestCancelledRegistrationDoesNotTakeRetrysMatch(t *testing.T) {
 	eventually(t, "cancel received", func() bool { return extra(t, p.Stats(), "cancelled_registrations") == 1 })
 
 	// The proxy retries; decode registers again (new engine suffix).
-	require.NoError(t, c.Register("chat-bbbbbbbb", r.pre.Coordinates(), []int{6}))
+	require.NoError(t, c.Register("chat-bbbbbbbb", Coordinates(r.pre), []int{6}))
 	admitted(t, p, 2)
 	time.Sleep(20 * time.Millisecond)
 	fill(t, r.preLayout[0], []int{1}, 9, 16)
@@ -37,15 +37,15 @@ func TestCancelledRegistrationDoesNotTakeRetrysMatch(t *testing.T) {
 // As above with the exact same request id registered again after the
 // cancel: the new registration is admitted, not dropped as a duplicate.
 func TestReRegisterSameIDAfterCancelIsWritten(t *testing.T) {
-	r := newRig(t, rigConfig{decRank: func(c *RankConfig) { c.RegistrationTimeout = 3 * time.Second }})
+	r := newRig(t, rigConfig{decRank: func(c *Config) { c.RegistrationTimeout = 3 * time.Second }})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("req", r.pre.Coordinates(), []int{4}))
+	require.NoError(t, c.Register("req", Coordinates(r.pre), []int{4}))
 	admitted(t, p, 1)
 	r.clock.Advance(3 * time.Second)
 	res := await(t, c, 1)
 	require.ErrorIs(t, res[0].Err, ErrRegistrationTimeout)
 	eventually(t, "cancel received", func() bool { return extra(t, p.Stats(), "cancelled_registrations") == 1 })
-	require.NoError(t, c.Register("req", r.pre.Coordinates(), []int{6}))
+	require.NoError(t, c.Register("req", Coordinates(r.pre), []int{6}))
 	admitted(t, p, 2)
 	time.Sleep(20 * time.Millisecond)
 	fill(t, r.preLayout[0], []int{1}, 9, 16)

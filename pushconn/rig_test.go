@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
@@ -27,9 +27,9 @@ type rigConfig struct {
 	preTP, decTP       int
 	preBlock, decBlock int
 	fabric             []loopback.FabricOption
-	rank               func(*RankConfig) // applied to every rank's config
-	preRank, decRank   func(*RankConfig) // then to one side's
-	clock              clock.Clock
+	rank               func(*Config) // applied to every rank's config
+	preRank, decRank   func(*Config) // then to one side's
+	clock              connector.Clock
 	noProducers        bool
 	numBlocks          int // per region; default numBlocks
 	// newAgent creates the agents (default: loopback agents on the rig's
@@ -45,8 +45,8 @@ type rigConfig struct {
 type rig struct {
 	t         testing.TB
 	fabric    *loopback.Fabric
-	clock     *clock.Manual
-	pre, dec  *Engine
+	clock     *connector.ManualClock
+	pre, dec  *connector.Engine
 	producers []*Producer
 	consumers []*Consumer
 	agents    []nixl.Agent // closed by the rig
@@ -77,17 +77,17 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	}
 	f, err := loopback.NewFabric(rc.fabric...)
 	require.NoError(t, err)
-	r := &rig{t: t, fabric: f, clock: clock.NewManual(rigStart)}
+	r := &rig{t: t, fabric: f, clock: connector.NewManualClock(rigStart)}
 	t.Cleanup(r.close)
 	clock := rc.clock
 	if clock == nil {
 		clock = r.clock
 	}
-	r.pre, err = NewEngine(EngineConfig{EngineID: "prefill", Model: "m", DType: "bfloat16", TPSize: rc.preTP, BlockSize: rc.preBlock})
+	r.pre, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(rc.preTP, rc.preBlock, rc.numBlocks)})
 	require.NoError(t, err)
-	r.dec, err = NewEngine(EngineConfig{EngineID: "decode", Model: "m", DType: "bfloat16", TPSize: rc.decTP, BlockSize: rc.decBlock})
+	r.dec, err = NewEngine(connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(rc.decTP, rc.decBlock, rc.numBlocks)})
 	require.NoError(t, err)
-	mk := func(side string, tp, rank, block int) (nixl.Agent, descriptors.Layout, RankConfig) {
+	mk := func(side string, tp, rank, block int) (nixl.Agent, descriptors.Layout, Config) {
 		var a nixl.Agent
 		name := fmt.Sprintf("%s-%d", side, rank)
 		if rc.newAgent != nil {
@@ -101,7 +101,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 			}
 		}
 		l := testLayout(t, tp, rank, block, rc.numBlocks)
-		cfg := RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}
+		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}}
 		if rc.rank != nil {
 			rc.rank(&cfg)
 		}
@@ -235,9 +235,9 @@ func zero(t testing.TB, l descriptors.Layout, blocks []int) {
 }
 
 // await returns the next n results of consumer c, failing after 10 s.
-func await(t testing.TB, c *Consumer, n int) []Result {
+func await(t testing.TB, c *Consumer, n int) []connector.Result {
 	t.Helper()
-	var out []Result
+	var out []connector.Result
 	deadline := time.After(10 * time.Second)
 	for len(out) < n {
 		out = append(out, c.Drain()...)
@@ -322,4 +322,10 @@ func admitted(t testing.TB, p *Producer, n uint64) {
 		s := p.Stats()
 		return extra(t, s, "registrations_received") >= n && extra(t, s, "handshakes") >= 1
 	})
+}
+
+// testGeometry is the geometry of testLayout's layouts.
+func testGeometry(tp, block, blocks int) descriptors.Geometry {
+	return descriptors.Geometry{Layers: numLayers, KVHeads: modelHeads, HeadDim: headBytes / 2, DType: "bfloat16",
+		BlockSize: block, Blocks: blocks, TPSize: tp}
 }

@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"github.com/gonixl/gonixl/connector"
 	"strings"
 	"sync"
 	"testing"
@@ -82,11 +83,11 @@ func TestSeqlessLateCopyOfCancelledRegistrationDropped(t *testing.T) {
 	r, dec := seqlessRig(t)
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("late", r.pre.Coordinates(), dst, withoutSeq()))
+	require.NoError(t, c.Register("late", Coordinates(r.pre), dst, withoutSeq()))
 	admitted(t, p, 2)
 	require.NoError(t, c.Abort("late"))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 	require.Equal(t, uint64(1), extra(t, c.Stats(), "push_cancel_ack_received"), "prefill acknowledged the cancel")
 	poison(t, r.decLayout[0], dst) // the engine takes the blocks back
 
@@ -108,14 +109,14 @@ func TestSeqlessLateCopyOfCancelledRegistrationDropped(t *testing.T) {
 func TestSeqlessReRegistrationWithOtherBlocksIsWritten(t *testing.T) {
 	r, _ := seqlessRig(t)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("again", r.pre.Coordinates(), blocksFrom(4, 2), withoutSeq()))
+	require.NoError(t, c.Register("again", Coordinates(r.pre), blocksFrom(4, 2), withoutSeq()))
 	admitted(t, p, 2)
 	require.NoError(t, c.Abort("again"))
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 
 	dst := blocksFrom(8, 2)
-	require.NoError(t, c.Register("again", r.pre.Coordinates(), dst, withoutSeq()))
+	require.NoError(t, c.Register("again", Coordinates(r.pre), dst, withoutSeq()))
 	admitted(t, p, 3)
 	fill(t, r.preLayout[0], blocksFrom(1, 2), 5, 32)
 	_, err := p.RequestFinished("again", blocksFrom(1, 2))
@@ -134,7 +135,7 @@ func TestSeqlessLateCopyOfFailedRegistrationDropped(t *testing.T) {
 	r, dec := seqlessRig(t)
 	c, p := r.consumers[0], r.producers[0]
 	dst := blocksFrom(4, 2)
-	require.NoError(t, c.Register("late", r.pre.Coordinates(), dst, withoutSeq()))
+	require.NoError(t, c.Register("late", Coordinates(r.pre), dst, withoutSeq()))
 	admitted(t, p, 2)
 	r.clock.Advance(DefaultProducerRegistrationTimeout + time.Second)
 	res := await(t, c, 1)

@@ -9,8 +9,8 @@ package pushconn
 //     bytes (every part: with prefill TP 2 -> decode TP 1 each block holds
 //     one part per prefill rank);
 //  2. no WRITE lands in a decode block after decode handed it back to the
-//     engine (the tracker published the request's Result);
-//  3. every request ends exactly once on decode (its Result is published
+//     engine (the tracker published the request's connector.Result);
+//  3. every request ends exactly once on decode (its connector.Result is published
 //     once, and no later than its registration timeout plus the cancel
 //     timeout, on decode's clock);
 //  4. decode blocks are handed back exactly once.
@@ -110,7 +110,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
@@ -280,7 +280,7 @@ type simAttempt struct {
 	tries   int        // registration attempts (the id or blocks were busy)
 	ftries  int        // RequestFinished attempts (the id was still held)
 	dropped bool       // decode's engine dropped it (Abort)
-	ended   int        // decode ranks whose Result is out
+	ended   int        // decode ranks whose connector.Result is out
 	failed  bool
 }
 
@@ -290,7 +290,7 @@ type simInst struct {
 	rank      int
 	req       *decodeReq
 	blocks    []int
-	deadline  int64 // decode clock (ns): its Result must be out by then
+	deadline  int64 // decode clock (ns): its connector.Result must be out by then
 	published bool
 	done      bool
 	gaveUp    bool  // published at the cancel timeout, some rank unanswered
@@ -684,8 +684,8 @@ func (w *simWorld) prefillAbort(a *simAttempt) {
 	}
 }
 
-// resultOut is decode's engine taking a rank's Result (Drain): a failed
-// rank fails the request on every rank; once every rank's Result is out
+// resultOut is decode's engine taking a rank's connector.Result (Drain): a failed
+// rank fails the request on every rank; once every rank's connector.Result is out
 // a failed request may be retried and a done one may lend its id.
 func (w *simWorld) resultOut(in *simInst) {
 	a := in.att
@@ -720,7 +720,7 @@ func (w *simWorld) resultOut(in *simInst) {
 // ---- invariant 3's deadlines -------------------------------------------------
 
 // simDeadlines is a min-heap of decode requests by the deadline of their
-// Result (decode clock).
+// connector.Result (decode clock).
 type simDeadlines []*simInst
 
 func (h *simDeadlines) push(in *simInst) {
@@ -759,7 +759,7 @@ func (h *simDeadlines) pop() {
 	*h = q
 }
 
-// checkLiveness (invariant 3, "at least once"): every request's Result is
+// checkLiveness (invariant 3, "at least once"): every request's connector.Result is
 // out by its registration timeout plus the cancel timeout (plus the ticks
 // that notice them), on decode's clock. A heap keeps it O(1) a step.
 func (w *simWorld) checkLiveness() {
@@ -771,7 +771,7 @@ func (w *simWorld) checkLiveness() {
 			continue
 		}
 		if now > in.deadline {
-			w.failID(in.req.id, "invariant 3: request %q (decode rank %d, logical %d) has no Result %v after its registration timeout and cancel timeout",
+			w.failID(in.req.id, "invariant 3: request %q (decode rank %d, logical %d) has no connector.Result %v after its registration timeout and cancel timeout",
 				in.req.id, in.rank, in.att.L, time.Duration(now-in.deadline))
 		}
 		return
@@ -849,7 +849,7 @@ func (d *simDecode) abort(in *simInst) {
 	if d.tr.live(in.req) {
 		d.w.stats.decodeAborts++
 		d.w.note("decode Abort", d.rank, in.req.id, in.req.seq, 0)
-		d.tr.fail(d.w.decodeNow(), in.req.id, fmt.Errorf("%w: request %q was aborted by the engine", ErrAborted, in.req.id))
+		d.tr.fail(d.w.decodeNow(), in.req.id, fmt.Errorf("%w: request %q was aborted by the engine", connector.ErrAborted, in.req.id))
 	}
 }
 
@@ -905,7 +905,7 @@ func (d *simDecode) handshakeDone(ok bool) {
 		w.stats.handshakeFailures++
 		for _, r := range waiting {
 			if d.tr.live(r) {
-				d.tr.fail(w.decodeNow(), r.id, fmt.Errorf("pushconn: request %q: %w: simulated", r.id, ErrHandshake))
+				d.tr.fail(w.decodeNow(), r.id, fmt.Errorf("pushconn: request %q: %w: simulated", r.id, connector.ErrHandshake))
 			}
 		}
 		return
@@ -1047,7 +1047,7 @@ func (d *simDecode) onMessage(m *simMsg) {
 	}
 }
 
-// publish is the tracker's onPublish: the request's Result goes out and
+// publish is the tracker's onPublish: the request's connector.Result goes out and
 // its blocks go back to the engine, which poisons them. Invariants 1, 3
 // (once) and 4 are checked here.
 func (d *simDecode) publish(r *decodeReq) {
@@ -1062,7 +1062,7 @@ func (d *simDecode) publish(r *decodeReq) {
 	in.done = r.result.Err == nil
 	in.gaveUp = len(r.waiting()) > 0
 	in.endReal = r.result.End.UnixNano() - simEpoch - w.clock[0]
-	w.note("decode Result out (x: 1 done, 0 failed)", d.rank, r.id, r.seq, b2i(in.done))
+	w.note("decode connector.Result out (x: 1 done, 0 failed)", d.rank, r.id, r.seq, b2i(in.done))
 	for _, b := range in.blocks {
 		if d.owner[b] != in {
 			w.failID(r.id, "invariant 4: decode rank %d hands block %d back for %q, but it is not that request's (handed back twice)", d.rank, b, r.id)
@@ -1568,7 +1568,7 @@ func (wr *simWrite) landAt(i int) {
 		case in.published && in.gaveUp:
 			class = "cancel timeout < WRITE in flight (posted before a cancel reached the rank)"
 		}
-		w.violate(class != "other", class, in.req.id, "invariant 2: a WRITE from prefill rank %d for %q (seq %d, logical %d) landed in block %d of decode rank %d after decode handed it back (Result out: %v, done: %v; gave up at the cancel timeout: %v; WRITE posted %v after decode ended the request, landed %v after it)",
+		w.violate(class != "other", class, in.req.id, "invariant 2: a WRITE from prefill rank %d for %q (seq %d, logical %d) landed in block %d of decode rank %d after decode handed it back (connector.Result out: %v, done: %v; gave up at the cancel timeout: %v; WRITE posted %v after decode ended the request, landed %v after it)",
 			wr.p.rank, in.req.id, in.req.seq, in.att.L, b, d.rank, in.published, in.done, in.gaveUp,
 			time.Duration(wr.posted-in.endReal), time.Duration(w.now-in.endReal))
 		return // its bytes do not land: nothing later is this violation's consequence
@@ -2085,7 +2085,7 @@ func TestSimFindingUnreleasedWriteOutlivesCancelTimeout(t *testing.T) {
 	// and the agent will not release it while it moves: past prefill's
 	// write timeout (30 s), within two of them (60 s), as the timeouts
 	// assume of an agent.
-	fc := clock.NewManual(rigStart)
+	fc := connector.NewManualClock(rigStart)
 	fab, err := loopback.NewFabric(loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(4096.0/50, 0)))
 	require.NoError(t, err)
 	r := newRig(t, rigConfig{clock: fc, newAgent: func(t testing.TB, name string) nixl.Agent {
@@ -2099,7 +2099,7 @@ func TestSimFindingUnreleasedWriteOutlivesCancelTimeout(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	dst := []int{4}
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("x", r.pre.Coordinates(), dst))
+	require.NoError(t, c.Register("x", Coordinates(r.pre), dst))
 	admitted(t, p, 1)
 	fill(t, r.preLayout[0], []int{1}, 3, 16)
 	_, err = p.RequestFinished("x", []int{1})
@@ -2108,7 +2108,7 @@ func TestSimFindingUnreleasedWriteOutlivesCancelTimeout(t *testing.T) {
 
 	require.NoError(t, c.Abort("x"))
 	eventually(t, "cancel of the WRITE in flight received", func() bool { return extra(t, p.Stats(), "push_cancel_received") == 1 })
-	var got []Result
+	var got []connector.Result
 	handedBack := false
 	for step := 0; step < 70 && !handedBack; step++ {
 		fc.Advance(time.Second)
@@ -2120,7 +2120,7 @@ func TestSimFindingUnreleasedWriteOutlivesCancelTimeout(t *testing.T) {
 		}
 	}
 	require.True(t, handedBack, "decode never handed the blocks back")
-	require.ErrorIs(t, got[0].Err, ErrAborted)
+	require.ErrorIs(t, got[0].Err, connector.ErrAborted)
 	fc.Advance(200 * time.Second)
 	eventually(t, "WRITE completed in the agent", func() bool { return fab.Counters().Completed == 1 })
 	time.Sleep(10 * time.Millisecond)

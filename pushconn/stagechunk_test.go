@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ func TestStagedChunksPipelined(t *testing.T) {
 	for _, g := range []struct{ preTP, decTP, preBlock, decBlock int }{{1, 1, 16, 16}, {1, 1, 16, 32}, {2, 1, 16, 16}} {
 		for _, chunks := range []int{1, 2, 3, 0} {
 			t.Run(fmt.Sprintf("tp%d-%d/bs%d-%d/chunks%d", g.preTP, g.decTP, g.preBlock, g.decBlock, chunks), func(t *testing.T) {
-				m := newStagingMem(t, StagingOn, 2, 64<<10)
+				m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 				pre, dec := map[int]*stagingtest.Copier{}, &stagingtest.Copier{}
 				r := stagingRig(t, rigConfig{preTP: g.preTP, decTP: g.decTP, preBlock: g.preBlock, decBlock: g.decBlock}, m)
 				// The copiers and the chunk count are set after the rig
@@ -75,14 +76,14 @@ func TestStagedChunksPipelined(t *testing.T) {
 // scatters the others but never reports the request done: it times out
 // once, its blocks are freed once on prefill and both slots come back.
 func TestStagedChunkLost(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
 	dec := &stagingtest.Copier{}
 	r.consumers[0].cfg.Staging.Copier = dec
 	_, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.DropNotif, From: "prefill-0", Count: 1})
 	require.NoError(t, err)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
+	require.NoError(t, c.Register("x", Coordinates(r.pre), []int{3, 9}))
 	admitted(t, p, 1)
 	_, err = p.RequestFinished("x", []int{5, 1})
 	require.NoError(t, err)
@@ -103,14 +104,14 @@ func TestStagedChunkLost(t *testing.T) {
 // seq or none) are counted and change nothing; the request they aimed at
 // still ends by its own chunks.
 func TestStagedChunkNotifsChecked(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
 	c, p := r.consumers[0], r.producers[0]
 	send := func(msg string) {
 		t.Helper()
 		require.NoError(t, r.preAgents[0].GenNotif(r.decAgents[0].Name(), []byte(msg), nil))
 	}
-	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
+	require.NoError(t, c.Register("x", Coordinates(r.pre), []int{3, 9}))
 	admitted(t, p, 1)
 	seq := regSeq(t, c, "x")
 	malformed0, unknown0 := c.Stats().MalformedNotifications, c.Stats().UnknownNotifications
@@ -153,10 +154,10 @@ func pushOneFinish(t *testing.T, r *rig, id string, src, dst []int) {
 // are refused (counted) and the request times out: it never reports done
 // with chunks missing.
 func TestStagedChunkCountMismatch(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
+	require.NoError(t, c.Register("x", Coordinates(r.pre), []int{3, 9}))
 	admitted(t, p, 1)
 	bogus := fmt.Sprintf("PUSH_STAGED_CHUNK:1:2:x:1#%d", regSeq(t, c, "x"))
 	require.NoError(t, r.preAgents[0].GenNotif(r.decAgents[0].Name(), []byte(bogus), nil))
@@ -175,11 +176,11 @@ func TestStagedChunkCountMismatch(t *testing.T) {
 // chunks already posted end first; then decode hears PUSH_FAIL, prefill
 // frees the blocks once and both slots come back.
 func TestStagedChunkGatherFails(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{}, m)
 	r.producers[0].cfg.Staging.Copier = &stagingtest.Copier{FailAt: 3}
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
+	require.NoError(t, c.Register("x", Coordinates(r.pre), []int{3, 9}))
 	admitted(t, p, 1)
 	_, err := p.RequestFinished("x", []int{5, 1})
 	require.NoError(t, err)

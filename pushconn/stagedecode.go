@@ -199,7 +199,7 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	if err != nil {
-		c.tracker.scatterFailed(now, ch.ID, sender, ch.Seq, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", ErrStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
+		c.tracker.scatterFailed(now, ch.ID, sender, ch.Seq, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", errStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
 		c.mu.Unlock()
 		c.log.Warn("pushconn: staged chunk could not be scattered", zap.String("request", ch.ID), zap.String("sender", sender), zap.Error(err))
 		c.signal()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
@@ -20,15 +20,15 @@ import (
 // rig closed (the cleanup is registered before newRig's).
 type stagingMem struct {
 	t      testing.TB
-	mode   StagingMode
+	mode   connector.StagingMode
 	slots  int
 	bytes  uint64
-	copier func(side string) Copier // nil: host copy
+	copier func(side string) connector.Copier // nil: host copy
 	bufs   []*nixl.Buffer
 	pools  map[string]func() int // "prefill-0" -> in-use slots
 }
 
-func newStagingMem(t testing.TB, mode StagingMode, slots int, bytes uint64) *stagingMem {
+func newStagingMem(t testing.TB, mode connector.StagingMode, slots int, bytes uint64) *stagingMem {
 	m := &stagingMem{t: t, mode: mode, slots: slots, bytes: bytes, pools: map[string]func() int{}}
 	t.Cleanup(func() {
 		for _, b := range m.bufs {
@@ -38,12 +38,12 @@ func newStagingMem(t testing.TB, mode StagingMode, slots int, bytes uint64) *sta
 	return m
 }
 
-func (m *stagingMem) rank(side string) func(*RankConfig) {
-	return func(c *RankConfig) {
+func (m *stagingMem) rank(side string) func(*Config) {
+	return func(c *Config) {
 		buf, err := nixl.AllocBuffer(int(m.bytes) * m.slots)
 		require.NoError(m.t, err)
 		m.bufs = append(m.bufs, buf)
-		c.Staging = Staging{Mode: m.mode, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: m.bytes, Slots: m.slots,
+		c.Staging = connector.Staging{Mode: m.mode, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: m.bytes, Slots: m.slots,
 			DescCost: 6 * time.Microsecond, CopyBandwidth: 1e9}
 		if m.copier != nil {
 			c.Staging.Copier = m.copier(side)
@@ -98,7 +98,7 @@ func TestStagedPushBytes(t *testing.T) {
 	}
 	for _, g := range geoms {
 		for _, layout := range []string{"fragmented", "partly", "contiguous"} {
-			for _, mode := range []StagingMode{StagingOn, StagingOff, StagingAuto} {
+			for _, mode := range []connector.StagingMode{connector.StagingOn, connector.StagingOff, connector.StagingAuto} {
 				name := fmt.Sprintf("tp%d-%d/bs%d-%d/%s/%s", g.preTP, g.decTP, g.preBlock, g.decBlock, layout, cmpOr(string(mode), "off"))
 				t.Run(name, func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(len(name)), 3))
@@ -119,7 +119,7 @@ func TestStagedPushBytes(t *testing.T) {
 					var staged, direct uint64
 					for _, p := range r.producers {
 						s := p.Stats()
-						if mode == StagingOff {
+						if mode == connector.StagingOff {
 							_, ok := s.Get("staged_transfers")
 							require.False(t, ok, "no staging counters without staging")
 							continue
@@ -129,17 +129,17 @@ func TestStagedPushBytes(t *testing.T) {
 					}
 					writes := uint64(max(g.preTP, g.decTP))
 					switch {
-					case mode == StagingOn:
+					case mode == connector.StagingOn:
 						require.Equal(t, writes, staged, "every WRITE staged")
 						require.Zero(t, direct)
-					case mode == StagingAuto && layout == "fragmented":
+					case mode == connector.StagingAuto && layout == "fragmented":
 						require.Equal(t, writes, staged, "the model stages fragmented blocks")
-					case mode == StagingAuto && layout == "contiguous" && g.preTP == g.decTP && g.preBlock == g.decBlock:
+					case mode == connector.StagingAuto && layout == "contiguous" && g.preTP == g.decTP && g.preBlock == g.decBlock:
 						// (With other geometries even contiguous blocks
 						// need a descriptor per block and head slice.)
 						require.Equal(t, writes, direct, "the model writes contiguous blocks directly")
 					}
-					if mode != StagingOff {
+					if mode != connector.StagingOff {
 						var decStaged uint64
 						for _, c := range r.consumers {
 							decStaged += extra(t, c.Stats(), "staged_transfers")
@@ -171,8 +171,8 @@ func cmpOr(a, b string) string {
 // free slot and is written directly; the slots come back only once the
 // WRITE and the scatter ended.
 func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
-	fc := clock.NewManual(rigStart)
-	m := newStagingMem(t, StagingOn, 1, 64<<10)
+	fc := connector.NewManualClock(rigStart)
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
 	r := stagingRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(4096.0, 0))}}, m) // 4 KiB a second of fabric time
 	fab := r.fabric
 	c, p := r.consumers[0], r.producers[0]
@@ -180,7 +180,7 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	srcA, dstA := fragmented(rng, 4), []int{40, 42, 44, 46}
 	srcB, dstB := []int{50, 52}, []int{60, 62}
 	fill(t, r.preLayout[0], srcA, 1, 64)
-	require.NoError(t, c.Register("a", r.pre.Coordinates(), dstA))
+	require.NoError(t, c.Register("a", Coordinates(r.pre), dstA))
 	admitted(t, p, 1)
 	_, err := p.RequestFinished("a", srcA)
 	require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 	require.Equal(t, 1, dec, "decode slot held while the WRITE is in flight")
 
 	fill(t, r.preLayout[0], srcB, 2, 32)
-	require.NoError(t, c.Register("b", r.pre.Coordinates(), dstB))
+	require.NoError(t, c.Register("b", Coordinates(r.pre), dstB))
 	admitted(t, p, 2)
 	_, err = p.RequestFinished("b", srcB)
 	require.NoError(t, err)
@@ -217,15 +217,15 @@ func TestStagedSlotHeldUntilWriteEnds(t *testing.T) {
 func TestStagedFailures(t *testing.T) {
 	for _, step := range []string{"gather", "transfer", "scatter"} {
 		t.Run(step, func(t *testing.T) {
-			m := newStagingMem(t, StagingOn, 1, 64<<10)
-			bad := map[string]Copier{}
+			m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
+			bad := map[string]connector.Copier{}
 			if step == "gather" {
 				bad["prefill"] = &stagingtest.Copier{FailAt: 1}
 			}
 			if step == "scatter" {
 				bad["decode"] = &stagingtest.Copier{FailAt: 1}
 			}
-			m.copier = func(side string) Copier {
+			m.copier = func(side string) connector.Copier {
 				if c := bad[side]; c != nil {
 					return c
 				}
@@ -237,14 +237,14 @@ func TestStagedFailures(t *testing.T) {
 				require.NoError(t, err)
 			}
 			c, p := r.consumers[0], r.producers[0]
-			require.NoError(t, c.Register("x", r.pre.Coordinates(), []int{3, 9}))
+			require.NoError(t, c.Register("x", Coordinates(r.pre), []int{3, 9}))
 			admitted(t, p, 1)
 			_, err := p.RequestFinished("x", []int{5, 1})
 			require.NoError(t, err)
 			res := await(t, c, 1)
 			switch step {
 			case "scatter":
-				require.ErrorIs(t, res[0].Err, ErrStaging)
+				require.ErrorIs(t, res[0].Err, connector.ErrStaging)
 			default:
 				require.True(t, isPushFail(res[0].Err, "transfer"), "err = %v", res[0].Err)
 			}
@@ -267,12 +267,12 @@ func TestStagedFailures(t *testing.T) {
 // TestStagedClose: closing both sides while a staged WRITE is in flight
 // ends the request once, frees its blocks once and every slot.
 func TestStagedClose(t *testing.T) {
-	fc := clock.NewManual(rigStart)
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	fc := connector.NewManualClock(rigStart)
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 	r := stagingRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithClock(fc), loopback.WithModel(loopback.Bandwidth(1, 0))}}, m) // never, on a clock that stands still
 	fab := r.fabric
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("z", r.pre.Coordinates(), []int{8, 3}))
+	require.NoError(t, c.Register("z", Coordinates(r.pre), []int{8, 3}))
 	admitted(t, p, 1)
 	_, err := p.RequestFinished("z", []int{6, 2})
 	require.NoError(t, err)
@@ -296,17 +296,17 @@ func TestStagingConfigRefused(t *testing.T) {
 	l := testLayout(t, 1, 0, 16, numBlocks)
 	defer freeLayout(l)
 	for _, tc := range []struct {
-		st   Staging
+		st   connector.Staging
 		want string
 	}{
-		{Staging{Mode: "sometimes", Base: 1, SlotBytes: 16, Slots: 1}, "Mode"},
-		{Staging{Mode: StagingOn, Base: 0, SlotBytes: 16, Slots: 1}, "Base is 0"},
-		{Staging{Mode: StagingOn, Base: 16, SlotBytes: 10, Slots: 1}, "SlotBytes is 10"},
-		{Staging{Mode: StagingOn, Base: 16, SlotBytes: 16, Slots: 0}, "Slots is 0"},
-		{Staging{Mode: StagingOn, Mem: nixl.VRAM, Base: 16, SlotBytes: 16, Slots: 1}, "Mem is VRAM"},
+		{connector.Staging{Mode: "sometimes", Base: 1, SlotBytes: 16, Slots: 1}, "Mode"},
+		{connector.Staging{Mode: connector.StagingOn, Base: 0, SlotBytes: 16, Slots: 1}, "Base is 0"},
+		{connector.Staging{Mode: connector.StagingOn, Base: 16, SlotBytes: 10, Slots: 1}, "SlotBytes is 10"},
+		{connector.Staging{Mode: connector.StagingOn, Base: 16, SlotBytes: 16, Slots: 0}, "Slots is 0"},
+		{connector.Staging{Mode: connector.StagingOn, Mem: nixl.VRAM, Base: 16, SlotBytes: 16, Slots: 1}, "Mem is VRAM"},
 	} {
-		_, err := NewProducer(r.pre, RankConfig{Agent: a, Layout: l, Staging: tc.st})
-		require.ErrorIs(t, err, ErrInvalid)
+		_, err := NewProducer(r.pre, Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, Staging: tc.st}})
+		require.ErrorIs(t, err, connector.ErrInvalid)
 		require.ErrorContains(t, err, "RankConfig.Staging")
 		require.ErrorContains(t, err, tc.want)
 	}
@@ -315,9 +315,9 @@ func TestStagingConfigRefused(t *testing.T) {
 // TestStagedWriteChunked: with TransferChunk the staged WRITE is several
 // descriptors, and the bytes are the same.
 func TestStagedWriteChunked(t *testing.T) {
-	m := newStagingMem(t, StagingOn, 2, 64<<10)
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
 	r := newRig(t, rigConfig{
-		preRank: func(c *RankConfig) { m.rank("prefill")(c); c.Staging.TransferChunk = 4096 },
+		preRank: func(c *Config) { m.rank("prefill")(c); c.Staging.TransferChunk = 4096 },
 		decRank: m.rank("decode"),
 	})
 	pushOne(t, r, true, "c", "c", []int{9, 3, 30, 12}, []int{5, 40, 7, 22}, 64)

@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"strings"
 	"sync"
 	"testing"
@@ -61,8 +62,8 @@ func recordingRig(t *testing.T, rc rigConfig) (*rig, *loopback.Fabric, []*comple
 }
 
 // drainFor collects consumer c's results for d.
-func drainFor(c *Consumer, d time.Duration) []Result {
-	var out []Result
+func drainFor(c *Consumer, d time.Duration) []connector.Result {
+	var out []connector.Result
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		out = append(out, c.Drain()...)
 	}
@@ -88,7 +89,7 @@ func TestStaleSameIDCompletionIsNotCounted(t *testing.T) {
 
 			// "X" again, into other blocks.
 			poison(t, r.decLayout[0], second)
-			require.NoError(t, c.Register("X", r.pre.Coordinates(), second))
+			require.NoError(t, c.Register("X", Coordinates(r.pre), second))
 			for _, p := range r.producers {
 				admitted(t, p, 2)
 			}
@@ -130,7 +131,7 @@ func TestStaleSameIDCompletionDoesNotReleaseADrainingRequest(t *testing.T) {
 	pushOne(t, r, true, "X", "X", src, first, 16)
 	copyOf := recs[0].last(t)
 
-	require.NoError(t, c.Register("X", r.pre.Coordinates(), second))
+	require.NoError(t, c.Register("X", Coordinates(r.pre), second))
 	admitted(t, p, 2)
 	// The cancel is lost: the second X drains, waiting for rank 0.
 	_, err := fab.AddFault(loopback.Fault{Kind: loopback.DropNotif, From: "decode-0", To: "prefill-0", Count: 1})
@@ -145,5 +146,5 @@ func TestStaleSameIDCompletionDoesNotReleaseADrainingRequest(t *testing.T) {
 	// The resent cancel reaches prefill; its ack releases the request.
 	r.clock.Advance(DefaultCancelTimeout / cancelResends)
 	res := await(t, c, 1)
-	require.ErrorIs(t, res[0].Err, ErrAborted)
+	require.ErrorIs(t, res[0].Err, connector.ErrAborted)
 }

@@ -1,9 +1,12 @@
 package pushconn
 
-import "github.com/gonixl/gonixl/metrics"
+import (
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/stats"
+)
 
-// Stats is a snapshot of a rank's or an Engine's counters and transfer
-// times (see package metrics); the promstats package exports it to
-// Prometheus. The push-specific counters are in Extra (see the package
-// documentation, Metrics).
-type Stats = metrics.Snapshot
+// statsOf returns a rank's counters as the public connector.Stats.
+func statsOf(s *stats.Set) connector.Stats {
+	return engine.Public.Stats(s.Snapshot()).(connector.Stats)
+}

@@ -2,6 +2,7 @@ package pushconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"slices"
 	"time"
 
@@ -43,7 +44,7 @@ type decodeReq struct {
 	reported int // completions
 	// result is the request's end, kept back while it drains (ended other
 	// than by success, some ranks may still write into its blocks).
-	result Result
+	result connector.Result
 	// stage is the staging slot decode offered for the request, nil when
 	// none; it is released with the request's result.
 	stage *decodeStage
@@ -78,12 +79,12 @@ const (
 
 // tracker is the decode side's state machine: requests from registration
 // to their one result. A request that ends other than by success drains
-// first: its Result (when the engine takes the blocks back) is held until
+// first: its connector.Result (when the engine takes the blocks back) is held until
 // every prefill rank that got the registration has written, failed or
 // acknowledged the PUSH_CANCEL, or the cancel timeout passed. Time is an
 // argument; its owner does all I/O and serialises calls.
 type tracker struct {
-	// recompute: failed Results list the request's blocks (PolicyRecompute).
+	// recompute: failed Results list the request's blocks (connector.PolicyRecompute).
 	recompute bool
 	// onPublish, when set, runs as a request's result goes out: nothing
 	// can write into its blocks (or its staging slot) any more.
@@ -94,7 +95,7 @@ type tracker struct {
 	drainEnd  *lease.Table          // cancel timeouts of draining requests
 	resend    *lease.Table          // next PUSH_CANCEL of draining requests
 	ended     *lease.Table
-	results   []Result
+	results   []connector.Result
 	timeout   time.Duration
 	// cancels are the PUSH_CANCELs owed to prefill ranks; the owner sends
 	// them.
@@ -304,11 +305,11 @@ func (t *tracker) failFrom(now time.Time, id, from string, err error) bool {
 
 // end ends live request r with err (nil: done). A failure whose
 // registration some prefill ranks may still write drains: PUSH_CANCELs are
-// owed to them and the Result waits (see tracker).
+// owed to them and the connector.Result waits (see tracker).
 func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 	delete(t.reqs, r.id)
 	t.deadlines.Complete(r.id)
-	r.result = Result{RequestID: r.id, Err: err, Start: r.start, End: now}
+	r.result = connector.Result{RequestID: r.id, Err: err, Start: r.start, End: now}
 	if err != nil && t.recompute && len(r.blocks) > 0 {
 		r.result.InvalidBlocks = append([]int(nil), r.blocks[0]...)
 	}
@@ -389,7 +390,7 @@ func (t *tracker) releaseAll(now time.Time) {
 }
 
 // drain returns and forgets the results so far.
-func (t *tracker) drain() []Result {
+func (t *tracker) drain() []connector.Result {
 	out := t.results
 	t.results = nil
 	return out

@@ -3,6 +3,7 @@ package pushconn
 import (
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"slices"
 	"time"
 
@@ -229,7 +230,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 	if held := w.matcher.PendingRegistrations() + w.parked; held >= p.cfg.MaxPendingRegistrations {
 		p.push.pendingLimit.Inc()
 		w.sendFail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
-			"prefill rank holds %d registrations, its limit (RankConfig.MaxPendingRegistrations)", held))
+			"prefill rank holds %d registrations, its limit (Config.MaxPendingRegistrations)", held))
 		return
 	}
 	addr := p.engine.addr(reg.DecodeHost, reg.DecodePort)
@@ -239,7 +240,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 		if len(w.peers) >= p.cfg.MaxPeers && !w.evictIdlePeer() {
 			p.push.peerLimit.Inc()
 			w.sendFail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
-				"prefill rank already serves %d decode engines, its limit (RankConfig.MaxPeers), and none is idle", len(w.peers)))
+				"prefill rank already serves %d decode engines, its limit (Config.MaxPeers), and none is idle", len(w.peers)))
 			return
 		}
 		de = &decodeEngine{key: key, engineID: reg.DecodeEngineID, addr: addr}
@@ -373,16 +374,16 @@ func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 	p := w.p
 	dst := &pl.Ranks[0].Layout
 	if err := descriptors.Compatible(&p.cfg.Layout, dst); err != nil {
-		return fmt.Errorf("%w: decode engine %q: %v", ErrIncompatible, de.engineID, err)
+		return fmt.Errorf("%w: decode engine %q: %v", connector.ErrIncompatible, de.engineID, err)
 	}
 	ranks, err := descriptors.Targets(&p.cfg.Layout, dst)
 	if err != nil {
-		return fmt.Errorf("%w: decode engine %q: %v", ErrIncompatible, de.engineID, err)
+		return fmt.Errorf("%w: decode engine %q: %v", connector.ErrIncompatible, de.engineID, err)
 	}
 	targets := make(map[string]int, len(ranks))
 	for _, r := range ranks {
 		if err := loadPeerMD(p.cfg.Agent, pl.Ranks[r].Agent, pl.Ranks[r].Metadata); err != nil {
-			return fmt.Errorf("%w: decode engine %q rank %d: load agent metadata: %v", ErrHandshake, de.engineID, r, err)
+			return fmt.Errorf("%w: decode engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, de.engineID, r, err)
 		}
 		targets[pl.Ranks[r].Agent] = r
 	}

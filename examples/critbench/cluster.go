@@ -3,6 +3,7 @@ package critbench
 import (
 	"errors"
 	"fmt"
+	"github.com/gonixl/gonixl/connector"
 	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -28,11 +29,11 @@ type cluster struct {
 	preLayouts []descriptors.Layout
 	decLayouts []descriptors.Layout
 
-	pushPre, pushDec *pushconn.Engine
+	pushPre, pushDec *connector.Engine
 	pushProds        []*pushconn.Producer
 	pushCons         []*pushconn.Consumer
 
-	pullPre, pullDec *pullconn.Engine
+	pullPre, pullDec *connector.Engine
 	pullProds        []*pullconn.Producer
 	pullCons         []*pullconn.Consumer
 }
@@ -78,13 +79,12 @@ func newCluster(cfg Config) (c *cluster, err error) {
 		c.bufs = append(c.bufs, buf)
 		return a, newLayout(buf, tp, rank, cfg.BlockSize, blocks), nil
 	}
-	engine := func(id string, tp int) (pushconn.EngineConfig, pullconn.EngineConfig) {
-		return pushconn.EngineConfig{EngineID: id, Model: "bench-model", DType: "bfloat16", TPSize: tp, BlockSize: cfg.BlockSize},
-			pullconn.EngineConfig{EngineID: id, Model: "bench-model", DType: "bfloat16", TPSize: tp, BlockSize: cfg.BlockSize}
+	engine := func(id string, tp int) connector.EngineConfig {
+		return connector.EngineConfig{EngineID: id, Model: "bench-model", Geometry: geometry(tp, cfg.BlockSize, blocks)}
 	}
 	push := cfg.Mode == Push
-	pushPre, pullPre := engine("prefill", cfg.PrefillTP)
-	pushDec, pullDec := engine("decode", cfg.DecodeTP)
+	pushPre, pullPre := engine("prefill", cfg.PrefillTP), engine("prefill", cfg.PrefillTP)
+	pushDec, pullDec := engine("decode", cfg.DecodeTP), engine("decode", cfg.DecodeTP)
 	if push {
 		if c.pushPre, err = pushconn.NewEngine(pushPre); err != nil {
 			return nil, err
@@ -107,13 +107,13 @@ func newCluster(cfg Config) (c *cluster, err error) {
 		}
 		c.preLayouts = append(c.preLayouts, l)
 		if push {
-			p, err := pushconn.NewProducer(c.pushPre, pushconn.RankConfig{Agent: a, Layout: l})
+			p, err := pushconn.NewProducer(c.pushPre, pushconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}})
 			if err != nil {
 				return nil, err
 			}
 			c.pushProds = append(c.pushProds, p)
 		} else {
-			p, err := pullconn.NewProducer(c.pullPre, pullconn.RankConfig{Agent: a, Layout: l})
+			p, err := pullconn.NewProducer(c.pullPre, pullconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}})
 			if err != nil {
 				return nil, err
 			}
@@ -127,13 +127,13 @@ func newCluster(cfg Config) (c *cluster, err error) {
 		}
 		c.decLayouts = append(c.decLayouts, l)
 		if push {
-			cn, err := pushconn.NewConsumer(c.pushDec, pushconn.RankConfig{Agent: a, Layout: l})
+			cn, err := pushconn.NewConsumer(c.pushDec, pushconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}})
 			if err != nil {
 				return nil, err
 			}
 			c.pushCons = append(c.pushCons, cn)
 		} else {
-			cn, err := pullconn.NewConsumer(c.pullDec, pullconn.RankConfig{Agent: a, Layout: l, Inline: cfg.Mode == PullInline})
+			cn, err := pullconn.NewConsumer(c.pullDec, pullconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}, Inline: cfg.Mode == PullInline})
 			if err != nil {
 				return nil, err
 			}
@@ -147,7 +147,7 @@ func newCluster(cfg Config) (c *cluster, err error) {
 // blocks on every decode rank; pull waits for prefill's params.
 func (c *cluster) arrive(id string, i int) error {
 	for _, cn := range c.pushCons {
-		if err := cn.Register(id, c.pushPre.Coordinates(), c.blocksOf(i)); err != nil {
+		if err := cn.Register(id, pushconn.Coordinates(c.pushPre), c.blocksOf(i)); err != nil {
 			return err
 		}
 	}

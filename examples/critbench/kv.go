@@ -20,6 +20,12 @@ func newLayout(buf *nixl.Buffer, tp, rank, blockTokens, blocks int) descriptors.
 	return l
 }
 
+// geometry is newLayout's geometry.
+func geometry(tp, blockTokens, blocks int) descriptors.Geometry {
+	return descriptors.Geometry{Layers: numLayers, KVHeads: modelHeads, HeadDim: headBytes / 2, DType: "bfloat16",
+		BlockSize: blockTokens, Blocks: blocks, TPSize: tp}
+}
+
 func layoutBytes(tp, blockTokens, blocks int) int {
 	return 2 * numLayers * blocks * blockTokens * (modelHeads / tp) * headBytes
 }

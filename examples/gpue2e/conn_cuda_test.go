@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
-	"github.com/gonixl/gonixl/metrics"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
@@ -160,13 +160,13 @@ func runDecode() error {
 	var cons consumer
 	var start func(loadMsg) error
 	var drain func() []doneMsg
-	var snapshot func() metrics.Snapshot
+	var snapshot func() connector.Stats
 	ends := func(id string, err error) doneMsg {
 		d := doneMsg{ID: id, EndNano: time.Now().UnixNano()}
 		if err != nil {
 			d.Err = err.Error()
 		}
-		if st.Enabled() {
+		if st.Mode != connector.StagingOff {
 			s := snapshot()
 			d.Stage = map[string]uint64{}
 			for _, k := range stageCounters {
@@ -179,12 +179,12 @@ func runDecode() error {
 	poll := pollInterval()
 	switch mode {
 	case "pull":
-		e, err := pullconn.NewEngine(pullconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16})
+		e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: name, Model: modelName, Geometry: descriptors.GeometryOf(layout)})
 		if err != nil {
 			return fail(err)
 		}
 		defer e.Close()
-		pc, err := pullconn.NewConsumer(e, pullconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
+		pc, err := pullconn.NewConsumer(e, pullconn.Config{RankConfig: connector.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st}})
 		if err != nil {
 			return fail(err)
 		}
@@ -198,12 +198,12 @@ func runDecode() error {
 			return out
 		}
 	case "push":
-		e, err := pushconn.NewEngine(pushconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16})
+		e, err := pushconn.NewEngine(connector.EngineConfig{EngineID: name, Model: modelName, Geometry: descriptors.GeometryOf(layout)})
 		if err != nil {
 			return fail(err)
 		}
 		defer e.Close()
-		pc, err := pushconn.NewConsumer(e, pushconn.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
+		pc, err := pushconn.NewConsumer(e, pushconn.Config{RankConfig: connector.RankConfig{Agent: agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st}})
 		if err != nil {
 			return fail(err)
 		}
@@ -355,9 +355,9 @@ type connFixture struct {
 	m      memory
 	base   uint64
 	agent  nixl.Agent
-	pullE  *pullconn.Engine
+	pullE  *connector.Engine
 	pullP  *pullconn.Producer
-	pushE  *pushconn.Engine
+	pushE  *connector.Engine
 	pushP  *pushconn.Producer
 	peer   *Peer
 	dones  chan doneMsg
@@ -402,12 +402,12 @@ func newConnFixture(mode string, dev int) (*connFixture, error) {
 	poll := pollInterval()
 	switch mode {
 	case "pull":
-		if f.pullE, err = pullconn.NewEngine(pullconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16}); err == nil {
-			f.pullP, err = pullconn.NewProducer(f.pullE, pullconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
+		if f.pullE, err = pullconn.NewEngine(connector.EngineConfig{EngineID: name, Model: modelName, Geometry: descriptors.GeometryOf(layout)}); err == nil {
+			f.pullP, err = pullconn.NewProducer(f.pullE, pullconn.Config{RankConfig: connector.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st}})
 		}
 	case "push":
-		if f.pushE, err = pushconn.NewEngine(pushconn.EngineConfig{EngineID: name, Model: modelName, DType: "bfloat16", TPSize: 1, BlockSize: 16}); err == nil {
-			f.pushP, err = pushconn.NewProducer(f.pushE, pushconn.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st})
+		if f.pushE, err = pushconn.NewEngine(connector.EngineConfig{EngineID: name, Model: modelName, Geometry: descriptors.GeometryOf(layout)}); err == nil {
+			f.pushP, err = pushconn.NewProducer(f.pushE, pushconn.Config{RankConfig: connector.RankConfig{Agent: f.agent, Layout: layout, StatsInterval: -1, PollInterval: poll, Staging: st}})
 		}
 	}
 	if err != nil {
@@ -654,7 +654,7 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 			}
 			pending++
 			unfreed++
-			coords := f.pushE.Coordinates()
+			coords := pushconn.Coordinates(f.pushE)
 			if err := f.peer.Conn().Send("load", loadMsg{ID: r.id, Push: coords, Blocks: r.dBlocks, SrcBlocks: r.pBlocks, Full: full, Seq: r.seq}); err != nil {
 				return st, err
 			}

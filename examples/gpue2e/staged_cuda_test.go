@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/gpucopy"
-	"github.com/gonixl/gonixl/metrics"
 	"github.com/gonixl/gonixl/nixl"
-	"github.com/gonixl/gonixl/pullconn"
 )
 
 // stagingFor returns a rank's staging configuration for mode (GONIXL_E2E_
@@ -26,27 +25,31 @@ import (
 // GONIXL_E2E_CHUNKS pipelined chunks (default staging.DefaultChunks), and
 // on a GPU the gather/scatter kernel on device dev.
 // The function it returns frees them.
-func stagingFor(m memory, dev int, g connGeometry, mode string) (pullconn.Staging, func(), error) {
+func stagingFor(m memory, dev int, g connGeometry, mode string) (connector.Staging, func(), error) {
 	if mode == "" || mode == "off" {
-		return pullconn.Staging{}, func() {}, nil
+		return connector.Staging{}, func() {}, nil
 	}
 	l := kvLayout(m, 0, g.layers, g.blocks)
 	slot := (uint64(g.reqBlocks)*uint64(l.NumRegions())*l.BlockLen() + 15) &^ 15
 	slots := uint64(min(max((8<<30)/slot, 2), 16))
 	base, err := m.alloc(slots * slot)
 	if err != nil {
-		return pullconn.Staging{}, nil, err
+		return connector.Staging{}, nil, err
 	}
-	st := pullconn.Staging{Mode: pullconn.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: int(slots),
+	st := connector.Staging{Mode: connector.StagingMode(mode), Mem: m.mem(), Base: base, DevID: m.devID(), SlotBytes: slot, Slots: int(slots),
 		TransferChunk: uint64(envInt("GONIXL_E2E_XFER_CHUNK", 0)), Chunks: envInt("GONIXL_E2E_CHUNKS", 0)}
+	var gpu *connector.GPUCopier
 	if m.mem() == nixl.VRAM {
-		if st.Copier, err = pullconn.NewGPUCopier(dev); err != nil {
+		if gpu, err = connector.NewGPUCopier(dev); err != nil {
 			_ = m.free(base)
-			return pullconn.Staging{}, nil, err
+			return connector.Staging{}, nil, err
 		}
+		st.Copier = gpu
 	}
 	return st, func() {
-		_ = pullconn.CloseGPUCopier(st.Copier)
+		if gpu != nil {
+			_ = gpu.Close()
+		}
 		_ = m.free(base)
 	}, nil
 }
@@ -221,7 +224,7 @@ func BenchmarkStagedKV(b *testing.B) {
 						}
 						s0, _ := f.prefillStaged()
 						pc0, pp0 := f.prefillTimes()
-						var px0 metrics.Timing
+						var px0 connector.Timing
 						if f.pushP != nil {
 							px0 = f.pushP.Stats().XferTime
 						}
@@ -297,7 +300,7 @@ func BenchmarkStagedKV(b *testing.B) {
 type gatherCase struct {
 	m        memory
 	src, dst uint64
-	segs     []pullconn.Seg
+	segs     []connector.Seg
 	spans    []span // destination spans and the source pattern they hold
 	bytes    uint64
 }
@@ -320,7 +323,7 @@ func newGatherCase(tb testing.TB, n int, size uint64) *gatherCase {
 	perm := rand.New(rand.NewPCG(3, 4)).Perm(2 * n)
 	for i := range n {
 		from := uint64(perm[i]) * size
-		c.segs = append(c.segs, pullconn.Seg{Src: c.src + from, Dst: c.dst + uint64(i)*size, Len: size})
+		c.segs = append(c.segs, connector.Seg{Src: c.src + from, Dst: c.dst + uint64(i)*size, Len: size})
 		c.spans = append(c.spans, span{Addr: c.dst + uint64(i)*size, PatOff: from, Len: size})
 	}
 	return c
@@ -340,7 +343,7 @@ func TestGPUCopier(t *testing.T) {
 	if useDRAM() {
 		t.Skip("the GPU copier needs a GPU")
 	}
-	cp, err := pullconn.NewGPUCopier(0)
+	cp, err := gpucopy.New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,11 +353,11 @@ func TestGPUCopier(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Unaligned and odd-sized segments too: the byte path of the kernel.
-	segs := append([]pullconn.Seg(nil), c.segs...)
+	segs := append([]connector.Seg(nil), c.segs...)
 	spans := append([]span(nil), c.spans...)
 	for i, n := range []uint64{1, 3, 15, 17, 100, 4095} {
 		off := uint64(i*8191 + 3)
-		segs[i] = pullconn.Seg{Src: c.src + off, Dst: c.dst + uint64(i)*4096 + 1, Len: n}
+		segs[i] = connector.Seg{Src: c.src + off, Dst: c.dst + uint64(i)*4096 + 1, Len: n}
 		spans[i] = span{Addr: c.dst + uint64(i)*4096 + 1, PatOff: off, Len: n}
 	}
 	if err := cp.Copy(segs); err != nil {
@@ -366,13 +369,7 @@ func TestGPUCopier(t *testing.T) {
 	// By block ids: 16 blocks of 4 regions (64 blocks of 4 KiB each in the
 	// source), the run [256, 1280) of each, gathered into the slot and
 	// scattered back into zeroed blocks.
-	bcp, ok := cp.(interface {
-		CopyBlocks(staging.BlockCopy) error
-		HasBlockKernel() bool
-	})
-	if !ok {
-		t.Fatal("the GPU copier has no CopyBlocks")
-	}
+	bcp := cp
 	t.Logf("block kernel in the PTX: %v", bcp.HasBlockKernel())
 	const regions, perRegion, blockLen = 4, 64, 4096
 	bases := []uint64{c.src, c.src + perRegion*blockLen, c.src + 2*perRegion*blockLen, c.src + 3*perRegion*blockLen}
@@ -407,10 +404,10 @@ func TestGPUCopier(t *testing.T) {
 	if err := checkPattern(c.m, 5, want); err != nil {
 		t.Fatal("scatter by blocks:", err)
 	}
-	if err := pullconn.CloseGPUCopier(cp); err != nil {
+	if err := cp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pullconn.CloseGPUCopier(cp); err != nil {
+	if err := cp.Close(); err != nil {
 		t.Fatal("second close:", err)
 	}
 	if err := cp.Copy(segs[:1]); err == nil {
@@ -433,10 +430,10 @@ func BenchmarkGatherKernel(b *testing.B) {
 	c := newGatherCase(b, 131072, 32<<10)
 	defer c.close()
 	y := dtodYardstick(b, c.bytes)
-	var runs []pullconn.Seg
+	var runs []connector.Seg
 	for i := range 128 {
 		n := c.bytes / 128
-		runs = append(runs, pullconn.Seg{Src: c.src + uint64(i)*2*n, Dst: c.dst + uint64(i)*n, Len: n})
+		runs = append(runs, connector.Seg{Src: c.src + uint64(i)*2*n, Dst: c.dst + uint64(i)*n, Len: n})
 	}
 	kernels := []string{"embedded"}
 	if l := os.Getenv("GONIXL_GPUCOPY_PTX_LIST"); l != "" {
@@ -483,7 +480,7 @@ func BenchmarkGatherKernel(b *testing.B) {
 		})
 		for _, shape := range []struct {
 			name string
-			segs []pullconn.Seg
+			segs []connector.Seg
 		}{{"fragments", c.segs}, {"runs", runs}} {
 			b.Run(fmt.Sprintf("ptx=%s/%s", filepath.Base(k), shape.name), func(b *testing.B) {
 				if err := cp.Copy(shape.segs); err != nil {

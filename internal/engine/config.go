@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/lease"
 )
 
@@ -35,6 +36,10 @@ type Config struct {
 	// size in tokens. Every rank's layout must agree.
 	TPSize    int
 	BlockSize int
+	// Geometry, when set, is the engine's KV-cache geometry, which every
+	// rank's layout must be a layout of; DType, TPSize and BlockSize are
+	// then its own.
+	Geometry descriptors.Geometry
 	// HandshakeTimeout bounds each handshake with a peer engine, retries
 	// included (default DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration

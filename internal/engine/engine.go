@@ -35,6 +35,9 @@ type Connector struct {
 	// OnConfirm, when set, answers peers' confirmations (see
 	// handshake.Hello.Confirm): pull prefill engines set it.
 	OnConfirm func(reader, agent string, refs []handshake.HoldRef) []string
+	// State is what the connector keeps per engine (pull: its hold
+	// adverts and staging slot index); State returns it.
+	State any
 }
 
 // ErrClosed is what a closed Engine's rank calls wrap when the connector
@@ -56,6 +59,7 @@ type Engine struct {
 	errClosed  error
 	errInvalid error
 
+	state   any
 	mu      sync.Mutex
 	closed  bool
 	claimed map[claim]bool // TP ranks with a Producer or Consumer, by kind
@@ -73,7 +77,7 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 		return nil, fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
 	}
 	client.SetClock(cfg.Clock.Now)
-	e := &Engine{cfg: cfg, name: conn.Name, client: client, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed), errInvalid: conn.ErrInvalid}
+	e := &Engine{cfg: cfg, name: conn.Name, state: conn.State, client: client, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed), errInvalid: conn.ErrInvalid}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
 		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{
@@ -107,6 +111,12 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 	}
 	return e, nil
 }
+
+// State returns the connector's per-engine state (Connector.State).
+func (e *Engine) State() any { return e.state }
+
+// Name returns the name of the connector that started the engine.
+func (e *Engine) Name() string { return e.name }
 
 // Config returns the configuration with its defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }

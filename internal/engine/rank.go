@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -61,7 +62,25 @@ func (e *Engine) CheckRank(agent nixl.Agent, l descriptors.Layout) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("RankConfig.Layout: %v", err)
 	}
+	if e.cfg.Geometry != (descriptors.Geometry{}) {
+		if err := e.cfg.Geometry.Check(l); err != nil {
+			return fmt.Errorf("RankConfig.%s (engine %q)", Field(err), e.cfg.EngineID)
+		}
+	}
 	return nil
+}
+
+// Field returns a descriptors validation error as the field it names and
+// what is wrong with it ("Geometry.HeadDim is 0, want >= 1"), without the
+// package's prefix, for a message that names the field as the user wrote it.
+func Field(err error) string {
+	return strings.TrimPrefix(err.Error(), "descriptors: ")
+}
+
+// Invalidf returns an error that wraps the connector's ErrInvalid, for
+// configuration the connector checks itself.
+func (e *Engine) Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", e.errInvalid, fmt.Sprintf(format, args...))
 }
 
 // PublishRank registers the rank's KV memory (layout l) with its agent and

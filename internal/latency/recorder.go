@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/gonixl/gonixl/metrics"
 )
 
 // Recorder keeps every sample it is given. It is safe for concurrent use.
@@ -65,10 +63,16 @@ func (w *Window) Add(d time.Duration) {
 	w.mu.Unlock()
 }
 
-// Stats is a Window's digest (the public metrics.Timing): Count, Sum and
-// Mean cover every sample ever added; the percentiles cover the samples
-// still in the window.
-type Stats = metrics.Timing
+// Stats is a Window's digest: Count, Sum and Mean cover every sample ever
+// added; the percentiles cover the samples still in the window.
+type Stats struct {
+	Count uint64
+	Sum   time.Duration
+	Mean  time.Duration
+	P50   time.Duration
+	P90   time.Duration
+	P99   time.Duration
+}
 
 // Stats returns the window's digest.
 func (w *Window) Stats() Stats {

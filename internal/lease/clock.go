@@ -1,9 +1,15 @@
 package lease
 
-import "github.com/gonixl/gonixl/clock"
+import "time"
 
-// Clock is the public clock.Clock.
-type Clock = clock.Clock
+// Clock tells the time; connector.Clock, and every clock a user gives a
+// connector, satisfies it.
+type Clock interface {
+	Now() time.Time
+}
 
-// SystemClock is the wall clock (clock.System).
-type SystemClock = clock.System
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

@@ -120,7 +120,7 @@ func (c *Config) Validate(field string, layoutMem nixl.MemType) error {
 	case c.SlotBytes > (1<<62)/uint64(c.Slots) || c.Base > ^uint64(0)-c.SlotBytes*uint64(c.Slots):
 		return fmt.Errorf("%s: %d slots of %d bytes from %#x overflow the address space", field, c.Slots, c.SlotBytes, c.Base)
 	case c.Copier == nil:
-		return fmt.Errorf("%s.Copier is nil: %v staging needs a copier (gpucopy.New for VRAM)", field, c.Mem)
+		return fmt.Errorf("%s.Copier is nil: %v staging needs a copier (connector.NewGPUCopier for VRAM)", field, c.Mem)
 	case c.Chunks < 0 || c.Chunks > MaxChunks:
 		return fmt.Errorf("%s.Chunks is %d, want 0..%d (0: %d)", field, c.Chunks, MaxChunks, DefaultChunks)
 	case c.DescCost < 0 || c.CopyBandwidth < 0:

@@ -6,8 +6,10 @@ import (
 	"github.com/gonixl/gonixl/nixl"
 )
 
-// Seg is one copy of Len bytes from address Src to address Dst.
-type Seg struct {
+// Seg is one copy of Len bytes from address Src to address Dst. It is an
+// unnamed struct type, the same as connector.Seg, so that a Copier a user
+// writes for package connector is one for this package too.
+type Seg = struct {
 	Src, Dst, Len uint64
 }
 

@@ -3,8 +3,6 @@ package stats
 import (
 	"sync"
 	"time"
-
-	"github.com/gonixl/gonixl/metrics"
 )
 
 // Bucket upper bounds of the connector histograms. Transfer time, post time,
@@ -73,5 +71,11 @@ func (h *Histogram) Snapshot() HistogramSnapshot {
 	return s
 }
 
-// HistogramSnapshot is the public metrics.Histogram.
-type HistogramSnapshot = metrics.Histogram
+// HistogramSnapshot is a histogram at one moment: Cumulative[i] counts the
+// observations <= Bounds[i]; Count and Sum cover all of them.
+type HistogramSnapshot struct {
+	Bounds     []float64
+	Cumulative []uint64
+	Count      uint64
+	Sum        float64
+}

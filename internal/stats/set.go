@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/internal/latency"
-	"github.com/gonixl/gonixl/metrics"
 )
 
 // window is the number of recent samples kept for the time percentiles.
@@ -97,12 +96,6 @@ func (s *Set) RecordTransfer(bytes uint64, descriptors int, d time.Duration) {
 	s.byteHist.Observe(float64(bytes))
 	s.descHist.Observe(float64(descriptors))
 }
-
-// Snapshot, Counter and the digests are the public metrics types.
-type (
-	Snapshot     = metrics.Snapshot
-	CounterValue = metrics.Counter
-)
 
 // Snapshot returns a copy of every counter and time digest.
 func (s *Set) Snapshot() Snapshot {

@@ -8,7 +8,7 @@
 // [nixl.Buffer]s. A transfer's notification reaches its target only after
 // the transfer's bytes are in place. How long transfers take is set by a
 // [TransferModel] (instant, a fixed latency, or a link bandwidth plus
-// latency), measured on an injectable clock ([clock.Clock]; tests step a [clock.Manual]). Faults — dropped or delayed
+// latency), measured on an injectable clock ([Clock]; tests step a connector.ManualClock). Faults — dropped or delayed
 // notifications, failed posts, transfers failing in flight, disconnected
 // agents — are injected per fabric or per agent pair, deterministically from a
 // seed, and counted.

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/gonixl/gonixl/clock"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -18,7 +18,7 @@ import (
 type Fabric struct {
 	id     uint64 // tells metadata of one fabric from another's
 	model  TransferModel
-	clock  clock.Clock
+	clock  Clock
 	log    *zap.Logger
 	faults faultTable
 	stats  counters
@@ -48,7 +48,7 @@ type Fabric struct {
 
 // NewFabric returns an empty fabric.
 func NewFabric(opts ...FabricOption) (*Fabric, error) {
-	cfg := fabricConfig{seed: 1, clock: clock.System{}, log: zap.NewNop()}
+	cfg := fabricConfig{seed: 1, clock: systemClock{}, log: zap.NewNop()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -201,3 +201,8 @@ func (f *Fabric) remove(a *Agent) {
 func reachable(a, b *Agent) bool {
 	return !a.closed.Load() && !b.closed.Load() && !a.disconnected.Load() && !b.disconnected.Load()
 }
+
+// systemClock is the wall clock, the fabric's default.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

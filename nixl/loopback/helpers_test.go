@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -16,7 +16,7 @@ import (
 type rig struct {
 	t        *testing.T
 	f        *loopback.Fabric
-	clock    *clock.Manual
+	clock    *connector.ManualClock
 	a, b     *loopback.Agent
 	src, dst *nixl.Buffer // src is a's, dst is b's
 }
@@ -28,7 +28,7 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // newRig builds a rig on a manual clock; src holds a pattern, dst zeros.
 func newRig(t *testing.T, opts ...loopback.FabricOption) *rig {
 	t.Helper()
-	r := &rig{t: t, clock: clock.NewManual(epoch)}
+	r := &rig{t: t, clock: connector.NewManualClock(epoch)}
 	f, err := loopback.NewFabric(append([]loopback.FabricOption{loopback.WithClock(r.clock)}, opts...)...)
 	must(t, err)
 	r.f = f

@@ -1,7 +1,8 @@
 package loopback
 
 import (
-	"github.com/gonixl/gonixl/clock"
+	"time"
+
 	"go.uber.org/zap"
 )
 
@@ -11,7 +12,7 @@ type FabricOption func(*fabricConfig)
 type fabricConfig struct {
 	model TransferModel
 	seed  uint64
-	clock clock.Clock
+	clock Clock
 	log   *zap.Logger
 }
 
@@ -23,10 +24,17 @@ func WithModel(m TransferModel) FabricOption { return func(c *fabricConfig) { c.
 // a failing randomized test to replay it.
 func WithSeed(seed uint64) FabricOption { return func(c *fabricConfig) { c.seed = seed } }
 
+// Clock tells the fabric the time; connector.Clock satisfies it, so one
+// clock (a connector.ManualClock in tests) drives the fabric and the
+// connectors alike.
+type Clock interface {
+	Now() time.Time
+}
+
 // WithClock sets the clock that decides when transfers and delayed
-// notifications are due (default: the wall clock). A clock.Manual makes
-// timing tests exact.
-func WithClock(clk clock.Clock) FabricOption { return func(c *fabricConfig) { c.clock = clk } }
+// notifications are due (default: the wall clock). A connector.ManualClock
+// makes timing tests exact.
+func WithClock(clk Clock) FabricOption { return func(c *fabricConfig) { c.clock = clk } }
 
 // WithLogger sets the logger for injected faults and disconnects (default:
 // none).

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -14,7 +14,7 @@ import (
 // a WRITE of four separate descriptors (four copy runs) from src to dst.
 type releaseRig struct {
 	f        *Fabric
-	clock    *clock.Manual
+	clock    *connector.ManualClock
 	a, b     *Agent
 	src, dst *nixl.Buffer
 	h        nixl.XferHandle
@@ -22,7 +22,7 @@ type releaseRig struct {
 
 func newReleaseRig(t *testing.T, model TransferModel, faults ...Fault) *releaseRig {
 	t.Helper()
-	r := &releaseRig{clock: clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	r := &releaseRig{clock: connector.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	f, err := NewFabric(WithClock(r.clock), WithModel(model))
 	if err != nil {
 		t.Fatal(err)

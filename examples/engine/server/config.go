@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"go.uber.org/zap"
@@ -40,7 +40,7 @@ type Config struct {
 	// Connector is "pull" or "push".
 	Connector string
 	// Inline (pull decode) posts READs on the engine loop
-	// (pullconn.RankConfig.Inline), as vLLM does today.
+	// (pullconn.Config.Inline), as vLLM does today.
 	Inline bool
 	// EngineID names the engine (default: role + random hex).
 	EngineID string
@@ -77,8 +77,8 @@ type Config struct {
 	// (default 8192).
 	PrefillTokenBudget int
 	// Clock is the time source for timestamps and connector deadlines
-	// (default clock.System{}). Modeled compute sleeps in real time.
-	Clock clock.Clock
+	// (default connector.SystemClock{}). Modeled compute sleeps in real time.
+	Clock connector.Clock
 	// Logger (default: zap.NewNop()).
 	Logger *zap.Logger
 	// KVHook, for tests, is called on a prefill engine, for requests with
@@ -257,7 +257,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("engine: Config.FailurePolicy is %q, want \"fail\" or \"recompute\"", c.FailurePolicy)
 	}
 	if c.Clock == nil {
-		c.Clock = clock.System{}
+		c.Clock = connector.SystemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -265,15 +265,10 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// layout returns rank's KV layout (regions not set).
-func (c *Config) layout(rank int) descriptors.Layout {
+// geometry returns the engine's KV-cache geometry: the model's, with the
+// engine's block count and TP size.
+func (c *Config) geometry() descriptors.Geometry {
 	m := c.Model
-	heads := m.KVHeads / c.TPSize
-	l := descriptors.Layout{Mem: nixl.DRAM, NumLayers: m.Layers, NumBlocks: c.NumBlocks, BlockSize: m.BlockSize,
-		KVHeads: heads, HeadBytes: m.HeadDim * m.DTypeBytes, DType: m.DType, TPRank: rank, TPSize: c.TPSize}
-	if c.TPSize > m.KVHeads {
-		l.KVHeads = 1
-		l.ModelKVHeads = m.KVHeads
-	}
-	return l
+	return descriptors.Geometry{Layers: m.Layers, KVHeads: m.KVHeads, HeadDim: m.HeadDim, DType: m.DType, ElemBytes: m.DTypeBytes,
+		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize}
 }

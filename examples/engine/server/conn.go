@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"github.com/gonixl/gonixl/connector"
 
 	"github.com/gonixl/gonixl/promstats"
 	"github.com/gonixl/gonixl/pullconn"
@@ -107,6 +108,5 @@ func (c pushConsumer) source() promstats.Source { return c.c }
 
 // isInvalid reports whether a connector refused a request's arguments.
 func isInvalid(err error) bool {
-	return errors.Is(err, pullconn.ErrInvalid) || errors.Is(err, pushconn.ErrInvalid) ||
-		errors.Is(err, pullconn.ErrIncompatible) || errors.Is(err, pushconn.ErrIncompatible)
+	return errors.Is(err, connector.ErrInvalid) || errors.Is(err, connector.ErrIncompatible)
 }

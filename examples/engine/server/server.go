@@ -24,9 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
-	"github.com/gonixl/gonixl/promstats"
 	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,66 +117,62 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 	}()
 	sideAddr := net.JoinHostPort(cfg.SideChannelHost, strconv.Itoa(cfg.SideChannelPort))
-	ec := pullconn.EngineConfig{EngineID: cfg.EngineID, ListenAddr: sideAddr, Model: cfg.Model.Name, DType: cfg.Model.DType,
-		TPSize: cfg.TPSize, BlockSize: cfg.Model.BlockSize, Clock: cfg.Clock, Logger: cfg.ConnLogger}
-	var pullE *pullconn.Engine
-	var pushE *pushconn.Engine
-	if cfg.Connector == ConnPull {
-		if pullE, err = pullconn.NewEngine(ec); err != nil {
-			return nil, err
-		}
-		s.closeE = pullE.Close
-		s.info.SideChannelHost, s.info.SideChannelPort = pullE.Host(), pullE.Port()
-	} else {
-		if pushE, err = pushconn.NewEngine(pushconn.EngineConfig(ec)); err != nil {
-			return nil, err
-		}
-		s.closeE = pushE.Close
-		s.info.SideChannelHost, s.info.SideChannelPort = pushE.Host(), pushE.Port()
+	geom := cfg.geometry()
+	ec := connector.EngineConfig{EngineID: cfg.EngineID, ListenAddr: sideAddr, Model: cfg.Model.Name, Geometry: geom,
+		Clock: cfg.Clock, Logger: cfg.ConnLogger}
+	newEngine := pullconn.NewEngine
+	if cfg.Connector != ConnPull {
+		newEngine = pushconn.NewEngine
 	}
+	e, err := newEngine(ec)
+	if err != nil {
+		return nil, err
+	}
+	s.closeE = e.Close
+	s.info.SideChannelHost, s.info.SideChannelPort = e.Host(), e.Port()
 	for r := range cfg.TPSize {
 		a, err := cfg.NewAgent(fmt.Sprintf("%s-tp%d", cfg.EngineID, r))
 		if err != nil {
 			return nil, fmt.Errorf("engine: agent of rank %d: %w", r, err)
 		}
 		s.agents = append(s.agents, a)
-		l := cfg.layout(r)
-		buf, err := nixl.AllocBuffer(int(l.RegionLen()) * l.NumRegions())
+		buf, err := nixl.AllocBuffer(int(geom.RankBytes()))
 		if err != nil {
-			return nil, fmt.Errorf("engine: KV memory of rank %d (%d bytes): %w", r, int(l.RegionLen())*l.NumRegions(), err)
+			return nil, fmt.Errorf("engine: KV memory of rank %d (%d bytes): %w", r, geom.RankBytes(), err)
 		}
 		s.bufs = append(s.bufs, buf)
-		for i := range l.NumRegions() {
-			l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
+		l, err := geom.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
+		if err != nil {
+			return nil, fmt.Errorf("engine: KV layout of rank %d: %w", r, err)
 		}
 		s.lays = append(s.lays, l)
 		rlog := cfg.ConnLogger
 		if rlog != nil {
 			rlog = rlog.With(zap.Int("tp_rank", r))
 		}
+		rc := connector.RankConfig{Agent: a, Layout: l, Logger: rlog, Lease: cfg.Lease, FailurePolicy: connector.Policy(cfg.FailurePolicy)}
+		pull := cfg.Connector == ConnPull
 		switch {
-		case pullE != nil && cfg.Role == RolePrefill:
-			p, err := pullconn.NewProducer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Lease: cfg.Lease})
+		case pull && cfg.Role == RolePrefill:
+			p, err := pullconn.NewProducer(e, pullconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
 			s.prods = append(s.prods, pullProducer{p})
-		case pullE != nil:
-			c, err := pullconn.NewConsumer(pullE, pullconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Inline: cfg.Inline,
-				FailurePolicy: pullconn.Policy(cfg.FailurePolicy)})
+		case pull:
+			c, err := pullconn.NewConsumer(e, pullconn.Config{RankConfig: rc, Inline: cfg.Inline})
 			if err != nil {
 				return nil, err
 			}
 			s.conss = append(s.conss, pullConsumer{c})
 		case cfg.Role == RolePrefill:
-			p, err := pushconn.NewProducer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog, Lease: cfg.Lease})
+			p, err := pushconn.NewProducer(e, pushconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
 			s.prods = append(s.prods, pushProducer{p})
 		default:
-			c, err := pushconn.NewConsumer(pushE, pushconn.RankConfig{Agent: a, Layout: l, Logger: rlog,
-				FailurePolicy: pushconn.Policy(cfg.FailurePolicy)})
+			c, err := pushconn.NewConsumer(e, pushconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
@@ -186,11 +182,7 @@ func New(cfg Config) (_ *Server, err error) {
 	s.info = Info{EngineID: cfg.EngineID, Role: cfg.Role, Connector: cfg.Connector, Model: cfg.ServedModelName,
 		SideChannelHost: s.info.SideChannelHost, SideChannelPort: s.info.SideChannelPort,
 		TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.Model.BlockSize}
-	var engSrc promstats.Source = pullE
-	if pushE != nil {
-		engSrc = pushE
-	}
-	if err := s.initMetrics(engSrc); err != nil {
+	if err := s.initMetrics(e); err != nil {
 		return nil, err
 	}
 	if s.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {

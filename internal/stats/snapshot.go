@@ -1,45 +1,23 @@
-// Package metrics holds what a connector rank or engine reports about its
-// transfers: a Snapshot of its counters, transfer and post timings and
-// histograms, as pullconn and pushconn return from Stats. promstats exports
-// Snapshots to Prometheus; LogLine and Fields are the periodic
-// "KV Transfer metrics:" log line.
-package metrics
+package stats
 
 import (
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gonixl/gonixl/internal/latency"
 )
 
-// Timing digests a duration series: Count and Sum cover every sample, the
-// percentiles the most recent ones (a bounded window).
-type Timing struct {
-	Count uint64
-	Sum   time.Duration
-	Mean  time.Duration
-	P50   time.Duration
-	P90   time.Duration
-	P99   time.Duration
-}
-
-// Histogram is a histogram at one moment: Cumulative[i] counts the
-// observations <= Bounds[i]; Count and Sum cover all of them.
-type Histogram struct {
-	Bounds     []float64
-	Cumulative []uint64
-	Count      uint64
-	Sum        float64
-}
-
-// Counter is one connector-specific counter's value in a Snapshot.
-type Counter struct {
+// CounterValue is one connector-specific counter's value in a Snapshot.
+type CounterValue struct {
 	Name  string
 	Help  string
 	Value uint64
 }
 
-// Snapshot is a copy of a Set at one moment. Time digests cover successful
+// Snapshot is a copy of a Set at one moment (package connector turns it
+// into the public connector.Stats). Time digests cover successful
 // transfers (XferTime) and every post (PostTime); their percentiles cover the
 // most recent samples.
 type Snapshot struct {
@@ -54,18 +32,18 @@ type Snapshot struct {
 	LateNotifications      uint64
 	MalformedNotifications uint64
 	MalformedFrames        uint64
-	XferTime               Timing
-	PostTime               Timing
+	XferTime               latency.Stats
+	PostTime               latency.Stats
 	// Histograms of the same samples over fixed buckets (vLLM's), for
 	// Prometheus: transfer and post time in seconds, bytes and descriptors
 	// per successful transfer.
-	XferTimeHist    Histogram
-	PostTimeHist    Histogram
-	BytesHist       Histogram
-	DescriptorsHist Histogram
+	XferTimeHist    HistogramSnapshot
+	PostTimeHist    HistogramSnapshot
+	BytesHist       HistogramSnapshot
+	DescriptorsHist HistogramSnapshot
 	// Extra holds the counters a connector registered itself, in
 	// registration order.
-	Extra []Counter
+	Extra []CounterValue
 }
 
 // Get returns the value of the extra counter name, and whether it exists.

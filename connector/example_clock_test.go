@@ -1,15 +1,15 @@
-package clock_test
+package connector_test
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/gonixl/gonixl/clock"
+	"github.com/gonixl/gonixl/connector"
 )
 
-// A test steps a Manual clock to make a lease run out without sleeping.
-func ExampleManual() {
-	c := clock.NewManual(time.Unix(1000, 0))
+// A test steps a ManualClock to make a lease run out without sleeping.
+func ExampleManualClock() {
+	c := connector.NewManualClock(time.Unix(1000, 0))
 	deadline := c.Now().Add(30 * time.Second)
 	c.Advance(31 * time.Second)
 	fmt.Println(c.Now().After(deadline))
