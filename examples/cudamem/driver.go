@@ -1,147 +1,46 @@
-//go:build cuda
-
 package cudamem
 
-/*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
-#include <stdint.h>
-#include <stddef.h>
-
-// Our own prototypes for the few driver entry points we use; the ABI is the
-// CUDA driver's (CUresult is int, CUdeviceptr is 64-bit, handles are pointers).
-typedef int (*fn_init)(unsigned int);
-typedef int (*fn_count)(int*);
-typedef int (*fn_dev_get)(int*, int);
-typedef int (*fn_ctx_retain)(void**, int);
-typedef int (*fn_ctx_release)(int);
-typedef int (*fn_ctx_set)(void*);
-typedef int (*fn_ctx_sync)(void);
-typedef int (*fn_alloc)(uint64_t*, size_t);
-typedef int (*fn_free)(uint64_t);
-typedef int (*fn_htod)(uint64_t, const void*, size_t);
-typedef int (*fn_dtoh)(void*, uint64_t, size_t);
-typedef int (*fn_dtod)(uint64_t, uint64_t, size_t);
-typedef int (*fn_memset)(uint64_t, unsigned char, size_t);
-typedef int (*fn_peer)(uint64_t, void*, uint64_t, void*, size_t);
-typedef int (*fn_errstr)(int, const char**);
-typedef int (*fn_can_peer)(int*, int, int);
-typedef int (*fn_enable_peer)(void*, unsigned int);
-
-static struct {
-	void *lib;
-	fn_init init; fn_count count; fn_dev_get dev_get;
-	fn_ctx_retain retain; fn_ctx_release release; fn_ctx_set set; fn_ctx_sync sync;
-	fn_alloc alloc; fn_free free_; fn_htod htod; fn_dtoh dtoh; fn_dtod dtod;
-	fn_memset memset_; fn_peer peer; fn_errstr errstr;
-	fn_can_peer can_peer; fn_enable_peer enable_peer;
-} cu;
-
-// cudamem_load returns 0 on success, -1 if the library is missing, -2 if a
-// symbol is missing.
-static int cudamem_load(void) {
-	if (cu.lib) return 0;
-	void *l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-	if (!l) return -1;
-#define SYM(f, name) if (!(cu.f = (void*)dlsym(l, name))) return -2;
-	SYM(init, "cuInit") SYM(count, "cuDeviceGetCount") SYM(dev_get, "cuDeviceGet")
-	SYM(retain, "cuDevicePrimaryCtxRetain") SYM(release, "cuDevicePrimaryCtxRelease_v2")
-	SYM(set, "cuCtxSetCurrent") SYM(sync, "cuCtxSynchronize")
-	SYM(alloc, "cuMemAlloc_v2") SYM(free_, "cuMemFree_v2")
-	SYM(htod, "cuMemcpyHtoD_v2") SYM(dtoh, "cuMemcpyDtoH_v2") SYM(dtod, "cuMemcpyDtoD_v2")
-	SYM(memset_, "cuMemsetD8_v2") SYM(peer, "cuMemcpyPeer") SYM(errstr, "cuGetErrorString")
-	SYM(can_peer, "cuDeviceCanAccessPeer") SYM(enable_peer, "cuCtxEnablePeerAccess")
-#undef SYM
-	cu.lib = l;
-	return cu.init(0);
-}
-static int cm_count(int *n) { return cu.count(n); }
-static int cm_open(int ord, void **ctx) {
-	int dev; int r = cu.dev_get(&dev, ord); if (r) return r;
-	return cu.retain(ctx, dev);
-}
-static int cm_close(int ord) { int dev; int r = cu.dev_get(&dev, ord); if (r) return r; return cu.release(dev); }
-static int cm_set(void *ctx) { return cu.set(ctx); }
-static int cm_sync(void) { return cu.sync(); }
-static int cm_alloc(uint64_t *p, size_t n) { return cu.alloc(p, n); }
-static int cm_free(uint64_t p) { return cu.free_(p); }
-static int cm_htod(uint64_t d, const void *s, size_t n) { return cu.htod(d, s, n); }
-static int cm_dtoh(void *d, uint64_t s, size_t n) { return cu.dtoh(d, s, n); }
-static int cm_dtod(uint64_t d, uint64_t s, size_t n) { return cu.dtod(d, s, n); }
-static int cm_memset(uint64_t d, unsigned char v, size_t n) { return cu.memset_(d, v, n); }
-static int cm_peer(uint64_t d, void *dc, uint64_t s, void *sc, size_t n) { return cu.peer(d, dc, s, sc, n); }
-static int cm_can_peer(int *can, int a, int b) {
-	int da, db; int r = cu.dev_get(&da, a); if (r) return r;
-	r = cu.dev_get(&db, b); if (r) return r;
-	return cu.can_peer(can, da, db);
-}
-static int cm_enable_peer(void *peer) { return cu.enable_peer(peer, 0); }
-static const char *cm_errstr(int r) { const char *s = 0; if (cu.errstr) cu.errstr(r, &s); return s ? s : "unknown CUDA error"; }
-*/
-import "C"
-
 import (
+	"errors"
 	"fmt"
-	"runtime"
-	"sync"
-	"unsafe"
+
+	"github.com/gonixl/gonixl/internal/cuda"
 )
 
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
-
-func load() error {
-	loadOnce.Do(func() {
-		switch r := C.cudamem_load(); r {
-		case 0:
-		case -1:
-			loadErr = fmt.Errorf("%w: dlopen libcuda.so.1 failed", ErrUnavailable)
-		case -2:
-			loadErr = fmt.Errorf("%w: libcuda.so.1 lacks a driver entry point", ErrUnavailable)
-		default:
-			loadErr = fmt.Errorf("%w: cuInit: %s", ErrUnavailable, C.GoString(C.cm_errstr(r)))
-		}
-	})
-	return loadErr
-}
-
-func check(op string, r C.int) error {
-	if r == 0 {
+// wrap names the package in err; a driver that cannot be loaded, or a
+// build without the `cuda` tag, gives an error matching ErrUnavailable.
+func wrap(err error) error {
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, cuda.ErrUnavailable):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	default:
+		return fmt.Errorf("cudamem: %w", err)
 	}
-	return fmt.Errorf("cudamem: %s: CUDA error %d: %s", op, int(r), C.GoString(C.cm_errstr(r)))
 }
+
+var errNotOpen = errors.New("cudamem: device not open")
 
 // Device is a CUDA device with its retained primary context. Its methods lock
 // the calling goroutine to its OS thread and make the context current around
 // every driver call, since the context binding is per thread.
 type Device struct {
 	ordinal int
-	ctx     unsafe.Pointer // CUcontext, a driver handle, never Go memory
+	ctx     *cuda.Context // nil once closed
 }
 
 // Count returns the number of CUDA devices.
 func Count() (int, error) {
-	if err := load(); err != nil {
-		return 0, err
-	}
-	var n C.int
-	if err := check("cuDeviceGetCount", C.cm_count(&n)); err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	n, err := cuda.DeviceCount()
+	return n, wrap(err)
 }
 
 // Open retains the primary context of device ordinal.
 func Open(ordinal int) (*Device, error) {
-	if err := load(); err != nil {
-		return nil, err
-	}
-	var ctx unsafe.Pointer
-	if err := check("cuDevicePrimaryCtxRetain", C.cm_open(C.int(ordinal), &ctx)); err != nil {
-		return nil, err
+	ctx, err := cuda.RetainPrimary(ordinal)
+	if err != nil {
+		return nil, wrap(err)
 	}
 	return &Device{ordinal: ordinal, ctx: ctx}, nil
 }
@@ -149,25 +48,27 @@ func Open(ordinal int) (*Device, error) {
 // Ordinal returns the device's ordinal, the DevID of its VRAM descriptors.
 func (d *Device) Ordinal() int { return d.ordinal }
 
-func (d *Device) do(op string, f func() C.int) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := check("cuCtxSetCurrent", C.cm_set(d.ctx)); err != nil {
-		return err
+// do runs f with the device's context current on a locked OS thread.
+func (d *Device) do(f func() error) error {
+	if d.ctx == nil {
+		return errNotOpen
 	}
-	return check(op, f())
+	return wrap(d.ctx.Do(f))
 }
 
 // Alloc allocates n bytes of device memory and returns its device address.
 func (d *Device) Alloc(n uint64) (uint64, error) {
-	var p C.uint64_t
-	err := d.do("cuMemAlloc", func() C.int { return C.cm_alloc(&p, C.size_t(n)) })
-	return uint64(p), err
+	var p uint64
+	err := d.do(func() (err error) {
+		p, err = cuda.MemAlloc(n)
+		return err
+	})
+	return p, err
 }
 
 // Free frees memory from Alloc.
 func (d *Device) Free(ptr uint64) error {
-	return d.do("cuMemFree", func() C.int { return C.cm_free(C.uint64_t(ptr)) })
+	return d.do(func() error { return cuda.MemFree(ptr) })
 }
 
 // CopyHtoD copies src to device address dst (synchronous).
@@ -175,9 +76,7 @@ func (d *Device) CopyHtoD(dst uint64, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return d.do("cuMemcpyHtoD", func() C.int {
-		return C.cm_htod(C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)))
-	})
+	return d.do(func() error { return cuda.MemcpyHtoD(dst, src) })
 }
 
 // CopyDtoH copies len(dst) bytes from device address src (synchronous).
@@ -185,29 +84,27 @@ func (d *Device) CopyDtoH(dst []byte, src uint64) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return d.do("cuMemcpyDtoH", func() C.int {
-		return C.cm_dtoh(unsafe.Pointer(&dst[0]), C.uint64_t(src), C.size_t(len(dst)))
-	})
+	return d.do(func() error { return cuda.MemcpyDtoH(dst, src) })
 }
 
 // CopyDtoD copies n bytes between device addresses of this device and waits
 // for the copy to finish.
 func (d *Device) CopyDtoD(dst, src, n uint64) error {
-	return d.do("cuMemcpyDtoD", func() C.int {
-		if r := C.cm_dtod(C.uint64_t(dst), C.uint64_t(src), C.size_t(n)); r != 0 {
-			return r
+	return d.do(func() error {
+		if err := cuda.MemcpyDtoD(dst, src, n); err != nil {
+			return err
 		}
-		return C.cm_sync()
+		return cuda.CtxSynchronize()
 	})
 }
 
 // Memset sets n bytes at ptr to v and waits for it.
 func (d *Device) Memset(ptr uint64, v byte, n uint64) error {
-	return d.do("cuMemsetD8", func() C.int {
-		if r := C.cm_memset(C.uint64_t(ptr), C.uchar(v), C.size_t(n)); r != 0 {
-			return r
+	return d.do(func() error {
+		if err := cuda.MemsetD8(ptr, v, n); err != nil {
+			return err
 		}
-		return C.cm_sync()
+		return cuda.CtxSynchronize()
 	})
 }
 
@@ -215,19 +112,22 @@ func (d *Device) Memset(ptr uint64, v byte, n uint64) error {
 // orders it before later work on the default stream, and Sync waits for it.
 // Zeroing many ranges then costs one wait instead of one each.
 func (d *Device) MemsetAsync(ptr uint64, v byte, n uint64) error {
-	return d.do("cuMemsetD8", func() C.int { return C.cm_memset(C.uint64_t(ptr), C.uchar(v), C.size_t(n)) })
+	return d.do(func() error { return cuda.MemsetD8(ptr, v, n) })
 }
 
 // Sync waits for all work on the device's context.
-func (d *Device) Sync() error { return d.do("cuCtxSynchronize", func() C.int { return C.cm_sync() }) }
+func (d *Device) Sync() error { return d.do(cuda.CtxSynchronize) }
 
 // CopyPeer copies n bytes from src on srcDev to dst on dstDev and waits for it.
 func CopyPeer(dst uint64, dstDev *Device, src uint64, srcDev *Device, n uint64) error {
-	return dstDev.do("cuMemcpyPeer", func() C.int {
-		if r := C.cm_peer(C.uint64_t(dst), dstDev.ctx, C.uint64_t(src), srcDev.ctx, C.size_t(n)); r != 0 {
-			return r
+	if srcDev.ctx == nil {
+		return errNotOpen
+	}
+	return dstDev.do(func() error {
+		if err := cuda.MemcpyPeer(dst, dstDev.ctx, src, srcDev.ctx, n); err != nil {
+			return err
 		}
-		return C.cm_sync()
+		return cuda.CtxSynchronize()
 	})
 }
 
@@ -236,36 +136,30 @@ func CopyPeer(dst uint64, dstDev *Device, src uint64, srcDev *Device, n uint64) 
 // context current itself (UCX on a thread Go picked) needs one there; callers
 // lock the goroutine to its thread first so the binding reaches the thread
 // they prepared.
-func (d *Device) SetCurrent() error { return check("cuCtxSetCurrent", C.cm_set(d.ctx)) }
+func (d *Device) SetCurrent() error {
+	if d.ctx == nil {
+		return errNotOpen
+	}
+	return wrap(d.ctx.SetCurrent())
+}
 
 // CanAccessPeer reports whether device a can address device b's memory
 // directly (NVLink or PCIe peer to peer).
 func CanAccessPeer(a, b int) (bool, error) {
-	if err := load(); err != nil {
-		return false, err
-	}
-	var can C.int
-	if err := check("cuDeviceCanAccessPeer", C.cm_can_peer(&can, C.int(a), C.int(b))); err != nil {
-		return false, err
-	}
-	return can != 0, nil
+	can, err := cuda.CanAccessPeer(a, b)
+	return can, wrap(err)
 }
-
-// errPeerAccessAlreadyEnabled is CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
-const errPeerAccessAlreadyEnabled = 704
 
 // EnablePeerAccess lets kernels and copies issued in d's context address
 // peer's memory directly, so cuMemcpyPeer between them is a device-to-device
 // copy rather than one staged through the host. Enabling it twice is not an
 // error.
 func (d *Device) EnablePeerAccess(peer *Device) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := check("cuCtxSetCurrent", C.cm_set(d.ctx)); err != nil {
-		return err
+	if d.ctx == nil || peer.ctx == nil {
+		return errNotOpen
 	}
-	if r := C.cm_enable_peer(peer.ctx); r != 0 && r != errPeerAccessAlreadyEnabled {
-		return check("cuCtxEnablePeerAccess", r)
+	if err := d.ctx.EnablePeerAccess(peer.ctx); err != nil && !errors.Is(err, cuda.ErrorPeerAccessAlreadyEnabled) {
+		return wrap(err)
 	}
 	return nil
 }
@@ -275,6 +169,7 @@ func (d *Device) Close() error {
 	if d.ctx == nil {
 		return nil
 	}
+	ctx := d.ctx
 	d.ctx = nil
-	return check("cuDevicePrimaryCtxRelease", C.cm_close(C.int(d.ordinal)))
+	return wrap(ctx.Release())
 }

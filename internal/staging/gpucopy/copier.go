@@ -1,160 +1,32 @@
-//go:build cuda
-
 package gpucopy
-
-/*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
-#include <stdint.h>
-#include <stddef.h>
-#include <stdlib.h>
-
-// Our own prototypes for the driver entry points used (the CUDA driver
-// ABI: CUresult is int, CUdeviceptr 64-bit, handles are pointers).
-typedef int (*f_init)(unsigned int);
-typedef int (*f_dev_get)(int*, int);
-typedef int (*f_retain)(void**, int);
-typedef int (*f_release)(int);
-typedef int (*f_set)(void*);
-typedef int (*f_mod_load)(void**, const void*);
-typedef int (*f_mod_unload)(void*);
-typedef int (*f_mod_fn)(void**, void*, const char*);
-typedef int (*f_stream_create)(void**, unsigned int);
-typedef int (*f_stream_destroy)(void*);
-typedef int (*f_stream_sync)(void*);
-typedef int (*f_alloc)(uint64_t*, size_t);
-typedef int (*f_free)(uint64_t);
-typedef int (*f_alloc_host)(void**, size_t);
-typedef int (*f_free_host)(void*);
-typedef int (*f_htod_async)(uint64_t, const void*, size_t, void*);
-typedef int (*f_launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
-typedef int (*f_errstr)(int, const char**);
-typedef int (*f_attr)(int*, int, void*);
-typedef int (*f_stream_query)(void*);
-
-static struct {
-	void *lib;
-	f_init init; f_dev_get dev_get; f_retain retain; f_release release; f_set set;
-	f_mod_load mod_load; f_mod_unload mod_unload; f_mod_fn mod_fn;
-	f_stream_create stream_create; f_stream_destroy stream_destroy; f_stream_sync stream_sync;
-	f_alloc alloc; f_free free_; f_alloc_host alloc_host; f_free_host free_host;
-	f_htod_async htod_async; f_launch launch; f_errstr errstr; f_attr attr; f_stream_query stream_query;
-} gc;
-
-static int gc_load(void) {
-	if (gc.lib) return 0;
-	void *l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-	if (!l) return -1;
-#define SYM(f, name) if (!(gc.f = (void*)dlsym(l, name))) return -2;
-	SYM(init, "cuInit") SYM(dev_get, "cuDeviceGet")
-	SYM(retain, "cuDevicePrimaryCtxRetain") SYM(release, "cuDevicePrimaryCtxRelease_v2")
-	SYM(set, "cuCtxSetCurrent")
-	SYM(mod_load, "cuModuleLoadData") SYM(mod_unload, "cuModuleUnload") SYM(mod_fn, "cuModuleGetFunction")
-	SYM(stream_create, "cuStreamCreate") SYM(stream_destroy, "cuStreamDestroy_v2") SYM(stream_sync, "cuStreamSynchronize")
-	SYM(alloc, "cuMemAlloc_v2") SYM(free_, "cuMemFree_v2")
-	SYM(alloc_host, "cuMemAllocHost_v2") SYM(free_host, "cuMemFreeHost")
-	SYM(htod_async, "cuMemcpyHtoDAsync_v2") SYM(launch, "cuLaunchKernel") SYM(errstr, "cuGetErrorString")
-	SYM(attr, "cuFuncGetAttribute") SYM(stream_query, "cuStreamQuery")
-#undef SYM
-	gc.lib = l;
-	return gc.init(0);
-}
-
-static const char *gc_errstr(int r) { const char *s = 0; if (gc.errstr) gc.errstr(r, &s); return s ? s : "unknown CUDA error"; }
-
-static int gc_open(int ord, void **ctx) {
-	int dev; int r = gc.dev_get(&dev, ord); if (r) return r;
-	return gc.retain(ctx, dev);
-}
-static int gc_close_ctx(int ord) { int dev; int r = gc.dev_get(&dev, ord); if (r) return r; return gc.release(dev); }
-static int gc_set(void *ctx) { return gc.set(ctx); }
-static int gc_module(const char *ptx, void **mod, void **fn, void **fnBlocks) {
-	int r = gc.mod_load(mod, ptx); if (r) return r;
-	r = gc.mod_fn(fn, *mod, "gonixl_copy_segments"); if (r) return r;
-	// The block kernel is optional: an older PTX has only the segment one.
-	if (gc.mod_fn(fnBlocks, *mod, "gonixl_copy_blocks")) *fnBlocks = 0;
-	return 0;
-}
-static int gc_mod_unload(void *mod) { return gc.mod_unload(mod); }
-// CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0: the kernel's launch bounds.
-static int gc_max_threads(void *fn, int *n) { return gc.attr(n, 0, fn); }
-// CU_STREAM_NON_BLOCKING = 1: the copier's stream does not wait for the legacy default stream.
-static int gc_stream(void **s) { return gc.stream_create(s, 1); }
-static int gc_stream_destroy(void *s) { return gc.stream_destroy(s); }
-static int gc_alloc(uint64_t *p, size_t n) { return gc.alloc(p, n); }
-static int gc_free(uint64_t p) { return gc.free_(p); }
-static int gc_alloc_host(void **p, size_t n) { return gc.alloc_host(p, n); }
-static int gc_free_host(void *p) { return gc.free_host(p); }
-
-// gc_run_blocks uploads the bases and block ids (bytes of the pinned host
-// table: regions 64-bit bases, then m 32-bit ids) and launches the block
-// kernel over regions*m items on stream s, and waits for it when sync.
-static int gc_run_blocks(void *fn, void *s, uint64_t dtable, const void *htable, size_t bytes,
-		unsigned int regions, unsigned int m, uint64_t blockLen, uint64_t off, uint64_t len,
-		uint64_t slot, uint64_t slotStride, int toSlot, unsigned int grid, unsigned int threads, int sync) {
-	int r = gc.htod_async(dtable, htable, bytes, s); if (r) return r;
-	uint64_t bases = dtable, blocks = dtable + 8ull * regions;
-	void *args[10] = {&bases, &blocks, &regions, &m, &blockLen, &off, &len, &slot, &slotStride, &toSlot};
-	r = gc.launch(fn, grid, 1, 1, threads, 1, 1, 0, s, args, 0); if (r) return r;
-	return sync ? gc.stream_sync(s) : 0;
-}
-
-// gc_query is cuStreamQuery: 0 once the stream's work is done,
-// CUDA_ERROR_NOT_READY (600) while it runs, else the error.
-static int gc_query(void *s) { return gc.stream_query(s); }
-
-// gc_run uploads n segment records from the pinned host table, launches the
-// kernel over them on stream s and waits for it when sync.
-static int gc_run(void *fn, void *s, uint64_t dtable, const void *htable, unsigned int n, unsigned int grid, unsigned int threads, int sync) {
-	int r = gc.htod_async(dtable, htable, (size_t)n * 24, s); if (r) return r;
-	void *args[2]; args[0] = &dtable; args[1] = &n;
-	r = gc.launch(fn, grid, 1, 1, threads, 1, 1, 0, s, args, 0); if (r) return r;
-	return sync ? gc.stream_sync(s) : 0;
-}
-*/
-import "C"
 
 import (
 	_ "embed"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/gonixl/gonixl/internal/cuda"
 	"github.com/gonixl/gonixl/internal/staging"
 )
 
 //go:embed segcopy.ptx
 var ptx string
 
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
-
-func load() error {
-	loadOnce.Do(func() {
-		switch r := C.gc_load(); r {
-		case 0:
-		case -1:
-			loadErr = fmt.Errorf("%w: dlopen libcuda.so.1 failed", ErrUnavailable)
-		case -2:
-			loadErr = fmt.Errorf("%w: libcuda.so.1 lacks a driver entry point", ErrUnavailable)
-		default:
-			loadErr = fmt.Errorf("%w: cuInit: %s", ErrUnavailable, C.GoString(C.gc_errstr(r)))
-		}
-	})
-	return loadErr
-}
-
-func check(op string, r C.int) error {
-	if r == 0 {
+// wrap names the package in err; a driver that cannot be loaded, or a
+// build without the `cuda` tag, gives an error matching ErrUnavailable.
+func wrap(err error) error {
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, cuda.ErrUnavailable):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	default:
+		return fmt.Errorf("gpucopy: %w", err)
 	}
-	return fmt.Errorf("gpucopy: %s: CUDA error %d: %s", op, int(r), C.GoString(C.gc_errstr(r)))
 }
 
 // maxGrid bounds the thread blocks of one launch; the kernel strides over
@@ -176,15 +48,15 @@ const PTXEnv = "GONIXL_GPUCOPY_PTX"
 // is safe for concurrent use: copies run one at a time.
 type Copier struct {
 	mu       sync.Mutex
-	ordinal  int
-	ctx      unsafe.Pointer // CUcontext
-	mod, fn  unsafe.Pointer // CUmodule, CUfunction
-	fnBlocks unsafe.Pointer // the block kernel; nil when the PTX has none
-	stream   unsafe.Pointer // CUstream
-	host     unsafe.Pointer // pinned segment table (C memory)
-	dev      C.uint64_t     // device segment table
-	cap      int            // records both tables hold
-	threads  int            // threads per block: the kernel's launch bounds
+	ctx      *cuda.Context
+	mod      cuda.Module
+	fn       cuda.Function
+	fnBlocks cuda.Function // the block kernel; zero when the PTX has none
+	stream   cuda.Stream
+	host     *cuda.HostMem // pinned table: C memory that Go writes
+	dev      uint64        // device table
+	cap      int           // records both tables hold
+	threads  int           // threads per block: the kernel's launch bounds
 	closed   bool
 	broken   bool // a kernel outlived KernelTimeout
 }
@@ -195,7 +67,8 @@ const KernelTimeout = 30 * time.Second
 
 // New loads the kernel on device ordinal (the DevID of its VRAM
 // descriptors) and creates the copier's stream. The kernel is the
-// embedded PTX, or the file PTXEnv names when set.
+// embedded PTX, or the file PTXEnv names when set. Without a driver, or
+// in a build without the `cuda` tag, its error matches ErrUnavailable.
 func New(device int) (*Copier, error) {
 	if path := os.Getenv(PTXEnv); path != "" {
 		b, err := os.ReadFile(path)
@@ -209,25 +82,29 @@ func New(device int) (*Copier, error) {
 
 // NewWithPTX is New with the kernel's PTX given (for trying variants).
 func NewWithPTX(device int, ptx string) (*Copier, error) {
-	if err := load(); err != nil {
-		return nil, err
+	ctx, err := cuda.RetainPrimary(device)
+	if err != nil {
+		return nil, fmt.Errorf("%w (device %d)", wrap(err), device)
 	}
-	c := &Copier{ordinal: device}
-	if err := check("cuDevicePrimaryCtxRetain", C.gc_open(C.int(device), &c.ctx)); err != nil {
-		return nil, err
-	}
-	err := c.do(func() error {
-		img := C.CString(ptx)
-		defer C.free(unsafe.Pointer(img))
-		if err := check("cuModuleLoadData", C.gc_module(img, &c.mod, &c.fn, &c.fnBlocks)); err != nil {
+	c := &Copier{ctx: ctx}
+	err = c.do(func() (err error) {
+		if c.mod, err = cuda.ModuleLoadData(ptx); err != nil {
 			return err
 		}
-		var n C.int
-		if err := check("cuFuncGetAttribute", C.gc_max_threads(c.fn, &n)); err != nil {
+		if c.fn, err = c.mod.Function("gonixl_copy_segments"); err != nil {
 			return err
 		}
-		c.threads = min(int(n), 1024)
-		return check("cuStreamCreate", C.gc_stream(&c.stream))
+		// The block kernel is optional: an older PTX has only the segment one.
+		if c.fnBlocks, err = c.mod.Function("gonixl_copy_blocks"); err != nil {
+			c.fnBlocks = cuda.Function{}
+		}
+		n, err := c.fn.Attribute(cuda.FuncAttributeMaxThreadsPerBlock)
+		if err != nil {
+			return err
+		}
+		c.threads = min(n, 1024)
+		c.stream, err = cuda.StreamCreate(cuda.StreamNonBlocking)
+		return err
 	})
 	if err != nil {
 		_ = c.release()
@@ -247,18 +124,15 @@ func (c *Copier) run(f func() error) error {
 	if c.broken {
 		return errors.New("gpucopy: copier unusable: a kernel outlived its timeout")
 	}
+	if c.ctx == nil {
+		return fmt.Errorf("%w: the Copier was not made by New", ErrUnavailable)
+	}
 	return c.do(f)
 }
 
-// do runs f with the copier's context current on a locked OS thread.
-func (c *Copier) do(f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := check("cuCtxSetCurrent", C.gc_set(c.ctx)); err != nil {
-		return err
-	}
-	return f()
-}
+// do runs f with the copier's context current on a locked OS thread; f's
+// errors are named "gpucopy: " here.
+func (c *Copier) do(f func() error) error { return wrap(c.ctx.Do(f)) }
 
 // grow makes the tables hold n records.
 func (c *Copier) grow(n int) error {
@@ -267,18 +141,20 @@ func (c *Copier) grow(n int) error {
 	}
 	want := max(n, 2*c.cap, 1024)
 	if c.host != nil {
-		_ = check("cuMemFreeHost", C.gc_free_host(c.host))
+		_ = c.host.Free()
 		c.host = nil
 	}
 	if c.dev != 0 {
-		_ = check("cuMemFree", C.gc_free(c.dev))
+		_ = cuda.MemFree(c.dev)
 		c.dev = 0
 	}
 	c.cap = 0
-	if err := check("cuMemAllocHost", C.gc_alloc_host(&c.host, C.size_t(want*segBytes))); err != nil {
+	h, err := cuda.MemAllocHost(want * segBytes)
+	if err != nil {
 		return err
 	}
-	if err := check("cuMemAlloc", C.gc_alloc(&c.dev, C.size_t(want*segBytes))); err != nil {
+	c.host = h
+	if c.dev, err = cuda.MemAlloc(uint64(want * segBytes)); err != nil {
 		return err
 	}
 	c.cap = want
@@ -307,8 +183,8 @@ func (c *Copier) CopyProgress(segs []staging.Seg, progress func()) error {
 		if err := c.grow(n); err != nil {
 			return err
 		}
-		// The table is C memory: Go writes the records, C only reads them.
-		tab := unsafe.Slice((*uint64)(c.host), 3*n)
+		// The table is C memory: Go writes the records, the driver reads them.
+		tab := unsafe.Slice((*uint64)(c.host.Ptr()), 3*n)
 		i := 0
 		for _, s := range segs {
 			for off := uint64(0); off < s.Len; off += pieceBytes {
@@ -320,18 +196,31 @@ func (c *Copier) CopyProgress(segs []staging.Seg, progress func()) error {
 		if i == 0 {
 			return nil
 		}
-		if err := check("kernel gonixl_copy_segments", C.gc_run(c.fn, c.stream, c.dev, c.host, C.uint(i), C.uint(grid), C.uint(c.threads), syncFlag(progress))); err != nil {
+		const op = "kernel gonixl_copy_segments"
+		if err := c.launch(op, i*segBytes, progress, c.fn, uint32(grid),
+			cuda.ArgU64(c.dev), cuda.ArgU32(uint32(i))); err != nil {
 			return err
 		}
-		return c.wait("kernel gonixl_copy_segments", progress)
+		return c.wait(op, progress)
 	})
 }
 
-func syncFlag(progress func()) C.int {
-	if progress == nil {
-		return 1
+// launch uploads the first bytes of the host table to the device table and
+// launches fn over grid blocks on the copier's stream, and waits for the
+// kernel when there is no progress to call.
+func (c *Copier) launch(op string, bytes int, progress func(), fn cuda.Function, grid uint32, args ...cuda.KernelArg) error {
+	if err := cuda.MemcpyHtoDAsync(c.dev, c.host, bytes, c.stream); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
-	return 0
+	if err := cuda.LaunchKernel(fn, grid, uint32(c.threads), 0, c.stream, args...); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if progress == nil {
+		if err := c.stream.Synchronize(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	return nil
 }
 
 // wait polls the stream until its kernel ended, calling progress between
@@ -343,21 +232,21 @@ func (c *Copier) wait(op string, progress func()) error {
 	}
 	deadline := time.Now().Add(KernelTimeout)
 	for {
-		switch r := C.gc_query(c.stream); r {
-		case 0:
+		done, err := c.stream.Query()
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if done {
 			return nil
-		case 600: // CUDA_ERROR_NOT_READY
-		default:
-			return check(op, r)
 		}
 		if time.Now().After(deadline) {
 			// The kernel may still write: nothing may use the copier (or
 			// hand its memory to another copy) again.
 			c.broken = true
-			return fmt.Errorf("gpucopy: %s still running after %v; the copier is unusable", op, KernelTimeout)
+			return fmt.Errorf("%s still running after %v; the copier is unusable", op, KernelTimeout)
 		}
 		progress()
-		if err := check("cuCtxSetCurrent", C.gc_set(c.ctx)); err != nil {
+		if err := c.ctx.SetCurrent(); err != nil {
 			return err
 		}
 	}
@@ -375,7 +264,7 @@ func (c *Copier) CopyBlocksProgress(b staging.BlockCopy, progress func()) error 
 	if items == 0 || b.Len == 0 {
 		return nil
 	}
-	if c.fnBlocks == nil || len(b.Bases) > 1<<20 || len(b.Blocks) > 1<<30 || items > 1<<40 {
+	if c.fnBlocks.IsZero() || len(b.Bases) > 1<<20 || len(b.Blocks) > 1<<30 || items > 1<<40 {
 		return c.CopyProgress(b.Segs(nil), progress)
 	}
 	for _, id := range b.Blocks {
@@ -383,7 +272,7 @@ func (c *Copier) CopyBlocksProgress(b staging.BlockCopy, progress func()) error 
 			return fmt.Errorf("gpucopy: block id %d out of range", id)
 		}
 	}
-	toSlot := 0
+	var toSlot int32
 	if b.ToSlot {
 		toSlot = 1
 	}
@@ -394,28 +283,34 @@ func (c *Copier) CopyBlocksProgress(b staging.BlockCopy, progress func()) error 
 		if err := c.grow((bytes + segBytes - 1) / segBytes); err != nil {
 			return err
 		}
-		bases := unsafe.Slice((*uint64)(c.host), len(b.Bases))
+		bases := unsafe.Slice((*uint64)(c.host.Ptr()), len(b.Bases))
 		copy(bases, b.Bases)
-		ids := unsafe.Slice((*int32)(unsafe.Add(c.host, 8*len(b.Bases))), len(b.Blocks))
+		ids := unsafe.Slice((*int32)(unsafe.Add(c.host.Ptr(), 8*len(b.Bases))), len(b.Blocks))
 		for i, id := range b.Blocks {
 			ids[i] = int32(id)
 		}
-		grid := int(min(items, maxGrid))
-		if err := check("kernel gonixl_copy_blocks", C.gc_run_blocks(c.fnBlocks, c.stream, c.dev, c.host, C.size_t(bytes),
-			C.uint(len(b.Bases)), C.uint(len(b.Blocks)), C.uint64_t(b.BlockLen), C.uint64_t(b.Off), C.uint64_t(b.Len),
-			C.uint64_t(b.Slot), C.uint64_t(b.SlotStride), C.int(toSlot), C.uint(grid), C.uint(c.threads), syncFlag(progress))); err != nil {
+		grid := uint32(min(items, maxGrid))
+		const op = "kernel gonixl_copy_blocks"
+		if err := c.launch(op, bytes, progress, c.fnBlocks, grid,
+			cuda.ArgU64(c.dev), cuda.ArgU64(c.dev+8*uint64(len(b.Bases))),
+			cuda.ArgU32(uint32(len(b.Bases))), cuda.ArgU32(uint32(len(b.Blocks))),
+			cuda.ArgU64(b.BlockLen), cuda.ArgU64(b.Off), cuda.ArgU64(b.Len),
+			cuda.ArgU64(b.Slot), cuda.ArgU64(b.SlotStride), cuda.ArgI32(toSlot)); err != nil {
 			return err
 		}
-		return c.wait("kernel gonixl_copy_blocks", progress)
+		return c.wait(op, progress)
 	})
 }
 
 // HasBlockKernel reports whether the loaded PTX has the block kernel.
-func (c *Copier) HasBlockKernel() bool { return c.fnBlocks != nil }
+func (c *Copier) HasBlockKernel() bool { return c != nil && !c.fnBlocks.IsZero() }
 
 // Close frees the copier's stream, tables and module and releases the
 // context. It is idempotent; Copy after Close returns an error.
 func (c *Copier) Close() error {
+	if c == nil || c.ctx == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -428,22 +323,22 @@ func (c *Copier) Close() error {
 func (c *Copier) release() error {
 	var errs []error
 	_ = c.do(func() error {
-		if c.stream != nil {
-			errs = append(errs, check("cuStreamDestroy", C.gc_stream_destroy(c.stream)))
+		if !c.stream.IsZero() {
+			errs = append(errs, c.stream.Destroy())
 		}
 		if c.host != nil {
-			errs = append(errs, check("cuMemFreeHost", C.gc_free_host(c.host)))
+			errs = append(errs, c.host.Free())
 		}
 		if c.dev != 0 {
-			errs = append(errs, check("cuMemFree", C.gc_free(c.dev)))
+			errs = append(errs, cuda.MemFree(c.dev))
 		}
-		if c.mod != nil {
-			errs = append(errs, check("cuModuleUnload", C.gc_mod_unload(c.mod)))
+		if !c.mod.IsZero() {
+			errs = append(errs, c.mod.Unload())
 		}
 		return nil
 	})
-	errs = append(errs, check("cuDevicePrimaryCtxRelease", C.gc_close_ctx(C.int(c.ordinal))))
-	return errors.Join(errs...)
+	errs = append(errs, c.ctx.Release())
+	return wrap(errors.Join(errs...))
 }
 
 // EmbeddedPTX returns the kernel's PTX that New loads by default.
