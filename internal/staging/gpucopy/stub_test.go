@@ -22,14 +22,3 @@ func TestStubUnavailable(t *testing.T) {
 		t.Fatalf("Copy: %v", err)
 	}
 }
-
-// NewCopier hands out no typed nil: a caller's `c != nil` means a copier.
-func TestNewCopierUnavailable(t *testing.T) {
-	c, err := NewCopier(0)
-	if !errors.Is(err, ErrUnavailable) || c != nil {
-		t.Fatalf("NewCopier = %v, %v", c, err)
-	}
-	if err := CloseCopier(staging.HostCopier{}); err != nil {
-		t.Fatalf("CloseCopier of a host copier: %v", err)
-	}
-}
