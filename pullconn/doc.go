@@ -1,25 +1,35 @@
 // Package pullconn is the pull connector: the decode engine READs the KV
 // blocks that the prefill engine computed, the way vLLM's NixlConnector does.
 //
+// What both connectors share (the Engine, its configuration with the KV
+// geometry, the RankConfig every rank takes, Result, Stats, Staging, the
+// errors) is in package connector; NewEngine makes a pull engine, and Config
+// adds what only pull has to connector.RankConfig.
+//
 // Prefill: every TP rank runs a Producer with its own NIXL agent; the ranks
-// of one engine share an Engine, whose side channel serves all their agents'
-// metadata and KV layouts at one address. When a request finishes prefill,
-// the engine calls RequestFinished on every rank with the request's block
-// ids; the blocks stay held and leased (30 s by default) and every rank
-// returns the same Params, which travel to decode through the proxy as
-// vLLM's kv_transfer_params. A rank frees a request's blocks once every
-// decode rank that reads from it has sent its completion notification
-// "<request id>:<decode TP size>", or when the lease expires; heartbeats
-// "HB:<id>,..." from decode extend the lease. DrainFreed hands those ids to
-// the engine without blocking.
+// of one engine share a connector.Engine from NewEngine, whose side channel
+// serves all their agents' metadata and KV layouts at one address. When a
+// request finishes prefill, the engine calls RequestFinished on every rank
+// with the request's block ids; the blocks stay held and leased (30 s by
+// default) and every rank returns the same Params, which travel to decode
+// through the proxy as vLLM's kv_transfer_params. A rank frees a request's
+// blocks once every decode rank that reads from it has sent its completion
+// notification ("<request id>:<decode TP size>", from a gonixl decode
+// followed by "#<hold key>", the hold it read), or when the lease expires
+// and no decode engine pinned the hold; heartbeats "HB:<id>,..." from decode
+// extend the lease. DrainFreed hands those ids to the engine without
+// blocking.
 //
 // Decode: every TP rank runs a Consumer with its own agent. Load(id, params,
 // local block ids) returns at once: a background reader goroutine handshakes
 // with the prefill engine (once per engine, at most one in flight), maps the
 // blocks to descriptors for each prefill rank this rank reads from
 // (descriptors.Sources; TP sizes and block sizes may differ), posts the READs
-// with the completion notification, polls them and queues the result, which
-// Drain returns. With Config.Inline the mapping and posting run on the
+// with the completion notification, asks prefill to pin the hold for as
+// long as the READs may run, polls them and queues the result, which Drain
+// returns: done only if every prefill rank pinned exactly the hold the
+// Params name and the READs ended within the pin (else ErrNotHeld; see
+// docs/pull.md and docs/correctness.md). With Config.Inline the mapping and posting run on the
 // caller instead, as in vLLM today; that mode exists to measure the
 // difference. An empty local block list (decode already holds every block)
 // sends the completion notifications only.

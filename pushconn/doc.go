@@ -6,9 +6,12 @@
 // prefill ends, without a round trip through the proxy and decode's
 // scheduler.
 //
-// Both engines create an Engine (their side channel and handshake client,
-// in push mode); every TP rank then runs, with its own NIXL agent, a
-// Consumer on decode or a Producer on prefill.
+// Both engines create a connector.Engine with NewEngine (their side channel
+// and handshake client, in push mode); every TP rank then runs, with its own
+// NIXL agent, a Consumer on decode or a Producer on prefill, configured by a
+// Config: connector.RankConfig (what both connectors share) and what only
+// push has. Coordinates(prefill engine) is what the proxy hands decode
+// before prefill runs.
 //
 // Decode: Consumer.Register(id, prefill coordinates, block ids) returns at
 // once. In the background the rank handshakes with the prefill engine
