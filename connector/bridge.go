@@ -32,4 +32,11 @@ func init() {
 		return c.rank(e)
 	}
 	engine.Public.Stats = func(s stats.Snapshot) any { return statsOf(s) }
+	engine.Public.Params = func(e *engine.Engine, id string, blocks []int) any {
+		return TransferParams{
+			DoRemotePrefill: true, RemoteBlockIDs: append([]int(nil), blocks...),
+			RemoteEngineID: e.Config().EngineID, RemoteRequestID: id,
+			RemoteHost: e.Host(), RemotePort: e.Port(), TPSize: e.Config().TPSize,
+		}
+	}
 }

@@ -19,7 +19,7 @@ const (
 	// for decode (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 30 s).
 	DefaultLease = 30 * time.Second
 	// DefaultHandshakeTimeout bounds one side-channel handshake (vLLM: 5 s).
-	DefaultHandshakeTimeout = engine.DefaultHandshakeTimeout
+	DefaultHandshakeTimeout = 5 * time.Second
 	// DefaultPollInterval is the agent polling period while work waits
 	// (vLLM's push writer polls every 1 ms).
 	DefaultPollInterval = time.Millisecond

@@ -90,12 +90,12 @@ const (
 const (
 	// DefaultDescCost is the cost of one NIXL descriptor on the direct path
 	// (measured on one H200 with UCX cuda_ipc: 5-8 µs per descriptor).
-	DefaultDescCost = staging.DefaultDescCost
+	DefaultDescCost = 6 * time.Microsecond
 	// DefaultVRAMCopyBandwidth is the gather/scatter bandwidth on a GPU in
 	// bytes per second (the GPU copier's kernel on one H200: about 2 TB/s).
-	DefaultVRAMCopyBandwidth = staging.DefaultVRAMCopyBandwidth
+	DefaultVRAMCopyBandwidth = 2e12
 	// DefaultDRAMCopyBandwidth is the same for host memory (memcpy).
-	DefaultDRAMCopyBandwidth = staging.DefaultDRAMCopyBandwidth
+	DefaultDRAMCopyBandwidth = 5e9
 )
 
 // Seg is one copy of Len bytes from address Src to address Dst. It is a

@@ -91,8 +91,7 @@ func TestEngineConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestParamsJSONKeysLikeVLLM(t *testing.T) {
-	p := Params{DoRemotePrefill: true, RemoteBlockIDs: []int{1, 2}, RemoteEngineID: "e", RemoteRequestID: "r",
-		RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: 2, PPSize: 1, TransferMode: "pull"}
+	p := Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteBlockIDs: []int{1, 2}, RemoteEngineID: "e", RemoteRequestID: "r", RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: 2}, PPSize: 1, TransferMode: "pull"}
 	b, err := json.Marshal(p)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2],
@@ -107,7 +106,7 @@ func TestParamsJSONKeysLikeVLLM(t *testing.T) {
 }
 
 func TestCachedBlocks(t *testing.T) {
-	p := &Params{RemoteRequestID: "r", RemoteBlockIDs: make([]int, 5)}
+	p := &Params{TransferParams: connector.TransferParams{RemoteRequestID: "r", RemoteBlockIDs: make([]int, 5)}}
 	n, err := cachedBlocks(p, 16, 16, 3)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
@@ -123,7 +122,7 @@ func TestCachedBlocks(t *testing.T) {
 	n, err = cachedBlocks(p, 32, 16, 4)
 	require.NoError(t, err)
 	assert.Equal(t, 6, n)
-	_, err = cachedBlocks(&Params{RemoteRequestID: "r", RemoteBlockIDs: []int{1}}, 16, 16, 2)
+	_, err = cachedBlocks(&Params{TransferParams: connector.TransferParams{RemoteRequestID: "r", RemoteBlockIDs: []int{1}}}, 16, 16, 2)
 	assert.ErrorContains(t, err, "2 local blocks but the request needs only 1")
 }
 

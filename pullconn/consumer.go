@@ -207,13 +207,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		c.stage, c.model = staging.NewCounters(c.stats), staging.NewModel(&cfg.Staging)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.poll = poller.New(cfg.Agent, poller.Options{
-		Interval:     cfg.PollInterval,
-		IdleInterval: cfg.IdleInterval,
-		Busy:         c.busy,
-		Tick:         c.tick,
-		OnError:      func(err error) { c.log.Warn("pullconn: GetNotifs failed", zap.Error(err)) },
-	})
+	c.poll = cfg.Poller("pullconn", c.log, c.busy, c.tick)
 	// Pull decode expects no notifications; count whatever comes.
 	c.poll.Handle("", func(sender string, msg []byte) { c.stats.UnknownNotifications.Inc() })
 	c.poll.Start()
@@ -419,20 +413,18 @@ func (c *Consumer) Pending() int {
 	return len(c.live)
 }
 
-// Stats returns a snapshot of the rank's counters.
-func (c *Consumer) Stats() connector.Stats { return statsOf(c.stats) }
+// Stats returns the decode rank's counters and READ times: loads done,
+// failed, expired, not held or rejected, hold queries and pins
+// (docs/metrics.md lists them).
+func (c *Consumer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](c.stats) }
 
 // Close stops the reader and the handshakes, ends every pending request with
 // errClosed (cancelling its READs) and deregisters the memory. Results stay
 // available from Drain. It is idempotent.
 func (c *Consumer) Close() error {
-	c.qmu.Lock()
-	if c.closed {
-		c.qmu.Unlock()
+	if !engine.Closing(&c.qmu, &c.closed) {
 		return nil
 	}
-	c.closed = true
-	c.qmu.Unlock()
 	c.cancel()
 	c.poll.Stop()
 	c.hsWG.Wait()
@@ -466,12 +458,7 @@ func (c *Consumer) Close() error {
 		r.parked = nil
 	}
 	c.drain(c.cfg.Clock.Now())
-	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
-	if c.pool != nil {
-		if serr := c.cfg.Agent.DeregisterMem(c.cfg.Staging.RegList(), nil); err == nil {
-			err = serr
-		}
-	}
+	err := engine.Deregister(c.cfg.Agent, c.cfg.Layout, &c.cfg.Staging)
 	c.e.core.Release("consumer", c.cfg.Layout.TPRank)
 	// What still drains had a READ the agent would not release; with the
 	// memory deregistered the agent has nowhere left to write it.

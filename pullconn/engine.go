@@ -94,26 +94,15 @@ const maxAdverts = 1 << 16
 // the Engine of this package's Producers and Consumers.
 func NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) {
 	e := &pullEngine{producers: map[int]*Producer{}}
-	pub, err := engine.Public.Start(cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: errInvalid, ErrClosed: errClosed, OnExtend: e.extend, OnConfirm: e.confirm, State: e})
-	if err != nil {
-		return nil, err
-	}
-	e.core = engine.Public.Engine(pub)
-	return pub.(*connector.Engine), nil
+	pub, core, err := engine.StartPublic[*connector.Engine](cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: errInvalid, ErrClosed: errClosed, OnExtend: e.extend, OnConfirm: e.confirm, State: e})
+	e.core = core
+	return pub, err
 }
 
 // engineOf returns the pull state of e, or an error naming what is wrong
 // with it.
 func engineOf(e *connector.Engine) (*pullEngine, error) {
-	core := engine.Public.Engine(e)
-	if core == nil {
-		return nil, invalidf("engine is nil: create it with pullconn.NewEngine")
-	}
-	pe, ok := core.State().(*pullEngine)
-	if !ok {
-		return nil, invalidf("engine %q was made by %s.NewEngine: a pull rank needs one from pullconn.NewEngine", e.ID(), core.Name())
-	}
-	return pe, nil
+	return engine.StateOf[*pullEngine](e, "pullconn", errInvalid)
 }
 
 // extend answers a decode engine's hold query: it extends, on every

@@ -2,10 +2,10 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"math"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/staging"
 )
 
@@ -13,15 +13,8 @@ import (
 // and decode needs to load it: vLLM's kv_transfer_params, with the same JSON
 // keys, plus the transfer mode.
 type Params struct {
-	DoRemotePrefill bool   `json:"do_remote_prefill"`
-	DoRemoteDecode  bool   `json:"do_remote_decode"`
-	RemoteBlockIDs  []int  `json:"remote_block_ids"`
-	RemoteEngineID  string `json:"remote_engine_id"`
-	RemoteRequestID string `json:"remote_request_id"`
-	RemoteHost      string `json:"remote_host"`
-	RemotePort      int    `json:"remote_port"`
-	TPSize          int    `json:"tp_size"`
-	PPSize          int    `json:"pp_size,omitempty"`
+	connector.TransferParams
+	PPSize int `json:"pp_size,omitempty"`
 	// NumTokens is the request's prompt length when prefill knows it; decode
 	// needs it only for a prefix hit with a smaller block size than prefill's.
 	NumTokens int `json:"num_tokens,omitempty"`

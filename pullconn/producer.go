@@ -89,13 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p.foreign = p.stats.Counter("foreign_completions", "Completions or confirmations from a decode engine other than the one a hold is bound to, not counted.")
 	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy), or none for a pinned hold: not counted.")
 	p.notHeld = p.stats.Counter("unconfirmed_holds", "Pins answered \"not held\": no such hold, other blocks, bound to another decode engine, or a pin longer than granted.")
-	p.poll = poller.New(cfg.Agent, poller.Options{
-		Interval:     cfg.PollInterval,
-		IdleInterval: cfg.IdleInterval,
-		Busy:         p.busy,
-		Tick:         p.tick,
-		OnError:      func(err error) { p.log.Warn("pullconn: GetNotifs failed", zap.Error(err)) },
-	})
+	p.poll = cfg.Poller("pullconn", p.log, p.busy, p.tick)
 	p.poll.Handle(notif.HeartbeatPrefix, p.onHeartbeat)
 	p.poll.Handle("", p.onCompletion)
 	p.poll.Start()
@@ -164,15 +158,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		p.mu.Unlock()
 	}
 	params := Params{
-		DoRemotePrefill: true,
-		RemoteBlockIDs:  append([]int(nil), blocks...), // the caller's to change; the hold keeps its own
-		RemoteEngineID:  p.e.ID(),
-		RemoteRequestID: requestID,
-		RemoteHost:      p.e.core.Host(),
-		RemotePort:      p.e.core.Port(),
-		TPSize:          p.e.core.Config().TPSize,
-		PPSize:          1,
-		TransferMode:    handshake.ModePull,
+		TransferParams: engine.Public.Params(p.e.core, requestID, blocks).(connector.TransferParams),
+		PPSize:         1,
+		TransferMode:   handshake.ModePull,
 		// The hold's deadline: decode never trusts the blocks past it
 		// unless a hold query moved it.
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
@@ -222,20 +210,18 @@ func (p *Producer) Held() int {
 	return p.holds.len()
 }
 
-// Stats returns a snapshot of the rank's counters.
-func (p *Producer) Stats() connector.Stats { return statsOf(p.stats) }
+// Stats returns the prefill rank's counters: holds that expired or were
+// aborted, completions counted, duplicate, stale or foreign, pins refused
+// (docs/metrics.md lists them).
+func (p *Producer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](p.stats) }
 
 // Close stops the poller, withdraws the rank from the side channel, hands
 // every still-held request to DrainFreed and deregisters the memory. It is
 // idempotent.
 func (p *Producer) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !engine.Closing(&p.mu, &p.closed) {
 		return nil
 	}
-	p.closed = true
-	p.mu.Unlock()
 	p.poll.Stop()
 	p.stopLog()
 	p.e.core.Withdraw(p.cfg.Layout.TPRank)
@@ -243,12 +229,7 @@ func (p *Producer) Close() error {
 	// Withdraw the memory from NIXL first: once DrainFreed hands the ids
 	// out, the engine may reuse the blocks, and no decode READ may reach
 	// them then.
-	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
-	if p.stage != nil {
-		if serr := p.cfg.Agent.DeregisterMem(p.cfg.Staging.RegList(), nil); err == nil {
-			err = serr
-		}
-	}
+	err := engine.Deregister(p.cfg.Agent, p.cfg.Layout, &p.cfg.Staging)
 	p.mu.Lock()
 	all := p.holds.releaseAll()
 	p.freed = append(p.freed, p.releasedSlots(all)...)

@@ -673,3 +673,11 @@ func (c *Consumer) markNotified(l *load) {
 		l.readUntil = hold.Add(c.cfg.ExpiryMargin)
 	}
 }
+
+// readBlocks is stagedRead's answer when a staged READ cannot be planned
+// for l (why says what stopped it): l reads prefill's blocks directly, as
+// an unstaged load does.
+func (c *Consumer) readBlocks(l *load, why error) (bool, staging.ReadPlan, *staging.BlockCopy) {
+	c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(why))
+	return false, staging.ReadPlan{}, nil
+}

@@ -970,9 +970,7 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 	if adv.After(deadline) {
 		rk.h.leases.Extend(id, adv, 0)
 	}
-	params := Params{DoRemotePrefill: true, RemoteBlockIDs: slices.Clone(q.blocks), RemoteEngineID: "prefill", RemoteRequestID: id,
-		RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: p.tp, PPSize: 1, TransferMode: handshake.ModePull,
-		RemoteBlocksExpiryTime: expirySeconds(adv), RemoteHoldNonce: nonce}
+	params := Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteBlockIDs: slices.Clone(q.blocks), RemoteEngineID: "prefill", RemoteRequestID: id, RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: p.tp}, PPSize: 1, TransferMode: handshake.ModePull, RemoteBlocksExpiryTime: expirySeconds(adv), RemoteHoldNonce: nonce}
 	if slot >= 0 {
 		v := slot
 		params.RemoteStagingSlot = &v

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/nixl"
@@ -48,8 +46,7 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, descs in
 		// Whole blocks on both sides: one span, scattered by block ids.
 		plan, sc, err := staging.SameBlocksRead(&pr.Layout, &c.cfg.Layout, len(l.p.RemoteBlockIDs), cached, l.local, remote, part)
 		if err != nil {
-			c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(err))
-			return false, staging.ReadPlan{}, nil
+			return c.readBlocks(l, err)
 		}
 		l.slotUsed += (plan.Bytes + 15) &^ 15
 		return true, plan, &sc
@@ -58,8 +55,7 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, descs in
 	plan, err := c.planner.PlanRead(tr, &pr.Layout, &c.cfg.Layout, l.p.RemoteBlockIDs, remote, part)
 	c.stage.Planned(planStart)
 	if err != nil {
-		c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(err))
-		return false, staging.ReadPlan{}, nil
+		return c.readBlocks(l, err)
 	}
 	l.slotUsed += (plan.Bytes + 15) &^ 15
 	return true, plan, nil

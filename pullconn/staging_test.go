@@ -314,7 +314,7 @@ func TestStagedReadChunked(t *testing.T) {
 // TestParamsStagingSlotChecked: a slot outside any staging memory is
 // refused by Validate, naming the field.
 func TestParamsStagingSlotChecked(t *testing.T) {
-	p := Params{DoRemotePrefill: true, RemoteEngineID: "e", RemoteRequestID: "r", RemoteHost: "h", RemotePort: 1, TPSize: 1}
+	p := Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteEngineID: "e", RemoteRequestID: "r", RemoteHost: "h", RemotePort: 1, TPSize: 1}}
 	for _, bad := range []int{-1, staging.MaxSlots} {
 		p.RemoteStagingSlot = &bad
 		err := p.Validate()

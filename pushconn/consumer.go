@@ -143,13 +143,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.incarnation = inc
 	c.seq = rand.Uint64() >> 1 // far from wrapping to 0, which means "no seq"
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.poll = poller.New(cfg.Agent, poller.Options{
-		Interval:     cfg.PollInterval,
-		IdleInterval: cfg.IdleInterval,
-		Busy:         c.busy,
-		Tick:         c.tick,
-		OnError:      func(err error) { c.log.Warn("pushconn: polling the agent failed", zap.Error(err)) },
-	})
+	c.poll = cfg.Poller("pushconn", c.log, c.busy, c.tick)
 	c.poll.Handle(pushwire.FailPrefix, c.onFailure)
 	c.poll.Handle(pushwire.RegPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
@@ -260,20 +254,18 @@ func (c *Consumer) Pending() int {
 	return c.tracker.pending()
 }
 
-// Stats returns a snapshot of the rank's counters.
-func (c *Consumer) Stats() connector.Stats { return statsOf(c.stats) }
+// Stats returns the decode rank's counters: registrations sent,
+// completions counted or stale, PUSH_FAIL received, cancels sent and
+// acknowledged, timeouts (the package documentation, Metrics).
+func (c *Consumer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](c.stats) }
 
 // Close stops the background goroutine, ends every pending request with
 // errClosed (Drain still returns them), withdraws the rank from the side
 // channel and deregisters the layout's memory. It is idempotent.
 func (c *Consumer) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !engine.Closing(&c.mu, &c.closed) {
 		return nil
 	}
-	c.closed = true
-	c.mu.Unlock()
 	c.cancel()
 	c.poll.Stop()
 	c.wg.Wait()
@@ -288,12 +280,7 @@ func (c *Consumer) Close() error {
 	c.mu.Unlock()
 	c.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
 	c.engine.core.Withdraw(c.cfg.Layout.TPRank)
-	err := c.cfg.Agent.DeregisterMem(c.cfg.Layout.RegList(), nil)
-	if c.pool != nil {
-		if serr := c.cfg.Agent.DeregisterMem(c.cfg.Staging.RegList(), nil); err == nil {
-			err = serr
-		}
-	}
+	err := engine.Deregister(c.cfg.Agent, c.cfg.Layout, &c.cfg.Staging)
 	// With the memory deregistered no WRITE can land in it any more: the
 	// blocks of every request still draining go back to the engine now.
 	c.mu.Lock()

@@ -21,26 +21,15 @@ type pushEngine struct {
 // push mode) and fetches peer engines' payloads, once per peer.
 func NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) {
 	e := &pushEngine{}
-	pub, err := engine.Public.Start(cfg, engine.Connector{Name: "pushconn", Mode: handshake.ModePush, ErrInvalid: errInvalid, ErrClosed: errClosed, State: e})
-	if err != nil {
-		return nil, err
-	}
-	e.core = engine.Public.Engine(pub)
-	return pub.(*connector.Engine), nil
+	pub, core, err := engine.StartPublic[*connector.Engine](cfg, engine.Connector{Name: "pushconn", Mode: handshake.ModePush, ErrInvalid: errInvalid, ErrClosed: errClosed, State: e})
+	e.core = core
+	return pub, err
 }
 
 // engineOf returns the push state of e, or an error naming what is wrong
 // with it.
 func engineOf(e *connector.Engine) (*pushEngine, error) {
-	core := engine.Public.Engine(e)
-	if core == nil {
-		return nil, invalidf("engine is nil: create it with pushconn.NewEngine")
-	}
-	pe, ok := core.State().(*pushEngine)
-	if !ok {
-		return nil, invalidf("engine %q was made by %s.NewEngine: a push rank needs one from pushconn.NewEngine", e.ID(), core.Name())
-	}
-	return pe, nil
+	return engine.StateOf[*pushEngine](e, "pushconn", errInvalid)
 }
 
 // Coordinates returns how a decode engine reaches prefill engine e (made

@@ -383,10 +383,7 @@ func TestPushPrefillRefusedByPullDecode(t *testing.T) {
 	pc, err := pullconn.NewConsumer(de, pullconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l}})
 	require.NoError(t, err)
 	defer pc.Close()
-	params := pullconn.Params{
-		DoRemotePrefill: true, RemoteBlockIDs: []int{0}, RemoteEngineID: r.pre.ID(), RemoteRequestID: "x",
-		RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), TPSize: 1, TransferMode: "pull",
-	}
+	params := pullconn.Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteBlockIDs: []int{0}, RemoteEngineID: r.pre.ID(), RemoteRequestID: "x", RemoteHost: r.pre.Host(), RemotePort: r.pre.Port(), TPSize: 1}, TransferMode: "pull"}
 	require.NoError(t, pc.Load("x", params, []int{0}))
 	var res []connector.Result
 	eventually(t, "pull result", func() bool { res = append(res, pc.Drain()...); return len(res) == 1 })

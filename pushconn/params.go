@@ -1,5 +1,7 @@
 package pushconn
 
+import "github.com/gonixl/gonixl/connector"
+
 // ModePush is the transfer_mode of push transfer params.
 const ModePush = "push"
 
@@ -8,15 +10,8 @@ const ModePush = "push"
 // registered before prefill finished, so they inform the proxy and decode
 // of where the blocks come from rather than start anything.
 type Params struct {
-	DoRemotePrefill bool   `json:"do_remote_prefill"`
-	DoRemoteDecode  bool   `json:"do_remote_decode"`
-	RemoteBlockIDs  []int  `json:"remote_block_ids"`
-	RemoteEngineID  string `json:"remote_engine_id"`
-	RemoteRequestID string `json:"remote_request_id"`
-	RemoteHost      string `json:"remote_host"`
-	RemotePort      int    `json:"remote_port"`
-	TPSize          int    `json:"tp_size"`
-	PPSize          int    `json:"pp_size"`
+	connector.TransferParams
+	PPSize int `json:"pp_size"`
 	// NumTokens is the prompt length when RequestFinished was given it.
 	NumTokens    int    `json:"num_tokens,omitempty"`
 	TransferMode string `json:"transfer_mode"`

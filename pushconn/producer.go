@@ -103,13 +103,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		return nil, err
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.poll = poller.New(cfg.Agent, poller.Options{
-		Interval:     cfg.PollInterval,
-		IdleInterval: cfg.IdleInterval,
-		Busy:         p.w.busy,
-		Tick:         p.w.tick,
-		OnError:      func(err error) { p.log.Warn("pushconn: polling the agent failed", zap.Error(err)) },
-	})
+	p.poll = cfg.Poller("pushconn", p.log, p.w.busy, p.w.tick)
 	p.poll.Handle(pushwire.RegPrefix, p.w.onRegistration)
 	p.poll.Handle(pushwire.CancelPrefix, p.w.onCancel)
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
@@ -158,17 +152,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	p.mu.Unlock()
 	p.poll.Wake()
 	return Params{
-		DoRemotePrefill: true,
-		RemoteBlockIDs:  append([]int(nil), blockIDs...),
-		RemoteEngineID:  p.engine.ID(),
-		RemoteRequestID: requestID,
-		RemoteHost:      p.engine.Host(),
-		RemotePort:      p.engine.Port(),
-		TPSize:          p.engine.TPSize(),
-		PPSize:          1,
-		NumTokens:       o.tokens,
-		TransferMode:    ModePush,
-		TransferID:      o.transferID,
+		TransferParams: engine.Public.Params(p.engine.core, requestID, blockIDs).(connector.TransferParams),
+		PPSize:         1,
+		NumTokens:      o.tokens,
+		TransferMode:   ModePush,
+		TransferID:     o.transferID,
 	}, nil
 }
 
@@ -222,8 +210,10 @@ func (p *Producer) isAborted(id string) bool {
 	return p.aborting[id]
 }
 
-// Stats returns a snapshot of the rank's counters.
-func (p *Producer) Stats() connector.Stats { return statsOf(p.stats) }
+// Stats returns the prefill rank's counters and WRITE times: matches,
+// duplicates, PUSH_FAIL sent, cancels answered, limits hit (the package
+// documentation, Metrics).
+func (p *Producer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](p.stats) }
 
 // Held returns how many finished requests' blocks the rank holds (not yet
 // handed to DrainFreed).
@@ -239,13 +229,9 @@ func (p *Producer) Held() int {
 // from the side channel and deregisters the layout's memory. It is
 // idempotent.
 func (p *Producer) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !engine.Closing(&p.mu, &p.closed) {
 		return nil
 	}
-	p.closed = true
-	p.mu.Unlock()
 	p.cancel()
 	p.poll.Stop()
 	p.wg.Wait()
@@ -260,12 +246,7 @@ func (p *Producer) Close() error {
 	}
 	p.w.shutdown()
 	p.engine.core.Withdraw(p.cfg.Layout.TPRank)
-	err := p.cfg.Agent.DeregisterMem(p.cfg.Layout.RegList(), nil)
-	if p.pool != nil {
-		if serr := p.cfg.Agent.DeregisterMem(p.cfg.Staging.RegList(), nil); err == nil {
-			err = serr
-		}
-	}
+	err := engine.Deregister(p.cfg.Agent, p.cfg.Layout, &p.cfg.Staging)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.lastFreed...)
 	p.lastFreed = nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -179,3 +180,25 @@ func (e *Engine) Withdraw(rank int) {
 
 // Release releases a claim of another kind than "published".
 func (e *Engine) Release(kind string, rank int) { e.release(kind, rank) }
+
+// Closing marks a rank closed under its lock and reports whether this call
+// did: false means an earlier Close did, and this one returns at once.
+func Closing(mu sync.Locker, closed *bool) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	first := !*closed
+	*closed = true
+	return first
+}
+
+// Deregister takes a rank's KV memory, and its staging memory when st
+// stages, off the rank's agent; the first error wins.
+func Deregister(a nixl.Agent, l descriptors.Layout, st *staging.Config) error {
+	err := a.DeregisterMem(l.RegList(), nil)
+	if st != nil && st.Enabled() {
+		if serr := a.DeregisterMem(st.RegList(), nil); err == nil {
+			err = serr
+		}
+	}
+	return err
+}
