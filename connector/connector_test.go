@@ -21,6 +21,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var geom = descriptors.Geometry{Layers: 2, KVHeads: 4, HeadDim: 8, DType: "bfloat16", BlockSize: 16, Blocks: 32, TPSize: 1}
 
+// setup returns a loopback fabric and an engine of newEngine's, closed
+// when the test ends.
+func setup(t *testing.T, newEngine func(connector.EngineConfig) (*connector.Engine, error), id string) (*loopback.Fabric, *connector.Engine) {
+	t.Helper()
+	fab, err := loopback.NewFabric()
+	require.NoError(t, err)
+	t.Cleanup(func() { fab.Close() })
+	e, err := newEngine(connector.EngineConfig{EngineID: id, Model: "m", Geometry: geom, HandshakeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return fab, e
+}
+
 func rank(t *testing.T, fab *loopback.Fabric, name string) connector.RankConfig {
 	t.Helper()
 	a, err := fab.NewAgent(name)
@@ -38,18 +51,11 @@ func rank(t *testing.T, fab *loopback.Fabric, name string) connector.RankConfig 
 // which constructor made it and which one it needs, and changes nothing:
 // the right rank takes the same TP rank afterwards.
 func TestRankRefusesTheOtherProtocolsEngine(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	pushE, err := pushconn.NewEngine(connector.EngineConfig{EngineID: "push-e", Model: "m", Geometry: geom})
-	require.NoError(t, err)
-	defer pushE.Close()
-	pullE, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "pull-e", Model: "m", Geometry: geom})
-	require.NoError(t, err)
-	defer pullE.Close()
+	fab, pushE := setup(t, pushconn.NewEngine, "push-e")
+	_, pullE := setup(t, pullconn.NewEngine, "pull-e")
 	rc := rank(t, fab, "r0")
 
-	_, err = pullconn.NewProducer(pushE, pullconn.Config{RankConfig: rc})
+	_, err := pullconn.NewProducer(pushE, pullconn.Config{RankConfig: rc})
 	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.EqualError(t, err, `pullconn: invalid argument: engine "push-e" was made by pushconn.NewEngine: a pull rank needs one from pullconn.NewEngine`)
 	_, err = pushconn.NewConsumer(pullE, pushconn.Config{RankConfig: rc})
@@ -63,12 +69,7 @@ func TestRankRefusesTheOtherProtocolsEngine(t *testing.T) {
 // The engine takes its geometry once and checks every rank's layout
 // against it, naming the field that differs.
 func TestEngineChecksTheLayoutAgainstItsGeometry(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: geom})
-	require.NoError(t, err)
-	defer e.Close()
+	fab, e := setup(t, pullconn.NewEngine, "e")
 	assert.Equal(t, geom, e.Geometry())
 	for want, edit := range map[string]func(*descriptors.Layout){
 		`RankConfig.Layout.NumBlocks is 16, the geometry's is 32 (engine "e")`:                      func(l *descriptors.Layout) { l.NumBlocks = 16 },
@@ -81,19 +82,14 @@ func TestEngineChecksTheLayoutAgainstItsGeometry(t *testing.T) {
 		require.ErrorIs(t, err, connector.ErrInvalid, want)
 		assert.EqualError(t, err, "pullconn: invalid argument: "+want)
 	}
-	_, err = pullconn.NewEngine(connector.EngineConfig{EngineID: "e2", Model: "m"})
+	_, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "e2", Model: "m"})
 	assert.EqualError(t, err, "pullconn: invalid argument: EngineConfig.Geometry.Layers is 0, want >= 1")
 }
 
 // Stats come out of a rank as the public type, its extra counters in
 // order and readable by name.
 func TestStatsArePublic(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: geom})
-	require.NoError(t, err)
-	defer e.Close()
+	fab, e := setup(t, pullconn.NewEngine, "e")
 	c, err := pullconn.NewConsumer(e, pullconn.Config{RankConfig: rank(t, fab, "c")})
 	require.NoError(t, err)
 	defer c.Close()
@@ -112,12 +108,7 @@ func TestStatsArePublic(t *testing.T) {
 // A Copier of the caller's runs where the connectors stage, and a failing
 // one fails the rank's start (MeasureCopy) with an error naming the field.
 func TestCallersCopierRuns(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: geom})
-	require.NoError(t, err)
-	defer e.Close()
+	fab, e := setup(t, pullconn.NewEngine, "e")
 	sbuf, err := nixl.AllocBuffer(2 << 20)
 	require.NoError(t, err)
 	defer sbuf.Free()
@@ -151,14 +142,10 @@ func TestGPUCopierWithoutCUDA(t *testing.T) {
 
 // A closed engine refuses new ranks with ErrClosed; Close is idempotent.
 func TestClosedEngine(t *testing.T) {
-	fab, err := loopback.NewFabric()
-	require.NoError(t, err)
-	defer fab.Close()
-	e, err := pushconn.NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: geom, HandshakeTimeout: time.Second})
-	require.NoError(t, err)
+	fab, e := setup(t, pushconn.NewEngine, "e")
 	require.NoError(t, e.Close())
 	require.NoError(t, e.Close())
-	_, err = pushconn.NewProducer(e, pushconn.Config{RankConfig: rank(t, fab, "p")})
+	_, err := pushconn.NewProducer(e, pushconn.Config{RankConfig: rank(t, fab, "p")})
 	require.ErrorIs(t, err, connector.ErrClosed)
 	assert.EqualError(t, err, `pushconn: connector closed: engine "e" was closed`)
 }

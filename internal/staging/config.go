@@ -34,48 +34,22 @@ const (
 	DefaultDRAMCopyBandwidth = 5e9
 )
 
-// Config is a rank's staging memory and policy. The zero value disables
-// staging. The memory is the caller's (device memory for VRAM, host memory
-// from nixl.Buffer for DRAM); the connector registers it with its agent
-// and deregisters it on Close.
+// Config is a rank's staging memory and policy as the connectors run on
+// it: package connector's Staging (whose fields are documented there, for
+// users) converted, with WithDefaults filling the cost model and the host
+// copier. The zero value disables staging.
 type Config struct {
-	// Mode is ModeOff (default), ModeOn or ModeAuto.
-	Mode Mode
-	// Mem, Base and DevID name the staging memory: Slots*SlotBytes bytes
-	// from Base. Mem must be the KV layout's memory type.
-	Mem   nixl.MemType
-	Base  uint64
-	DevID uint64
-	// SlotBytes is the size of one slot; a request larger than a slot
-	// moves by direct descriptors. Slots bounds how many requests are
-	// staged at once on this rank.
-	SlotBytes uint64
-	Slots     int
-	// Copier gathers and scatters. Nil means HostCopier for DRAM; VRAM
-	// needs one (gpucopy.New with the `cuda` build tag).
-	Copier Copier
-	// DescCost and CopyBandwidth (bytes/s) are the cost model's figures
-	// (defaults DefaultDescCost and, by memory type,
-	// DefaultVRAMCopyBandwidth or DefaultDRAMCopyBandwidth).
+	Mode          Mode
+	Mem           nixl.MemType
+	Base, DevID   uint64
+	SlotBytes     uint64
+	Slots         int
+	Copier        Copier
 	DescCost      time.Duration
 	CopyBandwidth float64
-	// MeasureCopy, under ModeAuto, measures CopyBandwidth when the rank
-	// starts (copies inside slot 0 with the Copier) instead of taking it
-	// from the field or its default. DescCost is always configured: it
-	// needs a peer to measure.
-	MeasureCopy bool
-	// TransferChunk, when not zero, cuts a staged transfer into
-	// descriptors of at most this many bytes (one request still); zero
-	// moves a slot's run as one descriptor.
+	MeasureCopy   bool
 	TransferChunk uint64
-	// Chunks cuts a staged transfer into this many pieces, by regions, so
-	// that the gather of one piece, the transfer of the one before and the
-	// scatter of the one before that overlap: 0 means DefaultChunks, 1
-	// gathers everything before the first byte moves. At most MaxChunks,
-	// and never more than the layout's regions. A chunked staged READ
-	// (pull) needs the same block geometry on both sides (SameBlocks);
-	// others move as one chunk.
-	Chunks int
+	Chunks        int // 0: DefaultChunks; at most MaxChunks
 }
 
 // Enabled reports whether the configuration stages anything.

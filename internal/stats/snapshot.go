@@ -16,34 +16,17 @@ type CounterValue struct {
 	Value uint64
 }
 
-// Snapshot is a copy of a Set at one moment (package connector turns it
-// into the public connector.Stats). Time digests cover successful
-// transfers (XferTime) and every post (PostTime); their percentiles cover the
-// most recent samples.
+// Snapshot is a copy of a Set at one moment: package connector's Stats
+// (whose fields are documented there, for users), which connector makes
+// of it field by field.
 type Snapshot struct {
-	Transfers              uint64
-	Bytes                  uint64
-	Descriptors            uint64
-	FailedTransfers        uint64
-	FailedNotifications    uint64
-	FailedHandshakes       uint64
-	ExpiredRequests        uint64
-	UnknownNotifications   uint64
-	LateNotifications      uint64
-	MalformedNotifications uint64
-	MalformedFrames        uint64
-	XferTime               latency.Stats
-	PostTime               latency.Stats
-	// Histograms of the same samples over fixed buckets (vLLM's), for
-	// Prometheus: transfer and post time in seconds, bytes and descriptors
-	// per successful transfer.
-	XferTimeHist    HistogramSnapshot
-	PostTimeHist    HistogramSnapshot
-	BytesHist       HistogramSnapshot
-	DescriptorsHist HistogramSnapshot
-	// Extra holds the counters a connector registered itself, in
-	// registration order.
-	Extra []CounterValue
+	Transfers, Bytes, Descriptors                            uint64
+	FailedTransfers, FailedNotifications, FailedHandshakes   uint64
+	ExpiredRequests, UnknownNotifications, LateNotifications uint64
+	MalformedNotifications, MalformedFrames                  uint64
+	XferTime, PostTime                                       latency.Stats
+	XferTimeHist, PostTimeHist, BytesHist, DescriptorsHist   HistogramSnapshot
+	Extra                                                    []CounterValue
 }
 
 // Get returns the value of the extra counter name, and whether it exists.
