@@ -11,9 +11,12 @@ import (
 // Prometheus. Time digests cover successful transfers (XferTime) and every
 // post (PostTime); their percentiles cover the most recent samples.
 //
-// Decode ranks count transfers, bytes, descriptors, failed transfers,
-// handshakes and notifications; prefill ranks count expired requests and
-// unknown, late and malformed notifications; an Engine counts malformed
+// The rank that posts the transfers (pull's decode, push's prefill) counts
+// them, their bytes and descriptors, and the failed ones; ranks count the
+// handshakes that failed, the notifications they could not send and those
+// they received for unknown requests, late or malformed; ExpiredRequests
+// counts holds released at their lease on prefill, and loads failed with
+// pullconn.ErrExpired on pull's decode; an Engine counts malformed
 // side-channel frames and refused handshakes. What only one connector
 // counts is in Extra (docs/metrics.md lists every counter).
 type Stats struct {

@@ -292,12 +292,12 @@ func (c *Consumer) KeepAlive(requestID string, p Params) error {
 
 // Abort ends request requestID for the engine (its client went away, say).
 // A request registered with KeepAlive stops its heartbeats. A loading request
-// ends with an error matching errAborted: at once when no READ of it is in
+// ends with an error matching connector.ErrAborted: at once when no READ of it is in
 // flight, else as soon as the agent has let go of its READs, so that no
 // byte lands in its blocks after Drain hands them back. No completion is
 // sent: prefill frees the blocks when its hold ends. An unknown or already
-// ended id, or a second call, does nothing. It returns errClosed after
-// Close.
+// ended id, or a second call, does nothing. It returns an error matching
+// connector.ErrClosed after Close.
 func (c *Consumer) Abort(requestID string) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -419,7 +419,7 @@ func (c *Consumer) Pending() int {
 func (c *Consumer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](c.stats) }
 
 // Close stops the reader and the handshakes, ends every pending request with
-// errClosed (cancelling its READs) and deregisters the memory. Results stay
+// connector.ErrClosed (cancelling its READs) and deregisters the memory. Results stay
 // available from Drain. It is idempotent.
 func (c *Consumer) Close() error {
 	if !engine.Closing(&c.qmu, &c.closed) {

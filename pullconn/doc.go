@@ -24,15 +24,17 @@
 // local block ids) returns at once: a background reader goroutine handshakes
 // with the prefill engine (once per engine, at most one in flight), maps the
 // blocks to descriptors for each prefill rank this rank reads from
-// (descriptors.Sources; TP sizes and block sizes may differ), posts the READs
-// with the completion notification, asks prefill to pin the hold for as
-// long as the READs may run, polls them and queues the result, which Drain
-// returns: done only if every prefill rank pinned exactly the hold the
-// Params name and the READs ended within the pin (else ErrNotHeld; see
-// docs/pull.md and docs/correctness.md). With Config.Inline the mapping and posting run on the
-// caller instead, as in vLLM today; that mode exists to measure the
-// difference. An empty local block list (decode already holds every block)
-// sends the completion notifications only.
+// (descriptors.Sources; TP sizes and block sizes may differ), posts the
+// READs, asks prefill to pin the hold for as long as the READs may run,
+// polls them and queues the result, which Drain returns: done only if every
+// prefill rank pinned exactly the hold the Params name and the READs ended
+// within the pin (else ErrNotHeld; see docs/pull.md and
+// docs/correctness.md). To a prefill that pins, the completion goes once
+// the load is done and names the hold; to one that does not (vLLM's), the
+// READs carry it. With Config.Inline the mapping and posting run on the caller
+// instead, as in vLLM today; that mode exists to measure the difference. An
+// empty local block list (decode already holds every block) sends the
+// completion notifications only.
 //
 // Every request ends exactly once: done, or failed with an error that says
 // why (and, under the recompute policy, which local blocks hold no valid

@@ -179,7 +179,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 // rank last gave decode passes, whichever is first. They are not freed at
 // once: a decode READ may be in flight, and decode trusts the blocks until
 // that deadline. An unknown id, or a second call, does nothing. It returns
-// errClosed after Close.
+// an error matching connector.ErrClosed after Close.
 func (p *Producer) Abort(requestID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

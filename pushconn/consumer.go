@@ -221,11 +221,11 @@ func (c *Consumer) Drain() []connector.Result {
 // Abort ends request requestID at once, as the engine drops it (its client
 // went away): no completion counts for it any more, the prefill ranks that
 // got its registration are sent PUSH_CANCEL, and its connector.Result, with an error
-// matching errAborted, comes out of Drain once no prefill rank can still
+// matching connector.ErrAborted, comes out of Drain once no prefill rank can still
 // write into its blocks (every one has written, failed or acknowledged the
 // cancel, or CancelTimeout passed). Aborting a request that already ended,
-// or an id never registered, does nothing; after Close it returns
-// errClosed.
+// or an id never registered, does nothing; after Close it returns an
+// error matching connector.ErrClosed.
 func (c *Consumer) Abort(requestID string) error {
 	c.mu.Lock()
 	if c.closed {
@@ -260,7 +260,7 @@ func (c *Consumer) Pending() int {
 func (c *Consumer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](c.stats) }
 
 // Close stops the background goroutine, ends every pending request with
-// errClosed (Drain still returns them), withdraws the rank from the side
+// connector.ErrClosed (Drain still returns them), withdraws the rank from the side
 // channel and deregisters the layout's memory. It is idempotent.
 func (c *Consumer) Close() error {
 	if !engine.Closing(&c.mu, &c.closed) {

@@ -21,19 +21,21 @@
 // testdata/push_reg.json (keys request_id, decode_engine_id, decode_host,
 // decode_port, decode_tp_size, local_block_ids, remote_engine_id,
 // remote_host, remote_port, remote_tp_size, remote_pp_size, optional
-// transfer_id), plus our own optional decode_incarnation (see Restarts).
-// The request is done when every one of those ranks has
-// sent its completion "<decode request id>:<prefill world size>" (the
-// WRITE's notification, which arrives after the data; with the
-// registration's seq, see Completions); it fails at once on
-// a PUSH_FAIL from any of them, with ErrRegistrationTimeout when the
-// registration timeout (default 480 s) passes, and with errAborted when
-// the engine calls Consumer.Abort; when it fails it tells the other ranks
-// with PUSH_CANCEL. Drain returns each request's connector.Result exactly once, and
-// only when no prefill rank can still write into its blocks (see Write
+// transfer_id), plus our own optional decode_incarnation (see Restarts),
+// registration_seq (see Registrations of the same id) and staging (a slot
+// decode offers, see connector.Staging). The request is done when every one
+// of those ranks has sent its completion
+// "<decode request id>:<prefill world size>" (the WRITE's notification,
+// which arrives after the data; with the registration's seq, see
+// Completions); it fails at once on a PUSH_FAIL from
+// any of them, with ErrRegistrationTimeout when the registration timeout
+// (default 480 s) passes, and with connector.ErrAborted when the engine
+// calls Consumer.Abort; when it fails it tells the other ranks with
+// PUSH_CANCEL. Drain returns each request's connector.Result exactly once,
+// and only when no prefill rank can still write into its blocks (see Write
 // safety). A Register whose prefill TP or PP size differs from the prefill
-// engine's handshake fails with an error matching errInvalid that names
-// the field and both values; it fails only that request.
+// engine's handshake fails with an error matching connector.ErrInvalid that
+// names the field and both values; it fails only that request.
 //
 // Prefill: Producer.RequestFinished(id, block ids) holds the blocks and
 // returns the Params. The rank's writer goroutine (the shared
@@ -119,19 +121,19 @@
 //	}
 //
 // with the keys in that order and the most compact msgpack encodings.
-// Decoders must skip unknown keys; transfer_id is optional, the others
-// required. Prefill identifies the registration by the notification's
-// sender agent, request_id and transfer_id. A registration still waiting
-// for its request leaves the matcher, so it never takes the match of a
-// live registration (a retry of the request, or the same id registered
-// again); the rank remembers it (the last 4096, each until prefill's
-// registration timeout) so that its request, when it finishes, names it
-// (same transfer id, or same exact request id) and no live registration
-// pairs with it, is freed at once, with no WRITE and no lease wait (a
-// request that pairs with it only by stripped id may be a retry whose
-// registration is still on its way: it waits as usual). One waiting for a
-// handshake or for a retry is dropped. Prefill answers every PUSH_CANCEL
-// with
+// Decoders must skip unknown keys; transfer_id and registration_seq are
+// optional, the others required. Prefill identifies the registration by the
+// notification's sender agent, request_id and transfer_id. A registration
+// still waiting for its request leaves the matcher, so it never takes the
+// match of a live registration (a retry of the request, or the same id
+// registered again); the rank remembers it (the last 4096, each until
+// prefill's registration timeout) so that its request, when it finishes,
+// names it (same transfer id, or same exact request id) and no live
+// registration pairs with it, is freed at once, with no WRITE and no lease
+// wait (a request that pairs with it only by stripped id may be a retry
+// whose registration is still on its way: it waits as usual). One waiting
+// for a handshake or for a retry is dropped. Prefill answers every
+// PUSH_CANCEL with
 //
 //	"PUSH_CANCEL_ACK:" + msgpack map {
 //	    "request_id":  str,  the cancel's request_id
@@ -141,39 +143,39 @@
 //	    "registration_seq": uint, the cancel's; only when it had one
 //	}
 //
-// (keys in that order, most compact encodings; decoders skip unknown
-// keys, transfer_id is optional, the others required; every id is at most
-// 1024 bytes) once no WRITE of that registration can land any more: at
-// once when it was withdrawn, dropped, already written or failed, or never
-// received; after the handshake with the decode engine when it waited for
-// one; and when its WRITE ends (completed, failed, or cancelled at the
-// write timeout) when one was in flight. Prefill's
-// registration timeout defaults to DefaultProducerRegistrationTimeout
-// (450 s), shorter than decode's 480 s, so that without a cancel prefill
-// gives up first; keep prefill's shorter when configuring either side.
+// (keys in that order, most compact encodings; decoders skip unknown keys,
+// transfer_id and registration_seq are optional, the others required; every
+// id is at most 1024 bytes) once no WRITE of that registration can land any
+// more: at once when it was withdrawn, dropped, already written or failed,
+// or never received; after the handshake with the decode engine when it
+// waited for one; and when its WRITE ends (completed, failed, or cancelled
+// at the write timeout) when one was in flight. Prefill's registration
+// timeout defaults to DefaultProducerRegistrationTimeout (450 s), shorter
+// than decode's 480 s, so that without a cancel prefill gives up first; keep
+// prefill's shorter when configuring either side.
 //
 // # Write safety
 //
 // Decode hands a request's blocks back to the engine — Drain returns its
-// connector.Result — only when no prefill rank can still write into them: every
-// rank that was sent the registration has completed (its completion
-// notification arrived, also when it comes after decode decided to fail
-// the request), sent PUSH_FAIL, or acknowledged the PUSH_CANCEL. A done
-// request meets this by definition. A failed, timed-out or aborted one
-// drains: it ends at once (no completion counts for it, Abort returns),
-// PUSH_CANCEL goes to every rank that has not answered, again every
-// quarter of Config.CancelTimeout, and its connector.Result comes out when the
-// last rank answers, or at CancelTimeout (default DefaultCancelTimeout,
-// prefill's write timeout plus 10 s; counted in cancel_timeouts) if one
-// never does. Until then Pending counts it and Register refuses its id.
-// Consumer.Close publishes draining results after the rank's memory is
-// deregistered, when no WRITE can land in it. Remaining risk: a prefill
-// rank that is alive but lost every PUSH_CANCEL (or whose acks were all
-// lost) and still holds the registration past CancelTimeout may WRITE
-// into the released blocks later (its completion names the old
-// registration's seq, so it counts for no newer request of the same id;
-// from a decode that sends no seq it would). A crashed prefill rank sends
-// nothing more, so it is no risk.
+// connector.Result — only when no prefill rank can still write into them:
+// every rank that was sent the registration has completed (its completion
+// notification arrived, also when it comes after decode decided to fail the
+// request), sent PUSH_FAIL, or acknowledged the PUSH_CANCEL. A done request
+// meets this by definition. A failed, timed-out or aborted one drains: it
+// ends at once (no completion counts for it, Abort returns), PUSH_CANCEL
+// goes to every rank that has not answered, again every quarter of
+// Config.CancelTimeout, and its connector.Result comes out when the last
+// rank answers, or at CancelTimeout (default DefaultCancelTimeout, (2 x
+// prefill's write timeout + 10 s) x 4/3, 93.3 s; counted in cancel_timeouts)
+// if one never does. Until then Pending counts it and Register refuses its
+// id. Consumer.Close publishes draining results after the rank's memory is
+// deregistered, when no WRITE can land in it. Remaining risk: a prefill rank
+// that is alive but lost every PUSH_CANCEL (or whose acks were all lost) and
+// still holds the registration past CancelTimeout may WRITE into the
+// released blocks later (its completion names the old registration's seq, so
+// it counts for no newer request of the same id; from a decode that sends no
+// seq it would). A crashed prefill rank sends nothing more, so it is no
+// risk.
 //
 // # Registrations of the same id
 //
@@ -257,14 +259,15 @@
 //
 // # Abort
 //
-// Consumer.Abort(id) ends a decode request at once with errAborted; its
-// connector.Result follows the write-safety rule. Producer.Abort(id) withdraws a
-// finished request the engine dropped: no WRITE of it starts once Abort
-// returned (Abort waits for a post in progress), matched registrations
-// whose WRITE has not started get PUSH_FAIL "aborted", later ones
-// PUSH_FAIL "expired", a WRITE in flight is left to end, and the blocks
-// come out of DrainFreed once none is. Both are idempotent, return
-// errClosed after Close, and count aborted_requests.
+// Consumer.Abort(id) ends a decode request at once with
+// connector.ErrAborted; its connector.Result follows the write-safety rule.
+// Producer.Abort(id) withdraws a finished request the engine dropped: no
+// WRITE of it starts once Abort returned (Abort waits for a post in
+// progress), matched registrations whose WRITE has not started get PUSH_FAIL
+// "aborted", later ones PUSH_FAIL "expired", a WRITE in flight is left to
+// end, and the blocks come out of DrainFreed once none is. Both are
+// idempotent, return connector.ErrClosed after Close, and count
+// aborted_requests.
 //
 // # Restarts
 //
@@ -333,23 +336,25 @@
 //
 // # Metrics
 //
-// Each rank's Stats has the counters both connectors keep (transfers,
-// bytes, descriptors, transfer and post times, failed transfers,
-// notifications and handshakes, expired requests, unknown, late and
-// malformed notifications) and, in Extra: registrations_received,
-// registrations_sent, matched_exact, matched_stripped,
-// matched_transfer_id, duplicate_registrations, unmatched_expired,
+// Each rank's Stats (connector.Stats) has the counters both connectors
+// keep (transfers, bytes, descriptors, transfer and post times, failed
+// transfers, notifications and handshakes, expired requests, unknown, late
+// and malformed notifications) and, in Extra, in this order on both sides:
+// registrations_received, registrations_sent, matched_exact,
+// matched_stripped, matched_transfer_id, duplicate_registrations,
+// registrations_cancelled_before_arrival, unmatched_expired,
 // push_fail_sent, push_fail_received, push_fail_undeliverable,
 // registration_timeouts, misdirected_registrations, handshakes,
 // push_cancel_sent, push_cancel_received, push_cancel_undeliverable,
-// cancelled_registrations, registrations_after_lease,
-// stale_registrations, peer_limit_refusals, pending_limit_refusals,
-// evicted_peers, push_cancel_ack_sent, push_cancel_ack_received,
-// push_cancel_ack_undeliverable, cancel_timeouts, aborted_requests,
-// oversized_ids, superseded_registrations, stale_completions and
-// seqless_copies_dropped. With a
-// Logger they are logged as one "KV Transfer metrics:" line every
-// StatsInterval.
+// stuck_writes, cancelled_registrations, registrations_after_lease,
+// peer_limit_refusals, pending_limit_refusals, evicted_peers,
+// stale_registrations, push_cancel_ack_sent,
+// push_cancel_ack_undeliverable, push_cancel_ack_received,
+// cancel_timeouts, aborted_requests, oversized_ids,
+// superseded_registrations, stale_completions and seqless_copies_dropped;
+// a rank that stages adds the staging counters after them
+// (docs/metrics.md). With a Logger they are logged as one "KV Transfer
+// metrics:" line every StatsInterval.
 //
 // # Limits
 //

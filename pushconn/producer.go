@@ -179,7 +179,7 @@ func (p *Producer) DrainFreed() []string {
 // A WRITE already in flight is left to end; the blocks come out of
 // DrainFreed, exactly once, when none is in flight. Aborting an id that is
 // not held (never given, already freed or already aborted) does nothing;
-// after Close it returns errClosed.
+// after Close it returns an error matching connector.ErrClosed.
 func (p *Producer) Abort(requestID string) error {
 	p.mu.Lock()
 	switch {

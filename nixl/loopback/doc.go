@@ -8,10 +8,11 @@
 // [nixl.Buffer]s. A transfer's notification reaches its target only after
 // the transfer's bytes are in place. How long transfers take is set by a
 // [TransferModel] (instant, a fixed latency, or a link bandwidth plus
-// latency), measured on an injectable clock ([Clock]; tests step a connector.ManualClock). Faults — dropped or delayed
-// notifications, failed posts, transfers failing in flight, disconnected
-// agents — are injected per fabric or per agent pair, deterministically from a
-// seed, and counted.
+// latency), measured on an injectable clock ([Clock]; tests step a
+// connector.ManualClock, the one their connectors take). Faults — dropped or
+// delayed notifications, failed posts, transfers failing in flight,
+// disconnected agents — are injected per fabric or per agent pair,
+// deterministically from a seed, and counted.
 //
 // Like a NIXL agent without a progress thread, a fabric has no goroutines of
 // its own: transfers and notifications that are due are carried out whenever
