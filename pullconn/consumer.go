@@ -182,7 +182,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		}
 	}
 	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
-		log:         cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "consumer")),
+		log:         cfg.Log(e.ID(), "decode"),
 		live:        map[string]struct{}{},
 		waiting:     map[string]*waiter{},
 		remotes:     map[string]*remote{},
@@ -197,9 +197,9 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")
 	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: Config.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
-	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended and confirmed).")
+	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended, their deadlines told).")
 	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not pin the hold the Params name for this engine, or the READs outlasted the pin.")
-	c.confirmations = c.stats.Counter("confirmations", "Confirmation exchanges with prefill engines, one per engine and reader round for the loads whose READs ended.")
+	c.confirmations = c.stats.Counter("confirmations", "Pin exchanges with prefill engines, one per engine and reader round for the loads whose READs were posted.")
 	c.confirmMicros = c.stats.Counter("confirmation_microseconds", "Time spent waiting for confirmations, in microseconds (divide by confirmations for the mean round trip).")
 	c.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
 	if cfg.Staging.Enabled() {

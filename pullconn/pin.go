@@ -42,14 +42,14 @@ type verdicts struct {
 }
 
 // askPins sends, per prefill engine, one pin request for the loads
-// whose READs finished since the last tick. wmu is held.
+// whose READs were posted since the last tick. wmu is held.
 func (c *Consumer) askPins() {
 	if len(c.toPin) == 0 {
 		return
 	}
 	// Grouped by engine state, not looked up in c.remotes: an engine
 	// forgotten since (its agent disconnected) still answers for the
-	// READs that finished.
+	// READs it was asked to cover.
 	by := map[*remote][]*load{}
 	var order []*remote
 	for _, l := range c.toPin {

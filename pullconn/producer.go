@@ -68,7 +68,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
 	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
-		log: cfg.Logger.With(zap.String("engine_id", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "producer"))}
+		log: cfg.Log(e.ID(), "prefill")}
 	if cfg.Staging.Enabled() {
 		if err := e.slots.join(&cfg.Staging, cfg.ParamsAfterAllRanks); err != nil {
 			return nil, invalidf("%v", err)

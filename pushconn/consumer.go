@@ -123,7 +123,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c := &Consumer{
 		engine:  e,
 		cfg:     cfg,
-		log:     logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "decode")),
+		log:     cfg.Log(e.ID(), "decode"),
 		stats:   stats.New(),
 		tracker: newTracker(cfg.RegistrationTimeout, cfg.CancelTimeout),
 		peers:   map[string]*decodePeer{},

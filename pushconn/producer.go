@@ -85,7 +85,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p := &Producer{
 		engine:   e,
 		cfg:      cfg,
-		log:      logger(cfg.Logger).With(zap.String("engine", e.ID()), zap.Int("tp_rank", cfg.Layout.TPRank), zap.String("role", "prefill")),
+		log:      cfg.Log(e.ID(), "prefill"),
 		stats:    stats.New(),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},

@@ -30,7 +30,7 @@ func main() {
 	err := run(*size, *timeout)
 	switch {
 	case errors.Is(err, nixl.ErrUnavailable):
-		fmt.Fprintf(os.Stderr, "agentdemo: %v\nagentdemo needs the native NIXL agent: run it as `go run -tags nixl ./examples/agentdemo` with NIXL installed (see README).\n", err)
+		fmt.Fprintf(os.Stderr, "agentdemo: %v\nagentdemo needs the native NIXL agent: run it as `go run -tags nixl ./examples/agentdemo` with NIXL installed (see docs/binding.md).\n", err)
 		os.Exit(2)
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "agentdemo: %v\n", err)

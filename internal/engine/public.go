@@ -96,3 +96,9 @@ func StateOf[S any](e any, name string, errInvalid error) (S, error) {
 	}
 	return s, nil
 }
+
+// Log returns the rank's logger, tagged as the metrics line is: engine_id,
+// tp_rank and role ("prefill" or "decode").
+func (r Rank) Log(engineID, role string) *zap.Logger {
+	return r.Logger.With(zap.String("engine_id", engineID), zap.Int("tp_rank", r.Layout.TPRank), zap.String("role", role))
+}
