@@ -29,6 +29,7 @@ type Geometry struct {
 	Blocks    int    // blocks in every region of every rank
 	TPSize    int    // tensor-parallel size
 	MLA       bool   // multi-head latent attention: one region per layer, replicated KV
+	KVPacked  bool   // K and V of a layer in one region, packed per head and token (vLLM's layout since connector version 12); never with MLA
 }
 
 // DTypeBytes returns the size in bytes of one element of the named type. It
@@ -71,12 +72,13 @@ func (g Geometry) elemBytes() int {
 	return n
 }
 
-// numRegions returns 2*Layers, or Layers with MLA; 0 for Layers < 1.
+// numRegions returns 2*Layers, or Layers with MLA or KVPacked; 0 for
+// Layers < 1.
 func (g Geometry) numRegions() uint64 {
 	if g.Layers < 1 {
 		return 0
 	}
-	if g.MLA {
+	if g.MLA || g.KVPacked {
 		return uint64(g.Layers)
 	}
 	return 2 * uint64(g.Layers)
@@ -101,13 +103,17 @@ func (g Geometry) RankHeads() int {
 	return g.KVHeads / g.TPSize
 }
 
-// HeadBytes returns the bytes of one head for one token: HeadDim times the
-// element size (ElemBytes, or DTypeBytes(DType) when ElemBytes is 0). It is 0
-// when either is unusable or the product does not fit an int.
+// HeadBytes returns the bytes of one head for one token in a region:
+// HeadDim times the element size (ElemBytes, or DTypeBytes(DType) when
+// ElemBytes is 0), twice that with KVPacked (K and V). It is 0 when either is
+// unusable or the product does not fit an int.
 func (g Geometry) HeadBytes() int {
 	e := g.elemBytes()
 	if g.HeadDim < 1 || e < 1 {
 		return 0
+	}
+	if g.KVPacked {
+		e *= 2
 	}
 	n, ok := mul64(uint64(g.HeadDim), uint64(e))
 	if !ok || n > math.MaxInt {
@@ -160,6 +166,8 @@ func (g Geometry) Validate() error {
 		return invalidf("Geometry.Layers is %d, want <= %d", g.Layers, MaxLayers)
 	case g.KVHeads < 1:
 		return invalidf("Geometry.KVHeads is %d, want >= 1", g.KVHeads)
+	case g.MLA && g.KVPacked:
+		return invalidf("Geometry.MLA and Geometry.KVPacked are both set: an MLA layer has one latent cache, no K and V to pack")
 	case g.HeadDim < 1:
 		return invalidf("Geometry.HeadDim is %d, want >= 1", g.HeadDim)
 	case g.HeadDim > maxField:
@@ -289,7 +297,7 @@ func (g Geometry) layoutArgs(mem nixl.MemType, tpRank int) error {
 func (g Geometry) layout(mem nixl.MemType, tpRank int) Layout {
 	l := Layout{Mem: mem, Regions: make([]Region, g.numRegions()), NumLayers: g.Layers, NumBlocks: g.Blocks,
 		BlockSize: g.BlockSize, KVHeads: g.RankHeads(), HeadBytes: g.HeadBytes(), DType: g.DType, MLA: g.MLA,
-		TPRank: tpRank, TPSize: g.TPSize}
+		KVPacked: g.KVPacked, TPRank: tpRank, TPSize: g.TPSize}
 	if g.replicated() {
 		l.ModelKVHeads = g.KVHeads
 	}
@@ -324,6 +332,8 @@ func (g Geometry) Check(l Layout) error {
 	switch {
 	case l.MLA != g.MLA:
 		return invalidf("Layout.MLA is %v, the geometry's is %v", l.MLA, g.MLA)
+	case l.KVPacked != g.KVPacked:
+		return invalidf("Layout.KVPacked is %v, the geometry's is %v", l.KVPacked, g.KVPacked)
 	case l.DType != g.DType:
 		return invalidf("Layout.DType is %q, the geometry's is %q", l.DType, g.DType)
 	case l.NumLayers != g.Layers:
@@ -354,9 +364,15 @@ func (g Geometry) Check(l Layout) error {
 // Validate on the result says what is wrong.
 func GeometryOf(l Layout) Geometry {
 	g := Geometry{Layers: l.NumLayers, KVHeads: l.TotalKVHeads(), HeadDim: l.HeadBytes, DType: l.DType,
-		ElemBytes: 1, BlockSize: l.BlockSize, Blocks: l.NumBlocks, TPSize: l.TPSize, MLA: l.MLA}
-	if e, err := DTypeBytes(l.DType); err == nil && l.HeadBytes%e == 0 {
-		g.HeadDim, g.ElemBytes = l.HeadBytes/e, 0
+		ElemBytes: 1, BlockSize: l.BlockSize, Blocks: l.NumBlocks, TPSize: l.TPSize, MLA: l.MLA, KVPacked: l.KVPacked}
+	per := 1 // elements of a region's head and token per HeadDim
+	if l.KVPacked {
+		per = 2
+	}
+	if e, err := DTypeBytes(l.DType); err == nil && l.HeadBytes%(e*per) == 0 {
+		g.HeadDim, g.ElemBytes = l.HeadBytes/(e*per), 0
+	} else if l.HeadBytes%per == 0 {
+		g.HeadDim = l.HeadBytes / per
 	}
 	return g
 }

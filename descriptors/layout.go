@@ -35,6 +35,12 @@ type Region struct {
 // head, head r/(TPSize/ModelKVHeads). With MLA the latent cache is the same on
 // every rank: KVHeads is the latent "head" count (usually 1) and every rank
 // holds all of it.
+//
+// KVPacked is vLLM's own layout since its connector version 12: one region
+// per layer holding K and V together, packed in each head's token (its
+// head_dim elements of K, then those of V), so HeadBytes counts both. The
+// memory order is still head-major, so a rank's heads stay one run of every
+// block; a packed layout exchanges blocks only with a packed one.
 type Layout struct {
 	// Mem is the memory type of every region.
 	Mem nixl.MemType `msgpack:"mem"`
@@ -59,6 +65,9 @@ type Layout struct {
 	// MLA is set for multi-head latent attention (one region per layer, KV
 	// replicated on every TP rank).
 	MLA bool `msgpack:"mla"`
+	// KVPacked is set when each layer's K and V are one region, packed per
+	// head and token (see the type's doc); never with MLA.
+	KVPacked bool `msgpack:"kv_packed,omitempty"`
 	// TPRank is this rank's tensor-parallel rank, in [0, TPSize).
 	TPRank int `msgpack:"tp_rank"`
 	// TPSize is the engine's tensor-parallel size.
@@ -66,9 +75,9 @@ type Layout struct {
 }
 
 // NumRegions returns the number of regions the layout must have: 2*NumLayers,
-// or NumLayers with MLA.
+// or NumLayers with MLA or KVPacked.
 func (l *Layout) NumRegions() int {
-	if l.MLA {
+	if l.MLA || l.KVPacked {
 		return l.NumLayers
 	}
 	return 2 * l.NumLayers

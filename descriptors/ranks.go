@@ -85,6 +85,8 @@ func Compatible(src, dst *Layout) error {
 	switch {
 	case src.MLA != dst.MLA:
 		return differ("MLA", src.MLA, dst.MLA)
+	case src.KVPacked != dst.KVPacked:
+		return differ("KVPacked", src.KVPacked, dst.KVPacked)
 	case src.NumLayers != dst.NumLayers:
 		return differ("NumLayers", src.NumLayers, dst.NumLayers)
 	case src.DType != dst.DType:

@@ -89,6 +89,8 @@ func (l *Layout) check() error {
 		return invalidf("HeadBytes %d must be positive", l.HeadBytes)
 	case l.DType == "":
 		return invalidf("DType is empty")
+	case l.MLA && l.KVPacked:
+		return invalidf("MLA and KVPacked are both set: an MLA layer has one latent cache, no K and V to pack")
 	case l.TPSize <= 0:
 		return invalidf("TPSize %d must be positive", l.TPSize)
 	case l.TPRank < 0 || l.TPRank >= l.TPSize:
@@ -110,8 +112,11 @@ func (l *Layout) check() error {
 	}
 	if len(l.Regions) != l.NumRegions() {
 		kind := "2 per layer (K and V)"
-		if l.MLA {
+		switch {
+		case l.MLA:
 			kind = "1 per layer (MLA)"
+		case l.KVPacked:
+			kind = "1 per layer (K and V packed)"
 		}
 		return invalidf("len(Regions) %d, want %d: %s for %d layers", len(l.Regions), l.NumRegions(), kind, l.NumLayers)
 	}

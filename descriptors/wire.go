@@ -57,6 +57,8 @@ func (l *Layout) DecodeMsgpack(dec *msgpack.Decoder) error {
 			field = &out.DType
 		case "mla":
 			field = &out.MLA
+		case "kv_packed":
+			field = &out.KVPacked
 		case "tp_rank":
 			field = &out.TPRank
 		case "tp_size":
