@@ -1,0 +1,77 @@
+package vllm
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The expected strings are what CPython 3.11's json.dumps writes for each
+// input (ensure_ascii, the default).
+func TestJSONStringMatchesPython(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                                   `""`,
+		"plain/slash":                        `"plain/slash"`,
+		`q"b\s`:                              `"q\"b\\s"`,
+		"\b\f\n\r\t":                         `"\b\f\n\r\t"`,
+		"\x00\x01\x1f\x7f":                   `"\u0000\u0001\u001f\u007f"`,
+		"\u0080\u00e9\u07ff\u0800\uffff":     `"\u0080\u00e9\u07ff\u0800\uffff"`,
+		"\U00010000\U0010ffff\U0001F600":     `"\ud800\udc00\udbff\udfff\ud83d\ude00"`,
+		"~ ":                                 `"~ "`,
+		"caf\u00e9":                          `"caf\u00e9"`,
+		"bad \xff byte":                      `"bad \ufffd byte"`, // no Python string holds it: U+FFFD
+		"Qwen/Qwen3-0.6B":                    `"Qwen/Qwen3-0.6B"`,
+		"0.28.0.dev12+g0123abc.d20260101":    `"0.28.0.dev12+g0123abc.d20260101"`,
+		"\u2028\u2029 line/paragraph breaks": `"\u2028\u2029 line/paragraph breaks"`,
+	} {
+		var b strings.Builder
+		writeJSONString(&b, in)
+		require.Equal(t, want, b.String(), "%q", in)
+	}
+}
+
+func TestJSONSortsAndSeparatesAsPython(t *testing.T) {
+	var b strings.Builder
+	writeJSON(&b, jsonObject{{"c", []int{1, -2}}, {"a", jsonObject{}}, {"b", []int{}}, {"d", []int(nil)}})
+	require.Equal(t, `{"a": {}, "b": [], "c": [1, -2], "d": null}`, b.String())
+}
+
+func TestHashShape(t *testing.T) {
+	f := CompatFactors{VLLMVersion: "dev", Model: "m", DType: "torch.float16", AttnBackendName: "FLASHINFER",
+		CacheDType: "fp8", NumKVHeads: 1, HeadSize: 64, NumHiddenLayers: 2, TransferMode: TransferModePush}
+	h := f.Hash()
+	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}$`), h)
+	require.Contains(t, f.JSON(), `"nixl_connector_version": 12`)
+	require.Contains(t, f.JSON(), `"speculative_config": null`)
+	require.NotContains(t, f.JSON(), "cross_layers_blocks", "version 12 has no such factor")
+
+	rev := "main"
+	f.SpeculativeConfig = &SpeculativeConfig{Method: "eagle", Model: "d", Revision: &rev, AuxiliaryLayerIDs: []int{}}
+	require.Contains(t, f.JSON(), `"speculative_config": {"auxiliary_layer_ids": [], "code_revision": null, "kv_cache_dtype": "", "method": "eagle", "model": "d", "parallel_drafting": false, "revision": "main"}`)
+	require.NotEqual(t, h, f.Hash())
+
+	// Every factor changes the hash.
+	base := CompatFactors{VLLMVersion: "0.27.1", Model: "m", DType: "d", AttnBackendName: "a", CacheDType: "c",
+		NumKVHeads: 1, HeadSize: 2, NumHiddenLayers: 3, TransferMode: TransferModePull}
+	seen := map[string]bool{base.Hash(): true}
+	for _, mutate := range []func(*CompatFactors){
+		func(f *CompatFactors) { f.VLLMVersion = "0.27.2" },
+		func(f *CompatFactors) { f.Model = "n" },
+		func(f *CompatFactors) { f.DType = "e" },
+		func(f *CompatFactors) { f.AttnBackendName = "b" },
+		func(f *CompatFactors) { f.CacheDType = "auto" },
+		func(f *CompatFactors) { f.NumKVHeads = 8 },
+		func(f *CompatFactors) { f.HeadSize = 128 },
+		func(f *CompatFactors) { f.NumHiddenLayers = 4 },
+		func(f *CompatFactors) { f.HMAEnabled = true },
+		func(f *CompatFactors) { f.SpeculativeConfig = &SpeculativeConfig{} },
+		func(f *CompatFactors) { f.TransferMode = TransferModePush },
+	} {
+		g := base
+		mutate(&g)
+		require.False(t, seen[g.Hash()], g.JSON())
+		seen[g.Hash()] = true
+	}
+}

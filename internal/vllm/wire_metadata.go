@@ -1,0 +1,507 @@
+package vllm
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// AgentMetadata is vLLM's NixlAgentMetadata at ConnectorVersion 12: what one
+// worker (one pipeline- and tensor-parallel rank) tells a peer about its
+// NIXL agent and KV-cache memory. It travels msgpack-encoded inside a
+// HandshakePayload. The fields are in the wire order, each with its key.
+//
+// A region is one registered KV-cache tensor base (one per layer with
+// vLLM's default layout, K and V packed together); every per-region list has
+// one entry per KVCachesBaseAddr entry.
+//
+// Decoding gives nil, not an empty slice, for an empty AgentMetadata,
+// KVCachesBaseAddr, BlockLens, BlockStrides or RegionMembers (an empty and a
+// nil one encode alike), and a non-nil empty slice for an empty region_*
+// list whose nil means None.
+type AgentMetadata struct {
+	// EngineID ("engine_id") is the sending engine's id; the receiver
+	// refuses metadata whose engine id is not the one it asked.
+	EngineID string
+	// AgentMetadata ("agent_metadata", bin) is the NIXL agent's metadata
+	// blob, as nixl's get_agent_metadata returns it.
+	AgentMetadata []byte
+	// KVCachesBaseAddr ("kv_caches_base_addr") is each region's base
+	// address.
+	KVCachesBaseAddr []uint64
+	// DeviceID ("device_id") is the device index of the regions.
+	DeviceID int
+	// NumBlocks ("num_blocks") is the number of kernel (physical) blocks.
+	NumBlocks int
+	// BlockLens ("block_lens") is, per region, the bytes a block transfers.
+	BlockLens []uint64
+	// BlockStrides ("block_strides") is, per region, the distance in bytes
+	// between consecutive blocks; never below the region's BlockLens entry.
+	BlockStrides []uint64
+	// KVCacheLayout ("kv_cache_layout") names the layout, e.g. "LBHNC".
+	KVCacheLayout string
+	// BlockSize ("block_size") is the tokens per kernel block.
+	BlockSize int
+	// SSMSizes ("ssm_sizes", an array of 2) is (conv bytes, ssm bytes) for
+	// Mamba layers, (0, 0) otherwise.
+	SSMSizes [2]uint64
+	// AttnBackendName ("attn_backend_name") names the attention backend,
+	// e.g. "FLASH_ATTN".
+	AttnBackendName string
+	// PhysicalBlocksPerLogical ("physical_blocks_per_logical_kv_block") is
+	// the kernel blocks per logical block, 1 normally.
+	PhysicalBlocksPerLogical int
+	// RegionNumBlocks ("region_num_blocks", nil = None) is each region's
+	// block count; None means NumBlocks for every region.
+	RegionNumBlocks []int
+	// RegionGroupIDs ("region_group_ids", nil = None) is each region's
+	// KV-cache group, SharedRegionGroupID for a region several share.
+	RegionGroupIDs []int
+	// RegionNames ("region_names", nil = None) is, per region, the first
+	// layer that registered it. vLLM requires a non-None list to equal its
+	// own, so send nil unless the names are vLLM's.
+	RegionNames []string
+	// RegionMemTypes ("region_mem_types", nil = None) is MemTypeVRAM or
+	// MemTypeDRAM per region; None means the receiver's own type.
+	RegionMemTypes []string
+	// DCPSize ("dcp_size", default 1) and PCPSize ("pcp_size", default 1)
+	// are the decode- and prefill-context-parallel sizes.
+	DCPSize int
+	PCPSize int
+	// RegionMembers ("region_members", default empty) is, per region, every
+	// layer sharing it; only vLLM's push worker fills it, for
+	// attention-only hybrid models. Empty, or one entry per region.
+	RegionMembers [][]string
+}
+
+// The keys of NixlAgentMetadata, in declaration (wire) order.
+const (
+	kEngineID = iota
+	kAgentMetadata
+	kKVCachesBaseAddr
+	kDeviceID
+	kNumBlocks
+	kBlockLens
+	kBlockStrides
+	kKVCacheLayout
+	kBlockSize
+	kSSMSizes
+	kAttnBackendName
+	kPhysicalBlocksPerLogical
+	kRegionNumBlocks // the first key with a default; all later ones have one
+	kRegionGroupIDs
+	kRegionNames
+	kRegionMemTypes
+	kDCPSize
+	kPCPSize
+	kRegionMembers
+	numMetadataKeys
+)
+
+var metadataKeys = [numMetadataKeys]string{
+	"engine_id", "agent_metadata", "kv_caches_base_addr", "device_id",
+	"num_blocks", "block_lens", "block_strides", "kv_cache_layout",
+	"block_size", "ssm_sizes", "attn_backend_name",
+	"physical_blocks_per_logical_kv_block", "region_num_blocks",
+	"region_group_ids", "region_names", "region_mem_types", "dcp_size",
+	"pcp_size", "region_members",
+}
+
+const metadataMsg = "agent metadata"
+
+// Regions returns the number of regions, len(KVCachesBaseAddr).
+func (m *AgentMetadata) Regions() int { return len(m.KVCachesBaseAddr) }
+
+// Encode returns m as msgspec encodes a NixlAgentMetadata: a map16 of all
+// 19 keys in declaration order, None as nil, every integer in its smallest
+// form. It does not validate m; see Validate.
+func (m *AgentMetadata) Encode() []byte { return m.Append(nil) }
+
+// Append appends Encode's bytes to dst.
+func (m *AgentMetadata) Append(dst []byte) []byte {
+	b := dst
+	if b == nil {
+		b = make([]byte, 0, 400+len(m.AgentMetadata)+40*len(m.KVCachesBaseAddr))
+	}
+	key := func(k int) { b = appendStr(b, metadataKeys[k]) }
+	uints := func(k int, vs []uint64) {
+		key(k)
+		b = appendArrayLen(b, len(vs))
+		for _, v := range vs {
+			b = appendUint(b, v)
+		}
+	}
+	ints := func(k int, vs []int) {
+		key(k)
+		if vs == nil {
+			b = appendNil(b)
+			return
+		}
+		b = appendArrayLen(b, len(vs))
+		for _, v := range vs {
+			b = appendInt(b, int64(v))
+		}
+	}
+	strs := func(vs []string) {
+		if vs == nil {
+			b = appendNil(b)
+			return
+		}
+		b = appendArrayLen(b, len(vs))
+		for _, v := range vs {
+			b = appendStr(b, v)
+		}
+	}
+	integer := func(k, v int) {
+		key(k)
+		b = appendInt(b, int64(v))
+	}
+	str := func(k int, v string) {
+		key(k)
+		b = appendStr(b, v)
+	}
+
+	b = appendMapLen(b, numMetadataKeys)
+	str(kEngineID, m.EngineID)
+	key(kAgentMetadata)
+	b = appendBin(b, m.AgentMetadata)
+	uints(kKVCachesBaseAddr, m.KVCachesBaseAddr)
+	integer(kDeviceID, m.DeviceID)
+	integer(kNumBlocks, m.NumBlocks)
+	uints(kBlockLens, m.BlockLens)
+	uints(kBlockStrides, m.BlockStrides)
+	str(kKVCacheLayout, m.KVCacheLayout)
+	integer(kBlockSize, m.BlockSize)
+	uints(kSSMSizes, m.SSMSizes[:])
+	str(kAttnBackendName, m.AttnBackendName)
+	integer(kPhysicalBlocksPerLogical, m.PhysicalBlocksPerLogical)
+	ints(kRegionNumBlocks, m.RegionNumBlocks)
+	ints(kRegionGroupIDs, m.RegionGroupIDs)
+	key(kRegionNames)
+	strs(m.RegionNames)
+	key(kRegionMemTypes)
+	strs(m.RegionMemTypes)
+	integer(kDCPSize, m.DCPSize)
+	integer(kPCPSize, m.PCPSize)
+	key(kRegionMembers)
+	b = appendArrayLen(b, len(m.RegionMembers))
+	for _, names := range m.RegionMembers {
+		b = appendArrayLen(b, len(names)) // a list, never None
+		for _, v := range names {
+			b = appendStr(b, v)
+		}
+	}
+	return b
+}
+
+// DecodeAgentMetadata decodes a NixlAgentMetadata as msgspec's typed
+// decoder does: a map whose keys may come in any order, unknown keys
+// skipped, a missing key with a default given it (region_* None, dcp_size
+// and pcp_size 1, region_members empty), a missing key without one an
+// error naming it, and every value of its declared type exactly (no
+// integer for a string, no float or bool for an integer, bin for
+// agent_metadata). Beyond msgspec it refuses a repeated key, and a value
+// that Validate refuses. Every error wraps ErrMalformed and names the key.
+func DecodeAgentMetadata(b []byte) (*AgentMetadata, error) {
+	if len(b) > MaxEncodedAgentMetadata {
+		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", ErrMalformed, metadataMsg, len(b), MaxEncodedAgentMetadata)
+	}
+	rd := &mpReader{b: b}
+	n, err := rd.mapLen()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", metadataMsg, err)
+	}
+	m := &AgentMetadata{DCPSize: 1, PCPSize: 1}
+	var seen [numMetadataKeys]bool
+	for range n {
+		k, err := rd.rawStr(MaxStringLen)
+		if err != nil {
+			return nil, fmt.Errorf("%s: map key: %w", metadataMsg, err)
+		}
+		i := keyIndex(metadataKeys[:], k)
+		if i < 0 {
+			if err := rd.skip(1); err != nil {
+				return nil, fmt.Errorf("%s: unknown key %q: %w", metadataMsg, k, err)
+			}
+			continue
+		}
+		if seen[i] {
+			return nil, fmt.Errorf("%w: %s field %s appears twice", ErrMalformed, metadataMsg, metadataKeys[i])
+		}
+		seen[i] = true
+		if err := m.decodeField(rd, i); err != nil {
+			return nil, fieldErr(metadataMsg, metadataKeys[i], err)
+		}
+	}
+	if err := rd.end(metadataMsg); err != nil {
+		return nil, err
+	}
+	for i := range kRegionNumBlocks {
+		if !seen[i] {
+			return nil, fmt.Errorf("%w: %s field %s is missing", ErrMalformed, metadataMsg, metadataKeys[i])
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// keyIndex returns the index of k in keys, or -1.
+func keyIndex(keys []string, k []byte) int {
+	for i, name := range keys {
+		if string(k) == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *AgentMetadata) decodeField(rd *mpReader, i int) error {
+	var err error
+	switch i {
+	case kEngineID:
+		m.EngineID, err = rd.str()
+	case kAgentMetadata:
+		m.AgentMetadata, err = rd.bin(MaxAgentMetadata)
+	case kKVCachesBaseAddr:
+		m.KVCachesBaseAddr, err = decodeUints(rd)
+	case kDeviceID:
+		m.DeviceID, err = rd.int(0)
+	case kNumBlocks:
+		m.NumBlocks, err = rd.int(0)
+	case kBlockLens:
+		m.BlockLens, err = decodeUints(rd)
+	case kBlockStrides:
+		m.BlockStrides, err = decodeUints(rd)
+	case kKVCacheLayout:
+		m.KVCacheLayout, err = rd.str()
+	case kBlockSize:
+		m.BlockSize, err = rd.int(1)
+	case kSSMSizes:
+		m.SSMSizes, err = decodePair(rd)
+	case kAttnBackendName:
+		m.AttnBackendName, err = rd.str()
+	case kPhysicalBlocksPerLogical:
+		m.PhysicalBlocksPerLogical, err = rd.int(1)
+	case kRegionNumBlocks:
+		if !rd.isNil() {
+			m.RegionNumBlocks, err = decodeInts(rd, 0)
+		}
+	case kRegionGroupIDs:
+		if !rd.isNil() {
+			m.RegionGroupIDs, err = decodeInts(rd, SharedRegionGroupID)
+		}
+	case kRegionNames:
+		if !rd.isNil() {
+			m.RegionNames, err = decodeStrs(rd, MaxRegions)
+		}
+	case kRegionMemTypes:
+		if !rd.isNil() {
+			m.RegionMemTypes, err = decodeStrs(rd, MaxRegions)
+		}
+	case kDCPSize:
+		m.DCPSize, err = rd.int(1)
+	case kPCPSize:
+		m.PCPSize, err = rd.int(1)
+	case kRegionMembers:
+		m.RegionMembers, err = decodeMembers(rd)
+	}
+	return err
+}
+
+// decodeUints reads a per-region list of unsigned integers (nil when empty).
+func decodeUints(rd *mpReader) ([]uint64, error) {
+	n, err := rd.arrayLen(MaxRegions)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	vs := make([]uint64, n)
+	for i := range vs {
+		if vs[i], err = rd.uint(); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return vs, nil
+}
+
+// decodeInts reads a per-region list of integers in [min, MaxInt]; empty
+// is a non-nil empty slice, as nil stands for None.
+func decodeInts(rd *mpReader, min int) ([]int, error) {
+	n, err := rd.arrayLen(MaxRegions)
+	if err != nil {
+		return nil, err
+	}
+	vs := make([]int, n)
+	for i := range vs {
+		if vs[i], err = rd.int(min); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return vs, nil
+}
+
+// decodeStrs reads a list of at most max strings; empty is a non-nil empty
+// slice.
+func decodeStrs(rd *mpReader, max int) ([]string, error) {
+	n, err := rd.arrayLen(max)
+	if err != nil {
+		return nil, err
+	}
+	vs := make([]string, n)
+	for i := range vs {
+		if vs[i], err = rd.str(); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return vs, nil
+}
+
+func decodePair(rd *mpReader) (p [2]uint64, err error) {
+	start := rd.off
+	n, err := rd.arrayLen(-1)
+	if err != nil {
+		return p, err
+	}
+	if n != 2 {
+		return p, rd.errorAt(start, "array of %d entries, want 2", n)
+	}
+	for i := range p {
+		if p[i], err = rd.uint(); err != nil {
+			return p, fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return p, nil
+}
+
+func decodeMembers(rd *mpReader) ([][]string, error) {
+	n, err := rd.arrayLen(MaxRegions)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	vs := make([][]string, n)
+	for i := range vs {
+		if vs[i], err = decodeStrs(rd, MaxRegionMembers); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return vs, nil
+}
+
+func metadataErr(key, format string, args ...any) error {
+	return fmt.Errorf("%w: %s field %s %s", ErrMalformed, metadataMsg, key, fmt.Sprintf(format, args...))
+}
+
+// Validate reports the first field of m that DecodeAgentMetadata would
+// refuse: more than MaxRegions regions; a per-region list (block_lens,
+// block_strides, and region_num_blocks, region_group_ids, region_names,
+// region_mem_types and region_members when given) whose length is not the
+// number of regions; a block stride below its block length; an integer
+// outside its range (device_id, num_blocks and region_num_blocks entries
+// non-negative, region_group_ids entries from SharedRegionGroupID, sizes
+// from 1, all at most MaxInt); a string longer than MaxStringLen or not
+// UTF-8; agent_metadata longer than MaxAgentMetadata. The error wraps
+// ErrMalformed and names the field.
+func (m *AgentMetadata) Validate() error {
+	regions := len(m.KVCachesBaseAddr)
+	if regions > MaxRegions {
+		return metadataErr(metadataKeys[kKVCachesBaseAddr], "lists %d regions, limit %d", regions, MaxRegions)
+	}
+	if len(m.AgentMetadata) > MaxAgentMetadata {
+		return metadataErr(metadataKeys[kAgentMetadata], "is %d bytes, limit %d", len(m.AgentMetadata), MaxAgentMetadata)
+	}
+	for _, f := range []struct {
+		key string
+		n   int
+		set bool
+	}{
+		{metadataKeys[kBlockLens], len(m.BlockLens), true},
+		{metadataKeys[kBlockStrides], len(m.BlockStrides), true},
+		{metadataKeys[kRegionNumBlocks], len(m.RegionNumBlocks), m.RegionNumBlocks != nil},
+		{metadataKeys[kRegionGroupIDs], len(m.RegionGroupIDs), m.RegionGroupIDs != nil},
+		{metadataKeys[kRegionNames], len(m.RegionNames), m.RegionNames != nil},
+		{metadataKeys[kRegionMemTypes], len(m.RegionMemTypes), m.RegionMemTypes != nil},
+		{metadataKeys[kRegionMembers], len(m.RegionMembers), len(m.RegionMembers) > 0},
+	} {
+		if f.set && f.n != regions {
+			return metadataErr(f.key, "has %d entries, kv_caches_base_addr has %d", f.n, regions)
+		}
+	}
+	for i := range regions {
+		if m.BlockStrides[i] < m.BlockLens[i] {
+			return metadataErr(metadataKeys[kBlockStrides], "entry %d is %d, below block_lens entry %d", i, m.BlockStrides[i], m.BlockLens[i])
+		}
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+		min int
+	}{
+		{metadataKeys[kDeviceID], m.DeviceID, 0},
+		{metadataKeys[kNumBlocks], m.NumBlocks, 0},
+		{metadataKeys[kBlockSize], m.BlockSize, 1},
+		{metadataKeys[kPhysicalBlocksPerLogical], m.PhysicalBlocksPerLogical, 1},
+		{metadataKeys[kDCPSize], m.DCPSize, 1},
+		{metadataKeys[kPCPSize], m.PCPSize, 1},
+	} {
+		if f.v < f.min || f.v > MaxInt {
+			return metadataErr(f.key, "is %d, outside [%d, %d]", f.v, f.min, MaxInt)
+		}
+	}
+	for i, v := range m.RegionNumBlocks {
+		if v < 0 || v > MaxInt {
+			return metadataErr(metadataKeys[kRegionNumBlocks], "entry %d is %d, outside [0, %d]", i, v, MaxInt)
+		}
+	}
+	for i, v := range m.RegionGroupIDs {
+		if v < SharedRegionGroupID || v > MaxInt {
+			return metadataErr(metadataKeys[kRegionGroupIDs], "entry %d is %d, outside [%d, %d]", i, v, SharedRegionGroupID, MaxInt)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		v   string
+	}{
+		{metadataKeys[kEngineID], m.EngineID},
+		{metadataKeys[kKVCacheLayout], m.KVCacheLayout},
+		{metadataKeys[kAttnBackendName], m.AttnBackendName},
+	} {
+		if err := checkString(f.v); err != "" {
+			return metadataErr(f.key, "%s", err)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		vs  []string
+	}{
+		{metadataKeys[kRegionNames], m.RegionNames},
+		{metadataKeys[kRegionMemTypes], m.RegionMemTypes},
+	} {
+		for i, v := range f.vs {
+			if err := checkString(v); err != "" {
+				return metadataErr(f.key, "entry %d %s", i, err)
+			}
+		}
+	}
+	for i, names := range m.RegionMembers {
+		if len(names) > MaxRegionMembers {
+			return metadataErr(metadataKeys[kRegionMembers], "entry %d lists %d layers, limit %d", i, len(names), MaxRegionMembers)
+		}
+		for j, v := range names {
+			if err := checkString(v); err != "" {
+				return metadataErr(metadataKeys[kRegionMembers], "entry %d name %d %s", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkString says what is wrong with a string field, or "".
+func checkString(s string) string {
+	switch {
+	case len(s) > MaxStringLen:
+		return fmt.Sprintf("is %d bytes, limit %d", len(s), MaxStringLen)
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	}
+	return ""
+}
