@@ -448,7 +448,7 @@ func TestGeometryProperty(t *testing.T) {
 		heads := pick(rng, 1, 2, 3, 4, 8, 16)
 		g := Geometry{Layers: pick(rng, 0, 1, 2, 3, 4, 5, 6, 7, 8, 61), KVHeads: heads, HeadDim: pick(rng, 0, 1, 64, 128, 128, 576),
 			DType: pick(rng, fuzzDTypes...), ElemBytes: pick(rng, 0, 0, 0, 0, 0, 0, 1, 3, -1), BlockSize: pick(rng, 0, 1, 16, 16, 32),
-			Blocks: pick(rng, 0, 1, 2, 3, 5, 8, 9, 64), TPSize: pick(rng, 0, 1, 1, 2, 2, 4, 4, 8, 6), MLA: rng.IntN(4) == 0}
+			Blocks: pick(rng, 0, 1, 2, 3, 5, 8, 9, 64), TPSize: pick(rng, 0, 1, 1, 2, 2, 4, 4, 8, 6), MLA: rng.IntN(4) == 0, KVPacked: rng.IntN(3) == 0}
 		if rng.IntN(2) == 0 {
 			g.DType = pick(rng, "bfloat16", "float8_e4m3fn", "float32")
 		}
