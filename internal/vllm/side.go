@@ -344,7 +344,7 @@ func (s *SideServer) answer(frames [][]byte, command bool) ([][]byte, error) {
 	case len(frames[2]) > s.opts.MaxRequest:
 		return nil, bad("request of %d bytes, over the %d-byte limit (oversize)", len(frames[2]), s.opts.MaxRequest)
 	}
-	pp, tp, err := sideDecodeMetaRequest(frames[2])
+	pp, tp, err := DecodeMetaRequest(frames[2])
 	if err != nil {
 		return nil, bad("%v", err)
 	}
@@ -354,5 +354,5 @@ func (s *SideServer) answer(frames [][]byte, command bool) ([][]byte, error) {
 	if !ok {
 		return nil, bad("pp %d tp %d: no payload registered for that rank", pp, tp)
 	}
-	return [][]byte{frames[0], {}, payload, sideEncodeTimestamp(s.opts.Now())}, nil
+	return [][]byte{frames[0], {}, payload, EncodeTimestamp(s.opts.Now())}, nil
 }

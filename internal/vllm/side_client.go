@@ -161,7 +161,7 @@ func FetchRanks(ctx context.Context, host string, port int, ranks []SideRank, op
 		if i > 0 {
 			d.setDeadline(time.Now().Add(opts.Timeout))
 		}
-		req := sideEncodeMetaRequest(r.PP, r.TP)
+		req := EncodeMetaRequest(r.PP, r.TP)
 		l0, t0 := opts.Now(), time.Now()
 		if err := sock.SendMulti(zmq4.NewMsg(req)); err != nil {
 			return h, why(r, "send", err)
@@ -182,7 +182,7 @@ func FetchRanks(ctx context.Context, host string, port int, ranks []SideRank, op
 		if len(msg.Frames) != 2 {
 			return h, fail(r, fmt.Sprintf("reply has %d frames, want 2 (payload, timestamp) (frame count)", len(msg.Frames)), nil)
 		}
-		ts, err := sideDecodeTimestamp(msg.Frames[1])
+		ts, err := DecodeTimestamp(msg.Frames[1])
 		if err != nil {
 			return h, fail(r, "timestamp frame", err)
 		}

@@ -139,10 +139,10 @@ func oracleRequest(b []byte) (SideRank, bool) {
 func FuzzSideRequest(f *testing.F) {
 	get := []byte("\x93\xc4\x0cget_meta_msg")
 	for _, req := range [][]byte{
-		sideEncodeMetaRequest(0, 0),
-		sideEncodeMetaRequest(0, 1),
-		sideEncodeMetaRequest(3, 200),
-		sideEncodeMetaRequest(0, 9),
+		EncodeMetaRequest(0, 0),
+		EncodeMetaRequest(0, 1),
+		EncodeMetaRequest(3, 200),
+		EncodeMetaRequest(0, 9),
 		append(get, 0xd0, 0x01, 0xcd, 0x00, 0x00),
 		append(get, 0xff, 0x00),
 		append(get, 0x00),
@@ -170,7 +170,7 @@ func FuzzSideRequest(f *testing.F) {
 	for r, p := range payloads {
 		s.SetPayload(r.PP, r.TP, p)
 	}
-	ts := sideEncodeTimestamp(42.25)
+	ts := EncodeTimestamp(42.25)
 	f.Fuzz(func(t *testing.T, id, delim, req []byte, n uint8, command bool) {
 		var frames [][]byte
 		switch n % 6 {
@@ -203,7 +203,7 @@ func FuzzSideRequest(f *testing.F) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{id, {}, want, ts}, reply)
-		pp, tp, err := sideDecodeMetaRequest(frames[2])
+		pp, tp, err := DecodeMetaRequest(frames[2])
 		require.NoError(t, err)
 		require.Equal(t, r, SideRank{pp, tp})
 	})

@@ -38,73 +38,6 @@ func TestSidePort(t *testing.T) {
 	assert.Equal(t, 5*time.Second, DefaultSideTimeout)
 }
 
-func TestSideCodec(t *testing.T) {
-	// The bytes vLLM's initiator sends (msgspec: bin element 0, smallest ints).
-	assert.Equal(t, unhex(t, "93 c4 0c 676574 5f6d657461 5f6d7367 00 00"), sideEncodeMetaRequest(0, 0))
-	assert.Equal(t, unhex(t, "93 c4 0c 6765745f6d6574615f6d7367 00 03"), sideEncodeMetaRequest(0, 3))
-	assert.Equal(t, unhex(t, "93 c4 0c 6765745f6d6574615f6d7367 01 cc c8"), sideEncodeMetaRequest(1, 200))
-	assert.Equal(t, unhex(t, "93 c4 0c 6765745f6d6574615f6d7367 cd 01 00 7f"), sideEncodeMetaRequest(256, 127))
-	for _, r := range []SideRank{{0, 0}, {0, 3}, {1, 200}, {256, 127}, {3, 70000}} {
-		pp, tp, err := sideDecodeMetaRequest(sideEncodeMetaRequest(r.PP, r.TP))
-		require.NoError(t, err)
-		assert.Equal(t, r, SideRank{pp, tp})
-	}
-	// vLLM's listener also answers a str element 0; so does this one.
-	pp, tp, err := sideDecodeMetaRequest(unhex(t, "93 ac 6765745f6d6574615f6d7367 02 05"))
-	require.NoError(t, err)
-	assert.Equal(t, SideRank{2, 5}, SideRank{pp, tp})
-	// Non-canonical but valid integer forms (int8, uint16) decode too.
-	pp, tp, err = sideDecodeMetaRequest(unhex(t, "93 c4 0c 6765745f6d6574615f6d7367 d0 01 cd 00 02"))
-	require.NoError(t, err)
-	assert.Equal(t, SideRank{1, 2}, SideRank{pp, tp})
-
-	name := "c4 0c 6765745f6d6574615f6d7367"
-	for bad, want := range map[string]string{
-		"":                                        "empty request",
-		"c0":                                      "not a msgpack array",
-		"92 " + name + " 00":                      "2 elements",
-		"94 " + name + " 00 00 00":                "4 elements",
-		"93 " + name + " 00":                      "truncated before tp",
-		"93 " + name + " 00 00 00":                "1 bytes after",
-		"93 " + name + " c0 00":                   "pp is not a msgpack integer",
-		"93 " + name + " 00 cb 3ff0000000000000":  "tp is not a msgpack integer",
-		"93 " + name + " ff 00":                   "pp -1 out of range",
-		"93 " + name + " 00 cf ffffffffffffffff":  "tp 18446744073709551615 out of range",
-		"93 " + name + " 00 c3":                   "tp is not a msgpack integer",
-		"93 c4 0c 6765745f6d6574615f6d7368 00 00": `is "get_meta_msh"`,
-		"93 c4 0b 6765745f6d6574615f6d73 00 00":   "has 11 bytes",
-		"93 c0 00 00":                             "not bin or str",
-		"93 c4 0c 6765":                           "truncated",
-		"93 c6 ffffffff 00":                       "has 4294967295 bytes",
-		"dd ffffffff":                             "4294967295 elements",
-	} {
-		_, _, err := sideDecodeMetaRequest(unhex(t, bad))
-		if assert.Error(t, err, bad) {
-			assert.Contains(t, err.Error(), want, bad)
-		}
-	}
-
-	// The timestamp as vLLM's listener sends it (facts: 12345.5).
-	assert.Equal(t, unhex(t, "cb 40 c8 1c c0 00 00 00 00"), sideEncodeTimestamp(12345.5))
-	for in, want := range map[string]float64{
-		"cb 40 c8 1c c0 00 00 00 00": 12345.5,
-		"ca 3f c0 00 00":             1.5,
-		"05":                         5,
-		"ff":                         -1,
-		"cd 01 00":                   256,
-		"cf 00 00 00 01 00 00 00 00": 1 << 32,
-		"d1 ff 00":                   -256,
-	} {
-		got, err := sideDecodeTimestamp(unhex(t, in))
-		require.NoError(t, err, in)
-		assert.Equal(t, want, got, in)
-	}
-	for _, bad := range []string{"", "c0", "a1 31", "cb 40 c8", "05 05", "c3"} {
-		_, err := sideDecodeTimestamp(unhex(t, bad))
-		assert.Error(t, err, bad)
-	}
-}
-
 // sideTestServer listens on 127.0.0.1:0 with a fixed clock and records
 // what it drops.
 type sideTestServer struct {
@@ -345,7 +278,7 @@ func TestSideMalformedRequests(t *testing.T) {
 	s := startSide(t, SideOptions{})
 	s.SetPayload(0, 0, []byte("zero"))
 	s.SetPayload(1, 2, []byte("one-two"))
-	req := sideEncodeMetaRequest(1, 2)
+	req := EncodeMetaRequest(1, 2)
 	ok := func() {
 		t.Helper()
 		rep, err := FetchSide(context.Background(), "127.0.0.1", s.Port(), 1, 2, SideFetchOptions{})
@@ -364,12 +297,12 @@ func TestSideMalformedRequests(t *testing.T) {
 		{[][]byte{req}, "1 frames, want 2"},
 		{[][]byte{{}, req, {}}, "3 frames, want 2"},
 		{[][]byte{[]byte("x"), req}, "first frame of 1 bytes"},
-		{[][]byte{{}, []byte("garbage")}, "not a msgpack array"},
-		{[][]byte{{}, {}}, "empty request"},
+		{[][]byte{{}, []byte("garbage")}, "want an array, got an integer (0x67)"},
+		{[][]byte{{}, {}}, "meta request: vllm: malformed message: at byte 0: message ends early"},
 		{[][]byte{{}, unhex(t, "93 c4 0c 6765745f6d6574615f6d7367 01 02 03")}, "1 bytes after"},
-		{[][]byte{{}, unhex(t, "93 a3 666f6f 01 02")}, "has 3 bytes"},
-		{[][]byte{{}, sideEncodeMetaRequest(5, 5)}, "pp 5 tp 5: no payload registered"},
-		{[][]byte{{}, bytes.Repeat([]byte{1}, DefaultSideMaxRequest)}, "not a msgpack array"},
+		{[][]byte{{}, unhex(t, "93 a3 666f6f 01 02")}, `element 0 is "foo", want "get_meta_msg"`},
+		{[][]byte{{}, EncodeMetaRequest(5, 5)}, "pp 5 tp 5: no payload registered"},
+		{[][]byte{{}, bytes.Repeat([]byte{1}, DefaultSideMaxRequest)}, "want an array, got an integer (0x01)"},
 	}
 	for _, c := range cases {
 		p.send(c.frames...)
@@ -382,7 +315,7 @@ func TestSideMalformedRequests(t *testing.T) {
 	require.Len(t, got, 3)
 	assert.Empty(t, got[0])
 	assert.Equal(t, "one-two", string(got[1]))
-	assert.Equal(t, sideEncodeTimestamp(12345.5), got[2])
+	assert.Equal(t, EncodeTimestamp(12345.5), got[2])
 	_, err = p.recvWithin(100 * time.Millisecond)
 	assert.Error(t, err, "nothing else was answered")
 	d := s.drops()
@@ -660,7 +593,7 @@ func (p *zmtpPeer) sendQuiet(frames ...[]byte) {
 
 func TestFetchBadReplies(t *testing.T) {
 	noLeaks(t)
-	ts := sideEncodeTimestamp(1.5)
+	ts := EncodeTimestamp(1.5)
 	// The reply depends on the requested tp.
 	port := serveZMTP(t, func(p *zmtpPeer) {
 		if !p.routerHandshake() {
@@ -671,7 +604,7 @@ func TestFetchBadReplies(t *testing.T) {
 			if err != nil || len(f) != 2 {
 				return
 			}
-			_, tp, err := sideDecodeMetaRequest(f[1])
+			_, tp, err := DecodeMetaRequest(f[1])
 			if err != nil {
 				return
 			}
@@ -708,7 +641,7 @@ func TestFetchBadReplies(t *testing.T) {
 	prefix := fmt.Sprintf("vllm side channel: fetch from 127.0.0.1:%d pp 0 tp ", port)
 	for tp, want := range map[int]string{
 		1: "1: reply has 3 frames, want 2 (payload, timestamp) (frame count)",
-		2: "2: timestamp frame: timestamp is not a msgpack number (code 0xc1)",
+		2: "2: timestamp frame: timestamp: vllm: malformed message: at byte 0: want a number, got the unused code 0xc1",
 		3: "3: reply frame of 2048 bytes exceeds the 1024-byte limit (oversize)",
 		4: "4: reply frame of 9223372036854775807 bytes exceeds the 1024-byte limit (oversize)",
 		5: "5: no reply within 300ms (timeout): context deadline exceeded",
