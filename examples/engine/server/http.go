@@ -16,23 +16,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// apiError is an OpenAI-style error answer.
-type apiError struct {
-	code int
-	typ  string
-	msg  string
-}
-
-func badRequest(format string, args ...any) *apiError {
-	return &apiError{http.StatusBadRequest, "invalid_request_error", fmt.Sprintf(format, args...)}
-}
-
-func writeError(w http.ResponseWriter, e *apiError) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.code)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": e.msg, "type": e.typ, "code": e.code}})
-}
-
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
@@ -95,6 +78,8 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("/", noRoute)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if s.closing.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -115,18 +100,6 @@ func (s *Server) routes() http.Handler {
 	})
 }
 
-type completionRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	MaxTokens     *int            `json:"max_tokens"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	IgnoreEOS        bool            `json:"ignore_eos"`
-	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
-}
-
 // kvFlags are the kv_transfer_params keys that select the protocol, and push
 // decode's prefill coordinates (as the proxy sends them).
 type kvFlags struct {
@@ -141,10 +114,65 @@ type kvFlags struct {
 	PPSize          int    `json:"pp_size"`
 }
 
-func parsePrompt(raw json.RawMessage) ([]int, *apiError) {
+// routeMethods are the methods of each route, for noRoute's 405.
+var routeMethods = map[string]string{
+	"/v1/completions":      http.MethodPost,
+	"/v1/chat/completions": http.MethodPost,
+	"/health":              http.MethodGet,
+	"/v1/models":           http.MethodGet,
+	"/kv_transfer_info":    http.MethodGet,
+	"/metrics":             http.MethodGet,
+}
+
+// noRoute answers what no route took with the JSON error shape, not the mux's
+// plain text: 405 with Allow for a known path, else 404.
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	if m, ok := routeMethods[r.URL.Path]; ok {
+		w.Header().Set("Allow", m)
+		writeErrorBody(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s %s is not supported; use %s.", r.Method, r.URL.Path, m))
+		return
+	}
+	writeErrorBody(w, http.StatusNotFound, "", fmt.Sprintf("No route %s %s on this engine; it serves POST /v1/completions, POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+}
+
+// commonFields are the request fields /v1/completions and /v1/chat/completions
+// share.
+type commonFields struct {
+	Model         string `json:"model"`
+	MaxTokens     *int   `json:"max_tokens"`
+	N             *int   `json:"n"`
+	Stream        bool   `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	IgnoreEOS        bool            `json:"ignore_eos"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	// ReturnTokenIDs (vLLM's extension) adds the prompt's token ids to the
+	// answer: the proxy hands chat prompts from prefill to decode with them.
+	ReturnTokenIDs bool `json:"return_token_ids"`
+}
+
+// completionRequest is /v1/completions' own field. The shared fields are
+// decoded apart, not embedded: encoding/json names an embedded struct's Go
+// name in the field path of its errors.
+type completionRequest struct {
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+// decodeRequest decodes body into the shared fields and into v.
+func decodeRequest(body []byte, cf *commonFields, v any) *fieldError {
+	if e := decodeJSON(body, cf, ""); e != nil {
+		return e
+	}
+	return decodeJSON(body, v, "")
+}
+
+const promptHelp = "send a string, a list of token ids, or a list holding one of either"
+
+func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, badRequest("prompt is required")
+		return nil, badRequest("prompt", "prompt is required; %s.", promptHelp)
 	}
 	var text string
 	if json.Unmarshal(raw, &text) == nil {
@@ -152,12 +180,7 @@ func parsePrompt(raw json.RawMessage) ([]int, *apiError) {
 	}
 	var ids []int
 	if json.Unmarshal(raw, &ids) == nil {
-		for _, t := range ids {
-			if t < 0 || t >= VocabSize {
-				return nil, badRequest("prompt token id %d is outside the vocabulary [0, %d)", t, VocabSize)
-			}
-		}
-		return ids, nil
+		return ids, checkTokenIDs("prompt", ids)
 	}
 	var texts []string
 	if json.Unmarshal(raw, &texts) == nil && len(texts) == 1 {
@@ -165,94 +188,109 @@ func parsePrompt(raw json.RawMessage) ([]int, *apiError) {
 	}
 	var lists [][]int
 	if json.Unmarshal(raw, &lists) == nil && len(lists) == 1 {
-		return parsePrompt(mustJSON(lists[0]))
+		return lists[0], checkTokenIDs("prompt", lists[0])
 	}
-	return nil, badRequest("prompt must be a string or a list of token ids (one prompt per request)")
+	if len(texts) > 1 || len(lists) > 1 {
+		return nil, badRequest("prompt", "prompt holds %d prompts; this engine takes one prompt per request: send one request each.", max(len(texts), len(lists)))
+	}
+	return nil, badRequest("prompt", "prompt must be a string or a list of token ids; %s.", promptHelp)
 }
 
-func mustJSON(v any) json.RawMessage {
-	b, _ := json.Marshal(v)
-	return b
+func checkTokenIDs(param string, ids []int) *fieldError {
+	for i, t := range ids {
+		if t < 0 || t >= VocabSize {
+			return badRequest(param, "%s[%d] is token id %d, outside the vocabulary [0, %d).", param, i, t, VocabSize)
+		}
+	}
+	return nil
 }
 
-// parse turns the body into a request for the engine loop.
-func (s *Server) parse(body []byte, reqID string) (*request, *completionRequest, *apiError) {
-	var cr completionRequest
-	if err := json.Unmarshal(body, &cr); err != nil {
-		return nil, nil, badRequest("invalid JSON body: %v", err)
+// newRequest checks the shared fields and builds the request for the engine
+// loop from the prompt's tokens.
+func (s *Server) newRequest(cf *commonFields, toks []int, reqID string) (*request, *fieldError) {
+	if cf.Model == "" {
+		cf.Model = s.cfg.ServedModelName
 	}
-	if cr.Model == "" {
-		cr.Model = s.cfg.ServedModelName
+	if cf.Model != s.cfg.ServedModelName {
+		return nil, &fieldError{http.StatusNotFound, "model",
+			fmt.Sprintf("The model `%s` does not exist; this engine serves `%s` (GET /v1/models).", cf.Model, s.cfg.ServedModelName)}
 	}
-	if cr.Model != s.cfg.ServedModelName {
-		return nil, nil, &apiError{http.StatusNotFound, "invalid_request_error", fmt.Sprintf("The model `%s` does not exist.", cr.Model)}
-	}
-	toks, e := parsePrompt(cr.Prompt)
-	if e != nil {
-		return nil, nil, e
-	}
-	if len(toks) == 0 {
-		return nil, nil, badRequest("prompt is empty")
+	if cf.N != nil && *cf.N != 1 {
+		if *cf.N < 1 {
+			return nil, badRequest("n", "n must be at least 1, got %d.", *cf.N)
+		}
+		// The compute model is deterministic: n choices would be n copies.
+		return nil, badRequest("n", "n must be 1, got %d: this engine returns one choice per request; send %d requests instead.", *cf.N, *cf.N)
 	}
 	r := &request{id: reqID, engID: reqID + "-" + randHex(8), tokens: toks, maxTokens: DefaultMaxTokens}
-	if cr.MaxTokens != nil {
-		if *cr.MaxTokens < 1 {
-			return nil, nil, badRequest("max_tokens must be at least 1, got %d", *cr.MaxTokens)
+	if cf.MaxTokens != nil {
+		if *cf.MaxTokens < 1 {
+			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d.", *cf.MaxTokens)
 		}
-		r.maxTokens = *cr.MaxTokens
+		r.maxTokens = *cf.MaxTokens
 	}
-	kv := bytes.TrimSpace(cr.KVTransferParams)
-	if len(kv) > 0 && string(kv) != "null" {
-		var f kvFlags
-		if err := json.Unmarshal(kv, &f); err != nil {
-			return nil, nil, badRequest("kv_transfer_params: %v", err)
-		}
-		mode := f.TransferMode
-		if mode == "" {
-			mode = ConnPull
-		}
-		if (f.DoRemoteDecode || f.DoRemotePrefill) && mode != s.cfg.Connector {
-			return nil, nil, badRequest("kv_transfer_params: transfer_mode %q, but this engine's connector is %q", mode, s.cfg.Connector)
-		}
-		switch {
-		case f.DoRemoteDecode && f.DoRemotePrefill:
-			return nil, nil, badRequest("kv_transfer_params: do_remote_decode and do_remote_prefill are both set")
-		case f.DoRemoteDecode:
-			if s.cfg.Role != RolePrefill {
-				return nil, nil, badRequest("kv_transfer_params: do_remote_decode sent to a decode (kv_consumer) engine")
-			}
-			r.kind, r.tid = kindPrefill, f.TransferID
-			r.maxTokens = 1
-		case f.DoRemotePrefill:
-			if s.cfg.Role != RoleDecode {
-				return nil, nil, badRequest("kv_transfer_params: do_remote_prefill sent to a prefill (kv_producer) engine")
-			}
-			r.kind, r.tid = kindDecode, f.TransferID
-			if s.cfg.Connector == ConnPull {
-				if err := json.Unmarshal(kv, &r.pull); err != nil {
-					return nil, nil, badRequest("kv_transfer_params: %v", err)
-				}
-				if err := r.pull.Validate(); err != nil {
-					return nil, nil, badRequest("kv_transfer_params: %v", err)
-				}
-				if n := blocksFor(len(toks), s.cfg.Model.BlockSize); r.pull.NumTokens == 0 && len(r.pull.RemoteBlockIDs) != n {
-					// Equal block sizes: one remote block per local prompt block.
-					s.log.Debug("remote block count differs from the prompt's", zap.Int("remote", len(r.pull.RemoteBlockIDs)), zap.Int("local", n))
-				}
-			} else {
-				r.push = pushconn.Prefill{EngineID: f.RemoteEngineID, Host: f.RemoteHost, Port: f.RemotePort, TPSize: f.TPSize, PPSize: f.PPSize}
-				if r.push.PPSize == 0 {
-					r.push.PPSize = 1
-				}
-				if r.push.EngineID == "" || r.push.Host == "" || r.push.Port <= 0 || r.push.TPSize <= 0 {
-					return nil, nil, badRequest("kv_transfer_params: push decode needs remote_engine_id, remote_host, remote_port and tp_size, got %s", kv)
-				}
-			}
-		}
+	if e := s.parseKV(cf.KVTransferParams, r); e != nil {
+		return nil, e
 	}
 	r.ph = prefixHashes(toks)
 	r.events = make(chan event, r.maxTokens+2)
-	return r, &cr, nil
+	return r, nil
+}
+
+// parseKV reads kv_transfer_params into r: the leg's kind and its transfer.
+func (s *Server) parseKV(raw json.RawMessage, r *request) *fieldError {
+	const param = "kv_transfer_params"
+	kv := bytes.TrimSpace(raw)
+	if len(kv) == 0 || string(kv) == "null" {
+		return nil
+	}
+	var f kvFlags
+	if e := decodeJSON(kv, &f, param+"."); e != nil {
+		return e
+	}
+	mode := f.TransferMode
+	if mode == "" {
+		mode = ConnPull
+	}
+	if (f.DoRemoteDecode || f.DoRemotePrefill) && mode != s.cfg.Connector {
+		return badRequest(param+".transfer_mode", "kv_transfer_params.transfer_mode is %q, but this engine's connector is %q; send the request to a %s engine.", mode, s.cfg.Connector, mode)
+	}
+	switch {
+	case f.DoRemoteDecode && f.DoRemotePrefill:
+		return badRequest(param, "kv_transfer_params sets both do_remote_decode and do_remote_prefill; set do_remote_decode on the prefill leg and do_remote_prefill on the decode leg.")
+	case f.DoRemoteDecode:
+		if s.cfg.Role != RolePrefill {
+			return badRequest(param+".do_remote_decode", "kv_transfer_params.do_remote_decode was sent to a decode (kv_consumer) engine; send the prefill leg to a prefill engine.")
+		}
+		r.kind, r.tid = kindPrefill, f.TransferID
+		r.maxTokens = 1
+	case f.DoRemotePrefill:
+		if s.cfg.Role != RoleDecode {
+			return badRequest(param+".do_remote_prefill", "kv_transfer_params.do_remote_prefill was sent to a prefill (kv_producer) engine; send the decode leg to a decode engine.")
+		}
+		r.kind, r.tid = kindDecode, f.TransferID
+		if s.cfg.Connector == ConnPull {
+			if e := decodeJSON(kv, &r.pull, param+"."); e != nil {
+				return e
+			}
+			if err := r.pull.Validate(); err != nil {
+				return badRequest(param, "kv_transfer_params: %v; pass on the prefill answer's kv_transfer_params unchanged.", err)
+			}
+			if n := blocksFor(len(r.tokens), s.cfg.Model.BlockSize); r.pull.NumTokens == 0 && len(r.pull.RemoteBlockIDs) != n {
+				// Equal block sizes: one remote block per local prompt block.
+				s.log.Debug("remote block count differs from the prompt's", zap.Int("remote", len(r.pull.RemoteBlockIDs)), zap.Int("local", n))
+			}
+		} else {
+			r.push = pushconn.Prefill{EngineID: f.RemoteEngineID, Host: f.RemoteHost, Port: f.RemotePort, TPSize: f.TPSize, PPSize: f.PPSize}
+			if r.push.PPSize == 0 {
+				r.push.PPSize = 1
+			}
+			if r.push.EngineID == "" || r.push.Host == "" || r.push.Port <= 0 || r.push.TPSize <= 0 {
+				return badRequest(param, "kv_transfer_params: push decode needs remote_engine_id, remote_host, remote_port and tp_size (the prefill engine's GET /kv_transfer_info), got %s.", kv)
+			}
+		}
+	}
+	return nil
 }
 
 type choice struct {
@@ -287,28 +325,97 @@ type chunk struct {
 	Usage   *usage   `json:"usage,omitempty"`
 }
 
-func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
-	reqID := hr.Header.Get("X-Request-Id")
+// answer renders one endpoint's answers; serve runs the request and calls it.
+type answer interface {
+	// first is the stream's opening chunk, or nil.
+	first() any
+	// token is the chunk of one generated token's text; last: the final token.
+	token(text string, last bool) any
+	// usage is the stream's closing usage chunk.
+	usage(u *usage) any
+	// whole is the non-streamed answer.
+	whole(text string, u *usage, params any) any
+}
+
+// completionAnswer is /v1/completions' answer.
+type completionAnswer struct{ base chunk }
+
+func (a completionAnswer) first() any { return nil }
+
+func (a completionAnswer) token(text string, last bool) any {
+	c := a.base
+	c.Choices = []choice{{Text: text}}
+	if last {
+		c.Choices[0].FinishReason = &finishLength
+	}
+	return c
+}
+
+func (a completionAnswer) usage(u *usage) any {
+	c := a.base
+	c.Choices, c.Usage = []choice{}, u
+	return c
+}
+
+func (a completionAnswer) whole(text string, u *usage, params any) any {
+	return completion{ID: a.base.ID, Object: a.base.Object, Created: a.base.Created, Model: a.base.Model,
+		Choices: []choice{{Text: text, FinishReason: &finishLength}}, Usage: u, KVTransferParams: params}
+}
+
+// finishLength is every answer's finish_reason: the simulation never emits EOS.
+var finishLength = "length"
+
+// begin reads the request's body and its X-Request-Id; ok false: it answered.
+func (s *Server) begin(w http.ResponseWriter, hr *http.Request) (body []byte, reqID string, ok bool) {
+	reqID = hr.Header.Get("X-Request-Id")
 	if reqID == "" {
 		reqID = randHex(32)
 	}
 	w.Header().Set("X-Request-Id", reqID)
-	s.active.Add(1)
-	defer s.active.Add(-1)
 	if s.closing.Load() {
-		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "engine closing"})
-		return
+		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine."})
+		return nil, "", false
 	}
 	body, err := io.ReadAll(io.LimitReader(hr.Body, 64<<20))
 	if err != nil {
-		writeError(w, badRequest("reading the body: %v", err))
+		writeFieldError(w, badRequest("", "Reading the request body failed (%v); send it again.", err))
+		return nil, "", false
+	}
+	return body, reqID, true
+}
+
+func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	body, reqID, ok := s.begin(w, hr)
+	if !ok {
 		return
 	}
-	r, cr, e := s.parse(body, reqID)
+	var cf commonFields
+	var cr completionRequest
+	if e := decodeRequest(body, &cf, &cr); e != nil {
+		writeFieldError(w, e)
+		return
+	}
+	toks, e := parsePrompt(cr.Prompt)
+	if e == nil && len(toks) == 0 {
+		e = badRequest("prompt", "prompt is empty; send at least one token.")
+	}
+	var r *request
+	if e == nil {
+		r, e = s.newRequest(&cf, toks, reqID)
+	}
 	if e != nil {
-		writeError(w, e)
+		writeFieldError(w, e)
 		return
 	}
+	now := s.cfg.Clock.Now()
+	s.serve(w, hr, r, &cf, completionAnswer{chunk{ID: "cmpl-" + reqID, Object: "text_completion", Created: now.Unix(), Model: cf.Model}})
+}
+
+// serve submits r to the engine loop and answers from its events, streamed or
+// whole.
+func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *commonFields, a answer) {
 	now := s.cfg.Clock.Now()
 	r.arrival, r.deadline = now, now.Add(s.cfg.RequestTimeout)
 	ctx := hr.Context()
@@ -317,10 +424,9 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 	case <-ctx.Done():
 		return
 	case <-s.loopDone:
-		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "engine closing"})
+		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine."})
 		return
 	}
-	base := chunk{ID: "cmpl-" + reqID, Object: "text_completion", Created: now.Unix(), Model: cr.Model}
 	var toks []string
 	var flusher http.Flusher
 	streaming := false
@@ -332,7 +438,6 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		flusher.Flush()
 		return true
 	}
-	length := "length"
 	for {
 		var ev event
 		select {
@@ -347,7 +452,7 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 				text = " " + text
 			}
 			toks = append(toks, text)
-			if !cr.Stream {
+			if !cf.Stream {
 				continue
 			}
 			if !streaming {
@@ -359,13 +464,12 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				w.Header().Set("Cache-Control", "no-cache")
 				w.WriteHeader(http.StatusOK)
+				if f := a.first(); f != nil && !writeChunk(f) {
+					s.cancelRequest(r)
+					return
+				}
 			}
-			c := base
-			c.Choices = []choice{{Text: text}}
-			if len(toks) == r.maxTokens {
-				c.Choices[0].FinishReason = &length
-			}
-			if !writeChunk(c) {
+			if !writeChunk(a.token(text, len(toks) == r.maxTokens)) {
 				s.cancelRequest(r)
 				return
 			}
@@ -376,20 +480,17 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		case ev.err != nil && !streaming:
 			writeError(w, ev.err)
 		case ev.err != nil:
-			writeChunk(map[string]any{"error": map[string]any{"message": ev.err.msg, "type": ev.err.typ, "code": ev.err.code}})
+			fmt.Fprintf(w, "data: %s\n", errorBody(ev.err.code, "", ev.err.msg))
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			flusher.Flush()
-		case cr.Stream:
-			if cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage {
-				c := base
-				c.Choices, c.Usage = []choice{}, u
-				writeChunk(c)
+		case cf.Stream:
+			if cf.StreamOptions != nil && cf.StreamOptions.IncludeUsage {
+				writeChunk(a.usage(u))
 			}
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			flusher.Flush()
 		default:
-			writeJSON(w, completion{ID: base.ID, Object: base.Object, Created: base.Created, Model: base.Model,
-				Choices: []choice{{Text: strings.Join(toks, ""), FinishReason: &length}}, Usage: u, KVTransferParams: ev.params})
+			writeJSON(w, a.whole(strings.Join(toks, ""), u, ev.params))
 		}
 		if ev.params != nil && ctx.Err() != nil {
 			s.cancelRequest(r) // nobody got the params: prefill drops the hold

@@ -270,7 +270,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, "use POST for /v1/completions")
 			return
 		}
-		p.serveCompletions(w, r)
+		p.checkedCompletions(w, r)
+	case chatPath:
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "use POST for "+chatPath)
+			return
+		}
+		p.serveChat(w, r)
 	case "/healthcheck":
 		p.serveHealthcheck(w, r)
 	case "/v1/models":

@@ -207,7 +207,7 @@ func TestPullBothPrefillFail(t *testing.T) {
 		t.Fatalf("status %d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 	e := decodeJSON(t, body)["error"].(map[string]any)
-	if e["code"] != float64(502) || e["type"] != "BadGatewayError" || !strings.Contains(e["message"].(string), "engine exploded") {
+	if e["code"] != float64(502) || e["type"] != "server_error" || !strings.Contains(e["message"].(string), "engine exploded") {
 		t.Fatalf("error %v", e)
 	}
 	if len(a.requests())+len(b.requests()) != 2 || len(df.requests()) != 0 {

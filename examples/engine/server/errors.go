@@ -1,0 +1,155 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+)
+
+// The engine answers every error with OpenAI's shape,
+//
+//	{"error":{"message":"...","type":"...","param":"max_tokens","code":400}}
+//
+// and two of OpenAI's types: invalid_request_error for every 4xx (the client
+// can fix the request) and server_error for every 5xx (it cannot; retrying may
+// help). param names the request field at fault (null when none is); code is
+// the HTTP status, as vLLM sends it. The P/D proxy (examples/proxy/pd) writes
+// the same shape and types, so a client sees one vocabulary whichever answers.
+
+// apiError is an error answer not tied to one field (the engine loop builds
+// these). typ is kept for the loop's literals; the answer's type follows code.
+type apiError struct {
+	code int
+	typ  string
+	msg  string
+}
+
+// fieldError is an error answer about the request, with the field at fault.
+type fieldError struct {
+	code  int
+	param string // "" when no one field is at fault
+	msg   string
+}
+
+// badRequest is a 400 about param.
+func badRequest(param, format string, args ...any) *fieldError {
+	return &fieldError{http.StatusBadRequest, param, fmt.Sprintf(format, args...)}
+}
+
+// errorType is the OpenAI error type of an HTTP status.
+func errorType(code int) string {
+	if code >= 500 {
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// errorBody is the JSON of an error answer, newline-terminated.
+func errorBody(code int, param, msg string) []byte {
+	d := errorDetail{Message: msg, Type: errorType(code), Code: code}
+	if param != "" {
+		d.Param = &param
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // messages quote prompts and templates: keep < and > readable
+	_ = enc.Encode(map[string]errorDetail{"error": d})
+	return b.Bytes()
+}
+
+func writeErrorBody(w http.ResponseWriter, code int, param, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(errorBody(code, param, msg))
+}
+
+func writeError(w http.ResponseWriter, e *apiError) { writeErrorBody(w, e.code, "", e.msg) }
+
+func writeFieldError(w http.ResponseWriter, e *fieldError) { writeErrorBody(w, e.code, e.param, e.msg) }
+
+// decodeJSON unmarshals body into v and explains a failure in the client's
+// terms: the field at fault, what it must be, what it was, never a Go type.
+// prefix is prepended to field paths (for a nested object decoded alone).
+func decodeJSON(body []byte, v any, prefix string) *fieldError {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	what := "The request body"
+	if prefix != "" {
+		what = strings.TrimSuffix(prefix, ".")
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) && strings.Contains(se.Error(), "unexpected end of JSON input") {
+		return badRequest(strings.TrimSuffix(prefix, "."), "%s is not valid JSON (it ends early); send a JSON object.", what)
+	}
+	if errors.As(err, &se) {
+		return badRequest(strings.TrimSuffix(prefix, "."), "%s is not valid JSON (%s, at byte %d); send a JSON object.", what, se.Error(), se.Offset)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		got := jsonKind(te.Value)
+		if te.Field == "" {
+			return badRequest(strings.TrimSuffix(prefix, "."), "%s must be a JSON object, got %s.", what, got)
+		}
+		field := prefix + te.Field
+		want, hint := wantKind(te.Type)
+		if te.Value == "string" && hint != "" {
+			got += "; " + hint
+		}
+		return badRequest(field, "%s must be %s, got %s.", field, want, got)
+	}
+	return badRequest(strings.TrimSuffix(prefix, "."), "%s could not be read as JSON; send a JSON object.", what)
+}
+
+// jsonKind names the JSON value encoding/json saw ("string", "number 1.5").
+func jsonKind(v string) string {
+	switch {
+	case v == "string":
+		return "a string"
+	case v == "bool":
+		return "a boolean"
+	case v == "array":
+		return "an array"
+	case v == "object":
+		return "an object"
+	case v == "number":
+		return "a number"
+	case strings.HasPrefix(v, "number "):
+		return strings.TrimPrefix(v, "number ")
+	}
+	return v
+}
+
+// wantKind names the JSON value a Go type takes, and what to do when the
+// client quoted it.
+func wantKind(t reflect.Type) (want, hint string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer", "write the number without quotes"
+	case reflect.Float32, reflect.Float64:
+		return "a number", "write the number without quotes"
+	case reflect.Bool:
+		return "true or false", "write it without quotes"
+	case reflect.String:
+		return "a string", ""
+	case reflect.Slice, reflect.Array:
+		return "an array", ""
+	}
+	return "an object", ""
+}
