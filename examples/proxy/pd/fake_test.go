@@ -91,9 +91,10 @@ func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete f
 		f.srv.Listener.Close()
 		f.srv.Listener = ln
 	}
-	f.srv.Start()
+	// Before Start: the handlers read f.info, and a proxy may already be polling ln.
 	f.info.EngineID = role + "-" + f.srv.Listener.Addr().String()
-	f.info.SideChannelPort = 5600 + len(f.srv.URL)%100
+	f.info.SideChannelPort = 5600 + len("http://"+f.srv.Listener.Addr().String())%100
+	f.srv.Start()
 	t.Cleanup(f.srv.Close)
 	return f
 }
