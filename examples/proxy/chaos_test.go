@@ -23,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gonixl/gonixl/examples/discovery"
 	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
@@ -603,4 +604,140 @@ func sendLoad(t *testing.T, httpc *http.Client, proxyURL string, prompts, want [
 	}
 	clients.Wait()
 	return results
+}
+
+// TestChaosDecodeFailover closes a decode engine under load, with a short drain: while it
+// drains it answers 503 to new requests, then it cuts the ones in flight (they had read
+// their KV), then its port refuses connections. The requests it refused, or that could not
+// reach it, are retried on the other decode engine and succeed; none it had taken in is
+// retried (failover.go in package pd).
+func TestChaosDecodeFailover(t *testing.T) {
+	const (
+		requests = 200
+		rate     = 100.0
+		closeAt  = 600 * time.Millisecond
+		drain    = 150 * time.Millisecond
+	)
+	fab, err := loopback.NewFabric()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	compute := server.ComputeModel{PrefillBase: time.Millisecond, DecodeBase: 20 * time.Millisecond} // 160 ms a request
+	newEngine := func(role, id string) *server.Server {
+		s, err := server.New(server.Config{Role: role, Connector: "pull", EngineID: id, Model: chaosModel, Compute: compute,
+			NumBlocks: 512, RequestTimeout: chaosEngineWait, Lease: chaosHold,
+			NewAgent: func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	pre := newEngine(server.RolePrefill, "prefill-0")
+	d0, d1 := newEngine(server.RoleDecode, "decode-0"), newEngine(server.RoleDecode, "decode-1")
+
+	ref := newEngine(server.RoleDecode, "reference")
+	httpc := &http.Client{Timeout: chaosClientWait, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	defer httpc.CloseIdleConnections()
+	prompts, want := chaosPrompts(t, httpc, ref.URL(), 20)
+	if err := ref.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	core, logs := observer.New(zap.InfoLevel)
+	p, err := pd.New(pd.Config{Prefill: []string{pre.URL()}, Decode: []string{d0.URL(), d1.URL()}, Connector: "pull",
+		Policy: pd.PolicyLeastOutstanding, RequestTimeout: chaosProxyTimeout, HealthInterval: time.Second, Logger: zap.New(core),
+		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go front.Serve(ln) //nolint:errcheck // ErrServerClosed at the end
+	defer front.Close()
+	proxyURL := "http://" + ln.Addr().String()
+	waitHealthy(t, httpc, proxyURL, 10*time.Second)
+
+	closed := make(chan error, 1)
+	time.AfterFunc(closeAt, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		closed <- d0.Close(ctx) // says the drain was cut short
+	})
+	results := sendLoad(t, httpc, proxyURL, prompts, want, requests, rate)
+	<-closed
+	out := tallyResults(t, results)
+	out.report(t) // every request ended once, each with a clear end; logs the errors
+
+	// The failovers, from the proxy's log: why, and which request.
+	failedOver := map[string]string{}
+	for _, e := range logs.All() {
+		if e.Message != "decode refused the request before reading KV, retrying on another decode engine" &&
+			e.Message != "decode unreachable, retrying on another decode engine" {
+			continue
+		}
+		f := e.ContextMap()
+		id, why := f["request_id"].(string), f["error"].(string)
+		if _, dup := failedOver[id]; dup {
+			t.Errorf("request %s failed over twice", id)
+		}
+		failedOver[id] = why
+		if f["engine"] != d0.URL() {
+			t.Errorf("request %s failed over from %v, want the closed engine %s", id, f["engine"], d0.URL())
+		}
+		// Only a request decode-0 never took in: refused with its 503 ("engine closing"), or
+		// no connection at all.
+		if !strings.Contains(why, "answered 503: engine closing") && !strings.Contains(why, "connection refused") {
+			t.Errorf("request %s failed over after %q, which may follow a READ", id, why)
+		}
+	}
+	refused, unreachable := 0, 0
+	for id, why := range failedOver {
+		if strings.Contains(why, "503") {
+			refused++
+		} else {
+			unreachable++
+		}
+		i, err := strconv.Atoi(strings.TrimPrefix(id, "chaos-"))
+		if err != nil || i >= requests {
+			t.Fatalf("failover of request %q", id)
+		}
+		if o := outcome(results[i].outcome.Load()); o != succeeded {
+			t.Errorf("request %s failed over and then ended %v: %s", id, o, results[i].detail)
+		}
+	}
+	st := p.Stats()
+	var verifyFailures uint64
+	for _, s := range []*server.Server{pre, d0, d1} {
+		verifyFailures += s.Stats().KVVerifyFailures
+	}
+	t.Logf("%d requests: %d succeeded, %d failed clearly (taken in by the closed engine, not retried); failed over: %d refused (503), %d unreachable; proxy %+v",
+		requests, out.counts[succeeded], out.counts[failedClearly], refused, unreachable, st)
+	if len(failedOver) == 0 || refused == 0 {
+		t.Errorf("failed over %d requests (%d refused): want some refused while the engine drained", len(failedOver), refused)
+	}
+	if st.DecodeFailovers != uint64(len(failedOver)) || st.Retried != st.DecodeFailovers {
+		t.Errorf("proxy counted %d decode failovers, %d retries; the log has %d", st.DecodeFailovers, st.Retried, len(failedOver))
+	}
+	if st.Requests != requests || out.counts[succeeded]+out.counts[failedClearly] != requests {
+		t.Errorf("proxy saw %d requests; %d succeeded and %d failed, of %d", st.Requests, out.counts[succeeded], out.counts[failedClearly], requests)
+	}
+	if verifyFailures != 0 {
+		t.Errorf("%d decoded requests read wrong KV bytes", verifyFailures)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := front.Shutdown(ctx); err != nil {
+		t.Error(err)
+	}
+	for _, s := range []*server.Server{d1, pre} {
+		if err := s.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -6,6 +6,9 @@
 //	go run ./examples/proxy -prefill 127.0.0.1:8100 -decode 127.0.0.1:8200
 //	go run ./examples/proxy -etcd 127.0.0.1:2379 -connector pull
 //	curl -s localhost:8192/v1/completions -d '{"model":"toy","prompt":"hello","max_tokens":8}'
+//	curl -s localhost:8192/metrics
+//
+// Started before its engines, it waits for them (-wait-engines, logged) instead of exiting.
 package main
 
 import (
@@ -48,6 +51,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	policy := flags.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
 	timeout := flags.Duration("request-timeout", 120*time.Second, "limit of each leg")
 	health := flags.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
+	wait := flags.Duration("wait-engines", time.Minute, "how long to wait at start for a prefill and a decode engine of -prefill and -decode (0: no wait)")
 	etcdEndpoints := flags.String("etcd", "", "etcd endpoints, host:port,...: route across the engines registered there")
 	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
 	etcdTimeout := flags.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
@@ -80,13 +84,14 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	p, err := pd.New(pd.Config{
+	p, err := pd.NewContext(ctx, pd.Config{
 		Prefill:        split(*prefill),
 		Decode:         split(*decode),
 		Connector:      *connector,
 		Policy:         *policy,
 		RequestTimeout: *timeout,
 		HealthInterval: *health,
+		StartWait:      *wait,
 		Dynamic:        dynamic,
 		Logger:         log,
 	})
@@ -131,7 +136,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		return err
 	}
 	s := p.Stats()
-	log.Info("stopped", zap.Uint64("requests", s.Requests), zap.Uint64("retried", s.Retried),
+	log.Info("stopped", zap.Uint64("requests", s.Requests), zap.Uint64("retried", s.Retried), zap.Uint64("decode_failovers", s.DecodeFailovers),
 		zap.Uint64("failed", s.Failed), zap.Uint64("client_cancelled", s.ClientCancelled))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -41,6 +42,12 @@ type fake struct {
 }
 
 func newFake(t *testing.T, role, connector string, complete func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded)) *fake {
+	t.Helper()
+	return newFakeOn(t, nil, role, connector, complete)
+}
+
+// newFakeOn is newFake serving on ln (nil: a new listener).
+func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded)) *fake {
 	t.Helper()
 	f := &fake{t: t, complete: complete, arrived: make(chan recorded, 64)}
 	f.info = KVTransferInfo{Role: role, Connector: connector, Model: "toy", SideChannelHost: "10.1.2.3", TPSize: 2, PPSize: 1, BlockSize: 16}
@@ -79,9 +86,15 @@ func newFake(t *testing.T, role, connector string, complete func(f *fake, w http
 		}
 		c(f, w, r, rec)
 	})
-	f.srv = httptest.NewServer(mux)
+	f.srv = httptest.NewUnstartedServer(mux)
+	if ln != nil {
+		f.srv.Listener.Close()
+		f.srv.Listener = ln
+	}
+	// Before Start: the handlers read f.info, and a proxy may already be polling ln.
 	f.info.EngineID = role + "-" + f.srv.Listener.Addr().String()
-	f.info.SideChannelPort = 5600 + len(f.srv.URL)%100
+	f.info.SideChannelPort = 5600 + len("http://"+f.srv.Listener.Addr().String())%100
+	f.srv.Start()
 	t.Cleanup(f.srv.Close)
 	return f
 }

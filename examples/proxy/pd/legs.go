@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -29,6 +30,7 @@ type completion struct {
 	fields map[string]json.RawMessage // the client's JSON, values byte for byte
 	stream bool
 	log    *zap.Logger
+	start  time.Time // when the proxy got it: TTFT counts from here
 }
 
 // body returns the client's request with kv_transfer_params set to kv and, for a prefill
@@ -81,6 +83,7 @@ type legError struct {
 	ctype     string // its Content-Type
 	retryable bool   // 5xx or connection error: another engine may do
 	cancelled bool   // the client went away
+	failover  string // decode did not take the request in (a retry reason): another decode engine may do
 }
 
 func (e *legError) Error() string { return e.msg }
@@ -162,7 +165,9 @@ func engineMessage(body []byte) string {
 }
 
 // prefillLeg runs a whole prefill leg and returns the answer's body.
-func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, body []byte) ([]byte, *legError) {
+func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, body []byte) (out []byte, le *legError) {
+	start := time.Now()
+	defer func() { p.met.leg("prefill", start, le == nil) }()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := p.send(ctx, c, e, body)
@@ -173,7 +178,7 @@ func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, body [
 		return nil, statusError(e, resp)
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody))
+	out, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody))
 	if err != nil {
 		return nil, p.transportError(c, ctx, e, err)
 	}
@@ -189,6 +194,7 @@ func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, body [
 
 func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
+	start := time.Now()
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -204,7 +210,7 @@ func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, "reading the request body: "+err.Error())
 		return
 	}
-	c := &completion{r: r, id: r.Header.Get("X-Request-Id")}
+	c := &completion{r: r, id: r.Header.Get("X-Request-Id"), start: start}
 	if err := json.Unmarshal(raw, &c.fields); err != nil || c.fields == nil {
 		p.failed.Add(1)
 		msg := "the request body is not a JSON object"
@@ -257,9 +263,10 @@ var errNoEngine = func(r role) *legError {
 // servePull runs the prefill leg, then the decode leg on the decode engine with the least
 // outstanding requests among those compatible with the prefill engine. One retry is
 // allowed per request: on another prefill engine when the prefill leg fails with a 5xx or
-// a connection error, or when decode answers a 5xx before streaming (its KV load from
-// that prefill engine failed: the engine died, or lost the blocks); on another decode
-// engine, with the same KV, when decode could not be reached at all.
+// a connection error, or when decode answers a 5xx other than 503 before streaming (its KV
+// load from that prefill engine failed: the engine died, or lost the blocks); on another
+// decode engine, with the same KV, when decode did not take the request in (no
+// connection, or a 503: see failover.go).
 func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 	prefillBody := c.body(map[string]any{
 		"do_remote_decode":  true,
@@ -274,15 +281,15 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 	var last *legError
 	retries := 0
 	var announce func() // counts and logs the retry once it has an engine to go to
-	retry := func(le *legError, what string, fields ...zap.Field) bool {
+	retry := func(le *legError, reason, what string, fields ...zap.Field) bool {
 		last = le
 		if !le.retryable || retries > 0 {
 			return false
 		}
 		retries++
 		announce = func() {
-			p.retried.Add(1)
-			c.log.Info(what, append(fields, zap.String("error", le.msg))...)
+			p.countRetry(reason)
+			c.log.Info(what, append(fields, zap.String("reason", reason), zap.String("error", le.msg))...)
 			announce = nil
 		}
 		return true
@@ -307,7 +314,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 		releaseP()
 		if le != nil {
 			triedP = append(triedP, pe)
-			if retry(le, "prefill failed, retrying on another engine", zap.String("engine", pe.url)) {
+			if retry(le, reasonPrefillFailed, "prefill failed, retrying on another engine", zap.String("engine", pe.url)) {
 				continue
 			}
 			p.fail(w, c, le)
@@ -341,33 +348,48 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 				announce()
 			}
 			ctx, cancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
+			sent := time.Now()
 			resp, err := p.send(ctx, c, de, decodeBody)
 			if err != nil {
 				le := p.transportError(c, ctx, de, err)
 				releaseD()
 				cancel()
+				p.met.leg("decode", sent, false)
 				triedD = append(triedD, de)
 				// Only a request that never reached decode may go to another one: one that did
-				// may have read (and released) the prefill engine's blocks.
-				if isDialError(err) && retry(le, "decode unreachable, retrying on another decode engine", zap.String("engine", de.url)) {
+				// may have read (and released) the prefill engine's blocks (failover.go).
+				if isDialError(err) && retry(le, reasonDecodeUnreachable, "decode unreachable, retrying on another decode engine", zap.String("engine", de.url)) {
 					continue
 				}
 				p.fail(w, c, le)
 				return
 			}
 			if resp.StatusCode < 200 || resp.StatusCode > 299 {
+				refused := decodeRefused(resp.StatusCode)
 				le := statusError(de, resp)
 				releaseD()
 				cancel()
-				triedP, triedD = append(triedP, pe), append(triedD, de)
-				if retry(le, "decode failed before answering, retrying on another prefill engine",
+				p.met.leg("decode", sent, false)
+				triedD = append(triedD, de)
+				if refused {
+					// Decode did not take the request in: prefill's hold is untouched, the same
+					// KV goes to another decode engine.
+					if retry(le, reasonDecodeRefused, "decode refused the request before reading KV, retrying on another decode engine", zap.String("engine", de.url)) {
+						continue
+					}
+					p.fail(w, c, le)
+					return
+				}
+				triedP = append(triedP, pe)
+				if retry(le, reasonDecodeKVFailed, "decode failed before answering, retrying on another prefill engine",
 					zap.String("prefill", pe.url), zap.String("decode", de.url)) {
 					break // to a new prefill leg
 				}
 				p.fail(w, c, le)
 				return
 			}
-			p.relay(w, c, ctx, de, resp)
+			ok := p.relay(w, c, ctx, de, resp)
+			p.met.leg("decode", sent, ok)
 			releaseD()
 			cancel()
 			return
@@ -408,8 +430,9 @@ func isDialError(err error) bool {
 // first, so that a decode engine dying mid-answer gives the client a JSON error instead
 // of a cut body. A stream is passed through chunk by chunk with a flush after each; once
 // its status is written, a stream that breaks off ends with an SSE error event and
-// [DONE], as an engine ends a stream that fails.
-func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, resp *http.Response) {
+// [DONE], as an engine ends a stream that fails. It says whether decode's whole answer
+// reached the client.
+func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, resp *http.Response) bool {
 	defer resp.Body.Close()
 	h := w.Header()
 	for _, k := range []string{"Content-Type", "Cache-Control", "X-Request-Id"} {
@@ -429,7 +452,7 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			le := p.transportError(c, ctx, de, err)
 			le.msg = "decode answer broke off: " + le.msg
 			p.fail(w, c, le)
-			return
+			return false
 		}
 		if !json.Valid(body) {
 			// An engine shutting down may end the request with an empty 200.
@@ -439,24 +462,31 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			de.markDown()
 			p.fail(w, c, &legError{status: http.StatusBadGateway,
 				msg: fmt.Sprintf("decode engine %s answered %d without a JSON body (%d bytes)", de.url, resp.StatusCode, len(body))})
-			return
+			return false
 		}
 		h.Set("Content-Length", fmt.Sprint(len(body)))
 		w.WriteHeader(resp.StatusCode)
+		p.met.firstToken(c)
 		if _, err := w.Write(body); err != nil {
 			p.cancelled.Add(1)
 			c.log.Debug("client went away", zap.Error(err))
+			return false
 		}
-		return
+		return true
 	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	buf := make([]byte, 32<<10)
 	var tail []byte // the stream's last bytes: a whole stream ends with "data: [DONE]"
+	first := true
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			if first {
+				first = false
+				p.met.firstToken(c)
+			}
 			tail = append(tail, buf[:n]...)
 			if len(tail) > 64 {
 				tail = append(tail[:0], tail[len(tail)-64:]...)
@@ -464,16 +494,16 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				p.cancelled.Add(1)
 				c.log.Debug("client went away mid-stream", zap.Error(werr))
-				return
+				return false
 			}
 			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 				p.cancelled.Add(1)
 				c.log.Debug("client went away mid-stream", zap.Error(ferr))
-				return
+				return false
 			}
 		}
 		if err == io.EOF && bytes.HasSuffix(bytes.TrimRight(tail, "\r\n"), []byte("data: [DONE]")) {
-			return
+			return true
 		}
 		if err != nil {
 			var le *legError
@@ -483,7 +513,7 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 				le = &legError{status: http.StatusBadGateway, msg: fmt.Sprintf("decode engine %s ended the stream without [DONE]", de.url)}
 			} else if le = p.transportError(c, ctx, de, err); le.cancelled {
 				p.cancelled.Add(1)
-				return
+				return false
 			}
 			p.failed.Add(1)
 			c.log.Warn("decode stream broke off", zap.String("engine", de.url), zap.String("error", le.msg))
@@ -492,7 +522,16 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			// A partial SSE line is ended first so that the event parses.
 			_, _ = fmt.Fprintf(w, "\n\ndata: %s\n\ndata: [DONE]\n\n", ev)
 			_ = rc.Flush()
-			return
+			return false
 		}
 	}
+}
+
+// countRetry counts a retry the proxy is about to make, for Stats and /metrics.
+func (p *Proxy) countRetry(reason string) {
+	p.retried.Add(1)
+	if reason == reasonDecodeUnreachable || reason == reasonDecodeRefused {
+		p.decodeFailovers.Add(1)
+	}
+	p.met.retries.WithLabelValues(reason).Inc()
 }

@@ -14,8 +14,13 @@
 // and a decode engine are paired only when their compatibility hashes agree, and an engine
 // that restarts under its id is a new incarnation.
 //
-// The package uses only the standard library and zap, so it can be copied out of the
-// repository as a starting point.
+// A decode leg that failed before the decode engine took the request in (no connection, or
+// a 503 before its answer) is retried once on another decode engine with the same KV; one
+// that failed after is not (see failover.go). GET /metrics serves the proxy's Prometheus
+// series (metrics.go). Config.StartWait lets the proxy start before its engines (wait.go).
+//
+// The package uses only the standard library, zap and the Prometheus client, so it can be
+// copied out of the repository as a starting point.
 package pd
 
 import (
@@ -66,6 +71,13 @@ type Config struct {
 	// HealthInterval is the period of GET /health (and /kv_transfer_info) on every engine;
 	// default 2 s. Engines failing it are out of rotation until they pass.
 	HealthInterval time.Duration
+	// StartWait bounds how long New waits for the static engines: until a prefill and a
+	// decode engine that may be paired are in rotation (and, with Connector "", one of them
+	// reported the connector), logging what it still waits for. When it passes, New fails
+	// with what the engines answered last. 0: no wait (engines that do not answer start out
+	// of rotation; with Connector "" New fails at once). Engines that only come through
+	// SetMembers are not waited for.
+	StartWait time.Duration
 	// Logger; default: none.
 	Logger *zap.Logger
 }
@@ -73,7 +85,8 @@ type Config struct {
 // Stats are the proxy's counters since New.
 type Stats struct {
 	Requests        uint64 // completion requests received
-	Retried         uint64 // prefill legs (pull) or pairs (push) retried on another prefill engine
+	Retried         uint64 // requests retried, on another prefill or decode engine (at most once each)
+	DecodeFailovers uint64 // of Retried: decode legs retried on another decode engine, no KV read
 	Failed          uint64 // requests answered with an error or whose stream broke off
 	ClientCancelled uint64 // requests whose client went away before the end
 }
@@ -93,6 +106,8 @@ type Proxy struct {
 	rrDecode  atomic.Uint64
 
 	requests, retried, failed, cancelled atomic.Uint64
+	decodeFailovers                      atomic.Uint64
+	met                                  *metrics
 
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
@@ -100,8 +115,12 @@ type Proxy struct {
 }
 
 // New checks cfg, checks every engine once (and learns the connector if cfg.Connector is
-// ""), and starts the health checks. Engines that do not answer yet start out of rotation.
-func New(cfg Config) (*Proxy, error) {
+// ""), and starts the health checks. Engines that do not answer yet start out of rotation;
+// with cfg.StartWait, New first waits for them.
+func New(cfg Config) (*Proxy, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New; ctx ending cuts the wait of cfg.StartWait short.
+func NewContext(ctx context.Context, cfg Config) (*Proxy, error) {
 	if !cfg.Dynamic && (len(cfg.Prefill) == 0 || len(cfg.Decode) == 0) {
 		return nil, errors.New("pd: at least one prefill and one decode engine are needed (or Config.Dynamic)")
 	}
@@ -156,8 +175,13 @@ func New(cfg Config) (*Proxy, error) {
 		}
 	}
 	p.cur.Store(&p.static)
+	p.met = newMetrics(p)
 
 	p.checkAll(context.Background(), p.connector)
+	if err := p.waitEngines(ctx); err != nil {
+		p.closeClient()
+		return nil, err
+	}
 	if p.connector == "" {
 		conn, err := p.discoverConnector()
 		if err != nil {
@@ -240,6 +264,7 @@ func (p *Proxy) Stats() Stats {
 	return Stats{
 		Requests:        p.requests.Load(),
 		Retried:         p.retried.Load(),
+		DecodeFailovers: p.decodeFailovers.Load(),
 		Failed:          p.failed.Load(),
 		ClientCancelled: p.cancelled.Load(),
 	}
@@ -261,8 +286,16 @@ func (p *Proxy) closeClient() {
 	}
 }
 
-// ServeHTTP routes POST /v1/completions, GET /healthcheck and GET /v1/models.
+// ServeHTTP routes POST /v1/completions, GET /healthcheck, GET /v1/models and GET /metrics,
+// and counts every request by route and status.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	defer p.met.count(r, sw)
+	w = sw
+	if r.URL.Path == "/metrics" { // before the route table, which stays the API's
+		p.met.handler.ServeHTTP(w, r)
+		return
+	}
 	switch r.URL.Path {
 	case "/v1/completions":
 		if r.Method != http.MethodPost {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -24,8 +25,9 @@ func (a decodeAnswer) close() {
 // the prefill engine writes into them when it is done. Decode's answer is streamed back as
 // soon as it comes; a prefill failure cancels the decode leg. One retry is allowed per
 // request: the pair with another prefill engine when prefill fails before decode answered or
-// decode answers a 5xx before prefill did, or with another decode engine when decode could
-// not be reached at all.
+// decode answers a 5xx other than 503 before prefill did, or with another decode engine when
+// decode did not take the request in (no connection, or a 503 before prefill answered: see
+// failover.go).
 func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 	var triedD []*engine
 	var last *legError
@@ -40,8 +42,9 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 			return
 		}
 		if last != nil {
-			p.retried.Add(1)
-			c.log.Info("decode unreachable, retrying the pair on another decode engine", zap.String("engine", de.url), zap.String("error", last.msg))
+			p.countRetry(last.failover)
+			c.log.Info("decode did not take the request in, retrying the pair on another decode engine", zap.String("engine", de.url),
+				zap.String("reason", last.failover), zap.String("error", last.msg))
 		}
 		unreachable := p.pushPair(w, c, de, last == nil)
 		releaseD()
@@ -54,10 +57,12 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 
 // pushPair serves c with decode engine de and a prefill engine (retried once on another
 // one if mayRetry). It returns decode's error, without answering the client, when decode
-// could not be reached and mayRetry; nil once the client has its answer.
+// did not take the request in and mayRetry (its failover says why); nil once the client has
+// its answer.
 func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRetry bool) *legError {
 	var tried []*engine
 	var last *legError
+	reason := reasonPrefillFailed // of the retry on another prefill engine
 	attempts := 1
 	if mayRetry {
 		attempts = 2
@@ -68,7 +73,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 			break
 		}
 		if attempt > 0 {
-			p.retried.Add(1)
+			p.countRetry(reason)
 			c.log.Info("the pair failed before decode streamed, retrying it on another prefill engine",
 				zap.String("engine", pe.url), zap.String("error", last.msg))
 		}
@@ -95,6 +100,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 		dctx, dcancelCause := context.WithCancelCause(dtctx)
 		dcancel := func() { dcancelCause(nil); dtcancel() }
 		dch := make(chan decodeAnswer, 1)
+		sent := time.Now()
 		go func() {
 			resp, err := p.send(dctx, c, de, decodeBody)
 			dch <- decodeAnswer{resp, err}
@@ -114,11 +120,13 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 				da := <-dch
 				if mayRetry && p.neverSent(c, da) {
 					le := p.transportError(c, dctx, de, da.err) // before dcancel: it reads dctx
+					le.failover = reasonDecodeUnreachable
 					dcancel()
 					pcancel()
+					p.met.leg("decode", sent, false)
 					return le // prefill's hold ends with its lease
 				}
-				p.finishDecode(w, c, dctx, de, da)
+				p.finishDecode(w, c, dctx, de, da, sent)
 				dcancel()
 				pcancel()
 				return nil
@@ -128,7 +136,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 			dcancel()
 			(<-dch).close()
 			pcancel()
-			last = le
+			last, reason = le, reasonPrefillFailed
 			if le.retryable {
 				tried = append(tried, pe)
 				continue
@@ -137,6 +145,17 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 			return nil
 
 		case da := <-dch:
+			if mayRetry && da.err == nil && decodeRefused(da.resp.StatusCode) && c.r.Context().Err() == nil {
+				// Decode did not take the request in, before prefill answered: it registered no
+				// blocks, so prefill has nothing to write. The pair again, on another decode engine.
+				le := statusError(de, da.resp)
+				le.failover = reasonDecodeRefused
+				pcancel()
+				<-pch
+				dcancel()
+				p.met.leg("decode", sent, false)
+				return le
+			}
 			if da.err == nil && da.resp.StatusCode >= 500 && attempt+1 < attempts {
 				// Decode failed before prefill answered, e.g. its handshake with a prefill engine
 				// that just died: the pair again with another prefill engine.
@@ -144,7 +163,8 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 				pcancel()
 				<-pch
 				dcancel()
-				last, tried = le, append(tried, pe)
+				p.met.leg("decode", sent, false)
+				last, tried, reason = le, append(tried, pe), reasonDecodeKVFailed
 				continue
 			}
 			if da.err != nil || da.resp.StatusCode < 200 || da.resp.StatusCode > 299 {
@@ -152,10 +172,12 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 				<-pch
 				if mayRetry && p.neverSent(c, da) {
 					le := p.transportError(c, dctx, de, da.err) // before dcancel: it reads dctx
+					le.failover = reasonDecodeUnreachable
 					dcancel()
+					p.met.leg("decode", sent, false)
 					return le
 				}
-				p.finishDecode(w, c, dctx, de, da)
+				p.finishDecode(w, c, dctx, de, da, sent)
 				dcancel()
 				return nil
 			}
@@ -168,7 +190,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 					dcancelCause(fmt.Errorf("prefill engine %s failed: %s", pe.url, le.msg))
 				}
 			}()
-			p.finishDecode(w, c, dctx, de, da)
+			p.finishDecode(w, c, dctx, de, da, sent)
 			<-watched // prefill ends too: it wrote the blocks, or the client went away
 			dcancel()
 			pcancel()
@@ -188,8 +210,11 @@ func (p *Proxy) neverSent(c *completion, da decodeAnswer) bool {
 	return da.err != nil && isDialError(da.err) && c.r.Context().Err() == nil
 }
 
-// finishDecode answers the client from decode's answer: its stream, or an error.
-func (p *Proxy) finishDecode(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, da decodeAnswer) {
+// finishDecode answers the client from decode's answer (its leg sent at sent): its stream,
+// or an error.
+func (p *Proxy) finishDecode(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, da decodeAnswer, sent time.Time) {
+	ok := false
+	defer func() { p.met.leg("decode", sent, ok) }()
 	if da.err != nil {
 		p.fail(w, c, p.transportError(c, ctx, de, da.err))
 		return
@@ -198,5 +223,5 @@ func (p *Proxy) finishDecode(w http.ResponseWriter, c *completion, ctx context.C
 		p.fail(w, c, statusError(de, da.resp))
 		return
 	}
-	p.relay(w, c, ctx, de, da.resp)
+	ok = p.relay(w, c, ctx, de, da.resp)
 }
