@@ -517,8 +517,7 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			}
 			p.failed.Add(1)
 			c.log.Warn("decode stream broke off", zap.String("engine", de.url), zap.String("error", le.msg))
-			ev, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "decode stream broke off: " + le.msg,
-				"type": "BadGatewayError", "code": le.status}})
+			ev := bytes.TrimSuffix(errorJSON(le.status, "", "decode stream broke off: "+le.msg), []byte("\n"))
 			// A partial SSE line is ended first so that the event parses.
 			_, _ = fmt.Fprintf(w, "\n\ndata: %s\n\ndata: [DONE]\n\n", ev)
 			_ = rc.Flush()

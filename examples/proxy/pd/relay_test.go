@@ -65,7 +65,7 @@ func TestDecodeEndsEarly(t *testing.T) {
 		body, want string
 	}{
 		{clientBody, `"message":"decode engine ` + df.srv.URL + ` answered 200 without a JSON body (0 bytes)"`},
-		{`{"model":"toy","prompt":"hi","max_tokens":9,"stream":true}`, sseChunks[0] + "\n\ndata: {\"error\":{\"code\":502,\"message\":\"decode stream broke off: decode engine " + df.srv.URL + " ended the stream without [DONE]\""},
+		{`{"model":"toy","prompt":"hi","max_tokens":9,"stream":true}`, sseChunks[0] + "\n\ndata: {\"error\":{\"message\":\"decode stream broke off: decode engine " + df.srv.URL + " ended the stream without [DONE]\",\"type\":\"server_error\",\"param\":null,\"code\":502}}\n\ndata: [DONE]\n\n"},
 	} {
 		h := newHarness(t, Config{}, []*fake{pf}, []*fake{df})
 		resp := h.post(t, context.Background(), tc.body, nil)
