@@ -24,6 +24,8 @@
 // examples/discovery) on a lease of -etcd-ttl kept alive while it runs, so
 // that a proxy started with -etcd finds it; the key is deleted first on a
 // graceful shutdown, and vanishes with the lease when the engine is killed.
+// An engine with loopback agents refuses -etcd at start: engines in other
+// processes could not move its KV, and every request routed to it would fail.
 package main
 
 import (
@@ -176,6 +178,10 @@ func run(args []string) error {
 		return err
 	}
 	defer closeAgents()
+	if err := checkRegistrable(*etcdEndpoints, kind); err != nil {
+		log.Error("not registering in etcd", zap.String("agents", kind.String()), zap.Error(err))
+		return err
+	}
 	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
 		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
@@ -189,7 +195,7 @@ func run(args []string) error {
 		return err
 	}
 	info := s.Info()
-	log.Info("ready", zap.String("url", s.URL()), zap.String("agents", kind), zap.String("engine_id", info.EngineID),
+	log.Info("ready", zap.String("url", s.URL()), zap.String("agents", kind.String()), zap.String("engine_id", info.EngineID),
 		zap.String("role", info.Role), zap.String("connector", info.Connector), zap.String("model", info.Model), zap.Int("tp_size", info.TPSize),
 		zap.String("side_channel", net.JoinHostPort(info.SideChannelHost, strconv.Itoa(info.SideChannelPort))))
 
@@ -249,8 +255,40 @@ func register(s *server.Server, endpoints, cluster string, ttl, timeout time.Dur
 	return func(ctx context.Context) error { return errors.Join(reg.Close(ctx), cli.Close()) }, nil
 }
 
+// agentKind is what agentFactory chose.
+type agentKind struct {
+	native  bool   // NIXL agents, which reach engines in other processes
+	backend string // native: the NIXL backend
+	// noNIXL: loopback because this build has no NIXL (no -tags nixl), as
+	// opposed to -agent loopback asked for in a build that has it.
+	noNIXL bool
+}
+
+func (k agentKind) String() string {
+	if k.native {
+		return "NIXL (" + k.backend + ")"
+	}
+	return "loopback (in-process)"
+}
+
+// checkRegistrable refuses -etcd for an engine whose agents are loopback
+// agents: they move KV only between agents of one process, so a proxy that
+// found the engine in etcd would pair it with engines in other processes and
+// every disaggregated request would fail (a 502 saying the peer's metadata
+// "was made on another fabric"). Better to stop at start and say why.
+func checkRegistrable(etcdEndpoints string, k agentKind) error {
+	if etcdEndpoints == "" || k.native {
+		return nil
+	}
+	why := "-agent loopback chose in-process agents (use -agent nixl or auto)"
+	if k.noNIXL {
+		why = "this build has no NIXL: rebuild with -tags nixl (NIXL installed, docs/binding.md)"
+	}
+	return fmt.Errorf("-etcd %s: refusing to register: this engine's agents are loopback (in-process) agents, which cannot move KV to or from engines in other processes; %s, or drop -etcd to serve only requests without kv_transfer_params", etcdEndpoints, why)
+}
+
 // agentFactory returns how to make each rank's agent.
-func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
+func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), agentKind, func(), error) {
 	// Every start of the engine names its agents anew, as vLLM does (a uuid per agent):
 	// peers holding the metadata of an earlier start's agents would refuse the new ones'
 	// under the same name.
@@ -272,30 +310,36 @@ func agentFactory(kind, backend string, given map[string]string, log *zap.Logger
 		}
 		return a, nil
 	}
-	loop := func() (func(string) (nixl.Agent, error), string, func(), error) {
+	loop := func(noNIXL bool) (func(string) (nixl.Agent, error), agentKind, func(), error) {
 		fab, err := loopback.NewFabric()
 		if err != nil {
-			return nil, "", nil, err
+			return nil, agentKind{}, nil, err
 		}
-		return func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }, "loopback (in-process)", func() { fab.Close() }, nil
+		return func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }, agentKind{noNIXL: noNIXL}, func() { fab.Close() }, nil
 	}
+	nativeKind := agentKind{native: true, backend: backend}
 	switch kind {
 	case "nixl":
-		return native, "NIXL (" + backend + ")", func() {}, nil
+		return native, nativeKind, func() {}, nil
 	case "loopback":
-		return loop()
+		// Only to say, if asked to register, whether this build has NIXL.
+		probe, err := nixl.New(fmt.Sprintf("engine-probe-%d", os.Getpid()), nixl.Config{})
+		if err == nil {
+			probe.Close()
+		}
+		return loop(errors.Is(err, nixl.ErrUnavailable))
 	case "auto":
 		probe, err := nixl.New(fmt.Sprintf("engine-probe-%d", os.Getpid()), nixl.Config{})
 		if errors.Is(err, nixl.ErrUnavailable) {
 			log.Warn("NIXL unavailable in this build (-tags nixl): loopback agents serve local requests only", zap.Error(err))
-			return loop()
+			return loop(true)
 		}
 		if err == nil {
 			probe.Close()
 		}
-		return native, "NIXL (" + backend + ")", func() {}, nil
+		return native, nativeKind, func() {}, nil
 	}
-	return nil, "", nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
+	return nil, agentKind{}, nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
 }
 
 func randomHex() string {
