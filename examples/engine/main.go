@@ -16,8 +16,10 @@
 // requests without kv_transfer_params only (a baseline). The side channel
 // defaults to $VLLM_NIXL_SIDE_CHANNEL_HOST:$VLLM_NIXL_SIDE_CHANNEL_PORT
 // (127.0.0.1:5600). SIGTERM or SIGINT shuts down gracefully: no new
-// requests, in-flight ones drain for -drain-timeout, then every block is
-// released.
+// requests, in-flight ones drain within -drain-timeout, a prefill's blocks
+// held for decode wait at most -hold-drain to be read, then every block is
+// released; each wait is logged with its count and bound. A second signal
+// exits at once.
 //
 // With -etcd host:port,... the engine registers itself under
 // /gonixl/<-cluster>/engines/<role>/<engine_id> (package
@@ -93,7 +95,8 @@ func run(args []string) error {
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
 	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long in-flight requests may finish")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long the whole shutdown may take (in-flight requests, then held blocks)")
+	holdDrain := fs.Duration("hold-drain", server.DefaultHoldDrain, "on SIGTERM, prefill: how long blocks held for decode may wait to be read, within -drain-timeout (negative: release at once)")
 	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
 	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin (UCX, LIBFABRIC)")
 	backendParams := fs.String("nixl-backend-params", "", `backend parameters, key=value,... (UCX default: ucx_error_handling_mode=none)`)
@@ -214,24 +217,39 @@ func run(args []string) error {
 	// once), and signal.Notify re-installs Go's handler only for a signal
 	// Go does not think it already handles; Ignore makes it not.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	stop() // a second signal kills the process
-	log.Info("signal received: shutting down", zap.Duration("drain_timeout", *drain))
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	sig := <-sigs
+	log.Info("signal received: shutting down (a second signal forces exit)", zap.String("signal", sig.String()),
+		zap.Duration("drain_timeout", *drain), zap.Duration("hold_drain", *holdDrain))
 	dctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
+	go forceOnSecondSignal(sigs, log, os.Exit)
 	if deregister != nil {
 		// Leave the registry first, so that proxies stop sending new requests.
 		if derr := deregister(dctx); derr != nil {
 			log.Warn("leaving etcd", zap.Error(derr))
 		}
 	}
-	err = s.Close(dctx)
+	err = s.Shutdown(dctx, server.ShutdownOptions{HoldDrain: *holdDrain})
 	st := s.Stats()
 	log.Info("stopped", zap.Uint64("requests_done", st.RequestsDone), zap.Uint64("requests_failed", st.RequestsFailed),
 		zap.Uint64("kv_bytes_verified", st.KVBytesVerified), zap.Uint64("kv_verify_failures", st.KVVerifyFailures))
 	return err
+}
+
+// forceOnSecondSignal exits the process, with status 1, on the next signal
+// from sigs: the operator's Ctrl-C twice, when the graceful shutdown is not
+// worth waiting for.
+func forceOnSecondSignal(sigs <-chan os.Signal, log *zap.Logger, exit func(int)) {
+	sig, ok := <-sigs
+	if !ok {
+		return
+	}
+	log.Warn("second signal: exiting now, without draining", zap.String("signal", sig.String()))
+	_ = log.Sync()
+	exit(1)
 }
 
 // register publishes the engine's record in etcd and returns how to

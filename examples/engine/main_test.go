@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gonixl/gonixl/examples/discovery"
 	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
@@ -89,4 +93,19 @@ func TestCheckRegistrable(t *testing.T) {
 	assert.EqualError(t, checkRegistrable("e:2379", agentKind{noNIXL: true}),
 		"-etcd e:2379: refusing to register: this engine's agents are loopback (in-process) agents, which cannot move KV to or from engines in other processes; this build has no NIXL: rebuild with -tags nixl (NIXL installed, docs/binding.md), or drop -etcd to serve only requests without kv_transfer_params")
 	assert.ErrorContains(t, checkRegistrable("e:2379", agentKind{}), "-agent loopback chose in-process agents (use -agent nixl or auto)")
+}
+
+func TestForceOnSecondSignal(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	core, logs := observer.New(zapcore.InfoLevel)
+	code := make(chan int, 1)
+	go forceOnSecondSignal(sigs, zap.New(core), func(c int) { code <- c })
+	sigs <- syscall.SIGINT
+	select {
+	case c := <-code:
+		assert.Equal(t, 1, c)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit on the second signal")
+	}
+	assert.Equal(t, 1, logs.FilterMessage("second signal: exiting now, without draining").Len())
 }
