@@ -67,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.baseURL, "base-url", "", "the endpoint, e.g. http://127.0.0.1:8192 (empty: start an in-process stack of -preset in -mode)")
-	fs.StringVar(&o.model, "model", "", "the model name requests carry (default: the preset's)")
+	fs.StringVar(&o.model, "model", "", "the model name requests carry (default: with -base-url, the first that its /v1/models lists; else the preset's)")
 	fs.IntVar(&o.inputLen, "random-input-len", 1024, "prompt tokens per request")
 	fs.IntVar(&o.inputLen, "input-len", 1024, "short for -random-input-len")
 	fs.IntVar(&o.outputLen, "random-output-len", 128, "output tokens per request (ignore_eos)")
@@ -159,7 +159,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.sweep {
 		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)
 	}
-	if o.model == "" {
+	// Given -base-url and no -model, the server's /v1/models names the
+	// model, once the flags are known to be good (resolveModel).
+	askModel := o.model == "" && o.baseURL != ""
+	resolveModel := func() {
+		if askModel {
+			o.model = defaultModel(ctx, o.baseURL, p.Model.Name, stderr)
+			askModel = false
+		}
+	}
+	if o.model == "" && o.baseURL == "" {
 		o.model = p.Model.Name
 	}
 	if o.baseURL == "" {
@@ -189,7 +198,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(urls) == 0 {
 			return fmt.Errorf("preflight: -engine-urls is required with -base-url (the engines' HTTP base URLs, whose /metrics carry the KV transfer metrics)")
 		}
-		return preflight(ctx, preflightConfig{BaseURL: o.baseURL, Model: o.model, EngineURLs: urls, LongPrompts: o.longPrompts, LongLen: o.longLen, Timeout: o.timeout, Out: stdout})
+		resolveModel()
+		return explain404(ctx, o.baseURL, o.model, preflight(ctx, preflightConfig{BaseURL: o.baseURL, Model: o.model, EngineURLs: urls, LongPrompts: o.longPrompts, LongLen: o.longLen, Timeout: o.timeout, Out: stdout}))
 	}
 	rate, err := parseRate(o.rate)
 	if err != nil {
@@ -198,9 +208,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := runConfig{BaseURL: o.baseURL, Model: o.model, InputLen: o.inputLen, OutputLen: o.outputLen, NumPrompts: o.numPrompts, RequestRate: rate,
 		MaxConcurrency: o.maxConc, NumWarmups: o.warmups, Goodput: goal, Percentiles: pcts, Seed: o.seed, RequestTimeout: o.timeout,
 		Machine: o.machine, Progress: stderr, Label: "bench"}
+	if askModel {
+		cfg.Model = "(from /v1/models)" // only to check the other flags first
+		if err := cfg.validate(); err != nil {
+			return err
+		}
+		resolveModel()
+		cfg.Model = o.model
+	}
 	samples, dur, err := benchRun(ctx, cfg)
 	if err != nil && samples == nil {
-		return err
+		return explain404(ctx, o.baseURL, o.model, err)
 	}
 	sum := summarize(samples, dur, goal, pcts)
 	printSummary(stdout, "Serving Benchmark Result", cfg, sum)
@@ -219,7 +237,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if sum.Failed > 0 {
-		return fmt.Errorf("%d of %d requests failed; the first: %v", sum.Failed, len(samples), firstErr(samples))
+		return explain404(ctx, o.baseURL, o.model, fmt.Errorf("%d of %d requests failed; the first: %v", sum.Failed, len(samples), firstErr(samples)))
 	}
 	return nil
 }
