@@ -370,23 +370,32 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 }
 
 // printRatios prints push's mean TTFT over pull's and pull-inline's at
-// every point, and the TPOTs.
+// every point, and the TPOTs; "-" where the sweep has no such point (a mode
+// left out by -modes, or a point that did not run).
 func printRatios(w io.Writer, r sweepResult) {
 	fmt.Fprintf(w, "\n%-7s %-5s %10s %10s %10s %12s %12s %9s %9s %9s\n", "input", "rate", "pull TTFT", "inline", "push", "push/pull", "push/inline", "pull TPOT", "inline", "push")
 	for _, n := range r.InputLens {
 		for _, rate := range r.Rates {
-			pull, _ := r.lookup("pull", rate, n)
-			inl, _ := r.lookup("pull-inline", rate, n)
-			push, _ := r.lookup("push", rate, n)
-			ratio := func(a, b point) string {
-				if b.Metrics["mean_ttft_ms"] == 0 || a.Metrics == nil {
+			pull, okPull := r.lookup("pull", rate, n)
+			inl, okInl := r.lookup("pull-inline", rate, n)
+			push, okPush := r.lookup("push", rate, n)
+			cell := func(pt point, ok bool, metric, format string) string {
+				v, has := pt.Metrics[metric]
+				if !ok || !has {
+					return "-"
+				}
+				return fmt.Sprintf(format, v)
+			}
+			ratio := func(a point, okA bool, b point, okB bool) string {
+				if !okA || !okB || a.Metrics == nil || b.Metrics["mean_ttft_ms"] == 0 {
 					return "-"
 				}
 				return fmt.Sprintf("%.2f", a.Metrics["mean_ttft_ms"]/b.Metrics["mean_ttft_ms"])
 			}
-			fmt.Fprintf(w, "%-7d %-5g %10.1f %10.1f %10.1f %12s %12s %9.2f %9.2f %9.2f\n", n, rate,
-				pull.Metrics["mean_ttft_ms"], inl.Metrics["mean_ttft_ms"], push.Metrics["mean_ttft_ms"], ratio(push, pull), ratio(push, inl),
-				pull.Metrics["mean_tpot_ms"], inl.Metrics["mean_tpot_ms"], push.Metrics["mean_tpot_ms"])
+			fmt.Fprintf(w, "%-7d %-5g %10s %10s %10s %12s %12s %9s %9s %9s\n", n, rate,
+				cell(pull, okPull, "mean_ttft_ms", "%.1f"), cell(inl, okInl, "mean_ttft_ms", "%.1f"), cell(push, okPush, "mean_ttft_ms", "%.1f"),
+				ratio(push, okPush, pull, okPull), ratio(push, okPush, inl, okInl),
+				cell(pull, okPull, "mean_tpot_ms", "%.2f"), cell(inl, okInl, "mean_tpot_ms", "%.2f"), cell(push, okPush, "mean_tpot_ms", "%.2f"))
 		}
 	}
 }
