@@ -7,6 +7,21 @@
 
 #include "shim.h"
 
+// Without NIXL's headers the compiler would stop at "nixl.h: No such file or
+// directory", which names neither what is missing nor where the build looked.
+// shim_nixl.go's cgo preamble adds -I/opt/nvidia/nvda_nixl/include after the
+// user's CGO_CXXFLAGS; nixl_missing_test.go checks this message.
+#if defined(__has_include)
+#if !__has_include(<nixl.h>)
+#define GONIXL_NO_NIXL_H 1
+#error "gonixl: -tags nixl needs NIXL installed: nixl.h not found under /opt/nvidia/nvda_nixl/include (NIXL's default prefix, searched after CGO_CXXFLAGS). Install NIXL there, or point CGO_CXXFLAGS=-I$NIXL/include and CGO_LDFLAGS=-L$NIXL/lib... at your installation (docs/binding.md); build without -tags nixl for the loopback agent only"
+#endif
+#endif
+
+// With the header missing the rest of the file is skipped, so that the
+// message above is the only error rather than the first of hundreds.
+#ifndef GONIXL_NO_NIXL_H
+
 #include <nixl.h>
 
 #include <chrono>
@@ -552,3 +567,5 @@ int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, con
 }
 
 }  // extern "C"
+
+#endif // GONIXL_NO_NIXL_H

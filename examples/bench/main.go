@@ -67,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.baseURL, "base-url", "", "the endpoint, e.g. http://127.0.0.1:8192 (empty: start an in-process stack of -preset in -mode)")
-	fs.StringVar(&o.model, "model", "", "the model name requests carry (default: the preset's)")
+	fs.StringVar(&o.model, "model", "", "the model name requests carry (default: with -base-url, the first that its /v1/models lists; else the preset's)")
 	fs.IntVar(&o.inputLen, "random-input-len", 1024, "prompt tokens per request")
 	fs.IntVar(&o.inputLen, "input-len", 1024, "short for -random-input-len")
 	fs.IntVar(&o.outputLen, "random-output-len", 128, "output tokens per request (ignore_eos)")
@@ -159,7 +159,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.sweep {
 		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)
 	}
-	if o.model == "" {
+	// Given -base-url and no -model, the server's /v1/models names the
+	// model, once the flags are known to be good (resolveModel).
+	askModel := o.model == "" && o.baseURL != ""
+	resolveModel := func() {
+		if askModel {
+			o.model = defaultModel(ctx, o.baseURL, p.Model.Name, stderr)
+			askModel = false
+		}
+	}
+	if o.model == "" && o.baseURL == "" {
 		o.model = p.Model.Name
 	}
 	if o.baseURL == "" {
@@ -189,7 +198,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(urls) == 0 {
 			return fmt.Errorf("preflight: -engine-urls is required with -base-url (the engines' HTTP base URLs, whose /metrics carry the KV transfer metrics)")
 		}
-		return preflight(ctx, preflightConfig{BaseURL: o.baseURL, Model: o.model, EngineURLs: urls, LongPrompts: o.longPrompts, LongLen: o.longLen, Timeout: o.timeout, Out: stdout})
+		resolveModel()
+		return explain404(ctx, o.baseURL, o.model, preflight(ctx, preflightConfig{BaseURL: o.baseURL, Model: o.model, EngineURLs: urls, LongPrompts: o.longPrompts, LongLen: o.longLen, Timeout: o.timeout, Out: stdout}))
 	}
 	rate, err := parseRate(o.rate)
 	if err != nil {
@@ -198,9 +208,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := runConfig{BaseURL: o.baseURL, Model: o.model, InputLen: o.inputLen, OutputLen: o.outputLen, NumPrompts: o.numPrompts, RequestRate: rate,
 		MaxConcurrency: o.maxConc, NumWarmups: o.warmups, Goodput: goal, Percentiles: pcts, Seed: o.seed, RequestTimeout: o.timeout,
 		Machine: o.machine, Progress: stderr, Label: "bench"}
+	if askModel {
+		cfg.Model = "(from /v1/models)" // only to check the other flags first
+		if err := cfg.validate(); err != nil {
+			return err
+		}
+		resolveModel()
+		cfg.Model = o.model
+	}
 	samples, dur, err := benchRun(ctx, cfg)
 	if err != nil && samples == nil {
-		return err
+		return explain404(ctx, o.baseURL, o.model, err)
 	}
 	sum := summarize(samples, dur, goal, pcts)
 	printSummary(stdout, "Serving Benchmark Result", cfg, sum)
@@ -219,7 +237,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if sum.Failed > 0 {
-		return fmt.Errorf("%d of %d requests failed; the first: %v", sum.Failed, len(samples), firstErr(samples))
+		return explain404(ctx, o.baseURL, o.model, fmt.Errorf("%d of %d requests failed; the first: %v", sum.Failed, len(samples), firstErr(samples)))
 	}
 	return nil
 }
@@ -352,23 +370,32 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 }
 
 // printRatios prints push's mean TTFT over pull's and pull-inline's at
-// every point, and the TPOTs.
+// every point, and the TPOTs; "-" where the sweep has no such point (a mode
+// left out by -modes, or a point that did not run).
 func printRatios(w io.Writer, r sweepResult) {
 	fmt.Fprintf(w, "\n%-7s %-5s %10s %10s %10s %12s %12s %9s %9s %9s\n", "input", "rate", "pull TTFT", "inline", "push", "push/pull", "push/inline", "pull TPOT", "inline", "push")
 	for _, n := range r.InputLens {
 		for _, rate := range r.Rates {
-			pull, _ := r.lookup("pull", rate, n)
-			inl, _ := r.lookup("pull-inline", rate, n)
-			push, _ := r.lookup("push", rate, n)
-			ratio := func(a, b point) string {
-				if b.Metrics["mean_ttft_ms"] == 0 || a.Metrics == nil {
+			pull, okPull := r.lookup("pull", rate, n)
+			inl, okInl := r.lookup("pull-inline", rate, n)
+			push, okPush := r.lookup("push", rate, n)
+			cell := func(pt point, ok bool, metric, format string) string {
+				v, has := pt.Metrics[metric]
+				if !ok || !has {
+					return "-"
+				}
+				return fmt.Sprintf(format, v)
+			}
+			ratio := func(a point, okA bool, b point, okB bool) string {
+				if !okA || !okB || a.Metrics == nil || b.Metrics["mean_ttft_ms"] == 0 {
 					return "-"
 				}
 				return fmt.Sprintf("%.2f", a.Metrics["mean_ttft_ms"]/b.Metrics["mean_ttft_ms"])
 			}
-			fmt.Fprintf(w, "%-7d %-5g %10.1f %10.1f %10.1f %12s %12s %9.2f %9.2f %9.2f\n", n, rate,
-				pull.Metrics["mean_ttft_ms"], inl.Metrics["mean_ttft_ms"], push.Metrics["mean_ttft_ms"], ratio(push, pull), ratio(push, inl),
-				pull.Metrics["mean_tpot_ms"], inl.Metrics["mean_tpot_ms"], push.Metrics["mean_tpot_ms"])
+			fmt.Fprintf(w, "%-7d %-5g %10s %10s %10s %12s %12s %9s %9s %9s\n", n, rate,
+				cell(pull, okPull, "mean_ttft_ms", "%.1f"), cell(inl, okInl, "mean_ttft_ms", "%.1f"), cell(push, okPush, "mean_ttft_ms", "%.1f"),
+				ratio(push, okPush, pull, okPull), ratio(push, okPush, inl, okInl),
+				cell(pull, okPull, "mean_tpot_ms", "%.2f"), cell(inl, okInl, "mean_tpot_ms", "%.2f"), cell(push, okPush, "mean_tpot_ms", "%.2f"))
 		}
 	}
 }

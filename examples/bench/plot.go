@@ -45,11 +45,13 @@ func metricPanels(r sweepResult, metric, ylabel string) ([]*plot.Plot, error) {
 		p.Y.Label.Text = ylabel
 		p.Legend.Top = true
 		p.Legend.Left = true
+		var ys []float64
 		for _, mode := range r.Modes {
 			var xys plotter.XYs
 			for _, rate := range r.Rates {
 				if pt, ok := r.lookup(mode, rate, n); ok {
 					xys = append(xys, plotter.XY{X: rate, Y: pt.Metrics[metric]})
+					ys = append(ys, pt.Metrics[metric])
 				}
 			}
 			if len(xys) == 0 {
@@ -59,9 +61,33 @@ func metricPanels(r sweepResult, metric, ylabel string) ([]*plot.Plot, error) {
 				return nil, err
 			}
 		}
+		p.Y.Min, p.Y.Max = yRange(ys)
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// yRange is a metric panel's y axis: from 0, so that panels whose values
+// differ by a few percent do not look as if they differed many times over,
+// to a tenth above the largest value (1 when there is none above 0). The
+// legend sits top left, inside that tenth.
+func yRange(ys []float64) (lo, hi float64) {
+	for _, y := range ys {
+		hi = max(hi, y)
+	}
+	if !(hi > 0) {
+		return 0, 1
+	}
+	return 0, hi * 1.1
+}
+
+// hasPublishedPoint reports whether the sweep's grid has the point of the
+// published figure (push and base at 16k tokens and 8 QPS), so that its
+// marker is drawn only beside a point it can be compared with.
+func hasPublishedPoint(r sweepResult, base string) bool {
+	_, push := r.lookup("push", publishedRate, publishedInputLen)
+	_, pull := r.lookup(base, publishedRate, publishedInputLen)
+	return push && pull
 }
 
 // ratioPlot plots push's mean TTFT over pull's (and pull-inline's) against
@@ -90,8 +116,12 @@ func ratioPlot(r sweepResult, base string) (*plot.Plot, error) {
 		}
 	}
 	// The published figure: vLLM's push connector announcement, 16k tokens
-	// at 8 QPS, 540 ms against pull's 1744 ms.
-	ref, err := plotter.NewScatter(plotter.XYs{{X: 8, Y: publishedRatio}})
+	// at 8 QPS, 540 ms against pull's 1744 ms; only on a grid with that
+	// point.
+	if !hasPublishedPoint(r, base) {
+		return p, nil
+	}
+	ref, err := plotter.NewScatter(plotter.XYs{{X: publishedRate, Y: publishedRatio}})
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +135,12 @@ func ratioPlot(r sweepResult, base string) (*plot.Plot, error) {
 // publishedRatio is push's mean TTFT over pull's at 16k tokens and 8 QPS in
 // vLLM's announcement (540 ms / 1744 ms).
 const publishedRatio = 540.0 / 1744.0
+
+// The published figure's point: 16k (16384) input tokens at 8 QPS.
+const (
+	publishedRate     = 8.0
+	publishedInputLen = 16384
+)
 
 func addLine(p *plot.Plot, name string, xys plotter.XYs, c color.RGBA) error {
 	l, pts, err := plotter.NewLinePoints(xys)

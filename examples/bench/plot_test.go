@@ -97,3 +97,62 @@ func TestPlotsOfNothingFail(t *testing.T) {
 	_, err := writePlots(sweepResult{Modes: []string{"pull"}}, t.TempDir())
 	assert.ErrorContains(t, err, "nothing to plot")
 }
+
+func TestPublishedMarkerOnlyOnAGridWithThePoint(t *testing.T) {
+	r := fakeSweep()
+	assert.True(t, hasPublishedPoint(r, "pull"))
+	assert.True(t, hasPublishedPoint(r, "pull-inline"))
+
+	small := fakeSweep()
+	small.InputLens = []int{1024}
+	var kept []point
+	for _, p := range small.Points {
+		if p.InputLen == 1024 {
+			kept = append(kept, p)
+		}
+	}
+	small.Points = kept
+	assert.False(t, hasPublishedPoint(small, "pull"), "no 16k input")
+
+	noRate := fakeSweep()
+	noRate.Rates = []float64{1}
+	kept = nil
+	for _, p := range noRate.Points {
+		if p.RequestRate == 1 {
+			kept = append(kept, p)
+		}
+	}
+	noRate.Points = kept
+	assert.False(t, hasPublishedPoint(noRate, "pull"), "no 8 QPS")
+
+	dir := t.TempDir()
+	files, err := writePlots(small, dir)
+	require.NoError(t, err)
+	texts := svgTexts(t, files[2])
+	assert.Contains(t, texts, "push / pull mean TTFT")
+	assert.NotContains(t, texts, "published, 16k @ 8 QPS")
+}
+
+func TestMetricPanelsStartAtZero(t *testing.T) {
+	lo, hi := yRange([]float64{10.2, 10.5, 10.3})
+	assert.Equal(t, 0.0, lo)
+	assert.InDelta(t, 11.55, hi, 1e-9)
+	lo, hi = yRange(nil)
+	assert.Equal(t, [2]float64{0, 1}, [2]float64{lo, hi})
+	lo, hi = yRange([]float64{0, 0})
+	assert.Equal(t, [2]float64{0, 1}, [2]float64{lo, hi})
+
+	// A 256-token panel whose TPOTs differ by 3%: the axis still starts at 0.
+	r := sweepResult{Modes: []string{"pull", "push"}, Rates: []float64{1, 2}, InputLens: []int{256}}
+	for i, m := range r.Modes {
+		for _, rate := range r.Rates {
+			r.Points = append(r.Points, point{Mode: m, RequestRate: rate, InputLen: 256,
+				Metrics: map[string]float64{"mean_tpot_ms": 30 + float64(i) + rate/10}})
+		}
+	}
+	panels, err := metricPanels(r, "mean_tpot_ms", "mean TPOT (ms)")
+	require.NoError(t, err)
+	require.Len(t, panels, 1)
+	assert.Equal(t, 0.0, panels[0].Y.Min)
+	assert.InDelta(t, 31.2*1.1, panels[0].Y.Max, 1e-9)
+}

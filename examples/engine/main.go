@@ -16,14 +16,18 @@
 // requests without kv_transfer_params only (a baseline). The side channel
 // defaults to $VLLM_NIXL_SIDE_CHANNEL_HOST:$VLLM_NIXL_SIDE_CHANNEL_PORT
 // (127.0.0.1:5600). SIGTERM or SIGINT shuts down gracefully: no new
-// requests, in-flight ones drain for -drain-timeout, then every block is
-// released.
+// requests, in-flight ones drain within -drain-timeout, a prefill's blocks
+// held for decode wait at most -hold-drain to be read, then every block is
+// released; each wait is logged with its count and bound. A second signal
+// exits at once.
 //
 // With -etcd host:port,... the engine registers itself under
 // /gonixl/<-cluster>/engines/<role>/<engine_id> (package
 // examples/discovery) on a lease of -etcd-ttl kept alive while it runs, so
 // that a proxy started with -etcd finds it; the key is deleted first on a
 // graceful shutdown, and vanishes with the lease when the engine is killed.
+// An engine with loopback agents refuses -etcd at start: engines in other
+// processes could not move its KV, and every request routed to it would fail.
 package main
 
 import (
@@ -91,7 +95,8 @@ func run(args []string) error {
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
 	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long in-flight requests may finish")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long the whole shutdown may take (in-flight requests, then held blocks)")
+	holdDrain := fs.Duration("hold-drain", server.DefaultHoldDrain, "on SIGTERM, prefill: how long blocks held for decode may wait to be read, within -drain-timeout (negative: release at once)")
 	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
 	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin (UCX, LIBFABRIC)")
 	backendParams := fs.String("nixl-backend-params", "", `backend parameters, key=value,... (UCX default: ucx_error_handling_mode=none)`)
@@ -176,6 +181,10 @@ func run(args []string) error {
 		return err
 	}
 	defer closeAgents()
+	if err := checkRegistrable(*etcdEndpoints, kind); err != nil {
+		log.Error("not registering in etcd", zap.String("agents", kind.String()), zap.Error(err))
+		return err
+	}
 	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
 		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
@@ -189,7 +198,7 @@ func run(args []string) error {
 		return err
 	}
 	info := s.Info()
-	log.Info("ready", zap.String("url", s.URL()), zap.String("agents", kind), zap.String("engine_id", info.EngineID),
+	log.Info("ready", zap.String("url", s.URL()), zap.String("agents", kind.String()), zap.String("engine_id", info.EngineID),
 		zap.String("role", info.Role), zap.String("connector", info.Connector), zap.String("model", info.Model), zap.Int("tp_size", info.TPSize),
 		zap.String("side_channel", net.JoinHostPort(info.SideChannelHost, strconv.Itoa(info.SideChannelPort))))
 
@@ -208,24 +217,39 @@ func run(args []string) error {
 	// once), and signal.Notify re-installs Go's handler only for a signal
 	// Go does not think it already handles; Ignore makes it not.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	stop() // a second signal kills the process
-	log.Info("signal received: shutting down", zap.Duration("drain_timeout", *drain))
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	sig := <-sigs
+	log.Info("signal received: shutting down (a second signal forces exit)", zap.String("signal", sig.String()),
+		zap.Duration("drain_timeout", *drain), zap.Duration("hold_drain", *holdDrain))
 	dctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
+	go forceOnSecondSignal(sigs, log, os.Exit)
 	if deregister != nil {
 		// Leave the registry first, so that proxies stop sending new requests.
 		if derr := deregister(dctx); derr != nil {
 			log.Warn("leaving etcd", zap.Error(derr))
 		}
 	}
-	err = s.Close(dctx)
+	err = s.Shutdown(dctx, server.ShutdownOptions{HoldDrain: *holdDrain})
 	st := s.Stats()
 	log.Info("stopped", zap.Uint64("requests_done", st.RequestsDone), zap.Uint64("requests_failed", st.RequestsFailed),
 		zap.Uint64("kv_bytes_verified", st.KVBytesVerified), zap.Uint64("kv_verify_failures", st.KVVerifyFailures))
 	return err
+}
+
+// forceOnSecondSignal exits the process, with status 1, on the next signal
+// from sigs: the operator's Ctrl-C twice, when the graceful shutdown is not
+// worth waiting for.
+func forceOnSecondSignal(sigs <-chan os.Signal, log *zap.Logger, exit func(int)) {
+	sig, ok := <-sigs
+	if !ok {
+		return
+	}
+	log.Warn("second signal: exiting now, without draining", zap.String("signal", sig.String()))
+	_ = log.Sync()
+	exit(1)
 }
 
 // register publishes the engine's record in etcd and returns how to
@@ -249,8 +273,40 @@ func register(s *server.Server, endpoints, cluster string, ttl, timeout time.Dur
 	return func(ctx context.Context) error { return errors.Join(reg.Close(ctx), cli.Close()) }, nil
 }
 
+// agentKind is what agentFactory chose.
+type agentKind struct {
+	native  bool   // NIXL agents, which reach engines in other processes
+	backend string // native: the NIXL backend
+	// noNIXL: loopback because this build has no NIXL (no -tags nixl), as
+	// opposed to -agent loopback asked for in a build that has it.
+	noNIXL bool
+}
+
+func (k agentKind) String() string {
+	if k.native {
+		return "NIXL (" + k.backend + ")"
+	}
+	return "loopback (in-process)"
+}
+
+// checkRegistrable refuses -etcd for an engine whose agents are loopback
+// agents: they move KV only between agents of one process, so a proxy that
+// found the engine in etcd would pair it with engines in other processes and
+// every disaggregated request would fail (a 502 saying the peer's metadata
+// "was made on another fabric"). Better to stop at start and say why.
+func checkRegistrable(etcdEndpoints string, k agentKind) error {
+	if etcdEndpoints == "" || k.native {
+		return nil
+	}
+	why := "-agent loopback chose in-process agents (use -agent nixl or auto)"
+	if k.noNIXL {
+		why = "this build has no NIXL: rebuild with -tags nixl (NIXL installed, docs/binding.md)"
+	}
+	return fmt.Errorf("-etcd %s: refusing to register: this engine's agents are loopback (in-process) agents, which cannot move KV to or from engines in other processes; %s, or drop -etcd to serve only requests without kv_transfer_params", etcdEndpoints, why)
+}
+
 // agentFactory returns how to make each rank's agent.
-func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), string, func(), error) {
+func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), agentKind, func(), error) {
 	// Every start of the engine names its agents anew, as vLLM does (a uuid per agent):
 	// peers holding the metadata of an earlier start's agents would refuse the new ones'
 	// under the same name.
@@ -272,30 +328,36 @@ func agentFactory(kind, backend string, given map[string]string, log *zap.Logger
 		}
 		return a, nil
 	}
-	loop := func() (func(string) (nixl.Agent, error), string, func(), error) {
+	loop := func(noNIXL bool) (func(string) (nixl.Agent, error), agentKind, func(), error) {
 		fab, err := loopback.NewFabric()
 		if err != nil {
-			return nil, "", nil, err
+			return nil, agentKind{}, nil, err
 		}
-		return func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }, "loopback (in-process)", func() { fab.Close() }, nil
+		return func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }, agentKind{noNIXL: noNIXL}, func() { fab.Close() }, nil
 	}
+	nativeKind := agentKind{native: true, backend: backend}
 	switch kind {
 	case "nixl":
-		return native, "NIXL (" + backend + ")", func() {}, nil
+		return native, nativeKind, func() {}, nil
 	case "loopback":
-		return loop()
+		// Only to say, if asked to register, whether this build has NIXL.
+		probe, err := nixl.New(fmt.Sprintf("engine-probe-%d", os.Getpid()), nixl.Config{})
+		if err == nil {
+			probe.Close()
+		}
+		return loop(errors.Is(err, nixl.ErrUnavailable))
 	case "auto":
 		probe, err := nixl.New(fmt.Sprintf("engine-probe-%d", os.Getpid()), nixl.Config{})
 		if errors.Is(err, nixl.ErrUnavailable) {
 			log.Warn("NIXL unavailable in this build (-tags nixl): loopback agents serve local requests only", zap.Error(err))
-			return loop()
+			return loop(true)
 		}
 		if err == nil {
 			probe.Close()
 		}
-		return native, "NIXL (" + backend + ")", func() {}, nil
+		return native, nativeKind, func() {}, nil
 	}
-	return nil, "", nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
+	return nil, agentKind{}, nil, fmt.Errorf(`-agent %q: want "nixl", "loopback" or "auto"`, kind)
 }
 
 func randomHex() string {

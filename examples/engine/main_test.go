@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gonixl/gonixl/examples/discovery"
 	"github.com/gonixl/gonixl/examples/discovery/etcdtest"
@@ -64,4 +69,43 @@ func TestRegisterInEtcd(t *testing.T) {
 
 	_, err = register(s, "127.0.0.1:1", "t", time.Second, 500*time.Millisecond, zap.NewNop())
 	assert.ErrorContains(t, err, "-etcd 127.0.0.1:1")
+}
+
+func TestLoopbackEngineRefusesEtcd(t *testing.T) {
+	// No etcd listens on the endpoint: the engine must stop before it
+	// tries, and before it opens its ports.
+	err := run([]string{"-agent", "loopback", "-etcd", "127.0.0.1:1", "-port", "0", "-side-channel-port", "0", "-log-level", "error"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "-etcd 127.0.0.1:1: refusing to register: this engine's agents are loopback (in-process) agents, which cannot move KV to or from engines in other processes")
+	assert.Contains(t, err.Error(), "drop -etcd to serve only requests without kv_transfer_params")
+
+	_, probeErr := nixl.New("probe", nixl.Config{})
+	if errors.Is(probeErr, nixl.ErrUnavailable) {
+		assert.Contains(t, err.Error(), "this build has no NIXL: rebuild with -tags nixl")
+	} else {
+		assert.Contains(t, err.Error(), "-agent loopback chose in-process agents (use -agent nixl or auto)")
+	}
+}
+
+func TestCheckRegistrable(t *testing.T) {
+	assert.NoError(t, checkRegistrable("", agentKind{noNIXL: true}), "no -etcd: loopback agents serve local requests")
+	assert.NoError(t, checkRegistrable("e:2379", agentKind{native: true, backend: "UCX"}))
+	assert.EqualError(t, checkRegistrable("e:2379", agentKind{noNIXL: true}),
+		"-etcd e:2379: refusing to register: this engine's agents are loopback (in-process) agents, which cannot move KV to or from engines in other processes; this build has no NIXL: rebuild with -tags nixl (NIXL installed, docs/binding.md), or drop -etcd to serve only requests without kv_transfer_params")
+	assert.ErrorContains(t, checkRegistrable("e:2379", agentKind{}), "-agent loopback chose in-process agents (use -agent nixl or auto)")
+}
+
+func TestForceOnSecondSignal(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	core, logs := observer.New(zapcore.InfoLevel)
+	code := make(chan int, 1)
+	go forceOnSecondSignal(sigs, zap.New(core), func(c int) { code <- c })
+	sigs <- syscall.SIGINT
+	select {
+	case c := <-code:
+		assert.Equal(t, 1, c)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit on the second signal")
+	}
+	assert.Equal(t, 1, logs.FilterMessage("second signal: exiting now, without draining").Len())
 }

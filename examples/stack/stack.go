@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/examples/proxy/pd"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	"go.uber.org/zap"
 )
 
 // Modes are the ways the stack can move KV: the pull connector with READs
@@ -49,7 +50,13 @@ type Config struct {
 	ProxyAddr string
 	// KVHook is the prefill engine's server.Config.KVHook (tests).
 	KVHook func(requestID string, rank int, l descriptors.Layout, blocks []int, mem []byte)
+	// Logger is both engines' server.Config.Logger, and says what Close
+	// waits for (default: none, as the engines').
+	Logger *zap.Logger
 }
+
+// DefaultShutdownTimeout bounds Close.
+const DefaultShutdownTimeout = 30 * time.Second
 
 // Stack is one running prefill engine, decode engine and proxy.
 type Stack struct {
@@ -58,6 +65,7 @@ type Stack struct {
 	http            *http.Server
 	ln              net.Listener
 	fabric          *loopback.Fabric
+	log             *zap.Logger
 }
 
 // ConnectorOf returns the engine connector and the decode Inline setting of
@@ -80,7 +88,10 @@ func Start(cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{}
+	s := &Stack{log: cfg.Logger}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -95,7 +106,7 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
 		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
-		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout}
+		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook = server.RolePrefill, "prefill-0", cfg.KVHook
 	if s.Prefill, err = server.New(pc); err != nil {
@@ -124,29 +135,60 @@ func Start(cfg Config) (_ *Stack, err error) {
 // URL is the proxy's base URL, e.g. http://127.0.0.1:41234.
 func (s *Stack) URL() string { return "http://" + s.ln.Addr().String() }
 
-// Close stops the proxy, then the engines (draining what is in flight), then
-// the loopback fabric. Calls after the first return nil.
+// Close is Shutdown bounded by DefaultShutdownTimeout.
 func (s *Stack) Close() error {
-	var errs []error
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
 	defer cancel()
+	return s.Shutdown(ctx)
+}
+
+// Shutdown stops the proxy (its requests in flight finish, until ctx ends),
+// then the decode engine (its loads end), then the prefill engine, without
+// waiting for its held blocks to be read: no decode is left to read them.
+// Then the loopback fabric closes. Each step is logged (Config.Logger) with
+// how long it took. Cancelling ctx (say, on a second Ctrl-C) cuts every wait
+// short: requests in flight are cancelled and blocks released. Calls after
+// the first return nil.
+func (s *Stack) Shutdown(ctx context.Context) error {
+	if s.http == nil && s.Proxy == nil && s.Decode == nil && s.Prefill == nil && s.fabric == nil {
+		return nil
+	}
+	var errs []error
+	start := time.Now()
+	step := func(what string, f func() error) {
+		t := time.Now()
+		err := f()
+		s.log.Info("stack closing: "+what, zap.Duration("took", time.Since(t).Round(time.Millisecond)), zap.Error(err))
+		errs = append(errs, err)
+	}
 	if s.http != nil {
-		errs = append(errs, s.http.Shutdown(ctx))
+		bound := zap.String("bound", "none")
+		if dl, ok := ctx.Deadline(); ok {
+			bound = zap.Duration("bound", time.Until(dl).Round(time.Millisecond))
+		}
+		s.log.Info("stack closing: waiting for the proxy's requests in flight", bound)
+		step("proxy's HTTP server stopped", func() error { return s.http.Shutdown(ctx) })
 		s.http = nil
 	}
 	if s.Proxy != nil {
-		errs = append(errs, s.Proxy.Close())
+		step("proxy closed", s.Proxy.Close)
 		s.Proxy = nil
 	}
-	for _, e := range []**server.Server{&s.Decode, &s.Prefill} {
-		if *e != nil {
-			errs = append(errs, (*e).Close(ctx))
-			*e = nil
-		}
+	if s.Decode != nil {
+		step("decode engine closed", func() error { return s.Decode.Close(ctx) })
+		s.Decode = nil
+	}
+	if s.Prefill != nil {
+		step("prefill engine closed", func() error {
+			return s.Prefill.Shutdown(ctx, server.ShutdownOptions{HoldDrain: -1})
+		})
+		s.Prefill = nil
 	}
 	if s.fabric != nil {
 		s.fabric.Close()
 		s.fabric = nil
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	s.log.Info("stack closed", zap.Duration("took", time.Since(start).Round(time.Millisecond)), zap.Error(err))
+	return err
 }

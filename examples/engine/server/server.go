@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
@@ -215,52 +214,6 @@ func (s *Server) Stats() Stats {
 	return Stats{RequestsDone: s.st.done.Load(), RequestsFailed: s.st.failed.Load(), RequestsAborted: s.st.aborted.Load(),
 		KVBytesVerified: s.st.verified.Load(), KVVerifyFailures: s.st.verifyFail.Load(), KVRecomputed: s.st.recomputed.Load(),
 		BlocksInUse: int(s.st.blocks.Load()), Running: int(s.st.running.Load()), Waiting: int(s.st.waiting.Load())}
-}
-
-// Close shuts the engine down gracefully: /health answers 503 and new
-// requests get 503; requests in flight finish until ctx ends, then are
-// cancelled; prefill blocks still held for decode are given until ctx ends
-// to be read; then every connector rank closes, which releases every block,
-// and the agents and the KV memory are freed. It is idempotent; later calls
-// return the first one's error.
-func (s *Server) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() { s.closeErr = s.shutdown(ctx) })
-	return s.closeErr
-}
-
-func (s *Server) shutdown(ctx context.Context) error {
-	s.closing.Store(true)
-	s.log.Info("engine closing: draining requests", zap.Int64("in_flight", s.active.Load()))
-	// New requests get 503 (and /health 503) while the ones in flight end.
-	var err error
-	for s.active.Load() > 0 && err == nil {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	if err == nil {
-		err = s.httpSrv.Shutdown(ctx)
-	}
-	if err != nil {
-		s.log.Warn("drain deadline passed: cancelling requests in flight", zap.Error(err))
-	}
-	s.cancel() // handlers still running see their context end
-	s.httpSrv.Close()
-	s.handlers.Wait()
-	<-s.served
-	// Let decode engines read what prefill holds, until ctx ends.
-	s.loop.waitHeld(ctx)
-	close(s.stopCh)
-	<-s.loopDone
-	s.release()
-	if n := s.st.blocks.Load(); n != 0 {
-		s.log.Error("blocks still allocated after close", zap.Int64("blocks", n))
-		err = errors.Join(err, fmt.Errorf("engine: %d blocks still allocated after close", n))
-	}
-	s.log.Info("engine closed", zap.Uint64("requests_done", s.st.done.Load()))
-	return err
 }
 
 // release closes the connector ranks (freeing whatever blocks they still

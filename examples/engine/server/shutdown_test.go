@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/engine/server"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// A prefill engine holding blocks for a decode that never reads them shuts
+// down within its hold bound, not its lease, and says what it waited for.
+func TestShutdownDoesNotSitOutUnreadHolds(t *testing.T) {
+	for _, conn := range []string{server.ConnPull, server.ConnPush} {
+		t.Run(conn, func(t *testing.T) {
+			fab, err := loopback.NewFabric()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fab.Close()
+			core, logs := observer.New(zapcore.InfoLevel)
+			s, err := server.New(server.Config{Role: server.RolePrefill, Connector: conn, EngineID: "prefill", Model: tiny,
+				NumBlocks: 64, Lease: time.Minute, Logger: zap.New(core),
+				NewAgent: func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &pair{prefill: s, client: &http.Client{Transport: &http.Transport{}}}
+			defer p.client.CloseIdleConnections()
+			for _, id := range []string{"held-1", "held-2"} {
+				params := map[string]any{"do_remote_decode": true}
+				if conn == server.ConnPush {
+					// No decode registers for the transfer: the blocks
+					// wait for one just the same.
+					params = map[string]any{"do_remote_decode": true, "transfer_mode": "push", "transfer_id": "xfer-" + id}
+				}
+				p.complete(t, s.URL(), id, with(req(prompt, 1), "kv_transfer_params", params))
+			}
+			eventually(t, "prefill holding the blocks", func() bool { return s.Stats().BlocksInUse > 0 })
+
+			const holdDrain = 300 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := s.Shutdown(ctx, server.ShutdownOptions{HoldDrain: holdDrain}); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			if took < holdDrain || took > holdDrain+2*time.Second {
+				t.Errorf("Shutdown took %v, want about the hold bound %v (lease 1m, drain 30s)", took, holdDrain)
+			}
+			if st := s.Stats(); st.BlocksInUse != 0 {
+				t.Errorf("blocks in use after Shutdown: %+v", st)
+			}
+
+			waiting := logs.FilterMessage("engine closing: waiting for decode engines to read the blocks held for them").All()
+			if len(waiting) != 1 {
+				t.Fatalf("no waiting line; logs: %v", messages(logs))
+			}
+			f := waiting[0].ContextMap()
+			if f["held_requests"] != int64(2) || f["bound"] != holdDrain || f["lease"] != time.Minute {
+				t.Errorf("waiting line fields: %v", f)
+			}
+			passed := logs.FilterMessage("engine closing: bound passed, releasing what is still held").All()
+			if len(passed) != 1 || passed[0].ContextMap()["held_requests"] != int64(2) {
+				t.Errorf("no bound-passed line with the count; logs: %v", messages(logs))
+			}
+			if logs.FilterMessage("engine closing: no requests in flight").Len() != 1 || logs.FilterMessage("engine closed").Len() != 1 {
+				t.Errorf("logs: %v", messages(logs))
+			}
+		})
+	}
+}
+
+// A cancelled ctx (a second signal) skips the hold wait altogether.
+func TestShutdownCancelledReleasesAtOnce(t *testing.T) {
+	p := newPair(t, server.ConnPull, opts{})
+	p.complete(t, p.prefill.URL(), "held", with(req(prompt, 1), "kv_transfer_params", map[string]any{"do_remote_decode": true}))
+	eventually(t, "prefill holding the blocks", func() bool { return p.prefill.Stats().BlocksInUse > 0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	p.prefill.Shutdown(ctx, server.ShutdownOptions{HoldDrain: time.Minute})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("cancelled Shutdown took %v", took)
+	}
+	if st := p.prefill.Stats(); st.BlocksInUse != 0 {
+		t.Errorf("blocks in use after Shutdown: %+v", st)
+	}
+}
+
+func messages(logs *observer.ObservedLogs) []string {
+	var out []string
+	for _, e := range logs.All() {
+		out = append(out, e.Message)
+	}
+	return out
+}
