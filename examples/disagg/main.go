@@ -28,6 +28,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -182,6 +185,11 @@ func serve(ctx context.Context, o options) error {
 		return err
 	}
 	cfg.ProxyAddr = fmt.Sprintf("127.0.0.1:%d", o.port)
+	// The engines and the stack log their shutdown steps (what they wait
+	// for, how long) at Info: a stack that takes a while to stop says why.
+	logger := serveLogger(o.out)
+	defer func() { _ = logger.Sync() }()
+	cfg.Logger = logger
 	s, err := startStack(cfg)
 	if err != nil {
 		return err
@@ -189,7 +197,30 @@ func serve(ctx context.Context, o options) error {
 	fmt.Fprintf(o.out, "serving %s on %s (model %q; prefill %s, decode %s); Ctrl-C to stop\n", o.connector, s.url(), o.served, s.Prefill.URL(), s.Decode.URL())
 	fmt.Fprintf(o.out, "  curl -s %s/v1/completions -H 'Content-Type: application/json' -d '{\"model\":%q,\"prompt\":\"hello world\",\"max_tokens\":8}'\n", s.url(), o.served)
 	<-ctx.Done()
-	return s.close()
+	// A second Ctrl-C forces the exit: the first one ended ctx, so
+	// NotifyContext no longer sees signals.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	fmt.Fprintln(o.out, "stopping the stack (Ctrl-C again to exit at once)")
+	done := make(chan error, 1)
+	go func() { done <- s.close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-again:
+		fmt.Fprintln(o.out, "second signal: exiting without waiting for the stack")
+		os.Exit(1)
+		return nil
+	}
+}
+
+// serveLogger logs Info and above to w, one line an entry, as a person
+// watching the terminal reads it.
+func serveLogger(w io.Writer) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.TimeKey, enc.CallerKey, enc.StacktraceKey = "", "", ""
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel))
 }
 
 // threeCommands are the command lines that run the demo's stack as three
