@@ -2,7 +2,6 @@ package pd
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +36,7 @@ func (p *Proxy) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "Chat completions through this proxy need the pull connector (decode is given the prompt's token ids from prefill's answer, and push starts both legs at once); use pull engines, or send /v1/completions with the chat template's prompt.")
 		return
 	}
-	p.pullChat(w, c)
+	p.servePull(w, c, chatRoute(c))
 }
 
 // readRequest reads the client's request and checks the fields the proxy
@@ -129,44 +128,6 @@ func (p *Proxy) checkedCompletions(w http.ResponseWriter, r *http.Request) {
 	p.serveCompletions(w, r)
 }
 
-// sendTo posts body to path on e with the leg headers.
-func (p *Proxy) sendTo(ctx context.Context, c *completion, e *engine, path string, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", c.id)
-	if a := c.r.Header.Get("Authorization"); a != "" {
-		req.Header.Set("Authorization", a)
-	}
-	return p.client.Do(req)
-}
-
-// chatPrefillLeg runs a whole chat prefill leg and returns the answer's body.
-func (p *Proxy) chatPrefillLeg(ctx context.Context, c *completion, e *engine, body []byte) ([]byte, *legError) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	resp, err := p.sendTo(ctx, c, e, chatPath, body)
-	if err != nil {
-		return nil, p.transportError(c, ctx, e, err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, statusError(e, resp)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody))
-	if err != nil {
-		return nil, p.transportError(c, ctx, e, err)
-	}
-	if !json.Valid(out) {
-		e.markDown()
-		return nil, &legError{status: http.StatusBadGateway, retryable: true,
-			msg: fmt.Sprintf("%s engine %s answered %d without a JSON body (%d bytes)", e.role, e.url, resp.StatusCode, len(out))}
-	}
-	return out, nil
-}
-
 // with returns c with field k set to v (c's fields are not changed).
 func (c *completion) with(k string, v json.RawMessage) *completion {
 	d := *c
@@ -178,112 +139,23 @@ func (c *completion) with(k string, v json.RawMessage) *completion {
 	return &d
 }
 
-// pullChat is servePull for chat with the token-id hand-off, and its retries:
-// another prefill engine when prefill fails with a 5xx or a connection error,
-// or when decode answers a 5xx before streaming; another decode engine, with
-// the same KV, when decode could not be reached. One retry per request.
-func (p *Proxy) pullChat(w http.ResponseWriter, c *completion) {
-	prefillBody := c.with("return_token_ids", json.RawMessage("true")).body(map[string]any{
-		"do_remote_decode":  true,
-		"do_remote_prefill": false,
-		"remote_engine_id":  nil,
-		"remote_block_ids":  nil,
-		"remote_host":       nil,
-		"remote_port":       nil,
-	}, true)
-	var triedP, triedD []*engine
-	var last *legError
-	retried := false
-	retry := func(le *legError, what string, fields ...zap.Field) bool {
-		last = le
-		if !le.retryable || retried {
-			return false
-		}
-		retried = true
-		p.retried.Add(1)
-		c.log.Info(what, append(fields, zap.String("error", le.msg))...)
-		return true
-	}
-	for {
-		pools := p.pools()
-		pe, releaseP := p.pick(pools.prefill, &p.rrPrefill, p.cfg.Policy, func(e *engine) bool {
-			return p.hasPartner(pools.decode, e)
-		}, triedP...)
-		if pe == nil {
-			if last == nil {
-				last = p.noPair(pools.prefill, pools.decode, rolePrefill)
+// chatRoute is /v1/chat/completions on pull with the token-id hand-off:
+// prefill is asked for return_token_ids, and decode gets prefill's
+// prompt_token_ids with its kv_transfer_params.
+func chatRoute(c *completion) pullRoute {
+	return pullRoute{path: chatPath, prefill: c.with("return_token_ids", json.RawMessage("true")).body(prefillKeys, true),
+		decode: func(answer []byte) ([]byte, *legError) {
+			kv, le := kvParams(answer)
+			if le != nil {
+				return nil, le
 			}
-			p.fail(w, c, last)
-			return
-		}
-		answer, le := p.chatPrefillLeg(c.r.Context(), c, pe, prefillBody)
-		releaseP()
-		if le != nil {
-			triedP = append(triedP, pe)
-			if retry(le, "chat prefill failed, retrying on another engine", zap.String("engine", pe.url)) {
-				continue
+			var pa struct {
+				IDs json.RawMessage `json:"prompt_token_ids"`
 			}
-			p.fail(w, c, le)
-			return
-		}
-		last = nil
-		var pa struct {
-			KV  json.RawMessage `json:"kv_transfer_params"`
-			IDs json.RawMessage `json:"prompt_token_ids"`
-		}
-		if err := json.Unmarshal(answer, &pa); err != nil || len(pa.KV) == 0 || string(pa.KV) == "null" {
-			p.fail(w, c, &legError{status: http.StatusBadGateway,
-				msg: "The prefill engine's chat answer carries no kv_transfer_params; is it a kv_producer with the NIXL connector?"})
-			return
-		}
-		if len(pa.IDs) == 0 || string(pa.IDs) == "null" {
-			p.fail(w, c, &legError{status: http.StatusBadGateway,
-				msg: "The prefill engine's chat answer carries no prompt_token_ids; it must support return_token_ids."})
-			return
-		}
-		decodeBody := c.with("prompt_token_ids", pa.IDs).body(pa.KV, false)
-		for {
-			accept := func(e *engine) bool { return compatible(pe, e) }
-			de, releaseD := p.pick(p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept, triedD...)
-			if de == nil && len(triedD) > 0 {
-				de, releaseD = p.pick(p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept)
+			if err := json.Unmarshal(answer, &pa); err != nil || len(pa.IDs) == 0 || string(pa.IDs) == "null" {
+				return nil, &legError{status: http.StatusBadGateway,
+					msg: "The prefill engine's chat answer carries no prompt_token_ids; it must support return_token_ids."}
 			}
-			if de == nil {
-				if last == nil {
-					last = errNoEngine(roleDecode)
-				}
-				p.fail(w, c, last)
-				return
-			}
-			ctx, cancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
-			resp, err := p.sendTo(ctx, c, de, chatPath, decodeBody)
-			if err != nil {
-				le := p.transportError(c, ctx, de, err)
-				releaseD()
-				cancel()
-				triedD = append(triedD, de)
-				if isDialError(err) && retry(le, "chat decode unreachable, retrying on another decode engine", zap.String("engine", de.url)) {
-					continue
-				}
-				p.fail(w, c, le)
-				return
-			}
-			if resp.StatusCode < 200 || resp.StatusCode > 299 {
-				le := statusError(de, resp)
-				releaseD()
-				cancel()
-				triedP, triedD = append(triedP, pe), append(triedD, de)
-				if retry(le, "chat decode failed before answering, retrying on another prefill engine",
-					zap.String("prefill", pe.url), zap.String("decode", de.url)) {
-					break
-				}
-				p.fail(w, c, le)
-				return
-			}
-			p.relay(w, c, ctx, de, resp)
-			releaseD()
-			cancel()
-			return
-		}
-	}
+			return c.with("prompt_token_ids", pa.IDs).body(kv, false), nil
+		}}
 }

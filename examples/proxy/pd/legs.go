@@ -89,8 +89,8 @@ type legError struct {
 func (e *legError) Error() string { return e.msg }
 
 // send posts body to e's /v1/completions with the leg headers.
-func (p *Proxy) send(ctx context.Context, c *completion, e *engine, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/completions", bytes.NewReader(body))
+func (p *Proxy) send(ctx context.Context, c *completion, e *engine, path string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -165,12 +165,12 @@ func engineMessage(body []byte) string {
 }
 
 // prefillLeg runs a whole prefill leg and returns the answer's body.
-func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, body []byte) (out []byte, le *legError) {
+func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, path string, body []byte) (out []byte, le *legError) {
 	start := time.Now()
 	defer func() { p.met.leg("prefill", start, le == nil) }()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := p.send(ctx, c, e, body)
+	resp, err := p.send(ctx, c, e, path, body)
 	if err != nil {
 		return nil, p.transportError(c, ctx, e, err)
 	}
@@ -230,7 +230,7 @@ func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
 	if p.connector == ConnectorPush {
 		p.servePush(w, c)
 	} else {
-		p.servePull(w, c)
+		p.servePull(w, c, completionsRoute(c))
 	}
 }
 
@@ -267,15 +267,7 @@ var errNoEngine = func(r role) *legError {
 // load from that prefill engine failed: the engine died, or lost the blocks); on another
 // decode engine, with the same KV, when decode did not take the request in (no
 // connection, or a 503: see failover.go).
-func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
-	prefillBody := c.body(map[string]any{
-		"do_remote_decode":  true,
-		"do_remote_prefill": false,
-		"remote_engine_id":  nil,
-		"remote_block_ids":  nil,
-		"remote_host":       nil,
-		"remote_port":       nil,
-	}, true)
+func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute) {
 
 	var triedP, triedD []*engine
 	var last *legError
@@ -310,7 +302,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 		if announce != nil {
 			announce()
 		}
-		answer, le := p.prefillLeg(c.r.Context(), c, pe, prefillBody)
+		answer, le := p.prefillLeg(c.r.Context(), c, pe, route.path, route.prefill)
 		releaseP()
 		if le != nil {
 			triedP = append(triedP, pe)
@@ -321,15 +313,11 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 			return
 		}
 		last = nil
-		var pa struct {
-			KV json.RawMessage `json:"kv_transfer_params"`
-		}
-		if err := json.Unmarshal(answer, &pa); err != nil || len(pa.KV) == 0 || string(pa.KV) == "null" {
-			p.fail(w, c, &legError{status: http.StatusBadGateway,
-				msg: "the prefill engine's answer carries no kv_transfer_params (is it a kv_producer with the NIXL connector?)"})
+		decodeBody, le := route.decode(answer)
+		if le != nil {
+			p.fail(w, c, le)
 			return
 		}
-		decodeBody := c.body(pa.KV, false)
 		for {
 			// The decode engine is chosen now, with the load it has after prefill.
 			accept := func(e *engine) bool { return compatible(pe, e) }
@@ -349,7 +337,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 			}
 			ctx, cancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
 			sent := time.Now()
-			resp, err := p.send(ctx, c, de, decodeBody)
+			resp, err := p.send(ctx, c, de, route.path, decodeBody)
 			if err != nil {
 				le := p.transportError(c, ctx, de, err)
 				releaseD()
@@ -395,6 +383,50 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion) {
 			return
 		}
 	}
+}
+
+// pullRoute is what differs between the routes servePull serves: the path
+// both legs post to, the prefill leg's request, and how decode's request
+// is made from prefill's answer (or why it cannot be).
+type pullRoute struct {
+	path    string
+	prefill []byte
+	decode  func(answer []byte) ([]byte, *legError)
+}
+
+// prefillKeys make a client's request the prefill leg's: prefill for a
+// remote decode, no remote blocks of its own.
+var prefillKeys = map[string]any{
+	"do_remote_decode":  true,
+	"do_remote_prefill": false,
+	"remote_engine_id":  nil,
+	"remote_block_ids":  nil,
+	"remote_host":       nil,
+	"remote_port":       nil,
+}
+
+// completionsRoute is /v1/completions on pull: decode gets the client's
+// request with prefill's kv_transfer_params.
+func completionsRoute(c *completion) pullRoute {
+	return pullRoute{path: "/v1/completions", prefill: c.body(prefillKeys, true), decode: func(answer []byte) ([]byte, *legError) {
+		kv, le := kvParams(answer)
+		if le != nil {
+			return nil, le
+		}
+		return c.body(kv, false), nil
+	}}
+}
+
+// kvParams returns the kv_transfer_params of a prefill answer.
+func kvParams(answer []byte) (json.RawMessage, *legError) {
+	var pa struct {
+		KV json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(answer, &pa); err != nil || len(pa.KV) == 0 || string(pa.KV) == "null" {
+		return nil, &legError{status: http.StatusBadGateway,
+			msg: "the prefill engine's answer carries no kv_transfer_params (is it a kv_producer with the NIXL connector?)"}
+	}
+	return pa.KV, nil
 }
 
 // noPair is the error when no engine of want's role (pool mine) can be paired with one of

@@ -102,14 +102,14 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 		dch := make(chan decodeAnswer, 1)
 		sent := time.Now()
 		go func() {
-			resp, err := p.send(dctx, c, de, decodeBody)
+			resp, err := p.send(dctx, c, de, "/v1/completions", decodeBody)
 			dch <- decodeAnswer{resp, err}
 		}()
 		pctx, pcancel := context.WithCancel(c.r.Context())
 		pch := make(chan *legError, 1)
 		go func() {
 			defer releaseP()
-			_, le := p.prefillLeg(pctx, c, pe, prefillBody)
+			_, le := p.prefillLeg(pctx, c, pe, "/v1/completions", prefillBody)
 			pch <- le
 		}()
 
