@@ -13,12 +13,13 @@ import (
 
 const chatPath = "/v1/chat/completions"
 
-// serveChat proxies POST /v1/chat/completions with the pull connector and a
-// token-id hand-off: the prefill leg asks for return_token_ids, and the decode
-// leg gets prefill's prompt_token_ids with its kv_transfer_params, so decode
-// serves exactly the tokens whose KV it loads instead of rendering the chat
-// template again. Push would need the tokens before prefill has answered (both
-// legs start at once), so a push proxy refuses chat with a 501.
+// serveChat proxies POST /v1/chat/completions. On pull it hands off token
+// ids: the prefill leg asks for return_token_ids, and the decode leg gets
+// prefill's prompt_token_ids with its kv_transfer_params, so decode serves
+// exactly the tokens whose KV it loads instead of rendering the chat template
+// again. On push both legs start at once, before prefill has answered, so
+// both get the chat request and render it: the engines of one deployment
+// share the template and the tokenizer, which gives both the same tokens.
 func (p *Proxy) serveChat(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
 	c, status, param, msg := p.readRequest(w, r)
@@ -32,8 +33,7 @@ func (p *Proxy) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.connector == ConnectorPush {
-		p.failed.Add(1)
-		writeError(w, http.StatusNotImplemented, "Chat completions through this proxy need the pull connector (decode is given the prompt's token ids from prefill's answer, and push starts both legs at once); use pull engines, or send /v1/completions with the chat template's prompt.")
+		p.servePush(w, c, chatPath)
 		return
 	}
 	p.servePull(w, c, chatRoute(c))

@@ -228,7 +228,7 @@ func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log = p.log.With(zap.String("request_id", c.id))
 	if p.connector == ConnectorPush {
-		p.servePush(w, c)
+		p.servePush(w, c, "/v1/completions")
 	} else {
 		p.servePull(w, c, completionsRoute(c))
 	}

@@ -27,8 +27,9 @@ func (a decodeAnswer) close() {
 // request: the pair with another prefill engine when prefill fails before decode answered or
 // decode answers a 5xx other than 503 before prefill did, or with another decode engine when
 // decode did not take the request in (no connection, or a 503 before prefill answered: see
-// failover.go).
-func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
+// failover.go). Both legs post to path: a chat request goes to both engines
+// whole, and each renders the same template into the same tokens.
+func (p *Proxy) servePush(w http.ResponseWriter, c *completion, path string) {
 	var triedD []*engine
 	var last *legError
 	for {
@@ -46,7 +47,7 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 			c.log.Info("decode did not take the request in, retrying the pair on another decode engine", zap.String("engine", de.url),
 				zap.String("reason", last.failover), zap.String("error", last.msg))
 		}
-		unreachable := p.pushPair(w, c, de, last == nil)
+		unreachable := p.pushPair(w, c, path, de, last == nil)
 		releaseD()
 		if unreachable == nil {
 			return
@@ -59,7 +60,7 @@ func (p *Proxy) servePush(w http.ResponseWriter, c *completion) {
 // one if mayRetry). It returns decode's error, without answering the client, when decode
 // did not take the request in and mayRetry (its failover says why); nil once the client has
 // its answer.
-func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRetry bool) *legError {
+func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *engine, mayRetry bool) *legError {
 	var tried []*engine
 	var last *legError
 	reason := reasonPrefillFailed // of the retry on another prefill engine
@@ -102,14 +103,14 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, de *engine, mayRe
 		dch := make(chan decodeAnswer, 1)
 		sent := time.Now()
 		go func() {
-			resp, err := p.send(dctx, c, de, "/v1/completions", decodeBody)
+			resp, err := p.send(dctx, c, de, path, decodeBody)
 			dch <- decodeAnswer{resp, err}
 		}()
 		pctx, pcancel := context.WithCancel(c.r.Context())
 		pch := make(chan *legError, 1)
 		go func() {
 			defer releaseP()
-			_, le := p.prefillLeg(pctx, c, pe, "/v1/completions", prefillBody)
+			_, le := p.prefillLeg(pctx, c, pe, path, prefillBody)
 			pch <- le
 		}()
 
