@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +25,8 @@ func TestBuildWithoutNIXLSaysWhatToInstall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package with a C++ compiler")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
 		t.Skipf("no go command: %v", err)
 	}
 	cxx := os.Getenv("CXX")

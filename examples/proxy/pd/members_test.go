@@ -145,6 +145,11 @@ func TestPullDecodeUnreachableRetriedWithSameKV(t *testing.T) {
 	df := newFake(t, "decode", "pull", nil)
 	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{pf}, []*fake{gone, df})
 	gone.srv.Close()
+	// The start's health checks left kept-alive connections to it: one the
+	// engine closed while a request was being written on it ends in EOF,
+	// which the proxy (rightly) does not take for "never taken in". Gone
+	// here means no connection can be made.
+	h.p.client.CloseIdleConnections()
 	for range 2 {
 		h.postOK(t)
 	}
@@ -176,6 +181,11 @@ func TestPushDecodeUnreachableRetriedOnAnother(t *testing.T) {
 	df := newFake(t, "decode", "push", nil)
 	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{pf}, []*fake{gone, df})
 	gone.srv.Close()
+	// The start's health checks left kept-alive connections to it: one the
+	// engine closed while a request was being written on it ends in EOF,
+	// which the proxy (rightly) does not take for "never taken in". Gone
+	// here means no connection can be made.
+	h.p.client.CloseIdleConnections()
 	for range 2 {
 		h.postOK(t)
 	}
