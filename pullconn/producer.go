@@ -64,6 +64,9 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		return nil, err
 	}
 	h, err := newHolds(e.core.Config().TPSize, cfg.Lease, recentExpired)
+	if err == nil {
+		h.countGiven = e.core.VLLM()
+	}
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
@@ -166,6 +169,12 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
 		RemoteStagingSlot:      slot,
 		RemoteHoldNonce:        nonce,
+	}
+	if p.e.core.VLLM() {
+		// vLLM's Params carry no deadline of prefill's (its pull prefill
+		// sends none) and none of gonixl's keys: a vLLM decode would read
+		// the deadline on its own clock, and nobody asks for a pin.
+		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce = 0, nil, 0
 	}
 	p.mu.Lock()
 	p.holds.setKey(requestID, params.holdKey())
