@@ -93,4 +93,3 @@ func TestVLLMProtocolRefusals(t *testing.T) {
 	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.EqualError(t, err, `pullconn: invalid argument: RankConfig.Staging.Mode is "on": staging is gonixl's own protocol, and this engine speaks vLLM's`)
 }
-
