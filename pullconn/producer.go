@@ -154,7 +154,8 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	// Every rank advertises the deadline of the first to finish the request;
 	// a rank whose own lease would end earlier (a shorter RankConfig.Lease)
 	// holds until the advertised one, so each rank's hold covers it.
-	advertised, nonce := p.e.advertise(requestID, now, deadline)
+	adv := p.e.advert(requestID, now, deadline)
+	advertised, nonce := adv.deadline, adv.nonce
 	if advertised.After(deadline) {
 		p.mu.Lock()
 		p.holds.leases.Extend(requestID, advertised, 0)
@@ -171,10 +172,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		RemoteHoldNonce:        nonce,
 	}
 	if p.e.core.VLLM() {
-		// vLLM's Params carry no deadline of prefill's (its pull prefill
-		// sends none) and none of gonixl's keys: a vLLM decode would read
-		// the deadline on its own clock, and nobody asks for a pin.
-		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce = 0, nil, 0
+		// In vLLM's protocol the deadline is on the side channel's clock,
+		// whose offset the peer measured in the handshake (vLLM's own pull
+		// prefill sends none; its decode reads one this way), and gonixl's
+		// keys are left out: nobody asks for a pin.
+		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce = adv.mono, nil, 0
 	}
 	p.mu.Lock()
 	p.holds.setKey(requestID, params.holdKey())

@@ -2,12 +2,14 @@ package pullconn
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/vllm"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -37,7 +39,7 @@ func TestVLLMProtocol(t *testing.T) {
 			dblocks := blocksFrom(10, 5)
 			c.fill(7, pblocks, 70)
 			p := c.finish("req-1", pblocks)
-			assert.Zero(t, p.RemoteBlocksExpiryTime, "vLLM's pull prefill gives no deadline")
+			assert.InDelta(t, vllm.SideClock()+30, p.RemoteBlocksExpiryTime, 1, "the lease's end on the side channel's clock")
 			assert.Nil(t, p.RemoteStagingSlot)
 			assert.Zero(t, p.RemoteHoldNonce)
 			c.load("dreq-1", p, dblocks)
@@ -92,4 +94,29 @@ func TestVLLMProtocolRefusals(t *testing.T) {
 		Staging: connector.Staging{Mode: connector.StagingOn, Mem: nixl.DRAM, Base: sbuf.Addr(), SlotBytes: 1 << 15, Slots: 2}}})
 	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.EqualError(t, err, `pullconn: invalid argument: RankConfig.Staging.Mode is "on": staging is gonixl's own protocol, and this engine speaks vLLM's`)
+}
+
+// In vLLM's protocol the hold's deadline travels on the side channel's
+// clock and decode maps it through the handshake's offset: a load that
+// comes after prefill's lease ended fails with ErrExpired instead of
+// reading blocks prefill may have given to another request.
+func TestVLLMProtocolExpiry(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	c := newCluster(t, clusterOpts{vllm: true,
+		prefillCfg: func(rc *Config) { rc.Lease = lease },
+		decodeCfg: func(rc *Config) {
+			rc.Lease, rc.HeartbeatInterval, rc.ExpiryMargin = lease, lease/6, 20*time.Millisecond
+		},
+	})
+	// The handshake first, so that the late load is judged on the deadline.
+	warm := c.finish("warm", []int{1})
+	c.load("dwarm", warm, []int{1})
+	require.NoError(t, c.result("dwarm")[0].Err)
+
+	p := c.finish("late", []int{2})
+	time.Sleep(lease + 100*time.Millisecond)
+	c.load("dlate", p, []int{2})
+	r := c.result("dlate")[0]
+	require.ErrorIs(t, r.Err, ErrExpired)
+	assert.Equal(t, uint64(1), c.cons[0].Stats().ExpiredRequests)
 }
