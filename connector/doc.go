@@ -1,7 +1,8 @@
 // Package connector is what the pull and push connectors share: the Engine
 // (one engine's side channel and handshake client, made by
 // pullconn.NewEngine or pushconn.NewEngine), its EngineConfig with the KV
-// geometry stated once, the RankConfig every TP rank takes (agent, layout,
+// geometry stated once and the Protocol it speaks (gonixl's, or vLLM's for
+// pairing with vLLM engines), the RankConfig every TP rank takes (agent, layout,
 // lease, polling, clock, logger, staging), the Result a decode rank drains,
 // the failure Policy, the Stats every rank and engine reports, the Staging
 // options with their Copier (GPUCopier on a GPU), the Clock (ManualClock in

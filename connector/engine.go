@@ -34,6 +34,12 @@ type EngineConfig struct {
 	// KVLayout names the KV-cache memory layout; "HND" (the default) is
 	// the only one supported.
 	KVLayout string
+	// Protocol is the wire the engine speaks with its peers: gonixl's own
+	// (the default) or vLLM's (ProtocolVLLM, with VLLM's facts; then
+	// ListenAddr is vLLM's side-channel address, VLLM_NIXL_SIDE_CHANNEL_PORT
+	// plus the data-parallel index).
+	Protocol Protocol
+	VLLM     VLLM
 	// HandshakeTimeout bounds each handshake with a peer engine, retries
 	// included (default DefaultHandshakeTimeout, vLLM's 5 s).
 	HandshakeTimeout time.Duration
@@ -88,7 +94,19 @@ func start(cfg EngineConfig, conn engine.Connector) (*Engine, error) {
 	if cfg.Clock != nil {
 		clk = cfg.Clock
 	}
+	var v engine.VLLMConfig
+	switch cfg.Protocol {
+	case ProtocolGonixl:
+	case ProtocolVLLM:
+		var err error
+		if v, err = vllmConfig(cfg, conn); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: EngineConfig.Protocol is %q, want %q or %q", conn.ErrInvalid, cfg.Protocol, ProtocolGonixl, ProtocolVLLM)
+	}
 	core, err := engine.Start(engine.Config{
+		Protocol: string(cfg.Protocol), VLLM: v,
 		EngineID: cfg.EngineID, ListenAddr: cfg.ListenAddr, AdvertiseHost: cfg.AdvertiseHost,
 		Model: cfg.Model, Geometry: g, DType: g.DType, TPSize: g.TPSize, BlockSize: g.BlockSize,
 		KVLayout: cfg.KVLayout, HandshakeTimeout: cfg.HandshakeTimeout, Clock: clk, Logger: cfg.Logger,

@@ -103,6 +103,9 @@ func (c *RankConfig) rank(e *engine.Engine) (engine.Rank, error) {
 	if c.FailurePolicy != PolicyFail && c.FailurePolicy != PolicyRecompute {
 		return engine.Rank{}, invalid("RankConfig.FailurePolicy is %q, want %q or %q", c.FailurePolicy, PolicyFail, PolicyRecompute)
 	}
+	if e.VLLM() && c.Staging.Mode != StagingOff {
+		return engine.Rank{}, invalid("RankConfig.Staging.Mode is %q: staging is gonixl's own protocol, and this engine speaks vLLM's", c.Staging.Mode)
+	}
 	st, err := c.Staging.prepare("RankConfig.Staging", c.Layout.Mem)
 	if err != nil {
 		return engine.Rank{}, invalid("%v", err)

@@ -83,13 +83,36 @@ func TestFaultCampaign(t *testing.T) {
 		for seed := 1; seed <= seeds; seed++ {
 			name := fmt.Sprintf("tp%d-to-tp%d/seed%d", pair.p, pair.d, seed)
 			t.Run(name, func(t *testing.T) {
-				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests)
+				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests, campaignMode{})
 				t.Logf("%s: %v", name, f)
 				total.add(f)
 			})
 		}
 	}
 	t.Logf("pull campaign total: %v", total)
+}
+
+// TestFaultCampaignVLLM is the campaign with both engines in vLLM's
+// protocol: the same faults, lease expiries, aborts and disconnects, and
+// every byte of every done result checked; the second round's attacks are
+// left out (campaignMode).
+func TestFaultCampaignVLLM(t *testing.T) {
+	seeds, requests := 1, 150
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, requests = 5, 2000
+	}
+	var total campaignFigures
+	for _, pair := range []struct{ p, d int }{{2, 2}, {2, 1}, {1, 2}} {
+		for seed := 1; seed <= seeds; seed++ {
+			name := fmt.Sprintf("tp%d-to-tp%d/vllm/seed%d", pair.p, pair.d, seed)
+			t.Run(name, func(t *testing.T) {
+				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests, campaignMode{vllm: true})
+				t.Logf("%s: %v", name, f)
+				total.add(f)
+			})
+		}
+	}
+	t.Logf("pull vLLM-protocol campaign total: %v", total)
 }
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
@@ -114,7 +137,7 @@ func TestFaultCampaignStaged(t *testing.T) {
 				// and scatters on decode.
 				cc := &stagingtest.Copier{FailEvery: 23}
 				m.copier["prefill"], m.copier["decode"] = cc, cc
-				f := runCampaign(t, seed, pair.p, pair.d, requests, m)
+				f := runCampaign(t, seed, pair.p, pair.d, requests, campaignMode{staged: m})
 				if cc.Count() == 0 {
 					t.Fatal("the campaign staged nothing")
 				}
@@ -151,12 +174,21 @@ type campaignReq struct {
 	decodeOut    bool
 }
 
-func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingMem) campaignFigures {
+// campaignMode is what a campaign runs beside its faults: staging on every
+// rank, or vLLM's protocol, which defends none of the second round's
+// attacks (no pins: a clock step, forged or replayed Params may give a done
+// result on wrong bytes against it, docs/vllm.md), so they are left out.
+type campaignMode struct {
+	staged *stagingMem
+	vllm   bool
+}
+
+func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, mode campaignMode) campaignFigures {
 	const lease = 200 * time.Millisecond
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	pclk, dclk := &steppedClock{}, &steppedClock{}
 	c := newCluster(t, clusterOpts{
-		prefill: side{ptp, 16}, decode: side{dtp, 16},
+		prefill: side{ptp, 16}, decode: side{dtp, 16}, vllm: mode.vllm,
 		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
 		prefillCfg: func(rc *Config) {
 			// Every prefill rank finishes a request before its Params are used.
@@ -164,8 +196,8 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 			rc.Clock = pclk
 			rc.Lease = lease
 			rc.HeartbeatExtension = lease * 2 / 3
-			if len(staged) > 0 {
-				staged[0].rank("prefill", nil)(rc)
+			if mode.staged != nil {
+				mode.staged.rank("prefill", nil)(rc)
 			}
 		},
 		decodeCfg: func(rc *Config) {
@@ -178,8 +210,8 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 			if seed%3 == 0 {
 				rc.FailurePolicy = connector.PolicyRecompute
 			}
-			if len(staged) > 0 {
-				staged[0].rank("decode", nil)(rc)
+			if mode.staged != nil {
+				mode.staged.rank("decode", nil)(rc)
 			}
 		},
 	})
@@ -241,7 +273,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				finished := 0
 				for i, p := range c.prods {
 					par, err := p.RequestFinished(r.id, pb)
-					if len(staged) > 0 && errors.Is(err, connector.ErrStaging) {
+					if mode.staged != nil && errors.Is(err, connector.ErrStaging) {
 						// Nothing held on this rank: nothing to free.
 						r.freed[i], r.gatherFailed = 1, true
 						continue
@@ -282,7 +314,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					}
 				}
 				reqs[r.id], byDecode[r.did] = r, r
-				if next%53 == 26 {
+				if next%53 == 26 && !mode.vllm {
 					// A step of one engine's clock, either way, by up to
 					// 1.5 leases: holds end early or late on prefill, and
 					// decode's view of their deadlines goes wrong.
@@ -294,7 +326,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 					}
 					f.steps++
 				}
-				if rng.Float64() < 0.03 && finished > 0 {
+				if rng.Float64() < 0.03 && finished > 0 && !mode.vllm {
 					// Forged Params: an id prefill never finished, or the
 					// request's id with other blocks. Never done.
 					fp := r.params
@@ -415,7 +447,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, staged ...*stagingM
 				if res.Err != nil && rank == 0 && errors.Is(res.Err, ErrNotHeld) {
 					f.notHeld++
 				}
-				if res.Err == nil && rank == 0 && rng.Float64() < 0.05 {
+				if res.Err == nil && rank == 0 && rng.Float64() < 0.05 && !mode.vllm {
 					if bb, ok := bfree.take(len(r.dblocks)); ok {
 						a := &attackLoad{did: "replay-" + r.did, dblocks: bb, seed: r.seed, ended: make([]int, 1), want: []int{1}, onB: true}
 						f.writesAfterRelease += c.checkPoisonIn(b.buf, &bl, bb, a.did)

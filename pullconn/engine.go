@@ -2,6 +2,7 @@ package pullconn
 
 import (
 	"fmt"
+	"github.com/gonixl/gonixl/internal/vllm"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -30,6 +31,10 @@ type pullEngine struct {
 
 type advert struct {
 	deadline time.Time
+	// mono is the deadline on the engine's side-channel clock, vLLM's
+	// clock for remote_blocks_expiry_time (the first rank's, like the
+	// deadline, so that every rank returns the same Params).
+	mono float64
 	// nonce tells this hold of the id from any other, in its key, even
 	// if a clock stepped back gave a later hold the same deadline.
 	nonce uint64
@@ -39,6 +44,13 @@ type advert struct {
 // advertise returns the deadline to put in the Params of request id, which
 // a rank holds until own.
 func (e *pullEngine) advertise(id string, now, own time.Time) (time.Time, uint64) {
+	a := e.advert(id, now, own)
+	return a.deadline, a.nonce
+}
+
+// advert is advertise's whole answer, with the deadline also on the
+// engine's side-channel clock for vLLM's protocol (mono).
+func (e *pullEngine) advert(id string, now, own time.Time) advert {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.advertised == nil {
@@ -58,15 +70,14 @@ func (e *pullEngine) advertise(id string, now, own time.Time) (time.Time, uint64
 		// 53 bits: the Params travel as JSON, and a proxy that decodes
 		// numbers as float64 (Go's map[string]any, JavaScript) keeps
 		// integers exactly only up to 2^53.
-		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1}
+		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1, mono: vllm.SideClock() + own.Sub(now).Seconds()}
 		e.advertised[id] = a
 	}
 	a.ranks++
-	d := a.deadline
 	if a.ranks >= e.core.Config().TPSize {
 		delete(e.advertised, id)
 	}
-	return d, a.nonce
+	return *a
 }
 
 // dropAdverts forgets the adverts of ids whose hold ended on a rank: a

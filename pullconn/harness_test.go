@@ -33,6 +33,9 @@ type clusterOpts struct {
 	prefillCfg      func(*Config)
 	decodeCfg       func(*Config)
 	decodeEngine    func(*connector.EngineConfig)
+	// vllm runs both engines in vLLM's protocol, with layouts of K and V
+	// packed per layer as vLLM's are.
+	vllm bool
 	// newAgent creates the agents (default: loopback agents on the
 	// cluster's fabric); the cluster closes them.
 	newAgent func(t *testing.T, name string) nixl.Agent
@@ -111,10 +114,16 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		}
 		return probe.Clock
 	}
-	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(o.prefill.tp, o.prefill.bs), Clock: rankClock(o.prefillCfg)}
+	pg, dg := testGeometry(o.prefill.tp, o.prefill.bs), testGeometry(o.decode.tp, o.decode.bs)
+	pg.KVPacked, dg.KVPacked = o.vllm, o.vllm
+	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg, Clock: rankClock(o.prefillCfg)}
+	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg, HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
+	if o.vllm {
+		v := connector.VLLM{Version: "0.27.1", AttentionBackend: "FLASH_ATTN"}
+		pcfg.Protocol, pcfg.VLLM, dcfg.Protocol, dcfg.VLLM = connector.ProtocolVLLM, v, connector.ProtocolVLLM, v
+	}
 	c.pe, err = NewEngine(pcfg)
 	require.NoError(t, err)
-	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(o.decode.tp, o.decode.bs), HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
 	if o.decodeEngine != nil {
 		o.decodeEngine(&dcfg)
 	}
@@ -126,6 +135,10 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		buf, err := nixl.AllocBuffer(layoutBytes(o.prefill.tp, o.prefill.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
+		if o.vllm {
+			l, err = pg.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
+			require.NoError(t, err)
+		}
 		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1}}
 		if o.prefillCfg != nil {
 			o.prefillCfg(&cfg)
@@ -139,6 +152,10 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		buf, err := nixl.AllocBuffer(layoutBytes(o.decode.tp, o.decode.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
+		if o.vllm {
+			l, err = dg.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
+			require.NoError(t, err)
+		}
 		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1}}
 		if o.decodeCfg != nil {
 			o.decodeCfg(&cfg)

@@ -13,10 +13,13 @@ import (
 // that expired recently (to tell a late completion from an unknown one). It
 // is a pure state machine: its owner passes the time in and does the I/O.
 type holds struct {
-	tp      int // this engine's TP size, for the expected completion count
-	leases  *lease.Table
-	reqs    map[string]*held
-	expired recent
+	tp int // this engine's TP size, for the expected completion count
+	// countGiven: completions say how many to expect (vLLM's protocol
+	// since its connector version 12), not decode's TP size.
+	countGiven bool
+	leases     *lease.Table
+	reqs       map[string]*held
+	expired    recent
 	// overdue are held requests whose lease ran out while a reader's pin
 	// still keeps them, with the lease's deadline: released once the pin
 	// ended and that deadline is past on the rank's clock again (it may
@@ -156,7 +159,11 @@ func (h *holds) finish(id string, blocks []int, now time.Time) error {
 // expectedFor turns the decode world size in a completion into the number
 // of completions this rank receives: each rank is read by decodeTP/tp decode
 // ranks when decode has more ranks, else by exactly one.
+// In vLLM's protocol (countGiven) the completion says that number itself.
 func (h *holds) expectedFor(decodeTP int) int {
+	if h.countGiven {
+		return max(decodeTP, 1)
+	}
 	if decodeTP > h.tp {
 		return (decodeTP + h.tp - 1) / h.tp
 	}

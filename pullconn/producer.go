@@ -64,6 +64,9 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		return nil, err
 	}
 	h, err := newHolds(e.core.Config().TPSize, cfg.Lease, recentExpired)
+	if err == nil {
+		h.countGiven = e.core.VLLM()
+	}
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
@@ -151,7 +154,8 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	// Every rank advertises the deadline of the first to finish the request;
 	// a rank whose own lease would end earlier (a shorter RankConfig.Lease)
 	// holds until the advertised one, so each rank's hold covers it.
-	advertised, nonce := p.e.advertise(requestID, now, deadline)
+	adv := p.e.advert(requestID, now, deadline)
+	advertised, nonce := adv.deadline, adv.nonce
 	if advertised.After(deadline) {
 		p.mu.Lock()
 		p.holds.leases.Extend(requestID, advertised, 0)
@@ -166,6 +170,13 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
 		RemoteStagingSlot:      slot,
 		RemoteHoldNonce:        nonce,
+	}
+	if p.e.core.VLLM() {
+		// In vLLM's protocol the deadline is on the side channel's clock,
+		// whose offset the peer measured in the handshake (vLLM's own pull
+		// prefill sends none; its decode reads one this way), and gonixl's
+		// keys are left out: nobody asks for a pin.
+		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce = adv.mono, nil, 0
 	}
 	p.mu.Lock()
 	p.holds.setKey(requestID, params.holdKey())

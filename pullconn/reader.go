@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/vllm"
 	"net"
 	"slices"
 	"strconv"
@@ -49,7 +50,7 @@ func (c *Consumer) tick() {
 	// dropped and starts no new one.
 	waiting := c.keepAlives(c.cfg.Clock.Now())
 	for _, p := range waiting {
-		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort))
+		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort), p.TPSize)
 	}
 	c.pollReads()
 	c.askPins()
@@ -85,12 +86,12 @@ func (c *Consumer) keepAlives(now time.Time) []*Params {
 
 // remoteFor returns the engine's state, starting its handshake if this is
 // the first request for it (or the last handshake failed).
-func (c *Consumer) remoteFor(engineID, addr string) *remote {
+func (c *Consumer) remoteFor(engineID, addr string, tpSize int) *remote {
 	key := engineID + "@" + addr
 	if r, ok := c.remotes[key]; ok {
 		return r
 	}
-	r := &remote{key: key, engineID: engineID, addr: addr}
+	r := &remote{key: key, engineID: engineID, addr: addr, tp: tpSize}
 	c.qmu.Lock()
 	if c.closed {
 		c.qmu.Unlock()
@@ -109,7 +110,7 @@ func (c *Consumer) route(l *load) {
 	if l.ended {
 		return
 	}
-	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort))
+	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort), l.p.TPSize)
 	l.r = r
 	if r.ready {
 		c.post(l)
@@ -143,7 +144,7 @@ func (c *Consumer) handshake(r *remote) {
 }
 
 func (c *Consumer) connect(r *remote) (*pairing, error) {
-	p, err := c.e.core.Client().Get(c.ctx, r.engineID, r.addr)
+	p, err := c.e.core.Client().Get(c.ctx, r.engineID, r.addr, r.tp)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func (c *Consumer) connect(r *remote) (*pairing, error) {
 			c.e.core.Client().Forget(r.engineID, r.addr)
 			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, r.engineID, s, err)
 		}
-		if name != p.Ranks[s].Agent {
+		if p.Ranks[s].Agent != "" && name != p.Ranks[s].Agent { // vLLM's payload names no agent: loading names it
 			return nil, fmt.Errorf("%w: engine %q rank %d: metadata is agent %q, payload says %q", connector.ErrHandshake, r.engineID, s, name, p.Ranks[s].Agent)
 		}
 		set.agents[s] = name
@@ -220,7 +221,7 @@ func (c *Consumer) post(l *load) {
 		return // aborted while it waited
 	}
 	set := l.r.setup
-	msg, err := notif.EncodeCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize)
+	msg, err := notif.EncodeCompletion(l.p.RemoteRequestID, c.completionN(set))
 	if err != nil {
 		c.fail(l, invalidf("request %q: %v", l.id, err))
 		return
@@ -401,7 +402,7 @@ func (c *Consumer) finish(l *load) {
 		if l.r.pins() {
 			key = l.hold
 		}
-		msg, _ := notif.EncodeSeqCompletion(l.p.RemoteRequestID, c.cfg.Layout.TPSize, key)
+		msg, _ := notif.EncodeSeqCompletion(l.p.RemoteRequestID, c.completionN(l.r.setup), key)
 		for _, s := range l.after {
 			if err := c.cfg.Agent.GenNotif(l.r.setup.agents[s], msg, nil); err != nil {
 				// The data is here; prefill frees by lease instead.
@@ -643,10 +644,10 @@ func (c *Consumer) pruneConfirmed() {
 	}
 }
 
-// startHoldQuery starts a hold query for ids at r unless one is in flight.
-// wmu is held.
+// startHoldQuery starts a hold query for ids at r unless one is in flight
+// or the engine speaks vLLM's protocol, which has none. wmu is held.
 func (c *Consumer) startHoldQuery(r *remote, ids []string) {
-	if r.querying {
+	if r.querying || c.e.core.VLLM() {
 		return
 	}
 	c.qmu.Lock()
@@ -680,4 +681,15 @@ func (c *Consumer) markNotified(l *load) {
 func (c *Consumer) readBlocks(l *load, why error) (bool, staging.ReadPlan, *staging.BlockCopy) {
 	c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(why))
 	return false, staging.ReadPlan{}, nil
+}
+
+// completionN is the number a completion to a prefill engine of set carries:
+// decode's TP size in gonixl's protocol (prefill works out how many
+// completions that means), or, in vLLM's since its connector version 12,
+// the completions each prefill rank gets, max(1, decode TP / prefill TP).
+func (c *Consumer) completionN(set *pairing) int {
+	if c.e.core.VLLM() {
+		return vllm.CompletionCount(c.cfg.Layout.TPSize, set.payload.TPSize)
+	}
+	return c.cfg.Layout.TPSize
 }

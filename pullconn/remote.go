@@ -16,6 +16,7 @@ type remote struct {
 	key      string
 	engineID string
 	addr     string
+	tp       int // its TP size, from the first Params that named it (vLLM's payload does not say)
 	ready    bool
 	setup    *pairing
 	parked   []*load // waiting for the handshake

@@ -367,7 +367,7 @@ func (c *Consumer) route(r *decodeReq) {
 
 func (c *Consumer) handshake(key string, pf Prefill) {
 	defer c.wg.Done()
-	payload, err := c.engine.core.Client().Get(c.ctx, pf.EngineID, c.engine.addr(pf.Host, pf.Port))
+	payload, err := c.engine.core.Client().Get(c.ctx, pf.EngineID, c.engine.addr(pf.Host, pf.Port), pf.TPSize)
 	c.mu.Lock()
 	c.shakes = append(c.shakes, shakeResult{key: key, payload: payload, err: err})
 	c.mu.Unlock()

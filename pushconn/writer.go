@@ -49,6 +49,7 @@ type decodeEngine struct {
 	key      string
 	engineID string
 	addr     string
+	tp       int // its TP size, as its registrations say (vLLM's payload does not)
 	payload  *handshake.Payload
 	targets  map[string]int // decode agents this rank writes into -> their TP rank
 	busy     bool           // handshake in flight
@@ -243,7 +244,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 				"prefill rank already serves %d decode engines, its limit (Config.MaxPeers), and none is idle", len(w.peers)))
 			return
 		}
-		de = &decodeEngine{key: key, engineID: reg.DecodeEngineID, addr: addr}
+		de = &decodeEngine{key: key, engineID: reg.DecodeEngineID, addr: addr, tp: reg.DecodeTPSize}
 		w.peers[key] = de
 	}
 	de.lastUsed = p.now()
@@ -303,7 +304,7 @@ func (w *writer) handshake(de *decodeEngine) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		pl, err := p.engine.core.Client().Get(p.ctx, de.engineID, de.addr)
+		pl, err := p.engine.core.Client().Get(p.ctx, de.engineID, de.addr, de.tp)
 		p.mu.Lock()
 		p.shakes = append(p.shakes, shakeResult{key: de.key, payload: pl, err: err})
 		p.mu.Unlock()

@@ -40,6 +40,11 @@ type Config struct {
 	// rank's layout must be a layout of; DType, TPSize and BlockSize are
 	// then its own.
 	Geometry descriptors.Geometry
+	// Protocol is the wire the engine speaks with its peers:
+	// ProtocolGonixl (gonixl's own side channel) or ProtocolVLLM (vLLM's
+	// NIXL connector, version 12, with VLLM's facts).
+	Protocol string
+	VLLM     VLLMConfig
 	// HandshakeTimeout bounds each handshake with a peer engine, retries
 	// included (default DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration

@@ -51,8 +51,8 @@ var ErrClosed = errors.New("engine closed")
 type Engine struct {
 	cfg        Config
 	name       string // the connector's, for messages
-	server     *handshake.Server
-	client     *handshake.Client
+	server     publisher
+	client     Client
 	host       string
 	port       int
 	stats      *stats.Set
@@ -71,43 +71,15 @@ func Start(cfg Config, conn Connector) (*Engine, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, fmt.Errorf("%w: %v", conn.ErrInvalid, err)
 	}
-	compat := handshake.Compat{Version: handshake.Version, Model: cfg.Model, DType: cfg.DType, Layout: cfg.KVLayout, Mode: conn.Mode}
-	client, err := handshake.NewClient(cfg.EngineID, compat, cfg.HandshakeTimeout, sidechannel.DefaultMaxFrame)
-	if err != nil {
-		return nil, fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
-	}
-	client.SetClock(cfg.Clock.Now)
-	e := &Engine{cfg: cfg, name: conn.Name, state: conn.State, client: client, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed), errInvalid: conn.ErrInvalid}
-	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
-		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
-	}, handshake.ServerOptions{
-		ServerOptions: sidechannel.ServerOptions{
-			Logger:      cfg.Logger,
-			OnMalformed: func(error) { e.stats.MalformedFrames.Inc() },
-		},
-		Now:       cfg.Clock.Now,
-		OnExtend:  conn.OnExtend,
-		OnConfirm: conn.OnConfirm,
-		OnRefused: func(err error) {
-			e.stats.FailedHandshakes.Inc()
-			cfg.Logger.Warn(conn.Name+": refused a handshake", zap.Error(err))
-		},
-	})
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) {
-			err = op // the listener's own words, without the internal package's
+	e := &Engine{cfg: cfg, name: conn.Name, state: conn.State, stats: stats.New(), errClosed: cmp.Or(conn.ErrClosed, ErrClosed), errInvalid: conn.ErrInvalid}
+	if cfg.Protocol == ProtocolVLLM {
+		if err := startVLLM(e, cfg, conn); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("%s: engine %q: side channel cannot listen on %s: %w", conn.Name, cfg.EngineID, cfg.ListenAddr, err)
+		return e, nil
 	}
-	e.server = srv
-	e.port = srv.Addr().Port
-	e.host = cfg.AdvertiseHost
-	if e.host == "" {
-		e.host = srv.Addr().IP.String()
-		if h, _, err := net.SplitHostPort(cfg.ListenAddr); err == nil && h != "" && !srv.Addr().IP.IsUnspecified() {
-			e.host = h
-		}
+	if err := startGonixl(e, cfg, conn); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -121,11 +93,11 @@ func (e *Engine) Name() string { return e.name }
 // Config returns the configuration with its defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Server returns the side-channel server the ranks publish themselves on.
-func (e *Engine) Server() *handshake.Server { return e.server }
+// Client returns the client that fetches peer engines' payloads.
+func (e *Engine) Client() Client { return e.client }
 
-// Client returns the handshake client that fetches peer engines' payloads.
-func (e *Engine) Client() *handshake.Client { return e.client }
+// VLLM reports whether the engine speaks vLLM's protocol (Config.Protocol).
+func (e *Engine) VLLM() bool { return e.cfg.Protocol == ProtocolVLLM }
 
 // Host returns the host peers reach the side channel at.
 func (e *Engine) Host() string { return e.host }
@@ -158,6 +130,51 @@ func (e *Engine) CheckOpen() error {
 	defer e.mu.Unlock()
 	if e.closed {
 		return fmt.Errorf("%w: engine %q was closed", e.errClosed, e.cfg.EngineID)
+	}
+	return nil
+}
+
+// startGonixl starts e's side channel and handshake client in gonixl's own
+// protocol.
+func startGonixl(e *Engine, cfg Config, conn Connector) error {
+	compat := handshake.Compat{Version: handshake.Version, Model: cfg.Model, DType: cfg.DType, Layout: cfg.KVLayout, Mode: conn.Mode}
+	client, err := handshake.NewClient(cfg.EngineID, compat, cfg.HandshakeTimeout, sidechannel.DefaultMaxFrame)
+	if err != nil {
+		return fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
+	}
+	client.SetClock(cfg.Clock.Now)
+	e.client = gonixlClient{client}
+	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
+		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
+	}, handshake.ServerOptions{
+		ServerOptions: sidechannel.ServerOptions{
+			Logger:      cfg.Logger,
+			OnMalformed: func(error) { e.stats.MalformedFrames.Inc() },
+		},
+		Now:       cfg.Clock.Now,
+		OnExtend:  conn.OnExtend,
+		OnConfirm: conn.OnConfirm,
+		OnRefused: func(err error) {
+			e.stats.FailedHandshakes.Inc()
+			cfg.Logger.Warn(conn.Name+": refused a handshake", zap.Error(err))
+		},
+	})
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op // the listener's own words, without the internal package's
+		}
+		client.Close()
+		return fmt.Errorf("%s: engine %q: side channel cannot listen on %s: %w", conn.Name, cfg.EngineID, cfg.ListenAddr, err)
+	}
+	e.server = srv
+	e.port = srv.Addr().Port
+	e.host = cfg.AdvertiseHost
+	if e.host == "" {
+		e.host = srv.Addr().IP.String()
+		if h, _, err := net.SplitHostPort(cfg.ListenAddr); err == nil && h != "" && !srv.Addr().IP.IsUnspecified() {
+			e.host = h
+		}
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func TestPublishGivesEachStartOfARankANewIncarnation(t *testing.T) {
 	first, err := e.Publish(a, l)
 	require.NoError(t, err)
 	require.NotZero(t, first)
-	pl, err := e.Client().Get(context.Background(), "e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())))
+	pl, err := e.Client().Get(context.Background(), "e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())), 1)
 	require.NoError(t, err)
 	assert.Equal(t, first, pl.Ranks[0].Incarnation, "the payload carries the incarnation Publish returned")
 
@@ -67,7 +67,7 @@ func TestPublishGivesEachStartOfARankANewIncarnation(t *testing.T) {
 	assert.NotZero(t, second)
 	assert.NotEqual(t, first, second)
 	e.Client().Forget("e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())))
-	pl, err = e.Client().Get(context.Background(), "e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())))
+	pl, err = e.Client().Get(context.Background(), "e", net.JoinHostPort(e.Host(), strconv.Itoa(e.Port())), 1)
 	require.NoError(t, err)
 	assert.Equal(t, second, pl.Ranks[0].Incarnation)
 }

@@ -1,0 +1,71 @@
+package connector
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/vllm"
+)
+
+// Protocol is the wire an engine speaks with its peers
+// (EngineConfig.Protocol).
+type Protocol string
+
+// Protocols.
+const (
+	// ProtocolGonixl is gonixl's own side channel and handshake, with every
+	// guarantee docs/correctness.md lists (the default).
+	ProtocolGonixl Protocol = ""
+	// ProtocolVLLM is vLLM's NIXL connector at its version 12 (its ZMQ side
+	// channel, NixlAgentMetadata, compatibility hash and completion
+	// counts), so that the engine pairs with vLLM engines; its guarantees
+	// are vLLM's, weaker than gonixl's (docs/vllm.md). Pull only so far.
+	ProtocolVLLM Protocol = "vllm"
+)
+
+// VLLM is what an engine speaking vLLM's protocol must agree on with its
+// vLLM peers beyond the model and the geometry: the facts vLLM's
+// compatibility hash is made of, and the names its metadata carries.
+type VLLM struct {
+	// Version is the peers' vLLM version string (vllm.__version__, e.g.
+	// "0.27.1"); required.
+	Version string
+	// AttentionBackend is the peers' attention backend name (e.g.
+	// "FLASH_ATTN"); required.
+	AttentionBackend string
+	// DType is the model's dtype as vLLM prints it (default "torch." +
+	// Geometry.DType, e.g. "torch.bfloat16"); CacheDType the KV cache's
+	// (default "auto").
+	DType      string
+	CacheDType string
+	// DisableHMA is vLLM's disable_hybrid_kv_cache_manager; false (the
+	// hybrid manager on) is vLLM's default on CUDA.
+	DisableHMA bool
+	// KVCacheLayout is the layout name the metadata carries (default
+	// "HND"; vLLM also names the same head-major packed layout "LBHNC").
+	KVCacheLayout string
+}
+
+// vllmConfig checks cfg for vLLM's protocol with connector conn and returns
+// what the engine puts on the wire.
+func vllmConfig(cfg EngineConfig, conn engine.Connector) (engine.VLLMConfig, error) {
+	v, g := cfg.VLLM, cfg.Geometry
+	switch {
+	case conn.Mode != vllm.TransferModePull:
+		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.Protocol is %q: %s does not speak vLLM's protocol yet (pullconn does)", conn.ErrInvalid, cfg.Protocol, conn.Name)
+	case v.Version == "":
+		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.VLLM.Version is empty: vLLM's compatibility hash needs the peers' vLLM version", conn.ErrInvalid)
+	case v.AttentionBackend == "":
+		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.VLLM.AttentionBackend is empty: vLLM's compatibility hash needs the peers' attention backend name", conn.ErrInvalid)
+	case !g.KVPacked && !g.MLA:
+		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.Geometry.KVPacked is false: vLLM's connector moves each layer's K and V packed in one region (set KVPacked, or MLA)", conn.ErrInvalid)
+	}
+	f := vllm.CompatFactors{
+		VLLMVersion: v.Version, Model: cfg.Model, DType: cmp.Or(v.DType, "torch."+g.DType),
+		AttnBackendName: v.AttentionBackend, CacheDType: cmp.Or(v.CacheDType, "auto"),
+		NumKVHeads: g.KVHeads, HeadSize: g.HeadDim, NumHiddenLayers: g.Layers, HMAEnabled: !v.DisableHMA,
+		TransferMode: conn.Mode,
+	}
+	return engine.VLLMConfig{Hash: f.Hash(), AttnBackend: v.AttentionBackend, KVLayout: cmp.Or(v.KVCacheLayout, vllm.LayoutHND)}, nil
+}
