@@ -75,6 +75,10 @@ func run(args []string) error {
 	connector := fs.String("connector", "pull", `"pull" (NixlConnector) or "push" (NixlPushConnector)`)
 	kvConfig := fs.String("kv-transfer-config", "", `vLLM's JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_consumer"}; sets -role and -connector`)
 	inline := fs.Bool("inline", false, "pull decode: post READs on the engine loop, as vLLM does today")
+	protocol := fs.String("protocol", server.ProtocolGonixl, `"gonixl" or "vllm": vLLM's NIXL connector (version 12, pull), to pair with vLLM instances (docs/vllm.md)`)
+	vllmVersion := fs.String("vllm-version", "", "-protocol vllm: the vLLM peers' version string (vllm.__version__), for the compatibility hash")
+	attnBackend := fs.String("attn-backend", "FLASH_ATTN", "-protocol vllm: the vLLM peers' attention backend name, for the compatibility hash")
+	vllmModel := fs.String("vllm-model", "", "-protocol vllm: the model string the vLLM peers run (their --model), for the compatibility hash (default: the preset's name)")
 	engineID := fs.String("engine-id", "", "engine id (default: role + random hex)")
 	preset := fs.String("model", "qwen2.5-7b", "model preset: qwen3-32b, llama-3.1-70b, qwen2.5-7b")
 	served := fs.String("served-model-name", "", "the model name requests use (default: the preset's)")
@@ -189,7 +193,8 @@ func run(args []string) error {
 		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
 		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
-		FailurePolicy: *policy, Lease: *lease}
+		FailurePolicy: *policy, Lease: *lease,
+		Protocol: *protocol, VLLMVersion: *vllmVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel}
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
 	}

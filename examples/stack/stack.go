@@ -53,6 +53,10 @@ type Config struct {
 	// Logger is both engines' server.Config.Logger, and says what Close
 	// waits for (default: none, as the engines').
 	Logger *zap.Logger
+	// Protocol is both engines' server.Config.Protocol (default gonixl's);
+	// in vLLM's (pull modes only) the engines agree on VLLMVersion "0.0.0"
+	// and the FLASH_ATTN backend.
+	Protocol string
 }
 
 // DefaultShutdownTimeout bounds Close.
@@ -106,7 +110,10 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
 		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
-		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger}
+		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Protocol: cfg.Protocol}
+	if cfg.Protocol == server.ProtocolVLLM {
+		base.VLLMVersion, base.AttentionBackend = "0.0.0", "FLASH_ATTN"
+	}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook = server.RolePrefill, "prefill-0", cfg.KVHook
 	if s.Prefill, err = server.New(pc); err != nil {

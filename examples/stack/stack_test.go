@@ -52,3 +52,27 @@ func TestCloseDoesNotWaitForHoldsNobodyReads(t *testing.T) {
 		})
 	}
 }
+
+// A stack whose engines speak vLLM's protocol (vLLM's side channel and
+// metadata, K and V packed per layer) serves a request through the proxy,
+// with every byte of the KV decode loads verified.
+func TestStackInVLLMProtocol(t *testing.T) {
+	for _, mode := range []string{"pull", "pull-inline"} {
+		t.Run(mode, func(t *testing.T) {
+			s, err := Start(Config{Mode: mode, Model: tiny, NumBlocks: 64, Protocol: server.ProtocolVLLM})
+			require.NoError(t, err)
+			defer s.Close()
+			body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen", "max_tokens": 4})
+			resp, err := http.Post(s.URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+			require.NoError(t, err)
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, 200, resp.StatusCode, "%s", out)
+			st := s.Decode.Stats()
+			assert.Zero(t, st.KVVerifyFailures)
+			assert.NotZero(t, st.KVBytesVerified)
+		})
+	}
+	_, err := Start(Config{Mode: "push", Model: tiny, NumBlocks: 64, Protocol: server.ProtocolVLLM})
+	assert.ErrorContains(t, err, "pushconn does not speak vLLM's protocol yet")
+}

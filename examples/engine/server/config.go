@@ -1,7 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
@@ -39,6 +42,14 @@ type Config struct {
 	Role string
 	// Connector is "pull" or "push".
 	Connector string
+	// Protocol is the wire the connector speaks with peer engines:
+	// ProtocolGonixl (default) or ProtocolVLLM, vLLM's NIXL connector
+	// (version 12, pull only), whose side channel then runs on
+	// SideChannelPort as a vLLM instance's does (docs/vllm.md). VLLMVersion,
+	// AttentionBackend and VLLMModel (default Model.Name) are the vLLM
+	// peers' exact strings, which its compatibility hash is made of.
+	Protocol                                string
+	VLLMVersion, AttentionBackend, VLLMModel string
 	// Inline (pull decode) posts READs on the engine loop
 	// (pullconn.Config.Inline), as vLLM does today.
 	Inline bool
@@ -188,6 +199,13 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		return c, fmt.Errorf("engine: Config.Connector is %q, want %q or %q", c.Connector, ConnPull, ConnPush)
 	}
+	switch c.Protocol {
+	case ProtocolGonixl, ProtocolVLLM:
+	case "":
+		c.Protocol = ProtocolGonixl
+	default:
+		return c, fmt.Errorf("engine: Config.Protocol is %q, want %q or %q", c.Protocol, ProtocolGonixl, ProtocolVLLM)
+	}
 	if c.NewAgent == nil {
 		return c, fmt.Errorf("engine: Config.NewAgent is required")
 	}
@@ -265,10 +283,29 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// Protocols (Config.Protocol).
+const (
+	ProtocolGonixl = "gonixl"
+	ProtocolVLLM   = "vllm"
+)
+
 // geometry returns the engine's KV-cache geometry: the model's, with the
-// engine's block count and TP size.
+// engine's block count and TP size; K and V packed per layer in vLLM's
+// protocol, as vLLM lays them out.
 func (c *Config) geometry() descriptors.Geometry {
 	m := c.Model
 	return descriptors.Geometry{Layers: m.Layers, KVHeads: m.KVHeads, HeadDim: m.HeadDim, DType: m.DType, ElemBytes: m.DTypeBytes,
-		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize}
+		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, KVPacked: c.Protocol == ProtocolVLLM}
+}
+
+// engineConfig returns the connector engine's configuration.
+func (c *Config) engineConfig() connector.EngineConfig {
+	ec := connector.EngineConfig{EngineID: c.EngineID, ListenAddr: net.JoinHostPort(c.SideChannelHost, strconv.Itoa(c.SideChannelPort)),
+		Model: c.Model.Name, Geometry: c.geometry(), Clock: c.Clock, Logger: c.ConnLogger}
+	if c.Protocol == ProtocolVLLM {
+		ec.Protocol = connector.ProtocolVLLM
+		ec.Model = cmp.Or(c.VLLMModel, c.Model.Name)
+		ec.VLLM = connector.VLLM{Version: c.VLLMVersion, AttentionBackend: c.AttentionBackend}
+	}
+	return ec
 }

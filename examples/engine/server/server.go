@@ -115,10 +115,8 @@ func New(cfg Config) (_ *Server, err error) {
 			s.release()
 		}
 	}()
-	sideAddr := net.JoinHostPort(cfg.SideChannelHost, strconv.Itoa(cfg.SideChannelPort))
 	geom := cfg.geometry()
-	ec := connector.EngineConfig{EngineID: cfg.EngineID, ListenAddr: sideAddr, Model: cfg.Model.Name, Geometry: geom,
-		Clock: cfg.Clock, Logger: cfg.ConnLogger}
+	ec := cfg.engineConfig()
 	newEngine := pullconn.NewEngine
 	if cfg.Connector != ConnPull {
 		newEngine = pushconn.NewEngine
