@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +60,8 @@ type options struct {
 	postCost                                                          time.Duration
 	postPerBlock                                                      bool
 	agents                                                            string
+	replicas                                                          int
+	merge                                                             bool
 	plotFrom, engineBin, proxyBin                                     string
 }
 
@@ -84,8 +87,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.resultFile, "result-filename", "", "the run's JSON file name (default: a name from the settings and the time)")
 	fs.BoolVar(&o.sweep, "sweep", false, "run the preset's grid of modes x rates x input lengths, a fresh in-process stack per point")
 	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q or %q", small.Name, qwen3H200.Name))
-	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline or push")
+	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push or collocated (no disaggregation: engines that prefill and decode their own requests)")
 	fs.StringVar(&o.modes, "modes", "", "sweep: override the preset's modes, e.g. pull,push")
+	fs.IntVar(&o.replicas, "collocated-replicas", stack.DefaultReplicas, "collocated: the engines, each the preset's (its TP and compute model), behind a least-loaded balancer; 2 is the split's GPU count")
+	fs.BoolVar(&o.merge, "merge", false, "sweep: start from -result-dir's sweep.json and replace or add only the points this sweep runs (e.g. -modes collocated), keeping the others")
 	fs.StringVar(&o.rates, "rates", "", "sweep: override the preset's request rates, e.g. 1,8")
 	fs.StringVar(&o.inputLens, "input-lens", "", "sweep: override the preset's input lengths, e.g. 1024,16384")
 	fs.BoolVar(&o.preflight, "preflight", false, "check the path (one short request, then long ones one at a time) and the engines' KV transfer time")
@@ -132,6 +137,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		p.PostPerBlock = true
 		p.Description += " (post cost charged per block and region, as vLLM's connector posts)"
 	}
+	if o.replicas < 1 {
+		return fmt.Errorf("-collocated-replicas is %d, want > 0", o.replicas)
+	}
+	p.Replicas = o.replicas
 	if o.postCost >= 0 {
 		p.PostPerDescriptor = o.postCost
 		p.Description += fmt.Sprintf(" (post cost overridden: %v per descriptor)", o.postCost)
@@ -150,6 +159,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch {
 	case o.agents == "processes" && !o.sweep:
 		return fmt.Errorf("-agents processes is for -sweep; for one run, start the programs and give -base-url")
+	case o.merge && !o.sweep:
+		return fmt.Errorf("-merge is for -sweep")
 	case o.agents != "loopback" && o.agents != "nixl" && o.agents != "processes":
 		return fmt.Errorf(`-agents is %q, want "loopback", "nixl" or "processes"`, o.agents)
 	}
@@ -179,7 +190,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer closeStack()
 		o.baseURL = s.URL()
 		if o.engineURLs == "" {
-			o.engineURLs = s.Prefill.URL() + "," + s.Decode.URL()
+			o.engineURLs = strings.Join(engineURLs(s), ",")
 		}
 		fmt.Fprintf(stdout, "in-process stack: %s, mode %s, proxy %s\n", p.Description, o.mode, o.baseURL)
 	}
@@ -255,8 +266,11 @@ func firstErr(samples []sample) error {
 // loopback agents with its link and post cost, or on NIXL agents (native,
 // build tag nixl). The func it returns stops the stack.
 func startPresetStack(p preset, mode string, native bool, run string) (*stack.Stack, func() error, error) {
+	if err := checkMode(mode); err != nil {
+		return nil, nil, err
+	}
 	cfg := stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
-		Lease: p.Lease, RequestTimeout: p.RequestTimeout}
+		Lease: p.Lease, RequestTimeout: p.RequestTimeout, Replicas: p.Replicas}
 	if native {
 		newAgent, err := stack.NativeAgents("bench-" + run)
 		if err != nil {
@@ -300,10 +314,17 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 	if o.modes != "" {
 		p.Modes = strings.Split(o.modes, ",")
 		for _, m := range p.Modes {
-			if _, _, err := stack.ConnectorOf(m); err != nil {
+			if err := checkMode(m); err != nil {
 				return err
 			}
+			if m == stack.ModeCollocated && o.agents == "processes" {
+				return fmt.Errorf("-agents processes runs split stacks only: drop collocated from -modes")
+			}
 		}
+	}
+	if o.agents == "processes" && o.modes == "" {
+		p.Modes = slices.DeleteFunc(slices.Clone(p.Modes), func(m string) bool { return m == stack.ModeCollocated })
+		fmt.Fprintln(stderr, "bench: -agents processes runs split stacks only: the sweep leaves out collocated")
 	}
 	if o.rates != "" {
 		p.Rates = nil
@@ -334,6 +355,17 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 	}
 	sc := sweepConfig{Preset: p, Goodput: goal, Percentile: pcts, Seed: o.seed, ResultDir: o.resultDir,
 		Machine: o.machine, Command: cmd, Progress: stderr, Log: stdout, Native: o.agents == "nixl"}
+	if o.merge {
+		base, err := readSweep(filepath.Join(o.resultDir, "sweep.json"))
+		if err != nil {
+			return fmt.Errorf("-merge: %w", err)
+		}
+		if base.Preset != p.Name || base.Goodput != goal.String() {
+			return fmt.Errorf("-merge: %s is a sweep of preset %q with goodput %q; this one is %q with %q", filepath.Join(o.resultDir, "sweep.json"),
+				base.Preset, base.Goodput, p.Name, goal.String())
+		}
+		sc.Base = &base
+	}
 	if o.agents == "processes" {
 		bins := stack.Programs{Engine: o.engineBin, Proxy: o.proxyBin}
 		if bins.Engine == "" || bins.Proxy == "" {
@@ -369,46 +401,95 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 	return err
 }
 
-// printRatios prints push's mean TTFT over pull's and pull-inline's at
-// every point, and the TPOTs; "-" where the sweep has no such point (a mode
-// left out by -modes, or a point that did not run).
+// printRatios prints, at every point, the modes' mean TTFT, push's mean
+// TTFT over pull's and pull-inline's, the modes' mean TPOT and goodput, and
+// push's and pull's goodput over collocated's; "-" where the sweep has no
+// such point (a mode left out by -modes, or a point that did not run) or no
+// goodput SLO.
 func printRatios(w io.Writer, r sweepResult) {
-	fmt.Fprintf(w, "\n%-7s %-5s %10s %10s %10s %12s %12s %9s %9s %9s\n", "input", "rate", "pull TTFT", "inline", "push", "push/pull", "push/inline", "pull TPOT", "inline", "push")
+	modes := []string{"pull", "pull-inline", "push", stack.ModeCollocated}
+	head := []string{"input", "rate", "pull TTFT", "inline", "push", "coll", "push/pull", "push/inline",
+		"pull TPOT", "inline", "push", "coll", "pull good", "inline", "push", "coll", "pull/coll", "push/coll"}
+	widths := []int{-7, -5, 10, 9, 9, 9, 10, 12, 10, 8, 8, 8, 10, 7, 7, 7, 10, 10}
+	row := func(cells []string) {
+		for i, c := range cells {
+			if i > 0 {
+				fmt.Fprint(w, " ")
+			}
+			fmt.Fprintf(w, "%*s", widths[i], c)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	row(head)
 	for _, n := range r.InputLens {
 		for _, rate := range r.Rates {
-			pull, okPull := r.lookup("pull", rate, n)
-			inl, okInl := r.lookup("pull-inline", rate, n)
-			push, okPush := r.lookup("push", rate, n)
-			cell := func(pt point, ok bool, metric, format string) string {
-				v, has := pt.Metrics[metric]
-				if !ok || !has {
+			var pts [4]*point
+			for i, m := range modes {
+				if pt, ok := r.lookup(m, rate, n); ok {
+					pts[i] = &pt
+				}
+			}
+			metric := func(pt *point, key, format string) string {
+				if pt == nil {
+					return "-"
+				}
+				v, has := pt.Metrics[key]
+				if !has {
 					return "-"
 				}
 				return fmt.Sprintf(format, v)
 			}
-			ratio := func(a point, okA bool, b point, okB bool) string {
-				if !okA || !okB || a.Metrics == nil || b.Metrics["mean_ttft_ms"] == 0 {
+			good := func(pt *point) (float64, bool) {
+				if pt == nil || pt.RequestGoodput == nil {
+					return 0, false
+				}
+				return *pt.RequestGoodput, true
+			}
+			ratio := func(a, b float64, okA, okB bool) string {
+				if !okA || !okB || b == 0 {
 					return "-"
 				}
-				return fmt.Sprintf("%.2f", a.Metrics["mean_ttft_ms"]/b.Metrics["mean_ttft_ms"])
+				return fmt.Sprintf("%.2f", a/b)
 			}
-			fmt.Fprintf(w, "%-7d %-5g %10s %10s %10s %12s %12s %9s %9s %9s\n", n, rate,
-				cell(pull, okPull, "mean_ttft_ms", "%.1f"), cell(inl, okInl, "mean_ttft_ms", "%.1f"), cell(push, okPush, "mean_ttft_ms", "%.1f"),
-				ratio(push, okPush, pull, okPull), ratio(push, okPush, inl, okInl),
-				cell(pull, okPull, "mean_tpot_ms", "%.2f"), cell(inl, okInl, "mean_tpot_ms", "%.2f"), cell(push, okPush, "mean_tpot_ms", "%.2f"))
+			ttft := func(pt *point) (float64, bool) {
+				if pt == nil {
+					return 0, false
+				}
+				v, ok := pt.Metrics["mean_ttft_ms"]
+				return v, ok
+			}
+			cells := []string{fmt.Sprint(n), fmt.Sprint(rate)}
+			for _, pt := range pts {
+				cells = append(cells, metric(pt, "mean_ttft_ms", "%.1f"))
+			}
+			pushT, okPush := ttft(pts[2])
+			for _, base := range []*point{pts[0], pts[1]} {
+				b, ok := ttft(base)
+				cells = append(cells, ratio(pushT, b, okPush, ok))
+			}
+			for _, pt := range pts {
+				cells = append(cells, metric(pt, "mean_tpot_ms", "%.2f"))
+			}
+			for _, pt := range pts {
+				g, ok := good(pt)
+				cells = append(cells, ratio(g, 1, ok, true))
+			}
+			coll, okColl := good(pts[3])
+			for _, split := range []*point{pts[0], pts[2]} {
+				g, ok := good(split)
+				cells = append(cells, ratio(g, coll, ok, okColl))
+			}
+			row(cells)
 		}
 	}
 }
 
 // replot redraws a finished sweep's plots from its JSON.
 func replot(path string, stdout io.Writer) error {
-	b, err := os.ReadFile(path)
+	res, err := readSweep(path)
 	if err != nil {
 		return err
-	}
-	var res sweepResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	files, err := writePlots(res, filepath.Dir(path))
 	for _, f := range files {
@@ -419,4 +500,38 @@ func replot(path string, stdout io.Writer) error {
 	}
 	printRatios(stdout, res)
 	return nil
+}
+
+// readSweep reads a sweep's JSON file.
+func readSweep(path string) (sweepResult, error) {
+	var res sweepResult
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return res, err
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, nil
+}
+
+// checkMode accepts a split mode or collocated.
+func checkMode(mode string) error {
+	if mode == stack.ModeCollocated {
+		return nil
+	}
+	if _, _, err := stack.ConnectorOf(mode); err != nil {
+		return fmt.Errorf("mode %q: want pull, pull-inline, push or collocated", mode)
+	}
+	return nil
+}
+
+// engineURLs are the stack's engines' base URLs: prefill and decode, or the
+// collocated replicas.
+func engineURLs(s *stack.Stack) []string {
+	var urls []string
+	for _, e := range s.Engines {
+		urls = append(urls, e.URL())
+	}
+	return urls
 }

@@ -19,6 +19,7 @@ var modeColors = map[string]color.RGBA{
 	"pull":        {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	"pull-inline": {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	"push":        {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"collocated":  {R: 0x33, G: 0x33, B: 0x33, A: 0xff},
 }
 
 var lenColors = []color.RGBA{{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
@@ -37,6 +38,33 @@ func (r sweepResult) lookup(mode string, rate float64, inputLen int) (point, boo
 // metricPanels plots metric (a key of point.Metrics) against the request
 // rate: one panel per input length, one line per mode.
 func metricPanels(r sweepResult, metric, ylabel string) ([]*plot.Plot, error) {
+	return valuePanels(r, ylabel, func(pt point) (float64, bool) {
+		v, ok := pt.Metrics[metric]
+		return v, ok
+	})
+}
+
+// goodput is a point's request goodput, when the sweep had an SLO.
+func goodput(pt point) (float64, bool) {
+	if pt.RequestGoodput == nil {
+		return 0, false
+	}
+	return *pt.RequestGoodput, true
+}
+
+// hasGoodput reports whether any point of the sweep has a goodput.
+func hasGoodput(r sweepResult) bool {
+	for _, pt := range r.Points {
+		if _, ok := goodput(pt); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// valuePanels plots value (false: no value, no marker) against the request
+// rate: one panel per input length, one line per mode.
+func valuePanels(r sweepResult, ylabel string, value func(point) (float64, bool)) ([]*plot.Plot, error) {
 	var out []*plot.Plot
 	for _, n := range r.InputLens {
 		p := plot.New()
@@ -50,8 +78,10 @@ func metricPanels(r sweepResult, metric, ylabel string) ([]*plot.Plot, error) {
 			var xys plotter.XYs
 			for _, rate := range r.Rates {
 				if pt, ok := r.lookup(mode, rate, n); ok {
-					xys = append(xys, plotter.XY{X: rate, Y: pt.Metrics[metric]})
-					ys = append(ys, pt.Metrics[metric])
+					if v, ok := value(pt); ok {
+						xys = append(xys, plotter.XY{X: rate, Y: v})
+						ys = append(ys, v)
+					}
 				}
 			}
 			if len(xys) == 0 {
@@ -184,8 +214,10 @@ func writePanels(path string, plots []*plot.Plot, panelW, panelH vg.Length) erro
 }
 
 // writePlots writes the sweep's figures into dir: ttft.svg and tpot.svg (a
-// panel per input length, a line per mode) and ttft_ratio.svg (push over
-// pull and over pull-inline). It returns the files written.
+// panel per input length, a line per mode, collocated among them),
+// goodput.svg (the same, of request goodput, when the sweep had an SLO) and
+// ttft_ratio.svg (push over pull and over pull-inline). It returns the
+// files written.
 func writePlots(r sweepResult, dir string) ([]string, error) {
 	var files []string
 	for _, f := range []struct{ file, metric, label string }{
@@ -197,6 +229,17 @@ func writePlots(r sweepResult, dir string) ([]string, error) {
 			return files, err
 		}
 		path := filepath.Join(dir, f.file)
+		if err := writePanels(path, panels, 9*vg.Centimeter, 8*vg.Centimeter); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	if hasGoodput(r) {
+		panels, err := valuePanels(r, fmt.Sprintf("goodput (req/s within %s)", r.Goodput), goodput)
+		if err != nil {
+			return files, err
+		}
+		path := filepath.Join(dir, "goodput.svg")
 		if err := writePanels(path, panels, 9*vg.Centimeter, 8*vg.Centimeter); err != nil {
 			return files, err
 		}

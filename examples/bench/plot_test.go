@@ -85,6 +85,45 @@ func TestPlotsAreSVGWithTheSeries(t *testing.T) {
 	}
 }
 
+// With collocated and a goodput SLO: collocated is a line of every panel
+// of ttft.svg, tpot.svg and goodput.svg, beside the split modes.
+func TestPlotsWithCollocated(t *testing.T) {
+	dir := t.TempDir()
+	r := withCollocated(fakeSweep())
+	r.Goodput = "ttft:2000 tpot:30"
+	files, err := writePlots(r, dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{filepath.Join(dir, "ttft.svg"), filepath.Join(dir, "tpot.svg"), filepath.Join(dir, "goodput.svg"),
+		filepath.Join(dir, "ttft_ratio.svg")}, files)
+	for _, f := range files[:3] {
+		texts := svgTexts(t, f)
+		n := 0
+		for _, x := range texts {
+			if x == "collocated" {
+				n++
+			}
+		}
+		assert.Equal(t, 2, n, "%s: collocated in each panel's legend", f)
+		for _, want := range []string{"pull", "pull-inline", "push"} {
+			assert.Contains(t, texts, want, f)
+		}
+	}
+	assert.Contains(t, svgTexts(t, files[2]), "goodput (req/s within ttft:2000 tpot:30)")
+	assert.NotContains(t, svgTexts(t, files[3]), "collocated", "the ratio plot is push over the pull modes")
+}
+
+// A goodput panel leaves out points without a goodput rather than plot 0.
+func TestGoodputPanelsSkipPointsWithout(t *testing.T) {
+	r := withCollocated(fakeSweep())
+	r.Points[0].RequestGoodput = nil
+	panels, err := valuePanels(r, "goodput", goodput)
+	require.NoError(t, err)
+	require.Len(t, panels, 2)
+	assert.InDelta(t, 4*1.1, panels[0].Y.Max, 1e-9, "the largest goodput, 8 QPS / 2")
+	assert.False(t, hasGoodput(fakeSweep()))
+	assert.True(t, hasGoodput(r))
+}
+
 func TestPlotsWithoutPushHaveNoRatio(t *testing.T) {
 	r := fakeSweep()
 	r.Modes = []string{"pull"}

@@ -44,6 +44,10 @@ type preset struct {
 	// connector that never merges adjacent blocks (vLLM's) posts them,
 	// instead of per descriptor gonixl posts.
 	PostPerBlock bool
+	// Replicas is the number of engines of the collocated mode, each with
+	// the preset's TP size and compute model (stack.DefaultReplicas: the
+	// split's two engines' hardware).
+	Replicas int
 }
 
 // qwen3H200 is the published experiment of vLLM's push connector: Qwen3-32B,
@@ -60,7 +64,7 @@ var qwen3H200 = func() preset {
 	return preset{
 		Name:        "qwen3-32b-h200",
 		Description: "Qwen3-32B TP 8 on H200 (engine compute model server.Qwen3_32B_H200_TP8), 3.2 Tb/s per node pair (50 GB/s per rank), NIXL post cost 6 µs per descriptor",
-		Modes:       []string{"pull", "pull-inline", "push"},
+		Modes:       []string{"pull", "pull-inline", "push", "collocated"},
 		Rates:       []float64{1, 2, 4, 8},
 		InputLens:   []int{1024, 4096, 8192, 16384},
 		OutputLen:   128,
@@ -82,7 +86,7 @@ var qwen3H200 = func() preset {
 // small is a preset for tests and a quick look: a small model, a short grid.
 var small = preset{
 	Name: "small", Description: "a 4-layer model, TP 2, 2 GB/s links, 2 µs per descriptor",
-	Modes: []string{"pull", "pull-inline", "push"}, Rates: []float64{20}, InputLens: []int{64},
+	Modes: []string{"pull", "pull-inline", "push", "collocated"}, Rates: []float64{20}, InputLens: []int{64},
 	OutputLen: 8, Prompts: func(float64) int { return 20 },
 	Model:   server.ModelSpec{Name: "small-4l", Layers: 4, KVHeads: 4, HeadDim: 64, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2},
 	Compute: server.ComputeModel{PrefillBase: time.Millisecond, PrefillPerToken: 5 * time.Microsecond, DecodeBase: 2 * time.Millisecond},

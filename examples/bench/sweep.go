@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,10 @@ type sweepConfig struct {
 	// Processes, when set, runs each point's engines and proxy as separate
 	// programs (engines built with -tags nixl: NIXL agents over UCX).
 	Processes *stack.Programs
+	// Base, when set, is an earlier sweep this one merges into: its points
+	// stay, except those this sweep runs again, and the result keeps its
+	// setting with this sweep's added to Merged.
+	Base *sweepResult
 }
 
 // point is one sweep point's figures.
@@ -76,7 +81,71 @@ type sweepResult struct {
 	Rates       []float64 `json:"rates"`
 	InputLens   []int     `json:"input_lens"`
 	OutputLen   int       `json:"output_len"`
-	Points      []point   `json:"points"`
+	// CollocatedReplicas is the collocated mode's engine count (0: the
+	// sweep has no collocated mode).
+	CollocatedReplicas int      `json:"collocated_replicas,omitempty"`
+	Points             []point  `json:"points"`
+	Merged             []merged `json:"merged,omitempty"`
+}
+
+// merged records a sweep whose points were merged into an earlier one's
+// file (-merge): when, how, where and what it ran.
+type merged struct {
+	Date      string    `json:"date"`
+	Command   string    `json:"command"`
+	Machine   string    `json:"machine"`
+	GoVersion string    `json:"go_version"`
+	Agents    string    `json:"agents"`
+	Modes     []string  `json:"modes"`
+	Rates     []float64 `json:"rates"`
+	InputLens []int     `json:"input_lens"`
+}
+
+// mergeInto returns base with this sweep's grid and setting added: the
+// modes, rates and input lengths it lacks appended (rates and lengths kept
+// in order), and the sweep recorded in Merged. Base's points stay; each
+// point the sweep runs replaces its namesake (addPoint), so an interrupted
+// merge leaves a complete file.
+func mergeInto(base, r sweepResult) sweepResult {
+	out := base
+	out.Points = slices.Clone(base.Points)
+	out.Modes = slices.Clone(base.Modes)
+	for _, m := range r.Modes {
+		if !slices.Contains(out.Modes, m) {
+			out.Modes = append(out.Modes, m)
+		}
+	}
+	out.Rates = union(base.Rates, r.Rates)
+	out.InputLens = union(base.InputLens, r.InputLens)
+	if slices.Contains(r.Modes, stack.ModeCollocated) {
+		out.CollocatedReplicas = r.CollocatedReplicas
+	}
+	out.Merged = append(slices.Clone(base.Merged), merged{Date: r.Date, Command: r.Command, Machine: r.Machine, GoVersion: r.GoVersion,
+		Agents: r.Agents, Modes: r.Modes, Rates: r.Rates, InputLens: r.InputLens})
+	return out
+}
+
+func union[T int | float64](a, b []T) []T {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// addPoint puts pt into r, in place of a point of the same mode, rate and
+// input length.
+func (r *sweepResult) addPoint(pt point) {
+	for i, q := range r.Points {
+		if q.Mode == pt.Mode && q.RequestRate == pt.RequestRate && q.InputLen == pt.InputLen {
+			r.Points[i] = pt
+			return
+		}
+	}
+	r.Points = append(r.Points, pt)
 }
 
 // sweep runs every point, writes the sweep's JSON after each (so an
@@ -90,11 +159,20 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 	if log == nil {
 		log = io.Discard
 	}
+	if slices.Contains(p.Modes, stack.ModeCollocated) {
+		res.CollocatedReplicas = p.Replicas
+		if res.CollocatedReplicas == 0 {
+			res.CollocatedReplicas = stack.DefaultReplicas
+		}
+	}
 	switch {
 	case cfg.Processes != nil:
 		res.Agents = "NIXL (UCX over lo) in separate engine and proxy processes: real transfers, no modeled link or post cost"
 	case cfg.Native:
 		res.Agents = "NIXL (UCX), in this process: real transfers, no modeled link or post cost"
+	}
+	if cfg.Base != nil {
+		res = mergeInto(*cfg.Base, res)
 	}
 	var errs []error
 	for _, n := range p.InputLens {
@@ -104,7 +182,7 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 				if err != nil {
 					return res, fmt.Errorf("%s at %g req/s, input %d: %w", mode, rate, n, err)
 				}
-				res.Points = append(res.Points, pt)
+				res.addPoint(pt)
 				fmt.Fprintf(log, "%-11s input %5d rate %4g: %d/%d done, TTFT mean %8.1f ms p99 %8.1f ms, TPOT mean %6.2f ms, xfer %6.1f ms (%5.0f descs)\n",
 					mode, n, rate, pt.Completed, pt.NumPrompts, pt.Metrics["mean_ttft_ms"], pt.Metrics["p99_ttft_ms"], pt.Metrics["mean_tpot_ms"],
 					pt.MeanXferMs, pt.MeanDescriptors)
@@ -127,7 +205,8 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 // stops the stack.
 func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64, inputLen int) (point, error) {
 	p := cfg.Preset
-	var proxyURL, prefillURL, decodeURL string
+	var proxyURL string
+	var engines []string // whose /metrics the point reads: prefill and decode, or the collocated engines
 	var closeStack func() error
 	if cfg.Processes != nil {
 		logDir := filepath.Join(cfg.ResultDir, "logs", fmt.Sprintf("in%d-rate%g", inputLen, rate))
@@ -138,13 +217,13 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 		if err != nil {
 			return point{}, err
 		}
-		proxyURL, prefillURL, decodeURL, closeStack = ps.proxy, ps.prefill, ps.decode, ps.close
+		proxyURL, engines, closeStack = ps.proxy, []string{ps.prefill, ps.decode}, ps.close
 	} else {
 		s, stop, err := startPresetStack(p, mode, cfg.Native, fmt.Sprintf("%s-%d-%g", mode, inputLen, rate))
 		if err != nil {
 			return point{}, err
 		}
-		proxyURL, prefillURL, decodeURL, closeStack = s.URL(), s.Prefill.URL(), s.Decode.URL(), stop
+		proxyURL, engines, closeStack = s.URL(), engineURLs(s), stop
 	}
 	closed := false
 	defer func() {
@@ -156,8 +235,7 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 		RequestRate: rate, NumWarmups: 1, Goodput: cfg.Goodput, Percentiles: cfg.Percentile, Seed: cfg.Seed,
 		RequestTimeout: 5 * time.Minute, Mode: mode, Machine: cfg.Machine, Progress: cfg.Progress,
 		Label: fmt.Sprintf("%s %d@%g", mode, inputLen, rate)}
-	engines := []string{prefillURL, decodeURL}
-	before := [2]transferStats{}
+	before := make([]transferStats, len(engines))
 	var err error
 	for i, e := range engines {
 		if before[i], err = scrapeTransfers(ctx, e); err != nil {

@@ -30,14 +30,20 @@ func TestSweepEndToEnd(t *testing.T) {
 	res, err := sweep(context.Background(), sweepConfig{Preset: p, Goodput: slo{TTFT: 2000 * msd(1)}, Percentile: []float64{50, 99},
 		Seed: 3, ResultDir: dir, Machine: "test", Command: "test", Log: &log})
 	require.NoError(t, err)
-	require.Len(t, res.Points, 6)
+	require.Len(t, res.Points, 8)
+	assert.Equal(t, 2, res.CollocatedReplicas)
 	for _, pt := range res.Points {
 		assert.Equal(t, 20, pt.NumPrompts)
 		assert.Equal(t, 20, pt.Completed, "%s %d", pt.Mode, pt.InputLen)
 		assert.Zero(t, pt.Failed)
 		assert.Zero(t, pt.KVVerifyFailures)
-		assert.NotZero(t, pt.KVBytesVerified, "decode verified no KV: the proxy did not disaggregate")
-		assert.NotZero(t, pt.Transfers)
+		if pt.Mode == "collocated" {
+			assert.Zero(t, pt.KVBytesVerified, "collocated engines move no KV")
+			assert.Zero(t, pt.Transfers)
+		} else {
+			assert.NotZero(t, pt.KVBytesVerified, "decode verified no KV: the proxy did not disaggregate")
+			assert.NotZero(t, pt.Transfers)
+		}
 		assert.Positive(t, pt.Metrics["mean_ttft_ms"])
 		assert.Positive(t, pt.Metrics["p99_tpot_ms"])
 		require.NotNil(t, pt.RequestGoodput)
@@ -60,12 +66,65 @@ func TestSweepEndToEnd(t *testing.T) {
 	var back sweepResult
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, res.Points, back.Points)
-	assert.Equal(t, []string{"pull", "pull-inline", "push"}, back.Modes)
+	assert.Equal(t, []string{"pull", "pull-inline", "push", "collocated"}, back.Modes)
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"-plot", filepath.Join(dir, "sweep.json")}, &out, &bytes.Buffer{}))
 	assert.Contains(t, out.String(), "plot: "+filepath.Join(dir, "ttft_ratio.svg"))
 	assert.Contains(t, out.String(), "push/pull")
 	assert.Contains(t, log.String(), "push        input    80 rate   40: 20/20 done")
+	assert.Contains(t, log.String(), "collocated  input    80 rate   40: 20/20 done")
+	assert.Contains(t, out.String(), "plot: "+filepath.Join(dir, "goodput.svg"))
+
+	// -merge: run collocated again at one point of the grid and at a new
+	// rate; every other point stays as it was.
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"-sweep", "-merge", "-modes", "collocated", "-rates", "40,60", "-input-lens", "32",
+		"-goodput", "ttft:2000", "-seed", "3", "-result-dir", dir}, &out, &bytes.Buffer{}))
+	merged, err := readSweep(filepath.Join(dir, "sweep.json"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"pull", "pull-inline", "push", "collocated"}, merged.Modes)
+	assert.Equal(t, []float64{40, 60}, merged.Rates)
+	assert.Equal(t, []int{32, 80}, merged.InputLens)
+	require.Len(t, merged.Points, 9)
+	for _, pt := range back.Points {
+		got, ok := merged.lookup(pt.Mode, pt.RequestRate, pt.InputLen)
+		require.True(t, ok)
+		if pt.Mode == "collocated" && pt.InputLen == 32 {
+			assert.NotEqual(t, pt.Duration, got.Duration, "ran again")
+			continue
+		}
+		assert.Equal(t, pt, got, "kept")
+	}
+	_, ok := merged.lookup("collocated", 60, 32)
+	assert.True(t, ok)
+	assert.Equal(t, back.Command, merged.Command, "the base sweep's setting stays")
+	require.Len(t, merged.Merged, 1)
+	assert.Equal(t, []string{"collocated"}, merged.Merged[0].Modes)
+	assert.NotEmpty(t, merged.Merged[0].Date)
+	assert.Contains(t, out.String(), "plot: "+filepath.Join(dir, "goodput.svg"))
+}
+
+func TestMergeInto(t *testing.T) {
+	base := fakeSweep()
+	base.Command = "first"
+	r := sweepResult{Date: "d", Command: "second", Machine: "m", Modes: []string{"collocated"}, Rates: []float64{4, 8}, InputLens: []int{1024},
+		CollocatedReplicas: 2}
+	m := mergeInto(base, r)
+	assert.Equal(t, []string{"pull", "pull-inline", "push", "collocated"}, m.Modes)
+	assert.Equal(t, []float64{1, 4, 8}, m.Rates)
+	assert.Equal(t, []int{1024, 16384}, m.InputLens)
+	assert.Equal(t, base.Points, m.Points)
+	assert.Equal(t, "first", m.Command)
+	assert.Equal(t, 2, m.CollocatedReplicas)
+	assert.Equal(t, []merged{{Date: "d", Command: "second", Machine: "m", Modes: r.Modes, Rates: r.Rates, InputLens: r.InputLens}}, m.Merged)
+
+	m.addPoint(point{Mode: "collocated", RequestRate: 8, InputLen: 1024, Duration: 1})
+	m.addPoint(point{Mode: "pull", RequestRate: 8, InputLen: 1024, Duration: 2})
+	assert.Len(t, m.Points, len(base.Points)+1)
+	pt, _ := m.lookup("pull", 8, 1024)
+	assert.Equal(t, 2.0, pt.Duration, "replaced in place")
+	assert.Len(t, base.Points, 12, "base untouched")
+	assert.Empty(t, base.Merged)
 }
 
 // The default run: no -base-url starts an in-process stack; it prints the
@@ -105,10 +164,15 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		"-goodput ttft":   `goodput "ttft": want key:milliseconds, e.g. ttft:2000`,
 		"-preset nope":    `preset "nope": want "qwen3-32b-h200" or "small"`,
 		"-sweep":          "-sweep needs -result-dir",
-		"-sweep -base-url http://x -result-dir d": "-sweep starts its own stacks: drop -base-url",
-		"-preflight -base-url http://127.0.0.1:1": "preflight: -engine-urls is required with -base-url (the engines' HTTP base URLs, whose /metrics carry the KV transfer metrics)",
-		"-num-prompts 0 -base-url http://x":       "number of prompts is 0, want >= 1",
-		"-mode warp":                              `mode "warp": want pull, pull-inline or push`,
+		"-sweep -base-url http://x -result-dir d":                  "-sweep starts its own stacks: drop -base-url",
+		"-preflight -base-url http://127.0.0.1:1":                  "preflight: -engine-urls is required with -base-url (the engines' HTTP base URLs, whose /metrics carry the KV transfer metrics)",
+		"-num-prompts 0 -base-url http://x":                        "number of prompts is 0, want >= 1",
+		"-mode warp":                                               `mode "warp": want pull, pull-inline, push or collocated`,
+		"-sweep -result-dir d -modes pull,warp":                    `mode "warp": want pull, pull-inline, push or collocated`,
+		"-merge":                                                   "-merge is for -sweep",
+		"-collocated-replicas 0":                                   "-collocated-replicas is 0, want > 0",
+		"-sweep -result-dir d -merge":                              "-merge: open d/sweep.json: no such file or directory",
+		"-sweep -result-dir d -agents processes -modes collocated": "-agents processes runs split stacks only: drop collocated from -modes",
 	} {
 		err := run(context.Background(), splitArgs(args), &bytes.Buffer{}, &bytes.Buffer{})
 		assert.EqualError(t, err, want, args)

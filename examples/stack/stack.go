@@ -23,8 +23,13 @@ var Modes = []string{"pull", "pull-inline", "push"}
 
 // Config is what one stack runs. Mode and Model are required.
 type Config struct {
-	// Mode is "pull", "pull-inline" or "push".
+	// Mode is "pull", "pull-inline", "push" or "collocated"
+	// (ModeCollocated: no disaggregation).
 	Mode string
+	// Replicas is the number of engines of a collocated stack (default
+	// DefaultReplicas); the split modes always run one prefill and one
+	// decode engine.
+	Replicas int
 	// Model is both engines' KV geometry, Compute their modeled compute.
 	Model   server.ModelSpec
 	Compute server.ComputeModel
@@ -62,14 +67,19 @@ type Config struct {
 // DefaultShutdownTimeout bounds Close.
 const DefaultShutdownTimeout = 30 * time.Second
 
-// Stack is one running prefill engine, decode engine and proxy.
+// Stack is one running prefill engine, decode engine and proxy; or, in
+// ModeCollocated, Engines behind a balancer (Prefill, Decode and Proxy nil).
 type Stack struct {
 	Prefill, Decode *server.Server
 	Proxy           *pd.Proxy
-	http            *http.Server
-	ln              net.Listener
-	fabric          *loopback.Fabric
-	log             *zap.Logger
+	// Engines are every engine of the stack: prefill and decode, or the
+	// collocated replicas.
+	Engines    []*server.Server
+	http       *http.Server
+	ln         net.Listener
+	fabric     *loopback.Fabric
+	collocated bool
+	log        *zap.Logger
 }
 
 // ConnectorOf returns the engine connector and the decode Inline setting of
@@ -88,9 +98,12 @@ func ConnectorOf(mode string) (connector string, inline bool, err error) {
 
 // Start starts a stack; Close stops it.
 func Start(cfg Config) (_ *Stack, err error) {
-	connector, inline, err := ConnectorOf(cfg.Mode)
-	if err != nil {
-		return nil, err
+	collocated := cfg.Mode == ModeCollocated
+	connector, inline := server.ConnPull, false
+	if !collocated {
+		if connector, inline, err = ConnectorOf(cfg.Mode); err != nil {
+			return nil, err
+		}
 	}
 	s := &Stack{log: cfg.Logger}
 	if s.log == nil {
@@ -114,6 +127,9 @@ func Start(cfg Config) (_ *Stack, err error) {
 	if cfg.Protocol == server.ProtocolVLLM {
 		base.VLLMVersion, base.AttentionBackend = "0.0.0", "FLASH_ATTN"
 	}
+	if collocated {
+		return s, s.startCollocated(cfg, base)
+	}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook = server.RolePrefill, "prefill-0", cfg.KVHook
 	if s.Prefill, err = server.New(pc); err != nil {
@@ -124,19 +140,55 @@ func Start(cfg Config) (_ *Stack, err error) {
 	if s.Decode, err = server.New(dc); err != nil {
 		return nil, fmt.Errorf("decode engine: %w", err)
 	}
+	s.Engines = []*server.Server{s.Prefill, s.Decode}
 	if s.Proxy, err = pd.New(pd.Config{Prefill: []string{s.Prefill.URL()}, Decode: []string{s.Decode.URL()}, Connector: connector}); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	addr := cfg.ProxyAddr
+	return s, s.serve(cfg.ProxyAddr, s.Proxy)
+}
+
+// serve starts the stack's front HTTP server on addr.
+func (s *Stack) serve(addr string, h http.Handler) error {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
+	var err error
 	if s.ln, err = net.Listen("tcp", addr); err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
+		return fmt.Errorf("proxy: %w", err)
 	}
-	s.http = &http.Server{Handler: s.Proxy, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go s.http.Serve(s.ln) //nolint:errcheck // ends with ErrServerClosed at close
-	return s, nil
+	return nil
+}
+
+// startCollocated starts cfg.Replicas engines of base (a decode role, which
+// serves requests without kv_transfer_params itself: prefill and decode on
+// one loop) and the balancer in front of them.
+func (s *Stack) startCollocated(cfg Config, base server.Config) error {
+	n := cfg.Replicas
+	if n == 0 {
+		n = DefaultReplicas
+	}
+	if n < 1 {
+		return fmt.Errorf("stack: Config.Replicas is %d, want > 0", n)
+	}
+	s.collocated = true
+	var urls []string
+	for i := range n {
+		c := base
+		c.Role, c.EngineID = server.RoleDecode, fmt.Sprintf("collocated-%d", i)
+		e, err := server.New(c)
+		if err != nil {
+			return fmt.Errorf("collocated engine %d: %w", i, err)
+		}
+		s.Engines = append(s.Engines, e)
+		urls = append(urls, e.URL())
+	}
+	b, err := newBalancer(urls)
+	if err != nil {
+		return err
+	}
+	return s.serve(cfg.ProxyAddr, b)
 }
 
 // URL is the proxy's base URL, e.g. http://127.0.0.1:41234.
@@ -157,7 +209,7 @@ func (s *Stack) Close() error {
 // short: requests in flight are cancelled and blocks released. Calls after
 // the first return nil.
 func (s *Stack) Shutdown(ctx context.Context) error {
-	if s.http == nil && s.Proxy == nil && s.Decode == nil && s.Prefill == nil && s.fabric == nil {
+	if s.http == nil && s.Proxy == nil && s.Decode == nil && s.Prefill == nil && len(s.Engines) == 0 && s.fabric == nil {
 		return nil
 	}
 	var errs []error
@@ -191,6 +243,12 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 		})
 		s.Prefill = nil
 	}
+	if s.collocated { // no engine holds blocks for another
+		for i, e := range s.Engines {
+			step(fmt.Sprintf("collocated engine %d closed", i), func() error { return e.Close(ctx) })
+		}
+	}
+	s.Engines = nil
 	if s.fabric != nil {
 		s.fabric.Close()
 		s.fabric = nil

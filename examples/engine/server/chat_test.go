@@ -50,7 +50,9 @@ func TestChat(t *testing.T) {
 			Message      struct{ Role, Content string }
 			FinishReason string `json:"finish_reason"`
 		}
-		Usage          struct{ PromptTokens int `json:"prompt_tokens"` }
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
 		PromptTokenIDs []int `json:"prompt_token_ids"`
 	}
 	if err := json.Unmarshal(b, &c); err != nil || resp.StatusCode != 200 {

@@ -48,7 +48,7 @@ type Config struct {
 	// SideChannelPort as a vLLM instance's does (docs/vllm.md). VLLMVersion,
 	// AttentionBackend and VLLMModel (default Model.Name) are the vLLM
 	// peers' exact strings, which its compatibility hash is made of.
-	Protocol                                string
+	Protocol                                 string
 	VLLMVersion, AttentionBackend, VLLMModel string
 	// Inline (pull decode) posts READs on the engine loop
 	// (pullconn.Config.Inline), as vLLM does today.
