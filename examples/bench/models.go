@@ -90,4 +90,3 @@ func quoteAll(ss []string) string {
 	}
 	return strings.Join(q, ", ")
 }
-
