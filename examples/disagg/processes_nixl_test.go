@@ -135,7 +135,7 @@ func runThreeProcesses(t *testing.T, bin, backend, connector, protocol string) {
 	}
 	moved := transfers(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", mover))
 	assert.GreaterOrEqual(t, moved, float64(n))
-	t.Logf("%s %s: %d completions through the proxy, text equal to local runs; %v NIXL transfers on the %s engine", backend, connector, n, moved, map[bool]string{true: "prefill", false: "decode"}[connector == "push"])
+	t.Logf("%s %s (%s protocol): %d completions through the proxy, text equal to local runs; %v NIXL transfers on the %s engine", backend, connector, protocol, n, moved, map[bool]string{true: "prefill", false: "decode"}[connector == "push"])
 	if backend == "LIBFABRIC" {
 		for _, p := range []*proc{prefill, decode} {
 			addrs := tcpAddrs(t, p.cmd.Process.Pid)
