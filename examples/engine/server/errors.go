@@ -1,13 +1,14 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
+
+	"github.com/gonixl/gonixl/examples/apierror"
 )
 
 // The engine answers every error with OpenAI's shape,
@@ -40,33 +41,8 @@ func badRequest(param, format string, args ...any) *fieldError {
 	return &fieldError{http.StatusBadRequest, param, fmt.Sprintf(format, args...)}
 }
 
-// errorType is the OpenAI error type of an HTTP status.
-func errorType(code int) string {
-	if code >= 500 {
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-type errorDetail struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
-}
-
 // errorBody is the JSON of an error answer, newline-terminated.
-func errorBody(code int, param, msg string) []byte {
-	d := errorDetail{Message: msg, Type: errorType(code), Code: code}
-	if param != "" {
-		d.Param = &param
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // messages quote prompts and templates: keep < and > readable
-	_ = enc.Encode(map[string]errorDetail{"error": d})
-	return b.Bytes()
-}
+func errorBody(code int, param, msg string) []byte { return apierror.Body(code, param, msg) }
 
 func writeErrorBody(w http.ResponseWriter, code int, param, msg string) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,53 +1,20 @@
 package pd
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/gonixl/gonixl/examples/apierror"
 )
 
-// The proxy answers its own errors with OpenAI's shape, as the engines of
-// examples/engine do,
-//
-//	{"error":{"message":"...","type":"...","param":null,"code":502}}
-//
-// with two of OpenAI's types: invalid_request_error for every 4xx (the client
-// can fix the request) and server_error for every 5xx (an engine failed or
-// none is in rotation; retrying may help). param names the request field at
-// fault, null when none is; code is the HTTP status, as vLLM sends it. An
-// engine's own 4xx answer is passed through as it is.
-
-// errorType is the OpenAI error type of an HTTP status.
-func errorType(status int) string {
-	if status >= 500 {
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-type errorDetail struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
-}
+// The proxy answers its own errors with the engines' shape and vocabulary
+// (package apierror); an engine's own 4xx answer is passed through as it is.
 
 // errorJSON is the body of an error answer (or of a stream's error event),
 // newline-terminated; param "" is null.
-func errorJSON(status int, param, msg string) []byte {
-	d := errorDetail{Message: msg, Type: errorType(status), Code: status}
-	if param != "" {
-		d.Param = &param
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(map[string]errorDetail{"error": d})
-	return b.Bytes()
-}
+func errorJSON(status int, param, msg string) []byte { return apierror.Body(status, param, msg) }
 
 // writeError answers with an error not tied to one request field.
 func writeError(w http.ResponseWriter, status int, msg string) { writeParamError(w, status, "", msg) }
