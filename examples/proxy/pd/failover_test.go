@@ -81,18 +81,27 @@ func TestPushDecode503FailsOver(t *testing.T) {
 		if rec.body["kv_transfer_params"].(map[string]any)["transfer_id"] == nil {
 			t.Error("prefill leg without transfer_id")
 		}
-		if len(f.requests()) == 1 { // the first pair's: it waits for decode's blocks
-			f.waitCancelled(r)
-			return
+		// The first pair's leg waits for decode's blocks, which never come:
+		// the proxy cancels it. Under load it may be cancelled before it
+		// reaches this engine at all; so every leg waits a while for its
+		// cancel, and a leg not cancelled by then (the second pair's) is
+		// answered.
+		select {
+		case <-r.Context().Done():
+			f.mu.Lock()
+			f.cancelled = append(f.cancelled, r.Header.Get("X-Request-Id"))
+			f.mu.Unlock()
+		case <-time.After(300 * time.Millisecond):
+			answerJSON(f, w, r, rec)
 		}
-		answerJSON(f, w, r, rec)
 	})
 	refusing := newFake(t, "decode", "push", answer503)
 	good := newFake(t, "decode", "push", nil)
 	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{pf}, []*fake{refusing, good})
 	h.postOK(t)
-	if len(refusing.requests()) != 1 || len(good.requests()) != 1 || len(pf.requests()) != 2 || len(pf.cancels()) != 1 {
-		t.Fatalf("refusing %d, good %d, prefill %d (cancelled %d): want 1, 1, 2 (1)", len(refusing.requests()), len(good.requests()), len(pf.requests()), len(pf.cancels()))
+	// The first pair's prefill leg, when it reached the engine, was cancelled.
+	if n := len(pf.requests()); len(refusing.requests()) != 1 || len(good.requests()) != 1 || n < 1 || n > 2 || len(pf.cancels()) != n-1 {
+		t.Fatalf("refusing %d, good %d, prefill %d (cancelled %d): want 1, 1, 2 (1) or 1 (0)", len(refusing.requests()), len(good.requests()), n, len(pf.cancels()))
 	}
 	if s := h.p.Stats(); s != (Stats{Requests: 1, Retried: 1, DecodeFailovers: 1}) {
 		t.Fatalf("stats %+v", s)
