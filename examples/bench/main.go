@@ -322,8 +322,7 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 			}
 		}
 	}
-	if o.agents == "processes" && o.modes == "" {
-		p.Modes = slices.DeleteFunc(slices.Clone(p.Modes), func(m string) bool { return m == stack.ModeCollocated })
+	if o.agents == "processes" && o.modes == "" && slices.Contains(p.Modes, stack.ModeCollocated) {
 		fmt.Fprintln(stderr, "bench: -agents processes runs split stacks only: the sweep leaves out collocated")
 	}
 	if o.rates != "" {

@@ -152,6 +152,11 @@ func (r *sweepResult) addPoint(pt point) {
 // interrupted sweep keeps what it measured) and returns it.
 func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 	p := cfg.Preset
+	if cfg.Processes != nil {
+		// Separate processes run split stacks only (a preset's default
+		// collocated mode is left out; main refuses it when named).
+		p.Modes = slices.DeleteFunc(slices.Clone(p.Modes), func(m string) bool { return m == stack.ModeCollocated })
+	}
 	res := sweepResult{Date: time.Now().UTC().Format(time.RFC3339), Preset: p.Name, Description: p.Description, Machine: cfg.Machine,
 		Command: cfg.Command, GoVersion: runtime.Version(), Agents: "loopback (modeled link and post cost)", Goodput: cfg.Goodput.String(),
 		Modes: p.Modes, Rates: p.Rates, InputLens: p.InputLens, OutputLen: p.OutputLen}

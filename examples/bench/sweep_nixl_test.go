@@ -12,9 +12,11 @@ import (
 )
 
 // The sweep on NIXL agents (UCX over lo): every request ends, decode
-// verified the KV bytes the real transfers moved.
+// verified the KV bytes the real transfers moved (the split modes: the
+// collocated one moves no KV).
 func TestSweepOnNIXLAgents(t *testing.T) {
 	p := small
+	p.Modes = []string{"pull", "pull-inline", "push"}
 	p.Rates = []float64{20}
 	p.InputLens = []int{48}
 	p.Prompts = func(float64) int { return 10 }
@@ -31,7 +33,8 @@ func TestSweepOnNIXLAgents(t *testing.T) {
 }
 
 // The sweep of separate processes: the engines (NIXL agents over UCX on
-// lo) and the proxy as programs, started and stopped for every point.
+// lo) and the proxy as programs, started and stopped for every point; the
+// preset's collocated mode is left out (split stacks only).
 func TestSweepOfProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts processes")
