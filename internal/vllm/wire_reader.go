@@ -87,35 +87,21 @@ func (r *mpReader) end(what string) error {
 
 // mapLen reads a map header. Every entry takes at least two bytes.
 func (r *mpReader) mapLen() (int, error) {
-	start := r.off
-	c, err := r.code()
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	switch {
-	case c >= 0x80 && c <= 0x8f:
-		n = uint64(c & 0x0f)
-	case c == 0xde:
-		n, err = r.uintN(2)
-	case c == 0xdf:
-		n, err = r.uintN(4)
-	default:
-		r.off--
-		return 0, r.errorf("want a map, got %s", typeName(c))
-	}
-	if err != nil {
-		return 0, err
-	}
-	if n > uint64(r.left())/2 {
-		return 0, r.errorAt(start, "map claims %d entries but only %d bytes follow", n, r.left())
-	}
-	return int(n), nil
+	return r.containerLen(0x80, 0xde, "a map", "map claims", -1, 2)
 }
 
 // arrayLen reads an array header of at most max elements (no bound when
 // max < 0); every element takes at least one byte.
 func (r *mpReader) arrayLen(max int) (int, error) {
+	return r.containerLen(0x90, 0xdc, "an array", "array claims", max, 1)
+}
+
+// containerLen reads a map or array header: fix is the fix form's first
+// code (its low 4 bits the count), c16 the 16-bit form's (c16+1 the
+// 32-bit one's). A count above max (when max >= 0) or more entries of
+// minBytes each than the input holds is refused before anything is
+// allocated for them.
+func (r *mpReader) containerLen(fix, c16 byte, want, claims string, max int, minBytes uint64) (int, error) {
 	start := r.off
 	c, err := r.code()
 	if err != nil {
@@ -123,15 +109,15 @@ func (r *mpReader) arrayLen(max int) (int, error) {
 	}
 	var n uint64
 	switch {
-	case c >= 0x90 && c <= 0x9f:
+	case c >= fix && c <= fix|0x0f:
 		n = uint64(c & 0x0f)
-	case c == 0xdc:
+	case c == c16:
 		n, err = r.uintN(2)
-	case c == 0xdd:
+	case c == c16+1:
 		n, err = r.uintN(4)
 	default:
 		r.off--
-		return 0, r.errorf("want an array, got %s", typeName(c))
+		return 0, r.errorf("want %s, got %s", want, typeName(c))
 	}
 	if err != nil {
 		return 0, err
@@ -139,8 +125,8 @@ func (r *mpReader) arrayLen(max int) (int, error) {
 	if max >= 0 && n > uint64(max) {
 		return 0, r.errorAt(start, "array of %d entries, limit %d", n, max)
 	}
-	if n > uint64(r.left()) {
-		return 0, r.errorAt(start, "array claims %d entries but only %d bytes follow", n, r.left())
+	if n > uint64(r.left())/minBytes {
+		return 0, r.errorAt(start, "%s %d entries but only %d bytes follow", claims, n, r.left())
 	}
 	return int(n), nil
 }
