@@ -185,10 +185,10 @@ out = {
             "base_worker.py/push_worker.py @ 039e79a67a8416957c1875f9e73655a705bbcbe7, base_scheduler.py @ "
             "0050936b22adda2ef0197fa3bb2551fe6c5437dc, hash_factors in vllm/config/utils.py) and msgspec's "
             "encoder rules (jcrist/msgspec _core.c @ 3b2543b838a01dfac23e0b8d8746ebb273254e2d), not captured from a "
-            "running vLLM: msgspec could not be run here. Every msgpack byte was laid down piece by piece from the "
+            "running vLLM. Every msgpack byte was laid down piece by piece from the "
             "msgpack spec and the most compact forms msgspec writes. The hash JSON strings and digests were made "
             "with CPython 3.11's json.dumps(sort_keys=True) and hashlib.sha256; ex1..ex4 equal the worked examples "
-            "in the facts, ex5 adds escapes."),
+            "in the facts, ex5 adds escapes. check_msgspec.py then checks them against msgspec itself."),
  "meta_requests": [
    {"name": "pp0_tp0", "pp": 0, "tp": 0, "hex": "93" "c40c" + h("get_meta_msg") + "00" "00"},
    {"name": "pp0_tp3", "pp": 0, "tp": 3, "hex": "93" "c40c" + h("get_meta_msg") + "00" "03"},
