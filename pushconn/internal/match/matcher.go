@@ -102,8 +102,7 @@ type regEntry[R any] struct {
 	gone     bool
 }
 
-func (e *regEntry[R]) deadlineAt() time.Time { return e.deadline }
-func (e *regEntry[R]) isGone() bool          { return e.gone }
+func (e *regEntry[R]) isGone() bool { return e.gone }
 
 type finEntry[F any] struct {
 	key      Key
@@ -111,13 +110,13 @@ type finEntry[F any] struct {
 	fin      F
 	want     int // registrations expected; 0 until the first pairs
 	served   []string
+	one      [1]string // served's first backing array: most requests have one decode rank
 	deadline time.Time
 	indexed  bool // waiting in the indexes (not paired on arrival)
 	gone     bool
 }
 
-func (e *finEntry[F]) deadlineAt() time.Time { return e.deadline }
-func (e *finEntry[F]) isGone() bool          { return e.gone }
+func (e *finEntry[F]) isGone() bool { return e.gone }
 
 func (e *finEntry[F]) hasServed(sender string) bool {
 	for _, s := range e.served {
@@ -141,28 +140,7 @@ type tombstone struct {
 	gone     bool
 }
 
-func (t *tombstone) deadlineAt() time.Time { return t.deadline }
-func (t *tombstone) isGone() bool          { return t.gone }
-
-// index maps a key string to the entries that carry it, oldest first.
-type index[E comparable] map[string][]E
-
-func (ix index[E]) add(k string, e E) { ix[k] = append(ix[k], e) }
-
-func (ix index[E]) remove(k string, e E) {
-	list := ix[k]
-	for i, x := range list {
-		if x == e {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(ix, k)
-	} else {
-		ix[k] = list
-	}
-}
+func (t *tombstone) isGone() bool { return t.gone }
 
 // Matcher pairs registrations with finished blocks. R and F are the
 // caller's payloads, returned untouched. It is not safe for concurrent use:
@@ -210,7 +188,7 @@ func (m *Matcher[R, F]) Config() Config { return m.cfg }
 func (m *Matcher[R, F]) Stats() Stats {
 	s := m.stats
 	s.PendingRegistrations = len(m.pendingIDs)
-	s.PendingFinished = len(m.fins.byID)
+	s.PendingFinished = m.fins.n
 	return s
 }
 
@@ -264,7 +242,7 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint
 		e.deadline = now.Add(m.cfg.RegistrationTTL)
 		m.pendingIDs[id] = e
 		m.regs.add(key, e.base, e)
-		m.regQ.push(e)
+		m.regQ.push(e.deadline, e)
 	}
 	if superseded != nil {
 		none.Superseded, none.Replaced = true, superseded.reg
@@ -280,9 +258,7 @@ func newSeq(old, seq uint64) bool { return old != 0 && seq != 0 && old != seq }
 // findFinished returns the finished entry that registration e pairs with,
 // by the first rule that finds one.
 func (m *Matcher[R, F]) findFinished(e *regEntry[R]) (*finEntry[F], Kind) {
-	return m.fins.find(e.key, e.base,
-		func(f *finEntry[F]) Key { return f.key },
-		func(f *finEntry[F]) bool { return !f.hasServed(e.sender) })
+	return m.fins.find(e.key, e.base, finKey[F], func(f *finEntry[F]) bool { return !f.hasServed(e.sender) })
 }
 
 // Finish adds a finished request's blocks and returns the registrations they
@@ -293,11 +269,12 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	if key.RequestID == "" {
 		return nil, errors.New("match: finished request has an empty id")
 	}
-	if _, ok := m.fins.byID[key.RequestID]; ok {
+	if _, ok := m.fins.byID(key.RequestID, finKey[F]); ok {
 		return nil, fmt.Errorf("%w: %q", ErrDuplicateFinished, key.RequestID)
 	}
 	m.stats.Finished++
 	f := &finEntry[F]{key: key, base: Base(key.RequestID), fin: fin, deadline: now.Add(m.cfg.FinishedTTL)}
+	f.served = f.one[:0]
 	var out []Match[R, F]
 	for f.want == 0 || len(f.served) < f.want {
 		e, kind := m.findRegistration(f)
@@ -312,17 +289,18 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	}
 	m.fins.add(key, f.base, f)
 	f.indexed = true
-	m.finQ.push(f)
+	m.finQ.push(f.deadline, f)
 	return out, nil
 }
 
 // findRegistration returns a registration that finished entry f pairs
 // with, by the first rule that finds one.
 func (m *Matcher[R, F]) findRegistration(f *finEntry[F]) (*regEntry[R], Kind) {
-	return m.regs.find(f.key, f.base,
-		func(e *regEntry[R]) Key { return e.key },
-		func(e *regEntry[R]) bool { return !f.hasServed(e.sender) })
+	return m.regs.find(f.key, f.base, regKey[R], func(e *regEntry[R]) bool { return !f.hasServed(e.sender) })
 }
+
+func finKey[F any](f *finEntry[F]) Key { return f.key }
+func regKey[R any](e *regEntry[R]) Key { return e.key }
 
 // pair records that registration e is served by f, counts it, leaves a
 // tombstone for duplicates, and removes f once it has every registration it
@@ -345,7 +323,7 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind
 		old.gone = true
 	}
 	m.tombs[t.id] = t
-	m.tombQ.push(t)
+	m.tombQ.push(t.deadline, t)
 	last := len(f.served) >= f.want
 	if last && f.indexed {
 		m.dropFinished(f)
@@ -369,11 +347,10 @@ func (m *Matcher[R, F]) dropFinished(f *finEntry[F]) {
 // (the engine aborted it) and returns its payload and how many
 // registrations it had served.
 func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
-	list := m.fins.byID[requestID]
-	if len(list) == 0 {
+	f, ok := m.fins.byID(requestID, finKey[F])
+	if !ok {
 		return fin, 0, false
 	}
-	f := list[0]
 	m.dropFinished(f)
 	return f.fin, len(f.served), true
 }
@@ -384,8 +361,8 @@ func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []Expir
 	var regs []ExpiredRegistration[R]
 	var fins []ExpiredFinished[F]
 	for {
-		e, ok := m.regQ.front()
-		if !ok || e.deadline.After(now) {
+		e, at, ok := m.regQ.front()
+		if !ok || at.After(now) {
 			break
 		}
 		m.regQ.pop()
@@ -394,8 +371,8 @@ func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []Expir
 		regs = append(regs, ExpiredRegistration[R]{Sender: e.sender, Key: e.key, Reg: e.reg})
 	}
 	for {
-		f, ok := m.finQ.front()
-		if !ok || f.deadline.After(now) {
+		f, at, ok := m.finQ.front()
+		if !ok || at.After(now) {
 			break
 		}
 		m.finQ.pop()
@@ -404,8 +381,8 @@ func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []Expir
 		fins = append(fins, ExpiredFinished[F]{Key: f.key, Fin: f.fin, Served: len(f.served)})
 	}
 	for {
-		t, ok := m.tombQ.front()
-		if !ok || t.deadline.After(now) {
+		t, at, ok := m.tombQ.front()
+		if !ok || at.After(now) {
 			break
 		}
 		m.tombQ.pop()
@@ -437,7 +414,7 @@ func (m *Matcher[R, F]) Next() (time.Time, bool) {
 
 // WaitingFinished reports whether any finished request waits for a
 // registration: the writer polls for notifications only then.
-func (m *Matcher[R, F]) WaitingFinished() bool { return len(m.fins.byID) > 0 }
+func (m *Matcher[R, F]) WaitingFinished() bool { return m.fins.n > 0 }
 
 // Flush removes and returns every pending registration and finished
 // request, for an owner that shuts down; nothing is counted as expired.
@@ -445,7 +422,7 @@ func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F])
 	var regs []ExpiredRegistration[R]
 	var fins []ExpiredFinished[F]
 	for {
-		e, ok := m.regQ.front()
+		e, _, ok := m.regQ.front()
 		if !ok {
 			break
 		}
@@ -454,7 +431,7 @@ func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F])
 		regs = append(regs, ExpiredRegistration[R]{Sender: e.sender, Key: e.key, Reg: e.reg})
 	}
 	for {
-		f, ok := m.finQ.front()
+		f, _, ok := m.finQ.front()
 		if !ok {
 			break
 		}

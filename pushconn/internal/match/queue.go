@@ -1,14 +1,10 @@
 package match
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
-// expiring is an entry that a deadline queue can hold: it says its deadline
-// and whether it already left the matcher some other way.
+// expiring is an entry that a deadline queue can hold: it says whether it
+// already left the matcher some other way.
 type expiring interface {
-	deadlineAt() time.Time
 	isGone() bool
 }
 
@@ -16,47 +12,68 @@ type expiring interface {
 // the matcher some other way stay until they reach the front and are then
 // skipped, which keeps removal O(1) and bounds memory by arrival rate times
 // TTL. A heap rather than arrival order, because registrations may enter
-// with the time they were received, after later ones.
+// with the time they were received, after later ones. The heap is typed and
+// keeps each deadline beside its entry, so that ordering never calls
+// through an interface nor reads the entry.
 type deadlines[E expiring] struct {
-	h entryHeap[E]
+	h []timed[E]
 }
 
-func (q *deadlines[E]) push(e E) { heap.Push(&q.h, e) }
+type timed[E any] struct {
+	at time.Time
+	e  E
+}
 
-// front returns the earliest entry still in the matcher.
-func (q *deadlines[E]) front() (E, bool) {
-	for len(q.h) > 0 && q.h[0].isGone() {
-		heap.Pop(&q.h)
+func (q *deadlines[E]) push(at time.Time, e E) {
+	q.h = append(q.h, timed[E]{at: at, e: e})
+	i := len(q.h) - 1
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !q.h[i].at.Before(q.h[parent].at) {
+			break
+		}
+		q.h[i], q.h[parent] = q.h[parent], q.h[i]
+		i = parent
+	}
+}
+
+// front returns the earliest entry still in the matcher and its deadline.
+func (q *deadlines[E]) front() (E, time.Time, bool) {
+	for len(q.h) > 0 && q.h[0].e.isGone() {
+		q.pop()
 	}
 	if len(q.h) == 0 {
 		var zero E
-		return zero, false
+		return zero, time.Time{}, false
 	}
-	return q.h[0], true
+	return q.h[0].e, q.h[0].at, true
 }
 
-func (q *deadlines[E]) pop() { heap.Pop(&q.h) }
+// pop removes the front entry.
+func (q *deadlines[E]) pop() {
+	n := len(q.h) - 1
+	q.h[0] = q.h[n]
+	q.h[n] = timed[E]{}
+	q.h = q.h[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q.h[r].at.Before(q.h[l].at) {
+			m = r
+		}
+		if !q.h[m].at.Before(q.h[i].at) {
+			break
+		}
+		q.h[i], q.h[m] = q.h[m], q.h[i]
+		i = m
+	}
+}
 
 // next returns the deadline of the earliest live entry.
 func (q *deadlines[E]) next() (time.Time, bool) {
-	e, ok := q.front()
-	if !ok {
-		return time.Time{}, false
-	}
-	return e.deadlineAt(), true
-}
-
-type entryHeap[E expiring] []E
-
-func (h entryHeap[E]) Len() int           { return len(h) }
-func (h entryHeap[E]) Less(i, j int) bool { return h[i].deadlineAt().Before(h[j].deadlineAt()) }
-func (h entryHeap[E]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *entryHeap[E]) Push(x any)        { *h = append(*h, x.(E)) }
-func (h *entryHeap[E]) Pop() any {
-	old := *h
-	var zero E
-	e := old[len(old)-1]
-	old[len(old)-1] = zero
-	*h = old[:len(old)-1]
-	return e
+	_, at, ok := q.front()
+	return at, ok
 }
