@@ -24,6 +24,16 @@ func (x *keyIndex[E]) add(k Key, base string, e E) {
 	x.n++
 }
 
+// addCounted is add for an entry whose stripped id base already files
+// sameBase entries, which the caller has just looked up.
+func (x *keyIndex[E]) addCounted(k Key, base string, e E, sameBase int) {
+	if k.TransferID != "" {
+		x.byTID.add(k.TransferID, e)
+	}
+	x.byBase.addN(base, e, sameBase)
+	x.n++
+}
+
 // remove undoes add.
 func (x *keyIndex[E]) remove(k Key, base string, e E) {
 	if k.TransferID != "" {
@@ -97,6 +107,21 @@ func (ix index[E]) add(k string, e E) {
 		return
 	}
 	ix.one[k] = e
+}
+
+// addN is add for a key known to carry n entries, which saves the lookups
+// that find out.
+func (ix index[E]) addN(k string, e E, n int) {
+	switch n {
+	case 0:
+		ix.one[k] = e
+	case 1:
+		first := ix.one[k]
+		delete(ix.one, k)
+		ix.more[k] = []E{first, e}
+	default:
+		ix.more[k] = append(ix.more[k], e)
+	}
 }
 
 // remove removes e from k's entries and reports whether it was there.

@@ -98,11 +98,14 @@ type regEntry[R any] struct {
 	base     string
 	fanout   int
 	reg      R
+	fp       fingerprint // of identity{sender, key}
+	byID     bool        // indexed in pendingIDs under fp
 	deadline time.Time
 	gone     bool
 }
 
-func (e *regEntry[R]) isGone() bool { return e.gone }
+func (e *regEntry[R]) isGone() bool          { return e.gone }
+func (e *regEntry[R]) deadlineAt() time.Time { return e.deadline }
 
 type finEntry[F any] struct {
 	key      Key
@@ -116,7 +119,8 @@ type finEntry[F any] struct {
 	gone     bool
 }
 
-func (e *finEntry[F]) isGone() bool { return e.gone }
+func (e *finEntry[F]) isGone() bool          { return e.gone }
+func (e *finEntry[F]) deadlineAt() time.Time { return e.deadline }
 
 func (e *finEntry[F]) hasServed(sender string) bool {
 	for _, s := range e.served {
@@ -133,15 +137,6 @@ type identity struct {
 	key    Key
 }
 
-type tombstone struct {
-	id       identity
-	seq      uint64
-	deadline time.Time
-	gone     bool
-}
-
-func (t *tombstone) isGone() bool { return t.gone }
-
 // Matcher pairs registrations with finished blocks. R and F are the
 // caller's payloads, returned untouched. It is not safe for concurrent use:
 // one goroutine owns it.
@@ -150,12 +145,12 @@ type Matcher[R, F any] struct {
 
 	regs       keyIndex[*regEntry[R]]
 	fins       keyIndex[*finEntry[F]]
-	pendingIDs map[identity]*regEntry[R]
-	tombs      map[identity]*tombstone
+	pendingIDs map[fingerprint]*regEntry[R] // by identity's fingerprint, the identity checked on a hit
+	line       timeline
+	tombs      tombs
 
-	regQ  deadlines[*regEntry[R]]
-	finQ  deadlines[*finEntry[F]]
-	tombQ deadlines[*tombstone]
+	regQ deadlines[*regEntry[R]]
+	finQ deadlines[*finEntry[F]]
 
 	stats Stats
 }
@@ -176,8 +171,8 @@ func New[R, F any](cfg Config) (*Matcher[R, F], error) {
 		cfg:        cfg,
 		regs:       newKeyIndex[*regEntry[R]](),
 		fins:       newKeyIndex[*finEntry[F]](),
-		pendingIDs: map[identity]*regEntry[R]{},
-		tombs:      map[identity]*tombstone{},
+		pendingIDs: map[fingerprint]*regEntry[R]{},
+		tombs:      newTombs(),
 	}, nil
 }
 
@@ -187,7 +182,7 @@ func (m *Matcher[R, F]) Config() Config { return m.cfg }
 // Stats returns the counters.
 func (m *Matcher[R, F]) Stats() Stats {
 	s := m.stats
-	s.PendingRegistrations = len(m.pendingIDs)
+	s.PendingRegistrations = m.regs.n
 	s.PendingFinished = m.fins.n
 	return s
 }
@@ -212,37 +207,44 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint
 		return none, 0, fmt.Errorf("match: registration fanout must be at least 1, got %d", fanout)
 	}
 	id := identity{sender: sender, key: key}
+	fp := fingerprintOf(id)
 	var superseded *regEntry[R]
-	if old, ok := m.pendingIDs[id]; ok {
+	if old := m.pending(fp, id); old != nil {
 		if !newSeq(old.seq, seq) {
 			m.stats.Duplicates++
 			return none, Duplicate, nil
 		}
 		superseded = old
 	}
-	if t, ok := m.tombs[id]; ok {
+	if t, ok := m.tombs.get(fp); ok {
 		if !newSeq(t.seq, seq) {
 			m.stats.Duplicates++
 			return none, Duplicate, nil
 		}
-		t.gone = true
-		delete(m.tombs, id)
+		m.tombs.remove(fp)
 	}
 	if superseded != nil {
 		m.dropRegistration(superseded)
 		m.stats.Superseded++
 	}
 	m.stats.Registrations++
-	e := &regEntry[R]{sender: sender, key: key, seq: seq, base: Base(key.RequestID), fanout: fanout, reg: reg}
+	// The entry stays on the stack unless it has to wait: most
+	// registrations arrive after their request finished.
+	e := regEntry[R]{sender: sender, key: key, seq: seq, base: Base(key.RequestID), fanout: fanout, reg: reg, fp: fp}
 	out := Pending
-	if f, kind := m.findFinished(e); f != nil {
-		none = m.pair(now, e, f, kind)
+	if f, kind := m.findFinished(e.sender, e.key, e.base); f != nil {
+		none = m.pair(now, &e, f, kind)
 		out = Matched
 	} else {
-		e.deadline = now.Add(m.cfg.RegistrationTTL)
-		m.pendingIDs[id] = e
-		m.regs.add(key, e.base, e)
-		m.regQ.push(e.deadline, e)
+		p := new(regEntry[R])
+		*p = e
+		p.deadline = now.Add(m.cfg.RegistrationTTL)
+		if _, taken := m.pendingIDs[fp]; !taken {
+			m.pendingIDs[fp] = p
+			p.byID = true
+		}
+		m.regs.add(key, p.base, p)
+		m.regQ.push(m.line.at(p.deadline), p)
 	}
 	if superseded != nil {
 		none.Superseded, none.Replaced = true, superseded.reg
@@ -250,15 +252,26 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint
 	return none, out, nil
 }
 
+// pending returns the waiting registration of identity id, whose
+// fingerprint is fp. Another identity under the same fingerprint (a chance
+// of 2^-128) is not it: that one is then found only through the indexes.
+func (m *Matcher[R, F]) pending(fp fingerprint, id identity) *regEntry[R] {
+	e, ok := m.pendingIDs[fp]
+	if !ok || e.sender != id.sender || e.key != id.key {
+		return nil
+	}
+	return e
+}
+
 // newSeq reports whether a registration with seq is another registration
 // than an earlier one of the same identity with seq old: both said their
 // seq and they differ.
 func newSeq(old, seq uint64) bool { return old != 0 && seq != 0 && old != seq }
 
-// findFinished returns the finished entry that registration e pairs with,
-// by the first rule that finds one.
-func (m *Matcher[R, F]) findFinished(e *regEntry[R]) (*finEntry[F], Kind) {
-	return m.fins.find(e.key, e.base, finKey[F], func(f *finEntry[F]) bool { return !f.hasServed(e.sender) })
+// findFinished returns the finished entry that a registration from sender
+// with key and stripped id base pairs with, by the first rule that finds one.
+func (m *Matcher[R, F]) findFinished(sender string, key Key, base string) (*finEntry[F], Kind) {
+	return m.fins.find(key, base, finKey[F], func(f *finEntry[F]) bool { return !f.hasServed(sender) })
 }
 
 // Finish adds a finished request's blocks and returns the registrations they
@@ -269,11 +282,19 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	if key.RequestID == "" {
 		return nil, errors.New("match: finished request has an empty id")
 	}
-	if _, ok := m.fins.byID(key.RequestID, finKey[F]); ok {
-		return nil, fmt.Errorf("%w: %q", ErrDuplicateFinished, key.RequestID)
+	base := Base(key.RequestID)
+	// One lookup serves the duplicate check and, below, the insertion:
+	// pairing changes registrations only, so the count still holds then.
+	var buf [1]*finEntry[F]
+	same := m.fins.byBase.list(base, &buf)
+	for _, x := range same {
+		if x.key.RequestID == key.RequestID {
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateFinished, key.RequestID)
+		}
 	}
+	sameBase := len(same)
 	m.stats.Finished++
-	f := &finEntry[F]{key: key, base: Base(key.RequestID), fin: fin, deadline: now.Add(m.cfg.FinishedTTL)}
+	f := &finEntry[F]{key: key, base: base, fin: fin, deadline: now.Add(m.cfg.FinishedTTL)}
 	f.served = f.one[:0]
 	var out []Match[R, F]
 	for f.want == 0 || len(f.served) < f.want {
@@ -287,9 +308,9 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	if f.want != 0 && len(f.served) >= f.want {
 		return out, nil
 	}
-	m.fins.add(key, f.base, f)
+	m.fins.addCounted(key, f.base, f, sameBase)
 	f.indexed = true
-	m.finQ.push(f.deadline, f)
+	m.finQ.push(m.line.at(f.deadline), f)
 	return out, nil
 }
 
@@ -318,12 +339,7 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind
 		f.want = e.fanout
 	}
 	f.served = append(f.served, e.sender)
-	t := &tombstone{id: identity{sender: e.sender, key: e.key}, seq: e.seq, deadline: now.Add(m.cfg.RegistrationTTL)}
-	if old, ok := m.tombs[t.id]; ok {
-		old.gone = true
-	}
-	m.tombs[t.id] = t
-	m.tombQ.push(t.deadline, t)
+	m.tombs.put(e.fp, e.seq, m.line.at(now.Add(m.cfg.RegistrationTTL)))
 	last := len(f.served) >= f.want
 	if last && f.indexed {
 		m.dropFinished(f)
@@ -333,7 +349,10 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind
 
 func (m *Matcher[R, F]) dropRegistration(e *regEntry[R]) {
 	e.gone = true
-	delete(m.pendingIDs, identity{sender: e.sender, key: e.key})
+	if e.byID {
+		delete(m.pendingIDs, e.fp)
+		e.byID = false
+	}
 	m.regs.remove(e.key, e.base, e)
 }
 
@@ -360,9 +379,10 @@ func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
 func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []ExpiredFinished[F]) {
 	var regs []ExpiredRegistration[R]
 	var fins []ExpiredFinished[F]
+	limit := m.line.at(now)
 	for {
 		e, at, ok := m.regQ.front()
-		if !ok || at.After(now) {
+		if !ok || at > limit {
 			break
 		}
 		m.regQ.pop()
@@ -372,7 +392,7 @@ func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []Expir
 	}
 	for {
 		f, at, ok := m.finQ.front()
-		if !ok || at.After(now) {
+		if !ok || at > limit {
 			break
 		}
 		m.finQ.pop()
@@ -380,15 +400,7 @@ func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []Expir
 		m.stats.ExpiredFinished++
 		fins = append(fins, ExpiredFinished[F]{Key: f.key, Fin: f.fin, Served: len(f.served)})
 	}
-	for {
-		t, at, ok := m.tombQ.front()
-		if !ok || at.After(now) {
-			break
-		}
-		m.tombQ.pop()
-		t.gone = true
-		delete(m.tombs, t.id)
-	}
+	m.tombs.expire(limit)
 	return regs, fins
 }
 
@@ -444,13 +456,14 @@ func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F])
 
 // PendingRegistrations returns the number of registrations waiting for
 // their request to finish, for the owner's cap on them.
-func (m *Matcher[R, F]) PendingRegistrations() int { return len(m.pendingIDs) }
+func (m *Matcher[R, F]) PendingRegistrations() int { return m.regs.n }
 
 // Pending returns the registration from sender with key that waits for its
 // request to finish, leaving it in place.
 func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
-	e, ok := m.pendingIDs[identity{sender: sender, key: key}]
-	if !ok {
+	id := identity{sender: sender, key: key}
+	e := m.pending(fingerprintOf(id), id)
+	if e == nil {
 		var none R
 		return none, false
 	}
@@ -462,8 +475,9 @@ func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
 // refuses it after all. A withdrawn registration pairs with nothing, so a
 // later one of the same identity is not a Duplicate.
 func (m *Matcher[R, F]) Withdraw(sender string, key Key) (R, bool) {
-	e, ok := m.pendingIDs[identity{sender: sender, key: key}]
-	if !ok {
+	id := identity{sender: sender, key: key}
+	e := m.pending(fingerprintOf(id), id)
+	if e == nil {
 		var none R
 		return none, false
 	}

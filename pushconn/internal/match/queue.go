@@ -3,9 +3,10 @@ package match
 import "time"
 
 // expiring is an entry that a deadline queue can hold: it says whether it
-// already left the matcher some other way.
+// already left the matcher some other way, and its deadline.
 type expiring interface {
 	isGone() bool
+	deadlineAt() time.Time
 }
 
 // deadlines holds entries by deadline, earliest first. Entries that leave
@@ -13,38 +14,37 @@ type expiring interface {
 // skipped, which keeps removal O(1) and bounds memory by arrival rate times
 // TTL. A heap rather than arrival order, because registrations may enter
 // with the time they were received, after later ones. The heap is typed and
-// keeps each deadline beside its entry, so that ordering never calls
-// through an interface nor reads the entry.
+// keeps each deadline (on the matcher's timeline) beside its entry, so that
+// ordering is an integer comparison that never reads the entry.
 type deadlines[E expiring] struct {
 	h []timed[E]
 }
 
 type timed[E any] struct {
-	at time.Time
+	at int64
 	e  E
 }
 
-func (q *deadlines[E]) push(at time.Time, e E) {
+func (q *deadlines[E]) push(at int64, e E) {
 	q.h = append(q.h, timed[E]{at: at, e: e})
-	i := len(q.h) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !q.h[i].at.Before(q.h[parent].at) {
+	for i := len(q.h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if q.h[i].at >= q.h[p].at {
 			break
 		}
-		q.h[i], q.h[parent] = q.h[parent], q.h[i]
-		i = parent
+		q.h[i], q.h[p] = q.h[p], q.h[i]
+		i = p
 	}
 }
 
 // front returns the earliest entry still in the matcher and its deadline.
-func (q *deadlines[E]) front() (E, time.Time, bool) {
+func (q *deadlines[E]) front() (E, int64, bool) {
 	for len(q.h) > 0 && q.h[0].e.isGone() {
 		q.pop()
 	}
 	if len(q.h) == 0 {
 		var zero E
-		return zero, time.Time{}, false
+		return zero, 0, false
 	}
 	return q.h[0].e, q.h[0].at, true
 }
@@ -61,10 +61,10 @@ func (q *deadlines[E]) pop() {
 			break
 		}
 		m := l
-		if r := l + 1; r < n && q.h[r].at.Before(q.h[l].at) {
+		if r := l + 1; r < n && q.h[r].at < q.h[l].at {
 			m = r
 		}
-		if !q.h[m].at.Before(q.h[i].at) {
+		if q.h[m].at >= q.h[i].at {
 			break
 		}
 		q.h[i], q.h[m] = q.h[m], q.h[i]
@@ -74,6 +74,9 @@ func (q *deadlines[E]) pop() {
 
 // next returns the deadline of the earliest live entry.
 func (q *deadlines[E]) next() (time.Time, bool) {
-	_, at, ok := q.front()
-	return at, ok
+	e, _, ok := q.front()
+	if !ok {
+		return time.Time{}, false
+	}
+	return e.deadlineAt(), true
 }
