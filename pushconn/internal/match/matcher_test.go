@@ -445,3 +445,31 @@ func TestRegisteredAgainWithNewSeqIsNotADuplicate(t *testing.T) {
 	regs, _ := m.Expire(t0.Add(time.Hour))
 	require.Empty(t, regs)
 }
+
+// A tombstone replaced by a later pairing of the same identity lasts its
+// own TTL: the earlier one's deadline does not remove it.
+func TestReplacedTombstoneKeepsItsOwnDeadline(t *testing.T) {
+	m := newM(t)
+	k := Key{RequestID: "r1"}
+	_, out, _ := m.Register(t0, "d0", k, 1, 1, "seq1")
+	require.Equal(t, Pending, out)
+	_, err := m.Finish(t0, k, "fin1")
+	require.NoError(t, err)
+
+	later := t0.Add(100 * time.Second)
+	_, out, _ = m.Register(later, "d0", k, 2, 1, "seq2")
+	require.Equal(t, Pending, out, "a new seq is not a duplicate")
+	got, err := m.Finish(later, k, "fin2")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "seq2", got[0].Reg)
+
+	m.Expire(t0.Add(481 * time.Second)) // past seq1's tombstone, not seq2's
+	_, out, _ = m.Register(t0.Add(481*time.Second), "d0", k, 2, 1, "seq2 again")
+	require.Equal(t, Duplicate, out)
+
+	m.Expire(later.Add(481 * time.Second))
+	_, out, _ = m.Register(later.Add(481*time.Second), "d0", k, 2, 1, "seq2 after its TTL")
+	require.Equal(t, Pending, out)
+	require.Equal(t, uint64(1), m.Stats().Duplicates)
+}
