@@ -37,6 +37,10 @@ func (q *deadlines[E]) front() (E, bool) {
 
 func (q *deadlines[E]) pop() { heap.Pop(&q.h) }
 
+// fix restores the order after deadlines of entries in the queue moved
+// (Matcher.Extend); O(n), once per heartbeat message.
+func (q *deadlines[E]) fix() { heap.Init(&q.h) }
+
 // next returns the deadline of the earliest live entry.
 func (q *deadlines[E]) next() (time.Time, bool) {
 	e, ok := q.front()
