@@ -178,11 +178,8 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 // returns at once; the request's connector.Result comes from Drain. An error means
 // nothing was registered.
 func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, opts ...RequestOption) error {
-	o := applyOpts(opts)
+	o := c.engine.vllmOpts(applyOpts(opts))
 	if err := prefill.validate(); err != nil {
-		return err
-	}
-	if err := c.engine.vllmOpts(o, "Consumer.Register"); err != nil {
 		return err
 	}
 	if requestID == "" || len(requestID) > notif.MaxIDLen {

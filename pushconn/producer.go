@@ -126,10 +126,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 // stay held until DrainFreed returns requestID. It never blocks: the
 // writer goroutine does the rest. An error means nothing was taken.
 func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...RequestOption) (Params, error) {
-	o := applyOpts(opts)
-	if err := p.engine.vllmOpts(o, "Producer.RequestFinished"); err != nil {
-		return Params{}, err
-	}
+	o := p.engine.vllmOpts(applyOpts(opts))
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
 		return Params{}, invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	}

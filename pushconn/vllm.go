@@ -29,13 +29,16 @@ func heartbeatExtension(lease time.Duration) time.Duration { return lease * 2 / 
 // vllm reports whether the engine speaks vLLM's protocol.
 func (e *pushEngine) vllm() bool { return e.core.VLLM() }
 
-// vllmOpts refuses, in vLLM's protocol, the options that put gonixl's own
-// keys on the wire. where names the call.
-func (e *pushEngine) vllmOpts(o requestOpts, where string) error {
-	if e.vllm() && o.transferID != "" {
-		return invalidf("%s: WithTransferID: transfer_id is gonixl's own key, and this engine speaks vLLM's protocol (its peers match on request ids)", where)
+// vllmOpts drops, in vLLM's protocol, what would put gonixl's own keys on
+// the wire or match on them: the transfer id. A vLLM engine ignores a
+// transfer_id in kv_transfer_params (gonixl's proxy sends one), and so
+// does this one: matching is by request id, exactly and then without the
+// suffix, as vLLM's prefill matches.
+func (e *pushEngine) vllmOpts(o requestOpts) requestOpts {
+	if e.vllm() {
+		o.transferID = ""
 	}
-	return nil
+	return o
 }
 
 // onHeartbeat handles vLLM's "HB:<id>,<id>,..." from a decode rank: each

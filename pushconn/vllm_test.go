@@ -373,23 +373,27 @@ func TestVLLMProtocolHeartbeatExtendsLease(t *testing.T) {
 	assert.Equal(t, uint64(1), p.Stats().ExpiredRequests)
 }
 
-// gonixl's own options and messages are refused or ignored in vLLM's
-// protocol, with the field named.
-func TestVLLMProtocolRefusals(t *testing.T) {
-	r, _ := vllmRig(t, rigConfig{rank: vllmTimings})
+// gonixl's own options and messages are dropped or ignored in vLLM's
+// protocol: a transfer id (gonixl's proxy sends one) is neither sent nor
+// matched on, so two requests whose transfer ids differ still pair by
+// their ids; PUSH_CANCEL and PUSH_FAIL are counted and change nothing.
+func TestVLLMProtocolIgnoresGonixlOnly(t *testing.T) {
+	r, taps := vllmRig(t, rigConfig{rank: vllmTimings})
 	c, p := r.consumers[0], r.producers[0]
-	err := c.Register("x", Coordinates(r.pre), []int{1}, WithTransferID("t"))
-	require.ErrorIs(t, err, connector.ErrInvalid)
-	assert.EqualError(t, err, "pushconn: invalid argument: Consumer.Register: WithTransferID: transfer_id is gonixl's own key, and this engine speaks vLLM's protocol (its peers match on request ids)")
-	_, err = p.RequestFinished("x", []int{1}, WithTransferID("t"))
-	assert.EqualError(t, err, "pushconn: invalid argument: Producer.RequestFinished: WithTransferID: transfer_id is gonixl's own key, and this engine speaks vLLM's protocol (its peers match on request ids)")
-	assert.Zero(t, c.Pending())
-	assert.Zero(t, p.Held())
+	require.NoError(t, c.Register("x-1a2b3c4d", Coordinates(r.pre), []int{1}, WithTransferID("t1")))
+	params, err := p.RequestFinished("x-9f8e7d6c", []int{2}, WithTransferID("t2"))
+	require.NoError(t, err)
+	assert.Empty(t, params.TransferID)
+	require.NoError(t, await(t, c, 1)[0].Err)
+	for _, reg := range taps["prefill-0"].received(pushwire.RegPrefix) {
+		assert.NotContains(t, reg, "transfer_id")
+	}
+	freedOnce(t, p, "x-9f8e7d6c")
 
 	// A PUSH_CANCEL or PUSH_FAIL is not part of the protocol: counted,
 	// nothing changes.
 	require.NoError(t, c.Register("warm", Coordinates(r.pre), []int{1}))
-	admitted(t, p, 1)
+	admitted(t, p, 2)
 	cancel, err := pushwire.EncodeCancel(&pushwire.Cancel{RequestID: "warm", EngineID: "decode"})
 	require.NoError(t, err)
 	require.NoError(t, r.decAgents[0].GenNotif(r.preAgents[0].Name(), cancel, nil))
