@@ -361,6 +361,14 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 			// The client goes away during a long prefill.
 			q.abortDecAt = q.regAt.Add(time.Duration(rng.IntN(int(q.finAt.Sub(q.regAt)/time.Microsecond))) * time.Microsecond)
 		}
+		if o.vllm && !q.noRegister && rng.IntN(50) == 0 {
+			// A long prefill the client leaves at once: decode cannot
+			// cancel, so prefill still WRITEs, after decode's CancelTimeout
+			// (400 ms) but before prefill's registration timeout (600 ms):
+			// decode must hold the blocks past the cancel timeout.
+			q.finAt = q.regAt.Add(450*time.Millisecond + time.Duration(rng.IntN(100_000))*time.Microsecond)
+			q.abortDecAt = q.regAt.Add(time.Duration(rng.IntN(5000)) * time.Microsecond)
+		}
 		if q.reuses != nil {
 			// One copy soon after the registration, often another later
 			// (while the request waits, drains or has ended).
