@@ -19,8 +19,10 @@ const (
 	ProtocolGonixl Protocol = ""
 	// ProtocolVLLM is vLLM's NIXL connector at its version 12 (its ZMQ side
 	// channel, NixlAgentMetadata, compatibility hash and completion
-	// counts), so that the engine pairs with vLLM engines; its guarantees
-	// are vLLM's, weaker than gonixl's (docs/vllm.md). Pull only so far.
+	// counts; PUSH_REG and plain completions for push), so that the engine
+	// pairs with vLLM engines, pull (NixlConnector) and push
+	// (NixlPushConnector) alike; its guarantees are vLLM's, weaker than
+	// gonixl's (docs/vllm.md).
 	ProtocolVLLM Protocol = "vllm"
 )
 
@@ -52,8 +54,10 @@ type VLLM struct {
 func vllmConfig(cfg EngineConfig, conn engine.Connector) (engine.VLLMConfig, error) {
 	v, g := cfg.VLLM, cfg.Geometry
 	switch {
-	case conn.Mode != vllm.TransferModePull:
-		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.Protocol is %q: %s does not speak vLLM's protocol yet (pullconn does)", conn.ErrInvalid, cfg.Protocol, conn.Name)
+	case conn.Mode != vllm.TransferModePull && conn.Mode != vllm.TransferModePush:
+		// The transfer mode is one of the hash's factors: both peers of a
+		// pair must be pull or both push.
+		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.Protocol is %q: %s has transfer mode %q, vLLM's are %q and %q", conn.ErrInvalid, cfg.Protocol, conn.Name, conn.Mode, vllm.TransferModePull, vllm.TransferModePush)
 	case v.Version == "":
 		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.VLLM.Version is empty: vLLM's compatibility hash needs the peers' vLLM version", conn.ErrInvalid)
 	case v.AttentionBackend == "":

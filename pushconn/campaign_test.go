@@ -186,6 +186,22 @@ type creq struct {
 const campaignBlocks = 384
 
 func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stagingMem) campaignFigures {
+	return runCampaignWith(t, seed, n, preTP, decTP, campaignOpts{staged: staged})
+}
+
+// campaignOpts varies the campaign: staging memory on every rank, or both
+// engines in vLLM's protocol.
+type campaignOpts struct {
+	staged []*stagingMem
+	// vllm: both engines speak vLLM's protocol, so no transfer ids, no
+	// registration seqs and no reuse of an id that ended done (a late copy
+	// of a plain completion would count for the new request: the gap
+	// docs/vllm.md names).
+	vllm bool
+}
+
+func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignOpts) campaignFigures {
+	staged := o.staged
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var logger *zap.Logger
 	fabricOpts := []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(200 * time.Microsecond))}
@@ -203,7 +219,7 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, numBlocks: campaignBlocks, clock: lease.SystemClock{},
-		fabric: fabricOpts, wrap: net.wrap,
+		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm,
 		rank: func(c *Config) {
 			c.Logger = logger
 			c.StatsInterval = -1
@@ -279,9 +295,13 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		case 0:
 			q.preID = q.decID
 		case 1:
-			q.tid = fmt.Sprintf("tid-%d-%d", seed, q.n)
+			if !o.vllm {
+				q.tid = fmt.Sprintf("tid-%d-%d", seed, q.n)
+			}
 		}
 		switch {
+		case o.vllm:
+			q.seqless = true // vLLM's decode sends no seq
 		case retryOf == nil && len(reusable) > 0 && rng.IntN(10) == 0:
 			// The same ids again, with a seq (a seq-less registration of an
 			// id already written is dropped as a duplicate, and copies of
@@ -340,6 +360,14 @@ func runCampaign(t *testing.T, seed uint64, n, preTP, decTP int, staged ...*stag
 		case slow && x < 40:
 			// The client goes away during a long prefill.
 			q.abortDecAt = q.regAt.Add(time.Duration(rng.IntN(int(q.finAt.Sub(q.regAt)/time.Microsecond))) * time.Microsecond)
+		}
+		if o.vllm && !q.noRegister && rng.IntN(50) == 0 {
+			// A long prefill the client leaves at once: decode cannot
+			// cancel, so prefill still WRITEs, after decode's CancelTimeout
+			// (400 ms) but before prefill's registration timeout (600 ms):
+			// decode must hold the blocks past the cancel timeout.
+			q.finAt = q.regAt.Add(450*time.Millisecond + time.Duration(rng.IntN(100_000))*time.Microsecond)
+			q.abortDecAt = q.regAt.Add(time.Duration(rng.IntN(5000)) * time.Microsecond)
 		}
 		if q.reuses != nil {
 			// One copy soon after the registration, often another later

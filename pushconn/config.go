@@ -71,7 +71,10 @@ type Config struct {
 	// WriteTimeout + a margin for notifications) x 4/3, as the default is:
 	// a WRITE the agent will not release may move bytes for two write
 	// timeouts, and a lost cancel is resent a quarter of this timeout
-	// later. Zero means DefaultCancelTimeout.
+	// later. Zero means DefaultCancelTimeout. In vLLM's protocol, which
+	// has no PUSH_CANCEL, it is the margin after RegistrationTimeout (counted
+	// from the registration) until such a request's blocks come back
+	// (the package documentation, "vLLM's protocol").
 	CancelTimeout time.Duration
 	// MaxPeers (prefill) bounds the decode engines the rank keeps a
 	// handshake and state for; every registration from a new decode engine

@@ -17,6 +17,7 @@ import (
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/vllm"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -130,6 +131,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		ready:   make(chan struct{}, 1),
 	}
 	c.tracker.recompute = cfg.FailurePolicy == connector.PolicyRecompute
+	c.tracker.noCancel = e.vllm()
 	c.push = newPushCounters(c.stats)
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
@@ -141,6 +143,9 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		return nil, err
 	}
 	c.incarnation = inc
+	if e.vllm() {
+		c.incarnation = 0 // decode_incarnation is gonixl's own key
+	}
 	c.seq = rand.Uint64() >> 1 // far from wrapping to 0, which means "no seq"
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = cfg.Poller("pushconn", c.log, c.busy, c.tick)
@@ -150,6 +155,14 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.poll.Handle(pushwire.CancelAckPrefix, c.onCancelAck)
 	c.poll.Handle(pushwire.StagedPrefix, c.onStaged)
 	c.poll.Handle(pushwire.StagedChunkPrefix, c.onStagedChunk)
+	if e.vllm() {
+		// None of gonixl's messages is part of vLLM's protocol: a peer
+		// that speaks it never sends them, so one that arrives changes
+		// nothing (the registration timeout is the only failure signal).
+		for _, prefix := range gonixlOnlyToDecode {
+			c.poll.Handle(prefix, c.onStray)
+		}
+	}
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
 	c.poll.Handle("", c.onCompletion)
 	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
@@ -165,7 +178,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 // returns at once; the request's connector.Result comes from Drain. An error means
 // nothing was registered.
 func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, opts ...RequestOption) error {
-	o := applyOpts(opts)
+	o := c.engine.vllmOpts(applyOpts(opts))
 	if err := prefill.validate(); err != nil {
 		return err
 	}
@@ -190,7 +203,7 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	}
 	err := c.tracker.add(c.cfg.Clock.Now(), r)
 	if err == nil {
-		if !o.noSeq {
+		if !o.noSeq && !c.engine.vllm() { // registration_seq is gonixl's own key
 			c.seq++
 			r.seq = c.seq
 		}
@@ -223,7 +236,11 @@ func (c *Consumer) Drain() []connector.Result {
 // got its registration are sent PUSH_CANCEL, and its connector.Result, with an error
 // matching connector.ErrAborted, comes out of Drain once no prefill rank can still
 // write into its blocks (every one has written, failed or acknowledged the
-// cancel, or CancelTimeout passed). Aborting a request that already ended,
+// cancel, or CancelTimeout passed). In vLLM's protocol there is no cancel
+// to send: the Result waits until every prefill rank that got the
+// registration has written, or until RegistrationTimeout after the
+// registration plus CancelTimeout (the package documentation, "vLLM's
+// protocol"). Aborting a request that already ended,
 // or an id never registered, does nothing; after Close it returns an
 // error matching connector.ErrClosed.
 func (c *Consumer) Abort(requestID string) error {
@@ -328,7 +345,11 @@ func (c *Consumer) tick() {
 	if n > 0 {
 		c.push.timeouts.Add(uint64(n))
 	}
-	if gaveUp > 0 {
+	if gaveUp > 0 && c.engine.vllm() {
+		c.push.writeBound.Add(uint64(gaveUp))
+		c.log.Info("pushconn: released the blocks of failed requests once no WRITE of a prefill rank could still land (vLLM's protocol has no PUSH_CANCEL)",
+			zap.Int("requests", gaveUp), zap.Duration("registration_timeout", c.cfg.RegistrationTimeout), zap.Duration("cancel_timeout", c.cfg.CancelTimeout))
+	} else if gaveUp > 0 {
 		c.push.cancelTimeouts.Add(uint64(gaveUp))
 		c.log.Warn("pushconn: released the blocks of failed requests without every prefill rank's answer to PUSH_CANCEL",
 			zap.Int("requests", gaveUp), zap.Duration("cancel_timeout", c.cfg.CancelTimeout))
@@ -422,13 +443,21 @@ func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: prefill engine %q: %v", connector.ErrIncompatible, pf.EngineID, err)
 	}
+	if c.engine.vllm() {
+		// vLLM's decode counts pp_size * max(1, prefill TP / decode TP)
+		// completions; the ranks that write here must be that many.
+		if want := vllm.PushCompletions(pl.PPSize, pl.TPSize, c.cfg.Layout.TPSize); want != len(ranks) {
+			return nil, fmt.Errorf("%w: prefill engine %q: %d of its ranks write into decode rank %d, vLLM's protocol counts %d completions", connector.ErrIncompatible, pf.EngineID, len(ranks), c.cfg.Layout.TPRank, want)
+		}
+	}
 	names := make([]string, 0, len(ranks))
 	for _, tp := range ranks {
 		rk := &pl.Ranks[tp]
-		if err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata); err != nil {
+		name, err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata)
+		if err != nil {
 			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, tp, err)
 		}
-		names = append(names, rk.Agent)
+		names = append(names, name)
 	}
 	return names, nil
 }
@@ -454,6 +483,9 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 	}
 	c.mu.Lock()
 	alive := c.tracker.expect(r, p.sources)
+	if alive {
+		r.regAt = c.cfg.Clock.Now()
+	}
 	c.mu.Unlock()
 	if !alive {
 		return // ended while it waited (timeout, Abort)

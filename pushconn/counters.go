@@ -40,6 +40,10 @@ type pushCounters struct {
 	superseded         *stats.Counter
 	staleCompletions   *stats.Counter
 	seqlessCopies      *stats.Counter
+
+	failWithheld  *stats.Counter
+	leaseExtended *stats.Counter
+	writeBound    *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -79,5 +83,9 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		superseded:         s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
 		staleCompletions:   s.Counter("stale_completions", "Completions (plain or staged) that name another registration of their request id than the one decode holds, or none when it had a seq; counted for nothing (decode)."),
 		seqlessCopies:      s.Counter("seqless_copies_dropped", "Registrations without registration_seq dropped as late copies (same sender, ids and block ids) of one the rank had ended without a WRITE and told decode so, by PUSH_CANCEL_ACK or PUSH_FAIL (prefill)."),
+
+		failWithheld:  s.Counter("push_fail_withheld", "Registrations that failed or expired on prefill without a PUSH_FAIL, which vLLM's protocol does not have: decode sees them at its registration timeout (prefill, vLLM protocol)."),
+		leaseExtended: s.Counter("lease_extensions", "Leases of finished requests waiting for their registration extended by a vLLM heartbeat (prefill, vLLM protocol)."),
+		writeBound:    s.Counter("write_bound_releases", "Requests ended other than by success whose blocks were released only once no WRITE could still land: RegistrationTimeout after the registration plus CancelTimeout (decode, vLLM protocol, which has no PUSH_CANCEL)."),
 	}
 }

@@ -334,6 +334,56 @@
 // limit before its first handshake (push_fail_undeliverable counts it and
 // decode waits for its registration timeout).
 //
+// # vLLM's protocol
+//
+// With EngineConfig.Protocol = connector.ProtocolVLLM (and
+// EngineConfig.VLLM) the engine speaks vLLM's NixlPushConnector at
+// connector version 12, so either half of a pair may be a vLLM instance:
+// the handshakes run over vLLM's ZMQ side channel with its compatibility
+// hash, whose transfer mode "push" both peers must have. Decode loads the
+// metadata of the prefill ranks that write into it (vLLM's notif-only
+// handshake) and sends each exactly vLLM's PUSH_REG, its 11 keys and
+// nothing else (no transfer_id, decode_incarnation, registration_seq or
+// staging); prefill handshakes with decode's side channel (decode_host,
+// decode_port) and WRITEs with the plain completion
+// "<decode request id>:<prefill world size>", and decode counts vLLM's
+// pp_size * max(1, prefill TP / decode TP) of them. Agent names are the
+// ones loading the metadata gives (vLLM's payload has none outside NIXL's
+// blob). Prefill matches by exact request id, then without the
+// "-xxxxxxxx" suffix; a transfer id given with WithTransferID is ignored,
+// as a vLLM engine ignores the key. Staging is refused
+// (RankConfig.Staging.Mode). PUSH_FAIL, PUSH_CANCEL, PUSH_CANCEL_ACK and
+// the staged messages are never sent, and one that arrives is counted as
+// unknown and changes nothing: decode's registration timeout is its only
+// failure signal (push_fail_withheld counts what prefill could not say),
+// and prefill's lease reaps finished blocks no registration claims. A
+// vLLM decode's heartbeat "HB:<id>,..." moves the lease of each finished
+// request still waiting under exactly one of those ids to at least now +
+// 2/3 of the lease (lease_extensions). A gonixl decode sends none: vLLM's
+// decode heartbeats only requests whose params carry prefill's request id
+// (remote_request_id), which a push decode registers before prefill
+// has one.
+//
+// Write safety without cancels. A request that decode ends other than by
+// success (Abort, its registration timeout, a failed handshake or send
+// after the registration went to some rank) cannot be withdrawn from
+// prefill, so its blocks stay held, and its Result back, until no WRITE
+// can land in them: until every prefill rank that got the registration
+// has sent its completion (NIXL delivers it after the WRITE's bytes), or
+// until RegistrationTimeout after the registration was sent plus
+// CancelTimeout, whichever comes first (write_bound_releases counts the
+// second). The bound holds because a prefill rank gives a registration up
+// within its own registration timeout, shorter than decode's (a Producer's
+// is, by Config's rule; a vLLM prefill writes when its request finishes,
+// and its finished blocks lapse with the lease), and a WRITE posted before
+// then moves bytes for at most two write timeouts, which CancelTimeout
+// covers. A completion that arrives after the watchdog fired settles its
+// rank the same way. With the defaults an aborted request's blocks may
+// stay held 480 s + 93.3 s after its registration: the price of a
+// protocol without cancels. Without a seq a late copy of an earlier
+// completion of the same request id counts for a later registration of
+// that id; vLLM's ids carry a random suffix, so ids are not reused.
+//
 // # Metrics
 //
 // Each rank's Stats (connector.Stats) has the counters both connectors
@@ -351,7 +401,9 @@
 // stale_registrations, push_cancel_ack_sent,
 // push_cancel_ack_undeliverable, push_cancel_ack_received,
 // cancel_timeouts, aborted_requests, oversized_ids,
-// superseded_registrations, stale_completions and seqless_copies_dropped;
+// superseded_registrations, stale_completions, seqless_copies_dropped,
+// and, used in vLLM's protocol only, push_fail_withheld,
+// lease_extensions and write_bound_releases;
 // a rank that stages adds the staging counters after them
 // (docs/metrics.md). With a Logger they are logged as one "KV Transfer
 // metrics:" line every StatsInterval.

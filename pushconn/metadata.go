@@ -2,16 +2,25 @@ package pushconn
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/nixl"
 )
 
 // loadPeerMD loads a peer agent's metadata, replacing a dead instance of
-// the same name (engine.LoadPeerMD).
-func loadPeerMD(a nixl.Agent, name string, md []byte) error {
-	_, err := engine.LoadPeerMD(a, name, md)
-	return err
+// the same name (engine.LoadPeerMD), and returns the agent's name. name is
+// what the payload says, empty from a vLLM peer, whose metadata carries
+// the name only inside NIXL's blob: loading it names the agent.
+func loadPeerMD(a nixl.Agent, name string, md []byte) (string, error) {
+	got, err := engine.LoadPeerMD(a, name, md)
+	switch {
+	case err != nil:
+		return "", err
+	case name != "" && got != name:
+		return "", fmt.Errorf("metadata is agent %q, payload says %q", got, name)
+	}
+	return got, nil
 }
 
 // peerGone reports whether err says a peer agent is unreachable or

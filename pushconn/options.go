@@ -14,7 +14,9 @@ type requestOpts struct {
 }
 
 // WithTransferID sets a router-assigned transfer id that both sides carry;
-// prefill matches on it before request ids.
+// prefill matches on it before request ids. An engine in vLLM's protocol
+// ignores it, as a vLLM engine ignores the key: it is never sent, and
+// matching is by request id.
 func WithTransferID(id string) RequestOption {
 	return func(o *requestOpts) { o.transferID = id }
 }

@@ -109,6 +109,12 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
 	p.poll.Handle(pushwire.CancelAckPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
+	if e.vllm() {
+		// vLLM's decode keeps finished blocks alive with heartbeats and
+		// never cancels (its protocol has no PUSH_CANCEL).
+		p.poll.Handle(notif.HeartbeatPrefix, p.w.onHeartbeat)
+		p.poll.Handle(pushwire.CancelPrefix, p.w.onStray)
+	}
 	p.poll.Handle("", p.w.onStray)
 	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
 	p.poll.Start()
@@ -120,7 +126,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 // stay held until DrainFreed returns requestID. It never blocks: the
 // writer goroutine does the rest. An error means nothing was taken.
 func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...RequestOption) (Params, error) {
-	o := applyOpts(opts)
+	o := p.engine.vllmOpts(applyOpts(opts))
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
 		return Params{}, invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	}

@@ -38,7 +38,13 @@ type rigConfig struct {
 	// wrap, when set, stands between each agent made on the rig's fabric
 	// and its rank (the rig's agent lists hold what it returns).
 	wrap func(name string, a nixl.Agent) nixl.Agent
+	// vllm runs both engines in vLLM's protocol, with layouts of K and V
+	// packed per layer as vLLM's are.
+	vllm bool
 }
+
+// rigVLLM is the vLLM facts both engines of a vLLM-protocol rig agree on.
+var rigVLLM = connector.VLLM{Version: "0.27.1", AttentionBackend: "FLASH_ATTN"}
 
 // rig is one prefill and one decode engine on a loopback fabric, each TP
 // rank with its own agent and KV buffer.
@@ -83,9 +89,17 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	if clock == nil {
 		clock = r.clock
 	}
-	r.pre, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(rc.preTP, rc.preBlock, rc.numBlocks)})
+	pg, dg := testGeometry(rc.preTP, rc.preBlock, rc.numBlocks), testGeometry(rc.decTP, rc.decBlock, rc.numBlocks)
+	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
+	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg}
+	if rc.vllm {
+		pg.KVPacked, dg.KVPacked = true, true
+		pcfg = connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg, Protocol: connector.ProtocolVLLM, VLLM: rigVLLM, ListenAddr: "127.0.0.1:0"}
+		dcfg = connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg, Protocol: connector.ProtocolVLLM, VLLM: rigVLLM, ListenAddr: "127.0.0.1:0"}
+	}
+	r.pre, err = NewEngine(pcfg)
 	require.NoError(t, err)
-	r.dec, err = NewEngine(connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(rc.decTP, rc.decBlock, rc.numBlocks)})
+	r.dec, err = NewEngine(dcfg)
 	require.NoError(t, err)
 	mk := func(side string, tp, rank, block int) (nixl.Agent, descriptors.Layout, Config) {
 		var a nixl.Agent
@@ -101,6 +115,10 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 			}
 		}
 		l := testLayout(t, tp, rank, block, rc.numBlocks)
+		if rc.vllm {
+			freeLayout(l)
+			l = packedLayout(t, tp, rank, block, rc.numBlocks)
+		}
 		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}}
 		if rc.rank != nil {
 			rc.rank(&cfg)
@@ -166,6 +184,20 @@ func testLayout(t testing.TB, tp, rank, block, blocks int) descriptors.Layout {
 }
 
 var layoutBufs = map[uint64]*nixl.Buffer{}
+
+// packedLayout allocates one rank's KV cache as vLLM lays it out: one
+// region per layer, K and V packed per head and token.
+func packedLayout(t testing.TB, tp, rank, block, blocks int) descriptors.Layout {
+	t.Helper()
+	g := testGeometry(tp, block, blocks)
+	g.KVPacked = true
+	buf, err := nixl.AllocBuffer(int(g.RankBytes()))
+	require.NoError(t, err)
+	l, err := g.Layout(nixl.DRAM, rank, buf.RegDesc().Desc)
+	require.NoError(t, err)
+	layoutBufs[l.Regions[0].Base] = buf
+	return l
+}
 
 func freeLayout(l descriptors.Layout) {
 	if b := layoutBufs[l.Regions[0].Base]; b != nil {

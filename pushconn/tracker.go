@@ -38,6 +38,10 @@ type decodeReq struct {
 	blocks     [][]int
 	seq        uint64 // the registration's registration_seq
 	start      time.Time
+	// regAt is when its registration was first handed to the agent (zero
+	// until then): in vLLM's protocol the bound on prefill's WRITEs counts
+	// from it.
+	regAt time.Time
 	// sources maps each prefill agent that was sent the registration to
 	// where it stands; nil until the registration is sent.
 	sources  map[string]srcState
@@ -100,6 +104,14 @@ type tracker struct {
 	// cancels are the PUSH_CANCELs owed to prefill ranks; the owner sends
 	// them.
 	cancels []cancelOrder
+	// noCancel: the engine speaks vLLM's protocol, which has no
+	// PUSH_CANCEL and no acknowledgement. A request that ends other than by
+	// success drains until no WRITE of a prefill rank can still land
+	// (writeBound), or until every rank it waited for has written.
+	noCancel bool
+	// cancelTimeout is the drain's bound after the registration timeout
+	// in vLLM's protocol (see writeBound).
+	cancelTimeout time.Duration
 }
 
 // cancelOrder is a PUSH_CANCEL owed to some prefill ranks for a request
@@ -116,7 +128,30 @@ func newTracker(timeout, cancelTimeout time.Duration) *tracker {
 	de, _ := lease.New(cancelTimeout)
 	rs, _ := lease.New(max(cancelTimeout/cancelResends, time.Millisecond))
 	return &tracker{reqs: map[string]*decodeReq{}, draining: map[string]*decodeReq{},
-		deadlines: d, drainEnd: de, resend: rs, ended: e, timeout: timeout}
+		deadlines: d, drainEnd: de, resend: rs, ended: e, timeout: timeout, cancelTimeout: cancelTimeout}
+}
+
+// writeBound is when, in vLLM's protocol, no WRITE of a prefill rank can
+// still land in the blocks of r, which ended at now other than by success
+// with no way to tell prefill: the registration timeout after the
+// registration went out, then the cancel timeout, but never before now
+// plus the cancel timeout. A prefill rank gives a registration up within
+// its own registration timeout, shorter than decode's (gonixl's
+// Producer's is, by rule; a vLLM prefill's request runs within that time
+// or its blocks lapse with its lease), and a WRITE it posted before then
+// moves bytes for at most two write timeouts, which the cancel timeout
+// covers with a margin for the notifications (see DefaultCancelTimeout).
+// The drain table adds the cancel timeout itself: this returns the time
+// it counts from.
+func (t *tracker) writeBound(now time.Time, r *decodeReq) time.Time {
+	from := r.regAt
+	if from.IsZero() {
+		from = r.start
+	}
+	if at := from.Add(t.timeout); at.After(now) {
+		return at
+	}
+	return now
 }
 
 // add starts tracking r at now; its deadline is now plus the timeout.
@@ -316,6 +351,10 @@ func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 	if err != nil {
 		if agents := r.waiting(); len(agents) > 0 {
 			t.draining[r.id] = r
+			if t.noCancel {
+				_ = t.drainEnd.Add(r.id, t.writeBound(now, r))
+				return
+			}
 			_ = t.drainEnd.Add(r.id, now)
 			_ = t.resend.Add(r.id, now)
 			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, seq: r.seq, agents: agents})

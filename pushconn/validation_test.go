@@ -132,13 +132,3 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	require.ErrorIs(t, err, connector.ErrClosed)
 	assert.EqualError(t, err, `pushconn: connector closed: engine "e" was closed`)
 }
-
-// The push connector does not speak vLLM's protocol yet, and says so.
-func TestPushRefusesVLLMProtocol(t *testing.T) {
-	g := testGeometry(1, 16, numBlocks)
-	g.KVPacked = true
-	_, err := NewEngine(connector.EngineConfig{EngineID: "e", Model: "m", Geometry: g, Protocol: connector.ProtocolVLLM,
-		VLLM: connector.VLLM{Version: "0.27.1", AttentionBackend: "FLASH_ATTN"}})
-	require.ErrorIs(t, err, connector.ErrInvalid)
-	assert.EqualError(t, err, `pushconn: invalid argument: EngineConfig.Protocol is "vllm": pushconn does not speak vLLM's protocol yet (pullconn does)`)
-}

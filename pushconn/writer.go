@@ -383,10 +383,11 @@ func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 	}
 	targets := make(map[string]int, len(ranks))
 	for _, r := range ranks {
-		if err := loadPeerMD(p.cfg.Agent, pl.Ranks[r].Agent, pl.Ranks[r].Metadata); err != nil {
+		name, err := loadPeerMD(p.cfg.Agent, pl.Ranks[r].Agent, pl.Ranks[r].Metadata)
+		if err != nil {
 			return fmt.Errorf("%w: decode engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, de.engineID, r, err)
 		}
-		targets[pl.Ranks[r].Agent] = r
+		targets[name] = r
 	}
 	de.payload, de.targets = pl, targets
 	return nil
@@ -859,6 +860,15 @@ func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwi
 	p := w.p
 	if reg.Seq == 0 {
 		w.seqless.ended(sender, reg, p.now().Add(p.cfg.RegistrationTimeout))
+	}
+	if p.engine.vllm() {
+		// vLLM's protocol has no PUSH_FAIL: decode sees the failure at its
+		// registration timeout (and keeps its blocks until no WRITE of
+		// this rank can land, which none will now).
+		p.push.failWithheld.Inc()
+		p.log.Debug("pushconn: a registration failed; vLLM's protocol has no PUSH_FAIL to tell decode",
+			zap.String("decode_request", reg.RequestID), zap.String("to", sender), zap.String("kind", string(kind)), zap.String("reason", reason))
+		return
 	}
 	msg, err := pushwire.EncodeFailure(&pushwire.Failure{
 		RequestID: reg.RequestID, TransferID: reg.TransferID, EngineID: p.engine.ID(),

@@ -37,6 +37,7 @@ func TestThreeProcesses(t *testing.T) {
 	for _, tc := range []struct{ backend, connector, protocol string }{
 		{"UCX", "pull", "gonixl"}, {"UCX", "push", "gonixl"}, {"LIBFABRIC", "pull", "gonixl"},
 		{"UCX", "pull", "vllm"}, {"LIBFABRIC", "pull", "vllm"},
+		{"UCX", "push", "vllm"}, {"LIBFABRIC", "push", "vllm"},
 	} {
 		t.Run(tc.backend+"/"+tc.connector+"/"+tc.protocol, func(t *testing.T) {
 			runThreeProcesses(t, bin, tc.backend, tc.connector, tc.protocol)

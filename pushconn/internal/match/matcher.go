@@ -374,6 +374,26 @@ func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
 	return f.fin, len(f.served), true
 }
 
+// Extend moves the lease of the finished requests waiting under exactly
+// the ids given to until, where that is later than their deadline (vLLM's
+// heartbeat: a lease is extended, never shortened); it returns how many it
+// extended. Ids that wait for nothing are ignored.
+func (m *Matcher[R, F]) Extend(until time.Time, requestIDs ...string) int {
+	n := 0
+	for _, id := range requestIDs {
+		for _, f := range m.fins.byID[id] {
+			if until.After(f.deadline) {
+				f.deadline = until
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		m.finQ.fix()
+	}
+	return n
+}
+
 // Expire removes and returns, each exactly once, the registrations and the
 // finished requests whose deadline is at or before now.
 func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []ExpiredFinished[F]) {

@@ -72,6 +72,10 @@ func (q *deadlines[E]) pop() {
 	}
 }
 
+// fix restores the order after deadlines of entries in the queue moved
+// (Matcher.Extend); O(n), once per heartbeat message.
+func (q *deadlines[E]) fix() { heap.Init(&q.h) }
+
 // next returns the deadline of the earliest live entry.
 func (q *deadlines[E]) next() (time.Time, bool) {
 	e, _, ok := q.front()
