@@ -101,11 +101,12 @@ type regEntry[R any] struct {
 	fp       fingerprint // of identity{sender, key}
 	byID     bool        // indexed in pendingIDs under fp
 	deadline time.Time
+	at       int64 // deadline on the matcher's timeline, as queued
 	gone     bool
 }
 
-func (e *regEntry[R]) isGone() bool          { return e.gone }
-func (e *regEntry[R]) deadlineAt() time.Time { return e.deadline }
+func (e *regEntry[R]) queuedAt(at int64) bool { return !e.gone && e.at == at }
+func (e *regEntry[R]) deadlineAt() time.Time  { return e.deadline }
 
 type finEntry[F any] struct {
 	key      Key
@@ -115,12 +116,13 @@ type finEntry[F any] struct {
 	served   []string
 	one      [1]string // served's first backing array: most requests have one decode rank
 	deadline time.Time
-	indexed  bool // waiting in the indexes (not paired on arrival)
+	at       int64 // deadline on the matcher's timeline, as queued
+	indexed  bool  // waiting in the indexes (not paired on arrival)
 	gone     bool
 }
 
-func (e *finEntry[F]) isGone() bool          { return e.gone }
-func (e *finEntry[F]) deadlineAt() time.Time { return e.deadline }
+func (e *finEntry[F]) queuedAt(at int64) bool { return !e.gone && e.at == at }
+func (e *finEntry[F]) deadlineAt() time.Time  { return e.deadline }
 
 func (e *finEntry[F]) hasServed(sender string) bool {
 	for _, s := range e.served {
@@ -244,7 +246,8 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint
 			p.byID = true
 		}
 		m.regs.add(key, p.base, p)
-		m.regQ.push(m.line.at(p.deadline), p)
+		p.at = m.line.at(p.deadline)
+		m.regQ.push(p.at, p)
 	}
 	if superseded != nil {
 		none.Superseded, none.Replaced = true, superseded.reg
@@ -310,7 +313,8 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	}
 	m.fins.addCounted(key, f.base, f, sameBase)
 	f.indexed = true
-	m.finQ.push(m.line.at(f.deadline), f)
+	f.at = m.line.at(f.deadline)
+	m.finQ.push(f.at, f)
 	return out, nil
 }
 
@@ -381,15 +385,11 @@ func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
 func (m *Matcher[R, F]) Extend(until time.Time, requestIDs ...string) int {
 	n := 0
 	for _, id := range requestIDs {
-		for _, f := range m.fins.byID[id] {
-			if until.After(f.deadline) {
-				f.deadline = until
-				n++
-			}
+		if f, ok := m.fins.byID(id, finKey[F]); ok && until.After(f.deadline) {
+			f.deadline, f.at = until, m.line.at(until)
+			m.finQ.push(f.at, f)
+			n++
 		}
-	}
-	if n > 0 {
-		m.finQ.fix()
 	}
 	return n
 }

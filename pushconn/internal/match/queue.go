@@ -2,18 +2,22 @@ package match
 
 import "time"
 
-// expiring is an entry that a deadline queue can hold: it says whether it
-// already left the matcher some other way, and its deadline.
+// expiring is an entry that a deadline queue can hold: it says whether a
+// queue slot at deadline at still stands for it (it has not left the
+// matcher some other way and its deadline has not moved since), and its
+// deadline.
 type expiring interface {
-	isGone() bool
+	queuedAt(at int64) bool
 	deadlineAt() time.Time
 }
 
 // deadlines holds entries by deadline, earliest first. Entries that leave
 // the matcher some other way stay until they reach the front and are then
 // skipped, which keeps removal O(1) and bounds memory by arrival rate times
-// TTL. A heap rather than arrival order, because registrations may enter
-// with the time they were received, after later ones. The heap is typed and
+// TTL. A deadline that moves (Matcher.Extend) is pushed again and its old
+// slot skipped the same way. A heap rather than arrival order, because
+// registrations may enter with the time they were received, after later
+// ones. The heap is typed and
 // keeps each deadline (on the matcher's timeline) beside its entry, so that
 // ordering is an integer comparison that never reads the entry.
 type deadlines[E expiring] struct {
@@ -39,7 +43,7 @@ func (q *deadlines[E]) push(at int64, e E) {
 
 // front returns the earliest entry still in the matcher and its deadline.
 func (q *deadlines[E]) front() (E, int64, bool) {
-	for len(q.h) > 0 && q.h[0].e.isGone() {
+	for len(q.h) > 0 && !q.h[0].e.queuedAt(q.h[0].at) {
 		q.pop()
 	}
 	if len(q.h) == 0 {
@@ -71,10 +75,6 @@ func (q *deadlines[E]) pop() {
 		i = m
 	}
 }
-
-// fix restores the order after deadlines of entries in the queue moved
-// (Matcher.Extend); O(n), once per heartbeat message.
-func (q *deadlines[E]) fix() { heap.Init(&q.h) }
 
 // next returns the deadline of the earliest live entry.
 func (q *deadlines[E]) next() (time.Time, bool) {
