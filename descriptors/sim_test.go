@@ -159,7 +159,7 @@ func expectDestination(srcRanks []*Layout, srcPick func(head int) int, dst *memo
 func tokenOff(l *Layout, b, h, tok int) uint64 {
 	hb := l.HeadBytes
 	if l.Order == OrderNHD {
-		return uint64(((b*l.BlockSize+tok)*l.KVHeads+h)*hb)
+		return uint64(((b*l.BlockSize+tok)*l.KVHeads + h) * hb)
 	}
 	return uint64(((b*l.KVHeads+h)*l.BlockSize + tok) * hb)
 }
