@@ -22,8 +22,8 @@ func newMemory(ranks []*Layout, fill bool) *memory {
 		regs := make([][]uint64, len(l.Regions))
 		ws := make([][]uint8, len(l.Regions))
 		for r := range l.Regions {
-			regs[r] = make([]uint64, l.RegionLen())
-			ws[r] = make([]uint8, l.RegionLen())
+			regs[r] = make([]uint64, l.RegionLenOf(r))
+			ws[r] = make([]uint8, l.RegionLenOf(r))
 			if fill {
 				for i := range regs[r] {
 					regs[r][i] = byteID(rk, r, uint64(i))
@@ -44,8 +44,8 @@ func byteID(rank, region int, off uint64) uint64 {
 // the registration that covers a descriptor.
 func (m *memory) locate(rank int, d nixl.Desc) (region int, off uint64, err error) {
 	l := m.ranks[rank]
-	n := l.RegionLen()
 	for r, reg := range l.Regions {
+		n := l.RegionLenOf(r)
 		if reg.DevID == d.DevID && d.Addr >= reg.Base && d.Addr-reg.Base <= n && d.Len <= n-(d.Addr-reg.Base) {
 			return r, d.Addr - reg.Base, nil
 		}
