@@ -35,8 +35,11 @@ type Geometry struct {
 	// attention groups use KVHeads, HeadDim and BlockSize, and each rank's
 	// layout has one region per K, V (or packed) cache of an attention
 	// layer and one per SSM layer, group after group, each with Blocks
-	// blocks. MLA must be false.
-	Groups []GroupGeometry
+	// blocks. MLA must be false. It is a pointer so that Geometry stays
+	// comparable with == (engines test it against the zero value); two
+	// geometries with groups are equal under == only when they share the
+	// list, so compare them with reflect.DeepEqual.
+	Groups *[]GroupGeometry
 }
 
 // DTypeBytes returns the size in bytes of one element of the named type. It
@@ -85,7 +88,7 @@ func (g Geometry) numRegions() uint64 {
 	if g.Layers < 1 {
 		return 0
 	}
-	if len(g.Groups) > 0 {
+	if len(g.groups()) > 0 {
 		return g.groupRegions()
 	}
 	if g.MLA || g.KVPacked {
@@ -154,7 +157,7 @@ func (g Geometry) RegionBytes() uint64 {
 // [Geometry.Layout] needs. It is 0 when a factor is 0 or the product
 // overflows 64 bits, which [Geometry.Validate] refuses.
 func (g Geometry) RankBytes() uint64 {
-	if len(g.Groups) > 0 {
+	if len(g.groups()) > 0 {
 		return g.groupRankBytes()
 	}
 	n, ok := mul64(g.numRegions(), g.RegionBytes())
@@ -219,7 +222,7 @@ func (g Geometry) Validate() error {
 		return invalidf("Geometry.HeadDim %d x %d bytes is %d bytes per head, want <= %d",
 			g.HeadDim, g.elemBytes(), uint64(g.HeadDim)*uint64(g.elemBytes()), maxField)
 	}
-	if len(g.Groups) > 0 {
+	if len(g.groups()) > 0 {
 		if err := g.validateGroups(); err != nil {
 			return err
 		}
@@ -282,7 +285,7 @@ func (g Geometry) LayoutAt(mem nixl.MemType, tpRank int, devID uint64, bases []u
 	if want := int(g.numRegions()); len(bases) != want {
 		kind := "2 per layer (K and V)"
 		switch {
-		case len(g.Groups) > 0:
+		case len(g.groups()) > 0:
 			kind = "the groups' regions"
 		case g.MLA:
 			kind = "1 per layer (MLA)"
@@ -401,6 +404,8 @@ func GeometryOf(l Layout) Geometry {
 	} else if l.HeadBytes%per == 0 {
 		g.HeadDim = l.HeadBytes / per
 	}
-	g.Groups = groupGeometryOf(&l)
+	if gs := groupGeometryOf(&l); gs != nil {
+		g.Groups = &gs
+	}
 	return g
 }

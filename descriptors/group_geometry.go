@@ -13,7 +13,7 @@ import (
 // over TP ranks). A sliding-window model is, for instance,
 //
 //	Geometry{Layers: 24, KVHeads: 8, HeadDim: 64, DType: "bfloat16", BlockSize: 16, Blocks: 1024, TPSize: 2,
-//		Groups: []GroupGeometry{{Kind: KindFull, Layers: 12}, {Kind: KindSlidingWindow, Layers: 12, Window: 128}}}
+//		Groups: &[]GroupGeometry{{Kind: KindFull, Layers: 12}, {Kind: KindSlidingWindow, Layers: 12, Window: 128}}}
 //
 // and a hybrid Mamba model replaces the second group with
 // {Kind: KindSSM, Layers: 12, Conv: []int{x, b, c}, State: s}. MLA groups
@@ -30,6 +30,14 @@ type GroupGeometry struct {
 	State int
 }
 
+// groups returns the groups, nil without.
+func (g Geometry) groups() []GroupGeometry {
+	if g.Groups == nil {
+		return nil
+	}
+	return *g.Groups
+}
+
 // perLayer returns the regions one layer of the group takes.
 func (g Geometry) perLayer(gg *GroupGeometry) uint64 {
 	if gg.Kind == KindSSM || g.KVPacked {
@@ -41,8 +49,9 @@ func (g Geometry) perLayer(gg *GroupGeometry) uint64 {
 // groupRegions is numRegions with groups.
 func (g Geometry) groupRegions() uint64 {
 	var n uint64
-	for i := range g.Groups {
-		n += uint64(max(g.Groups[i].Layers, 0)) * g.perLayer(&g.Groups[i])
+	gs := g.groups()
+	for i := range gs {
+		n += uint64(max(gs[i].Layers, 0)) * g.perLayer(&gs[i])
 	}
 	return n
 }
@@ -60,8 +69,9 @@ func (g Geometry) ssmPage(gg *GroupGeometry) uint64 {
 func (g Geometry) regionSizes() []uint64 {
 	out := make([]uint64, 0, g.numRegions())
 	attn := g.RegionBytes()
-	for i := range g.Groups {
-		gg := &g.Groups[i]
+	gs := g.groups()
+	for i := range gs {
+		gg := &gs[i]
 		size := attn
 		if gg.Kind == KindSSM {
 			size, _ = mul64(uint64(g.Blocks), g.ssmPage(gg))
@@ -80,8 +90,9 @@ func (g Geometry) regionSizes() []uint64 {
 func (g Geometry) groupRankBytes() uint64 {
 	var total uint64
 	attn := g.RegionBytes()
-	for i := range g.Groups {
-		gg := &g.Groups[i]
+	gs := g.groups()
+	for i := range gs {
+		gg := &gs[i]
 		size := attn
 		if gg.Kind == KindSSM {
 			var ok bool
@@ -103,12 +114,13 @@ func (g Geometry) validateGroups() error {
 	if g.MLA {
 		return invalidf("Geometry.MLA is set with Groups: describe an MLA group in the Layout (Group.KVHeads, Group.HeadBytes)")
 	}
-	if len(g.Groups) > MaxGroups {
-		return invalidf("Geometry.Groups has %d groups, want <= %d", len(g.Groups), MaxGroups)
+	if len(g.groups()) > MaxGroups {
+		return invalidf("Geometry.Groups has %d groups, want <= %d", len(g.groups()), MaxGroups)
 	}
 	layers := 0
-	for i := range g.Groups {
-		gg := &g.Groups[i]
+	gs := g.groups()
+	for i := range gs {
+		gg := &gs[i]
 		switch gg.Kind {
 		case KindFull, KindSlidingWindow, KindSSM:
 		case KindMLA:
@@ -157,13 +169,14 @@ func (g Geometry) validateSSM(i int, gg *GroupGeometry) error {
 // layoutGroups returns the Groups of a rank's layout: the regions group
 // after group, layer by layer; nil without groups.
 func (g Geometry) layoutGroups() []Group {
-	if len(g.Groups) == 0 {
+	if len(g.groups()) == 0 {
 		return nil
 	}
-	out := make([]Group, len(g.Groups))
+	out := make([]Group, len(g.groups()))
 	next := 0
-	for i := range g.Groups {
-		gg := &g.Groups[i]
+	gs := g.groups()
+	for i := range gs {
+		gg := &gs[i]
 		n := int(uint64(gg.Layers) * g.perLayer(gg))
 		grp := Group{Kind: gg.Kind, Window: gg.Window, Regions: make([]int, n)}
 		for k := range grp.Regions {

@@ -30,7 +30,7 @@ func ranksOf(g descriptors.Geometry, base uint64) []*descriptors.Layout {
 // per block and layer (the halves of a block are not adjacent runs).
 func ExampleGeometry_slidingWindow() {
 	g := descriptors.Geometry{Layers: 4, KVHeads: 8, HeadDim: 64, DType: "bfloat16", BlockSize: 16, Blocks: 64, TPSize: 2,
-		KVPacked: true, Groups: []descriptors.GroupGeometry{
+		KVPacked: true, Groups: &[]descriptors.GroupGeometry{
 			{Kind: descriptors.KindFull, Layers: 2},
 			{Kind: descriptors.KindSlidingWindow, Layers: 2, Window: 128},
 		}}
@@ -70,7 +70,7 @@ func ExampleGeometry_slidingWindow() {
 // slot: 3 + 2x4 runs.
 func ExampleGeometry_hybridMamba() {
 	g := descriptors.Geometry{Layers: 3, KVHeads: 2, HeadDim: 64, DType: "bfloat16", BlockSize: 16, Blocks: 32, TPSize: 2,
-		KVPacked: true, Groups: []descriptors.GroupGeometry{
+		KVPacked: true, Groups: &[]descriptors.GroupGeometry{
 			{Kind: descriptors.KindFull, Layers: 1},
 			{Kind: descriptors.KindSSM, Layers: 2, Conv: []int{3 * 2048, 3 * 256, 3 * 256}, State: 16 * 64 * 128 * 4},
 		}}

@@ -11,7 +11,7 @@ import (
 
 func hybridGeometry() Geometry {
 	return Geometry{Layers: 3, KVHeads: 4, HeadDim: 2, DType: "bfloat16", BlockSize: 4, Blocks: 8, TPSize: 2,
-		Groups: []GroupGeometry{
+		Groups: &[]GroupGeometry{
 			{Kind: KindFull, Layers: 1},
 			{Kind: KindSlidingWindow, Layers: 1, Window: 8},
 			{Kind: KindSSM, Layers: 1, Conv: []int{8, 4, 4}, State: 16},
@@ -44,8 +44,9 @@ func TestGroupGeometryLayout(t *testing.T) {
 	require.NoError(t, g.Check(at))
 
 	other := g
-	other.Groups = append([]GroupGeometry(nil), g.Groups...)
-	other.Groups[1].Window = 16
+	gs := cloneGroups(*g.Groups)
+	gs[1].Window = 16
+	other.Groups = &gs
 	assert.EqualError(t, other.Check(l), "descriptors: Layout.Groups[1] is {Kind sliding_window, Regions [2 3], Window 8}, the geometry's is {Kind sliding_window, Regions [2 3], Window 16}")
 }
 
@@ -56,28 +57,37 @@ func TestGroupGeometryValidate(t *testing.T) {
 		msg    string
 	}{
 		{"layers do not add up", func(g *Geometry) { g.Layers = 4 }, "descriptors: Geometry.Layers is 4, the groups' layers sum to 3"},
-		{"window missing", func(g *Geometry) { g.Groups[1].Window = 0 },
+		{"window missing", func(g *Geometry) { (*g.Groups)[1].Window = 0 },
 			"descriptors: Geometry.Groups[1].Window is 0, want in [1, 1073741824] for a sliding_window group"},
-		{"state not split evenly", func(g *Geometry) { g.Groups[2].State = 15 },
+		{"state not split evenly", func(g *Geometry) { (*g.Groups)[2].State = 15 },
 			"descriptors: Geometry.Groups[2].State is 15, want in [1, 1073741824] and a multiple of TPSize 2"},
-		{"conv not split evenly", func(g *Geometry) { g.Groups[2].Conv[1] = 3 },
+		{"conv not split evenly", func(g *Geometry) { (*g.Groups)[2].Conv[1] = 3 },
 			"descriptors: Geometry.Groups[2].Conv[1] is 3, want in [1, 1073741824] and a multiple of TPSize 2"},
-		{"state on attention", func(g *Geometry) { g.Groups[0].State = 2 },
+		{"state on attention", func(g *Geometry) { (*g.Groups)[0].State = 2 },
 			"descriptors: Geometry.Groups[0] is a full group with Conv [] and State 2, want none"},
-		{"mla group", func(g *Geometry) { g.Groups[0].Kind = KindMLA },
+		{"mla group", func(g *Geometry) { (*g.Groups)[0].Kind = KindMLA },
 			`descriptors: Geometry.Groups[0].Kind is "mla": describe an MLA group in the Layout (Group.KVHeads, Group.HeadBytes)`},
-		{"no layers", func(g *Geometry) { g.Groups[0].Layers = 0 }, "descriptors: Geometry.Groups[0].Layers is 0, want in [1, 16384]"},
+		{"no layers", func(g *Geometry) { (*g.Groups)[0].Layers = 0 }, "descriptors: Geometry.Groups[0].Layers is 0, want in [1, 16384]"},
 		{"mla flag", func(g *Geometry) { g.MLA = true },
 			"descriptors: Geometry.MLA is set with Groups: describe an MLA group in the Layout (Group.KVHeads, Group.HeadBytes)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := hybridGeometry()
-			g.Groups = append([]GroupGeometry(nil), g.Groups...)
-			g.Groups[2].Conv = []int{8, 4, 4}
+			gs := cloneGroups(*g.Groups)
+			g.Groups = &gs
 			tc.mutate(&g)
 			err := g.Validate()
 			require.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, tc.msg, err.Error())
 		})
 	}
+}
+
+// cloneGroups copies a group list deeply, so a test can change one.
+func cloneGroups(gs []GroupGeometry) []GroupGeometry {
+	out := append([]GroupGeometry(nil), gs...)
+	for i := range out {
+		out[i].Conv = append([]int(nil), out[i].Conv...)
+	}
+	return out
 }
