@@ -198,6 +198,12 @@ func newAttentionPlan(gi int, sv, dv *Layout, a, b *Group, tokens int, srcIDs, d
 	if len(dstIDs) == 0 {
 		return p, nil // nothing of this group moves
 	}
+	// The physical lists are built before the walk's own bound applies:
+	// bound them first, ids being real data but ratios a peer's claim.
+	if len(srcIDs) > MaxPairs/a.ratio() || len(dstIDs) > MaxPairs/b.ratio() {
+		return nil, invalidf("Groups[%d] (%s): %d source blocks x PhysicalPerLogical %d or %d destination blocks x %d exceed MaxPairs %d physical blocks",
+			gi, a.Kind, len(srcIDs), a.ratio(), len(dstIDs), b.ratio(), MaxPairs)
+	}
 	srcTok, dstTok := (nS-len(srcIDs))*sLog, (nD-len(dstIDs))*dLog
 	if a.Kind == KindSlidingWindow {
 		if need := max(0, tokens-a.Window); srcTok > need {
@@ -232,28 +238,35 @@ func expand(ids []int, r int) []int {
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // checkSharedBlocks refuses a destination physical block named by two
-// groups that share its region: both would write it.
+// groups that share its region: both would write it. Each list is a set of
+// physical intervals [b*r, (b+1)*r); two groups collide when intervals of
+// both overlap, found by sorting (no per-block memory).
 func checkSharedBlocks(dst *Layout, groups []Group, lists [][]int) error {
 	if len(groups) < 2 {
 		return nil
 	}
+	type span struct{ lo, hi, group, index int }
 	for i := range groups {
 		for j := i + 1; j < len(groups); j++ {
 			if !shareRegion(&groups[i], &groups[j]) {
 				continue
 			}
-			used := map[int]int{}
-			for k, b := range lists[i] {
-				for x := 0; x < groups[i].ratio(); x++ {
-					used[b*groups[i].ratio()+x] = k
+			spans := make([]span, 0, len(lists[i])+len(lists[j]))
+			for _, g := range []int{i, j} {
+				r := groups[g].ratio()
+				for k, b := range lists[g] {
+					spans = append(spans, span{b * r, (b + 1) * r, g, k})
 				}
 			}
-			for k, b := range lists[j] {
-				for x := 0; x < groups[j].ratio(); x++ {
-					if at, dup := used[b*groups[j].ratio()+x]; dup {
-						return invalidf("destination physical block %d is named by Groups[%d] (block %d at index %d) and Groups[%d] (block %d at index %d), which share a region",
-							b*groups[j].ratio()+x, i, lists[i][at], at, j, b, k)
+			slices.SortFunc(spans, func(a, b span) int { return a.lo - b.lo })
+			for k := 1; k < len(spans); k++ {
+				a, b := spans[k-1], spans[k]
+				if b.lo < a.hi && a.group != b.group {
+					if a.group > b.group {
+						a, b = b, a
 					}
+					return invalidf("destination physical block %d is named by Groups[%d] (block %d at index %d) and Groups[%d] (block %d at index %d), which share a region",
+						max(a.lo, b.lo), a.group, lists[a.group][a.index], a.index, b.group, lists[b.group][b.index], b.index)
 				}
 			}
 		}
