@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -275,4 +276,41 @@ func TestMapGroupsSSMAcrossTP(t *testing.T) {
 	_, _, err = MapGroups(p0, d, req)
 	require.ErrorIs(t, err, ErrIncompatible)
 	assert.EqualError(t, err, "descriptors: Groups[1].SSM.State model bytes differ: source 8 (4 x TPSize 2), destination 16 (16 x TPSize 1)")
+}
+
+// A layout without groups is one group: MapGroups of its request (the
+// lists from token 0, the destination's after its prefix hit) gives
+// exactly what MapCoalesced gives, and MapGroupsRequest what MapRequest
+// gives, over the random single-group scenarios.
+func TestMapGroupsWithoutGroupsIsMapCoalesced(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 24))
+	for i := 0; i < 500; i++ {
+		sc := randomScenario(rng)
+		req := GroupRequest{Tokens: sc.tokens, Src: [][]int{sc.req.SrcBlocks}, Dst: [][]int{sc.req.DstBlocks}}
+		for r, dl := range sc.dst {
+			sources, err := Sources(sc.src[0], dl)
+			require.NoError(t, err)
+			for _, s := range sources {
+				want, wst, err := MapCoalesced(sc.src[s], dl, sc.req)
+				require.NoError(t, err)
+				got, gst, err := MapGroups(sc.src[s], dl, req)
+				require.NoError(t, err, "case %d src %d dst %d\n%v", i, s, r, sc)
+				require.Equal(t, want, got, "case %d src %d dst %d\n%v", i, s, r, sc)
+				require.Equal(t, wst, gst)
+				plain, err := MapRequest(sc.src[s], dl, sc.req)
+				require.NoError(t, err)
+				gplain, err := MapGroupsRequest(sc.src[s], dl, req)
+				require.NoError(t, err)
+				require.Equal(t, flatten(plain), flatten(gplain))
+			}
+		}
+	}
+}
+
+func TestMapGroupsBlockSizeRatio(t *testing.T) {
+	src, dst := swaPair()
+	dst.Groups[0].BlockSize = 3
+	_, _, err := MapGroups(src, dst, GroupRequest{Tokens: 7, Src: [][]int{{0, 1, 2, 3}, {4, 5, 6}}, Dst: [][]int{{5, 6, 7}, {1, 2}}})
+	require.ErrorIs(t, err, ErrIncompatible)
+	assert.Equal(t, "descriptors: Groups[0] (full): BlockSize ratio is not an integer: source 2, destination 3", err.Error())
 }
