@@ -65,7 +65,9 @@ func MapGroupsRequest(src, dst *Layout, req GroupRequest) (Transfer, error) {
 	if err != nil {
 		return Transfer{}, err
 	}
-	return gp.plain(), nil
+	var t Transfer
+	gp.into(&t, false)
+	return t, nil
 }
 
 // MapGroups returns what Coalesce(MapGroupsRequest(src, dst, req)) returns:
@@ -76,35 +78,25 @@ func MapGroups(src, dst *Layout, req GroupRequest) (Transfer, Stats, error) {
 	if err != nil {
 		return Transfer{}, Stats{}, err
 	}
-	t, st := gp.merged()
+	var t Transfer
+	st := gp.into(&t, true)
 	return t, st, nil
 }
 
-// MapGroupsInto is MapGroups writing into buf, reusing its lists'
-// capacity; on error buf is left unchanged. It saves the result's
-// allocation, not the per-group work lists (see the package doc of
-// MapCoalescedInto for when buf may be reused).
+// MapGroupsInto is MapGroups writing into buf: it reuses the capacity of
+// buf's lists, so a connector that keeps one buf per peer allocates only
+// the small per-group work lists once they are large enough. As with
+// MapCoalescedInto, reuse buf only after the agent call that took its lists
+// has returned; on error buf is left unchanged.
 func MapGroupsInto(buf *Transfer, src, dst *Layout, req GroupRequest) (Stats, error) {
 	if buf == nil {
 		return Stats{}, invalidf("MapGroupsInto: buf is nil")
 	}
-	t, st, err := MapGroups(src, dst, req)
+	gp, err := newGroupPlans(src, dst, req)
 	if err != nil {
 		return Stats{}, err
 	}
-	n := t.Len()
-	s, d := buf.Src.Descs, buf.Dst.Descs
-	if cap(s) < n || cap(d) < n {
-		all := make([]nixl.Desc, 2*n)
-		s, d = all[:0:n], all[n:n]
-	}
-	*buf = Transfer{
-		Src:         nixl.XferList{Mem: t.Src.Mem, Descs: append(s[:0], t.Src.Descs...)},
-		Dst:         nixl.XferList{Mem: t.Dst.Mem, Descs: append(d[:0], t.Dst.Descs...)},
-		Bytes:       t.Bytes,
-		regionPairs: -1,
-	}
-	return st, nil
+	return gp.into(buf, true), nil
 }
 
 // groupPlans is one request's plan for every group of a pair.
@@ -283,70 +275,67 @@ func shareRegion(a, b *Group) bool {
 	return false
 }
 
-// plain returns the uncoalesced lists of every group, with the bounds of
-// each region's chunk so that Coalesce merges inside chunks only.
-func (gp *groupPlans) plain() Transfer {
-	var t Transfer
-	t.Src.Mem, t.Dst.Mem = gp.src.Mem, gp.dst.Mem
-	t.bounds = []int{}
-	for i := range gp.attn {
-		var part Transfer
-		var chunk, regions int
-		switch {
-		case gp.attn[i] != nil:
-			p := gp.attn[i]
-			chunk, regions = p.perRegion(), len(p.src.Regions)
-			part = p.build(false, chunk)
-		case gp.ssm[i] != nil:
-			part, chunk = gp.ssm[i].build()
-			regions = len(gp.ssm[i].srcRegions)
-		default:
-			continue
-		}
-		for r := 0; r < regions && chunk > 0; r++ {
-			t.bounds = append(t.bounds, t.Len()+r*chunk)
-		}
-		t.Src.Descs = append(t.Src.Descs, part.Src.Descs...)
-		t.Dst.Descs = append(t.Dst.Descs, part.Dst.Descs...)
-		t.Bytes += part.Bytes
-	}
-	return t
-}
-
-// merged returns the coalesced lists: attention groups through the
-// single-group merging walk, SSM groups merged chunk by chunk.
-func (gp *groupPlans) merged() (Transfer, Stats) {
-	var t Transfer
+// into writes every group's pairs into t (reusing its lists' capacity),
+// merged or not, group after group; unmerged, it records where each
+// region's chunk starts so that Coalesce merges inside chunks only. SSM
+// groups are built unmerged and merged chunk by chunk (they are a few pairs
+// per slot); attention groups are walked twice, once to count, as
+// MapCoalesced does.
+func (gp *groupPlans) into(t *Transfer, merge bool) Stats {
 	var st Stats
-	t.Src.Mem, t.Dst.Mem = gp.src.Mem, gp.dst.Mem
-	t.regionPairs = -1
-	for i := range gp.attn {
-		var part Transfer
+	counts := make([]int, len(gp.attn))
+	ssm := make([]Transfer, len(gp.attn))
+	total := 0
+	for i, p := range gp.attn {
 		switch {
-		case gp.attn[i] != nil:
-			p := gp.attn[i]
-			n := p.walk(true, nil, nil)
-			part = p.build(true, n)
+		case p != nil:
 			st.Before += p.perRegion() * len(p.src.Regions)
-		case gp.ssm[i] != nil:
-			plain, chunk := gp.ssm[i].build()
-			st.Before += plain.Len()
-			part = plain
-			part.bounds = nil
-			part.regionPairs = chunk
-			if chunk == 0 {
-				part.regionPairs = -1
+			counts[i] = p.perRegion()
+			if merge {
+				counts[i] = p.walk(true, nil, nil)
 			}
-			part, _ = Coalesce(part)
+			total += counts[i] * len(p.src.Regions)
+		case gp.ssm[i] != nil:
+			part, chunk := gp.ssm[i].build()
+			st.Before += part.Len()
+			counts[i] = chunk
+			if merge && chunk > 0 {
+				part.regionPairs = chunk
+				part, _ = Coalesce(part)
+			}
+			ssm[i] = part
+			total += part.Len()
+		}
+	}
+	sAll, dAll := reuse(t, total)
+	*t = Transfer{Src: nixl.XferList{Mem: gp.src.Mem, Descs: sAll}, Dst: nixl.XferList{Mem: gp.dst.Mem, Descs: dAll}, regionPairs: -1}
+	if !merge {
+		t.regionPairs, t.bounds = 0, []int{}
+	}
+	at := 0
+	for i, p := range gp.attn {
+		var n, regions int
+		switch {
+		case p != nil:
+			regions = len(p.src.Regions)
+			n = counts[i] * regions
+			t.Bytes += p.fillInto(sAll[at:at+n], dAll[at:at+n], merge, counts[i])
+		case gp.ssm[i] != nil:
+			regions = len(gp.ssm[i].srcRegions)
+			n = ssm[i].Len()
+			copy(sAll[at:], ssm[i].Src.Descs)
+			copy(dAll[at:], ssm[i].Dst.Descs)
+			t.Bytes += ssm[i].Bytes
 		default:
 			continue
 		}
-		t.Src.Descs = append(t.Src.Descs, part.Src.Descs...)
-		t.Dst.Descs = append(t.Dst.Descs, part.Dst.Descs...)
-		t.Bytes += part.Bytes
+		for r := 0; r < regions && !merge && counts[i] > 0; r++ {
+			t.bounds = append(t.bounds, at+r*counts[i])
+		}
+		at += n
 	}
-	st.After = t.Len()
-	return t, st
+	st.After = total
+	return st
 }
 
 func itoaInt(x int) string {

@@ -41,9 +41,12 @@ func (l *Layout) checkGroups() ([]uint64, error) {
 	for i := range owner {
 		owner[i] = -1
 	}
+	// seen[r] is 1 + the group that last named region r and at[r] where,
+	// so that duplicates inside a group are found without a map per group.
+	seen, at := make([]int, len(l.Regions)), make([]int, len(l.Regions))
 	for gi := range l.Groups {
 		g := &l.Groups[gi]
-		if err := l.checkGroup(gi, g); err != nil {
+		if err := l.checkGroup(gi, g, seen, at); err != nil {
 			return nil, err
 		}
 		per := g.physBlockLen(l)
@@ -70,7 +73,7 @@ func (l *Layout) checkGroups() ([]uint64, error) {
 }
 
 // checkGroup verifies one group's own fields.
-func (l *Layout) checkGroup(gi int, g *Group) error {
+func (l *Layout) checkGroup(gi int, g *Group, seen, at []int) error {
 	switch g.Kind {
 	case KindFull, KindSlidingWindow, KindMLA, KindSSM:
 	default:
@@ -104,15 +107,17 @@ func (l *Layout) checkGroup(gi int, g *Group) error {
 	case (g.Kind == KindFull || g.Kind == KindSlidingWindow) && !l.KVPacked && len(g.Regions)%2 != 0:
 		return invalidf("Groups[%d].Regions has %d regions, want an even count: K and V per layer (KVPacked is false)", gi, len(g.Regions))
 	}
-	seen := make(map[int]int, len(g.Regions))
+	if len(g.Regions) > len(l.Regions) {
+		return invalidf("Groups[%d].Regions has %d regions, the layout %d", gi, len(g.Regions), len(l.Regions))
+	}
 	for k, r := range g.Regions {
 		if r < 0 || r >= len(l.Regions) {
 			return invalidf("Groups[%d].Regions[%d] is %d, out of range [0, %d)", gi, k, r, len(l.Regions))
 		}
-		if j, dup := seen[r]; dup {
-			return invalidf("Groups[%d].Regions[%d] is %d, already at Groups[%d].Regions[%d]", gi, k, r, gi, j)
+		if seen[r] == gi+1 {
+			return invalidf("Groups[%d].Regions[%d] is %d, already at Groups[%d].Regions[%d]", gi, k, r, gi, at[r])
 		}
-		seen[r] = k
+		seen[r], at[r] = gi+1, k
 	}
 	if g.Kind == KindSSM {
 		return checkSSM(gi, g)

@@ -295,37 +295,51 @@ func (p *plan) build(merge bool, count int) Transfer {
 // fill is build into t, reusing the capacity of t's lists when it suffices.
 func (p *plan) fill(t *Transfer, merge bool, count int) {
 	src, dst := p.src, p.dst
-	regions := len(src.Regions)
-	total := count * regions
-	sDescs, dDescs := t.Src.Descs, t.Dst.Descs
-	if cap(sDescs) < total || cap(dDescs) < total {
-		// Both lists in one allocation; the capacity limit on the first
-		// keeps an append to it from running into the second.
-		all := make([]nixl.Desc, 2*total)
-		sDescs, dDescs = all[:0:total], all[total:total]
-	}
+	total := count * len(src.Regions)
+	sDescs, dDescs := reuse(t, total)
 	*t = Transfer{
-		Src: nixl.XferList{Mem: src.Mem, Descs: sDescs[:total]},
-		Dst: nixl.XferList{Mem: dst.Mem, Descs: dDescs[:total]},
+		Src: nixl.XferList{Mem: src.Mem, Descs: sDescs},
+		Dst: nixl.XferList{Mem: dst.Mem, Descs: dDescs},
 	}
+	t.Bytes = p.fillInto(t.Src.Descs, t.Dst.Descs, merge, count)
+}
+
+// reuse returns t's lists resliced to n pairs when their capacity suffices,
+// else two fresh lists in one allocation (the capacity limit on the first
+// keeps an append to it from running into the second).
+func reuse(t *Transfer, n int) (src, dst []nixl.Desc) {
+	src, dst = t.Src.Descs, t.Dst.Descs
+	if cap(src) < n || cap(dst) < n {
+		all := make([]nixl.Desc, 2*n)
+		src, dst = all[:0:n], all[n:n]
+	}
+	return src[:n], dst[:n]
+}
+
+// fillInto walks region 0 into the first count pairs of sAll and dAll and
+// shifts them into every other region's count pairs after; it returns the
+// bytes moved. The lists must hold count pairs per region.
+func (p *plan) fillInto(sAll, dAll []nixl.Desc, merge bool, count int) uint64 {
 	if count == 0 {
-		return
+		return 0
 	}
-	s0, d0 := t.Src.Descs[:count], t.Dst.Descs[:count]
+	src, dst := p.src, p.dst
+	regions := len(src.Regions)
+	s0, d0 := sAll[:count], dAll[:count]
 	p.walk(merge, s0, d0)
 	var bytes uint64
 	for i := range s0 {
 		bytes += s0[i].Len
 	}
-	t.Bytes = bytes * uint64(regions)
 	for r := 1; r < regions; r++ {
 		sr, dr := src.Regions[r], dst.Regions[r]
-		sOut := t.Src.Descs[r*count : (r+1)*count]
-		dOut := t.Dst.Descs[r*count : (r+1)*count]
+		sOut := sAll[r*count : (r+1)*count]
+		dOut := dAll[r*count : (r+1)*count]
 		sShift, dShift := sr.Base-src.Regions[0].Base, dr.Base-dst.Regions[0].Base
 		for i := range s0 {
 			sOut[i] = nixl.Desc{Addr: s0[i].Addr + sShift, Len: s0[i].Len, DevID: sr.DevID}
 			dOut[i] = nixl.Desc{Addr: d0[i].Addr + dShift, Len: d0[i].Len, DevID: dr.DevID}
 		}
 	}
+	return bytes * uint64(regions)
 }
