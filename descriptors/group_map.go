@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"slices"
+	"strconv"
 
 	"github.com/gonixl/gonixl/nixl"
 )
@@ -132,20 +133,22 @@ func newGroupPlans(src, dst *Layout, req GroupRequest) (*groupPlans, error) {
 		if err := checkGroupIDs(i, "destination", req.Dst[i], dst.NumBlocks/b.ratio(), true); err != nil {
 			return nil, err
 		}
-		if !slices.Contains(groupSourcesOf(src, dst, a, b), src.TPRank) {
-			continue
-		}
-		fed = true
+		// Every group's lists are checked, fed by this pair or not, so that
+		// a request is refused the same way by every pair.
+		feeds := slices.Contains(groupSourcesOf(src, dst, a, b), src.TPRank)
+		fed = fed || feeds
 		if a.Kind == KindSSM {
 			sp, err := newSSMPlan(i, src, dst, a, b, req.Src[i], req.Dst[i])
 			if err != nil {
 				return nil, err
 			}
-			gp.ssm[i] = sp
+			if feeds {
+				gp.ssm[i] = sp
+			}
 			continue
 		}
 		gp.views[2*i], gp.views[2*i+1] = src.view(a), dst.view(b)
-		p, err := newAttentionPlan(i, &gp.views[2*i], &gp.views[2*i+1], a, b, req.Tokens, req.Src[i], req.Dst[i])
+		p, err := newAttentionPlan(i, &gp.views[2*i], &gp.views[2*i+1], a, b, req.Tokens, req.Src[i], req.Dst[i], feeds)
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +157,7 @@ func newGroupPlans(src, dst *Layout, req GroupRequest) (*groupPlans, error) {
 	if !fed {
 		return nil, invalidf("source rank %d feeds no KV-cache group of destination rank %d: pick the pair with Sources or Targets", src.TPRank, dst.TPRank)
 	}
-	if err := checkSharedBlocks(dst, dg, req.Dst); err != nil {
+	if err := checkSharedBlocks(dg, req.Dst); err != nil {
 		return nil, err
 	}
 	return gp, nil
@@ -164,19 +167,16 @@ func newGroupPlans(src, dst *Layout, req GroupRequest) (*groupPlans, error) {
 func checkGroupIDs(gi int, side string, ids []int, numBlocks int, unique bool) error {
 	if err := checkBlockIDs(side, ids, numBlocks, unique); err != nil {
 		e := err.(*mappingError)
-		return &mappingError{kind: e.kind, msg: "Groups[" + itoaInt(gi) + "]: " + e.msg}
+		return &mappingError{kind: e.kind, msg: "Groups[" + strconv.Itoa(gi) + "]: " + e.msg}
 	}
 	return nil
 }
 
-// newAttentionPlan plans one attention group from its suffix lists: it
-// expands logical ids to physical ones and places both lists by Tokens.
-func newAttentionPlan(gi int, sv, dv *Layout, a, b *Group, tokens int, srcIDs, dstIDs []int) (*plan, error) {
-	p := &plan{}
-	if err := p.pair(sv, dv); err != nil {
-		e := err.(*mappingError)
-		return nil, &mappingError{kind: e.kind, msg: "Groups[" + itoaInt(gi) + "]: " + e.msg}
-	}
+// newAttentionPlan checks one attention group's suffix lists and, when the
+// pair feeds the group, plans it: it expands logical ids to physical ones
+// and places both lists by Tokens. It returns a nil plan when the pair
+// does not feed the group.
+func newAttentionPlan(gi int, sv, dv *Layout, a, b *Group, tokens int, srcIDs, dstIDs []int, feeds bool) (*plan, error) {
 	sLog, dLog := sv.BlockSize*a.ratio(), dv.BlockSize*b.ratio()
 	nS, nD := ceilDiv(tokens, sLog), ceilDiv(tokens, dLog)
 	if len(srcIDs) > nS {
@@ -187,8 +187,15 @@ func newAttentionPlan(gi int, sv, dv *Layout, a, b *Group, tokens int, srcIDs, d
 		return nil, invalidf("Groups[%d] (%s): destination lists %d blocks of %d tokens, more than the %d that hold the request's %d tokens",
 			gi, a.Kind, len(dstIDs), dLog, nD, tokens)
 	}
+	p := &plan{}
+	if feeds {
+		if err := p.pair(sv, dv); err != nil {
+			e := err.(*mappingError)
+			return nil, &mappingError{kind: e.kind, msg: "Groups[" + strconv.Itoa(gi) + "]: " + e.msg}
+		}
+	}
 	if len(dstIDs) == 0 {
-		return p, nil // nothing of this group moves
+		return okPlan(p, feeds), nil // nothing of this group moves
 	}
 	// The physical lists are built before the walk's own bound applies:
 	// bound them first, ids being real data but ratios a peer's claim.
@@ -206,11 +213,22 @@ func newAttentionPlan(gi int, sv, dv *Layout, a, b *Group, tokens int, srcIDs, d
 		return nil, invalidf("Groups[%d] (%s): source blocks start at token %d, after the destination's at token %d: the source lacks tokens the destination needs",
 			gi, a.Kind, srcTok, dstTok)
 	}
+	if !feeds {
+		return nil, nil
+	}
 	p.srcBlocks, p.dstBlocks = expand(srcIDs, a.ratio()), expand(dstIDs, b.ratio())
 	u := p.unitTokens
 	p.srcStart, p.dstStart = srcTok/u, dstTok/u
 	p.first, p.end = max(p.srcStart, p.dstStart), ceilDiv(tokens, u)
 	return p, p.bound()
+}
+
+// okPlan returns p when the pair feeds the group, else nil.
+func okPlan(p *plan, feeds bool) *plan {
+	if feeds {
+		return p
+	}
+	return nil
 }
 
 // expand turns logical block ids into physical ones: b -> b*r .. b*r+r-1.
@@ -233,7 +251,7 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // groups that share its region: both would write it. Each list is a set of
 // physical intervals [b*r, (b+1)*r); two groups collide when intervals of
 // both overlap, found by sorting (no per-block memory).
-func checkSharedBlocks(dst *Layout, groups []Group, lists [][]int) error {
+func checkSharedBlocks(groups []Group, lists [][]int) error {
 	if len(groups) < 2 {
 		return nil
 	}
@@ -336,8 +354,4 @@ func (gp *groupPlans) into(t *Transfer, merge bool) Stats {
 	}
 	st.After = total
 	return st
-}
-
-func itoaInt(x int) string {
-	return joinInts([]int{x})
 }
