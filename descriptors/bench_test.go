@@ -116,3 +116,36 @@ func BenchmarkMapCoalescedInto(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMapGroups maps a 16k-token request of a Qwen3-Next-like hybrid
+// (12 full-attention layers, K and V packed, 2 KV heads of 256 bf16 dims,
+// 16-token blocks; 36 GDN layers whose state splits over TP) from prefill
+// TP 2 into decode TP 1, the pair of prefill rank 0.
+func BenchmarkMapGroups(b *testing.B) {
+	g := Geometry{Layers: 48, KVHeads: 2, HeadDim: 256, DType: "bfloat16", BlockSize: 16, Blocks: 1100, TPSize: 2, KVPacked: true,
+		Groups: &[]GroupGeometry{{Kind: KindFull, Layers: 12},
+			{Kind: KindSSM, Layers: 36, Conv: []int{3 * 8192 * 2, 3 * 2048 * 2, 3 * 2048 * 2}, State: 32 * 128 * 128 * 4}}}
+	dg := g
+	dg.TPSize = 1
+	src, err := g.Layout(nixl.VRAM, 0, nixl.Desc{Addr: 1 << 40, Len: g.RankBytes()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := dg.Layout(nixl.VRAM, 0, nixl.Desc{Addr: 1 << 44, Len: dg.RankBytes()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	blocks := make([]int, 1024)
+	for i := range blocks {
+		blocks[i] = i
+	}
+	req := GroupRequest{Tokens: 16384, Src: [][]int{blocks, {1050}}, Dst: [][]int{blocks, {1060}}}
+	buf := &Transfer{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := MapGroupsInto(buf, &src, &dst, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "pairs")
+}

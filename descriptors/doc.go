@@ -20,6 +20,22 @@
 // and READs with Transfer.Sides(nixl.Read) (local = destination); a push
 // writer on a prefill rank calls Targets(prefill, decode) and, per target,
 // MapCoalesced(prefill rank, decode rank, req) and WRITEs with
-// Transfer.Sides(nixl.Write) (local = source). The package is pure Go, does
-// no I/O and keeps no state; every function is safe for concurrent use.
+// Transfer.Sides(nixl.Write) (local = source).
+//
+// Models of several KV-cache groups (sliding-window layers beside full
+// attention, Mamba/GDN state beside attention, as vLLM's hybrid KV-cache
+// manager holds them) describe their groups in [Layout.Groups] (or
+// [Geometry.Groups]); their requests come as one block list per group
+// ([GroupRequest], the lists vLLM's remote_block_ids, local_block_ids and
+// PUSH_REG carry, plus the request's token count) and map with
+// [MapGroups] (or [MapGroupsInto]) per pair that [Sources] or [Targets]
+// names, exactly like MapCoalesced. A layout without groups is one group,
+// so MapGroups serves it too; the single-group functions refuse grouped
+// layouts. [Layout.Order] says whether blocks are head-major (HND) or
+// token-major (NHD); the mapping permutes when the two sides differ.
+// docs/model-shapes.md says which model shape maps across which TP sizes
+// and block sizes.
+//
+// The package is pure Go, does no I/O and keeps no state; every function is
+// safe for concurrent use.
 package descriptors

@@ -30,6 +30,16 @@ type Geometry struct {
 	TPSize    int    // tensor-parallel size
 	MLA       bool   // multi-head latent attention: one region per layer, replicated KV
 	KVPacked  bool   // K and V of a layer in one region, packed per head and token (vLLM's layout since connector version 12); never with MLA
+	// Groups, when set, makes the model several KV-cache groups (see
+	// [GroupGeometry]): Layers is then the sum of the groups' layers, the
+	// attention groups use KVHeads, HeadDim and BlockSize, and each rank's
+	// layout has one region per K, V (or packed) cache of an attention
+	// layer and one per SSM layer, group after group, each with Blocks
+	// blocks. MLA must be false. It is a pointer so that Geometry stays
+	// comparable with == (engines test it against the zero value); two
+	// geometries with groups are equal under == only when they share the
+	// list, so compare them with reflect.DeepEqual.
+	Groups *[]GroupGeometry
 }
 
 // DTypeBytes returns the size in bytes of one element of the named type. It
@@ -77,6 +87,9 @@ func (g Geometry) elemBytes() int {
 func (g Geometry) numRegions() uint64 {
 	if g.Layers < 1 {
 		return 0
+	}
+	if len(g.groups()) > 0 {
+		return g.groupRegions()
 	}
 	if g.MLA || g.KVPacked {
 		return uint64(g.Layers)
@@ -144,6 +157,9 @@ func (g Geometry) RegionBytes() uint64 {
 // [Geometry.Layout] needs. It is 0 when a factor is 0 or the product
 // overflows 64 bits, which [Geometry.Validate] refuses.
 func (g Geometry) RankBytes() uint64 {
+	if len(g.groups()) > 0 {
+		return g.groupRankBytes()
+	}
 	n, ok := mul64(g.numRegions(), g.RegionBytes())
 	if !ok {
 		return 0
@@ -206,6 +222,11 @@ func (g Geometry) Validate() error {
 		return invalidf("Geometry.HeadDim %d x %d bytes is %d bytes per head, want <= %d",
 			g.HeadDim, g.elemBytes(), uint64(g.HeadDim)*uint64(g.elemBytes()), maxField)
 	}
+	if len(g.groups()) > 0 {
+		if err := g.validateGroups(); err != nil {
+			return err
+		}
+	}
 	regions := g.numRegions()
 	if limit := uint64(maxDescs) / regions; uint64(g.Blocks) > limit {
 		return invalidf("Geometry.Blocks is %d, want <= %d: %d regions x Blocks must not exceed %d descriptors",
@@ -235,7 +256,7 @@ func (g Geometry) Layout(mem nixl.MemType, tpRank int, buf nixl.Desc) (Layout, e
 	if err := g.layoutArgs(mem, tpRank); err != nil {
 		return Layout{}, err
 	}
-	size, region := g.RankBytes(), g.RegionBytes()
+	size, sizes := g.RankBytes(), g.regionSizes()
 	if buf.Len < size {
 		return Layout{}, invalidf("buf.Len is %d, want >= RankBytes %d", buf.Len, size)
 	}
@@ -243,8 +264,10 @@ func (g Geometry) Layout(mem nixl.MemType, tpRank int, buf nixl.Desc) (Layout, e
 		return Layout{}, invalidf("buf.Addr %#x + RankBytes %d overflows 64 bits", buf.Addr, size)
 	}
 	l := g.layout(mem, tpRank)
+	at := buf.Addr
 	for i := range l.Regions {
-		l.Regions[i] = Region{Base: buf.Addr + uint64(i)*region, DevID: buf.DevID}
+		l.Regions[i] = Region{Base: at, DevID: buf.DevID}
+		at += sizes[i]
 	}
 	return l, g.finish(&l)
 }
@@ -261,16 +284,19 @@ func (g Geometry) LayoutAt(mem nixl.MemType, tpRank int, devID uint64, bases []u
 	}
 	if want := int(g.numRegions()); len(bases) != want {
 		kind := "2 per layer (K and V)"
-		if g.MLA {
+		switch {
+		case len(g.groups()) > 0:
+			kind = "the groups' regions"
+		case g.MLA:
 			kind = "1 per layer (MLA)"
 		}
 		return Layout{}, invalidf("len(bases) is %d, want %d: %s for %d layers", len(bases), want, kind, g.Layers)
 	}
-	region := g.RegionBytes()
+	sizes := g.regionSizes()
 	l := g.layout(mem, tpRank)
 	for i, b := range bases {
-		if _, carry := bits.Add64(b, region, 0); carry != 0 {
-			return Layout{}, invalidf("bases[%d] %#x + RegionBytes %d overflows 64 bits", i, b, region)
+		if _, carry := bits.Add64(b, sizes[i], 0); carry != 0 {
+			return Layout{}, invalidf("bases[%d] %#x + RegionBytes %d overflows 64 bits", i, b, sizes[i])
 		}
 		l.Regions[i] = Region{Base: b, DevID: devID}
 	}
@@ -301,6 +327,7 @@ func (g Geometry) layout(mem nixl.MemType, tpRank int) Layout {
 	if g.replicated() {
 		l.ModelKVHeads = g.KVHeads
 	}
+	l.Groups = g.layoutGroups()
 	return l
 }
 
@@ -352,6 +379,9 @@ func (g Geometry) Check(l Layout) error {
 	case !g.MLA && l.ModelKVHeads != g.KVHeads && (g.replicated() || l.ModelKVHeads != 0):
 		return invalidf("Layout.ModelKVHeads is %d, the geometry's is %d", l.ModelKVHeads, g.KVHeads)
 	}
+	if err := g.checkGroups(l); err != nil {
+		return err
+	}
 	return l.Validate()
 }
 
@@ -373,6 +403,9 @@ func GeometryOf(l Layout) Geometry {
 		g.HeadDim, g.ElemBytes = l.HeadBytes/(e*per), 0
 	} else if l.HeadBytes%per == 0 {
 		g.HeadDim = l.HeadBytes / per
+	}
+	if gs := groupGeometryOf(&l); gs != nil {
+		g.Groups = &gs
 	}
 	return g
 }

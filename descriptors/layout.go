@@ -41,6 +41,19 @@ type Region struct {
 // head_dim elements of K, then those of V), so HeadBytes counts both. The
 // memory order is still head-major, so a rank's heads stay one run of every
 // block; a packed layout exchanges blocks only with a packed one.
+//
+// Order NHD (vLLM's LBNHC) puts a block token-major instead: token t, head h
+// at (t*KVHeads + h)*HeadBytes. Two NHD layouts of equal TP still exchange
+// whole blocks; across TP sizes, or between an NHD and an HND side, the
+// mapping cuts per token (and per head where the orders differ), see
+// [MapRequest].
+//
+// Groups, when set, makes the layout several KV-cache groups (sliding
+// window beside full attention, Mamba state beside attention; see [Group]):
+// the groups then say which regions are which layers and how their blocks
+// are laid out, and requests map with [MapGroups]. A layout without groups
+// is the one group [Layout.GroupList] returns, exactly as before groups
+// existed.
 type Layout struct {
 	// Mem is the memory type of every region.
 	Mem nixl.MemType `msgpack:"mem"`
@@ -72,11 +85,34 @@ type Layout struct {
 	TPRank int `msgpack:"tp_rank"`
 	// TPSize is the engine's tensor-parallel size.
 	TPSize int `msgpack:"tp_size"`
+	// Order is the memory order inside an attention block: "" or OrderHND
+	// (head-major), or OrderNHD (token-major). Omitted on the wire when
+	// empty, so a layout that does not set it encodes as before.
+	Order string `msgpack:"order,omitempty"`
+	// Groups are the KV-cache groups; nil for one group of full attention
+	// (MLA with MLA set) over every region. With Groups, MLA must be false
+	// (an MLA group says it) and every region must belong to a group.
+	// Omitted on the wire when nil.
+	Groups []Group `msgpack:"groups,omitempty"`
 }
 
+// Block orders of [Layout.Order]: vLLM's legacy names of the head-major
+// (LBHNC) and token-major (LBNHC) layouts.
+const (
+	OrderHND = "HND"
+	OrderNHD = "NHD"
+)
+
+// nhd reports whether blocks are token-major.
+func (l *Layout) nhd() bool { return l.Order == OrderNHD }
+
 // NumRegions returns the number of regions the layout must have: 2*NumLayers,
-// or NumLayers with MLA or KVPacked.
+// or NumLayers with MLA or KVPacked; with Groups, len(Regions) (the groups
+// say which region is which).
 func (l *Layout) NumRegions() int {
+	if len(l.Groups) > 0 {
+		return len(l.Regions)
+	}
 	if l.MLA || l.KVPacked {
 		return l.NumLayers
 	}
@@ -84,12 +120,15 @@ func (l *Layout) NumRegions() int {
 }
 
 // BlockLen returns the bytes of one block in one region:
-// BlockSize*KVHeads*HeadBytes.
+// BlockSize*KVHeads*HeadBytes. With Groups it is the length of a full
+// attention block at the layout's BlockSize; a region's own is
+// [Layout.BlockLenOf].
 func (l *Layout) BlockLen() uint64 {
 	return uint64(l.BlockSize) * uint64(l.KVHeads) * uint64(l.HeadBytes)
 }
 
-// RegionLen returns the bytes of one region: NumBlocks*BlockLen.
+// RegionLen returns the bytes of one region: NumBlocks*BlockLen (with
+// Groups, see [Layout.RegionLenOf]).
 func (l *Layout) RegionLen() uint64 { return uint64(l.NumBlocks) * l.BlockLen() }
 
 // DescID returns the index of (region, block) in BlockDescs:
@@ -127,21 +166,23 @@ func (l *Layout) firstHeadOf(rank int) int {
 // RegList returns the registration list: one descriptor per region covering
 // its NumBlocks*BlockLen bytes, in region order.
 func (l *Layout) RegList() nixl.RegList {
-	n := l.RegionLen()
+	lens := l.regionLens()
 	descs := make([]nixl.RegDesc, len(l.Regions))
 	for i, r := range l.Regions {
-		descs[i] = nixl.RegDesc{Desc: nixl.Desc{Addr: r.Base, Len: n, DevID: r.DevID}}
+		descs[i] = nixl.RegDesc{Desc: nixl.Desc{Addr: r.Base, Len: lens[i], DevID: r.DevID}}
 	}
 	return nixl.RegList{Mem: l.Mem, Descs: descs}
 }
 
 // BlockDescs returns one descriptor per (region, block), in DescID order
-// (region*NumBlocks + block): the list a connector prepares once with
+// (region*NumBlocks + block; each region's blocks of its own length with
+// Groups): the list a connector prepares once with
 // PrepXferDlist to address blocks by index.
 func (l *Layout) BlockDescs() nixl.XferList {
-	n := l.BlockLen()
+	lens := l.regionLens()
 	descs := make([]nixl.Desc, 0, len(l.Regions)*l.NumBlocks)
-	for _, r := range l.Regions {
+	for i, r := range l.Regions {
+		n := lens[i] / uint64(max(l.NumBlocks, 1))
 		for b := 0; b < l.NumBlocks; b++ {
 			descs = append(descs, nixl.Desc{Addr: r.Base + uint64(b)*n, Len: n, DevID: r.DevID})
 		}
@@ -154,6 +195,6 @@ func (l *Layout) BlockDescs() nixl.XferList {
 // Validate and the mapping functions for checked use.
 func (l *Layout) BlockDesc(region, block int) nixl.Desc {
 	r := l.Regions[region]
-	n := l.BlockLen()
+	n := l.BlockLenOf(region)
 	return nixl.Desc{Addr: r.Base + uint64(block)*n, Len: n, DevID: r.DevID}
 }

@@ -25,6 +25,14 @@ type plan struct {
 	srcHead, dstHead int // first moved head, counted from each rank's first head
 	heads            int // number of heads moved
 	pieceHeads       int // heads per piece: all moved heads when block sizes are equal, else 1
+
+	// srcStart and dstStart are the units where each list's first block
+	// begins: 0 and first for a Request (the source list starts at token
+	// 0); for a group's suffix lists (GroupRequest), wherever they start.
+	srcStart, dstStart int
+	// tokens is set when an NHD side makes the walk cut per token (see
+	// walkTokens).
+	tokens bool
 }
 
 // newPlan checks the pair and the request and derives the plan. It does not
@@ -34,29 +42,13 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 	if err := Compatible(src, dst); err != nil {
 		return p, err
 	}
-	p.src, p.dst = src, dst
+	if err := refuseGroups(src, dst); err != nil {
+		return p, err
+	}
+	if err := p.pair(src, dst); err != nil {
+		return p, err
+	}
 	p.srcBlocks, p.dstBlocks = req.SrcBlocks, req.DstBlocks
-
-	// Heads both ranks hold.
-	if src.MLA {
-		p.heads = src.KVHeads
-	} else {
-		s0, d0 := src.FirstHead(), dst.FirstHead()
-		lo, hi := max(s0, d0), min(s0+src.KVHeads, d0+dst.KVHeads)
-		if lo >= hi {
-			return p, invalidf("no KV head in common: source rank %d holds heads [%d, %d), destination rank %d holds [%d, %d); pick the pair with Sources or Targets",
-				src.TPRank, s0, s0+src.KVHeads, dst.TPRank, d0, d0+dst.KVHeads)
-		}
-		p.srcHead, p.dstHead, p.heads = lo-s0, lo-d0, hi-lo
-	}
-
-	p.unitTokens = min(src.BlockSize, dst.BlockSize)
-	p.srcUnits = src.BlockSize / p.unitTokens
-	p.dstUnits = dst.BlockSize / p.unitTokens
-	p.pieceHeads = 1
-	if p.srcUnits == 1 && p.dstUnits == 1 {
-		p.pieceHeads = p.heads
-	}
 
 	if err := checkBlockIDs("source", req.SrcBlocks, src.NumBlocks, false); err != nil {
 		return p, err
@@ -74,6 +66,7 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 		return p, invalidf("DstCached %d too large", req.DstCached)
 	}
 	p.first = req.DstCached * p.dstUnits
+	p.dstStart = p.first
 	srcEnd := len(req.SrcBlocks) * p.srcUnits
 	dstEnd := p.first + len(req.DstBlocks)*p.dstUnits
 	p.end = min(srcEnd, dstEnd)
@@ -84,15 +77,75 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 			len(req.SrcBlocks), src.BlockSize, (srcEnd-p.srcUnits)*p.unitTokens+1, srcEnd*p.unitTokens,
 			req.DstCached, len(req.DstBlocks), dst.BlockSize, (dstEnd-p.dstUnits)*p.unitTokens+1, dstEnd*p.unitTokens)
 	}
-	// Bound the work and the result before anything is allocated: layouts
-	// come from the network, and a hostile block-size ratio or head count
-	// must give an error, not an out-of-memory crash.
-	units, pieces, regions := p.end-p.first, p.heads/p.pieceHeads, len(src.Regions)
+	return p, p.bound()
+}
+
+// refuseGroups keeps the single-group entry points to layouts without
+// groups: a grouped layout's block ids come per group.
+func refuseGroups(src, dst *Layout) error {
+	if len(src.Groups) > 0 {
+		return invalidf("source layout has %d KV-cache groups: map its requests with MapGroups", len(src.Groups))
+	}
+	if len(dst.Groups) > 0 {
+		return invalidf("destination layout has %d KV-cache groups: map its requests with MapGroups", len(dst.Groups))
+	}
+	return nil
+}
+
+// bound limits the work and the result before anything is allocated:
+// layouts come from the network, and a hostile block-size ratio or head
+// count must give an error, not an out-of-memory crash.
+func (p *plan) bound() error {
+	units, pieces, regions := p.end-p.first, p.heads/p.pieceHeads, len(p.src.Regions)
+	if p.tokens {
+		// Worst case: one piece per token and head.
+		units, pieces = (p.end-p.first)*p.unitTokens, p.heads
+		if p.unitTokens > MaxPairs || units > MaxPairs {
+			return invalidf("request needs %d tokens x %d heads x %d regions descriptor pairs, more than MaxPairs %d",
+				units, pieces, regions, MaxPairs)
+		}
+	}
 	if units > MaxPairs/pieces || units*pieces > MaxPairs/regions {
-		return p, invalidf("request needs %d units x %d head pieces x %d regions descriptor pairs, more than MaxPairs %d",
+		return invalidf("request needs %d units x %d head pieces x %d regions descriptor pairs, more than MaxPairs %d",
 			units, pieces, regions, MaxPairs)
 	}
-	return p, nil
+	return nil
+}
+
+// pair derives what a plan needs from the two layouts alone: the heads
+// both ranks hold and the units.
+func (p *plan) pair(src, dst *Layout) error {
+	p.src, p.dst = src, dst
+
+	// Heads both ranks hold.
+	if src.MLA {
+		p.heads = src.KVHeads
+	} else {
+		s0, d0 := src.FirstHead(), dst.FirstHead()
+		lo, hi := max(s0, d0), min(s0+src.KVHeads, d0+dst.KVHeads)
+		if lo >= hi {
+			return invalidf("no KV head in common: source rank %d holds heads [%d, %d), destination rank %d holds [%d, %d); pick the pair with Sources or Targets",
+				src.TPRank, s0, s0+src.KVHeads, dst.TPRank, d0, d0+dst.KVHeads)
+		}
+		p.srcHead, p.dstHead, p.heads = lo-s0, lo-d0, hi-lo
+	}
+	if src.nhd() || dst.nhd() {
+		// Both NHD with every head of each block and equal block sizes is
+		// a whole-block copy, which the plain walk does; anything else
+		// cuts per token.
+		whole := src.nhd() && dst.nhd() && src.BlockSize == dst.BlockSize &&
+			p.heads == src.KVHeads && p.heads == dst.KVHeads
+		p.tokens = !whole
+	}
+
+	p.unitTokens = min(src.BlockSize, dst.BlockSize)
+	p.srcUnits = src.BlockSize / p.unitTokens
+	p.dstUnits = dst.BlockSize / p.unitTokens
+	p.pieceHeads = 1
+	if p.srcUnits == 1 && p.dstUnits == 1 {
+		p.pieceHeads = p.heads
+	}
+	return nil
 }
 
 // checkBlockIDs verifies that every id is a block of the layout and, for the
@@ -123,6 +176,9 @@ func checkBlockIDs(side string, ids []int, numBlocks int, unique bool) error {
 
 // perRegion returns the number of pairs one region gets before coalescing.
 func (p *plan) perRegion() int {
+	if p.tokens {
+		return p.walkTokens(false, nil, nil)
+	}
 	return (p.end - p.first) * (p.heads / p.pieceHeads)
 }
 
@@ -137,6 +193,9 @@ func (p *plan) perRegion() int {
 // head, unit by unit. That makes each head's run through a large block one
 // stretch of memory on that side, which is where merges are possible.
 func (p *plan) walk(merge bool, srcOut, dstOut []nixl.Desc) int {
+	if p.tokens {
+		return p.walkTokens(merge, srcOut, dstOut)
+	}
 	if p.srcUnits == 1 && p.dstUnits == 1 {
 		return p.walkEqual(merge, srcOut, dstOut)
 	}
@@ -155,8 +214,8 @@ func (p *plan) walk(merge bool, srcOut, dstOut []nixl.Desc) int {
 		lo, hi := max(g, p.first), min(g+group, p.end)
 		// Position of unit lo on each side; the loops below step it
 		// without dividing.
-		sIdx0, sSub0 := lo/p.srcUnits, lo%p.srcUnits
-		dIdx0, dSub0 := (lo-p.first)/p.dstUnits, (lo-p.first)%p.dstUnits
+		sIdx0, sSub0 := (lo-p.srcStart)/p.srcUnits, (lo-p.srcStart)%p.srcUnits
+		dIdx0, dSub0 := (lo-p.dstStart)/p.dstUnits, (lo-p.dstStart)%p.dstUnits
 		for h := 0; h < p.heads; h++ {
 			srcHeadOff := sBase + uint64(p.srcHead+h)*srcHeadStride
 			dstHeadOff := dBase + uint64(p.dstHead+h)*dstHeadStride
@@ -187,8 +246,8 @@ func (p *plan) walkEqual(merge bool, srcOut, dstOut []nixl.Desc) int {
 	dOff := dst.Regions[0].Base + uint64(p.dstHead)*uint64(dst.BlockSize)*hb
 	w := pairWriter{merge: merge, src: srcOut, dst: dstOut,
 		srcDev: src.Regions[0].DevID, dstDev: dst.Regions[0].DevID, len: pieceLen}
-	srcIDs := p.srcBlocks[p.first:p.end]
-	dstIDs := p.dstBlocks[:len(srcIDs)]
+	srcIDs := p.srcBlocks[p.first-p.srcStart : p.end-p.srcStart]
+	dstIDs := p.dstBlocks[p.first-p.dstStart:][:len(srcIDs)]
 	for i, sb := range srcIDs {
 		w.put(sOff+uint64(sb)*srcBlockLen, dOff+uint64(dstIDs[i])*dstBlockLen)
 	}
@@ -205,6 +264,8 @@ type pairWriter struct {
 	len            uint64
 	n              int
 	srcEnd, dstEnd uint64 // where the last pair ends
+
+	lastSrcBlock, lastDstBlock int // blocks of the last piece (putIn)
 }
 
 func (w *pairWriter) put(s, d uint64) {
@@ -234,37 +295,51 @@ func (p *plan) build(merge bool, count int) Transfer {
 // fill is build into t, reusing the capacity of t's lists when it suffices.
 func (p *plan) fill(t *Transfer, merge bool, count int) {
 	src, dst := p.src, p.dst
-	regions := len(src.Regions)
-	total := count * regions
-	sDescs, dDescs := t.Src.Descs, t.Dst.Descs
-	if cap(sDescs) < total || cap(dDescs) < total {
-		// Both lists in one allocation; the capacity limit on the first
-		// keeps an append to it from running into the second.
-		all := make([]nixl.Desc, 2*total)
-		sDescs, dDescs = all[:0:total], all[total:total]
-	}
+	total := count * len(src.Regions)
+	sDescs, dDescs := reuse(t, total)
 	*t = Transfer{
-		Src: nixl.XferList{Mem: src.Mem, Descs: sDescs[:total]},
-		Dst: nixl.XferList{Mem: dst.Mem, Descs: dDescs[:total]},
+		Src: nixl.XferList{Mem: src.Mem, Descs: sDescs},
+		Dst: nixl.XferList{Mem: dst.Mem, Descs: dDescs},
 	}
+	t.Bytes = p.fillInto(t.Src.Descs, t.Dst.Descs, merge, count)
+}
+
+// reuse returns t's lists resliced to n pairs when their capacity suffices,
+// else two fresh lists in one allocation (the capacity limit on the first
+// keeps an append to it from running into the second).
+func reuse(t *Transfer, n int) (src, dst []nixl.Desc) {
+	src, dst = t.Src.Descs, t.Dst.Descs
+	if cap(src) < n || cap(dst) < n {
+		all := make([]nixl.Desc, 2*n)
+		src, dst = all[:0:n], all[n:n]
+	}
+	return src[:n], dst[:n]
+}
+
+// fillInto walks region 0 into the first count pairs of sAll and dAll and
+// shifts them into every other region's count pairs after; it returns the
+// bytes moved. The lists must hold count pairs per region.
+func (p *plan) fillInto(sAll, dAll []nixl.Desc, merge bool, count int) uint64 {
 	if count == 0 {
-		return
+		return 0
 	}
-	s0, d0 := t.Src.Descs[:count], t.Dst.Descs[:count]
+	src, dst := p.src, p.dst
+	regions := len(src.Regions)
+	s0, d0 := sAll[:count], dAll[:count]
 	p.walk(merge, s0, d0)
 	var bytes uint64
 	for i := range s0 {
 		bytes += s0[i].Len
 	}
-	t.Bytes = bytes * uint64(regions)
 	for r := 1; r < regions; r++ {
 		sr, dr := src.Regions[r], dst.Regions[r]
-		sOut := t.Src.Descs[r*count : (r+1)*count]
-		dOut := t.Dst.Descs[r*count : (r+1)*count]
+		sOut := sAll[r*count : (r+1)*count]
+		dOut := dAll[r*count : (r+1)*count]
 		sShift, dShift := sr.Base-src.Regions[0].Base, dr.Base-dst.Regions[0].Base
 		for i := range s0 {
 			sOut[i] = nixl.Desc{Addr: s0[i].Addr + sShift, Len: s0[i].Len, DevID: sr.DevID}
 			dOut[i] = nixl.Desc{Addr: d0[i].Addr + dShift, Len: d0[i].Len, DevID: dr.DevID}
 		}
 	}
+	return bytes * uint64(regions)
 }

@@ -1,5 +1,7 @@
 package descriptors
 
+import "slices"
+
 // Sources returns the source TP ranks whose blocks destination rank
 // dst.TPRank needs, in ascending order (src.TPRank is ignored). With equal TP
 // it is the same rank; when the destination has more ranks, the one source
@@ -9,10 +11,26 @@ package descriptors
 // that load spreads. A pull connector on destination rank r reads from each
 // rank in Sources, and a destination rank expects len(Sources) completions
 // (notifications) per request.
+//
+// With KV-cache groups it is the union over the groups, ascending: each
+// attention group's source ranks as above, and for an SSM group every
+// source rank whose share of the state overlaps the destination's (with a
+// larger source TP, several). [MapGroups] of a pair in the list maps what
+// each group has to move between those two ranks, possibly nothing for
+// some groups.
 func Sources(src, dst *Layout) ([]int, error) {
 	if err := Compatible(src, dst); err != nil {
 		return nil, err
 	}
+	if len(src.Groups) > 0 || len(dst.Groups) > 0 {
+		return groupSources(src, dst), nil
+	}
+	return attentionSources(src, dst), nil
+}
+
+// attentionSources is Sources for a compatible pair without groups (or
+// the views of one attention group).
+func attentionSources(src, dst *Layout) []int {
 	out := make([]int, 0, 1)
 	first, n := dst.FirstHead(), dst.KVHeads
 	if dst.MLA {
@@ -24,7 +42,7 @@ func Sources(src, dst *Layout) ([]int, error) {
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Targets returns the destination TP ranks that source rank src.TPRank feeds
@@ -40,6 +58,16 @@ func Targets(src, dst *Layout) ([]int, error) {
 		return nil, err
 	}
 	var out []int
+	if len(src.Groups) > 0 || len(dst.Groups) > 0 {
+		d := *dst
+		for r := 0; r < dst.TPSize; r++ {
+			d.TPRank = r
+			if slices.Contains(groupSources(src, &d), src.TPRank) {
+				out = append(out, r)
+			}
+		}
+		return out, nil
+	}
 	for r := 0; r < dst.TPSize; r++ {
 		first, n := dst.firstHeadOf(r), dst.KVHeads
 		if dst.MLA {
@@ -75,6 +103,14 @@ func sourceRank(src *Layout, h, dstRank int) int {
 // HeadBytes, MLA and the model's KV head count, and their block sizes divide
 // one another. The error matches ErrIncompatible or ErrInvalid and names both
 // sides' values. Memory types and TP sizes may differ.
+//
+// With KV-cache groups on either side (a side without groups is its one
+// group, [Layout.GroupList]) both must have as many groups, and group by
+// group the same kind and region count; attention groups must agree as
+// above (their block sizes dividing one another), sliding-window groups on
+// Window, and SSM groups on the model's bytes of each state part (bytes on
+// a rank x TPSize), in which case the TP sizes need not divide each other.
+// In-block orders (Order) may differ: the mapping permutes.
 func Compatible(src, dst *Layout) error {
 	if err := src.check(); err != nil {
 		return sideError("source", err)
@@ -82,6 +118,14 @@ func Compatible(src, dst *Layout) error {
 	if err := dst.check(); err != nil {
 		return sideError("destination", err)
 	}
+	if len(src.Groups) > 0 || len(dst.Groups) > 0 {
+		return compatibleGroups(src, dst)
+	}
+	return compatibleSingle(src, dst)
+}
+
+// compatibleSingle is Compatible for two checked layouts without groups.
+func compatibleSingle(src, dst *Layout) error {
 	switch {
 	case src.MLA != dst.MLA:
 		return differ("MLA", src.MLA, dst.MLA)

@@ -22,8 +22,8 @@ func newMemory(ranks []*Layout, fill bool) *memory {
 		regs := make([][]uint64, len(l.Regions))
 		ws := make([][]uint8, len(l.Regions))
 		for r := range l.Regions {
-			regs[r] = make([]uint64, l.RegionLen())
-			ws[r] = make([]uint8, l.RegionLen())
+			regs[r] = make([]uint64, l.RegionLenOf(r))
+			ws[r] = make([]uint8, l.RegionLenOf(r))
 			if fill {
 				for i := range regs[r] {
 					regs[r][i] = byteID(rk, r, uint64(i))
@@ -44,8 +44,8 @@ func byteID(rank, region int, off uint64) uint64 {
 // the registration that covers a descriptor.
 func (m *memory) locate(rank int, d nixl.Desc) (region int, off uint64, err error) {
 	l := m.ranks[rank]
-	n := l.RegionLen()
 	for r, reg := range l.Regions {
+		n := l.RegionLenOf(r)
 		if reg.DevID == d.DevID && d.Addr >= reg.Base && d.Addr-reg.Base <= n && d.Len <= n-(d.Addr-reg.Base) {
 			return r, d.Addr - reg.Base, nil
 		}
@@ -106,7 +106,7 @@ func expectDestination(srcRanks []*Layout, srcPick func(head int) int, dst *memo
 				for tok := 0; tok < dl.BlockSize; tok++ {
 					T := firstTok + k*dl.BlockSize + tok
 					for i := 0; i < hb; i++ {
-						off := uint64(((b*dl.KVHeads+h)*dl.BlockSize+tok)*hb + i)
+						off := tokenOff(dl, b, h, tok) + uint64(i)
 						got, n := dst.bytes[dstRank][r][off], dst.writes[dstRank][r][off]
 						if T >= firstTok+movedTokens {
 							if n != 0 {
@@ -122,7 +122,7 @@ func expectDestination(srcRanks []*Layout, srcPick func(head int) int, dst *memo
 						}
 						sb := req.SrcBlocks[T/sl.BlockSize]
 						st := T % sl.BlockSize
-						want := byteID(sRank, r, uint64(((sb*sl.KVHeads+sh)*sl.BlockSize+st)*hb+i))
+						want := byteID(sRank, r, tokenOff(sl, sb, sh, st)+uint64(i))
 						if n != 1 || got != want {
 							return fmt.Errorf("region %d dst block %d head %d token %d byte %d: got id %#x written %d times, want %#x once (src rank %d block %d token %d)",
 								r, b, gh, tok, i, got, n, want, sRank, sb, st)
@@ -151,4 +151,15 @@ func expectDestination(srcRanks []*Layout, srcPick func(head int) int, dst *memo
 		}
 	}
 	return nil
+}
+
+// tokenOff is the offset in a region of head h (counted from the rank's
+// first head) of token tok of block b, in the layout's in-block order,
+// computed from the definition rather than by the package.
+func tokenOff(l *Layout, b, h, tok int) uint64 {
+	hb := l.HeadBytes
+	if l.Order == OrderNHD {
+		return uint64(((b*l.BlockSize+tok)*l.KVHeads + h) * hb)
+	}
+	return uint64(((b*l.KVHeads+h)*l.BlockSize + tok) * hb)
 }

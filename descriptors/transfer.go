@@ -14,6 +14,10 @@ type Transfer struct {
 	// MapRequest (every region has as many), so that Coalesce keeps regions
 	// apart; 0 when unknown, -1 once coalesced.
 	regionPairs int
+	// bounds, set by MapGroupsRequest, are the indexes where each region's
+	// pairs of each group start (regions and groups have different counts
+	// there); Coalesce never merges a pair into the one before a bound.
+	bounds []int
 }
 
 // Len returns the number of descriptor pairs.

@@ -36,7 +36,7 @@ func (l *Layout) Validate() error {
 	if l.NumLayers > MaxLayers {
 		return invalidf("NumLayers %d is above the limit of %d", l.NumLayers, MaxLayers)
 	}
-	n := l.RegionLen()
+	lens := l.regionLens()
 	order := make([]int, len(l.Regions))
 	for i := range order {
 		order[i] = i
@@ -51,14 +51,19 @@ func (l *Layout) Validate() error {
 		}
 		return cmp.Compare(i, j)
 	})
-	// Sorted by start, equal-length regions overlap only if some pair of
-	// neighbours does.
+	// Sorted by start, regions overlap only if some pair of neighbours
+	// does: if a region overlaps a later one, it overlaps the next.
 	for k := 1; k < len(order); k++ {
 		i, j := order[k-1], order[k]
 		a, b := l.Regions[i], l.Regions[j]
-		if a.DevID == b.DevID && b.Base < a.Base+n {
+		if a.DevID == b.DevID && b.Base < a.Base+lens[i] {
+			n := lens[i]
 			if j < i {
 				i, j, a, b = j, i, b, a
+			}
+			if len(l.Groups) > 0 {
+				return invalidf("Regions[%d] (base %#x) and Regions[%d] (base %#x) overlap on device %d (region lengths %d and %d)",
+					i, a.Base, j, b.Base, a.DevID, lens[i], lens[j])
 			}
 			return invalidf("Regions[%d] (base %#x) and Regions[%d] (base %#x) overlap on device %d (region length %d)",
 				i, a.Base, j, b.Base, a.DevID, n)
@@ -109,6 +114,12 @@ func (l *Layout) check() error {
 		return invalidf("ModelKVHeads %d too large (max %d)", l.ModelKVHeads, maxField)
 	case l.TPSize > maxTP:
 		return invalidf("TPSize %d too large (max %d)", l.TPSize, maxTP)
+	}
+	if err := l.checkOrder(); err != nil {
+		return err
+	}
+	if len(l.Groups) > 0 {
+		return l.checkGrouped()
 	}
 	if len(l.Regions) != l.NumRegions() {
 		kind := "2 per layer (K and V)"
@@ -164,6 +175,27 @@ func (l *Layout) checkHeads() error {
 	}
 	if l.ModelKVHeads > 0 && l.ModelKVHeads != l.KVHeads*l.TPSize {
 		return invalidf("ModelKVHeads %d != KVHeads %d x TPSize %d", l.ModelKVHeads, l.KVHeads, l.TPSize)
+	}
+	return nil
+}
+
+// checkGrouped is the rest of check for a layout with Groups: the heads,
+// the groups, and every region's end inside the address space.
+func (l *Layout) checkGrouped() error {
+	if len(l.Regions) > MaxRegions {
+		return invalidf("len(Regions) %d is above the limit of %d", len(l.Regions), MaxRegions)
+	}
+	if err := l.checkHeads(); err != nil {
+		return err
+	}
+	lens, err := l.checkGroups()
+	if err != nil {
+		return err
+	}
+	for i, r := range l.Regions {
+		if _, carry := bits.Add64(r.Base, lens[i], 0); carry != 0 {
+			return invalidf("Regions[%d] base %#x + length %d overflows 64 bits", i, r.Base, lens[i])
+		}
 	}
 	return nil
 }

@@ -63,6 +63,13 @@ func (l *Layout) DecodeMsgpack(dec *msgpack.Decoder) error {
 			field = &out.TPRank
 		case "tp_size":
 			field = &out.TPSize
+		case "order":
+			field = &out.Order
+		case "groups":
+			if out.Groups, err = decodeGroups(dec); err != nil {
+				return err
+			}
+			continue
 		default:
 			if err := dec.Skip(); err != nil {
 				return fmt.Errorf("descriptors: layout key %q: %w", key, err)
