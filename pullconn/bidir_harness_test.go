@@ -23,6 +23,8 @@ type bidirOpts struct {
 	clock connector.Clock
 	// exporterCfg and readerCfg adjust the D->P roles' configurations.
 	exporterCfg, readerCfg func(*Config)
+	// producerCfg and consumerCfg adjust the P->D roles' configurations.
+	producerCfg, consumerCfg func(*Config)
 }
 
 // bidirCluster is a prefill and a decode engine with both directions on
@@ -78,7 +80,7 @@ func newBidirCluster(t *testing.T, o bidirOpts) *bidirCluster {
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
 		c.pbufs, c.playouts = append(c.pbufs, buf), append(c.playouts, l)
-		p, err := NewProducer(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d", r)), nil))
+		p, err := NewProducer(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d", r)), o.producerCfg))
 		require.NoError(t, err)
 		c.prods = append(c.prods, p)
 		hr, err := NewHistoryReader(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d-hist", r)), o.readerCfg), o.threshold)
@@ -90,7 +92,7 @@ func newBidirCluster(t *testing.T, o bidirOpts) *bidirCluster {
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
 		c.dbufs, c.dlayouts = append(c.dbufs, buf), append(c.dlayouts, l)
-		cn, err := NewConsumer(c.de, rank(l, agent(fmt.Sprintf("decode-%d", r)), nil))
+		cn, err := NewConsumer(c.de, rank(l, agent(fmt.Sprintf("decode-%d", r)), o.consumerCfg))
 		require.NoError(t, err)
 		c.cons = append(c.cons, cn)
 		ex, err := NewHistoryExporter(c.de, rank(l, agent(fmt.Sprintf("decode-%d-hist", r)), o.exporterCfg))
