@@ -60,6 +60,12 @@ func geometry(m vllmpeer.Model, tp int) descriptors.Geometry {
 
 func newGonixl(t *testing.T, fab *loopback.Fabric, id string, tp int, prefill bool, edit ...func(*connector.EngineConfig)) *gonixl {
 	t.Helper()
+	return newGonixlOn(t, func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }, id, tp, prefill, edit...)
+}
+
+// newGonixlOn is newGonixl on the agents newAgent makes.
+func newGonixlOn(t *testing.T, newAgent func(string) (nixl.Agent, error), id string, tp int, prefill bool, edit ...func(*connector.EngineConfig)) *gonixl {
+	t.Helper()
 	g := geometry(testModel, tp)
 	ec := connector.EngineConfig{EngineID: id, Model: testModel.Name, Geometry: g, Protocol: connector.ProtocolVLLM,
 		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend}, HandshakeTimeout: 2 * time.Second}
@@ -86,7 +92,7 @@ func newGonixl(t *testing.T, fab *loopback.Fabric, id string, tp int, prefill bo
 		}
 	})
 	for r := range tp {
-		a, err := fab.NewAgent(fmt.Sprintf("%s-%d", id, r))
+		a, err := newAgent(fmt.Sprintf("%s-%d", id, r))
 		require.NoError(t, err)
 		agents = append(agents, a)
 		buf, err := nixl.AllocBuffer(int(g.RankBytes()))
@@ -238,4 +244,12 @@ func prompt(n int) (string, []int) {
 	}
 	s := strings.Join(words, " ")
 	return s, vllmpeer.Tokenize(s)
+}
+
+// paramsFromJSON parses kv_transfer_params as a vLLM decode does.
+func paramsFromJSON(t *testing.T, raw []byte) vllmpeer.Params {
+	t.Helper()
+	p, err := vllmpeer.ParseParams(raw)
+	require.NoError(t, err, "%s", raw)
+	return p
 }
