@@ -78,19 +78,19 @@ type Peer struct {
 	// pull prefill
 	held map[string]*held
 	// every notification each rank got, as text, in arrival order
-	notifs [][]string
+	notifs  [][]string
 	freed   []string // pull prefill: ids freed on their completions, in order
 	expired []string // pull prefill: ids freed at the lease's end
 	// push decode: registrations waiting for WRITEs
 	pushWait map[string]*pushWait
 	// push prefill: finished requests and registrations not yet matched
-	pushHeld map[string]*pushHeld
+	pushHeld    map[string]*pushHeld
 	pushRegs    []PushRegSeen
-	pendingRegs [][]pushReg // per rank: registrations no finished request matched yet
-	written     []string    // push prefill: requests whose WRITEs all completed
-	remotes  map[string]*remoteEngine // by engine id
-	changed  chan struct{}            // closed and replaced on every state change
-	problems []string
+	pendingRegs [][]pushReg              // per rank: registrations no finished request matched yet
+	written     []string                 // push prefill: requests whose WRITEs all completed
+	remotes     map[string]*remoteEngine // by engine id
+	changed     chan struct{}            // closed and replaced on every state change
+	problems    []string
 }
 
 // New builds the peer: agents, registered KV memory, the side channel

@@ -35,9 +35,9 @@ type remoteEngine struct {
 	host   string
 	port   int
 	tp     int
-	md     map[int]agentMetadata  // by remote TP rank
-	agents map[[2]int]string      // (local rank, remote rank) -> name
-	offset float64                // remote clock - local clock, seconds
+	md     map[int]agentMetadata // by remote TP rank
+	agents map[[2]int]string     // (local rank, remote rank) -> name
+	offset float64               // remote clock - local clock, seconds
 }
 
 // handshake fetches and loads, once per engine, the metadata of every
