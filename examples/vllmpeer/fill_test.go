@@ -16,7 +16,7 @@ func TestKVFillWorkedExample(t *testing.T) {
 	require.Equal(t, []int{8636, 14012, 12335, 8270}, toks)
 	assert.Equal(t, []uint64{0x36c2a1d5c60558df, 0x576e8e829e560367, 0xbd3e0508f27a1016, 0x8c8b5068afec60a5}, PrefixHashes(toks))
 	ph := PrefixHashes(toks)
-	assert.Equal(t, uint64(0x95426611d9f3fdc2), splitmix(uint64(0)<<40^uint64(2)<<24^0))
+	assert.Equal(t, uint64(0x95426611d9f3fdc2), splitmix(uint64(0)<<40^uint64(2)<<24^uint64(len(toks)-4)))
 	assert.Equal(t, uint64(0x856444247ead2de4), splitmix(ph[0]^splitmix(uint64(2)<<24)))
 
 	m := Model{Name: "x", DType: "bfloat16", ElemBytes: 2, Layers: 2, KVHeads: 4, HeadDim: 4, BlockSize: 16, NumBlocks: 8}

@@ -245,11 +245,3 @@ func prompt(n int) (string, []int) {
 	s := strings.Join(words, " ")
 	return s, vllmpeer.Tokenize(s)
 }
-
-// paramsFromJSON parses kv_transfer_params as a vLLM decode does.
-func paramsFromJSON(t *testing.T, raw []byte) vllmpeer.Params {
-	t.Helper()
-	p, err := vllmpeer.ParseParams(raw)
-	require.NoError(t, err, "%s", raw)
-	return p
-}

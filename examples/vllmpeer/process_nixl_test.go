@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/examples/vllmpeer"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -196,4 +197,12 @@ func TestProcessGonixlPrefillPeerDecode(t *testing.T) {
 	assert.Equal(t, float64(testModel.RankBytes(1)/testModel.NumBlocks*5), done["ok_bytes"])
 	peer.wait(t)
 	pre.freed(t, "req-1")
+}
+
+// paramsFromJSON parses kv_transfer_params as a vLLM decode does.
+func paramsFromJSON(t *testing.T, raw []byte) vllmpeer.Params {
+	t.Helper()
+	p, err := vllmpeer.ParseParams(raw)
+	require.NoError(t, err, "%s", raw)
+	return p
 }

@@ -102,13 +102,6 @@ func (s *listener) close() {
 	<-s.done
 }
 
-// peerRank is what a handshake learned of one remote rank.
-type peerRank struct {
-	tpRank int
-	md     agentMetadata
-	agent  string // its NIXL agent's name, from LoadRemoteMD
-}
-
 // ErrHashMismatch is the error of a handshake with an engine whose
 // compatibility hash is not this peer's; the message names both, as vLLM's
 // does.

@@ -43,11 +43,11 @@ func emit(v map[string]any) {
 }
 
 type flags struct {
-	role, engineID, prompt, blocks, params, agent, backend string
-	prefillID, prefillHost                                 string
-	prefillPort, prefillTP                                 int
-	timeout                                                time.Duration
-	cfg                                                    vllmpeer.Config
+	role, prompt, blocks, params, agent, backend string
+	prefillID, prefillHost                       string
+	prefillPort, prefillTP                       int
+	timeout                                      time.Duration
+	cfg                                          vllmpeer.Config
 }
 
 func parse(args []string) (*flags, error) {
