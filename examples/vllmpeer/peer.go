@@ -63,16 +63,17 @@ type Config struct {
 // rank, the side channel, and the state of the four roles. Its methods are
 // safe for concurrent use.
 type Peer struct {
-	cfg    Config
-	hash   string
-	agents []nixl.Agent
-	kv     []*rankKV
-	side   *listener
-	stop   chan struct{}
-	polled sync.WaitGroup
-	ctx    context.Context // cancelled by Close: ends the WRITE goroutines' waits
-	cancel context.CancelFunc
-	work   sync.WaitGroup // the WRITE goroutines
+	cfg       Config
+	hash      string
+	agents    []nixl.Agent
+	kv        []*rankKV
+	side      *listener
+	stop      chan struct{}
+	polled    sync.WaitGroup
+	ctx       context.Context // cancelled by Close: ends the WRITE goroutines' waits
+	cancel    context.CancelFunc
+	work      sync.WaitGroup // the WRITE goroutines
+	closeOnce sync.Once
 
 	mu sync.Mutex
 	// pull prefill
@@ -249,17 +250,16 @@ func (p *Peer) Verify(tokens, blocks []int) Check {
 // Close stops the peer: the side channel, the notification reader, the
 // agents and the memory.
 func (p *Peer) Close() error {
-	select {
-	case <-p.stop:
-		return nil
-	default:
-	}
+	p.closeOnce.Do(p.shut)
+	return nil
+}
+
+func (p *Peer) shut() {
 	p.cancel()
 	p.work.Wait()
 	close(p.stop)
 	p.polled.Wait()
 	p.release()
-	return nil
 }
 
 func (p *Peer) release() {

@@ -207,7 +207,7 @@ func mapKeys(b []byte) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a map: %w", err)
 	}
-	keys := make([]string, 0, max(n, 0))
+	keys := make([]string, 0, min(max(n, 0), len(b))) // a header may claim more keys than the bytes hold
 	for range n {
 		k, err := dec.DecodeString()
 		if err != nil {

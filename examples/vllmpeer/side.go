@@ -150,19 +150,9 @@ func fetch(ctx context.Context, host string, port int, tpRanks []int, localHash,
 		if len(g.msg.Frames) != 2 {
 			return nil, 0, fmt.Errorf("vllmpeer: answer from %s:%d for tp %d has %d frames, want 2 (payload, timestamp)", host, port, r, len(g.msg.Frames))
 		}
-		var p handshakePayload
-		if err := msgpack.Unmarshal(g.msg.Frames[0], &p); err != nil {
-			return nil, 0, fmt.Errorf("vllmpeer: failed to decode NixlHandshakePayload from tp %d: %w", r, err)
-		}
-		if p.CompatibilityHash != localHash {
-			return nil, 0, fmt.Errorf("%w. Local: %s, Remote: %s", ErrHashMismatch, localHash, p.CompatibilityHash)
-		}
-		var md agentMetadata
-		if err := msgpack.Unmarshal(p.AgentMetadataBytes, &md); err != nil {
-			return nil, 0, fmt.Errorf("vllmpeer: failed to decode NixlAgentMetadata from tp %d: %w", r, err)
-		}
-		if md.EngineID != engineID {
-			return nil, 0, fmt.Errorf("vllmpeer: remote engine id mismatch: expected %q, got %q", engineID, md.EngineID)
+		md, err := decodeHandshake(g.msg.Frames[0], r, localHash, engineID)
+		if err != nil {
+			return nil, 0, err
 		}
 		ts, err := parseTimestamp(g.msg.Frames[1])
 		if err != nil {
@@ -174,4 +164,25 @@ func fetch(ctx context.Context, host string, port int, tpRanks []int, localHash,
 		out = append(out, md)
 	}
 	return out, offset, nil
+}
+
+// decodeHandshake decodes a NixlHandshakePayload in vLLM's two phases: the
+// payload, whose hash must be localHash, and only then the inner
+// NixlAgentMetadata, whose engine id must be the one asked for.
+func decodeHandshake(frame []byte, tpRank int, localHash, engineID string) (agentMetadata, error) {
+	var p handshakePayload
+	if err := msgpack.Unmarshal(frame, &p); err != nil {
+		return agentMetadata{}, fmt.Errorf("vllmpeer: failed to decode NixlHandshakePayload from tp %d: %w", tpRank, err)
+	}
+	if p.CompatibilityHash != localHash {
+		return agentMetadata{}, fmt.Errorf("%w. Local: %s, Remote: %s", ErrHashMismatch, localHash, p.CompatibilityHash)
+	}
+	var md agentMetadata
+	if err := msgpack.Unmarshal(p.AgentMetadataBytes, &md); err != nil {
+		return agentMetadata{}, fmt.Errorf("vllmpeer: failed to decode NixlAgentMetadata from tp %d: %w", tpRank, err)
+	}
+	if md.EngineID != engineID {
+		return agentMetadata{}, fmt.Errorf("vllmpeer: remote engine id mismatch: expected %q, got %q", engineID, md.EngineID)
+	}
+	return md, nil
 }

@@ -3,6 +3,7 @@ package vllmpeer
 import (
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -146,3 +147,58 @@ func FuzzPushRegKeys(f *testing.F) {
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = mapKeys(b) })
 }
+
+func TestDecodeHandshake(t *testing.T) {
+	inner, _ := encode(&agentMetadata{EngineID: "e", RegionMembers: [][]string{}})
+	frame, _ := encode(&handshakePayload{CompatibilityHash: "h", AgentMetadataBytes: inner})
+	md, err := decodeHandshake(frame, 0, "h", "e")
+	require.NoError(t, err)
+	assert.Equal(t, "e", md.EngineID)
+	_, err = decodeHandshake(frame, 0, "g", "e")
+	assert.EqualError(t, err, "NIXL compatibility hash mismatch. Local: g, Remote: h")
+	_, err = decodeHandshake(frame, 0, "h", "f")
+	assert.EqualError(t, err, `vllmpeer: remote engine id mismatch: expected "f", got "e"`)
+	// The hash is checked before the inner bytes are decoded at all.
+	bad, _ := encode(&handshakePayload{CompatibilityHash: "h", AgentMetadataBytes: []byte{0xc1}})
+	_, err = decodeHandshake(bad, 2, "g", "e")
+	assert.ErrorIs(t, err, ErrHashMismatch)
+	_, err = decodeHandshake(bad, 2, "h", "e")
+	assert.ErrorContains(t, err, "vllmpeer: failed to decode NixlAgentMetadata from tp 2: ")
+	_, err = decodeHandshake([]byte{0x93}, 1, "h", "e")
+	assert.ErrorContains(t, err, "vllmpeer: failed to decode NixlHandshakePayload from tp 1: ")
+}
+
+func FuzzDecodeHandshake(f *testing.F) {
+	inner, _ := encode(&agentMetadata{EngineID: "e", RegionMembers: [][]string{}})
+	frame, _ := encode(&handshakePayload{CompatibilityHash: "h", AgentMetadataBytes: inner})
+	f.Add(frame)
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = decodeHandshake(b, 0, "h", "e") })
+}
+
+func FuzzTimestamp(f *testing.F) {
+	f.Add([]byte{0xcb, 0x40, 0xc8, 0x1c, 0xc0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = parseTimestamp(b) })
+}
+
+func FuzzParseParams(f *testing.F) {
+	f.Add([]byte(`{"do_remote_prefill":true,"remote_block_ids":[[3,4]],"remote_engine_id":"e","remote_request_id":"r","remote_host":"h","remote_port":5600,"tp_size":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = ParseParams(b) })
+}
+
+// Notifications from the network reach dispatch: whatever they hold, it
+// records them and refuses what it cannot read, without a panic.
+func FuzzDispatch(f *testing.F) {
+	reg, _ := encode(&pushReg{RequestID: "r", LocalBlockIDs: [][]int{{1}}})
+	for _, s := range []string{"req:1", "HB:a,b", "PUSH_REG:" + string(reg), "x:y:0", ":", "PUSH_REG:\x93"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := &Peer{cfg: Config{TPSize: 1, Lease: DefaultLease, Now: timeNow}, held: map[string]*held{"req": {expected: []int{0}, count: []int{0}}},
+			notifs: make([][]string, 1), pushWait: map[string]*pushWait{}, pushHeld: map[string]*pushHeld{},
+			pendingRegs: make([][]pushReg, 1), changed: make(chan struct{})}
+		p.dispatch(0, b)
+		require.Len(t, p.notifs[0], 1)
+	})
+}
+
+var timeNow = time.Now
