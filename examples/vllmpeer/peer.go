@@ -74,6 +74,7 @@ type Peer struct {
 	cancel    context.CancelFunc
 	work      sync.WaitGroup // the WRITE goroutines
 	closeOnce sync.Once
+	hsMu      sync.Mutex // serializes handshakes
 
 	mu sync.Mutex
 	// pull prefill

@@ -45,6 +45,10 @@ type remoteEngine struct {
 // notifOnly is vLLM's notif-only handshake: the agents are loaded but no
 // layout is checked, because no block of that engine is addressed.
 func (p *Peer) handshake(ctx context.Context, engineID, host string, port, remoteTP int, notifOnly bool) (*remoteEngine, error) {
+	// One handshake at a time: two ranks' WRITEs to one decode must not load
+	// its agents twice.
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
 	p.mu.Lock()
 	re := p.remotes[engineID]
 	p.mu.Unlock()
