@@ -4,6 +4,7 @@ package vllmpeer_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -27,7 +28,8 @@ import (
 type proc struct {
 	cmd    *exec.Cmd
 	events chan map[string]any
-	exited chan error
+	exited chan struct{} // closed once the process ended; err is then its exit
+	err    error
 	log    *strings.Builder
 }
 
@@ -67,7 +69,7 @@ func startPeer(t *testing.T, bin string, args ...string) *proc {
 	cmd.Env = append(os.Environ(), ucxEnv...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	p := &proc{cmd: cmd, events: make(chan map[string]any, 16), exited: make(chan error, 1), log: &strings.Builder{}}
+	p := &proc{cmd: cmd, events: make(chan map[string]any, 16), exited: make(chan struct{}), log: &strings.Builder{}}
 	cmd.Stderr = p.log
 	require.NoError(t, cmd.Start())
 	go func() {
@@ -80,7 +82,8 @@ func startPeer(t *testing.T, bin string, args ...string) *proc {
 			}
 		}
 		close(p.events)
-		p.exited <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
@@ -88,6 +91,7 @@ func startPeer(t *testing.T, bin string, args ...string) *proc {
 		case <-p.exited:
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
+			<-p.exited
 		}
 		if t.Failed() {
 			t.Logf("vllmpeer stderr:\n%s", p.log)
@@ -117,8 +121,8 @@ func (p *proc) next(t *testing.T, name string) map[string]any {
 func (p *proc) wait(t *testing.T) {
 	t.Helper()
 	select {
-	case err := <-p.exited:
-		require.NoError(t, err, "vllmpeer's exit; stderr:\n%s", p.log)
+	case <-p.exited:
+		require.NoError(t, p.err, "vllmpeer's exit; stderr:\n%s", p.log)
 	case <-time.After(60 * time.Second):
 		t.Fatal("vllmpeer did not exit within 60 s")
 	}
@@ -205,4 +209,32 @@ func paramsFromJSON(t *testing.T, raw []byte) vllmpeer.Params {
 	p, err := vllmpeer.ParseParams(raw)
 	require.NoError(t, err, "%s", raw)
 	return p
+}
+
+// Push over UCX with the prefill as a separate process: the peer program
+// as a vLLM push prefill of TP 1, a peer push decode of TP 2 in this
+// process. Decode's notif-only handshake and PUSH_REG, prefill's full
+// handshake back and its WRITE of each decode rank's slice; every byte
+// verified.
+func TestProcessPushPeerToPeer(t *testing.T) {
+	bin := buildPeer(t)
+	newAgent := nativeAgent(t)
+	text, toks := prompt(70)
+	pre := startPeer(t, bin, "-role", "push-prefill", "-engine-id", "peer-prefill", "-prompt", text, "-blocks", "3,4,5,6,7")
+	ready := pre.next(t, "ready")
+	pre.next(t, "params")
+	dec, err := vllmpeer.New(vllmpeer.Config{EngineID: "decode", Model: testModel, TPSize: 2, Mode: vllmpeer.ModePush, VLLMVersion: vllmVersion, NewAgent: newAgent})
+	require.NoError(t, err)
+	defer dec.Close()
+	dblocks := blocksFrom(20, 5)
+	// The program's request id is "vllmpeer-req-0a1b2c3d"; decode's own
+	// suffix differs, as behind vLLM's proxy.
+	info := vllmpeer.PrefillInfo{EngineID: "peer-prefill", Host: ready["host"].(string), Port: int(ready["port"].(float64)), TPSize: 1}
+	require.NoError(t, dec.PushRegister(context.Background(), "vllmpeer-req-ffff0000", info, dblocks))
+	require.NoError(t, dec.WaitPushed("vllmpeer-req-ffff0000", 30*time.Second))
+	c := dec.Verify(toks, dblocks)
+	require.Zero(t, c.BadBytes, c.First)
+	done := pre.next(t, "done")
+	assert.Equal(t, []any{"vllmpeer-req-0a1b2c3d"}, done["report"].(map[string]any)["Written"])
+	pre.wait(t)
 }
