@@ -88,6 +88,12 @@ func FillKV(mem []byte, m Model, tp, rank int, tokens, blocks []int) error {
 
 // CheckKV compares blocks of mem with a prompt's KV, as FillKV writes it.
 func CheckKV(mem []byte, m Model, tp, rank int, tokens, blocks []int) (Check, error) {
+	return CheckKVFrom(mem, m, tp, rank, tokens, blocks, 0)
+}
+
+// CheckKVFrom is CheckKV for blocks holding the request's blocks from its
+// block first on: what a decode with the first ones cached received.
+func CheckKVFrom(mem []byte, m Model, tp, rank int, tokens, blocks []int, first int) (Check, error) {
 	v, err := newView(m, tp, rank, mem)
 	if err != nil {
 		return Check{}, err
@@ -95,7 +101,7 @@ func CheckKV(mem []byte, m Model, tp, rank int, tokens, blocks []int) (Check, er
 	if err := v.checkBlocks(blocks); err != nil {
 		return Check{}, err
 	}
-	return v.check(blocks, PrefixHashes(tokens)), nil
+	return v.checkFrom(blocks, first, PrefixHashes(tokens)), nil
 }
 
 // rankKV is a rank's view over a buffer the peer allocated.
@@ -169,11 +175,12 @@ type Check struct {
 	First             string // the first wrong row, "" when none
 }
 
-// check compares blocks with what fill writes.
-func (k *kvView) check(blocks []int, ph []uint64) Check {
+// checkFrom compares blocks, the request's blocks from block first on,
+// with what fill writes.
+func (k *kvView) checkFrom(blocks []int, first int, ph []uint64) Check {
 	var c Check
 	want := make([]byte, k.m.rowBytes())
-	k.visit(blocks, func(row []byte, layer, head, t int) {
+	k.visitFrom(blocks, first, func(row []byte, layer, head, t int) {
 		if t < len(ph) {
 			FillRow(want, ph[t], layer, head, t)
 		} else {
@@ -194,12 +201,18 @@ func (k *kvView) check(blocks []int, ph []uint64) Check {
 }
 
 func (k *kvView) visit(blocks []int, f func(row []byte, layer, head, t int)) {
+	k.visitFrom(blocks, 0, f)
+}
+
+// visitFrom visits blocks holding the request's blocks from its block first
+// on (a decode that had the first ones cached holds only the rest).
+func (k *kvView) visitFrom(blocks []int, first int, f func(row []byte, layer, head, t int)) {
 	bs := k.m.BlockSize
 	for layer := range k.m.Layers {
 		for bi, b := range blocks {
 			for h := range k.heads {
 				for s := range bs {
-					f(k.row(layer, b, h, s), layer, k.firstHead()+h, bi*bs+s)
+					f(k.row(layer, b, h, s), layer, k.firstHead()+h, (first+bi)*bs+s)
 				}
 			}
 		}

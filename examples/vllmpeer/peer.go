@@ -234,11 +234,15 @@ func (p *Peer) Fill(tokens, blocks []int) error {
 }
 
 // Verify checks blocks on every rank against a prompt's KV.
-func (p *Peer) Verify(tokens, blocks []int) Check {
+func (p *Peer) Verify(tokens, blocks []int) Check { return p.VerifyFrom(tokens, blocks, 0) }
+
+// VerifyFrom checks blocks, the request's blocks from its block first on
+// (a decode with the first ones cached), on every rank.
+func (p *Peer) VerifyFrom(tokens, blocks []int, first int) Check {
 	ph := PrefixHashes(tokens)
 	var c Check
 	for _, k := range p.kv {
-		rc := k.check(blocks, ph)
+		rc := k.checkFrom(blocks, first, ph)
 		c.OKBytes += rc.OKBytes
 		c.BadBytes += rc.BadBytes
 		if c.First == "" {

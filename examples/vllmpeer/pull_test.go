@@ -216,3 +216,46 @@ func TestPeerDecodeLayoutMismatch(t *testing.T) {
 	_, err = dec.Pull(context.Background(), "dreq-1", prm, []int{5, 6})
 	assert.EqualError(t, err, `vllmpeer: prefill tp 0: kv_cache_layout is "HND", this engine's is "LBHNC"`)
 }
+
+// A decode that has the first blocks cached loads only the rest: vLLM's
+// decode end-trims the prefill's list to its own count, and gonixl's
+// agrees, both ways.
+func TestPrefixHit(t *testing.T) {
+	_, toks := prompt(70)
+	pblocks, dblocks := blocksFrom(3, 5), blocksFrom(40, 3) // decode had blocks 0 and 1 of the request
+	t.Run("peer-decode", func(t *testing.T) {
+		fab := newFabric(t)
+		pre := newGonixl(t, fab, "prefill", 2, true)
+		dec := newPeer(t, fab, "decode", 1, vllmpeer.ModePull)
+		pre.fill(t, toks, pblocks)
+		raw, _ := json.Marshal(pre.finish(t, "req-1", pblocks))
+		prm, err := vllmpeer.ParseParams(raw)
+		require.NoError(t, err)
+		_, err = dec.Pull(context.Background(), "dreq-1", prm, dblocks)
+		require.NoError(t, err)
+		c := dec.VerifyFrom(toks, dblocks, 2)
+		require.Zero(t, c.BadBytes, c.First)
+		require.NotZero(t, c.OKBytes)
+		pre.freed(t, "req-1")
+	})
+	t.Run("gonixl-decode", func(t *testing.T) {
+		fab := newFabric(t)
+		pre := newPeer(t, fab, "prefill", 1, vllmpeer.ModePull)
+		dec := newGonixl(t, fab, "decode", 2, false)
+		prm, err := pre.Prefill("req-1", toks, pblocks)
+		require.NoError(t, err)
+		for _, c := range dec.cons {
+			require.NoError(t, c.Load("dreq-1", pullconnParams(t, prm), dblocks))
+		}
+		for i, r := range dec.results(t, "dreq-1") {
+			require.NoError(t, r.Err, "decode rank %d", i)
+		}
+		for r, b := range dec.bufs {
+			c, err := vllmpeer.CheckKVFrom(b.Bytes(), testModel, 2, r, toks, dblocks, 2)
+			require.NoError(t, err)
+			require.Zero(t, c.BadBytes, "rank %d: %s", r, c.First)
+		}
+		require.NoError(t, pre.WaitFreed("req-1", 10*time.Second))
+		assert.Equal(t, []string{"req-1:2", "req-1:2"}, completions(pre.Report(), 0))
+	})
+}
