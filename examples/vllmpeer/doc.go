@@ -20,7 +20,25 @@
 // (docs/kvfill.md, implemented here from that page), so that the reference
 // engine and this peer can check each other's bytes.
 //
-// Roles: pull prefill (Prefill, then Report and WaitFreed), pull decode
-// (Pull), push decode (PushRegister, then WaitPushed) and push prefill
-// (PushFinished, then WaitWritten). Every wait has a deadline.
+// Roles, each a few calls a test makes (every wait has a deadline):
+//
+//   - pull prefill (Mode ModePull): Prefill fills and holds a request's
+//     blocks and returns vLLM's kv_transfer_params (Params.JSON is the
+//     exact JSON); WaitFreed waits for the completions; Report says what
+//     every rank received (completions, heartbeats, refused input) and
+//     what was freed or expired.
+//   - pull decode: ParseParams reads a prefill's kv_transfer_params, Pull
+//     handshakes and READs into local blocks, Verify (VerifyFrom after a
+//     prefix hit) checks every byte; Heartbeat sends "HB:".
+//   - push decode (Mode ModePush): PushRegister handshakes notif-only with
+//     the prefill named by a PrefillInfo and sends PUSH_REG; WaitPushed
+//     waits for the WRITEs, PushCounts gives the counts, Verify checks.
+//   - push prefill: PushFinished fills and holds, returning vLLM's push
+//     kv_transfer_params; each rank WRITEs on its first matching PUSH_REG
+//     (Report.PushRegs shows each with its keys in wire order);
+//     WaitWritten waits for every rank's WRITEs.
+//
+// FillKV and CheckKV write and check the same content in another
+// engine's memory of vLLM's layout (a gonixl engine's KVPacked layout is
+// one), so tests verify the far side's bytes too.
 package vllmpeer

@@ -2,6 +2,7 @@ package vllmpeer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -171,7 +172,7 @@ func (p *Peer) WaitFreed(id string, timeout time.Duration) error {
 // ErrExpired is the error of a pull whose params' deadline, mapped through
 // the handshake's clock offset, is less than 5 s away (vLLM's safety
 // margin): vLLM declines the READ.
-var ErrExpired = fmt.Errorf("vllmpeer: the remote blocks expire within the 5 s safety margin")
+var ErrExpired = errors.New("vllmpeer: the remote blocks expire within the 5 s safety margin")
 
 // PullResult is what a pull decode did.
 type PullResult struct {
