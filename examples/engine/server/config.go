@@ -105,6 +105,18 @@ type Config struct {
 	// Lease (prefill) is how long finished blocks wait for decode (default:
 	// the connector's, 30 s).
 	Lease time.Duration
+	// Bidirectional (pull) turns on bidirectional KV for multi-turn chats
+	// (bidir.go): decode holds a finished turn's prompt for the next turn,
+	// prefill reads it back instead of computing it.
+	Bidirectional bool
+	// RecomputeThreshold (pull prefill, Bidirectional) is the least history,
+	// in tokens, read back rather than recomputed (default
+	// pullconn.DefaultKVRecomputeThreshold, vLLM's kv_recompute_threshold).
+	RecomputeThreshold int
+	// HistoryTTL (pull decode, Bidirectional) is how long a finished turn's
+	// blocks wait for the next turn (default
+	// pullconn.DefaultDecoderKVBlocksTTL, vLLM's decoder_kv_blocks_ttl).
+	HistoryTTL time.Duration
 	// ConnLogger is passed to the connectors (default: none, so that tests
 	// do not get the periodic metrics line).
 	ConnLogger *zap.Logger
@@ -273,6 +285,12 @@ func (c Config) withDefaults() (Config, error) {
 	case "fail", "recompute":
 	default:
 		return c, fmt.Errorf("engine: Config.FailurePolicy is %q, want \"fail\" or \"recompute\"", c.FailurePolicy)
+	}
+	if c.Bidirectional && c.Connector != ConnPull {
+		return c, fmt.Errorf("engine: Config.Bidirectional needs the pull connector, not %q (vLLM's push connector refuses bidirectional_kv_xfer too)", c.Connector)
+	}
+	if c.RecomputeThreshold < 0 || c.HistoryTTL < 0 {
+		return c, fmt.Errorf("engine: Config.RecomputeThreshold is %d and Config.HistoryTTL %v, want >= 0", c.RecomputeThreshold, c.HistoryTTL)
 	}
 	if c.Clock == nil {
 		c.Clock = connector.SystemClock{}

@@ -150,6 +150,11 @@ type commonFields struct {
 	// ReturnTokenIDs (vLLM's extension) adds the prompt's token ids to the
 	// answer: the proxy hands chat prompts from prefill to decode with them.
 	ReturnTokenIDs bool `json:"return_token_ids"`
+	// KVHistoryParams and KVHistoryExport are the proxy's bidirectional
+	// KV extension (bidir.go): the history a prefill leg reads back, and a
+	// decode leg's request to hold its prompt for the next turn.
+	KVHistoryParams json.RawMessage `json:"kv_history_params"`
+	KVHistoryExport bool            `json:"kv_history_export"`
 }
 
 // completionRequest is /v1/completions' own field. The shared fields are
@@ -230,6 +235,9 @@ func (s *Server) newRequest(cf *commonFields, toks []int, reqID string) (*reques
 		r.maxTokens = *cf.MaxTokens
 	}
 	if e := s.parseKV(cf.KVTransferParams, r); e != nil {
+		return nil, e
+	}
+	if e := s.parseHistory(cf, r); e != nil {
 		return nil, e
 	}
 	r.ph = prefixHashes(toks)
@@ -486,6 +494,9 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 		case cf.Stream:
 			if cf.StreamOptions != nil && cf.StreamOptions.IncludeUsage {
 				writeChunk(a.usage(u))
+			}
+			if c, ok := kvParamsChunk(a, ev.params); ok {
+				writeChunk(c)
 			}
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			flusher.Flush()

@@ -70,6 +70,7 @@ type request struct {
 	checksum     uint64
 	generated    int
 	lastTok      time.Time
+	hist         historyReq // bidirectional KV (bidir.go)
 }
 
 type heldReq struct {
@@ -87,6 +88,8 @@ type loop struct {
 	running  []*request
 	loading  map[string]*request
 	held     map[string]*heldReq
+	// histLoading are prefill requests reading their history back.
+	histLoading map[string]*request
 	pending  atomic.Int64   // waitHeld's view: held + loading, last step
 	drained  [][]connResult // drainConsumers' results, reused
 	// verifying is the time spent checking loaded KV since the last decode
@@ -96,7 +99,7 @@ type loop struct {
 }
 
 func newLoop(s *Server) *loop {
-	l := &loop{s: s, loading: map[string]*request{}, held: map[string]*heldReq{}}
+	l := &loop{s: s, loading: map[string]*request{}, held: map[string]*heldReq{}, histLoading: map[string]*request{}}
 	for b := range s.cfg.NumBlocks {
 		l.free = append(l.free, b) // allocations take 0, 1, 2, ... at first
 	}
@@ -112,7 +115,7 @@ func (l *loop) run() {
 		if !busy {
 			wait := time.Duration(-1)
 			switch {
-			case len(l.loading) > 0 || len(l.held) > 0:
+			case len(l.loading) > 0 || len(l.held) > 0 || len(l.histLoading) > 0:
 				wait = time.Millisecond
 			case len(l.waiting) > 0:
 				wait = 20 * time.Millisecond
@@ -167,7 +170,7 @@ func (l *loop) gauges() {
 	st.blocks.Store(int64(l.s.cfg.NumBlocks - len(l.free)))
 	st.running.Store(int64(len(l.running) + len(l.prefillQ)))
 	st.waiting.Store(int64(len(l.waiting) + len(l.loading)))
-	l.pending.Store(int64(len(l.held) + len(l.loading)))
+	l.pending.Store(int64(l.heldForDecode() + len(l.loading) + len(l.histLoading)))
 }
 
 // waitHeld waits until no block is held for a remote decode and no load is
@@ -249,7 +252,7 @@ func (l *loop) admit() {
 		r.blocks = l.alloc(l.needBlocks(r))
 		if r.kind == kindDecode {
 			l.startLoad(r)
-		} else {
+		} else if !l.startHistory(r) {
 			r.state = stPrefill
 			l.prefillQ = append(l.prefillQ, r)
 		}
@@ -347,6 +350,7 @@ func (l *loop) pollConnectors() {
 			l.freed(i, id)
 		}
 	}
+	l.pollHistory()
 }
 
 // startRanks starts the request's load on every rank.
@@ -461,7 +465,7 @@ func (l *loop) prefillStep() {
 	c := l.s.cfg.Compute
 	d := c.PrefillBase
 	for _, r := range batch {
-		d += c.Prefill(len(r.tokens)) - c.PrefillBase
+		d += c.Prefill(len(r.tokens)-r.hist.read) - c.PrefillBase // history read back is not computed
 	}
 	// The KV bytes are made first, inside the modeled time: they are what
 	// the GPU computes, and on a small machine making them is not free.
@@ -499,7 +503,7 @@ func (l *loop) prefillStep() {
 func (l *loop) computeKV(r *request) {
 	blocks := r.blocks[:r.promptBlocks]
 	for i := range l.s.lays {
-		writeKV(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph)
+		writeKVFrom(&l.s.lays[i], l.s.bufs[i].Bytes(), blocks, r.ph, r.hist.read/l.s.cfg.Model.BlockSize)
 		if l.s.cfg.KVHook != nil && r.kind == kindPrefill {
 			l.s.cfg.KVHook(r.engID, i, l.s.lays[i], blocks, l.s.bufs[i].Bytes())
 		}
@@ -565,8 +569,7 @@ func (l *loop) decodeStep() {
 	for _, r := range l.running {
 		l.emit(r)
 		if r.generated == r.maxTokens {
-			l.release(r)
-			l.done(r, nil)
+			l.done(r, l.finishDecode(r))
 			continue
 		}
 		keep = append(keep, r)
@@ -642,7 +645,9 @@ func (l *loop) cancelled(r *request) {
 		l.release(r)
 		l.gone(r)
 	case stLoading:
-		l.abortLoad(r, nil)
+		if !l.cancelHistory(r, nil) {
+			l.abortLoad(r, nil)
+		}
 	case stRunning:
 		l.running = remove(l.running, r)
 		l.release(r)
@@ -714,6 +719,7 @@ func (l *loop) stop() {
 	for _, r := range l.loading {
 		l.abortLoad(r, closing)
 	}
+	l.stopHistory(closing)
 	l.pollConnectors()
 	l.gauges()
 }
@@ -730,6 +736,11 @@ func (l *loop) releaseAll() {
 		l.s.log.Warn("load without a result after close: blocks freed", zap.String("request_id", id))
 		l.release(r)
 		delete(l.loading, id)
+	}
+	for id, r := range l.histLoading {
+		l.s.log.Warn("history load without a result after close: blocks freed", zap.String("request_id", id))
+		l.release(r)
+		delete(l.histLoading, id)
 	}
 	for id, h := range l.held {
 		l.s.log.Warn("held blocks not freed by the connector after close: freed", zap.String("request_id", id))

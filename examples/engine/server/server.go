@@ -53,6 +53,9 @@ type Stats struct {
 	KVBytesVerified  uint64 // decode: KV bytes that matched the prompt's pattern
 	KVVerifyFailures uint64 // decode: requests with at least one wrong KV byte
 	KVRecomputed     uint64 // decode: failed loads prefilled locally (FailurePolicy "recompute")
+	// Bidirectional KV (bidir.go): prefill's history tokens read back from
+	// decode and those offered but recomputed; decode's turns exported.
+	HistoryTokensRead, HistoryTokensRecomputed, HistoryExported uint64
 	BlocksInUse      int    // KV blocks allocated (per rank; ranks allocate alike)
 	Running          int    // prefilling or decoding
 	Waiting          int    // queued for blocks, or waiting for their KV
@@ -70,6 +73,7 @@ type Server struct {
 	closeE func() error // the connector Engine's Close
 	prods  []producer
 	conss  []consumer
+	hist   historyRoles // bidirectional KV's D->P roles
 
 	ln       net.Listener
 	httpSrv  *http.Server
@@ -175,6 +179,9 @@ func New(cfg Config) (_ *Server, err error) {
 			}
 			s.conss = append(s.conss, pushConsumer{c})
 		}
+		if err := s.addHistoryRank(e, r, rc); err != nil {
+			return nil, err
+		}
 	}
 	s.info = Info{EngineID: cfg.EngineID, Role: cfg.Role, Connector: cfg.Connector, Model: cfg.ServedModelName,
 		SideChannelHost: s.info.SideChannelHost, SideChannelPort: s.info.SideChannelPort,
@@ -209,9 +216,11 @@ func (s *Server) Info() Info { return s.info }
 
 // Stats returns a snapshot of the engine's counters.
 func (s *Server) Stats() Stats {
-	return Stats{RequestsDone: s.st.done.Load(), RequestsFailed: s.st.failed.Load(), RequestsAborted: s.st.aborted.Load(),
+	st := Stats{RequestsDone: s.st.done.Load(), RequestsFailed: s.st.failed.Load(), RequestsAborted: s.st.aborted.Load(),
 		KVBytesVerified: s.st.verified.Load(), KVVerifyFailures: s.st.verifyFail.Load(), KVRecomputed: s.st.recomputed.Load(),
 		BlocksInUse: int(s.st.blocks.Load()), Running: int(s.st.running.Load()), Waiting: int(s.st.waiting.Load())}
+	s.historyStats(&st)
+	return st
 }
 
 // release closes the connector ranks (freeing whatever blocks they still
@@ -223,6 +232,7 @@ func (s *Server) release() {
 	for _, p := range s.prods {
 		p.close()
 	}
+	s.closeHistory()
 	if s.loop != nil {
 		s.loop.drainConnectors() // the ranks' last results free the blocks
 		s.loop.releaseAll()

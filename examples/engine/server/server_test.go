@@ -40,6 +40,7 @@ type opts struct {
 	prefillTP, decodeTP int
 	fabric              func(*loopback.Fabric)
 	policy              string
+	bidir               bool // bidirectional KV (bidir_test.go)
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -54,7 +55,7 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 	newAgent := func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }
 	mk := func(role string) *server.Server {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
-			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy}
+			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy, Bidirectional: o.bidir}
 		if role == server.RolePrefill {
 			cfg.TPSize = o.prefillTP
 		} else {
