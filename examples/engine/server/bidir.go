@@ -336,7 +336,6 @@ func (s *Server) historyStats(st *Stats) {
 	st.HistoryTokensRead, st.HistoryTokensRecomputed, st.HistoryExported = s.hist.read.Load(), s.hist.recompute.Load(), s.hist.exported.Load()
 }
 
-
 // heldForDecode is how many holds a closing engine waits for: a prefill's,
 // which a decode engine is to read. A decode's exported turns are not
 // waited for: the next turn may never come, and it recomputes if they go.

@@ -90,8 +90,8 @@ type loop struct {
 	held     map[string]*heldReq
 	// histLoading are prefill requests reading their history back.
 	histLoading map[string]*request
-	pending  atomic.Int64   // waitHeld's view: held + loading, last step
-	drained  [][]connResult // drainConsumers' results, reused
+	pending     atomic.Int64   // waitHeld's view: held + loading, last step
+	drained     [][]connResult // drainConsumers' results, reused
 	// verifying is the time spent checking loaded KV since the last decode
 	// step; the next step's modeled time includes it, as a real engine
 	// spends none.

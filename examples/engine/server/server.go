@@ -56,9 +56,9 @@ type Stats struct {
 	// Bidirectional KV (bidir.go): prefill's history tokens read back from
 	// decode and those offered but recomputed; decode's turns exported.
 	HistoryTokensRead, HistoryTokensRecomputed, HistoryExported uint64
-	BlocksInUse      int    // KV blocks allocated (per rank; ranks allocate alike)
-	Running          int    // prefilling or decoding
-	Waiting          int    // queued for blocks, or waiting for their KV
+	BlocksInUse                                                 int // KV blocks allocated (per rank; ranks allocate alike)
+	Running                                                     int // prefilling or decoding
+	Waiting                                                     int // queued for blocks, or waiting for their KV
 }
 
 // Server is one simulated engine: its connector ranks, its engine loop and
