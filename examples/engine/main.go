@@ -99,6 +99,9 @@ func run(args []string) error {
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
 	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
+	bidir := fs.Bool("bidirectional-kv-xfer", false, "pull: bidirectional KV for multi-turn chats (vLLM's bidirectional_kv_xfer): decode holds a finished turn for the next, prefill reads it back")
+	recompute := fs.Int("kv-recompute-threshold", 0, "with -bidirectional-kv-xfer, prefill: the least history tokens read back rather than recomputed (default 64, vLLM's)")
+	histTTL := fs.Duration("decoder-kv-blocks-ttl", 0, "with -bidirectional-kv-xfer, decode: how long a finished turn's blocks wait for the next turn (default 480s, vLLM's)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM: how long the whole shutdown may take (in-flight requests, then held blocks)")
 	holdDrain := fs.Duration("hold-drain", server.DefaultHoldDrain, "on SIGTERM, prefill: how long blocks held for decode may wait to be read, within -drain-timeout (negative: release at once)")
 	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
@@ -194,6 +197,7 @@ func run(args []string) error {
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
 		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
+		Bidirectional: *bidir, RecomputeThreshold: *recompute, HistoryTTL: *histTTL,
 		Protocol: *protocol, VLLMVersion: *vllmVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel}
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
