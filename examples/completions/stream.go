@@ -53,7 +53,37 @@ func Stream(ctx context.Context, client *http.Client, url, model, requestID, pro
 		s.Err = err
 		return s
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(url, "/")+"/v1/completions", bytes.NewReader(body))
+	return post(ctx, client, strings.TrimSuffix(url, "/")+"/v1/completions", requestID, body, s, completionText)
+}
+
+// completionText is a /v1/completions chunk's text.
+func completionText(line []byte) (string, *int, error) {
+	var chunk struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage *struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(line, &chunk); err != nil {
+		return "", nil, err
+	}
+	var usage *int
+	if chunk.Usage != nil {
+		usage = &chunk.Usage.CompletionTokens
+	}
+	if len(chunk.Choices) == 0 {
+		return "", usage, nil
+	}
+	return chunk.Choices[0].Text, usage, nil
+}
+
+// post sends body to endpoint and reads its stream into s, textOf reading
+// each chunk's text and usage.
+func post(ctx context.Context, client *http.Client, endpoint, requestID string, body []byte, s Sample,
+	textOf func(line []byte) (text string, usage *int, err error)) Sample {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		s.Err = err
 		return s
@@ -92,26 +122,19 @@ func Stream(ctx context.Context, client *http.Client, url, model, requestID, pro
 			done = true
 			break
 		}
-		var chunk struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+		txt, u, err := textOf([]byte(line))
+		if err != nil {
 			s.Err = fmt.Errorf("chunk %q is not JSON: %w", truncate(line, 80), err)
 			return s
 		}
-		if chunk.Usage != nil {
-			if chunk.Usage.CompletionTokens < 0 {
+		if u != nil {
+			if *u < 0 {
 				s.Err = fmt.Errorf("usage chunk %q: completion_tokens is negative", truncate(line, 80))
 				return s
 			}
-			usage = chunk.Usage.CompletionTokens
+			usage = *u
 		}
-		if len(chunk.Choices) == 0 || chunk.Choices[0].Text == "" {
+		if txt == "" {
 			continue
 		}
 		now := time.Now()
@@ -122,7 +145,7 @@ func Stream(ctx context.Context, client *http.Client, url, model, requestID, pro
 		}
 		last = now
 		chunks++
-		text.WriteString(chunk.Choices[0].Text)
+		text.WriteString(txt)
 	}
 	switch {
 	case sc.Err() != nil:

@@ -13,6 +13,7 @@
 //
 //	go run ./examples/disagg
 //	go run ./examples/disagg -serve -connector push
+//	go run ./examples/disagg -turns 3 -requests 8
 package main
 
 import (
@@ -55,6 +56,7 @@ type options struct {
 	connector   string
 	served      string
 	port        int
+	turns       int
 	out         io.Writer
 }
 
@@ -70,6 +72,7 @@ func main() {
 	flag.StringVar(&o.connector, "connector", "pull", "-serve: pull, pull-inline or push")
 	flag.StringVar(&o.served, "served-model-name", demoModel.Name, "the model name clients send (vLLM's flag)")
 	flag.IntVar(&o.port, "port", 8192, "-serve: the proxy's port")
+	flag.IntVar(&o.turns, "turns", 0, "run chat conversations of this many turns (-requests of them, -prompt-tokens new words a turn) with bidirectional KV (pull), and without, instead of -modes")
 	flag.Parse()
 	o.modes = strings.Split(*modes, ",")
 	o.out = os.Stdout
@@ -97,6 +100,9 @@ func (o options) stackConfig(mode string) (stackConfig, error) {
 func run(ctx context.Context, o options) error {
 	if o.serve {
 		return serve(ctx, o)
+	}
+	if o.turns > 0 {
+		return runTurns(ctx, o)
 	}
 	type row struct {
 		mode     string

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	etcdEndpoints := flags.String("etcd", "", "etcd endpoints, host:port,...: route across the engines registered there")
 	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
 	etcdTimeout := flags.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
+	bidir := flags.Bool("bidirectional-kv-xfer", false, "pull chats: send a conversation's next turn to the engines that hold its history, for prefill to read it back (the engines need -bidirectional-kv-xfer too)")
 	debug := flags.Bool("debug", false, "debug logs")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -94,6 +95,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		StartWait:      *wait,
 		Dynamic:        dynamic,
 		Logger:         log,
+		Bidirectional:  *bidir,
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,10 @@ type Config struct {
 	// in vLLM's (pull modes only) the engines agree on VLLMVersion "0.0.0"
 	// and the FLASH_ATTN backend.
 	Protocol string
+	// Bidirectional (pull modes) runs the engines and the proxy with
+	// bidirectional KV for multi-turn chats: a chat's next turn reads its
+	// history back from decode (server.Config.Bidirectional).
+	Bidirectional bool
 }
 
 // DefaultShutdownTimeout bounds Close.
@@ -123,7 +127,8 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
 		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
-		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Protocol: cfg.Protocol}
+		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Protocol: cfg.Protocol,
+		Bidirectional: cfg.Bidirectional}
 	if cfg.Protocol == server.ProtocolVLLM {
 		base.VLLMVersion, base.AttentionBackend = "0.0.0", "FLASH_ATTN"
 	}
@@ -141,7 +146,8 @@ func Start(cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("decode engine: %w", err)
 	}
 	s.Engines = []*server.Server{s.Prefill, s.Decode}
-	if s.Proxy, err = pd.New(pd.Config{Prefill: []string{s.Prefill.URL()}, Decode: []string{s.Decode.URL()}, Connector: connector}); err != nil {
+	if s.Proxy, err = pd.New(pd.Config{Prefill: []string{s.Prefill.URL()}, Decode: []string{s.Decode.URL()}, Connector: connector,
+		Bidirectional: cfg.Bidirectional}); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return s, s.serve(cfg.ProxyAddr, s.Proxy)

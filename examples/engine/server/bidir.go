@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -90,6 +91,9 @@ type historyReq struct {
 	left    int
 	failed  error
 	reading bool
+	// checking is the time the byte check of the history took: the
+	// prefill's modeled time includes it, as decode's step does its load's.
+	checking time.Duration
 }
 
 // parseHistory reads the request's bidirectional fields.
@@ -212,6 +216,8 @@ func (l *loop) historyEnded(r *request) {
 	case !r.hist.reading:
 		l.s.hist.recompute.Add(uint64(n)) // below the threshold
 	default:
+		start := time.Now()
+		defer func() { r.hist.checking = time.Since(start) }()
 		var ok, bad uint64
 		var first string
 		for i := range l.s.lays {

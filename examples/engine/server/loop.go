@@ -465,7 +465,9 @@ func (l *loop) prefillStep() {
 	c := l.s.cfg.Compute
 	d := c.PrefillBase
 	for _, r := range batch {
-		d += c.Prefill(len(r.tokens)-r.hist.read) - c.PrefillBase // history read back is not computed
+		// History read back is not computed, and checking it, which a real
+		// engine does not do, is inside the modeled time.
+		d += c.Prefill(len(r.tokens)-r.hist.read) - c.PrefillBase - r.hist.checking
 	}
 	// The KV bytes are made first, inside the modeled time: they are what
 	// the GPU computes, and on a small machine making them is not free.

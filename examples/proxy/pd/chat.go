@@ -36,7 +36,7 @@ func (p *Proxy) serveChat(w http.ResponseWriter, r *http.Request) {
 		p.servePush(w, c, chatPath)
 		return
 	}
-	p.servePull(w, c, chatRoute(c))
+	p.servePull(w, c, p.bidirChatRoute(c))
 }
 
 // readRequest reads the client's request and checks the fields the proxy

@@ -31,6 +31,9 @@ type completion struct {
 	stream bool
 	log    *zap.Logger
 	start  time.Time // when the proxy got it: TTFT counts from here
+	// observe, when set, sees decode's answer as it is relayed
+	// (conversation.go).
+	observe func([]byte)
 }
 
 // body returns the client's request with kv_transfer_params set to kv and, for a prefill
@@ -289,7 +292,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute)
 	for {
 		pools := p.pools()
 		// A prefill engine no decode engine can pair with would prefill for nothing.
-		pe, releaseP := p.pick(pools.prefill, &p.rrPrefill, p.cfg.Policy, func(e *engine) bool {
+		pe, releaseP := p.pickPreferred(route.history.prefillURL(), pools.prefill, &p.rrPrefill, p.cfg.Policy, func(e *engine) bool {
 			return p.hasPartner(pools.decode, e)
 		}, triedP...)
 		if pe == nil {
@@ -321,7 +324,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute)
 		for {
 			// The decode engine is chosen now, with the load it has after prefill.
 			accept := func(e *engine) bool { return compatible(pe, e) }
-			de, releaseD := p.pick(p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept, triedD...)
+			de, releaseD := p.pickPreferred(route.history.decodeURL(), p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept, triedD...)
 			if de == nil && len(triedD) > 0 {
 				de, releaseD = p.pick(p.pools().decode, &p.rrDecode, PolicyLeastOutstanding, accept)
 			}
@@ -376,7 +379,11 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute)
 				p.fail(w, c, le)
 				return
 			}
+			if route.history != nil {
+				c.observe = route.history.observe
+			}
 			ok := p.relay(w, c, ctx, de, resp)
+			route.history.finish(ok, pe.url, de.url)
 			p.met.leg("decode", sent, ok)
 			releaseD()
 			cancel()
@@ -392,6 +399,8 @@ type pullRoute struct {
 	path    string
 	prefill []byte
 	decode  func(answer []byte) ([]byte, *legError)
+	// history is the chat turn's bidirectional KV (conversation.go), or nil.
+	history *historyRoute
 }
 
 // prefillKeys make a client's request the prefill leg's: prefill for a
@@ -496,6 +505,9 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 				msg: fmt.Sprintf("decode engine %s answered %d without a JSON body (%d bytes)", de.url, resp.StatusCode, len(body))})
 			return false
 		}
+		if c.observe != nil {
+			c.observe(body)
+		}
 		h.Set("Content-Length", fmt.Sprint(len(body)))
 		w.WriteHeader(resp.StatusCode)
 		p.met.firstToken(c)
@@ -518,6 +530,9 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 			if first {
 				first = false
 				p.met.firstToken(c)
+			}
+			if c.observe != nil {
+				c.observe(buf[:n])
 			}
 			tail = append(tail, buf[:n]...)
 			if len(tail) > 64 {

@@ -27,6 +27,8 @@ type metrics struct {
 	legs     *prometheus.HistogramVec // leg, result
 	ttft     *prometheus.HistogramVec // stream
 	retries  *prometheus.CounterVec   // reason
+	// historyTurns are chat turns sent with a history held on decode.
+	historyTurns prometheus.Counter
 }
 
 // Leg latencies run from a few ms (a short prefill) to minutes (a long decode stream).
@@ -45,6 +47,8 @@ func newMetrics(p *Proxy) *metrics {
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gonixl_proxy_retries_total",
 		Help: "Requests retried once, by what failed: prefill_failed and decode_kv_failed go to another prefill engine, decode_unreachable and decode_refused (no KV was read) to another decode engine."},
 		[]string{"reason"})
+	m.historyTurns = prometheus.NewCounter(prometheus.CounterOpts{Name: "gonixl_proxy_history_turns_total",
+		Help: "Chat turns whose prefill leg got the conversation's history held on a decode engine, to read back (Config.Bidirectional)."})
 	for _, r := range []string{reasonPrefillFailed, reasonDecodeKVFailed, reasonDecodeUnreachable, reasonDecodeRefused} {
 		m.retries.WithLabelValues(r) // every reason is a series from the start
 	}

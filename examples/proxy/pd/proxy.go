@@ -80,6 +80,14 @@ type Config struct {
 	StartWait time.Duration
 	// Logger; default: none.
 	Logger *zap.Logger
+	// Bidirectional (pull) turns on bidirectional KV for multi-turn chats
+	// (conversation.go): a conversation's next turn goes to the engines
+	// that hold its history, and prefill reads it back from decode. The
+	// engines must run with it too (server.Config.Bidirectional).
+	Bidirectional bool
+	// ConversationTTL is how long a turn's history is remembered (default
+	// DefaultConversationTTL, the decode engine's default hold).
+	ConversationTTL time.Duration
 }
 
 // Stats are the proxy's counters since New.
@@ -108,6 +116,7 @@ type Proxy struct {
 	requests, retried, failed, cancelled atomic.Uint64
 	decodeFailovers                      atomic.Uint64
 	met                                  *metrics
+	convs                                conversations // Config.Bidirectional
 
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
@@ -146,6 +155,7 @@ func NewContext(ctx context.Context, cfg Config) (*Proxy, error) {
 		cfg.HealthInterval = 2 * time.Second
 	}
 	p := &Proxy{cfg: cfg, connector: cfg.Connector, client: cfg.Client, log: cfg.Logger}
+	p.convs.ttl = cfg.ConversationTTL
 	if p.log == nil {
 		p.log = zap.NewNop()
 	}
