@@ -63,6 +63,11 @@ type options struct {
 	replicas                                                          int
 	merge                                                             bool
 	plotFrom, engineBin, proxyBin                                     string
+	// The multi-turn workload (multiturn.go).
+	multiturn            bool
+	turns, conversations int
+	histories            string
+	convRate             float64
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -104,6 +109,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.plotFrom, "plot", "", "redraw the plots of a sweep from its sweep.json (written beside it) and print its table")
 	fs.BoolVar(&o.postPerBlock, "post-per-block", false, "charge the post cost per block and region moved, as a connector that does not merge adjacent blocks (vLLM's) would pay")
 	fs.StringVar(&o.machine, "machine", "", "the machine's name in result files (default: host name, CPUs, OS)")
+	fs.BoolVar(&o.multiturn, "multiturn", false, "the multi-turn chat workload: a sweep over -histories, bidirectional KV off and on, a fresh in-process pull stack per point")
+	fs.IntVar(&o.turns, "turns", 3, "-multiturn: turns per conversation")
+	fs.IntVar(&o.conversations, "conversations", 8, "-multiturn: conversations per point")
+	fs.StringVar(&o.histories, "histories", "8192,16384,24576", "-multiturn: the last turn's history lengths in tokens")
+	fs.Float64Var(&o.convRate, "conversation-rate", 0.5, "-multiturn: Poisson arrivals of conversations per second (0: all at once)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -166,6 +176,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.plotFrom != "" {
 		return replot(o.plotFrom, stdout)
+	}
+	if o.multiturn {
+		return runMultiTurn(ctx, o, p, stdout, stderr)
 	}
 	if o.sweep {
 		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)
@@ -265,12 +278,15 @@ func firstErr(samples []sample) error {
 // startPresetStack starts an in-process stack of the preset's engines: on
 // loopback agents with its link and post cost, or on NIXL agents (native,
 // build tag nixl). The func it returns stops the stack.
-func startPresetStack(p preset, mode string, native bool, run string) (*stack.Stack, func() error, error) {
+func startPresetStack(p preset, mode string, native bool, run string, adjust ...func(*stack.Config)) (*stack.Stack, func() error, error) {
 	if err := checkMode(mode); err != nil {
 		return nil, nil, err
 	}
 	cfg := stack.Config{Mode: mode, Model: p.Model, Compute: p.Compute, TPSize: p.TPSize, NumBlocks: p.NumBlocks, MaxBatch: p.MaxBatch,
 		Lease: p.Lease, RequestTimeout: p.RequestTimeout, Replicas: p.Replicas}
+	for _, f := range adjust {
+		f(&cfg)
+	}
 	if native {
 		newAgent, err := stack.NativeAgents("bench-" + run)
 		if err != nil {

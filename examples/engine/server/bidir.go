@@ -351,3 +351,12 @@ func (l *loop) heldForDecode() int {
 	}
 	return len(l.held)
 }
+
+// PrefillFrom is the modeled time of a prefill of tokens [from, n) of a
+// prompt whose tokens before from are in the KV cache already (history read
+// back): the weights' part for n-from tokens, and causal attention of those
+// tokens over the whole prefix, which still grows with n.
+func (c ComputeModel) PrefillFrom(from, n int) time.Duration {
+	k := time.Duration(n - from)
+	return c.PrefillBase + c.PrefillPerToken*k + c.PrefillPerToken2*(time.Duration(n)*time.Duration(n)-time.Duration(from)*time.Duration(from))/1000
+}

@@ -467,7 +467,7 @@ func (l *loop) prefillStep() {
 	for _, r := range batch {
 		// History read back is not computed, and checking it, which a real
 		// engine does not do, is inside the modeled time.
-		d += c.Prefill(len(r.tokens)-r.hist.read) - c.PrefillBase - r.hist.checking
+		d += c.PrefillFrom(r.hist.read, len(r.tokens)) - c.PrefillBase - r.hist.checking
 	}
 	// The KV bytes are made first, inside the modeled time: they are what
 	// the GPU computes, and on a small machine making them is not free.
