@@ -36,6 +36,22 @@
 // empty local block list (decode already holds every block) sends the
 // completion notifications only.
 //
+// Bidirectional KV (vLLM's bidirectional_kv_xfer), for multi-turn chats:
+// the same protocol run from decode to prefill (D->P). A decode rank runs a
+// HistoryExporter (a Producer) beside its Consumer; when a turn finishes,
+// ExportTurn holds its full blocks for DefaultDecoderKVBlocksTTL (480 s)
+// and returns Params that the proxy passes to the next turn's prefill. A
+// prefill rank runs a HistoryReader (a Consumer) beside its Producer;
+// LoadHistory reads the history back into the prefill's own blocks, or,
+// below the recompute threshold (DefaultKVRecomputeThreshold, 64 tokens),
+// sends only the completions so that decode frees the blocks and prefill
+// recomputes. The reader declines a hold that ends within
+// HistoryExpiryMargin (5 s) on its clock, as vLLM does. Leases,
+// heartbeats, hold queries, pins, abort, the read guard and the
+// exactly-once end are those of the P->D direction, by the same code.
+// Each role of a rank has its own NIXL agent over the rank's memory, so
+// that closing one role takes only its registration away.
+//
 // Every request ends exactly once: done, or failed with an error that says
 // why (and, under the recompute policy, which local blocks hold no valid
 // data). Every wait has a deadline: the handshake timeout, the transfer
