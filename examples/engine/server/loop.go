@@ -52,11 +52,11 @@ type request struct {
 	// max_tokens came from (commonFields), for the errors about them.
 	promptParam, maxTokensParam string
 	tid                         string
-	pull      pullconn.Params
-	push      pushconn.Prefill
-	arrival   time.Time
-	deadline  time.Time
-	events    chan event // large enough that the loop never blocks
+	pull                        pullconn.Params
+	push                        pushconn.Prefill
+	arrival                     time.Time
+	deadline                    time.Time
+	events                      chan event // large enough that the loop never blocks
 
 	// Owned by the engine loop.
 	state        state
