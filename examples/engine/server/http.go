@@ -428,6 +428,9 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 	now := s.cfg.Clock.Now()
 	r.arrival, r.deadline = now, now.Add(s.cfg.RequestTimeout)
 	ctx := hr.Context()
+	if r.kind == kindDecode && hr.Header.Get(TakenInHeader) != "" {
+		announceTakenIn(w)
+	}
 	select {
 	case s.submitCh <- r:
 	case <-ctx.Done():
