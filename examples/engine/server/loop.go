@@ -174,11 +174,14 @@ func (l *loop) gauges() {
 }
 
 // waitHeld waits until no block is held for a remote decode and no load is
-// ending, or until ctx ends.
-func (l *loop) waitHeld(ctx context.Context) {
+// ending, or until ctx ends; tick (if not nil) runs every 5 ms meanwhile.
+func (l *loop) waitHeld(ctx context.Context, tick func()) {
 	for {
 		if l.pending.Load() == 0 {
 			return
+		}
+		if tick != nil {
+			tick()
 		}
 		select {
 		case <-ctx.Done():
