@@ -19,7 +19,9 @@
 // a vLLM instance binds it), plus -data-parallel-rank on the port as vLLM
 // adds its data-parallel index. SIGTERM or SIGINT shuts down gracefully: no new
 // requests, in-flight ones drain within -drain-timeout, a prefill's blocks
-// held for decode wait at most -hold-drain to be read, then every block is
+// held for decode wait at most -hold-drain to be read (with pull, those no
+// decode engine asked about for a second are dropped at once, and decode
+// engines that come for a dropped hold are told), then every block is
 // released; each wait is logged with its count and bound. A second signal
 // exits at once.
 //
