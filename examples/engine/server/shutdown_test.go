@@ -171,3 +171,42 @@ func TestShutdownDropsUnclaimedHolds(t *testing.T) {
 		t.Errorf("late decode leg took %v", took)
 	}
 }
+
+// A push prefill shutting down with a decode engine's registration pending
+// (decode's blocks wait for a WRITE that will not come) tells that decode
+// engine: its request fails at once, saying the prefill rank closed, and
+// does not wait for the registration timeout.
+func TestPushShutdownTellsPendingRegistrations(t *testing.T) {
+	p := newPair(t, server.ConnPush, opts{})
+	info := p.prefill.Info()
+	kv := map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost,
+		"remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": 1, "transfer_mode": "push", "transfer_id": "t-pending"}
+	type answer struct {
+		resp *http.Response
+		body []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, body := p.post(t, p.decode.URL(), "pending-1", with(req(prompt, 4), "kv_transfer_params", kv))
+		done <- answer{resp, body}
+	}()
+	eventually(t, "decode's registration pending", func() bool { return p.decode.Stats().BlocksInUse > 0 })
+	time.Sleep(50 * time.Millisecond) // the PUSH_REG reaches prefill's rank
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := p.prefill.Shutdown(ctx, server.ShutdownOptions{HoldDrain: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-done:
+		if a.resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(a.body), "prefill rank closed") {
+			t.Errorf("decode's answer: %d %s", a.resp.StatusCode, a.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("decode still waits 5s after the prefill engine closed")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("shutdown and decode's failure took %v", took)
+	}
+}
