@@ -31,6 +31,7 @@ import (
 	"github.com/gonixl/gonixl/examples/proxy/pd"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
 )
 
@@ -436,15 +437,20 @@ func waitHealthy(t *testing.T, httpc *http.Client, url string, within time.Durat
 }
 
 // chaosDrainFor is how long the chaos tests wait for every block of the
-// live engines to come back. Push decode keeps the blocks of a request
-// whose prefill engine died with its registration until PUSH_CANCEL_ACK or
+// live engines to come back (the wait ends as soon as they have). Push
+// decode keeps the blocks of a request whose prefill engine died with its
+// registration until PUSH_CANCEL_ACK or
 // its cancel timeout (a WRITE might still land): the engine does not set
 // it, so it is the connector's default.
 func chaosDrainFor(mode string) time.Duration {
 	if mode == "push" {
 		return pushconn.DefaultCancelTimeout + chaosEngineWait + 10*time.Second
 	}
-	return chaosHold + chaosEngineWait + 10*time.Second
+	// Pull: a hold a decode engine pinned (its READs posted) is kept until
+	// the pin ends, whatever its lease, when that engine dies or aborts the
+	// load before its completion: TransferTimeout + ExpiryMargin after the
+	// pin (the engine sets neither).
+	return chaosHold + pullconn.DefaultTransferTimeout + pullconn.DefaultExpiryMargin + chaosEngineWait + 10*time.Second
 }
 
 // outcomes is how the requests of a chaos run ended: a count per outcome,
