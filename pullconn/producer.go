@@ -222,7 +222,8 @@ func (p *Producer) Abort(requestID string) error {
 // about (no hold query, pin or completion) and that were made at least
 // unclaimedFor ago are released: a decode engine asks about a hold within
 // moments of its Params, so such a hold is for nobody, while the others
-// still have a reader on its way. 0 releases every hold not being read.
+// still have a reader on its way. 0 (or less) releases every hold not
+// being read.
 //
 // In vLLM's protocol no decode asks (no pins, no hold queries) and a vLLM
 // decode trusts the blocks until the deadline it was given: nothing is
