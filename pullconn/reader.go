@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -91,6 +92,7 @@ func (c *Consumer) remoteFor(engineID, addr string, tpSize int) *remote {
 	if r, ok := c.remotes[key]; ok {
 		return r
 	}
+	c.forgetStaleEngines(c.cfg.Clock.Now())
 	r := &remote{key: key, engineID: engineID, addr: addr, tp: tpSize}
 	c.qmu.Lock()
 	if c.closed {
@@ -112,6 +114,7 @@ func (c *Consumer) route(l *load) {
 	}
 	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort), l.p.TPSize)
 	l.r = r
+	r.lastActive = c.cfg.Clock.Now()
 	if r.ready {
 		c.post(l)
 		return
@@ -187,6 +190,10 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 		c.stats.FailedHandshakes.Inc()
 		c.log.Warn("pullconn: handshake failed", zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr), zap.Error(d.err))
 		err := fmt.Errorf("pullconn: %w", d.err) // errors.Is(err, connector.ErrHandshake) or connector.ErrIncompatible
+		if errors.Is(d.err, syscall.ECONNREFUSED) {
+			// Most often a prefill engine that shut down after it answered.
+			err = fmt.Errorf("pullconn: %w (nothing listens at %s: the prefill engine shut down, or has not started)", d.err, r.addr)
+		}
 		for _, l := range parked {
 			c.fail(l, err)
 		}
