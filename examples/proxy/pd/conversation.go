@@ -164,6 +164,10 @@ type historyRoute struct {
 	answer          bytes.Buffer
 	stream          bool
 	log             *zap.Logger
+	// servedP and servedD are the engines of this turn; done: the turn is
+	// remembered.
+	servedP, servedD string
+	done             bool
 }
 
 // maxObserved bounds the decode answer kept to learn the reply and the
@@ -217,19 +221,35 @@ func (p *Proxy) bidirChatRoute(c *completion) pullRoute {
 	return route
 }
 
-// observe keeps the decode answer's bytes as they are relayed.
+// watch makes c's relay of decode's answer, from the engines prefill and
+// decode, go through observe.
+func (h *historyRoute) watch(c *completion, prefill, decode string) {
+	if h == nil {
+		return
+	}
+	h.servedP, h.servedD = prefill, decode
+	c.observe = h.observe
+}
+
+// observe keeps the decode answer's bytes as they are relayed, and
+// remembers the turn once the answer is whole: before its last bytes go to
+// the client, which may send the next turn as soon as it has them.
 func (h *historyRoute) observe(b []byte) {
 	if h.answer.Len()+len(b) <= maxObserved {
 		h.answer.Write(b)
+	}
+	if !h.stream || bytes.Contains(b, []byte("data: [DONE]")) {
+		h.finish(h.servedP, h.servedD)
 	}
 }
 
 // finish remembers the turn's history, if decode held it, under the key
 // the conversation's next turn will have.
-func (h *historyRoute) finish(ok bool, prefill, decode string) {
-	if h == nil || !ok {
+func (h *historyRoute) finish(prefill, decode string) {
+	if h.done {
 		return
 	}
+	h.done = true
 	reply, params := h.parse()
 	if params == nil {
 		return

@@ -2,6 +2,8 @@ package pd
 
 import (
 	"encoding/json"
+
+	"go.uber.org/zap"
 	"testing"
 	"time"
 )
@@ -59,15 +61,22 @@ func TestConversationsTakeOnceAndExpire(t *testing.T) {
 
 // parse reads the reply and the Params from a whole answer and a stream.
 func TestHistoryParse(t *testing.T) {
-	h := &historyRoute{}
+	h := &historyRoute{cs: &conversations{}, log: zap.NewNop()}
 	h.observe([]byte(`{"choices":[{"message":{"role":"assistant","content":"t1 t2"}}],"kv_transfer_params":{"remote_engine_id":"d"}}`))
 	if text, p := h.parse(); text != "t1 t2" || string(p) != `{"remote_engine_id":"d"}` {
 		t.Fatalf("whole: %q %s", text, p)
 	}
-	h = &historyRoute{stream: true}
+	h = &historyRoute{cs: &conversations{}, log: zap.NewNop(), stream: true}
 	h.observe([]byte("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"t1\"}}]}\n\n"))
 	h.observe([]byte("data: {\"choices\":[{\"delta\":{\"content\":\" t2\"}}]}\n\ndata: {\"choices\":[],\"kv_transfer_params\":{\"x\":1}}\n\ndata: [DONE]\n\n"))
 	if text, p := h.parse(); text != "t1 t2" || string(p) != `{"x":1}` {
 		t.Fatalf("stream: %q %s", text, p)
+	}
+	// Remembered at [DONE], before the client has it: under the key of the
+	// messages (none here) and the reply.
+	reply := "t1 t2"
+	_, next, _ := prefixKeys(nil, &reply)
+	if got := h.cs.take(next, time.Now()); got == nil || string(got.params) != `{"x":1}` {
+		t.Fatalf("the turn was not remembered at [DONE]: %v", got)
 	}
 }

@@ -391,11 +391,8 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute)
 				p.fail(w, c, le)
 				return
 			}
-			if route.history != nil {
-				c.observe = route.history.observe
-			}
+			route.history.watch(c, pe.url, de.url)
 			ok := p.relay(w, c, ctx, de, resp)
-			route.history.finish(ok, pe.url, de.url)
 			p.met.leg("decode", sent, ok)
 			releaseD()
 			cancel()
