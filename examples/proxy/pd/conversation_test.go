@@ -80,3 +80,24 @@ func TestHistoryParse(t *testing.T) {
 		t.Fatalf("the turn was not remembered at [DONE]: %v", got)
 	}
 }
+
+// Decode's answer and the client's messages are network bytes: parsing
+// them never panics, and a stream's parse never invents Params.
+func FuzzHistoryParse(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"message":{"content":"a"}}],"kv_transfer_params":{"x":1}}`), false)
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n"), true)
+	f.Add([]byte(`[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}]`), false)
+	f.Fuzz(func(t *testing.T, b []byte, stream bool) {
+		h := &historyRoute{cs: &conversations{}, log: zap.NewNop(), stream: stream}
+		h.observe(b)
+		_, params := h.parse()
+		if params != nil && !json.Valid(params) {
+			t.Fatalf("params %q are not JSON", params)
+		}
+		var m []chatMessage
+		if json.Unmarshal(b, &m) == nil {
+			text := "r"
+			prefixKeys(m, &text)
+		}
+	})
+}
