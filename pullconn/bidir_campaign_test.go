@@ -18,8 +18,9 @@ import (
 // The bidirectional campaign drives multi-turn conversations through a
 // prefill and a decode engine that each hold and read (P->D every turn,
 // D->P from the second turn on) under seeded faults on every agent of
-// both directions, lease expiries, late turns and aborts on all four
-// roles, the way a serving engine's step loop does. Every block handed
+// both directions, lease expiries, turns that start late or near their
+// history's deadline, steps of either engine's clock and aborts on all
+// four roles, the way a serving engine's step loop does. Every block handed
 // back is poisoned; a done result is checked byte for byte (wrong bytes)
 // and every block taken from a free list must still be poison (writes
 // after release). Every hold must be freed exactly once by every rank and
@@ -31,6 +32,7 @@ type bidirFigures struct {
 	histLoads, histDone, histFailed, histBelow           int
 	histTokensRead, histTokensRecomputed                 int
 	wrongBytes, writesAfterRelease, releasedTwice, twice int
+	steps                                                int
 }
 
 func (f *bidirFigures) add(o bidirFigures) {
@@ -48,12 +50,13 @@ func (f *bidirFigures) add(o bidirFigures) {
 	f.writesAfterRelease += o.writesAfterRelease
 	f.releasedTwice += o.releasedTwice
 	f.twice += o.twice
+	f.steps += o.steps
 }
 
 func (f bidirFigures) String() string {
-	return fmt.Sprintf("%d conversations, %d turns (%d done, %d failed); %d history loads (%d read back, %d failed and recomputed, %d below the threshold); "+
+	return fmt.Sprintf("%d clock steps; %d conversations, %d turns (%d done, %d failed); %d history loads (%d read back, %d failed and recomputed, %d below the threshold); "+
 		"%d history tokens read back, %d recomputed; wrong bytes in done results: %d; writes after release: %d; holds freed twice: %d; second ends: %d",
-		f.conversations, f.turns, f.turnsDone, f.turnsFailed, f.histLoads, f.histDone, f.histFailed, f.histBelow,
+		f.steps, f.conversations, f.turns, f.turnsDone, f.turnsFailed, f.histLoads, f.histDone, f.histFailed, f.histBelow,
 		f.histTokensRead, f.histTokensRecomputed, f.wrongBytes, f.writesAfterRelease, f.releasedTwice, f.twice)
 }
 
@@ -197,9 +200,14 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 		}
 		c.ParamsAfterAllRanks = true
 	}
+	// Clock steps of either engine, either way, by up to 1.5 leases (as
+	// an operator or NTP steps a host's clock): holds end early or late,
+	// and the other engine's view of their deadlines goes wrong; only the
+	// pins keep the bytes right then.
+	pclk, dclk := &steppedClock{}, &steppedClock{}
 	c := newBidirCluster(t, bidirOpts{
-		prefill: side{ptp, 16}, decode: side{dtp, 16}, threshold: 32,
-		fabric:      []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
+		prefill: side{ptp, 16}, decode: side{dtp, 16}, threshold: 32, prefillClock: pclk, decodeClock: dclk,
+		fabric:      []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(5 * time.Millisecond))},
 		exporterCfg: short, readerCfg: short, producerCfg: short, consumerCfg: short,
 	})
 	for _, flt := range []loopback.Fault{
@@ -262,6 +270,17 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 			cv := &bidirConv{n: next, seed: int(seed)*1_000_000 + next*10, turn: 1}
 			next++
 			waiting = append(waiting, cv)
+		}
+		if rng.Float64() < 0.004 {
+			// At any moment, so that some steps land while READs of either
+			// direction are in flight.
+			d := time.Duration(rng.Int64N(int64(3*lease))) - 3*lease/2
+			if rng.IntN(2) == 0 {
+				pclk.Step(d)
+			} else {
+				dclk.Step(d)
+			}
+			f.steps++
 		}
 		// Start the turns that are due and have blocks.
 		keep := waiting[:0]
@@ -383,10 +402,14 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 				cv.turn++
 				cv.stage = stStart
 				switch x := rng.Float64(); {
-				case x < 0.8:
+				case x < 0.7:
 					cv.at = now
-				case x < 0.9:
+				case x < 0.8:
 					cv.at = now.Add(time.Duration(rng.Int64N(int64(lease / 2))))
+				case x < 0.9:
+					// Near the hold's end: the read may straddle it, which
+					// only the pin makes safe.
+					cv.at = now.Add(lease - 40*time.Millisecond + time.Duration(rng.Int64N(int64(40*time.Millisecond))))
 				default:
 					cv.at = now.Add(lease + time.Duration(rng.Int64N(int64(lease))))
 				}

@@ -19,8 +19,9 @@ type bidirOpts struct {
 	fabric          []loopback.FabricOption
 	// threshold is the readers' recompute threshold (0: the default).
 	threshold int
-	// clock, when set, runs both engines (and all their roles).
-	clock connector.Clock
+	// clock, when set, runs both engines (and all their roles);
+	// prefillClock and decodeClock, when set, run one engine each.
+	clock, prefillClock, decodeClock connector.Clock
 	// exporterCfg and readerCfg adjust the D->P roles' configurations.
 	exporterCfg, readerCfg func(*Config)
 	// producerCfg and consumerCfg adjust the P->D roles' configurations.
@@ -64,12 +65,19 @@ func newBidirCluster(t *testing.T, o bidirOpts) *bidirCluster {
 		c.agents = append(c.agents, a)
 		return a
 	}
-	c.pe, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(o.prefill.tp, o.prefill.bs), HandshakeTimeout: 2 * time.Second, Clock: o.clock})
+	pclk, dclk := o.clock, o.clock
+	if o.prefillClock != nil {
+		pclk = o.prefillClock
+	}
+	if o.decodeClock != nil {
+		dclk = o.decodeClock
+	}
+	c.pe, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(o.prefill.tp, o.prefill.bs), HandshakeTimeout: 2 * time.Second, Clock: pclk})
 	require.NoError(t, err)
-	c.de, err = NewEngine(connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(o.decode.tp, o.decode.bs), HandshakeTimeout: 2 * time.Second, Clock: o.clock})
+	c.de, err = NewEngine(connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: testGeometry(o.decode.tp, o.decode.bs), HandshakeTimeout: 2 * time.Second, Clock: dclk})
 	require.NoError(t, err)
-	rank := func(l descriptors.Layout, a nixl.Agent, adjust func(*Config)) Config {
-		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1, Clock: o.clock}}
+	rank := func(l descriptors.Layout, a nixl.Agent, clk connector.Clock, adjust func(*Config)) Config {
+		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1, Clock: clk}}
 		if adjust != nil {
 			adjust(&cfg)
 		}
@@ -80,10 +88,10 @@ func newBidirCluster(t *testing.T, o bidirOpts) *bidirCluster {
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
 		c.pbufs, c.playouts = append(c.pbufs, buf), append(c.playouts, l)
-		p, err := NewProducer(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d", r)), o.producerCfg))
+		p, err := NewProducer(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d", r)), pclk, o.producerCfg))
 		require.NoError(t, err)
 		c.prods = append(c.prods, p)
-		hr, err := NewHistoryReader(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d-hist", r)), o.readerCfg), o.threshold)
+		hr, err := NewHistoryReader(c.pe, rank(l, agent(fmt.Sprintf("prefill-%d-hist", r)), pclk, o.readerCfg), o.threshold)
 		require.NoError(t, err)
 		c.readers = append(c.readers, hr)
 	}
@@ -92,10 +100,10 @@ func newBidirCluster(t *testing.T, o bidirOpts) *bidirCluster {
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
 		c.dbufs, c.dlayouts = append(c.dbufs, buf), append(c.dlayouts, l)
-		cn, err := NewConsumer(c.de, rank(l, agent(fmt.Sprintf("decode-%d", r)), o.consumerCfg))
+		cn, err := NewConsumer(c.de, rank(l, agent(fmt.Sprintf("decode-%d", r)), dclk, o.consumerCfg))
 		require.NoError(t, err)
 		c.cons = append(c.cons, cn)
-		ex, err := NewHistoryExporter(c.de, rank(l, agent(fmt.Sprintf("decode-%d-hist", r)), o.exporterCfg))
+		ex, err := NewHistoryExporter(c.de, rank(l, agent(fmt.Sprintf("decode-%d-hist", r)), dclk, o.exporterCfg))
 		require.NoError(t, err)
 		c.exporters = append(c.exporters, ex)
 	}
