@@ -235,9 +235,13 @@ func (c *Consumer) post(l *load) {
 		c.fail(l, invalidf("request %q: Params.TPSize is %d, engine %q has TP size %d", l.id, l.p.TPSize, set.payload.EngineID, set.payload.TPSize))
 		return
 	}
-	cached, err := cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local))
-	if err != nil {
-		c.fail(l, err)
+	var cached int
+	var err2 error
+	if l.groups == nil {
+		cached, err2 = cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local))
+	}
+	if err2 != nil {
+		c.fail(l, err2)
 		return
 	}
 	req := descriptors.Request{SrcBlocks: l.p.RemoteBlockIDs, DstBlocks: l.local, DstCached: cached}
@@ -256,7 +260,7 @@ func (c *Consumer) post(l *load) {
 		var scatter bool
 		var plan staging.ReadPlan
 		var blocks *staging.BlockCopy
-		same := c.pool != nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
+		same := c.pool != nil && l.groups == nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
 			len(l.p.RemoteBlockIDs)-cached == len(l.local)
 		if same {
 			// Whole blocks one to one: a staged READ needs no mapping
@@ -267,14 +271,14 @@ func (c *Consumer) post(l *load) {
 		}
 		tr := &c.scratch
 		if !scatter {
-			if _, err := descriptors.MapCoalescedInto(tr, src, &c.cfg.Layout, req); err != nil {
+			if err := c.mapInto(tr, l, src, req); err != nil {
 				c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", errInvalid, l.id, s, err))
 				return
 			}
 			if tr.Len() == 0 {
 				continue
 			}
-			if !same {
+			if !same && l.groups == nil {
 				scatter, plan, blocks = c.stagedRead(l, s, tr, tr.Len(), tr.Bytes, cached)
 			}
 		}
