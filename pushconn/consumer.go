@@ -185,6 +185,9 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
 		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	}
+	if len(c.cfg.Layout.Groups) > 0 {
+		return invalidf("request %q: the layout has %d KV-cache groups: use RegisterGroups", requestID, len(c.cfg.Layout.Groups))
+	}
 	for i, id := range blockIDs {
 		if id < 0 || id >= c.cfg.Layout.NumBlocks {
 			return invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, c.cfg.Layout.NumBlocks-1)
@@ -192,9 +195,13 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	}
 	// The background goroutine encodes the block ids after Register
 	// returned, when the engine may have reused its slices: keep copies.
-	// PUSH_REG carries one list per KV-cache group; this connector maps
-	// one group.
-	blocks := [][]int{append([]int{}, blockIDs...)}
+	// PUSH_REG carries one list per KV-cache group: one list here.
+	return c.register(requestID, prefill, [][]int{append([]int{}, blockIDs...)}, o)
+}
+
+// register starts a checked request: blocks are its lists, one per
+// KV-cache group, the connector's own copies.
+func (c *Consumer) register(requestID string, prefill Prefill, blocks [][]int, o requestOpts) error {
 	r := &decodeReq{id: requestID, transferID: o.transferID, prefill: prefill, blocks: blocks}
 	c.mu.Lock()
 	if c.closed {

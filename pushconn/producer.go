@@ -133,6 +133,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	if len(blockIDs) == 0 {
 		return Params{}, invalidf("request %q has no blocks", requestID)
 	}
+	if len(p.cfg.Layout.Groups) > 0 {
+		return Params{}, invalidf("request %q: the layout has %d KV-cache groups: use RequestFinishedGroups", requestID, len(p.cfg.Layout.Groups))
+	}
 	for i, id := range blockIDs {
 		if id < 0 || id >= p.cfg.Layout.NumBlocks {
 			return Params{}, invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, p.cfg.Layout.NumBlocks-1)
@@ -144,6 +147,12 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	// The writer goroutine reads the block ids after this call returned,
 	// when the engine may have reused its slice: the hold keeps a copy.
 	h := &hold{id: requestID, transferID: o.transferID, blocks: append([]int(nil), blockIDs...), tokens: o.tokens, finished: p.now()}
+	return p.hold(h, engine.Public.Params(p.engine.core, requestID, blockIDs).(connector.TransferParams))
+}
+
+// hold takes a checked request h and returns its Params, built on tp.
+func (p *Producer) hold(h *hold, tp connector.TransferParams) (Params, error) {
+	requestID := h.id
 	p.mu.Lock()
 	switch {
 	case p.closed:
@@ -158,11 +167,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	p.mu.Unlock()
 	p.poll.Wake()
 	return Params{
-		TransferParams: engine.Public.Params(p.engine.core, requestID, blockIDs).(connector.TransferParams),
+		TransferParams: tp,
 		PPSize:         1,
-		NumTokens:      o.tokens,
+		NumTokens:      h.tokens,
 		TransferMode:   ModePush,
-		TransferID:     o.transferID,
+		TransferID:     h.transferID,
 	}, nil
 }
 

@@ -24,11 +24,14 @@ type hold struct {
 	id         string
 	transferID string
 	blocks     []int
-	tokens     int
-	finished   time.Time // when RequestFinished took it: the lease counts from here
-	writes     int       // WRITEs started and not yet ended
-	inMatcher  bool      // still waiting for registrations
-	released   bool
+	// groups are a grouped request's lists (RequestFinishedGroups), one
+	// per KV-cache group; blocks is then nil.
+	groups    [][]int
+	tokens    int
+	finished  time.Time // when RequestFinished took it: the lease counts from here
+	writes    int       // WRITEs started and not yet ended
+	inMatcher bool      // still waiting for registrations
+	released  bool
 }
 
 // pendingReg is a registration admitted into the matcher.
@@ -433,8 +436,8 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 		why = fmt.Sprintf("registration says prefill TP size %d, engine %q has %d", reg.RemoteTPSize, p.engine.ID(), p.engine.TPSize())
 	case reg.DecodeTPSize != de.payload.TPSize:
 		why = fmt.Sprintf("registration says decode TP size %d, its handshake says %d", reg.DecodeTPSize, de.payload.TPSize)
-	case len(reg.LocalBlockIDs) != 1:
-		why = fmt.Sprintf("registration has %d KV-cache groups; this connector maps exactly one", len(reg.LocalBlockIDs))
+	case len(reg.LocalBlockIDs) != len(p.cfg.Layout.GroupList()):
+		why = fmt.Sprintf("registration has %d KV-cache groups, the prefill layout %d", len(reg.LocalBlockIDs), len(p.cfg.Layout.GroupList()))
 	}
 	if why != "" {
 		w.sendFail(sender, reg, pushwire.FailLayout, why)
@@ -550,17 +553,33 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	dstBlocks := pr.reg.LocalBlockIDs[0]
-	if len(dstBlocks) == 0 { // decode holds everything: only say so
+	notifyOnly := func() { // nothing to write: only say so
 		if err := p.cfg.Agent.GenNotif(pr.sender, msg, nil); err != nil {
 			p.stats.FailedNotifications.Inc()
 			w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("send completion: %w", err))
 			return
 		}
 		w.endWrite(pr, h)
+	}
+	if h.groups == nil && len(dstBlocks) == 0 { // decode holds everything
+		notifyOnly()
 		return
 	}
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
+	if h.groups != nil {
+		// A grouped request: mapped group by group, never staged.
+		if err := w.mapGroups(&w.scratch, pr, h, dst); err != nil {
+			w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
+			return
+		}
+		if w.scratch.Len() == 0 { // decode holds everything this rank has
+			notifyOnly()
+			return
+		}
+		w.post(pr, h, msg, &w.scratch, nil, start)
+		return
+	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
 	// The lists are reused from WRITE to WRITE (only the poller goroutine
 	// runs the writer): agents copy them in CreateXferReq, and a fragmented
@@ -588,6 +607,13 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
 		return
 	}
+	w.post(pr, h, msg, t, sw, start)
+}
+
+// post posts a mapped WRITE t (or the staged one sw) with completion msg,
+// unless the engine aborted the request meanwhile.
+func (w *writer) post(pr *pendingReg, h *hold, msg []byte, t *descriptors.Transfer, sw *stagedWrite, start time.Time) {
+	p := w.p
 	// Abort waits for postMu: once it returned, no WRITE of the request
 	// starts.
 	p.postMu.Lock()
