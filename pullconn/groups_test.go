@@ -21,13 +21,37 @@ import (
 // size.
 func newGroupCluster(t *testing.T, shape string, prefill, decode side, vllm bool) (*cluster, error) {
 	t.Helper()
-	fab, err := loopback.NewFabric()
+	return newGroupClusterOpts(t, shape, prefill, decode, groupOpts{vllm: vllm})
+}
+
+// groupOpts are newGroupClusterOpts' options: the fabric's, and changes
+// to every prefill and decode rank's Config.
+type groupOpts struct {
+	vllm                  bool
+	fabric                []loopback.FabricOption
+	prefillCfg, decodeCfg func(*Config)
+}
+
+// newGroupClusterOpts is newGroupCluster with options.
+func newGroupClusterOpts(t *testing.T, shape string, prefill, decode side, o groupOpts) (*cluster, error) {
+	t.Helper()
+	vllm := o.vllm
+	fab, err := loopback.NewFabric(o.fabric...)
 	require.NoError(t, err)
 	c := &cluster{t: t, fab: fab}
 	t.Cleanup(c.close)
 	pg, dg := grouptest.Geometry(shape, prefill.tp, prefill.bs), grouptest.Geometry(shape, decode.tp, decode.bs)
-	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
-	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg, HandshakeTimeout: 2 * time.Second}
+	// Each engine runs on the clock its ranks use, as RankConfig.Clock
+	// requires.
+	rankClock := func(apply func(*Config)) connector.Clock {
+		var probe Config
+		if apply != nil {
+			apply(&probe)
+		}
+		return probe.Clock
+	}
+	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg, Clock: rankClock(o.prefillCfg)}
+	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg, HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
 	if vllm {
 		pg.KVPacked, dg.KVPacked = true, true
 		pcfg.Geometry, dcfg.Geometry = pg, dg
@@ -53,6 +77,9 @@ func newGroupCluster(t *testing.T, shape string, prefill, decode side, vllm bool
 			l, err := s.g.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
 			require.NoError(t, err)
 			cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1}}
+			if apply := map[bool]func(*Config){false: o.prefillCfg, true: o.decodeCfg}[s.dec]; apply != nil {
+				apply(&cfg)
+			}
 			if s.dec {
 				c.dagents, c.dbufs, c.dlayouts = append(c.dagents, a), append(c.dbufs, buf), append(c.dlayouts, l)
 				cn, err := NewConsumer(c.de, cfg)

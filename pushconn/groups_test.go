@@ -27,6 +27,24 @@ type groupRig struct {
 // error is the first construction error (the rig is closed at cleanup).
 func newGroupRig(t *testing.T, shape string, preTP, preBS, decTP, decBS int, vllm bool) (*groupRig, error) {
 	t.Helper()
+	return newGroupRigOpts(t, shape, preTP, preBS, decTP, decBS, groupRigOpts{vllm: vllm})
+}
+
+// groupRigOpts are newGroupRigOpts' options: the fabric's, the ranks'
+// clock (default: the rig's manual clock) and changes to every rank's
+// Config, then to one side's.
+type groupRigOpts struct {
+	vllm             bool
+	fabric           []loopback.FabricOption
+	clock            connector.Clock
+	rank             func(*Config)
+	preRank, decRank func(*Config)
+}
+
+// newGroupRigOpts is newGroupRig with options.
+func newGroupRigOpts(t *testing.T, shape string, preTP, preBS, decTP, decBS int, o groupRigOpts) (*groupRig, error) {
+	t.Helper()
+	vllm := o.vllm
 	var bufs []*nixl.Buffer
 	t.Cleanup(func() {
 		for _, b := range bufs {
@@ -41,9 +59,14 @@ func newGroupRig(t *testing.T, shape string, preTP, preBS, decTP, decBS int, vll
 		pcfg = connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg, Protocol: connector.ProtocolVLLM, VLLM: rigVLLM, ListenAddr: "127.0.0.1:0"}
 		dcfg = connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg, Protocol: connector.ProtocolVLLM, VLLM: rigVLLM, ListenAddr: "127.0.0.1:0"}
 	}
-	f, err := loopback.NewFabric()
+	f, err := loopback.NewFabric(o.fabric...)
 	require.NoError(t, err)
 	r := &rig{t: t, fabric: f, clock: connector.NewManualClock(rigStart)}
+	clock := o.clock
+	if clock == nil {
+		clock = r.clock
+	}
+	pcfg.Clock, dcfg.Clock = clock, clock
 	g := &groupRig{rig: r}
 	r.pre, err = NewEngine(pcfg)
 	require.NoError(t, err)
@@ -62,7 +85,13 @@ func newGroupRig(t *testing.T, shape string, preTP, preBS, decTP, decBS int, vll
 			bufs = append(bufs, buf)
 			l, err := s.geo.Layout(nixl.DRAM, rank, buf.RegDesc().Desc)
 			require.NoError(t, err)
-			cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, Clock: r.clock, IdleInterval: 5 * time.Millisecond}}
+			cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}}
+			if o.rank != nil {
+				o.rank(&cfg)
+			}
+			if side := map[string]func(*Config){"prefill": o.preRank, "decode": o.decRank}[s.name]; side != nil {
+				side(&cfg)
+			}
 			gr := grouptest.Rank{L: &l, Mem: buf.Bytes(), Base: buf.Addr()}
 			if s.name == "prefill" {
 				p, err := NewProducer(r.pre, cfg)

@@ -142,6 +142,18 @@ func Verify(seed int, r Rank, lists [][]int, tokens int, from []int) (int, error
 	return n, bad
 }
 
+// Wrong returns how many bytes of request seed's Verify checks on rank r
+// are wrong, and how many it checked.
+func Wrong(seed int, r Rank, lists [][]int, tokens int, from []int) (wrong, checked int) {
+	each(r, lists, tokens, from, func(off uint64, region, a, b, c int) {
+		checked++
+		if r.Mem[off] != Value(seed, region, a, b, c) {
+			wrong++
+		}
+	})
+	return wrong, checked
+}
+
 // Expect returns decode rank dst's whole memory after the request: before,
 // with every pair of every source rank's mapping (descriptors.Sources,
 // MapGroupsRequest) copied in from the sources' memories.
@@ -163,4 +175,121 @@ func Expect(srcs []Rank, dst Rank, before []byte, req descriptors.GroupRequest) 
 		}
 	}
 	return out, nil
+}
+
+// Poison is the byte campaigns keep in blocks the engine holds free, so
+// that a write after their release shows.
+const Poison = 0xEE
+
+// blockSpans calls f with every byte span of rank r's listed blocks, group
+// by group.
+func blockSpans(r Rank, lists [][]int, f func(g, blk int, span []byte)) {
+	l := r.L
+	for gi, g := range l.GroupList() {
+		for _, reg := range g.Regions {
+			base, bl := l.Regions[reg].Base-r.Base, l.BlockLenOf(reg)
+			for _, blk := range lists[gi] {
+				off := base + uint64(blk)*bl
+				f(gi, blk, r.Mem[off:off+bl])
+			}
+		}
+	}
+}
+
+// PoisonBlocks fills rank r's listed blocks with Poison.
+func PoisonBlocks(r Rank, lists [][]int) {
+	blockSpans(r, lists, func(_, _ int, span []byte) {
+		for i := range span {
+			span[i] = Poison
+		}
+	})
+}
+
+// Unpoisoned returns how many listed blocks (per region) of rank r do not
+// hold Poison only, and the first of them.
+func Unpoisoned(r Rank, lists [][]int) (n int, first string) {
+	blockSpans(r, lists, func(g, blk int, span []byte) {
+		for _, b := range span {
+			if b != Poison {
+				if n == 0 {
+					first = fmt.Sprintf("rank %d group %d block %d", r.L.TPRank, g, blk)
+				}
+				n++
+				return
+			}
+		}
+	})
+	return n, first
+}
+
+// Alloc is an engine's block allocator for a grouped layout, one free list
+// per group: blocks come back in any order, so requests get scattered
+// blocks that earlier requests used.
+type Alloc struct{ free [][]int }
+
+// NewAlloc returns an allocator of every logical block of every group of l.
+func NewAlloc(l *descriptors.Layout) *Alloc {
+	a := &Alloc{}
+	for _, g := range l.GroupList() {
+		n := l.NumBlocks / max(g.PhysicalPerLogical, 1)
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = i
+		}
+		a.free = append(a.free, ids)
+	}
+	return a
+}
+
+// Take returns counts[g] blocks of each group g, or false (taking none)
+// when some group has too few free.
+func (a *Alloc) Take(counts []int) ([][]int, bool) {
+	for g, n := range counts {
+		if len(a.free[g]) < n {
+			return nil, false
+		}
+	}
+	out := make([][]int, len(counts))
+	for g, n := range counts {
+		f := a.free[g]
+		out[g] = append([]int{}, f[len(f)-n:]...)
+		a.free[g] = f[:len(f)-n]
+	}
+	return out, true
+}
+
+// Give puts lists back.
+func (a *Alloc) Give(lists [][]int) {
+	for g, l := range lists {
+		a.free[g] = append(a.free[g], l...)
+	}
+}
+
+// Free returns every free block, per group.
+func (a *Alloc) Free() [][]int {
+	out := make([][]int, len(a.free))
+	for g, f := range a.free {
+		out[g] = append([]int{}, f...)
+	}
+	return out
+}
+
+// Counts returns how many blocks each group of a request of tokens lists
+// on a side of block size bs: a full group every block, less hit blocks
+// of a decode prefix hit (the first ones); a sliding window the blocks
+// holding its window; an SSM group one state slot.
+func Counts(l *descriptors.Layout, tokens, bs, hit int) []int {
+	gs := l.GroupList()
+	out := make([]int, len(gs))
+	for i, g := range gs {
+		switch g.Kind {
+		case descriptors.KindSSM:
+			out[i] = 1
+		case descriptors.KindSlidingWindow:
+			out[i] = (tokens-1)/bs - max(tokens-g.Window, 0)/bs + 1
+		default:
+			out[i] = (tokens+bs-1)/bs - hit
+		}
+	}
+	return out
 }
