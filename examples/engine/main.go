@@ -84,7 +84,7 @@ func run(args []string) error {
 	attnBackend := fs.String("attn-backend", "FLASH_ATTN", "-protocol vllm: the vLLM peers' attention backend name, for the compatibility hash")
 	vllmModel := fs.String("vllm-model", "", "-protocol vllm: the model string the vLLM peers run (their --model), for the compatibility hash (default: the preset's name)")
 	engineID := fs.String("engine-id", "", "engine id (default: role + random hex)")
-	preset := fs.String("model", "qwen2.5-7b", "model preset: qwen3-32b, llama-3.1-70b, qwen2.5-7b")
+	preset := fs.String("model", "qwen2.5-7b", "model preset: qwen3-32b, llama-3.1-70b, qwen2.5-7b; grouped (gonixl protocol): swa-demo, hybrid-demo")
 	served := fs.String("served-model-name", "", "the model name requests use (default: the preset's)")
 	layers := fs.Int("layers", 0, "override the preset's layer count")
 	kvHeads := fs.Int("kv-heads", 0, "override the preset's KV head count")
@@ -162,7 +162,7 @@ func run(args []string) error {
 
 	model, compute, ok := server.Preset(*preset)
 	if !ok {
-		return fmt.Errorf("-model %q: want qwen3-32b, llama-3.1-70b or qwen2.5-7b", *preset)
+		return fmt.Errorf("-model %q: want qwen3-32b, llama-3.1-70b, qwen2.5-7b, swa-demo or hybrid-demo", *preset)
 	}
 	for _, o := range []struct {
 		dst *int

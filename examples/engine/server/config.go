@@ -128,6 +128,11 @@ type ModelSpec struct {
 	DType      string
 	BlockSize  int
 	TPSize     int
+	// Groups, when set, are the model's KV-cache groups (a sliding-window
+	// model, a hybrid attention + Mamba model: descriptors.Geometry.Groups);
+	// Layers is then their sum. The engine gives each group its own lists
+	// (groups.go) and moves them with the connectors' grouped calls.
+	Groups *[]descriptors.GroupGeometry
 }
 
 // ComputeModel is the modeled compute time: a prefill of n tokens takes
@@ -171,7 +176,10 @@ var Qwen3_32B_H200_TP8 = ComputeModel{PrefillBase: 5 * time.Millisecond, Prefill
 	PrefillPerToken2: 265 * time.Nanosecond, DecodeBase: 6 * time.Millisecond, DecodePerKToken: 9750 * time.Nanosecond}
 
 // Preset returns a named model and a compute model of the order of an H200
-// node's: "qwen3-32b", "llama-3.1-70b" (TP 8) and "qwen2.5-7b" (TP 1).
+// node's: "qwen3-32b", "llama-3.1-70b" (TP 8) and "qwen2.5-7b" (TP 1);
+// and two small grouped models of TP 2 for demos and tests (groups.go):
+// "swa-demo" (full attention beside sliding-window layers) and
+// "hybrid-demo" (full attention beside Mamba2 layers).
 func Preset(name string) (ModelSpec, ComputeModel, bool) {
 	switch name {
 	case "qwen3-32b":
@@ -181,6 +189,8 @@ func Preset(name string) (ModelSpec, ComputeModel, bool) {
 		return ModelSpec{Name: "meta-llama/Llama-3.1-70B-Instruct", Layers: 80, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 8},
 			ComputeModel{PrefillBase: 20 * time.Millisecond, PrefillPerToken: 80 * time.Microsecond, PrefillPerToken2: 8 * time.Microsecond,
 				DecodeBase: 10 * time.Millisecond, DecodePerSeq: 60 * time.Microsecond}, true
+	case "swa-demo", "hybrid-demo":
+		return demoGroups(name), demoGroupsCompute, true
 	case "qwen2.5-7b":
 		return ModelSpec{Name: "Qwen/Qwen2.5-7B-Instruct", Layers: 28, KVHeads: 4, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 1},
 			ComputeModel{PrefillBase: 8 * time.Millisecond, PrefillPerToken: 60 * time.Microsecond, PrefillPerToken2: 3 * time.Microsecond,
@@ -313,7 +323,7 @@ const (
 func (c *Config) geometry() descriptors.Geometry {
 	m := c.Model
 	return descriptors.Geometry{Layers: m.Layers, KVHeads: m.KVHeads, HeadDim: m.HeadDim, DType: m.DType, ElemBytes: m.DTypeBytes,
-		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, KVPacked: c.Protocol == ProtocolVLLM}
+		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, KVPacked: c.Protocol == ProtocolVLLM, Groups: m.Groups}
 }
 
 // engineConfig returns the connector engine's configuration.

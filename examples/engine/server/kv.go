@@ -98,6 +98,10 @@ func visitRows(l *descriptors.Layout, mem []byte, blocks []int, f func(row []byt
 // writeKV writes a prompt's KV into blocks: the pattern for positions of the
 // prompt, zeros for the rest of the last block.
 func writeKV(l *descriptors.Layout, mem []byte, blocks []int, ph []uint64) {
+	if len(l.Groups) > 0 {
+		writeKVGroups(l, mem, blocks, ph)
+		return
+	}
 	visitRows(l, mem, blocks, func(row []byte, region, head, t int) {
 		if t < len(ph) {
 			fillRow(row, ph[t], region, head, t)
@@ -118,6 +122,9 @@ type kvCheck struct {
 // the prompt rows actually held: it depends on (region, model head, token)
 // and the bytes only, so engines of different TP sizes agree.
 func checkKV(l *descriptors.Layout, mem []byte, blocks []int, ph []uint64) kvCheck {
+	if len(l.Groups) > 0 {
+		return checkKVGroups(l, mem, blocks, ph)
+	}
 	var c kvCheck
 	counts := true // replicated heads (TP > KV heads) count once
 	if total := l.TotalKVHeads(); !l.MLA && l.TPSize > total {

@@ -155,25 +155,25 @@ func New(cfg Config) (_ *Server, err error) {
 			if err != nil {
 				return nil, err
 			}
-			s.prods = append(s.prods, pullProducer{p})
+			s.prods = append(s.prods, pullProducer{p, &l})
 		case pull:
 			c, err := pullconn.NewConsumer(e, pullconn.Config{RankConfig: rc, Inline: cfg.Inline})
 			if err != nil {
 				return nil, err
 			}
-			s.conss = append(s.conss, pullConsumer{c})
+			s.conss = append(s.conss, pullConsumer{c, &l})
 		case cfg.Role == RolePrefill:
 			p, err := pushconn.NewProducer(e, pushconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
-			s.prods = append(s.prods, pushProducer{p})
+			s.prods = append(s.prods, pushProducer{p, &l})
 		default:
 			c, err := pushconn.NewConsumer(e, pushconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
-			s.conss = append(s.conss, pushConsumer{c})
+			s.conss = append(s.conss, pushConsumer{c, &l})
 		}
 	}
 	s.info = Info{EngineID: cfg.EngineID, Role: cfg.Role, Connector: cfg.Connector, Model: cfg.ServedModelName,
