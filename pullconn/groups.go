@@ -6,6 +6,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/groupids"
+	"github.com/gonixl/gonixl/internal/staging"
 )
 
 // This file holds the grouped variants of the pull calls, for layouts of
@@ -98,4 +99,28 @@ func (c *Consumer) mapInto(tr *descriptors.Transfer, l *load, src *descriptors.L
 // groupids.VLLMRefusal).
 func refuseVLLMGroups(requestID string) error {
 	return fmt.Errorf("%w: %s", connector.ErrIncompatible, groupids.VLLMRefusal(requestID))
+}
+
+// gatherGroups is gather for a grouped request: each group's listed
+// blocks, whole, into the slot's group image (staging.GroupGatherBlocks).
+func (p *Producer) gatherGroups(id string, lists [][]int) (int, bool, error) {
+	l := &p.cfg.Layout
+	size, err := staging.GroupImageSize(l, lists)
+	if err != nil {
+		return 0, false, nil // not stageable (a region two groups share): read directly
+	}
+	descs := 0
+	for gi, g := range l.GroupList() {
+		descs += runs(lists[gi]) * len(g.Regions)
+	}
+	return p.gatherInto(id, size, descs, !groupids.Empty(lists), func(base uint64) error {
+		copies, err := staging.GroupGatherBlocks(l, lists, base)
+		for _, bc := range copies {
+			if err != nil {
+				break
+			}
+			err = p.stage.CopyBlocks(p.cfg.Staging.Copier, bc)
+		}
+		return err
+	})
 }

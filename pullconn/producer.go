@@ -142,12 +142,14 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		return Params{}, errClosed
 	}
 	var slot *int
-	if p.stage != nil && !held && groups == nil {
-		// Staging plans one group: a grouped request's blocks are read
-		// where they are.
+	if p.stage != nil && !held {
 		// Gathered before the hold starts: a failed gather leaves nothing
 		// held. The blocks are the engine's finished ones and do not move.
-		i, staged, err := p.gather(requestID, blocks)
+		gather := func() (int, bool, error) { return p.gather(requestID, blocks) }
+		if groups != nil {
+			gather = func() (int, bool, error) { return p.gatherGroups(requestID, groups) }
+		}
+		i, staged, err := gather()
 		if err != nil {
 			return Params{}, err
 		}

@@ -283,7 +283,7 @@ func (c *Consumer) post(l *load) {
 			if tr.Len() == 0 {
 				continue
 			}
-			if !same && l.groups == nil {
+			if !same {
 				scatter, plan, blocks = c.stagedRead(l, s, tr, tr.Len(), tr.Bytes, cached)
 			}
 		}
