@@ -29,8 +29,8 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 	if err := p.checkFinished(requestID); err != nil {
 		return Params{}, err
 	}
-	if tokens < 0 {
-		return Params{}, invalidf("request %q: tokens is %d, want >= 0", requestID, tokens)
+	if tokens < 1 && !groupids.Empty(blockIDs) {
+		return Params{}, invalidf("request %q: tokens is %d, want >= 1", requestID, tokens)
 	}
 	if err := groupids.Check(&p.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return Params{}, invalidf("request %q: %v", requestID, err)

@@ -245,7 +245,7 @@ func TestGroupsPullRefused(t *testing.T) {
 	_, err = p.RequestFinishedGroups("a", 20, [][]int{{1, 2}, {32}})
 	require.ErrorContains(t, err, "blockIDs[1][0] is 32, group 1 (ssm) has 32 logical blocks")
 	_, err = p.RequestFinishedGroups("a", -1, [][]int{{1, 2}, {3}})
-	require.ErrorContains(t, err, "tokens is -1")
+	require.ErrorContains(t, err, "tokens is -1, want >= 1")
 	require.Zero(t, p.Held())
 
 	params, err := p.RequestFinishedGroups("a", 20, [][]int{{1, 2}, {3}})

@@ -242,14 +242,12 @@ func (c *Consumer) post(l *load) {
 		c.fail(l, invalidf("request %q: Params.TPSize is %d, engine %q has TP size %d", l.id, l.p.TPSize, set.payload.EngineID, set.payload.TPSize))
 		return
 	}
-	var cached int
-	var err2 error
+	var cached int // a grouped load's lists are suffixes: no count to work out
 	if l.groups == nil {
-		cached, err2 = cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local))
-	}
-	if err2 != nil {
-		c.fail(l, err2)
-		return
+		if cached, err = cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local)); err != nil {
+			c.fail(l, err)
+			return
+		}
 	}
 	req := descriptors.Request{SrcBlocks: l.p.RemoteBlockIDs, DstBlocks: l.local, DstCached: cached}
 	hold, guarded := c.holdDeadline(l)
