@@ -89,7 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		stats:    stats.New(),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},
-		world:    e.TPSize(), // times the PP size, which is 1
+		world:    e.TPSize() * e.PPSize(), // the completion's count: every rank of every stage writes
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
@@ -116,7 +116,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		p.poll.Handle(pushwire.CancelPrefix, p.w.onStray)
 	}
 	p.poll.Handle("", p.w.onStray)
-	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
+	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.WorldRank(), "prefill")
 	p.poll.Start()
 	return p, nil
 }
@@ -159,7 +159,7 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	p.poll.Wake()
 	return Params{
 		TransferParams: engine.Public.Params(p.engine.core, requestID, blockIDs).(connector.TransferParams),
-		PPSize:         1,
+		PPSize:         p.engine.PPSize(),
 		NumTokens:      o.tokens,
 		TransferMode:   ModePush,
 		TransferID:     o.transferID,
@@ -251,7 +251,7 @@ func (p *Producer) Close() error {
 		p.w.holds[h.id] = h
 	}
 	p.w.shutdown()
-	p.engine.core.Withdraw(p.cfg.Layout.TPRank)
+	p.engine.core.Withdraw(p.cfg.Layout.WorldRank())
 	err := engine.Deregister(p.cfg.Agent, p.cfg.Layout, &p.cfg.Staging)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.lastFreed...)
