@@ -141,3 +141,16 @@ func (r *stageRig) writers(d int) int {
 	}
 	return n
 }
+
+// stageTestLayout allocates world rank world's KV cache of pipeline
+// geometry g (g.TPSize ranks per stage): its stage's layers only.
+func stageTestLayout(t testing.TB, g descriptors.Geometry, world int) descriptors.Layout {
+	t.Helper()
+	s, tp := world/g.TPSize, world%g.TPSize
+	buf, err := nixl.AllocBuffer(int(g.StageBytes(s)))
+	require.NoError(t, err)
+	l, err := g.StageLayout(nixl.DRAM, s, tp, buf.RegDesc().Desc)
+	require.NoError(t, err)
+	layoutBufs[l.Regions[0].Base] = buf
+	return l
+}
