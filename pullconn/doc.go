@@ -18,7 +18,12 @@
 // followed by "#<hold key>", the hold it read), or when the lease expires
 // and no decode engine pinned the hold; heartbeats "HB:<id>,..." from decode
 // extend the lease. DrainFreed hands those ids to the engine without
-// blocking.
+// blocking. An engine going away calls DropHolds: the holds no decode rank
+// is reading are released at once instead of at their lease, and a decode
+// engine that comes for one is told on that contact (its pin is answered
+// "it dropped the hold: <why>", and its load fails with ErrNotHeld); a
+// prefill engine has no other way to reach a decode engine (NIXL notifies
+// only agents whose metadata was loaded, and pull's prefill loads none).
 //
 // Decode: every TP rank runs a Consumer with its own agent. Load(id, params,
 // local block ids) returns at once: a background reader goroutine handshakes

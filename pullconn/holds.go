@@ -25,6 +25,10 @@ type holds struct {
 	// ended and that deadline is past on the rank's clock again (it may
 	// have stepped back meanwhile), or on completions.
 	overdue map[string]time.Time
+	// dropped are ids drop released recently, and dropWhy the reason it was
+	// given: a pin of one is answered with it.
+	dropped recent
+	dropWhy string
 }
 
 type held struct {
@@ -45,6 +49,10 @@ type held struct {
 	// rank's monotonic clock: until then no lease expiry releases the
 	// hold (its completions still do). Zero: never pinned.
 	pinUntil time.Time
+	// made is when the hold was made, on the rank's monotonic clock (zero
+	// until its Producer set it): drop lets a hold nobody asked about wait
+	// that long.
+	made     time.Time
 	expected int // completions to wait for; 0 until the first one says
 	got      int
 	// from are the decode agents whose completion was counted: one decode
@@ -72,7 +80,7 @@ func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember), overdue: map[string]time.Time{}}, nil
+	return &holds{tp: tp, leases: t, reqs: map[string]*held{}, expired: newRecent(remember), dropped: newRecent(remember), overdue: map[string]time.Time{}}, nil
 }
 
 // setKey records the identity of id's hold once its Params are made.
@@ -113,6 +121,8 @@ func (h *holds) bind(id, reader, agent string) bool {
 func (h *holds) pin(id string, key uint64, reader, agent string, until time.Time) string {
 	r, ok := h.reqs[id]
 	switch {
+	case !ok && h.dropped.has(id):
+		return "it dropped the hold: " + h.dropWhy
 	case !ok && h.expired.has(id):
 		return "its hold expired"
 	case !ok:
@@ -153,6 +163,7 @@ func (h *holds) finish(id string, blocks []int, now time.Time) error {
 	}
 	h.reqs[id] = &held{blocks: blocks}
 	h.expired.remove(id)
+	h.dropped.remove(id)
 	return nil
 }
 
@@ -177,6 +188,9 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 	if !ok {
 		if h.expired.has(c.ID) {
 			return completionLate, fmt.Errorf("completion for request %q after its lease expired", c.ID)
+		}
+		if h.dropped.has(c.ID) {
+			return completionLate, fmt.Errorf("completion for request %q after the rank dropped its hold (%s)", c.ID, h.dropWhy)
 		}
 		return completionUnknown, fmt.Errorf("completion for unknown request %q", c.ID)
 	}
@@ -264,6 +278,36 @@ func (h *holds) expire(now, mono time.Time) []string {
 		h.expired.add(id)
 	}
 	return ids
+}
+
+// drop releases, for a rank whose engine goes away (why says so), every
+// hold no decode rank is reading now: none of its pins lasts past mono.
+// With unclaimedFor > 0 it releases only the holds no decode engine asked
+// about (unbound) that were made at least unclaimedFor before mono: a
+// decode engine reads, or asks about, a hold within moments of its Params,
+// so such a hold is for nobody. A later pin of a released id is answered
+// with why. It returns the released ids, each once, and how many holds
+// stay.
+func (h *holds) drop(mono time.Time, unclaimedFor time.Duration, why string) (ids []string, kept int) {
+	for id, r := range h.reqs {
+		reading := r.pinUntil.After(mono)
+		unclaimed := r.reader == "" && len(r.from) == 0 && !r.made.IsZero() && !mono.Before(r.made.Add(unclaimedFor))
+		if reading || unclaimedFor > 0 && !unclaimed {
+			kept++
+			continue
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		delete(h.reqs, id)
+		delete(h.overdue, id)
+		h.leases.Complete(id)
+		h.dropped.add(id)
+	}
+	if len(ids) > 0 {
+		h.dropWhy = why
+	}
+	return ids, kept
 }
 
 // releaseAll releases every held request (on Close) and returns their ids.

@@ -32,6 +32,7 @@ type Producer struct {
 	log   *zap.Logger
 
 	aborted    *stats.Counter
+	dropped    *stats.Counter
 	duplicates *stats.Counter
 	foreign    *stats.Counter
 	stale      *stats.Counter
@@ -88,6 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		return nil, err
 	}
 	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
+	p.dropped = p.stats.Counter("dropped_holds", "Holds released by DropHolds (the engine going away) before any decode engine read them.")
 	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
 	p.foreign = p.stats.Counter("foreign_completions", "Completions or confirmations from a decode engine other than the one a hold is bound to, not counted.")
 	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy), or none for a pinned hold: not counted.")
@@ -141,6 +143,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	}
 	now := p.cfg.Clock.Now()
 	err := p.holds.finish(requestID, blocks, now)
+	if err == nil {
+		p.holds.reqs[requestID].made = time.Now()
+	}
 	deadline, _ := p.holds.leases.Deadline(requestID)
 	if err == nil && slot != nil {
 		p.slots[requestID] = *slot
@@ -201,6 +206,56 @@ func (p *Producer) Abort(requestID string) error {
 		p.aborted.Inc()
 	}
 	return nil
+}
+
+// DropHolds is for an engine going away (why says so, e.g. "the prefill
+// engine is shutting down"): it releases at once the holds no decode engine
+// is reading, so that shutting down does not sit out leases for nobody, and
+// tells their readers. Their ids come out of DrainFreed; a decode rank that
+// then asks to pin one, as it posts its READs, is answered "it dropped the
+// hold: <why>", and its load fails at once with ErrNotHeld carrying those
+// words, never done (docs/pull.md, "Dropping holds"). A hold that a decode
+// rank has pinned (its READs are in flight) is kept until its completions
+// come, or its pin and lease end, and counted in kept.
+//
+// With unclaimedFor > 0 only the holds that no decode engine ever asked
+// about (no hold query, pin or completion) and that were made at least
+// unclaimedFor ago are released: a decode engine asks about a hold within
+// moments of its Params, so such a hold is for nobody, while the others
+// still have a reader on its way. 0 (or less) releases every hold not
+// being read.
+//
+// In vLLM's protocol no decode asks (no pins, no hold queries) and a vLLM
+// decode trusts the blocks until the deadline it was given: nothing is
+// released; every hold is aborted as Abort does (no more extensions) and
+// counted in kept. A later RequestFinished holds afresh. It returns an
+// error matching connector.ErrClosed after Close.
+func (p *Producer) DropHolds(why string, unclaimedFor time.Duration) (dropped, kept int, err error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, 0, errClosed
+	}
+	if p.e.core.VLLM() {
+		for id := range p.holds.reqs {
+			if p.holds.abort(id) {
+				p.aborted.Inc()
+			}
+		}
+		kept = p.holds.len()
+		p.mu.Unlock()
+		return 0, kept, nil
+	}
+	ids, kept := p.holds.drop(time.Now(), unclaimedFor, why)
+	// Counted before the ids become visible to DrainFreed.
+	p.dropped.Add(uint64(len(ids)))
+	p.freed = append(p.freed, p.releasedSlots(ids)...)
+	p.mu.Unlock()
+	p.e.dropAdverts(ids)
+	if len(ids) > 0 {
+		p.log.Info("pullconn: dropped holds no decode engine is reading", zap.Int("dropped", len(ids)), zap.Int("kept", kept), zap.String("why", why))
+	}
+	return len(ids), kept, nil
 }
 
 // DrainFreed returns, without blocking, the ids whose blocks the engine may

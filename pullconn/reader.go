@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -187,6 +188,10 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 		c.stats.FailedHandshakes.Inc()
 		c.log.Warn("pullconn: handshake failed", zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr), zap.Error(d.err))
 		err := fmt.Errorf("pullconn: %w", d.err) // errors.Is(err, connector.ErrHandshake) or connector.ErrIncompatible
+		if errors.Is(d.err, syscall.ECONNREFUSED) {
+			// Most often a prefill engine that shut down after it answered.
+			err = fmt.Errorf("pullconn: %w (nothing listens at %s: the prefill engine shut down, or has not started)", d.err, r.addr)
+		}
 		for _, l := range parked {
 			c.fail(l, err)
 		}

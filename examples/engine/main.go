@@ -15,9 +15,13 @@
 // without it the engine uses an in-process loopback agent, which serves
 // requests without kv_transfer_params only (a baseline). The side channel
 // defaults to $VLLM_NIXL_SIDE_CHANNEL_HOST:$VLLM_NIXL_SIDE_CHANNEL_PORT
-// (127.0.0.1:5600). SIGTERM or SIGINT shuts down gracefully: no new
+// (127.0.0.1:5600; with -protocol vllm, localhost resolved to an address, as
+// a vLLM instance binds it), plus -data-parallel-rank on the port as vLLM
+// adds its data-parallel index. SIGTERM or SIGINT shuts down gracefully: no new
 // requests, in-flight ones drain within -drain-timeout, a prefill's blocks
-// held for decode wait at most -hold-drain to be read, then every block is
+// held for decode wait at most -hold-drain to be read (with pull, those no
+// decode engine asked about for a second are dropped at once, and decode
+// engines that come for a dropped hold are told), then every block is
 // released; each wait is logged with its count and bound. A second signal
 // exits at once.
 //
@@ -93,8 +97,9 @@ func run(args []string) error {
 	computeScale := fs.Float64("compute-scale", 1, "scale the preset's compute times")
 	host := fs.String("host", "127.0.0.1", "HTTP listen host")
 	port := fs.Int("port", 8000, "HTTP listen port (0: any)")
-	sideHost := fs.String("side-channel-host", envOr("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1"), "side channel host ($VLLM_NIXL_SIDE_CHANNEL_HOST)")
-	sidePortS := fs.String("side-channel-port", envOr("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "side channel port ($VLLM_NIXL_SIDE_CHANNEL_PORT)")
+	sideHost := fs.String("side-channel-host", envOr("VLLM_NIXL_SIDE_CHANNEL_HOST", ""), `side channel host ($VLLM_NIXL_SIDE_CHANNEL_HOST; default 127.0.0.1, with -protocol vllm vLLM's "localhost", resolved to an address)`)
+	sidePortS := fs.String("side-channel-port", envOr("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "side channel base port ($VLLM_NIXL_SIDE_CHANNEL_PORT; the engine listens on it + -data-parallel-rank, as vLLM does)")
+	dpRank := fs.Int("data-parallel-rank", 0, "this engine's data-parallel index, added to -side-channel-port as vLLM adds it")
 	maxBatch := fs.Int("max-num-seqs", server.DefaultMaxBatch, "decode batch size limit")
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
@@ -138,9 +143,9 @@ func run(args []string) error {
 			return fmt.Errorf(`-kv-transfer-config: kv_connector %q, want "NixlConnector" or "NixlPushConnector"`, kc.Connector)
 		}
 	}
-	sidePort, err := strconv.Atoi(*sidePortS)
+	sidePort, err := parseSidePort(*sidePortS)
 	if err != nil {
-		return fmt.Errorf("side channel port %q: %w", *sidePortS, err)
+		return err
 	}
 
 	lvl, err := zapcore.ParseLevel(*logLevel)
@@ -191,7 +196,7 @@ func run(args []string) error {
 	}
 	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
 		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
-		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort,
+		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort, DataParallelIndex: *dpRank,
 		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
 		Protocol: *protocol, VLLMVersion: *vllmVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel}
@@ -386,4 +391,13 @@ func parseParams(s string) (map[string]string, error) {
 		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	return out, nil
+}
+
+// parseSidePort reads -side-channel-port (or $VLLM_NIXL_SIDE_CHANNEL_PORT).
+func parseSidePort(v string) (int, error) {
+	p, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || p < 0 || p > 65535 {
+		return 0, fmt.Errorf("-side-channel-port (or $VLLM_NIXL_SIDE_CHANNEL_PORT) is %q, want a port 0..65535 (vLLM's default is 5600)", v)
+	}
+	return p, nil
 }

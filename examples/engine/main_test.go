@@ -109,3 +109,11 @@ func TestForceOnSecondSignal(t *testing.T) {
 	}
 	assert.Equal(t, 1, logs.FilterMessage("second signal: exiting now, without draining").Len())
 }
+
+func TestParseSidePort(t *testing.T) {
+	p, err := parseSidePort("5600")
+	require.NoError(t, err)
+	assert.Equal(t, 5600, p)
+	_, err = parseSidePort("56OO")
+	assert.EqualError(t, err, `-side-channel-port (or $VLLM_NIXL_SIDE_CHANNEL_PORT) is "56OO", want a port 0..65535 (vLLM's default is 5600)`)
+}

@@ -139,8 +139,10 @@ type SideStats struct {
 // advertising the server: a request for a rank not registered yet is
 // dropped like one for a rank that does not exist.
 type SideServer struct {
-	opts   SideOptions
-	addr   string // ip:port, bound
+	opts SideOptions
+	// addr is ip:port, bound; set again once the port is known, while
+	// the accept loop may already read it for its errors.
+	addr   atomic.Pointer[string]
 	port   int
 	sock   zmq4.Socket
 	ln     *sideListener // set by sideTransport.Listen
@@ -170,20 +172,20 @@ func ListenSide(host string, port int, opts SideOptions) (*SideServer, error) {
 		return nil, fmt.Errorf("%w: listen on %s: %w", ErrSide, net.JoinHostPort(host, strconv.Itoa(port)), err)
 	}
 	s := newSideServer(opts)
-	s.addr = net.JoinHostPort(ip.String(), strconv.Itoa(port))
+	s.setAddr(net.JoinHostPort(ip.String(), strconv.Itoa(port)))
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), sideCtxKey{}, s))
 	s.cancel = cancel
 	s.sock = zmq4.NewRouter(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
-	if err := s.sock.Listen(sideScheme + "://" + s.addr); err != nil {
+	if err := s.sock.Listen(sideScheme + "://" + s.where()); err != nil {
 		_ = s.sock.Close()
 		cancel()
 		if cause := errors.Unwrap(err); cause != nil {
 			err = cause // zmq4's "could not listen" wrapping names the endpoint with our scheme
 		}
-		return nil, fmt.Errorf("%w: listen on %s (%s): %w", ErrSide, net.JoinHostPort(host, strconv.Itoa(port)), s.addr, err)
+		return nil, fmt.Errorf("%w: listen on %s (%s): %w", ErrSide, net.JoinHostPort(host, strconv.Itoa(port)), s.where(), err)
 	}
 	s.port = s.ln.Addr().(*net.TCPAddr).Port
-	s.addr = net.JoinHostPort(ip.String(), strconv.Itoa(s.port))
+	s.setAddr(net.JoinHostPort(ip.String(), strconv.Itoa(s.port)))
 	s.wg.Add(1)
 	go s.serve()
 	return s, nil
@@ -230,7 +232,17 @@ func sideBindIP(host string) (netip.Addr, error) {
 }
 
 // Addr is the bound address, ip:port (IPv6 in brackets).
-func (s *SideServer) Addr() string { return s.addr }
+func (s *SideServer) Addr() string { return s.where() }
+
+func (s *SideServer) setAddr(a string) { s.addr.Store(&a) }
+
+// where is the bound address, for errors and Addr.
+func (s *SideServer) where() string {
+	if a := s.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
 
 // Port is the bound port.
 func (s *SideServer) Port() int { return s.port }
@@ -295,7 +307,7 @@ func (s *SideServer) serve() {
 		}
 		if err != nil {
 			// zmq4 reports errors here only once the socket is closing.
-			s.drop(fmt.Errorf("%w: %s: receive: %w", ErrSide, s.addr, err))
+			s.drop(fmt.Errorf("%w: %s: receive: %w", ErrSide, s.where(), err))
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
@@ -309,7 +321,7 @@ func (s *SideServer) serve() {
 			continue
 		}
 		if err := s.sock.SendMulti(zmq4.NewMsgFrom(reply...)); err != nil {
-			s.drop(fmt.Errorf("%w: %s: reply to %s: %w", ErrSide, s.addr, s.peer(reply[0]), err))
+			s.drop(fmt.Errorf("%w: %s: reply to %s: %w", ErrSide, s.where(), s.peer(reply[0]), err))
 			continue
 		}
 		s.served.Add(1)
@@ -328,11 +340,11 @@ func (s *SideServer) peer(id []byte) string {
 // or why it gets none.
 func (s *SideServer) answer(frames [][]byte, command bool) ([][]byte, error) {
 	if len(frames) == 0 {
-		return nil, fmt.Errorf("%w: %s: a message without a routing identity", ErrSide, s.addr)
+		return nil, fmt.Errorf("%w: %s: a message without a routing identity", ErrSide, s.where())
 	}
 	from := s.peer(frames[0])
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: request from %s: %s (dropped)", ErrSide, s.addr, from, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: request from %s: %s (dropped)", ErrSide, s.where(), from, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case command:

@@ -545,7 +545,7 @@ func (l *sideListener) acceptLoop() {
 		if full || closing {
 			_ = raw.Close()
 			if full {
-				l.srv.drop(fmt.Errorf("%w: %s: refused a connection from %s: %d peers connected already (MaxPeers)", ErrSide, l.srv.addr, raw.RemoteAddr(), l.srv.opts.MaxPeers))
+				l.srv.drop(fmt.Errorf("%w: %s: refused a connection from %s: %d peers connected already (MaxPeers)", ErrSide, l.srv.where(), raw.RemoteAddr(), l.srv.opts.MaxPeers))
 			}
 			continue
 		}
@@ -575,7 +575,7 @@ func (l *sideListener) prelude(raw net.Conn) {
 		l.forget(raw)
 		_ = raw.Close()
 		if !l.isDone() {
-			s.drop(fmt.Errorf("%w: %s: ZMTP handshake with %s: %w", ErrSide, s.addr, raw.RemoteAddr(), err))
+			s.drop(fmt.Errorf("%w: %s: ZMTP handshake with %s: %w", ErrSide, s.where(), raw.RemoteAddr(), err))
 		}
 		return
 	}
@@ -587,7 +587,7 @@ func (l *sideListener) prelude(raw net.Conn) {
 	c.tokens, c.stop = s.tokens, s.done
 	peer := raw.RemoteAddr()
 	c.onGuard = func(err error) {
-		s.drop(fmt.Errorf("%w: %s: closed the connection from %s: %w", ErrSide, s.addr, peer, err))
+		s.drop(fmt.Errorf("%w: %s: closed the connection from %s: %w", ErrSide, s.where(), peer, err))
 	}
 	c.onClose = func() {
 		l.mu.Lock()

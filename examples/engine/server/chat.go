@@ -231,10 +231,13 @@ func (s *Server) chatRequest(cf *commonFields, cr *chatRequest, reqID string) (*
 			return nil, badRequest("max_completion_tokens", "max_completion_tokens must be at least 1, got %d.", *cr.MaxCompletionTokens)
 		}
 		cf.MaxTokens = cr.MaxCompletionTokens // OpenAI's newer name wins
+		cf.maxTokensParam = "max_completion_tokens"
 	}
 	toks := cr.PromptTokenIDs
+	cf.promptParam = "prompt_token_ids"
 	if toks == nil {
 		toks = Tokenize(ChatPrompt(msgs))
+		cf.promptParam = "messages"
 	} else if len(toks) == 0 {
 		return nil, badRequest("prompt_token_ids", "prompt_token_ids is empty; leave it out to render messages, or pass on the prefill answer's prompt_token_ids.")
 	} else if e := checkTokenIDs("prompt_token_ids", toks); e != nil {

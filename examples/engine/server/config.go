@@ -69,9 +69,17 @@ type Config struct {
 	// HTTPAddr is the HTTP listen address (default "127.0.0.1:0").
 	HTTPAddr string
 	// SideChannelHost and SideChannelPort are the connector's side channel
-	// (defaults 127.0.0.1 and 0, a free port; vLLM's port is 5600).
+	// (defaults: port 0, a free one; host 127.0.0.1, or in vLLM's protocol
+	// vLLM's "localhost", which the side channel resolves to an address
+	// before it binds, since libzmq cannot bind tcp://localhost:N). The
+	// engine command's default port is vLLM's, 5600.
 	SideChannelHost string
 	SideChannelPort int
+	// DataParallelIndex is added to a non-zero SideChannelPort, as vLLM
+	// adds its data-parallel index to VLLM_NIXL_SIDE_CHANNEL_PORT: the
+	// engines of one data-parallel deployment share the base port. It must
+	// be 0..65535 and keep the port within 1..65535.
+	DataParallelIndex int
 	// NewAgent makes one NIXL agent per TP rank; required. The server owns
 	// and closes the agents.
 	NewAgent func(name string) (nixl.Agent, error)
@@ -254,6 +262,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SideChannelHost == "" {
 		c.SideChannelHost = "127.0.0.1"
+		if c.Protocol == ProtocolVLLM {
+			c.SideChannelHost = "localhost" // vLLM's VLLM_NIXL_SIDE_CHANNEL_HOST default
+		}
+	}
+	if c.SideChannelPort < 0 || c.SideChannelPort > 65535 {
+		return c, fmt.Errorf("engine: Config.SideChannelPort is %d, want 0..65535 (0: a free port)", c.SideChannelPort)
+	}
+	if c.DataParallelIndex < 0 || c.SideChannelPort != 0 && c.SideChannelPort+c.DataParallelIndex > 65535 {
+		return c, fmt.Errorf("engine: Config.DataParallelIndex is %d: the side channel port %d + %d is not a port (want 0..%d)",
+			c.DataParallelIndex, c.SideChannelPort, c.DataParallelIndex, 65535-c.SideChannelPort)
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch
@@ -300,7 +318,7 @@ func (c *Config) geometry() descriptors.Geometry {
 
 // engineConfig returns the connector engine's configuration.
 func (c *Config) engineConfig() connector.EngineConfig {
-	ec := connector.EngineConfig{EngineID: c.EngineID, ListenAddr: net.JoinHostPort(c.SideChannelHost, strconv.Itoa(c.SideChannelPort)),
+	ec := connector.EngineConfig{EngineID: c.EngineID, ListenAddr: net.JoinHostPort(c.SideChannelHost, strconv.Itoa(c.sideChannelPort())),
 		Model: c.Model.Name, Geometry: c.geometry(), Clock: c.Clock, Logger: c.ConnLogger}
 	if c.Protocol == ProtocolVLLM {
 		ec.Protocol = connector.ProtocolVLLM
@@ -308,4 +326,13 @@ func (c *Config) engineConfig() connector.EngineConfig {
 		ec.VLLM = connector.VLLM{Version: c.VLLMVersion, AttentionBackend: c.AttentionBackend}
 	}
 	return ec
+}
+
+// sideChannelPort is the port the side channel listens on: SideChannelPort
+// plus the data-parallel index, as vLLM computes it (0 stays 0: any port).
+func (c *Config) sideChannelPort() int {
+	if c.SideChannelPort == 0 {
+		return 0
+	}
+	return c.SideChannelPort + c.DataParallelIndex
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"errors"
+	"time"
+
 	"github.com/gonixl/gonixl/connector"
 
 	"github.com/gonixl/gonixl/promstats"
@@ -17,6 +19,10 @@ type producer interface {
 	abort(id string) error
 	drainFreed() []string
 	held() int
+	// drop releases, for an engine shutting down, the holds no decode
+	// engine reads (pullconn.Producer.DropHolds) and says how many it
+	// dropped and how many stay.
+	drop(why string, unclaimedFor time.Duration) (dropped, kept int, err error)
 	close() error
 	source() promstats.Source
 }
@@ -43,9 +49,12 @@ func (p pullProducer) finish(id string, blocks []int, _ string, ntok int) (any, 
 	params.NumTokens = ntok
 	return params, err
 }
-func (p pullProducer) abort(id string) error    { return p.p.Abort(id) }
-func (p pullProducer) drainFreed() []string     { return p.p.DrainFreed() }
-func (p pullProducer) held() int                { return p.p.Held() }
+func (p pullProducer) abort(id string) error { return p.p.Abort(id) }
+func (p pullProducer) drainFreed() []string  { return p.p.DrainFreed() }
+func (p pullProducer) held() int             { return p.p.Held() }
+func (p pullProducer) drop(why string, unclaimedFor time.Duration) (int, int, error) {
+	return p.p.DropHolds(why, unclaimedFor)
+}
 func (p pullProducer) close() error             { return p.p.Close() }
 func (p pullProducer) source() promstats.Source { return p.p }
 
@@ -58,11 +67,16 @@ func (p pushProducer) finish(id string, blocks []int, tid string, ntok int) (any
 	}
 	return p.p.RequestFinished(id, blocks, opts...)
 }
-func (p pushProducer) abort(id string) error    { return p.p.Abort(id) }
-func (p pushProducer) drainFreed() []string     { return p.p.DrainFreed() }
-func (p pushProducer) held() int                { return p.p.Held() }
-func (p pushProducer) close() error             { return p.p.Close() }
-func (p pushProducer) source() promstats.Source { return p.p }
+func (p pushProducer) abort(id string) error { return p.p.Abort(id) }
+func (p pushProducer) drainFreed() []string  { return p.p.DrainFreed() }
+func (p pushProducer) held() int             { return p.p.Held() }
+
+// drop drops nothing in push: a push hold waits for its decode engine's
+// registration, which may still come, and Close tells every decode engine
+// that registered (a PUSH failure "prefill rank closed").
+func (p pushProducer) drop(string, time.Duration) (int, int, error) { return 0, p.p.Held(), nil }
+func (p pushProducer) close() error                                 { return p.p.Close() }
+func (p pushProducer) source() promstats.Source                     { return p.p }
 
 type pullConsumer struct{ c *pullconn.Consumer }
 

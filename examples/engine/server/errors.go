@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"github.com/gonixl/gonixl/examples/apierror"
+	"github.com/gonixl/gonixl/pullconn"
 )
 
 // The engine answers every error with OpenAI's shape,
@@ -21,12 +23,14 @@ import (
 // the HTTP status, as vLLM sends it. The P/D proxy (examples/proxy/pd) writes
 // the same shape and types, so a client sees one vocabulary whichever answers.
 
-// apiError is an error answer not tied to one field (the engine loop builds
-// these). typ is kept for the loop's literals; the answer's type follows code.
+// apiError is an error answer the engine loop builds. typ is kept for the
+// loop's literals; the answer's type follows code. param names the request
+// field at fault ("" when none is: a timeout, a failed transfer).
 type apiError struct {
-	code int
-	typ  string
-	msg  string
+	code  int
+	typ   string
+	msg   string
+	param string
 }
 
 // fieldError is an error answer about the request, with the field at fault.
@@ -50,7 +54,7 @@ func writeErrorBody(w http.ResponseWriter, code int, param, msg string) {
 	_, _ = w.Write(errorBody(code, param, msg))
 }
 
-func writeError(w http.ResponseWriter, e *apiError) { writeErrorBody(w, e.code, "", e.msg) }
+func writeError(w http.ResponseWriter, e *apiError) { writeErrorBody(w, e.code, e.param, e.msg) }
 
 func writeFieldError(w http.ResponseWriter, e *fieldError) { writeErrorBody(w, e.code, e.param, e.msg) }
 
@@ -128,4 +132,52 @@ func wantKind(t reflect.Type) (want, hint string) {
 		return "an array", ""
 	}
 	return "an object", ""
+}
+
+// paramsField finds the Params field a connector's error names
+// ("Params.RemotePort is 0, want 1..65535").
+var paramsField = regexp.MustCompile(`\bParams\.([A-Z][A-Za-z]*)`)
+
+// rankPrefix is what the engine loop and the connector put before a rank's
+// refusal of a load: `rank 1: request "<id>": `.
+var rankPrefix = regexp.MustCompile(`^(rank \d+: )?(request "[^"]*": )?`)
+
+// kvError turns a connector's error about a request's Params into the
+// answer's param, the kv_transfer_params key it is about
+// ("kv_transfer_params.remote_port", or kv_transfer_params itself when it
+// names no field), and a message in the client's terms: the key for the Go
+// field name, without the package's prefix.
+func kvError(err error) (param, msg string) {
+	param = "kv_transfer_params"
+	msg = err.Error()
+	for _, prefix := range []string{"pullconn: invalid argument: ", "pushconn: invalid argument: ", "pullconn: ", "pushconn: "} {
+		msg = strings.ReplaceAll(msg, prefix, "")
+	}
+	m := paramsField.FindStringSubmatch(msg)
+	if m == nil {
+		return param, param + ": " + msg
+	}
+	// Which rank refused it and the engine's own id of the request say
+	// nothing to the client.
+	msg = rankPrefix.ReplaceAllString(msg, "")
+	if key := jsonKey(reflect.TypeFor[pullconn.Params](), m[1]); key != "" {
+		param += "." + key
+		msg = strings.Replace(msg, m[0], param, 1)
+		return param, msg
+	}
+	return param, param + ": " + msg
+}
+
+// jsonKey returns the JSON key of t's field name, looking into embedded
+// structs; "" when t has no such field.
+func jsonKey(t reflect.Type, name string) string {
+	f, ok := t.FieldByName(name)
+	if !ok {
+		return ""
+	}
+	key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if key == "" || key == "-" {
+		return ""
+	}
+	return key
 }

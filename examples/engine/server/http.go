@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -150,6 +151,12 @@ type commonFields struct {
 	// ReturnTokenIDs (vLLM's extension) adds the prompt's token ids to the
 	// answer: the proxy hands chat prompts from prefill to decode with them.
 	ReturnTokenIDs bool `json:"return_token_ids"`
+
+	// The request fields the prompt and its token limit came from, for
+	// errors about them found later: "prompt" and "max_tokens" (the
+	// default), or a chat request's "messages" (or "prompt_token_ids") and
+	// "max_completion_tokens".
+	promptParam, maxTokensParam string
 }
 
 // completionRequest is /v1/completions' own field. The shared fields are
@@ -222,7 +229,8 @@ func (s *Server) newRequest(cf *commonFields, toks []int, reqID string) (*reques
 		// The compute model is deterministic: n choices would be n copies.
 		return nil, badRequest("n", "n must be 1, got %d: this engine returns one choice per request; send %d requests instead.", *cf.N, *cf.N)
 	}
-	r := &request{id: reqID, engID: reqID + "-" + randHex(8), tokens: toks, maxTokens: DefaultMaxTokens}
+	r := &request{id: reqID, engID: reqID + "-" + randHex(8), tokens: toks, maxTokens: DefaultMaxTokens,
+		promptParam: cmp.Or(cf.promptParam, "prompt"), maxTokensParam: cmp.Or(cf.maxTokensParam, "max_tokens")}
 	if cf.MaxTokens != nil {
 		if *cf.MaxTokens < 1 {
 			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d.", *cf.MaxTokens)
@@ -274,7 +282,8 @@ func (s *Server) parseKV(raw json.RawMessage, r *request) *fieldError {
 				return e
 			}
 			if err := r.pull.Validate(); err != nil {
-				return badRequest(param, "kv_transfer_params: %v; pass on the prefill answer's kv_transfer_params unchanged.", err)
+				param, msg := kvError(err)
+				return badRequest(param, "%s; pass on the prefill answer's kv_transfer_params unchanged.", msg)
 			}
 			if n := blocksFor(len(r.tokens), s.cfg.Model.BlockSize); r.pull.NumTokens == 0 && len(r.pull.RemoteBlockIDs) != n {
 				// Equal block sizes: one remote block per local prompt block.
@@ -285,8 +294,8 @@ func (s *Server) parseKV(raw json.RawMessage, r *request) *fieldError {
 			if r.push.PPSize == 0 {
 				r.push.PPSize = 1
 			}
-			if r.push.EngineID == "" || r.push.Host == "" || r.push.Port <= 0 || r.push.TPSize <= 0 {
-				return badRequest(param, "kv_transfer_params: push decode needs remote_engine_id, remote_host, remote_port and tp_size (the prefill engine's GET /kv_transfer_info), got %s.", kv)
+			if missing := pushMissing(&r.push); missing != "" {
+				return badRequest(param+"."+missing, "kv_transfer_params: push decode needs remote_engine_id, remote_host, remote_port and tp_size (the prefill engine's GET /kv_transfer_info), got %s.", kv)
 			}
 		}
 	}
@@ -373,7 +382,7 @@ func (s *Server) begin(w http.ResponseWriter, hr *http.Request) (body []byte, re
 	}
 	w.Header().Set("X-Request-Id", reqID)
 	if s.closing.Load() {
-		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine."})
+		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine.", ""})
 		return nil, "", false
 	}
 	body, err := io.ReadAll(io.LimitReader(hr.Body, 64<<20))
@@ -419,12 +428,15 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 	now := s.cfg.Clock.Now()
 	r.arrival, r.deadline = now, now.Add(s.cfg.RequestTimeout)
 	ctx := hr.Context()
+	if r.kind == kindDecode && hr.Header.Get(TakenInHeader) != "" {
+		announceTakenIn(w)
+	}
 	select {
 	case s.submitCh <- r:
 	case <-ctx.Done():
 		return
 	case <-s.loopDone:
-		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine."})
+		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine.", ""})
 		return
 	}
 	var toks []string
@@ -480,7 +492,7 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 		case ev.err != nil && !streaming:
 			writeError(w, ev.err)
 		case ev.err != nil:
-			fmt.Fprintf(w, "data: %s\n", errorBody(ev.err.code, "", ev.err.msg))
+			fmt.Fprintf(w, "data: %s\n", errorBody(ev.err.code, ev.err.param, ev.err.msg))
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			flusher.Flush()
 		case cf.Stream:
@@ -508,4 +520,20 @@ func (s *Server) cancelRequest(r *request) {
 	case s.cancelCh <- r:
 	case <-s.loopDone:
 	}
+}
+
+// pushMissing names the first kv_transfer_params key a push decode leg
+// needs and lacks, "" when none is missing.
+func pushMissing(p *pushconn.Prefill) string {
+	switch {
+	case p.EngineID == "":
+		return "remote_engine_id"
+	case p.Host == "":
+		return "remote_host"
+	case p.Port <= 0:
+		return "remote_port"
+	case p.TPSize <= 0:
+		return "tp_size"
+	}
+	return ""
 }

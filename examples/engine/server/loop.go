@@ -48,12 +48,15 @@ type request struct {
 	tokens    []int
 	ph        []uint64
 	maxTokens int
-	tid       string
-	pull      pullconn.Params
-	push      pushconn.Prefill
-	arrival   time.Time
-	deadline  time.Time
-	events    chan event // large enough that the loop never blocks
+	// promptParam and maxTokensParam are the request fields the prompt and
+	// max_tokens came from (commonFields), for the errors about them.
+	promptParam, maxTokensParam string
+	tid                         string
+	pull                        pullconn.Params
+	push                        pushconn.Prefill
+	arrival                     time.Time
+	deadline                    time.Time
+	events                      chan event // large enough that the loop never blocks
 
 	// Owned by the engine loop.
 	state        state
@@ -171,11 +174,14 @@ func (l *loop) gauges() {
 }
 
 // waitHeld waits until no block is held for a remote decode and no load is
-// ending, or until ctx ends.
-func (l *loop) waitHeld(ctx context.Context) {
+// ending, or until ctx ends; tick (if not nil) runs every 5 ms meanwhile.
+func (l *loop) waitHeld(ctx context.Context, tick func()) {
 	for {
 		if l.pending.Load() == 0 {
 			return
+		}
+		if tick != nil {
+			tick()
 		}
 		select {
 		case <-ctx.Done():
@@ -197,13 +203,11 @@ func (l *loop) needBlocks(r *request) int {
 func (l *loop) submit(r *request) {
 	r.promptBlocks = blocksFor(len(r.tokens), l.s.cfg.Model.BlockSize)
 	if n := l.needBlocks(r); n > l.s.cfg.NumBlocks {
-		l.fail(r, &apiError{http.StatusBadRequest, "invalid_request_error",
-			fmt.Sprintf("the request needs %d KV blocks of %d tokens (prompt %d + max_tokens %d); the engine has %d",
-				n, l.s.cfg.Model.BlockSize, len(r.tokens), r.maxTokens, l.s.cfg.NumBlocks)})
+		l.fail(r, l.tooLong(r, n))
 		return
 	}
 	if len(l.waiting) >= l.s.cfg.MaxWaiting {
-		l.fail(r, &apiError{http.StatusServiceUnavailable, "server_error", "engine overloaded: too many requests waiting"})
+		l.fail(r, &apiError{http.StatusServiceUnavailable, "server_error", "engine overloaded: too many requests waiting", ""})
 		return
 	}
 	r.state = stWaiting
@@ -291,11 +295,29 @@ func (l *loop) startLoad(r *request) {
 	}
 }
 
+// tooLong is the answer to a request that needs n blocks, more than the
+// engine has: about the prompt when the prompt alone does not fit (or the
+// request is a prefill leg, which generates one token), else about the
+// token limit, with what would fit.
+func (l *loop) tooLong(r *request, n int) *apiError {
+	bs, total := l.s.cfg.Model.BlockSize, l.s.cfg.NumBlocks
+	if r.kind == kindPrefill || r.promptBlocks >= total {
+		return &apiError{http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("%s is %d tokens, %d KV blocks of %d tokens, and the engine has %d blocks (%d tokens in all); send a shorter prompt.",
+				r.promptParam, len(r.tokens), r.promptBlocks, bs, total, total*bs), r.promptParam}
+	}
+	fit := total*bs - len(r.tokens)
+	return &apiError{http.StatusBadRequest, "invalid_request_error",
+		fmt.Sprintf("%s is %d: the request needs %d KV blocks of %d tokens (prompt %d + %s %d) and the engine has %d; ask for at most %d tokens.",
+			r.maxTokensParam, r.maxTokens, n, bs, len(r.tokens), r.maxTokensParam, r.maxTokens, total, fit), r.maxTokensParam}
+}
+
 func (l *loop) loadError(err error) *apiError {
 	if isInvalid(err) {
-		return &apiError{http.StatusBadRequest, "invalid_request_error", "kv_transfer_params: " + err.Error()}
+		param, msg := kvError(err)
+		return &apiError{http.StatusBadRequest, "invalid_request_error", msg + "; pass on the prefill answer's kv_transfer_params unchanged.", param}
 	}
-	return &apiError{http.StatusInternalServerError, "server_error", "KV transfer failed: " + err.Error()}
+	return &apiError{http.StatusInternalServerError, "server_error", "KV transfer failed: " + err.Error(), ""}
 }
 
 // abortLoad ends a load early for good; its blocks come back with the
@@ -542,7 +564,7 @@ func (l *loop) finishPrefill(r *request) {
 				p.abort(r.engID)
 			}
 		}
-		l.fail(r, &apiError{http.StatusInternalServerError, "server_error", "KV hand-off failed: " + ferr.Error()})
+		l.fail(r, &apiError{http.StatusInternalServerError, "server_error", "KV hand-off failed: " + ferr.Error(), ""})
 		return
 	}
 	l.emit(r)
@@ -684,12 +706,12 @@ func (l *loop) expire() {
 		l.waiting = remove(l.waiting, r)
 		l.dropKeepAlive(r)
 		l.fail(r, &apiError{http.StatusServiceUnavailable, "server_error",
-			fmt.Sprintf("no KV blocks within the request timeout (%v)", l.s.cfg.RequestTimeout)})
+			fmt.Sprintf("no KV blocks within the request timeout (%v)", l.s.cfg.RequestTimeout), ""})
 	}
 	for _, r := range l.loading {
 		if !r.aborting && now.After(r.deadline) {
 			l.abortLoad(r, &apiError{http.StatusInternalServerError, "server_error",
-				fmt.Sprintf("KV transfer did not finish within the request timeout (%v)", l.s.cfg.RequestTimeout)})
+				fmt.Sprintf("KV transfer did not finish within the request timeout (%v)", l.s.cfg.RequestTimeout), ""})
 		}
 	}
 }
@@ -698,7 +720,7 @@ func (l *loop) expire() {
 // loads: the ranks' Close delivers their last results.
 func (l *loop) stop() {
 	l.takeCancels()
-	closing := &apiError{http.StatusServiceUnavailable, "server_error", "engine closing"}
+	closing := &apiError{http.StatusServiceUnavailable, "server_error", "engine closing", ""}
 	for _, r := range l.waiting {
 		l.dropKeepAlive(r)
 		l.fail(r, closing)

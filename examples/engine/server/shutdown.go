@@ -18,13 +18,31 @@ import (
 // and waiting out its lease (30 s by default) only delays the exit.
 const DefaultHoldDrain = 5 * time.Second
 
+// DefaultUnclaimedHold is how long, at shutdown, a pull prefill keeps a
+// hold that no decode engine has asked about: a decode engine asks (its
+// pin as it posts its READs, or a hold query while it waits for blocks)
+// within milliseconds of the prefill's answer, so such a hold is for nobody
+// (the client or the proxy went away) and is dropped.
+const DefaultUnclaimedHold = time.Second
+
+// shutdownWhy is the reason a decode engine is told for a hold dropped at
+// shutdown.
+const shutdownWhy = "the prefill engine is shutting down"
+
 // ShutdownOptions bound Shutdown's waits; each is also bounded by ctx.
 type ShutdownOptions struct {
 	// HoldDrain bounds the wait for decode engines to read the blocks held
 	// for them (prefill), or for loads that are ending (decode); once it
-	// has passed, closing the ranks releases them. 0 means
-	// DefaultHoldDrain; a negative value means no wait.
+	// has passed, a pull prefill drops every hold no decode is reading
+	// (pullconn.Producer.DropHolds: a decode engine that comes for one is
+	// told), waits at most HoldDrain again for the ones being read, and
+	// closing the ranks releases the rest. 0 means DefaultHoldDrain; a
+	// negative value means no wait.
 	HoldDrain time.Duration
+	// UnclaimedHold (pull prefill): a hold no decode engine asked about for
+	// this long is dropped during the wait, which ends as soon as nothing
+	// else is held. 0 means DefaultUnclaimedHold.
+	UnclaimedHold time.Duration
 }
 
 // Close is Shutdown with the default options.
@@ -89,7 +107,7 @@ func (s *Server) shutdown(ctx context.Context, o ShutdownOptions) error {
 
 	// Let decode engines read what prefill holds (prefill), or loads end
 	// (decode), for o.HoldDrain within ctx.
-	s.waitHeld(ctx, o.HoldDrain)
+	s.waitHeld(ctx, o)
 
 	close(s.stopCh)
 	<-s.loopDone
@@ -103,17 +121,19 @@ func (s *Server) shutdown(ctx context.Context, o ShutdownOptions) error {
 	return err
 }
 
-// waitHeld waits, at most d (DefaultHoldDrain when 0, none when negative)
-// and until ctx ends, for the blocks held for remote decode engines to be
-// read and the loads that are ending to end, and logs what it waited for.
-func (s *Server) waitHeld(ctx context.Context, d time.Duration) {
+// waitHeld waits, at most o.HoldDrain (DefaultHoldDrain when 0, none when
+// negative) and until ctx ends, for the blocks held for remote decode
+// engines to be read and the loads that are ending to end, and logs what it
+// waited for. A pull prefill drops meanwhile the holds nobody asked about
+// for o.UnclaimedHold, and at the bound every hold nobody reads, then waits
+// for those being read (at most the bound again).
+func (s *Server) waitHeld(ctx context.Context, o ShutdownOptions) {
 	n := s.loop.pending.Load()
 	if n == 0 {
 		return
 	}
-	if d == 0 {
-		d = DefaultHoldDrain
-	}
+	d := cmp.Or(o.HoldDrain, DefaultHoldDrain)
+	unclaimed := cmp.Or(o.UnclaimedHold, DefaultUnclaimedHold)
 	what, key := "decode engines to read the blocks held for them", "held_requests"
 	if s.cfg.Role == RoleDecode {
 		what, key = "KV loads to end", "loading_requests"
@@ -123,18 +143,65 @@ func (s *Server) waitHeld(ctx context.Context, d time.Duration) {
 		return
 	}
 	fields := []zap.Field{zap.Int64(key, n), bound(ctx, d)}
+	var dropping func()
 	if s.cfg.Role == RolePrefill {
 		fields = append(fields, zap.Duration("lease", cmp.Or(s.cfg.Lease, connector.DefaultLease)))
+		if s.cfg.Connector == ConnPull && s.cfg.Protocol != ProtocolVLLM {
+			fields = append(fields, zap.Duration("unclaimed_dropped_after", unclaimed))
+			dropping = func() { s.dropHolds(unclaimed, false) }
+		}
 	}
 	s.log.Info("engine closing: waiting for "+what, fields...)
 	start := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	s.loop.waitHeld(hctx)
+	s.loop.waitHeld(hctx, dropping)
 	waited := zap.Duration("waited", time.Since(start).Round(time.Millisecond))
+	left := s.loop.pending.Load()
+	if left == 0 {
+		s.log.Info("engine closing: all held blocks read or dropped", waited)
+		return
+	}
+	if dropping == nil || ctx.Err() != nil {
+		s.log.Warn("engine closing: bound passed, releasing what is still held", zap.Int64(key, left), waited)
+		return
+	}
+	// The bound passed: drop what nobody reads now; decode engines that come
+	// for it are told. What is being read gets the bound again.
+	// The loop frees the dropped holds' blocks on its next step.
+	s.dropHolds(0, true)
+	rctx, rcancel := context.WithTimeout(ctx, d)
+	defer rcancel()
+	s.loop.waitHeld(rctx, nil)
+	waited = zap.Duration("waited", time.Since(start).Round(time.Millisecond))
 	if left := s.loop.pending.Load(); left > 0 {
 		s.log.Warn("engine closing: bound passed, releasing what is still held", zap.Int64(key, left), waited)
 	} else {
-		s.log.Info("engine closing: all held blocks read", waited)
+		s.log.Info("engine closing: all held blocks read or dropped", waited)
 	}
+}
+
+// dropHolds drops, on every rank, the holds no decode engine reads (with
+// unclaimedFor > 0: only those nobody asked about for that long), logs what
+// it dropped (always when atBound) and returns how many holds stay, the
+// most of any rank.
+func (s *Server) dropHolds(unclaimedFor time.Duration, atBound bool) (kept int) {
+	dropped := 0
+	for i, p := range s.prods {
+		n, k, err := p.drop(shutdownWhy, unclaimedFor)
+		if err != nil {
+			s.log.Warn("engine closing: dropping holds", zap.Int("tp_rank", i), zap.Error(err))
+			continue
+		}
+		dropped, kept = max(dropped, n), max(kept, k)
+	}
+	switch {
+	case atBound:
+		s.log.Info("engine closing: bound passed, dropped the holds no decode engine is reading; decode engines that come for them are told",
+			zap.Int("dropped", dropped), zap.Int("being_read", kept))
+	case dropped > 0:
+		s.log.Info("engine closing: dropped holds no decode engine asked about", zap.Int("dropped", dropped),
+			zap.Duration("unclaimed_for", unclaimedFor), zap.Int("still_held", kept))
+	}
+	return kept
 }

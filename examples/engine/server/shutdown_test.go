@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,12 +65,21 @@ func TestShutdownDoesNotSitOutUnreadHolds(t *testing.T) {
 				t.Fatalf("no waiting line; logs: %v", messages(logs))
 			}
 			f := waiting[0].ContextMap()
-			if f["held_requests"] != int64(2) || f["bound"] != holdDrain || f["lease"] != time.Minute {
+			if f["held_requests"] != int64(2) || f["bound"] != holdDrain || f["lease"] != time.Minute ||
+				(conn == server.ConnPull) != (f["unclaimed_dropped_after"] == server.DefaultUnclaimedHold) {
 				t.Errorf("waiting line fields: %v", f)
 			}
-			passed := logs.FilterMessage("engine closing: bound passed, releasing what is still held").All()
-			if len(passed) != 1 || passed[0].ContextMap()["held_requests"] != int64(2) {
-				t.Errorf("no bound-passed line with the count; logs: %v", messages(logs))
+			if conn == server.ConnPull {
+				// Pull drops them, and decode engines that come for them are told.
+				passed := logs.FilterMessage("engine closing: bound passed, dropped the holds no decode engine is reading; decode engines that come for them are told").All()
+				if len(passed) != 1 || passed[0].ContextMap()["dropped"] != int64(2) || passed[0].ContextMap()["being_read"] != int64(0) {
+					t.Errorf("no dropped line with the counts; logs: %v", messages(logs))
+				}
+			} else {
+				passed := logs.FilterMessage("engine closing: bound passed, releasing what is still held").All()
+				if len(passed) != 1 || passed[0].ContextMap()["held_requests"] != int64(2) {
+					t.Errorf("no bound-passed line with the count; logs: %v", messages(logs))
+				}
 			}
 			if logs.FilterMessage("engine closing: no requests in flight").Len() != 1 || logs.FilterMessage("engine closed").Len() != 1 {
 				t.Errorf("logs: %v", messages(logs))
@@ -101,4 +111,102 @@ func messages(logs *observer.ObservedLogs) []string {
 		out = append(out, e.Message)
 	}
 	return out
+}
+
+// A pull prefill shutting down does not wait its hold bound, let alone its
+// lease, for holds no decode engine asked about: it drops them once they
+// are DefaultUnclaimedHold old, says so, and exits. A decode engine that
+// comes for one afterwards fails at once with an error that says the
+// prefill engine is gone.
+func TestShutdownDropsUnclaimedHolds(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	fab, err := loopback.NewFabric()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	newAgent := func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }
+	pre, err := server.New(server.Config{Role: server.RolePrefill, EngineID: "prefill", Model: tiny, NumBlocks: 64, Lease: time.Minute,
+		Logger: zap.New(core), NewAgent: newAgent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := server.New(server.Config{Role: server.RoleDecode, EngineID: "decode", Model: tiny, NumBlocks: 64, NewAgent: newAgent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close(context.Background())
+	p := &pair{prefill: pre, decode: dec, client: &http.Client{Transport: &http.Transport{}}}
+	defer p.client.CloseIdleConnections()
+	answer := p.complete(t, pre.URL(), "nobody", with(req(prompt, 1), "kv_transfer_params", map[string]any{"do_remote_decode": true}))
+	eventually(t, "prefill holding the blocks", func() bool { return pre.Stats().BlocksInUse > 0 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := pre.Shutdown(ctx, server.ShutdownOptions{HoldDrain: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < server.DefaultUnclaimedHold || took > server.DefaultUnclaimedHold+2*time.Second {
+		t.Errorf("Shutdown took %v, want about %v (hold bound 20s, lease 1m)", took, server.DefaultUnclaimedHold)
+	}
+	dropped := logs.FilterMessage("engine closing: dropped holds no decode engine asked about").All()
+	if len(dropped) != 1 || dropped[0].ContextMap()["dropped"] != int64(1) || dropped[0].ContextMap()["still_held"] != int64(0) {
+		t.Errorf("no dropped line with the count; logs: %v", messages(logs))
+	}
+	if logs.FilterMessage("engine closing: all held blocks read or dropped").Len() != 1 {
+		t.Errorf("logs: %v", messages(logs))
+	}
+	if st := pre.Stats(); st.BlocksInUse != 0 {
+		t.Errorf("blocks in use after Shutdown: %+v", st)
+	}
+
+	// The decode leg that comes late is told at once.
+	start = time.Now()
+	resp, body := p.post(t, dec.URL(), "late", with(req(prompt, 4), "kv_transfer_params", answer.KVTransferParams))
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "the prefill engine shut down, or has not started") {
+		t.Errorf("late decode leg: %d %s", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("late decode leg took %v", took)
+	}
+}
+
+// A push prefill shutting down with a decode engine's registration pending
+// (decode's blocks wait for a WRITE that will not come) tells that decode
+// engine: its request fails at once, saying the prefill rank closed, and
+// does not wait for the registration timeout.
+func TestPushShutdownTellsPendingRegistrations(t *testing.T) {
+	p := newPair(t, server.ConnPush, opts{})
+	info := p.prefill.Info()
+	kv := map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost,
+		"remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": 1, "transfer_mode": "push", "transfer_id": "t-pending"}
+	type answer struct {
+		resp *http.Response
+		body []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, body := p.post(t, p.decode.URL(), "pending-1", with(req(prompt, 4), "kv_transfer_params", kv))
+		done <- answer{resp, body}
+	}()
+	eventually(t, "decode's registration pending", func() bool { return p.decode.Stats().BlocksInUse > 0 })
+	time.Sleep(50 * time.Millisecond) // the PUSH_REG reaches prefill's rank
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := p.prefill.Shutdown(ctx, server.ShutdownOptions{HoldDrain: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-done:
+		if a.resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(a.body), "prefill rank closed") {
+			t.Errorf("decode's answer: %d %s", a.resp.StatusCode, a.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("decode still waits 5s after the prefill engine closed")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("shutdown and decode's failure took %v", took)
+	}
 }

@@ -178,7 +178,7 @@ func TestProxyErrorBodies(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"big","messages":` + msgs + `}`, 404,
 			"{\"error\":{\"message\":\"The model `big` does not exist; this engine serves `tiny` (GET /v1/models).\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":404}}"},
 		{"/v1/nothing", `{}`, 404,
-			`{"error":{"message":"no route POST /v1/nothing on the P/D proxy","type":"invalid_request_error","param":null,"code":404}}`},
+			`{"error":{"message":"No route POST /v1/nothing on the P/D proxy; it serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /healthcheck and GET /metrics.","type":"invalid_request_error","param":null,"code":404}}`},
 	} {
 		resp, body := st.post(t, tc.path, "", tc.body)
 		if resp.StatusCode != tc.code || body != tc.want+"\n" {

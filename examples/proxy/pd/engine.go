@@ -46,6 +46,9 @@ type engine struct {
 	url         string
 	role        role
 	outstanding atomic.Int64
+	// announces: the engine said, with a 103 answer, that it took a decode leg in
+	// (TakenInHeader), so a connection it closes before saying so read nothing.
+	announces atomic.Bool
 
 	// Set for engines from SetMembers: they are known by member key, and a
 	// new incarnation is a new engine. compat "" (static engines) pairs with

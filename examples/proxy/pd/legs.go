@@ -90,9 +90,17 @@ func (e *legError) Error() string { return e.msg }
 
 // send posts body to e's /v1/completions with the leg headers.
 func (p *Proxy) send(ctx context.Context, c *completion, e *engine, path string, body []byte) (*http.Response, error) {
+	return p.sendWith(ctx, c, e, path, body, nil)
+}
+
+// sendWith is send with extra request headers.
+func (p *Proxy) sendWith(ctx context.Context, c *completion, e *engine, path string, body []byte, extra http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range extra {
+		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", c.id)
@@ -337,16 +345,20 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute)
 			}
 			ctx, cancel := context.WithTimeout(c.r.Context(), p.cfg.RequestTimeout)
 			sent := time.Now()
-			resp, err := p.send(ctx, c, de, route.path, decodeBody)
+			resp, takenIn, err := p.sendDecode(ctx, c, de, route.path, decodeBody)
 			if err != nil {
 				le := p.transportError(c, ctx, de, err)
 				releaseD()
 				cancel()
 				p.met.leg("decode", sent, false)
 				triedD = append(triedD, de)
-				// Only a request that never reached decode may go to another one: one that did
-				// may have read (and released) the prefill engine's blocks (failover.go).
+				// Only a request that decode never took in may go to another one: one it took
+				// in may have read (and released) the prefill engine's blocks (failover.go).
 				if isDialError(err) && retry(le, reasonDecodeUnreachable, "decode unreachable, retrying on another decode engine", zap.String("engine", de.url)) {
+					continue
+				}
+				if c.r.Context().Err() == nil && closedBeforeTakenIn(de, takenIn, err) &&
+					retry(le, reasonDecodeClosed, "decode connection closed before it took the request in, retrying on another decode engine", zap.String("engine", de.url)) {
 					continue
 				}
 				p.fail(w, c, le)
@@ -561,7 +573,7 @@ func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context,
 // countRetry counts a retry the proxy is about to make, for Stats and /metrics.
 func (p *Proxy) countRetry(reason string) {
 	p.retried.Add(1)
-	if reason == reasonDecodeUnreachable || reason == reasonDecodeRefused {
+	if reason == reasonDecodeUnreachable || reason == reasonDecodeRefused || reason == reasonDecodeClosed {
 		p.decodeFailovers.Add(1)
 	}
 	p.met.retries.WithLabelValues(reason).Inc()

@@ -16,6 +16,7 @@ const (
 	reasonDecodeKVFailed    = "decode_kv_failed"   // decode's 5xx after it took the request: another prefill engine
 	reasonDecodeUnreachable = "decode_unreachable" // no connection to decode: another decode engine
 	reasonDecodeRefused     = "decode_refused"     // decode's 503 before it took the request: another decode engine
+	reasonDecodeClosed      = "decode_closed"      // decode's connection closed before it took the request in: another decode engine
 )
 
 // metrics are the proxy's Prometheus series, on a registry of its own so that proxies in
@@ -43,9 +44,9 @@ func newMetrics(p *Proxy) *metrics {
 		Help:    "Time to first token as the proxy sees it: from the client's request to the first byte of decode's answer written back (the whole answer when not streamed).",
 		Buckets: legBuckets}, []string{"stream"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gonixl_proxy_retries_total",
-		Help: "Requests retried once, by what failed: prefill_failed and decode_kv_failed go to another prefill engine, decode_unreachable and decode_refused (no KV was read) to another decode engine."},
+		Help: "Requests retried once, by what failed: prefill_failed and decode_kv_failed go to another prefill engine, decode_unreachable, decode_refused and decode_closed (no KV was read) to another decode engine."},
 		[]string{"reason"})
-	for _, r := range []string{reasonPrefillFailed, reasonDecodeKVFailed, reasonDecodeUnreachable, reasonDecodeRefused} {
+	for _, r := range []string{reasonPrefillFailed, reasonDecodeKVFailed, reasonDecodeUnreachable, reasonDecodeRefused, reasonDecodeClosed} {
 		m.retries.WithLabelValues(r) // every reason is a series from the start
 	}
 	inRotation := func(r role) prometheus.Collector {

@@ -321,7 +321,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.serveModels(w, r)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s on the P/D proxy", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("No route %s %s on the P/D proxy; it serves POST /v1/completions, POST %s, GET /v1/models, GET /healthcheck and GET /metrics.", r.Method, r.URL.Path, chatPath))
 	}
 }
 

@@ -4,14 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 )
 
 type decodeAnswer struct {
-	resp *http.Response
-	err  error
+	resp    *http.Response
+	err     error
+	takenIn *atomic.Bool // decode said it took the request in (sendDecode)
 }
 
 func (a decodeAnswer) close() {
@@ -103,8 +105,8 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 		dch := make(chan decodeAnswer, 1)
 		sent := time.Now()
 		go func() {
-			resp, err := p.send(dctx, c, de, path, decodeBody)
-			dch <- decodeAnswer{resp, err}
+			resp, takenIn, err := p.sendDecode(dctx, c, de, path, decodeBody)
+			dch <- decodeAnswer{resp, err, takenIn}
 		}()
 		pctx, pcancel := context.WithCancel(c.r.Context())
 		pch := make(chan *legError, 1)
@@ -119,9 +121,9 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 			if le == nil {
 				log.Debug("prefill done")
 				da := <-dch
-				if mayRetry && p.neverSent(c, da) {
+				if reason := p.neverTakenIn(c, de, da); mayRetry && reason != "" {
 					le := p.transportError(c, dctx, de, da.err) // before dcancel: it reads dctx
-					le.failover = reasonDecodeUnreachable
+					le.failover = reason
 					dcancel()
 					pcancel()
 					p.met.leg("decode", sent, false)
@@ -171,9 +173,9 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 			if da.err != nil || da.resp.StatusCode < 200 || da.resp.StatusCode > 299 {
 				pcancel()
 				<-pch
-				if mayRetry && p.neverSent(c, da) {
+				if reason := p.neverTakenIn(c, de, da); mayRetry && reason != "" {
 					le := p.transportError(c, dctx, de, da.err) // before dcancel: it reads dctx
-					le.failover = reasonDecodeUnreachable
+					le.failover = reason
 					dcancel()
 					p.met.leg("decode", sent, false)
 					return le
@@ -205,10 +207,21 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 	return nil
 }
 
-// neverSent says whether the decode leg failed to connect (the request never reached the
-// engine) while the client is still there.
-func (p *Proxy) neverSent(c *completion, da decodeAnswer) bool {
-	return da.err != nil && isDialError(da.err) && c.r.Context().Err() == nil
+// neverTakenIn says why the decode leg may go to another decode engine while the client
+// is still there: it failed to connect (reasonDecodeUnreachable: the request never reached
+// the engine) or its connection closed before the engine said it took the request in
+// (reasonDecodeClosed: it registered no blocks, so nothing is written to them); "" when
+// neither.
+func (p *Proxy) neverTakenIn(c *completion, de *engine, da decodeAnswer) string {
+	switch {
+	case da.err == nil || c.r.Context().Err() != nil:
+		return ""
+	case isDialError(da.err):
+		return reasonDecodeUnreachable
+	case closedBeforeTakenIn(de, da.takenIn, da.err):
+		return reasonDecodeClosed
+	}
+	return ""
 }
 
 // finishDecode answers the client from decode's answer (its leg sent at sent): its stream,
