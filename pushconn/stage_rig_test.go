@@ -43,6 +43,7 @@ type stageRig struct {
 
 type stageRigConfig struct {
 	pp, preTP, decTP int
+	decBlock         int // decode's block size (0: prefill's, 16)
 	fabric           []loopback.FabricOption
 	preRank, decRank func(*Config)
 	// agent holds options for the agents it names ("prefill-3").
@@ -56,6 +57,9 @@ func newStageRig(t testing.TB, sc stageRigConfig) *stageRig {
 	r := &stageRig{t: t, fabric: f, clock: connector.NewManualClock(rigStart)}
 	t.Cleanup(r.close)
 	pg, dg := stageGeometry(sc.preTP, sc.pp), stageGeometry(sc.decTP, 0)
+	if sc.decBlock > 0 {
+		dg.BlockSize = sc.decBlock
+	}
 	r.pre, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg})
 	require.NoError(t, err)
 	r.dec, err = NewEngine(connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg})

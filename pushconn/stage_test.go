@@ -21,16 +21,21 @@ func TestStagesPush(t *testing.T) {
 		name             string
 		pp, preTP, decTP int
 		stageFirst       int // the stage that finishes first
+		decBlock         int // decode's block size (0: 16, prefill's)
 	}{
-		{"PP 2 x TP 2 -> TP 2", 2, 2, 2, 0},
-		{"PP 2 x TP 1 -> TP 2", 2, 1, 2, 1},
-		{"PP 2 x TP 2 -> TP 1", 2, 2, 1, 1},
-		{"PP 3 x TP 1 -> TP 1", 3, 1, 1, 2},
+		{"PP 2 x TP 2 -> TP 2", 2, 2, 2, 0, 0},
+		{"PP 2 x TP 1 -> TP 2", 2, 1, 2, 1, 0},
+		{"PP 2 x TP 2 -> TP 1", 2, 2, 1, 1, 0},
+		{"PP 3 x TP 1 -> TP 1", 3, 1, 1, 2, 0},
+		{"PP 2 x TP 2 -> TP 1, decode blocks of 32 tokens", 2, 2, 1, 0, 32},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newStageRig(t, stageRigConfig{pp: c.pp, preTP: c.preTP, decTP: c.decTP})
+			r := newStageRig(t, stageRigConfig{pp: c.pp, preTP: c.preTP, decTP: c.decTP, decBlock: c.decBlock})
 			const tokens = 3*16 + 5
 			src, dst := []int{9, 3, 40, 7}, []int{1, 22, 5, 60}
+			if c.decBlock == 32 {
+				dst = []int{17, 2}
+			}
 			for _, l := range r.preLayout {
 				fillStage(t, l, src, 11, tokens)
 			}
