@@ -26,6 +26,9 @@ func TestFaultCampaignPipeline(t *testing.T) {
 	var total campaignFigures
 	for s := range seeds {
 		seed := uint64(7000 + s + 1)
+		if only := os.Getenv("GONIXL_CAMPAIGN_SEED"); only != "" && only != fmt.Sprint(seed) {
+			continue
+		}
 		t.Run(fmt.Sprintf("pp2xtp2to2/seed%d", seed), func(t *testing.T) {
 			f := runCampaignWith(t, seed, n, 2, 2, campaignOpts{pp: 2})
 			t.Logf("seed %d: %+v", seed, f)

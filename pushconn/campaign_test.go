@@ -51,6 +51,10 @@ type campaignFigures struct {
 	// copies of earlier completions delivered to them; regCopies: PUSH_REGs
 	// delivered a second time.
 	seqless, reused, completionCopies, regCopies int
+	// cancelTimeouts: failed requests whose blocks decode released at
+	// CancelTimeout without every prefill rank's answer (the documented
+	// remaining risk: a rank still alive may write after that).
+	cancelTimeouts int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -60,6 +64,7 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.reused += o.reused
 	f.completionCopies += o.completionCopies
 	f.regCopies += o.regCopies
+	f.cancelTimeouts += o.cancelTimeouts
 	f.done += o.done
 	f.failed += o.failed
 	f.aborted += o.aborted
@@ -596,6 +601,9 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		if q.reuses != nil {
 			fig.reused++
 		}
+	}
+	for _, c := range r.consumers {
+		fig.cancelTimeouts += int(extra(t, c.Stats(), "cancel_timeouts"))
 	}
 	net.mu.Lock()
 	fig.regCopies = net.regCopies

@@ -227,3 +227,16 @@ func TestStageRefusals(t *testing.T) {
 	require.ErrorIs(t, err, connector.ErrInvalid)
 	assert.ErrorContains(t, err, "EngineConfig.Geometry.PPSize is 2: pipeline-parallel ranks in vLLM's protocol are not supported")
 }
+
+// In vLLM's protocol a decode fetches stage 0's ranks only: a request
+// naming a prefill of PP 2 fails, naming both sizes, and nothing is sent.
+func TestStageRefusedInVLLMProtocol(t *testing.T) {
+	r := newRig(t, rigConfig{vllm: true})
+	pf := Coordinates(r.pre)
+	pf.PPSize = 2
+	require.NoError(t, r.consumers[0].Register("v-1", pf, []int{0}))
+	res := await(t, r.consumers[0], 1)
+	require.ErrorIs(t, res[0].Err, connector.ErrInvalid)
+	assert.EqualError(t, res[0].Err, `pushconn: invalid argument: request "v-1": Prefill.PPSize is 2, prefill engine "prefill" has PP size 1 (its handshake)`)
+	require.Zero(t, extra(t, r.consumers[0].Stats(), "registrations_sent"))
+}
