@@ -30,6 +30,9 @@ const (
 	// DefaultStatsInterval is the period of the "KV Transfer metrics:" log
 	// line when a Logger is set.
 	DefaultStatsInterval = 10 * time.Second
+	// DefaultEngineTTL is how long a rank keeps what it learned of a
+	// remote engine it no longer transfers with (vLLM's engine_ttl).
+	DefaultEngineTTL = time.Hour
 )
 
 // RankConfig is what every TP rank of either connector takes: its agent,
@@ -68,6 +71,14 @@ type RankConfig struct {
 	// Staging is the rank's staging memory and policy for fragmented
 	// requests. The zero value stages nothing.
 	Staging Staging
+	// EngineTTL: a remote engine this rank has had no request with for this
+	// long is forgotten when the rank next handshakes with another engine:
+	// its agents' metadata is unloaded and its handshake dropped, so that a
+	// fleet whose engines come and go does not accumulate them, and a later
+	// request to it handshakes again (vLLM's engine_ttl). An engine with a
+	// request in flight is never forgotten. Default DefaultEngineTTL;
+	// negative keeps every engine.
+	EngineTTL time.Duration
 }
 
 // rank validates c for a rank of e, fills its defaults in c and returns
@@ -83,6 +94,7 @@ func (c *RankConfig) rank(e *engine.Engine) (engine.Rank, error) {
 	c.IdleInterval = cmp.Or(c.IdleInterval, DefaultIdleInterval)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
 	c.FailurePolicy = cmp.Or(c.FailurePolicy, PolicyFail)
+	c.EngineTTL = cmp.Or(c.EngineTTL, DefaultEngineTTL)
 	if c.Clock == nil {
 		c.Clock = e.Config().Clock
 	}

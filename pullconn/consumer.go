@@ -77,6 +77,7 @@ type Consumer struct {
 	aborted       *stats.Counter
 	waitTimeouts  *stats.Counter
 	readForgotten *stats.Counter
+	forgotten     *stats.Counter
 	stuck         *stats.Counter
 	holdQueries   *stats.Counter
 	failedQueries *stats.Counter
@@ -196,6 +197,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")
 	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: Config.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
+	c.forgotten = c.stats.Counter("forgotten_engines", "Prefill engines forgotten after RankConfig.EngineTTL without a request (their metadata unloaded; the next request handshakes again).")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended, their deadlines told).")
 	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not pin the hold the Params name for this engine, or the READs outlasted the pin.")

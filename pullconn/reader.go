@@ -92,6 +92,7 @@ func (c *Consumer) remoteFor(engineID, addr string, tpSize int) *remote {
 	if r, ok := c.remotes[key]; ok {
 		return r
 	}
+	c.forgetStaleEngines(c.cfg.Clock.Now())
 	r := &remote{key: key, engineID: engineID, addr: addr, tp: tpSize}
 	c.qmu.Lock()
 	if c.closed {
@@ -113,6 +114,7 @@ func (c *Consumer) route(l *load) {
 	}
 	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort), l.p.TPSize)
 	l.r = r
+	r.lastActive = c.cfg.Clock.Now()
 	if r.ready {
 		c.post(l)
 		return

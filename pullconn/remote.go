@@ -2,9 +2,10 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"slices"
+	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
 )
@@ -25,6 +26,9 @@ type remote struct {
 	// handshake's, then each hold query's and confirmation's, so that a
 	// step of either clock is seen at the next exchange.
 	clock handshake.Clock
+	// lastActive is when a request was last routed to the engine
+	// (RankConfig.EngineTTL).
+	lastActive time.Time
 }
 
 // pins reports whether the engine pins holds for READs (a gonixl prefill

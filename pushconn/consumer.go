@@ -7,6 +7,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -98,6 +99,9 @@ type decodePeer struct {
 	sources []string // agent names of the prefill ranks that write here
 	busy    bool     // handshake in flight
 	waiting []*decodeReq
+	// lastUsed is when a request was last routed to it
+	// (RankConfig.EngineTTL).
+	lastUsed time.Time
 }
 
 type shakeResult struct {
@@ -368,9 +372,11 @@ func (c *Consumer) route(r *decodeReq) {
 	key := peerKey(r.prefill)
 	p := c.peers[key]
 	if p == nil {
+		c.forgetStalePeers(c.cfg.Clock.Now())
 		p = &decodePeer{prefill: Prefill{EngineID: r.prefill.EngineID, Host: r.prefill.Host, Port: r.prefill.Port}}
 		c.peers[key] = p
 	}
+	p.lastUsed = c.cfg.Clock.Now()
 	if p.payload != nil {
 		c.send(p, r)
 		return

@@ -30,6 +30,7 @@ type pushCounters struct {
 	peerLimit       *stats.Counter
 	pendingLimit    *stats.Counter
 	evicted         *stats.Counter
+	forgotten       *stats.Counter
 
 	cancelAckSent      *stats.Counter
 	cancelAckUndeliver *stats.Counter
@@ -72,6 +73,7 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		peerLimit:       s.Counter("peer_limit_refusals", "Registrations refused (PUSH_FAIL overloaded where deliverable) because the rank served MaxPeers decode engines and none was idle (prefill)."),
 		pendingLimit:    s.Counter("pending_limit_refusals", "Registrations refused (PUSH_FAIL overloaded where deliverable) because the rank held MaxPendingRegistrations registrations (prefill)."),
 		evicted:         s.Counter("evicted_peers", "Idle decode engines forgotten to make room for a new one under MaxPeers (prefill)."),
+		forgotten:       s.Counter("forgotten_engines", "Peer engines forgotten after RankConfig.EngineTTL without a request (their metadata unloaded; the next request handshakes again)."),
 		stale:           s.Counter("stale_registrations", "Registrations dropped without a WRITE or PUSH_FAIL because the decode rank that sent them has restarted since (prefill)."),
 
 		cancelAckSent:      s.Counter("push_cancel_ack_sent", "PUSH_CANCEL_ACK notifications sent: no WRITE of the cancelled registration can land any more (prefill)."),

@@ -238,6 +238,7 @@ func (w *writer) onRegistration(sender string, msg []byte) {
 	key := reg.DecodeEngineID + "@" + addr
 	de := w.peers[key]
 	if de == nil {
+		w.forgetStalePeers(p.now())
 		if len(w.peers) >= p.cfg.MaxPeers && !w.evictIdlePeer() {
 			p.push.peerLimit.Inc()
 			w.sendFail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
@@ -270,15 +271,38 @@ func (w *writer) evictIdlePeer() bool {
 	if victim == nil {
 		return false
 	}
-	delete(w.peers, victim.key)
-	w.p.engine.core.Client().Forget(victim.engineID, victim.addr)
-	for agent := range victim.targets {
+	w.forgetPeer(victim)
+	w.p.push.evicted.Inc()
+	return true
+}
+
+// forgetPeer drops decode engine de with its cached handshake and its
+// agents' metadata; a later registration from it handshakes again.
+func (w *writer) forgetPeer(de *decodeEngine) {
+	delete(w.peers, de.key)
+	w.p.engine.core.Client().Forget(de.engineID, de.addr)
+	for agent := range de.targets {
 		if !w.writesInto(agent) { // another entry may reach the same engine under another host spelling
 			_ = w.p.cfg.Agent.InvalidateRemoteMD(agent) // loaded again by its next handshake
 		}
 	}
-	w.p.push.evicted.Inc()
-	return true
+}
+
+// forgetStalePeers forgets the decode engines that nothing of the rank
+// refers to and that registered nothing for RankConfig.EngineTTL (vLLM's
+// engine_ttl). It runs when a registration comes from an engine the rank
+// does not know, as vLLM's does before a handshake.
+func (w *writer) forgetStalePeers(now time.Time) {
+	ttl := w.p.cfg.EngineTTL
+	if ttl < 0 {
+		return
+	}
+	for _, de := range w.peers {
+		if de.idle() && now.Sub(de.lastUsed) > ttl {
+			w.forgetPeer(de)
+			w.p.push.forgotten.Inc()
+		}
+	}
 }
 
 // writesInto reports whether a decode engine entry of this rank still

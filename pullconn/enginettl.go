@@ -1,0 +1,87 @@
+package pullconn
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// forgetStaleEngines forgets the prefill engines this rank has had no
+// request with for RankConfig.EngineTTL and none in flight (vLLM's
+// engine_ttl): their agents' metadata is unloaded and their handshake
+// dropped, so a later request to one handshakes again. It runs when the
+// rank starts a handshake with another engine, as vLLM's does, so that an
+// idle rank does no work for it. wmu is held.
+func (c *Consumer) forgetStaleEngines(now time.Time) {
+	if c.cfg.EngineTTL < 0 {
+		return
+	}
+	var stale []*remote
+	for _, r := range c.remotes {
+		if r.ready && now.Sub(r.lastActive) > c.cfg.EngineTTL && !c.usesEngine(r) {
+			stale = append(stale, r)
+		}
+	}
+	for _, r := range stale {
+		delete(c.remotes, r.key)
+		for _, name := range r.setup.agents {
+			if name != "" && !c.readsFromAgent(name) {
+				_ = c.cfg.Agent.InvalidateRemoteMD(name) // loaded again by the next handshake
+			}
+		}
+		c.e.core.Client().Forget(r.engineID, r.addr)
+		c.forgotten.Inc()
+		c.log.Info("pullconn: forgot an idle prefill engine", zap.String("remote_engine_id", r.engineID),
+			zap.String("addr", r.addr), zap.Duration("idle", now.Sub(r.lastActive)), zap.Duration("engine_ttl", c.cfg.EngineTTL))
+	}
+}
+
+// usesEngine reports whether anything of this rank still refers to r: a
+// load waiting for, reading from or settling with it, a hold query to it,
+// or a KeepAlive request of it. wmu is held.
+func (c *Consumer) usesEngine(r *remote) bool {
+	if len(r.parked) > 0 || r.querying {
+		return true
+	}
+	for _, set := range [][]*load{c.reading, c.ready, c.draining, c.toPin} {
+		for _, l := range set {
+			if l.r == r {
+				return true
+			}
+		}
+	}
+	for l := range c.awaitingPin {
+		if l.r == r {
+			return true
+		}
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	for _, w := range c.waiting {
+		if w.p.RemoteEngineID+"@"+joinHostPort(w.p.RemoteHost, w.p.RemotePort) == r.key {
+			return true
+		}
+	}
+	for _, l := range c.queue {
+		if l.key == r.key {
+			return true
+		}
+	}
+	return false
+}
+
+// readsFromAgent reports whether another known engine reaches agent name
+// (the same engine under another host spelling). wmu is held.
+func (c *Consumer) readsFromAgent(name string) bool {
+	for _, r := range c.remotes {
+		if r.setup == nil {
+			continue
+		}
+		for _, a := range r.setup.agents {
+			if a == name {
+				return true
+			}
+		}
+	}
+	return false
+}
