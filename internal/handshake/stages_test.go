@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/sidechannel"
 	"github.com/gonixl/gonixl/nixl"
 )
 
 // stageRank is TP rank tp of stage pp of a PP 2 engine of a 4-layer model:
 // stage 0 holds layers 0-1, stage 1 layers 2-3.
-func stageRank(t *testing.T, pp, tp, tpSize int) Rank {
+func stageRank(t testing.TB, pp, tp, tpSize int) Rank {
 	t.Helper()
 	g := descriptors.Geometry{Layers: 4, KVHeads: 4, HeadDim: 8, DType: "bfloat16", BlockSize: 16, Blocks: 8, TPSize: tpSize, PPSize: 2}
 	l, err := g.StageLayout(nixl.DRAM, pp, tp, nixl.Desc{Addr: 0x10000, Len: g.StageBytes(pp)})
@@ -22,7 +23,7 @@ func stageRank(t *testing.T, pp, tp, tpSize int) Rank {
 	return Rank{TPRank: tp, PPRank: pp, Agent: "prefill-" + string(rune('0'+pp*tpSize+tp)), Metadata: []byte{1}, Layout: l}
 }
 
-func stagePayload(t *testing.T) Payload {
+func stagePayload(t testing.TB) Payload {
 	return Payload{EngineID: "e", Compat: compat(ModePush), TPSize: 2, PPSize: 2, BlockSize: 16,
 		Ranks: []Rank{stageRank(t, 0, 0, 2), stageRank(t, 0, 1, 2), stageRank(t, 1, 0, 2), stageRank(t, 1, 1, 2)}}
 }
@@ -75,4 +76,39 @@ func TestServeStages(t *testing.T) {
 	defer cancel()
 	_, err = c.Get(ctx, "prefill-e", s.Addr().String())
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "rank 3 withdrawn: the client retries until its deadline")
+}
+
+// FuzzStageReplyFrame is FuzzReplyFrame seeded with a pipeline-parallel
+// payload: whatever decodes and validates has stages that cover the
+// model once, every rank of a stage holding the stage's layers.
+func FuzzStageReplyFrame(f *testing.F) {
+	p := stagePayload(f)
+	p.Hash = p.Compat.Hash()
+	if b, err := sidechannel.Encode(Reply{Compat: p.Compat, Hash: p.Hash, Payload: &p, Now: 1}); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r Reply
+		if err := sidechannel.Decode(body, &r); err != nil || r.Payload == nil {
+			return
+		}
+		pl := r.Payload
+		if pl.Validate() != nil {
+			return
+		}
+		first := make([]*descriptors.Layout, pl.PPSize)
+		for i := range pl.Ranks {
+			l := &pl.Ranks[i].Layout
+			if s := i / pl.TPSize; first[s] == nil {
+				first[s] = l
+			} else if l.FirstLayer != first[s].FirstLayer || l.NumLayers != first[s].NumLayers {
+				t.Fatalf("rank %d of stage %d holds other layers than the stage's first rank", i, s)
+			}
+		}
+		if pl.PPSize > 1 {
+			if err := descriptors.CheckStages(first); err != nil {
+				t.Fatalf("a validated payload's stages: %v", err)
+			}
+		}
+	})
 }
