@@ -87,7 +87,8 @@
 // different times, and each writes as soon as its own has), maps its
 // layers onto decode's same model layers (descriptors.MapCoalesced moves
 // only the layers both hold; TP sizes and block sizes may differ, MLA or
-// not) and notifies "<id>:<TP x PP>#<seq>". A stage that fails sends
+// not) and notifies "<id>:<TP size>#<seq>" (the number is the TP size
+// with or without stages, as vLLM's world size is its TP group's). A stage that fails sends
 // PUSH_FAIL naming its world rank; the write-safety rule below holds rank
 // by rank, so decode hands the blocks back only once every rank of every
 // stage that got the registration has written, failed or acknowledged

@@ -89,7 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		stats:    stats.New(),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},
-		world:    e.TPSize() * e.PPSize(), // the completion's count: every rank of every stage writes
+		world:    e.TPSize(), // vLLM's "world size" in the completion is the TP group's, with or without PP
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),

@@ -71,6 +71,7 @@ func TestStagesPush(t *testing.T) {
 			}
 			var transfers uint64
 			for _, p := range r.producers {
+				require.Equal(t, c.preTP, p.world, "the completion names the TP size, as vLLM's world size (its TP group's)")
 				freedOnce(t, p, "chat-1")
 				transfers += p.Stats().Transfers
 			}

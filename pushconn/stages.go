@@ -12,10 +12,12 @@ import (
 // per TP rank of every stage; each stage's Layout holds that stage's layers
 // (descriptors.Geometry.StageLayout). Each Producer writes its own layers
 // into the decode rank's matching regions (descriptors maps a stage onto
-// the same model layers of a whole layout) and notifies
-// "<id>:<TP x PP>", so a decode rank counts one completion per writing
-// rank of every stage: n x len(descriptors.Sources) of them, vLLM's
-// pp_size * max(1, P_tp / D_tp) too. Decode is never pipeline-parallel.
+// the same model layers of a whole layout) and notifies "<id>:<TP>" as
+// vLLM's does (its world size is the TP group's; a vLLM decode reads the
+// number as prefill's TP size), so a decode rank counts one completion per
+// writing rank of every stage: n x len(descriptors.Sources) of them,
+// vLLM's pp_size * max(1, P_tp / D_tp) too. Decode is never
+// pipeline-parallel.
 
 // checkStageRank refuses what a rank of a pipeline stage cannot do: be a
 // decode rank, or stage its transfers (a staged image is a whole rank's
