@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
@@ -43,10 +42,8 @@ func (p Prefill) validate() error {
 		return invalidf("Prefill.Port is %d, want 1..65535", p.Port)
 	case p.TPSize < 1:
 		return invalidf("Prefill.TPSize is %d, want >= 1", p.TPSize)
-	case p.PPSize != 1:
-		// The handshake payload names one agent per TP rank, so there is
-		// no agent to register with for the other pipeline stages.
-		return invalidf("Prefill.PPSize is %d: only pipeline-parallel size 1 is supported", p.PPSize)
+	case p.PPSize < 1:
+		return invalidf("Prefill.PPSize is %d, want >= 1", p.PPSize)
 	}
 	return nil
 }
@@ -445,16 +442,9 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 // loads the metadata of the ranks that will write here and returns their
 // agent names. The sizes a request names are checked by send.
 func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, error) {
-	if pl.PPSize != 1 {
-		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d: only pipeline-parallel size 1 is supported", connector.ErrIncompatible, pf.EngineID, pl.PPSize)
-	}
-	src := &pl.Ranks[0].Layout
-	if err := descriptors.Compatible(src, &c.cfg.Layout); err != nil {
-		return nil, fmt.Errorf("%w: prefill engine %q cannot write into this rank: %v", connector.ErrIncompatible, pf.EngineID, err)
-	}
-	ranks, err := descriptors.Sources(src, &c.cfg.Layout)
+	ranks, err := stageSources(pf.EngineID, pl, &c.cfg.Layout)
 	if err != nil {
-		return nil, fmt.Errorf("%w: prefill engine %q: %v", connector.ErrIncompatible, pf.EngineID, err)
+		return nil, err
 	}
 	if c.engine.vllm() {
 		// vLLM's decode counts pp_size * max(1, prefill TP / decode TP)
@@ -464,11 +454,11 @@ func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, e
 		}
 	}
 	names := make([]string, 0, len(ranks))
-	for _, tp := range ranks {
-		rk := &pl.Ranks[tp]
+	for _, world := range ranks {
+		rk := &pl.Ranks[world]
 		name, err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata)
 		if err != nil {
-			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, tp, err)
+			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, world, err)
 		}
 		names = append(names, name)
 	}

@@ -89,7 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		stats:    stats.New(),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},
-		world:    e.TPSize(), // times the PP size, which is 1
+		world:    e.TPSize(), // vLLM's "world size" in the completion is the TP group's, with or without PP
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
@@ -116,7 +116,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		p.poll.Handle(pushwire.CancelPrefix, p.w.onStray)
 	}
 	p.poll.Handle("", p.w.onStray)
-	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
+	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.WorldRank(), "prefill")
 	p.poll.Start()
 	return p, nil
 }
@@ -168,7 +168,7 @@ func (p *Producer) hold(h *hold, tp connector.TransferParams) (Params, error) {
 	p.poll.Wake()
 	return Params{
 		TransferParams: tp,
-		PPSize:         1,
+		PPSize:         p.engine.PPSize(),
 		NumTokens:      h.tokens,
 		TransferMode:   ModePush,
 		TransferID:     h.transferID,
@@ -260,7 +260,7 @@ func (p *Producer) Close() error {
 		p.w.holds[h.id] = h
 	}
 	p.w.shutdown()
-	p.engine.core.Withdraw(p.cfg.Layout.TPRank)
+	p.engine.core.Withdraw(p.cfg.Layout.WorldRank())
 	err := engine.Deregister(p.cfg.Agent, p.cfg.Layout, &p.cfg.Staging)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.lastFreed...)

@@ -400,6 +400,9 @@ func (w *writer) handshakeDone(s shakeResult) {
 // loads the metadata of the decode ranks it writes into.
 func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 	p := w.p
+	if pl.PPSize != 1 {
+		return fmt.Errorf("%w: decode engine %q has PP size %d: pipeline-parallel decode is not supported", connector.ErrIncompatible, de.engineID, pl.PPSize)
+	}
 	dst := &pl.Ranks[0].Layout
 	if err := descriptors.Compatible(&p.cfg.Layout, dst); err != nil {
 		return fmt.Errorf("%w: decode engine %q: %v", connector.ErrIncompatible, de.engineID, err)
@@ -455,9 +458,11 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 	switch {
 	case !ok:
 		p.push.misdirected.Inc()
-		why = fmt.Sprintf("prefill rank %d does not write into decode agent %q", p.cfg.Layout.TPRank, sender)
+		why = fmt.Sprintf("prefill rank %d does not write into decode agent %q", p.cfg.Layout.WorldRank(), sender)
 	case reg.RemoteTPSize != p.engine.TPSize():
 		why = fmt.Sprintf("registration says prefill TP size %d, engine %q has %d", reg.RemoteTPSize, p.engine.ID(), p.engine.TPSize())
+	case reg.RemotePPSize != p.engine.PPSize():
+		why = fmt.Sprintf("registration says prefill PP size %d, engine %q has %d", reg.RemotePPSize, p.engine.ID(), p.engine.PPSize())
 	case reg.DecodeTPSize != de.payload.TPSize:
 		why = fmt.Sprintf("registration says decode TP size %d, its handshake says %d", reg.DecodeTPSize, de.payload.TPSize)
 	case len(reg.LocalBlockIDs) != len(p.cfg.Layout.GroupList()):
@@ -922,7 +927,7 @@ func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwi
 	}
 	msg, err := pushwire.EncodeFailure(&pushwire.Failure{
 		RequestID: reg.RequestID, TransferID: reg.TransferID, EngineID: p.engine.ID(),
-		Rank: p.cfg.Layout.TPRank, Kind: kind, Reason: reason, Seq: reg.Seq,
+		Rank: p.cfg.Layout.WorldRank(), Kind: kind, Reason: reason, Seq: reg.Seq,
 	})
 	if err == nil {
 		err = p.cfg.Agent.GenNotif(sender, msg, nil)
@@ -1109,7 +1114,7 @@ func (w *writer) ackEnded(wr *write) {
 func (w *writer) sendAck(de *decodeEngine, to string, c *pushwire.Cancel) {
 	p := w.p
 	msg, err := pushwire.EncodeCancelAck(&pushwire.CancelAck{
-		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.TPRank, Seq: c.Seq,
+		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.WorldRank(), Seq: c.Seq,
 	})
 	if err == nil {
 		err = p.cfg.Agent.GenNotif(to, msg, nil)

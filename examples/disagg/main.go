@@ -56,6 +56,7 @@ type options struct {
 	connector   string
 	served      string
 	port        int
+	prefillPP   int
 	out         io.Writer
 }
 
@@ -72,10 +73,14 @@ func main() {
 	flag.StringVar(&o.connector, "connector", "pull", "-serve: pull, pull-inline or push")
 	flag.StringVar(&o.served, "served-model-name", "", "the model name clients send (vLLM's flag; default: -model)")
 	flag.IntVar(&o.port, "port", 8192, "-serve: the proxy's port")
+	flag.IntVar(&o.prefillPP, "prefill-pp", 1, "the prefill engine's pipeline-parallel size (push only; with more than 1 and no -modes, only push runs)")
 	flag.Parse()
 	o.modes = strings.Split(*modes, ",")
 	if o.served == "" {
 		o.served = o.model
+	}
+	if o.prefillPP > 1 && !flagSet("modes") {
+		o.modes = []string{"push"} // pull refuses a pipeline-parallel prefill
 	}
 	o.out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -91,7 +96,7 @@ func (o options) stackConfig(mode string) (stackConfig, error) {
 	if err != nil {
 		return stackConfig{}, err
 	}
-	cfg := stackConfig{Mode: mode, Model: model, Compute: compute, ServedModelName: o.served, TPSize: 2, NumBlocks: 4096}
+	cfg := stackConfig{Mode: mode, Model: model, Compute: compute, ServedModelName: o.served, TPSize: 2, PrefillPPSize: o.prefillPP, NumBlocks: 4096}
 	switch o.link {
 	case "instant":
 		cfg.Link = loopback.Instant()
@@ -162,8 +167,12 @@ func run(ctx context.Context, o options) error {
 	if kind == "loopback" {
 		agentsText += " (link " + o.link + ")"
 	}
-	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (TP 2 each, model %s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
-		o.model, agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
+	shape := "TP 2 each"
+	if o.prefillPP > 1 {
+		shape = fmt.Sprintf("prefill PP %d x TP 2, decode TP 2", o.prefillPP)
+	}
+	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (%s, model %s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
+		shape, o.model, agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
 	tw := tabwriter.NewWriter(o.out, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tdone\tKV bytes verified\tKV mismatches\tTTFT p50\tTTFT p99\tTPOT p50\tTPOT p99\t")
 	var errs []error
@@ -179,7 +188,11 @@ func run(ctx context.Context, o options) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(o.out, "\nThe same stack as three processes (NIXL agents: -tags nixl; loopback agents cannot cross processes):")
-	for _, c := range threeCommands("pull", o.model) {
+	conn := "pull"
+	if o.prefillPP > 1 {
+		conn = "push"
+	}
+	for _, c := range threeCommands(conn, o.model, o.prefillPP) {
 		fmt.Fprintln(o.out, "  "+c)
 	}
 	return errors.Join(errs...)
@@ -233,16 +246,28 @@ func serveLogger(w io.Writer) *zap.Logger {
 }
 
 // threeCommands are the command lines that run the demo's stack as three
-// processes.
-func threeCommands(connector, preset string) []string {
+// processes; prefillPP > 1 runs the prefill engine in that many pipeline
+// stages.
+func threeCommands(connector, preset string, prefillPP int) []string {
 	model := fmt.Sprintf("-model qwen2.5-7b -layers %d -kv-heads %d -head-dim %d -tp %d -served-model-name %s",
 		demoModel.Layers, demoModel.KVHeads, demoModel.HeadDim, demoModel.TPSize, demoModel.Name)
 	if preset != "" && preset != demoModel.Name {
 		model = "-model " + preset // the engine's preset of the same name
 	}
+	pp := ""
+	if prefillPP > 1 {
+		pp = fmt.Sprintf(" -pp %d", prefillPP)
+	}
 	return []string{
-		fmt.Sprintf("go run -tags nixl ./examples/engine -role prefill -connector %s %s -port 8100 -side-channel-port 5600", connector, model),
+		fmt.Sprintf("go run -tags nixl ./examples/engine -role prefill -connector %s %s%s -port 8100 -side-channel-port 5600", connector, model, pp),
 		fmt.Sprintf("go run -tags nixl ./examples/engine -role decode -connector %s %s -port 8200 -side-channel-port 5601", connector, model),
 		"go run ./examples/proxy -prefill 127.0.0.1:8100 -decode 127.0.0.1:8200 -port 8192",
 	}
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

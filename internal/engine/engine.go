@@ -145,7 +145,7 @@ func startGonixl(e *Engine, cfg Config, conn Connector) error {
 	client.SetClock(cfg.Clock.Now)
 	e.client = gonixlClient{client}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
-		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
+		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: cfg.PPSize, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{
 		ServerOptions: sidechannel.ServerOptions{
 			Logger:      cfg.Logger,

@@ -64,6 +64,11 @@ type Config struct {
 	Compute ComputeModel
 	// TPSize is the tensor-parallel size (default Model.TPSize, else 1).
 	TPSize int
+	// PPSize is the pipeline-parallel size of a push prefill engine
+	// (default 1): PPSize stages of TPSize ranks, each stage's ranks
+	// holding their share of the layers and writing those into decode.
+	// Pull and decode engines refuse more than 1.
+	PPSize int
 	// NumBlocks is the number of KV blocks per rank (default 512).
 	NumBlocks int
 	// HTTPAddr is the HTTP listen address (default "127.0.0.1:0").
@@ -255,6 +260,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TPSize < 1 || (c.TPSize <= m.KVHeads && m.KVHeads%c.TPSize != 0) || (c.TPSize > m.KVHeads && c.TPSize%m.KVHeads != 0) {
 		return c, fmt.Errorf("engine: Config.TPSize is %d, must divide the model's %d KV heads or be a multiple of them", c.TPSize, m.KVHeads)
 	}
+	if err := c.checkPP(); err != nil {
+		return c, err
+	}
 	if c.ServedModelName == "" {
 		c.ServedModelName = m.Name
 	}
@@ -323,7 +331,7 @@ const (
 func (c *Config) geometry() descriptors.Geometry {
 	m := c.Model
 	return descriptors.Geometry{Layers: m.Layers, KVHeads: m.KVHeads, HeadDim: m.HeadDim, DType: m.DType, ElemBytes: m.DTypeBytes,
-		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, KVPacked: c.Protocol == ProtocolVLLM, Groups: m.Groups}
+		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, PPSize: c.PPSize, KVPacked: c.Protocol == ProtocolVLLM, Groups: m.Groups}
 }
 
 // engineConfig returns the connector engine's configuration.

@@ -82,13 +82,16 @@ func hashRow(row []byte) uint64 {
 func visitRows(l *descriptors.Layout, mem []byte, blocks []int, f func(row []byte, region, head, t int)) {
 	bl, rl, hb, bs := int(l.BlockLen()), int(l.RegionLen()), l.HeadBytes, l.BlockSize
 	first := l.FirstHead()
+	// A pipeline stage's regions are its own layers': f sees the model's
+	// region index, so a stage's content is the whole model's there.
+	shift := l.FirstLayer * l.NumRegions() / l.NumLayers
 	for region := range l.NumRegions() {
 		for bi, blk := range blocks {
 			base := region*rl + blk*bl
 			for hh := range l.KVHeads {
 				for tok := range bs {
 					off := base + (hh*bs+tok)*hb
-					f(mem[off:off+hb], region, first+hh, bi*bs+tok)
+					f(mem[off:off+hb], region+shift, first+hh, bi*bs+tok)
 				}
 			}
 		}
