@@ -108,7 +108,7 @@ func start(cfg EngineConfig, conn engine.Connector) (*Engine, error) {
 	core, err := engine.Start(engine.Config{
 		Protocol: string(cfg.Protocol), VLLM: v,
 		EngineID: cfg.EngineID, ListenAddr: cfg.ListenAddr, AdvertiseHost: cfg.AdvertiseHost,
-		Model: cfg.Model, Geometry: g, DType: g.DType, TPSize: g.TPSize, BlockSize: g.BlockSize,
+		Model: cfg.Model, Geometry: g, DType: g.DType, TPSize: g.TPSize, PPSize: g.PPSize, BlockSize: g.BlockSize,
 		KVLayout: cfg.KVLayout, HandshakeTimeout: cfg.HandshakeTimeout, Clock: clk, Logger: cfg.Logger,
 	}, conn)
 	if err != nil {

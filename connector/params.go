@@ -15,4 +15,9 @@ type TransferParams struct {
 	RemotePort      int    `json:"remote_port"`
 	// TPSize is the prefill engine's tensor-parallel size.
 	TPSize int `json:"tp_size"`
+	// RemoteGroupBlockIDs are the prefill rank's block ids per KV-cache
+	// group, for a grouped layout (RequestFinishedGroups); RemoteBlockIDs
+	// is then nil. The connectors' Params write them as vLLM does, a list
+	// of lists under remote_block_ids, and read either form back.
+	RemoteGroupBlockIDs [][]int `json:"-"`
 }

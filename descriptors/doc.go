@@ -36,6 +36,13 @@
 // docs/model-shapes.md says which model shape maps across which TP sizes
 // and block sizes.
 //
+// A pipeline-parallel engine's rank holds one stage's layers: its Layout
+// says which (PPRank, PPSize, FirstLayer, ModelLayers; all zero without
+// pipeline parallelism, and then not on the wire), [Geometry.StageLayout]
+// builds it, and the mapping functions pair a stage with a layout of every
+// layer on the layers both hold, each into the same model layer.
+// [CheckStages] tells whether an engine's stages cover the model once.
+//
 // The package is pure Go, does no I/O and keeps no state; every function is
 // safe for concurrent use.
 package descriptors

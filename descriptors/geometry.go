@@ -40,6 +40,12 @@ type Geometry struct {
 	// geometries with groups are equal under == only when they share the
 	// list, so compare them with reflect.DeepEqual.
 	Groups *[]GroupGeometry
+	// PPSize is the number of pipeline-parallel stages (0 or 1: none).
+	// With more, Layers is the whole model's and each stage's ranks hold
+	// a contiguous range of them: build a rank's layout with
+	// [Geometry.StageLayout] ([Geometry.StageLayers] says which layers).
+	// Not with Groups.
+	PPSize int
 }
 
 // DTypeBytes returns the size in bytes of one element of the named type. It
@@ -222,6 +228,9 @@ func (g Geometry) Validate() error {
 		return invalidf("Geometry.HeadDim %d x %d bytes is %d bytes per head, want <= %d",
 			g.HeadDim, g.elemBytes(), uint64(g.HeadDim)*uint64(g.elemBytes()), maxField)
 	}
+	if err := g.validateStages(); err != nil {
+		return err
+	}
 	if len(g.groups()) > 0 {
 		if err := g.validateGroups(); err != nil {
 			return err
@@ -309,6 +318,9 @@ func (g Geometry) layoutArgs(mem nixl.MemType, tpRank int) error {
 	if err := g.Validate(); err != nil {
 		return err
 	}
+	if g.PPSize > 1 {
+		return invalidf("Geometry.PPSize is %d: a rank holds one stage's layers, build its layout with StageLayout", g.PPSize)
+	}
 	if mem < nixl.DRAM || mem > nixl.FILE {
 		return invalidf("mem %v is not a NIXL memory type", mem)
 	}
@@ -355,6 +367,9 @@ func (g Geometry) finish(l *Layout) error {
 func (g Geometry) Check(l Layout) error {
 	if err := g.Validate(); err != nil {
 		return err
+	}
+	if g.PPSize > 1 || l.PPSize > 1 {
+		return g.checkStage(l)
 	}
 	switch {
 	case l.MLA != g.MLA:

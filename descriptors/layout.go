@@ -94,6 +94,17 @@ type Layout struct {
 	// (an MLA group says it) and every region must belong to a group.
 	// Omitted on the wire when nil.
 	Groups []Group `msgpack:"groups,omitempty"`
+	// PPRank and PPSize are the rank's pipeline-parallel stage and the
+	// engine's number of stages (0 means 1: no pipeline parallelism).
+	// A stage holds the model's layers [FirstLayer, FirstLayer+NumLayers)
+	// of ModelLayers (0 means NumLayers), and Regions are those layers'
+	// only, in the same order as a whole layout's. All four are omitted
+	// on the wire when zero, so a layout without pipeline parallelism
+	// encodes as before they existed. Not with Groups.
+	PPRank      int `msgpack:"pp_rank,omitempty"`
+	PPSize      int `msgpack:"pp_size,omitempty"`
+	FirstLayer  int `msgpack:"first_layer,omitempty"`
+	ModelLayers int `msgpack:"model_layers,omitempty"`
 }
 
 // Block orders of [Layout.Order]: vLLM's legacy names of the head-major

@@ -50,7 +50,7 @@ func MapCoalesced(src, dst *Layout, req Request) (Transfer, Stats, error) {
 	n := p.walk(true, nil, nil)
 	t := p.build(true, n)
 	t.regionPairs = -1
-	regions := len(src.Regions)
+	regions := len(p.src.Regions) // a stage's view: the layers both hold
 	return t, Stats{Before: p.perRegion() * regions, After: n * regions}, nil
 }
 
@@ -71,6 +71,6 @@ func MapCoalescedInto(buf *Transfer, src, dst *Layout, req Request) (Stats, erro
 	n := p.walk(true, nil, nil)
 	p.fill(buf, true, n)
 	buf.regionPairs = -1
-	regions := len(src.Regions)
+	regions := len(p.src.Regions) // a stage's view: the layers both hold
 	return Stats{Before: p.perRegion() * regions, After: n * regions}, nil
 }

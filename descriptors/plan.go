@@ -45,6 +45,8 @@ func newPlan(src, dst *Layout, req Request) (plan, error) {
 	if err := refuseGroups(src, dst); err != nil {
 		return p, err
 	}
+	// A pipeline stage moves only the layers both sides hold.
+	src, dst = stageViews(src, dst)
 	if err := p.pair(src, dst); err != nil {
 		return p, err
 	}

@@ -131,8 +131,14 @@ func compatibleSingle(src, dst *Layout) error {
 		return differ("MLA", src.MLA, dst.MLA)
 	case src.KVPacked != dst.KVPacked:
 		return differ("KVPacked", src.KVPacked, dst.KVPacked)
-	case src.NumLayers != dst.NumLayers:
+	case src.whole() && dst.whole() && src.NumLayers != dst.NumLayers:
 		return differ("NumLayers", src.NumLayers, dst.NumLayers)
+	case !src.whole() || !dst.whole():
+		if err := compatibleStages(src, dst); err != nil {
+			return err
+		}
+	}
+	switch {
 	case src.DType != dst.DType:
 		return differ("DType", src.DType, dst.DType)
 	case src.HeadBytes != dst.HeadBytes:

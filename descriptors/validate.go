@@ -118,6 +118,9 @@ func (l *Layout) check() error {
 	if err := l.checkOrder(); err != nil {
 		return err
 	}
+	if err := l.checkStage(); err != nil {
+		return err
+	}
 	if len(l.Groups) > 0 {
 		return l.checkGrouped()
 	}

@@ -65,6 +65,14 @@ func (l *Layout) DecodeMsgpack(dec *msgpack.Decoder) error {
 			field = &out.TPSize
 		case "order":
 			field = &out.Order
+		case "pp_rank":
+			field = &out.PPRank
+		case "pp_size":
+			field = &out.PPSize
+		case "first_layer":
+			field = &out.FirstLayer
+		case "model_layers":
+			field = &out.ModelLayers
 		case "groups":
 			if out.Groups, err = decodeGroups(dec); err != nil {
 				return err

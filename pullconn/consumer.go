@@ -101,10 +101,14 @@ type waiter struct {
 
 // load is one request on its way through a decode rank.
 type load struct {
-	id       string
-	p        Params
-	hold     uint64 // p.holdKey()
-	local    []int
+	id    string
+	p     Params
+	hold  uint64 // p.holdKey()
+	local []int
+	// groups are the decode lists of a grouped load (LoadGroups), one
+	// per KV-cache group; local then holds them flattened, for the
+	// recompute policy's invalid blocks and the "nothing to read" check.
+	groups   [][]int
 	key      string
 	r        *remote
 	deadline time.Time
@@ -224,11 +228,28 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 // only the completions are sent. Invalid arguments and a request id still
 // loading are refused with an error and change nothing.
 func (c *Consumer) Load(requestID string, p Params, localBlocks []int) error {
+	if len(c.cfg.Layout.Groups) > 0 {
+		c.rejects.Inc()
+		return invalidf("request %q: the layout has %d KV-cache groups: use LoadGroups", requestID, len(c.cfg.Layout.Groups))
+	}
+	if p.RemoteGroupBlockIDs != nil {
+		if len(p.RemoteGroupBlockIDs) != 1 || p.RemoteBlockIDs != nil {
+			c.rejects.Inc()
+			return invalidf("request %q: Params.RemoteBlockIDs has %d KV-cache groups, the layout one: use a grouped layout and LoadGroups", requestID, len(p.RemoteGroupBlockIDs))
+		}
+		// vLLM's Params list one group as a list of one list.
+		p.RemoteBlockIDs, p.RemoteGroupBlockIDs = p.RemoteGroupBlockIDs[0], nil
+	}
 	l, err := c.newLoad(requestID, &p, localBlocks)
 	if err != nil {
 		c.rejects.Inc()
 		return err
 	}
+	return c.startLoad(requestID, p, l)
+}
+
+// startLoad queues a checked load.
+func (c *Consumer) startLoad(requestID string, p Params, l *load) error {
 	if c.cfg.Inline {
 		c.wmu.Lock()
 		defer c.wmu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
 )
 
@@ -63,6 +64,18 @@ func (p *Params) holdKey() uint64 {
 	mix(uint64(len(p.RemoteBlockIDs)))
 	for _, b := range p.RemoteBlockIDs {
 		mix(uint64(b))
+	}
+	if p.RemoteGroupBlockIDs != nil {
+		// Grouped Params: every list and its length, and the tokens they
+		// cover (single-group keys are digested as they always were).
+		mix(uint64(len(p.RemoteGroupBlockIDs)) + 1<<32)
+		for _, ids := range p.RemoteGroupBlockIDs {
+			mix(uint64(len(ids)))
+			for _, b := range ids {
+				mix(uint64(b))
+			}
+		}
+		mix(uint64(p.NumTokens))
 	}
 	mix(math.Float64bits(p.RemoteBlocksExpiryTime))
 	mix(p.RemoteHoldNonce)
@@ -133,6 +146,16 @@ func (p *Params) Validate() error {
 	for i, b := range p.RemoteBlockIDs {
 		if b < 0 || b > maxBlockID {
 			return invalidf("Params.RemoteBlockIDs[%d] is %d, want 0..%d", i, b, maxBlockID)
+		}
+	}
+	if len(p.RemoteGroupBlockIDs) > descriptors.MaxGroups {
+		return invalidf("Params.RemoteBlockIDs has %d KV-cache group lists, limit %d", len(p.RemoteGroupBlockIDs), descriptors.MaxGroups)
+	}
+	for g, ids := range p.RemoteGroupBlockIDs {
+		for i, b := range ids {
+			if b < 0 || b > maxBlockID {
+				return invalidf("Params.RemoteBlockIDs[%d][%d] is %d, want 0..%d", g, i, b, maxBlockID)
+			}
 		}
 	}
 	return nil

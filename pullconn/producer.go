@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
@@ -108,15 +109,32 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 // (it could not travel in a heartbeat) or a block id outside the layout is
 // refused with an error and changes nothing.
 func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, error) {
-	if requestID == "" || len(requestID) > notif.MaxIDLen || strings.IndexByte(requestID, ',') >= 0 {
-		return Params{}, invalidf("request id %q: want 1..%d bytes without ','", requestID, notif.MaxIDLen)
+	if err := p.checkFinished(requestID); err != nil {
+		return Params{}, err
+	}
+	if len(p.cfg.Layout.Groups) > 0 {
+		return Params{}, invalidf("request %q: the layout has %d KV-cache groups: use RequestFinishedGroups", requestID, len(p.cfg.Layout.Groups))
 	}
 	for i, b := range blockIDs {
 		if b < 0 || b >= p.cfg.Layout.NumBlocks {
 			return Params{}, invalidf("request %q: blockIDs[%d] is %d, layout has %d blocks", requestID, i, b, p.cfg.Layout.NumBlocks)
 		}
 	}
-	blocks := append([]int(nil), blockIDs...)
+	return p.requestFinished(requestID, append([]int(nil), blockIDs...), nil, 0)
+}
+
+// checkFinished checks a request id given to RequestFinished or
+// RequestFinishedGroups.
+func (p *Producer) checkFinished(requestID string) error {
+	if requestID == "" || len(requestID) > notif.MaxIDLen || strings.IndexByte(requestID, ',') >= 0 {
+		return invalidf("request id %q: want 1..%d bytes without ','", requestID, notif.MaxIDLen)
+	}
+	return nil
+}
+
+// requestFinished holds a checked request: blocks for one group, or
+// groups (blocks then nil) with the tokens they cover.
+func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]int, tokens int) (Params, error) {
 	p.mu.Lock()
 	closed, held := p.closed, p.holds.reqs[requestID] != nil
 	p.mu.Unlock()
@@ -127,7 +145,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 	if p.stage != nil && !held {
 		// Gathered before the hold starts: a failed gather leaves nothing
 		// held. The blocks are the engine's finished ones and do not move.
-		i, staged, err := p.gather(requestID, blocks)
+		gather := func() (int, bool, error) { return p.gather(requestID, blocks) }
+		if groups != nil {
+			gather = func() (int, bool, error) { return p.gatherGroups(requestID, groups) }
+		}
+		i, staged, err := gather()
 		if err != nil {
 			return Params{}, err
 		}
@@ -142,7 +164,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		return Params{}, errClosed
 	}
 	now := p.cfg.Clock.Now()
-	err := p.holds.finish(requestID, blocks, now)
+	ids := blocks
+	if groups != nil {
+		ids = groupids.Flatten(groups)
+	}
+	err := p.holds.finish(requestID, ids, now)
 	if err == nil {
 		p.holds.reqs[requestID].made = time.Now()
 	}
@@ -175,6 +201,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, er
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
 		RemoteStagingSlot:      slot,
 		RemoteHoldNonce:        nonce,
+	}
+	if groups != nil {
+		params.RemoteBlockIDs, params.RemoteGroupBlockIDs, params.NumTokens = nil, groupids.Copy(groups), tokens
 	}
 	if p.e.core.VLLM() {
 		// In vLLM's protocol the deadline is on the side channel's clock,

@@ -242,10 +242,12 @@ func (c *Consumer) post(l *load) {
 		c.fail(l, invalidf("request %q: Params.TPSize is %d, engine %q has TP size %d", l.id, l.p.TPSize, set.payload.EngineID, set.payload.TPSize))
 		return
 	}
-	cached, err := cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local))
-	if err != nil {
-		c.fail(l, err)
-		return
+	var cached int // a grouped load's lists are suffixes: no count to work out
+	if l.groups == nil {
+		if cached, err = cachedBlocks(&l.p, set.payload.BlockSize, c.cfg.Layout.BlockSize, len(l.local)); err != nil {
+			c.fail(l, err)
+			return
+		}
 	}
 	req := descriptors.Request{SrcBlocks: l.p.RemoteBlockIDs, DstBlocks: l.local, DstCached: cached}
 	hold, guarded := c.holdDeadline(l)
@@ -263,7 +265,7 @@ func (c *Consumer) post(l *load) {
 		var scatter bool
 		var plan staging.ReadPlan
 		var blocks *staging.BlockCopy
-		same := c.pool != nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
+		same := c.pool != nil && l.groups == nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
 			len(l.p.RemoteBlockIDs)-cached == len(l.local)
 		if same {
 			// Whole blocks one to one: a staged READ needs no mapping
@@ -274,7 +276,7 @@ func (c *Consumer) post(l *load) {
 		}
 		tr := &c.scratch
 		if !scatter {
-			if _, err := descriptors.MapCoalescedInto(tr, src, &c.cfg.Layout, req); err != nil {
+			if err := c.mapInto(tr, l, src, req); err != nil {
 				c.fail(l, fmt.Errorf("%w: request %q from prefill rank %d: %v", errInvalid, l.id, s, err))
 				return
 			}

@@ -26,7 +26,11 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, descs in
 		return false, staging.ReadPlan{}, nil
 	}
 	remote, err := pr.Staging.Slot(*l.p.RemoteStagingSlot)
-	if err != nil || staging.SrcImageSize(&pr.Layout, len(l.p.RemoteBlockIDs)) > pr.Staging.SlotBytes {
+	size := staging.SrcImageSize(&pr.Layout, len(l.p.RemoteBlockIDs))
+	if l.groups != nil {
+		size, err = staging.GroupImageSize(&pr.Layout, l.p.RemoteGroupBlockIDs)
+	}
+	if err != nil || size > pr.Staging.SlotBytes {
 		// Not a slot that prefill's image fits: it cannot have gathered there.
 		return false, staging.ReadPlan{}, nil
 	}
@@ -52,7 +56,12 @@ func (c *Consumer) stagedRead(l *load, s int, tr *descriptors.Transfer, descs in
 		return true, plan, &sc
 	}
 	planStart := time.Now()
-	plan, err := c.planner.PlanRead(tr, &pr.Layout, &c.cfg.Layout, l.p.RemoteBlockIDs, remote, part)
+	var plan staging.ReadPlan
+	if l.groups != nil {
+		plan, err = c.planner.PlanReadGroups(tr, &pr.Layout, &c.cfg.Layout, l.p.RemoteGroupBlockIDs, remote, part)
+	} else {
+		plan, err = c.planner.PlanRead(tr, &pr.Layout, &c.cfg.Layout, l.p.RemoteBlockIDs, remote, part)
+	}
 	c.stage.Planned(planStart)
 	if err != nil {
 		return c.readBlocks(l, err)

@@ -12,6 +12,15 @@ import (
 func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 	l := &p.cfg.Layout
 	size := staging.SrcImageSize(l, len(blocks))
+	return p.gatherInto(id, size, runs(blocks)*len(l.Regions), len(blocks) > 0, func(base uint64) error {
+		return p.stage.CopyBlocks(p.cfg.Staging.Copier, staging.SrcGatherBlocks(l, blocks, base))
+	})
+}
+
+// gatherInto is gather of an image of size bytes that reading directly
+// would take descs descriptors for (some: it has blocks); gatherAt
+// gathers it at base.
+func (p *Producer) gatherInto(id string, size uint64, descs int, some bool, gatherAt func(base uint64) error) (int, bool, error) {
 	tp := p.e.core.Config().TPSize
 	// An engine of several TP ranks stages only when it promised to send
 	// the Params after every rank's RequestFinished: else one rank's
@@ -19,8 +28,8 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 	// gathered into its slot, and decode would read what the slot held
 	// before. Direct READs need no such order: the blocks hold the KV
 	// once the forward pass ends.
-	want := (tp == 1 || p.cfg.ParamsAfterAllRanks) && len(blocks) > 0 && size <= p.cfg.Staging.SlotBytes &&
-		p.model.Choose(runs(blocks)*len(l.Regions), size, 1) == staging.Staged
+	want := (tp == 1 || p.cfg.ParamsAfterAllRanks) && some && size <= p.cfg.Staging.SlotBytes &&
+		p.model.Choose(descs, size, 1) == staging.Staged
 	i, staged := p.e.slots.decide(id, tp, want)
 	if !staged {
 		if want {
@@ -34,7 +43,7 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 		return 0, false, fmt.Errorf("%w: request %q: an image of %d bytes does not fit a staging slot of %d", errStaging, id, size, p.cfg.Staging.SlotBytes)
 	}
 	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
-	if err := p.stage.CopyBlocks(p.cfg.Staging.Copier, staging.SrcGatherBlocks(l, blocks, base)); err != nil {
+	if err := gatherAt(base); err != nil {
 		p.e.slots.release(i)
 		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", errStaging, id, i, err)
 	}

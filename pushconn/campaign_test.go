@@ -51,6 +51,10 @@ type campaignFigures struct {
 	// copies of earlier completions delivered to them; regCopies: PUSH_REGs
 	// delivered a second time.
 	seqless, reused, completionCopies, regCopies int
+	// cancelTimeouts: failed requests whose blocks decode released at
+	// CancelTimeout without every prefill rank's answer (the documented
+	// remaining risk: a rank still alive may write after that).
+	cancelTimeouts int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -60,6 +64,7 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.reused += o.reused
 	f.completionCopies += o.completionCopies
 	f.regCopies += o.regCopies
+	f.cancelTimeouts += o.cancelTimeouts
 	f.done += o.done
 	f.failed += o.failed
 	f.aborted += o.aborted
@@ -198,6 +203,8 @@ type campaignOpts struct {
 	// of a plain completion would count for the new request: the gap
 	// docs/vllm.md names).
 	vllm bool
+	// pp runs prefill in pp pipeline stages of preTP ranks each.
+	pp int
 }
 
 func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignOpts) campaignFigures {
@@ -218,7 +225,7 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	}
 	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
-		preTP: preTP, decTP: decTP, numBlocks: campaignBlocks, clock: lease.SystemClock{},
+		preTP: preTP, decTP: decTP, prePP: o.pp, numBlocks: campaignBlocks, clock: lease.SystemClock{},
 		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm,
 		rank: func(c *Config) {
 			c.Logger = logger
@@ -335,8 +342,8 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 			dfree = append(dfree, q.dblocks...)
 			return nil
 		}
-		for j := range preTP {
-			fill(t, r.preLayout[j], q.pblocks, q.n, nb*16)
+		for j := range r.preLayout {
+			fillStage(t, r.preLayout[j], q.pblocks, q.n, nb*16) // fill, a stage's layers at their model regions
 		}
 		q.regAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		q.finAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
@@ -418,7 +425,7 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		if disconnected == "" && rng.IntN(4000) == 0 {
 			disconnected = r.decAgents[rng.IntN(decTP)].Name()
 			if rng.IntN(2) == 0 {
-				disconnected = r.preAgents[rng.IntN(preTP)].Name()
+				disconnected = r.preAgents[rng.IntN(len(r.preAgents))].Name()
 			}
 			require.NoError(t, r.fabric.Disconnect(disconnected))
 			disconnectUntil = now.Add(5 * time.Millisecond)
@@ -541,7 +548,7 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 					retries = append(retries, q) // the proxy retries it under new suffixes
 				}
 			}
-			if !q.prefillFreed && len(q.frees) == preTP {
+			if !q.prefillFreed && len(q.frees) == len(r.producers) {
 				q.prefillFreed = true
 				pfree = append(pfree, q.pblocks...)
 			}
@@ -568,7 +575,7 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		if len(q.results) < decTP {
 			fig.missingResults++
 		}
-		if len(q.frees) < preTP {
+		if len(q.frees) < len(r.producers) {
 			fig.missingFrees++
 		}
 		t.Logf("left: %+v", *q)
@@ -594,6 +601,9 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		if q.reuses != nil {
 			fig.reused++
 		}
+	}
+	for _, c := range r.consumers {
+		fig.cancelTimeouts += int(extra(t, c.Stats(), "cancel_timeouts"))
 	}
 	net.mu.Lock()
 	fig.regCopies = net.regCopies
@@ -647,7 +657,7 @@ func duplicate(r *rig, q *creq, coords Prefill) {
 		msg, err := pushwire.EncodeRegistration(&pushwire.Registration{
 			RequestID: q.decID, DecodeEngineID: r.dec.ID(), DecodeHost: r.dec.Host(), DecodePort: r.dec.Port(),
 			DecodeTPSize: r.dec.Geometry().TPSize, LocalBlockIDs: [][]int{q.dblocks}, RemoteEngineID: coords.EngineID,
-			RemoteHost: coords.Host, RemotePort: coords.Port, RemoteTPSize: coords.TPSize, RemotePPSize: 1,
+			RemoteHost: coords.Host, RemotePort: coords.Port, RemoteTPSize: coords.TPSize, RemotePPSize: coords.PPSize,
 			TransferID: q.tid, DecodeIncarnation: c.incarnation, Seq: seq,
 		})
 		if err != nil {

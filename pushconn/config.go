@@ -102,6 +102,9 @@ type rankConfig struct {
 // newRankConfig validates cfg for a rank of e (a Producer when prefill)
 // and fills its defaults.
 func newRankConfig(e *pushEngine, cfg Config, prefill bool) (rankConfig, error) {
+	if err := checkStageRank(&cfg, prefill); err != nil {
+		return rankConfig{}, err
+	}
 	r, err := engine.Public.Rank(&cfg.RankConfig, e.core)
 	if err != nil {
 		return rankConfig{}, err

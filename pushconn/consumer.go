@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
@@ -43,10 +42,8 @@ func (p Prefill) validate() error {
 		return invalidf("Prefill.Port is %d, want 1..65535", p.Port)
 	case p.TPSize < 1:
 		return invalidf("Prefill.TPSize is %d, want >= 1", p.TPSize)
-	case p.PPSize != 1:
-		// The handshake payload names one agent per TP rank, so there is
-		// no agent to register with for the other pipeline stages.
-		return invalidf("Prefill.PPSize is %d: only pipeline-parallel size 1 is supported", p.PPSize)
+	case p.PPSize < 1:
+		return invalidf("Prefill.PPSize is %d, want >= 1", p.PPSize)
 	}
 	return nil
 }
@@ -189,6 +186,9 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
 		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	}
+	if len(c.cfg.Layout.Groups) > 0 {
+		return invalidf("request %q: the layout has %d KV-cache groups: use RegisterGroups", requestID, len(c.cfg.Layout.Groups))
+	}
 	for i, id := range blockIDs {
 		if id < 0 || id >= c.cfg.Layout.NumBlocks {
 			return invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, c.cfg.Layout.NumBlocks-1)
@@ -196,9 +196,13 @@ func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, o
 	}
 	// The background goroutine encodes the block ids after Register
 	// returned, when the engine may have reused its slices: keep copies.
-	// PUSH_REG carries one list per KV-cache group; this connector maps
-	// one group.
-	blocks := [][]int{append([]int{}, blockIDs...)}
+	// PUSH_REG carries one list per KV-cache group: one list here.
+	return c.register(requestID, prefill, [][]int{append([]int{}, blockIDs...)}, o)
+}
+
+// register starts a checked request: blocks are its lists, one per
+// KV-cache group, the connector's own copies.
+func (c *Consumer) register(requestID string, prefill Prefill, blocks [][]int, o requestOpts) error {
 	r := &decodeReq{id: requestID, transferID: o.transferID, prefill: prefill, blocks: blocks}
 	c.mu.Lock()
 	if c.closed {
@@ -438,16 +442,9 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 // loads the metadata of the ranks that will write here and returns their
 // agent names. The sizes a request names are checked by send.
 func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, error) {
-	if pl.PPSize != 1 {
-		return nil, fmt.Errorf("%w: prefill engine %q has PP size %d: only pipeline-parallel size 1 is supported", connector.ErrIncompatible, pf.EngineID, pl.PPSize)
-	}
-	src := &pl.Ranks[0].Layout
-	if err := descriptors.Compatible(src, &c.cfg.Layout); err != nil {
-		return nil, fmt.Errorf("%w: prefill engine %q cannot write into this rank: %v", connector.ErrIncompatible, pf.EngineID, err)
-	}
-	ranks, err := descriptors.Sources(src, &c.cfg.Layout)
+	ranks, err := stageSources(pf.EngineID, pl, &c.cfg.Layout)
 	if err != nil {
-		return nil, fmt.Errorf("%w: prefill engine %q: %v", connector.ErrIncompatible, pf.EngineID, err)
+		return nil, err
 	}
 	if c.engine.vllm() {
 		// vLLM's decode counts pp_size * max(1, prefill TP / decode TP)
@@ -457,11 +454,11 @@ func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, e
 		}
 	}
 	names := make([]string, 0, len(ranks))
-	for _, tp := range ranks {
-		rk := &pl.Ranks[tp]
+	for _, world := range ranks {
+		rk := &pl.Ranks[world]
 		name, err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata)
 		if err != nil {
-			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, tp, err)
+			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, world, err)
 		}
 		names = append(names, name)
 	}

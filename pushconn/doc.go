@@ -10,7 +10,8 @@
 // and handshake client, in push mode); every TP rank then runs, with its own
 // NIXL agent, a Consumer on decode or a Producer on prefill, configured by a
 // Config: connector.RankConfig (what both connectors share) and what only
-// push has. Coordinates(prefill engine) is what the proxy hands decode
+// push has. A pipeline-parallel prefill runs a Producer per TP rank of
+// every stage (see Pipeline-parallel prefill). Coordinates(prefill engine) is what the proxy hands decode
 // before prefill runs.
 //
 // Decode: Consumer.Register(id, prefill coordinates, block ids) returns at
@@ -66,6 +67,36 @@
 //
 // A push engine paired with a pull engine is refused at the handshake, on
 // either side, with an error naming both modes (connector.ErrIncompatible).
+//
+// # Pipeline-parallel prefill
+//
+// A prefill engine whose EngineConfig.Geometry has PPSize n > 1 runs n
+// stages of TP ranks; each rank's Layout is its stage's
+// (descriptors.Geometry.StageLayout: PPRank, PPSize, and the stage's
+// contiguous layers FirstLayer .. FirstLayer+NumLayers-1 of ModelLayers),
+// and it registers and publishes that stage's KV memory only. The
+// handshake payload lists every rank stage by stage (world rank
+// pp rank * TP size + TP rank), and a payload whose stages do not cover
+// the model's layers exactly once, in order, is refused. Decode is never
+// pipeline-parallel (a Consumer of a stage layout is refused): each decode
+// rank sends PUSH_REG (remote_pp_size n) to the ranks of every stage that
+// feed it — descriptors.Sources within each stage — and counts one
+// completion per such rank, n x len(Sources) of them, which is vLLM's
+// pp_size * max(1, prefill TP / decode TP). Each stage's Producer pairs
+// the registration with its own RequestFinished (stages may finish at
+// different times, and each writes as soon as its own has), maps its
+// layers onto decode's same model layers (descriptors.MapCoalesced moves
+// only the layers both hold; TP sizes and block sizes may differ, MLA or
+// not) and notifies "<id>:<TP size>#<seq>" (the number is the TP size
+// with or without stages, as vLLM's world size is its TP group's). A stage that fails sends
+// PUSH_FAIL naming its world rank; the write-safety rule below holds rank
+// by rank, so decode hands the blocks back only once every rank of every
+// stage that got the registration has written, failed or acknowledged
+// the cancel. Coordinates and Params carry the PP size (pp_size); a
+// registration whose remote_pp_size is not the engine's gets PUSH_FAIL
+// "layout". Not supported with a stage: staging (RankConfig.Staging.Mode
+// must be off), KV-cache groups, and vLLM's protocol (NewEngine refuses
+// Geometry.PPSize > 1 there, naming the field).
 //
 // # PUSH_FAIL
 //
@@ -410,8 +441,8 @@
 //
 // # Limits
 //
-// One KV-cache group per request; prefill pipeline-parallel size 1 (the
-// handshake payload names one agent per TP rank). With a prefix hit on
+// One KV-cache group per request; decode pipeline-parallel size 1, and a
+// pipeline-parallel prefill only in gonixl's protocol, unstaged. With a prefix hit on
 // decode and prefill blocks larger than decode's, pass WithTokens to
 // RequestFinished. A failed request's blocks come back only after the
 // prefill ranks answered, or at CancelTimeout (see Write safety).

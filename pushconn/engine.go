@@ -36,13 +36,16 @@ func engineOf(e *connector.Engine) (*pushEngine, error) {
 // by NewEngine): what the proxy hands to Consumer.Register before prefill
 // runs.
 func Coordinates(e *connector.Engine) Prefill {
-	return Prefill{EngineID: e.ID(), Host: e.Host(), Port: e.Port(), TPSize: e.Geometry().TPSize, PPSize: 1}
+	return Prefill{EngineID: e.ID(), Host: e.Host(), Port: e.Port(), TPSize: e.Geometry().TPSize, PPSize: max(e.Geometry().PPSize, 1)}
 }
 
 func (e *pushEngine) ID() string   { return e.core.Config().EngineID }
 func (e *pushEngine) Host() string { return e.core.Host() }
 func (e *pushEngine) Port() int    { return e.core.Port() }
 func (e *pushEngine) TPSize() int  { return e.core.Config().TPSize }
+
+// PPSize returns the engine's pipeline-parallel size (1 without).
+func (e *pushEngine) PPSize() int { return e.core.Config().PPSize }
 
 func (e *pushEngine) addr(host string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))

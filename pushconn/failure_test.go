@@ -292,7 +292,7 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	}{
 		"empty id": {"", pf, []int{1}, "request id must be 1..1024 bytes, got 0"},
 		"block id": {"a", pf, []int{64}, "block 0 is 64, outside 0..63"},
-		"pp":       {"a", Prefill{EngineID: "p", Host: "h", Port: 1, TPSize: 1, PPSize: 2}, []int{1}, "only pipeline-parallel size 1"},
+		"pp":       {"a", Prefill{EngineID: "p", Host: "h", Port: 1, TPSize: 1, PPSize: 0}, []int{1}, "Prefill.PPSize is 0, want >= 1"},
 		"port":     {"a", Prefill{EngineID: "p", Host: "h", Port: 0, TPSize: 1, PPSize: 1}, []int{1}, "Prefill.Port is 0"},
 	} {
 		err := c.Register(tc.id, tc.pf, tc.blocks)

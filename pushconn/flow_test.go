@@ -16,7 +16,7 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 	t.Helper()
 	for i, l := range r.preLayout {
 		_ = i
-		fill(t, l, src, 7, tokens)
+		fillStage(t, l, src, 7, tokens) // fill, at the model regions of a pipeline stage
 	}
 	for _, l := range r.decLayout {
 		zero(t, l, dst)

@@ -89,7 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		stats:    stats.New(),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},
-		world:    e.TPSize(), // times the PP size, which is 1
+		world:    e.TPSize(), // vLLM's "world size" in the completion is the TP group's, with or without PP
 	}
 	p.push = newPushCounters(p.stats)
 	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
@@ -116,7 +116,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		p.poll.Handle(pushwire.CancelPrefix, p.w.onStray)
 	}
 	p.poll.Handle("", p.w.onStray)
-	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.TPRank, "prefill")
+	p.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, p.stats, e.ID(), cfg.Layout.WorldRank(), "prefill")
 	p.poll.Start()
 	return p, nil
 }
@@ -133,6 +133,9 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	if len(blockIDs) == 0 {
 		return Params{}, invalidf("request %q has no blocks", requestID)
 	}
+	if len(p.cfg.Layout.Groups) > 0 {
+		return Params{}, invalidf("request %q: the layout has %d KV-cache groups: use RequestFinishedGroups", requestID, len(p.cfg.Layout.Groups))
+	}
 	for i, id := range blockIDs {
 		if id < 0 || id >= p.cfg.Layout.NumBlocks {
 			return Params{}, invalidf("request %q block %d is %d, outside 0..%d", requestID, i, id, p.cfg.Layout.NumBlocks-1)
@@ -144,6 +147,12 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	// The writer goroutine reads the block ids after this call returned,
 	// when the engine may have reused its slice: the hold keeps a copy.
 	h := &hold{id: requestID, transferID: o.transferID, blocks: append([]int(nil), blockIDs...), tokens: o.tokens, finished: p.now()}
+	return p.hold(h, engine.Public.Params(p.engine.core, requestID, blockIDs).(connector.TransferParams))
+}
+
+// hold takes a checked request h and returns its Params, built on tp.
+func (p *Producer) hold(h *hold, tp connector.TransferParams) (Params, error) {
+	requestID := h.id
 	p.mu.Lock()
 	switch {
 	case p.closed:
@@ -158,11 +167,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 	p.mu.Unlock()
 	p.poll.Wake()
 	return Params{
-		TransferParams: engine.Public.Params(p.engine.core, requestID, blockIDs).(connector.TransferParams),
-		PPSize:         1,
-		NumTokens:      o.tokens,
+		TransferParams: tp,
+		PPSize:         p.engine.PPSize(),
+		NumTokens:      h.tokens,
 		TransferMode:   ModePush,
-		TransferID:     o.transferID,
+		TransferID:     h.transferID,
 	}, nil
 }
 
@@ -251,7 +260,7 @@ func (p *Producer) Close() error {
 		p.w.holds[h.id] = h
 	}
 	p.w.shutdown()
-	p.engine.core.Withdraw(p.cfg.Layout.TPRank)
+	p.engine.core.Withdraw(p.cfg.Layout.WorldRank())
 	err := engine.Deregister(p.cfg.Agent, p.cfg.Layout, &p.cfg.Staging)
 	p.mu.Lock()
 	p.freed = append(p.freed, p.lastFreed...)

@@ -25,6 +25,7 @@ const (
 
 type rigConfig struct {
 	preTP, decTP       int
+	prePP              int // prefill pipeline stages (0: none), preTP ranks each
 	preBlock, decBlock int
 	fabric             []loopback.FabricOption
 	rank               func(*Config) // applied to every rank's config
@@ -90,6 +91,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 		clock = r.clock
 	}
 	pg, dg := testGeometry(rc.preTP, rc.preBlock, rc.numBlocks), testGeometry(rc.decTP, rc.decBlock, rc.numBlocks)
+	pg.PPSize = rc.prePP
 	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
 	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg}
 	if rc.vllm {
@@ -115,6 +117,10 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 			}
 		}
 		l := testLayout(t, tp, rank, block, rc.numBlocks)
+		if side == "prefill" && rc.prePP > 1 {
+			freeLayout(l)
+			l = stageTestLayout(t, pg, rank) // rank is the world rank
+		}
 		if rc.vllm {
 			freeLayout(l)
 			l = packedLayout(t, tp, rank, block, rc.numBlocks)
@@ -126,7 +132,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 		return a, l, cfg
 	}
 	if !rc.noProducers {
-		for i := range rc.preTP {
+		for i := range rc.preTP * max(rc.prePP, 1) {
 			a, l, cfg := mk("prefill", rc.preTP, i, rc.preBlock)
 			if rc.preRank != nil {
 				rc.preRank(&cfg)

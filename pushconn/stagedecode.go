@@ -40,7 +40,7 @@ type stagePart struct {
 // and planning the scatter the first time; nil when r is not staged (no
 // slot free, too large, no blocks). It runs on the poller goroutine.
 func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
-	if c.pool == nil || len(r.blocks) == 0 || len(r.blocks[0]) == 0 {
+	if c.pool == nil || len(r.blocks) != 1 || len(r.blocks[0]) == 0 || p.payload.PPSize > 1 { // one group, one stage only
 		return nil
 	}
 	c.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/lease"
 )
 
@@ -346,7 +347,7 @@ func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 	t.deadlines.Complete(r.id)
 	r.result = connector.Result{RequestID: r.id, Err: err, Start: r.start, End: now}
 	if err != nil && t.recompute && len(r.blocks) > 0 {
-		r.result.InvalidBlocks = append([]int(nil), r.blocks[0]...)
+		r.result.InvalidBlocks = groupids.Flatten(r.blocks) // every group's, in order
 	}
 	if err != nil {
 		if agents := r.waiting(); len(agents) > 0 {

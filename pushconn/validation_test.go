@@ -115,9 +115,9 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 			q.EngineID = ""
 			return c.Register("r", q, []int{1})
 		},
-		"pushconn: invalid argument: Prefill.PPSize is 2: only pipeline-parallel size 1 is supported": func() error {
+		"pushconn: invalid argument: Prefill.PPSize is 0, want >= 1": func() error {
 			q := pf
-			q.PPSize = 2
+			q.PPSize = 0
 			return c.Register("r", q, []int{1})
 		},
 	} {

@@ -24,11 +24,14 @@ type hold struct {
 	id         string
 	transferID string
 	blocks     []int
-	tokens     int
-	finished   time.Time // when RequestFinished took it: the lease counts from here
-	writes     int       // WRITEs started and not yet ended
-	inMatcher  bool      // still waiting for registrations
-	released   bool
+	// groups are a grouped request's lists (RequestFinishedGroups), one
+	// per KV-cache group; blocks is then nil.
+	groups    [][]int
+	tokens    int
+	finished  time.Time // when RequestFinished took it: the lease counts from here
+	writes    int       // WRITEs started and not yet ended
+	inMatcher bool      // still waiting for registrations
+	released  bool
 }
 
 // pendingReg is a registration admitted into the matcher.
@@ -397,6 +400,9 @@ func (w *writer) handshakeDone(s shakeResult) {
 // loads the metadata of the decode ranks it writes into.
 func (w *writer) acceptDecode(de *decodeEngine, pl *handshake.Payload) error {
 	p := w.p
+	if pl.PPSize != 1 {
+		return fmt.Errorf("%w: decode engine %q has PP size %d: pipeline-parallel decode is not supported", connector.ErrIncompatible, de.engineID, pl.PPSize)
+	}
 	dst := &pl.Ranks[0].Layout
 	if err := descriptors.Compatible(&p.cfg.Layout, dst); err != nil {
 		return fmt.Errorf("%w: decode engine %q: %v", connector.ErrIncompatible, de.engineID, err)
@@ -452,13 +458,15 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 	switch {
 	case !ok:
 		p.push.misdirected.Inc()
-		why = fmt.Sprintf("prefill rank %d does not write into decode agent %q", p.cfg.Layout.TPRank, sender)
+		why = fmt.Sprintf("prefill rank %d does not write into decode agent %q", p.cfg.Layout.WorldRank(), sender)
 	case reg.RemoteTPSize != p.engine.TPSize():
 		why = fmt.Sprintf("registration says prefill TP size %d, engine %q has %d", reg.RemoteTPSize, p.engine.ID(), p.engine.TPSize())
+	case reg.RemotePPSize != p.engine.PPSize():
+		why = fmt.Sprintf("registration says prefill PP size %d, engine %q has %d", reg.RemotePPSize, p.engine.ID(), p.engine.PPSize())
 	case reg.DecodeTPSize != de.payload.TPSize:
 		why = fmt.Sprintf("registration says decode TP size %d, its handshake says %d", reg.DecodeTPSize, de.payload.TPSize)
-	case len(reg.LocalBlockIDs) != 1:
-		why = fmt.Sprintf("registration has %d KV-cache groups; this connector maps exactly one", len(reg.LocalBlockIDs))
+	case len(reg.LocalBlockIDs) != len(p.cfg.Layout.GroupList()):
+		why = fmt.Sprintf("registration has %d KV-cache groups, the prefill layout %d", len(reg.LocalBlockIDs), len(p.cfg.Layout.GroupList()))
 	}
 	if why != "" {
 		w.sendFail(sender, reg, pushwire.FailLayout, why)
@@ -574,17 +582,33 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	dstBlocks := pr.reg.LocalBlockIDs[0]
-	if len(dstBlocks) == 0 { // decode holds everything: only say so
+	notifyOnly := func() { // nothing to write: only say so
 		if err := p.cfg.Agent.GenNotif(pr.sender, msg, nil); err != nil {
 			p.stats.FailedNotifications.Inc()
 			w.failWrite(pr, h, pushwire.FailPost, fmt.Errorf("send completion: %w", err))
 			return
 		}
 		w.endWrite(pr, h)
+	}
+	if h.groups == nil && len(dstBlocks) == 0 { // decode holds everything
+		notifyOnly()
 		return
 	}
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
+	if h.groups != nil {
+		// A grouped request: mapped group by group, never staged.
+		if err := w.mapGroups(&w.scratch, pr, h, dst); err != nil {
+			w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
+			return
+		}
+		if w.scratch.Len() == 0 { // decode holds everything this rank has
+			notifyOnly()
+			return
+		}
+		w.post(pr, h, msg, &w.scratch, nil, start)
+		return
+	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
 	// The lists are reused from WRITE to WRITE (only the poller goroutine
 	// runs the writer): agents copy them in CreateXferReq, and a fragmented
@@ -612,6 +636,13 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 		w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
 		return
 	}
+	w.post(pr, h, msg, t, sw, start)
+}
+
+// post posts a mapped WRITE t (or the staged one sw) with completion msg,
+// unless the engine aborted the request meanwhile.
+func (w *writer) post(pr *pendingReg, h *hold, msg []byte, t *descriptors.Transfer, sw *stagedWrite, start time.Time) {
+	p := w.p
 	// Abort waits for postMu: once it returned, no WRITE of the request
 	// starts.
 	p.postMu.Lock()
@@ -896,7 +927,7 @@ func (w *writer) sendFail(sender string, reg *pushwire.Registration, kind pushwi
 	}
 	msg, err := pushwire.EncodeFailure(&pushwire.Failure{
 		RequestID: reg.RequestID, TransferID: reg.TransferID, EngineID: p.engine.ID(),
-		Rank: p.cfg.Layout.TPRank, Kind: kind, Reason: reason, Seq: reg.Seq,
+		Rank: p.cfg.Layout.WorldRank(), Kind: kind, Reason: reason, Seq: reg.Seq,
 	})
 	if err == nil {
 		err = p.cfg.Agent.GenNotif(sender, msg, nil)
@@ -1083,7 +1114,7 @@ func (w *writer) ackEnded(wr *write) {
 func (w *writer) sendAck(de *decodeEngine, to string, c *pushwire.Cancel) {
 	p := w.p
 	msg, err := pushwire.EncodeCancelAck(&pushwire.CancelAck{
-		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.TPRank, Seq: c.Seq,
+		RequestID: c.RequestID, TransferID: c.TransferID, EngineID: p.engine.ID(), Rank: p.cfg.Layout.WorldRank(), Seq: c.Seq,
 	})
 	if err == nil {
 		err = p.cfg.Agent.GenNotif(to, msg, nil)

@@ -97,12 +97,29 @@ var small = preset{
 		"-served-model-name", "small-4l", "-compute-scale", "0.2"},
 }
 
-var presets = map[string]preset{qwen3H200.Name: qwen3H200, small.Name: small}
+// grouped returns the preset of the engine's grouped demo model name
+// ("swa-demo": full attention beside sliding-window layers; "hybrid-demo":
+// attention beside Mamba2 state), on small's grid and links: the sweep of
+// a model whose KV-cache groups the connectors move with their grouped
+// calls.
+func grouped(name, what string) preset {
+	p := small
+	p.Name, p.Description = name, what+", TP 2, 2 GB/s links, 2 µs per descriptor"
+	p.Model, p.Compute, _ = server.Preset(name)
+	p.EngineArgs = []string{"-model", name, "-num-blocks", "2048", "-served-model-name", name}
+	return p
+}
+
+var (
+	swaDemo    = grouped("swa-demo", "full-attention layers beside sliding-window ones (window 128)")
+	hybridDemo = grouped("hybrid-demo", "an attention layer beside two Mamba2 layers")
+	presets    = map[string]preset{qwen3H200.Name: qwen3H200, small.Name: small, swaDemo.Name: swaDemo, hybridDemo.Name: hybridDemo}
+)
 
 func presetByName(name string) (preset, error) {
 	p, ok := presets[name]
 	if !ok {
-		return p, fmt.Errorf("preset %q: want %q or %q", name, qwen3H200.Name, small.Name)
+		return p, fmt.Errorf("preset %q: want %q, %q, %q or %q", name, qwen3H200.Name, small.Name, swaDemo.Name, hybridDemo.Name)
 	}
 	return p, nil
 }

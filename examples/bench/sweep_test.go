@@ -162,7 +162,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	for args, want := range map[string]string{
 		"-request-rate 0": `request rate "0": want a positive number or "inf"`,
 		"-goodput ttft":   `goodput "ttft": want key:milliseconds, e.g. ttft:2000`,
-		"-preset nope":    `preset "nope": want "qwen3-32b-h200" or "small"`,
+		"-preset nope":    `preset "nope": want "qwen3-32b-h200", "small", "swa-demo" or "hybrid-demo"`,
 		"-sweep":          "-sweep needs -result-dir",
 		"-sweep -base-url http://x -result-dir d":                  "-sweep starts its own stacks: drop -base-url",
 		"-preflight -base-url http://127.0.0.1:1":                  "preflight: -engine-urls is required with -base-url (the engines' HTTP base URLs, whose /metrics carry the KV transfer metrics)",

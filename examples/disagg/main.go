@@ -46,6 +46,7 @@ var demoCompute = server.ComputeModel{PrefillBase: 2 * time.Millisecond, Prefill
 	DecodeBase: 4 * time.Millisecond, DecodePerSeq: 50 * time.Microsecond}
 
 type options struct {
+	model       string
 	modes       []string
 	requests    int
 	rate        float64
@@ -57,12 +58,14 @@ type options struct {
 	served      string
 	port        int
 	turns       int
+	prefillPP   int
 	out         io.Writer
 }
 
 func main() {
 	var o options
 	modes := flag.String("modes", "pull,pull-inline,push", "modes to run, in order")
+	flag.StringVar(&o.model, "model", demoModel.Name, "model shape: demo-4l (full attention), swa-demo (full + sliding-window layers) or hybrid-demo (attention + Mamba2 state)")
 	flag.IntVar(&o.requests, "requests", 32, "requests per mode")
 	flag.Float64Var(&o.rate, "rate", 16, "Poisson arrival rate, requests per second (0: all at once)")
 	flag.IntVar(&o.promptWords, "prompt-tokens", 512, "prompt length in tokens (one word each)")
@@ -70,11 +73,18 @@ func main() {
 	flag.StringVar(&o.link, "link", "modeled", `loopback link: "instant" or "modeled" (2 GB/s per link + 50us)`)
 	flag.BoolVar(&o.serve, "serve", false, "keep one stack running (proxy on 127.0.0.1:-port) until interrupted")
 	flag.StringVar(&o.connector, "connector", "pull", "-serve: pull, pull-inline or push")
-	flag.StringVar(&o.served, "served-model-name", demoModel.Name, "the model name clients send (vLLM's flag)")
+	flag.StringVar(&o.served, "served-model-name", "", "the model name clients send (vLLM's flag; default: -model)")
 	flag.IntVar(&o.port, "port", 8192, "-serve: the proxy's port")
 	flag.IntVar(&o.turns, "turns", 0, "run chat conversations of this many turns (-requests of them, -prompt-tokens new words a turn) with bidirectional KV (pull), and without, instead of -modes")
+	flag.IntVar(&o.prefillPP, "prefill-pp", 1, "the prefill engine's pipeline-parallel size (push only; with more than 1 and no -modes, only push runs)")
 	flag.Parse()
 	o.modes = strings.Split(*modes, ",")
+	if o.served == "" {
+		o.served = o.model
+	}
+	if o.prefillPP > 1 && !flagSet("modes") {
+		o.modes = []string{"push"} // pull refuses a pipeline-parallel prefill
+	}
 	o.out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -85,7 +95,11 @@ func main() {
 }
 
 func (o options) stackConfig(mode string) (stackConfig, error) {
-	cfg := stackConfig{Mode: mode, Model: demoModel, Compute: demoCompute, ServedModelName: o.served, TPSize: 2, NumBlocks: 4096}
+	model, compute, err := modelOf(o.model)
+	if err != nil {
+		return stackConfig{}, err
+	}
+	cfg := stackConfig{Mode: mode, Model: model, Compute: compute, ServedModelName: o.served, TPSize: 2, PrefillPPSize: o.prefillPP, NumBlocks: 4096}
 	switch o.link {
 	case "instant":
 		cfg.Link = loopback.Instant()
@@ -159,8 +173,12 @@ func run(ctx context.Context, o options) error {
 	if kind == "loopback" {
 		agentsText += " (link " + o.link + ")"
 	}
-	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (TP 2 each, model %s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
-		demoModel.Name, agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
+	shape := "TP 2 each"
+	if o.prefillPP > 1 {
+		shape = fmt.Sprintf("prefill PP %d x TP 2, decode TP 2", o.prefillPP)
+	}
+	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (%s, model %s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
+		shape, o.model, agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
 	tw := tabwriter.NewWriter(o.out, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tdone\tKV bytes verified\tKV mismatches\tTTFT p50\tTTFT p99\tTPOT p50\tTPOT p99\t")
 	var errs []error
@@ -176,7 +194,11 @@ func run(ctx context.Context, o options) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(o.out, "\nThe same stack as three processes (NIXL agents: -tags nixl; loopback agents cannot cross processes):")
-	for _, c := range threeCommands("pull") {
+	conn := "pull"
+	if o.prefillPP > 1 {
+		conn = "push"
+	}
+	for _, c := range threeCommands(conn, o.model, o.prefillPP) {
 		fmt.Fprintln(o.out, "  "+c)
 	}
 	return errors.Join(errs...)
@@ -230,13 +252,28 @@ func serveLogger(w io.Writer) *zap.Logger {
 }
 
 // threeCommands are the command lines that run the demo's stack as three
-// processes.
-func threeCommands(connector string) []string {
+// processes; prefillPP > 1 runs the prefill engine in that many pipeline
+// stages.
+func threeCommands(connector, preset string, prefillPP int) []string {
 	model := fmt.Sprintf("-model qwen2.5-7b -layers %d -kv-heads %d -head-dim %d -tp %d -served-model-name %s",
 		demoModel.Layers, demoModel.KVHeads, demoModel.HeadDim, demoModel.TPSize, demoModel.Name)
+	if preset != "" && preset != demoModel.Name {
+		model = "-model " + preset // the engine's preset of the same name
+	}
+	pp := ""
+	if prefillPP > 1 {
+		pp = fmt.Sprintf(" -pp %d", prefillPP)
+	}
 	return []string{
-		fmt.Sprintf("go run -tags nixl ./examples/engine -role prefill -connector %s %s -port 8100 -side-channel-port 5600", connector, model),
+		fmt.Sprintf("go run -tags nixl ./examples/engine -role prefill -connector %s %s%s -port 8100 -side-channel-port 5600", connector, model, pp),
 		fmt.Sprintf("go run -tags nixl ./examples/engine -role decode -connector %s %s -port 8200 -side-channel-port 5601", connector, model),
 		"go run ./examples/proxy -prefill 127.0.0.1:8100 -decode 127.0.0.1:8200 -port 8192",
 	}
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -161,3 +161,27 @@ func TestFiveHundredConcurrentRequests(t *testing.T) {
 		})
 	}
 }
+
+// -prefill-pp 2: a push prefill of 2 pipeline stages x TP 2 into decode TP
+// 2, every request done with its KV verified; pull refuses it by name.
+func TestMainJobPipelinePrefill(t *testing.T) {
+	var out bytes.Buffer
+	o := options{modes: []string{"push"}, requests: 6, rate: 0, promptWords: 64, maxTokens: 4, link: "modeled", served: demoModel.Name, prefillPP: 2, out: &out}
+	require.NoError(t, run(context.Background(), o))
+	text := out.String()
+	assert.Contains(t, text, "prefill PP 2 x TP 2, decode TP 2")
+	var row []string
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "push" {
+			row = f
+		}
+	}
+	require.NotEmpty(t, row, text)
+	assert.Equal(t, "6/6", row[1])
+	assert.NotEqual(t, "0", row[2], "KV bytes verified")
+	assert.Equal(t, "0", row[3], "KV mismatches")
+	assert.Contains(t, text, "-role prefill -connector push")
+	assert.Contains(t, text, " -pp 2 -port 8100")
+	o.modes = []string{"pull"}
+	assert.ErrorContains(t, run(context.Background(), o), `Config.PPSize is 2 with connector "pull": pipeline-parallel prefill needs the push connector`)
+}

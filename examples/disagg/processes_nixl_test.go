@@ -34,13 +34,21 @@ func TestThreeProcesses(t *testing.T) {
 	bin := t.TempDir()
 	_, err := stack.BuildPrograms(context.Background(), bin)
 	require.NoError(t, err)
-	for _, tc := range []struct{ backend, connector, protocol string }{
-		{"UCX", "pull", "gonixl"}, {"UCX", "push", "gonixl"}, {"LIBFABRIC", "pull", "gonixl"},
-		{"UCX", "pull", "vllm"}, {"LIBFABRIC", "pull", "vllm"},
-		{"UCX", "push", "vllm"}, {"LIBFABRIC", "push", "vllm"},
+	for _, tc := range []struct {
+		backend, connector, protocol string
+		prefillPP                    int
+	}{
+		{"UCX", "pull", "gonixl", 1}, {"UCX", "push", "gonixl", 1}, {"LIBFABRIC", "pull", "gonixl", 1},
+		{"UCX", "pull", "vllm", 1}, {"LIBFABRIC", "pull", "vllm", 1},
+		{"UCX", "push", "vllm", 1}, {"LIBFABRIC", "push", "vllm", 1},
+		{"UCX", "push", "gonixl", 2}, // a prefill of 2 pipeline stages x TP 2
 	} {
-		t.Run(tc.backend+"/"+tc.connector+"/"+tc.protocol, func(t *testing.T) {
-			runThreeProcesses(t, bin, tc.backend, tc.connector, tc.protocol)
+		name := tc.backend + "/" + tc.connector + "/" + tc.protocol
+		if tc.prefillPP > 1 {
+			name += fmt.Sprintf("/prefill-pp%d", tc.prefillPP)
+		}
+		t.Run(name, func(t *testing.T) {
+			runThreeProcesses(t, bin, tc.backend, tc.connector, tc.protocol, tc.prefillPP)
 		})
 	}
 }
@@ -100,14 +108,15 @@ func waitHealthy(t *testing.T, url string) {
 	require.NoError(t, stack.WaitHealthy(context.Background(), url, 60*time.Second))
 }
 
-func runThreeProcesses(t *testing.T, bin, backend, connector, protocol string) {
+func runThreeProcesses(t *testing.T, bin, backend, connector, protocol string, prefillPP int) {
 	env := []string{"UCX_NET_DEVICES=lo", "FI_TCP_IFACE=lo", "FI_SOCKETS_IFACE=lo", "NIXL_LOG_LEVEL=ERROR", "UCX_LOG_LEVEL=error", "UCX_ERROR_SIGNALS="}
 	model := []string{"-model", "qwen2.5-7b", "-layers", "4", "-head-dim", "64", "-tp", "2", "-num-blocks", "256",
 		"-served-model-name", demoModel.Name, "-agent", "nixl", "-nixl-backend", backend, "-connector", connector, "-connector-log=false",
 		"-protocol", protocol, "-vllm-version", "0.0.0"}
 	// Every port is 0, a free one the program picks itself and logs (ports
 	// probed first can be taken by another socket before the program binds).
-	prefill := start(t, bin, "engine", env, append(model, "-role", "prefill", "-engine-id", "prefill-p", "-port", "0", "-side-channel-port", "0")...)
+	prefill := start(t, bin, "engine", env, append(model, "-role", "prefill", "-engine-id", "prefill-p", "-port", "0", "-side-channel-port", "0",
+		"-pp", strconv.Itoa(prefillPP))...)
 	decode := start(t, bin, "engine", env, append(model, "-role", "decode", "-engine-id", "decode-p", "-port", "0", "-side-channel-port", "0")...)
 	prefillURL := logged(t, prefill, "ready", "url")
 	decodeURL := logged(t, decode, "ready", "url")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,7 +119,7 @@ func runTurns(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (TP 2 each, model %s), agents: %s; %d chat conversations of %d turns at %g/s, %d new words a turn, %d output tokens\n\n",
-		demoModel.Name, kind, o.requests, o.turns, o.rate, o.promptWords, o.maxTokens)
+		cmp.Or(o.model, demoModel.Name), kind, o.requests, o.turns, o.rate, o.promptWords, o.maxTokens)
 	tw := tabwriter.NewWriter(o.out, 2, 4, 2, ' ', tabwriter.AlignRight)
 	head := "mode\tturns done\tKV bytes verified\tKV mismatches\thistory tokens read back\trecomputed\t"
 	for t := 1; t <= o.turns; t++ {
@@ -148,7 +149,7 @@ func runTurns(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Fprintln(o.out, "Three processes: add -bidirectional-kv-xfer to both engines and to the proxy:")
-	for _, c := range threeCommands("pull") {
+	for _, c := range threeCommands("pull", o.model, 1) {
 		fmt.Fprintln(o.out, "  "+strings.Replace(c, " -port", " -bidirectional-kv-xfer -port", 1))
 	}
 	return errors.Join(errs...)

@@ -84,7 +84,7 @@ func run(args []string) error {
 	attnBackend := fs.String("attn-backend", "FLASH_ATTN", "-protocol vllm: the vLLM peers' attention backend name, for the compatibility hash")
 	vllmModel := fs.String("vllm-model", "", "-protocol vllm: the model string the vLLM peers run (their --model), for the compatibility hash (default: the preset's name)")
 	engineID := fs.String("engine-id", "", "engine id (default: role + random hex)")
-	preset := fs.String("model", "qwen2.5-7b", "model preset: qwen3-32b, llama-3.1-70b, qwen2.5-7b")
+	preset := fs.String("model", "qwen2.5-7b", "model preset: qwen3-32b, llama-3.1-70b, qwen2.5-7b; grouped (gonixl protocol): swa-demo, hybrid-demo")
 	served := fs.String("served-model-name", "", "the model name requests use (default: the preset's)")
 	layers := fs.Int("layers", 0, "override the preset's layer count")
 	kvHeads := fs.Int("kv-heads", 0, "override the preset's KV head count")
@@ -92,6 +92,8 @@ func run(args []string) error {
 	blockSize := fs.Int("block-size", 0, "override the KV block size in tokens")
 	tp := fs.Int("tensor-parallel-size", 0, "TP size (default: the preset's)")
 	fs.IntVar(tp, "tp", 0, "short for -tensor-parallel-size")
+	pp := fs.Int("pipeline-parallel-size", 1, "PP size: stages of TP ranks, each holding its share of the layers (prefill with -connector push only)")
+	fs.IntVar(pp, "pp", 1, "short for -pipeline-parallel-size")
 	numBlocks := fs.Int("num-blocks", server.DefaultNumBlocks, "KV blocks per rank")
 	noCompute := fs.Bool("no-compute", false, "do not sleep for modeled compute")
 	computeScale := fs.Float64("compute-scale", 1, "scale the preset's compute times")
@@ -165,7 +167,7 @@ func run(args []string) error {
 
 	model, compute, ok := server.Preset(*preset)
 	if !ok {
-		return fmt.Errorf("-model %q: want qwen3-32b, llama-3.1-70b or qwen2.5-7b", *preset)
+		return fmt.Errorf("-model %q: want qwen3-32b, llama-3.1-70b, qwen2.5-7b, swa-demo or hybrid-demo", *preset)
 	}
 	for _, o := range []struct {
 		dst *int
@@ -198,7 +200,7 @@ func run(args []string) error {
 		return err
 	}
 	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
-		Model: model, Compute: compute, TPSize: *tp, NumBlocks: *numBlocks,
+		Model: model, Compute: compute, TPSize: *tp, PPSize: *pp, NumBlocks: *numBlocks,
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort, DataParallelIndex: *dpRank,
 		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
@@ -213,7 +215,7 @@ func run(args []string) error {
 	}
 	info := s.Info()
 	log.Info("ready", zap.String("url", s.URL()), zap.String("agents", kind.String()), zap.String("engine_id", info.EngineID),
-		zap.String("role", info.Role), zap.String("connector", info.Connector), zap.String("model", info.Model), zap.Int("tp_size", info.TPSize),
+		zap.String("role", info.Role), zap.String("connector", info.Connector), zap.String("model", info.Model), zap.Int("tp_size", info.TPSize), zap.Int("pp_size", info.PPSize),
 		zap.String("side_channel", net.JoinHostPort(info.SideChannelHost, strconv.Itoa(info.SideChannelPort))))
 
 	var deregister func(context.Context) error

@@ -37,6 +37,9 @@ type Config struct {
 	ServedModelName string
 	// TPSize of both engines (default Model.TPSize, else 1).
 	TPSize int
+	// PrefillPPSize is the prefill engine's pipeline-parallel size
+	// (default 1; more needs mode "push").
+	PrefillPPSize int
 	// NumBlocks per rank of each engine (default the engine's).
 	NumBlocks int
 	// MaxBatch bounds the sequences a decode step runs (default the
@@ -136,7 +139,7 @@ func Start(cfg Config) (_ *Stack, err error) {
 		return s, s.startCollocated(cfg, base)
 	}
 	pc := base
-	pc.Role, pc.EngineID, pc.KVHook = server.RolePrefill, "prefill-0", cfg.KVHook
+	pc.Role, pc.EngineID, pc.KVHook, pc.PPSize = server.RolePrefill, "prefill-0", cfg.KVHook, cfg.PrefillPPSize
 	if s.Prefill, err = server.New(pc); err != nil {
 		return nil, fmt.Errorf("prefill engine: %w", err)
 	}

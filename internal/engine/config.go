@@ -36,6 +36,9 @@ type Config struct {
 	// size in tokens. Every rank's layout must agree.
 	TPSize    int
 	BlockSize int
+	// PPSize is the engine's pipeline-parallel size (default 1): a rank
+	// of stage s holds that stage's layers (descriptors.Layout.PPRank).
+	PPSize int
 	// Geometry, when set, is the engine's KV-cache geometry, which every
 	// rank's layout must be a layout of; DType, TPSize and BlockSize are
 	// then its own.
@@ -65,6 +68,8 @@ func (c *Config) withDefaults() error {
 		return errors.New("EngineConfig.EngineID is empty")
 	case c.TPSize < 1:
 		return fmt.Errorf("EngineConfig.TPSize is %d, want >= 1", c.TPSize)
+	case c.PPSize < 0:
+		return fmt.Errorf("EngineConfig.Geometry.PPSize is %d, want >= 0", c.PPSize)
 	case c.BlockSize < 1:
 		return fmt.Errorf("EngineConfig.BlockSize is %d, want >= 1", c.BlockSize)
 	case c.HandshakeTimeout < 0:
@@ -74,6 +79,7 @@ func (c *Config) withDefaults() error {
 	case c.DType == "":
 		return errors.New("EngineConfig.DType is empty")
 	}
+	c.PPSize = max(c.PPSize, 1)
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:0"
 	}

@@ -137,7 +137,7 @@ func (e *Engine) CheckOpen() error {
 // startGonixl starts e's side channel and handshake client in gonixl's own
 // protocol.
 func startGonixl(e *Engine, cfg Config, conn Connector) error {
-	compat := handshake.Compat{Version: handshake.Version, Model: cfg.Model, DType: cfg.DType, Layout: cfg.KVLayout, Mode: conn.Mode}
+	compat := handshake.Compat{Version: handshake.Version, Model: cfg.Model, DType: cfg.DType, Layout: compatLayout(cfg), Mode: conn.Mode}
 	client, err := handshake.NewClient(cfg.EngineID, compat, cfg.HandshakeTimeout, sidechannel.DefaultMaxFrame)
 	if err != nil {
 		return fmt.Errorf("%w: EngineConfig: %v", conn.ErrInvalid, err)
@@ -145,7 +145,7 @@ func startGonixl(e *Engine, cfg Config, conn Connector) error {
 	client.SetClock(cfg.Clock.Now)
 	e.client = gonixlClient{client}
 	srv, err := handshake.Serve(cfg.ListenAddr, handshake.Engine{
-		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.BlockSize,
+		EngineID: cfg.EngineID, Compat: compat, TPSize: cfg.TPSize, PPSize: cfg.PPSize, BlockSize: cfg.BlockSize,
 	}, handshake.ServerOptions{
 		ServerOptions: sidechannel.ServerOptions{
 			Logger:      cfg.Logger,

@@ -59,6 +59,8 @@ func (e *Engine) CheckRank(agent nixl.Agent, l descriptors.Layout) error {
 		return fmt.Errorf("RankConfig.Layout.TPSize is %d, engine %q has TP size %d", l.TPSize, e.cfg.EngineID, e.cfg.TPSize)
 	case l.BlockSize != e.cfg.BlockSize:
 		return fmt.Errorf("RankConfig.Layout.BlockSize is %d, engine %q has block size %d", l.BlockSize, e.cfg.EngineID, e.cfg.BlockSize)
+	case l.Stages() != e.cfg.PPSize:
+		return fmt.Errorf("RankConfig.Layout.PPSize is %d, engine %q has PP size %d", l.PPSize, e.cfg.EngineID, e.cfg.PPSize)
 	}
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("RankConfig.Layout: %v", err)
@@ -105,19 +107,20 @@ func (e *Engine) Publish(agent nixl.Agent, l descriptors.Layout) (uint64, error)
 // bytes into and out of its slots, and advertises it in the payload. On
 // failure nothing stays registered.
 func (e *Engine) PublishStaged(agent nixl.Agent, l descriptors.Layout, st *staging.Config) (uint64, error) {
-	if err := e.Claim("published", l.TPRank); err != nil {
+	world := l.WorldRank() // the TP rank without pipeline parallelism
+	if err := e.Claim("published", world); err != nil {
 		return 0, err
 	}
 	if err := agent.RegisterMem(l.RegList(), nil); err != nil {
-		e.release("published", l.TPRank)
-		return 0, fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, l.TPRank, err)
+		e.release("published", world)
+		return 0, fmt.Errorf("%s: register KV memory of rank %d: %w", e.name, world, err)
 	}
 	var info *staging.Info
 	if st != nil && st.Enabled() {
 		if err := agent.RegisterMem(st.RegList(), nil); err != nil {
 			_ = agent.DeregisterMem(l.RegList(), nil)
-			e.release("published", l.TPRank)
-			return 0, fmt.Errorf("%s: register staging memory of rank %d: %w", e.name, l.TPRank, err)
+			e.release("published", world)
+			return 0, fmt.Errorf("%s: register staging memory of rank %d: %w", e.name, world, err)
 		}
 		in := st.Info()
 		info = &in
@@ -125,15 +128,15 @@ func (e *Engine) PublishStaged(agent nixl.Agent, l descriptors.Layout, st *stagi
 	inc := NewIncarnation()
 	md, err := agent.LocalMD()
 	if err == nil {
-		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, Agent: agent.Name(), Metadata: md, Layout: l, Incarnation: inc, Staging: info})
+		err = e.server.SetRank(handshake.Rank{TPRank: l.TPRank, PPRank: l.PPRank, Agent: agent.Name(), Metadata: md, Layout: l, Incarnation: inc, Staging: info})
 	}
 	if err != nil {
 		if info != nil {
 			_ = agent.DeregisterMem(st.RegList(), nil)
 		}
 		_ = agent.DeregisterMem(l.RegList(), nil)
-		e.release("published", l.TPRank)
-		return 0, fmt.Errorf("%s: publish rank %d: %w", e.name, l.TPRank, err)
+		e.release("published", world)
+		return 0, fmt.Errorf("%s: publish rank %d: %w", e.name, world, err)
 	}
 	return inc, nil
 }
@@ -172,7 +175,9 @@ func (e *Engine) release(kind string, rank int) {
 }
 
 // Withdraw takes a published rank off the side channel (clients are told
-// to retry until it is published again) and releases its claim.
+// to retry until it is published again) and releases its claim. rank is
+// the world rank, descriptors.Layout.WorldRank (the TP rank without
+// pipeline parallelism).
 func (e *Engine) Withdraw(rank int) {
 	e.server.ClearRank(rank)
 	e.release("published", rank)

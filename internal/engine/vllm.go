@@ -37,6 +37,11 @@ var ErrUnsupported = errors.New("not part of vLLM's protocol")
 // cfg.ListenAddr serving each rank's NixlHandshakePayload, and a client that
 // asks peers' side channels for theirs.
 func startVLLM(e *Engine, cfg Config, conn Connector) error {
+	if cfg.PPSize > 1 {
+		// vLLM's side channel keys ranks by (pp, tp) and a stage's layers
+		// by region names gonixl does not produce: not mapped yet.
+		return fmt.Errorf("%w: EngineConfig.Geometry.PPSize is %d: pipeline-parallel ranks in vLLM's protocol are not supported (use gonixl's protocol)", conn.ErrInvalid, cfg.PPSize)
+	}
 	host, port, err := splitListen(cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("%w: EngineConfig.ListenAddr %q: %v", conn.ErrInvalid, cfg.ListenAddr, err)

@@ -14,7 +14,10 @@ import (
 
 // Rank is one rank's part of the payload.
 type Rank struct {
-	TPRank   int                `msgpack:"tp_rank"`
+	TPRank int `msgpack:"tp_rank"`
+	// PPRank is the rank's pipeline stage; omitted when 0, so a payload
+	// without pipeline parallelism encodes as before.
+	PPRank   int                `msgpack:"pp_rank,omitempty"`
 	Agent    string             `msgpack:"agent"`    // the NIXL agent's name
 	Metadata []byte             `msgpack:"metadata"` // its LocalMD
 	Layout   descriptors.Layout `msgpack:"layout"`
@@ -38,7 +41,8 @@ type Payload struct {
 	TPSize    int    `msgpack:"tp_size"`
 	PPSize    int    `msgpack:"pp_size"`
 	BlockSize int    `msgpack:"block_size"` // tokens per block
-	// Ranks holds one entry per TP rank, Ranks[i].TPRank == i.
+	// Ranks holds one entry per rank, stage by stage: Ranks[i] is TP rank
+	// i % TPSize of stage i / TPSize (descriptors.Layout.WorldRank).
 	Ranks RankList `msgpack:"ranks"`
 	// Confirms says the engine answers confirmations (Hello.Confirm): a
 	// decode rank then asks it, as it posts its READs, to pin the hold they
@@ -104,20 +108,28 @@ func (p *Payload) Validate() error {
 		return fmt.Errorf("payload pp_size is %d, want >= 1", p.PPSize)
 	case p.BlockSize < 1:
 		return fmt.Errorf("payload block_size is %d, want >= 1", p.BlockSize)
-	case len(p.Ranks) != p.TPSize:
+	case p.PPSize > descriptors.MaxPPSize || p.TPSize > MaxRanks:
+		return fmt.Errorf("payload tp_size %d x pp_size %d is above the limit of %d ranks", p.TPSize, p.PPSize, MaxRanks)
+	case p.PPSize == 1 && len(p.Ranks) != p.TPSize:
 		return fmt.Errorf("payload has %d ranks, tp_size is %d", len(p.Ranks), p.TPSize)
+	case len(p.Ranks) != p.TPSize*p.PPSize:
+		return fmt.Errorf("payload has %d ranks, tp_size %d x pp_size %d is %d", len(p.Ranks), p.TPSize, p.PPSize, p.TPSize*p.PPSize)
 	}
 	for i := range p.Ranks {
 		r := &p.Ranks[i]
 		switch {
-		case r.TPRank != i:
+		case r.TPRank != i%p.TPSize:
 			return fmt.Errorf("payload ranks[%d].tp_rank is %d", i, r.TPRank)
+		case r.PPRank != i/p.TPSize:
+			return fmt.Errorf("payload ranks[%d].pp_rank is %d, want %d", i, r.PPRank, i/p.TPSize)
+		case r.Layout.PPRank != r.PPRank || r.Layout.Stages() != p.PPSize:
+			return fmt.Errorf("payload ranks[%d].layout is stage %d of %d, want %d of %d", i, r.Layout.PPRank, r.Layout.Stages(), r.PPRank, p.PPSize)
 		case r.Agent == "":
 			return fmt.Errorf("payload ranks[%d].agent is empty", i)
 		case len(r.Metadata) == 0:
 			return fmt.Errorf("payload ranks[%d].metadata is empty", i)
-		case r.Layout.TPRank != i || r.Layout.TPSize != p.TPSize:
-			return fmt.Errorf("payload ranks[%d].layout is rank %d of %d, want %d of %d", i, r.Layout.TPRank, r.Layout.TPSize, i, p.TPSize)
+		case r.Layout.TPRank != r.TPRank || r.Layout.TPSize != p.TPSize:
+			return fmt.Errorf("payload ranks[%d].layout is rank %d of %d, want %d of %d", i, r.Layout.TPRank, r.Layout.TPSize, r.TPRank, p.TPSize)
 		case r.Layout.BlockSize != p.BlockSize:
 			return fmt.Errorf("payload ranks[%d].layout.block_size is %d, block_size is %d", i, r.Layout.BlockSize, p.BlockSize)
 		}
@@ -128,5 +140,5 @@ func (p *Payload) Validate() error {
 			return fmt.Errorf("payload ranks[%d].staging: %d slots of %d bytes from %#x, want 1..%d slots inside the address space", i, st.Slots, st.SlotBytes, st.Base, staging.MaxSlots)
 		}
 	}
-	return nil
+	return p.validateStages()
 }

@@ -72,7 +72,7 @@ func Serve(addr string, engine Engine, opts ServerOptions) (*Server, error) {
 	case engine.BlockSize < 1:
 		return nil, fmt.Errorf("engine block size is %d, want >= 1", engine.BlockSize)
 	}
-	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, onConfirm: opts.OnConfirm, ranks: make([]*Rank, engine.TPSize)}
+	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, onConfirm: opts.OnConfirm, ranks: make([]*Rank, engine.TPSize*engine.PPSize)}
 	sc, err := sidechannel.Listen(addr, s.answer, opts.ServerOptions)
 	if err != nil {
 		return nil, err
@@ -88,10 +88,14 @@ func (s *Server) Addr() *net.TCPAddr { return s.sc.Addr() }
 func (s *Server) Engine() Engine { return s.engine }
 
 // SetRank publishes one rank's agent and layout. The layout must belong to
-// this engine (rank in range, TP size and block size equal to the engine's).
+// this engine (rank in range, TP size, PP size and block size equal to the
+// engine's).
 func (s *Server) SetRank(r Rank) error {
 	if r.TPRank < 0 || r.TPRank >= s.engine.TPSize {
 		return fmt.Errorf("rank %d outside engine tp size %d", r.TPRank, s.engine.TPSize)
+	}
+	if r.PPRank < 0 || r.PPRank >= s.engine.PPSize || r.Layout.PPRank != r.PPRank || r.Layout.Stages() != s.engine.PPSize {
+		return fmt.Errorf("rank %d of stage %d: layout says stage %d of %d, engine pp size is %d", r.TPRank, r.PPRank, r.Layout.PPRank, r.Layout.Stages(), s.engine.PPSize)
 	}
 	if r.Layout.TPRank != r.TPRank || r.Layout.TPSize != s.engine.TPSize {
 		return fmt.Errorf("rank %d layout says rank %d of %d, engine tp size is %d", r.TPRank, r.Layout.TPRank, r.Layout.TPSize, s.engine.TPSize)
@@ -107,20 +111,21 @@ func (s *Server) SetRank(r Rank) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ranks[r.TPRank] != nil {
-		return fmt.Errorf("rank %d is already set", r.TPRank)
+	world := r.PPRank*s.engine.TPSize + r.TPRank
+	if s.ranks[world] != nil {
+		return fmt.Errorf("rank %d is already set", world)
 	}
-	s.ranks[r.TPRank] = &r
+	s.ranks[world] = &r
 	return nil
 }
 
-// ClearRank withdraws a rank (its agent is closing); clients are told to
-// retry until it is set again.
-func (s *Server) ClearRank(tpRank int) {
+// ClearRank withdraws a rank by its world rank (PPRank*TPSize + TPRank;
+// its agent is closing); clients are told to retry until it is set again.
+func (s *Server) ClearRank(world int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if tpRank >= 0 && tpRank < len(s.ranks) {
-		s.ranks[tpRank] = nil
+	if world >= 0 && world < len(s.ranks) {
+		s.ranks[world] = nil
 	}
 }
 

@@ -304,6 +304,13 @@ func (p *Planner) PlanRead(t *descriptors.Transfer, src, dst *descriptors.Layout
 			rel, dstAddr, left = rel+ln, dstAddr+ln, left-ln
 		}
 	}
+	return finishRead(scatter, runs, lo, hi, src, dst, remote, local)
+}
+
+// finishRead builds a staged READ from its scatter (each Src an offset in
+// the peer's image), the runs of the image it reads (at most MaxRuns+1)
+// and the span [lo, hi) they cover.
+func finishRead(scatter, runs []Seg, lo, hi uint64, src, dst *descriptors.Layout, remote uint64, local Slot) (ReadPlan, error) {
 	if len(scatter) == 0 {
 		return ReadPlan{}, fmt.Errorf("staging: nothing to read")
 	}

@@ -91,6 +91,12 @@ func LayoutOf(m *AgentMetadata, g descriptors.Geometry, tpRank, tpSize int) (des
 // engineID; attnBackend and kvLayout name the attention backend and the
 // layout as the peer's own (kvLayout "" is LayoutHND).
 func MetadataOf(l descriptors.Layout, engineID string, agentMD []byte, attnBackend, kvLayout string) (*AgentMetadata, error) {
+	switch {
+	case len(l.Groups) > 0:
+		return nil, unsupported("a layout of %d KV-cache groups: its metadata would need region_group_ids (and ssm_sizes for SSM state), which gonixl's vLLM protocol does not write yet; use gonixl's protocol", len(l.Groups))
+	case l.Order == descriptors.OrderNHD:
+		return nil, unsupported("kv_cache_layout %q (NHD): gonixl's vLLM protocol publishes the head-major %q only; use gonixl's protocol", "LBNHC", LayoutLBHNC)
+	}
 	if !l.KVPacked && !l.MLA {
 		return nil, unsupported("a layout of separate K and V regions: vLLM's connector packs K and V in one region per layer (descriptors.Geometry.KVPacked)")
 	}

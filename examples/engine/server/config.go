@@ -64,6 +64,11 @@ type Config struct {
 	Compute ComputeModel
 	// TPSize is the tensor-parallel size (default Model.TPSize, else 1).
 	TPSize int
+	// PPSize is the pipeline-parallel size of a push prefill engine
+	// (default 1): PPSize stages of TPSize ranks, each stage's ranks
+	// holding their share of the layers and writing those into decode.
+	// Pull and decode engines refuse more than 1.
+	PPSize int
 	// NumBlocks is the number of KV blocks per rank (default 512).
 	NumBlocks int
 	// HTTPAddr is the HTTP listen address (default "127.0.0.1:0").
@@ -140,6 +145,11 @@ type ModelSpec struct {
 	DType      string
 	BlockSize  int
 	TPSize     int
+	// Groups, when set, are the model's KV-cache groups (a sliding-window
+	// model, a hybrid attention + Mamba model: descriptors.Geometry.Groups);
+	// Layers is then their sum. The engine gives each group its own lists
+	// (groups.go) and moves them with the connectors' grouped calls.
+	Groups *[]descriptors.GroupGeometry
 }
 
 // ComputeModel is the modeled compute time: a prefill of n tokens takes
@@ -183,7 +193,10 @@ var Qwen3_32B_H200_TP8 = ComputeModel{PrefillBase: 5 * time.Millisecond, Prefill
 	PrefillPerToken2: 265 * time.Nanosecond, DecodeBase: 6 * time.Millisecond, DecodePerKToken: 9750 * time.Nanosecond}
 
 // Preset returns a named model and a compute model of the order of an H200
-// node's: "qwen3-32b", "llama-3.1-70b" (TP 8) and "qwen2.5-7b" (TP 1).
+// node's: "qwen3-32b", "llama-3.1-70b" (TP 8) and "qwen2.5-7b" (TP 1);
+// and two small grouped models of TP 2 for demos and tests (groups.go):
+// "swa-demo" (full attention beside sliding-window layers) and
+// "hybrid-demo" (full attention beside Mamba2 layers).
 func Preset(name string) (ModelSpec, ComputeModel, bool) {
 	switch name {
 	case "qwen3-32b":
@@ -193,6 +206,8 @@ func Preset(name string) (ModelSpec, ComputeModel, bool) {
 		return ModelSpec{Name: "meta-llama/Llama-3.1-70B-Instruct", Layers: 80, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 8},
 			ComputeModel{PrefillBase: 20 * time.Millisecond, PrefillPerToken: 80 * time.Microsecond, PrefillPerToken2: 8 * time.Microsecond,
 				DecodeBase: 10 * time.Millisecond, DecodePerSeq: 60 * time.Microsecond}, true
+	case "swa-demo", "hybrid-demo":
+		return demoGroups(name), demoGroupsCompute, true
 	case "qwen2.5-7b":
 		return ModelSpec{Name: "Qwen/Qwen2.5-7B-Instruct", Layers: 28, KVHeads: 4, HeadDim: 128, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 1},
 			ComputeModel{PrefillBase: 8 * time.Millisecond, PrefillPerToken: 60 * time.Microsecond, PrefillPerToken2: 3 * time.Microsecond,
@@ -257,6 +272,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TPSize < 1 || (c.TPSize <= m.KVHeads && m.KVHeads%c.TPSize != 0) || (c.TPSize > m.KVHeads && c.TPSize%m.KVHeads != 0) {
 		return c, fmt.Errorf("engine: Config.TPSize is %d, must divide the model's %d KV heads or be a multiple of them", c.TPSize, m.KVHeads)
 	}
+	if err := c.checkPP(); err != nil {
+		return c, err
+	}
 	if c.ServedModelName == "" {
 		c.ServedModelName = m.Name
 	}
@@ -307,6 +325,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Bidirectional && c.Connector != ConnPull {
 		return c, fmt.Errorf("engine: Config.Bidirectional needs the pull connector, not %q (vLLM's push connector refuses bidirectional_kv_xfer too)", c.Connector)
 	}
+	if c.Bidirectional && c.Model.Groups != nil {
+		// A sliding window's or a Mamba state's blocks are not a prefix
+		// the next turn can start from.
+		return c, fmt.Errorf("engine: Config.Bidirectional needs a model of one full-attention KV-cache group; %s has several", c.Model.Name)
+	}
 	if c.RecomputeThreshold < 0 || c.HistoryTTL < 0 {
 		return c, fmt.Errorf("engine: Config.RecomputeThreshold is %d and Config.HistoryTTL %v, want >= 0", c.RecomputeThreshold, c.HistoryTTL)
 	}
@@ -331,7 +354,7 @@ const (
 func (c *Config) geometry() descriptors.Geometry {
 	m := c.Model
 	return descriptors.Geometry{Layers: m.Layers, KVHeads: m.KVHeads, HeadDim: m.HeadDim, DType: m.DType, ElemBytes: m.DTypeBytes,
-		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, KVPacked: c.Protocol == ProtocolVLLM}
+		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, PPSize: c.PPSize, KVPacked: c.Protocol == ProtocolVLLM, Groups: m.Groups}
 }
 
 // engineConfig returns the connector engine's configuration.

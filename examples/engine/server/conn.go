@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
 
 	"github.com/gonixl/gonixl/promstats"
 	"github.com/gonixl/gonixl/pullconn"
@@ -42,9 +43,18 @@ type consumer interface {
 	source() promstats.Source
 }
 
-type pullProducer struct{ p *pullconn.Producer }
+// The adapters keep their rank's layout: a grouped model's lists come
+// out of the request's blocks by it (groupLists).
+
+type pullProducer struct {
+	p   *pullconn.Producer
+	lay *descriptors.Layout
+}
 
 func (p pullProducer) finish(id string, blocks []int, _ string, ntok int) (any, error) {
+	if len(p.lay.Groups) > 0 {
+		return p.p.RequestFinishedGroups(id, ntok, groupLists(p.lay, blocks, ntok))
+	}
 	params, err := p.p.RequestFinished(id, blocks)
 	params.NumTokens = ntok
 	return params, err
@@ -58,12 +68,18 @@ func (p pullProducer) drop(why string, unclaimedFor time.Duration) (int, int, er
 func (p pullProducer) close() error             { return p.p.Close() }
 func (p pullProducer) source() promstats.Source { return p.p }
 
-type pushProducer struct{ p *pushconn.Producer }
+type pushProducer struct {
+	p   *pushconn.Producer
+	lay *descriptors.Layout
+}
 
 func (p pushProducer) finish(id string, blocks []int, tid string, ntok int) (any, error) {
 	opts := []pushconn.RequestOption{pushconn.WithTokens(ntok)}
 	if tid != "" {
 		opts = append(opts, pushconn.WithTransferID(tid))
+	}
+	if len(p.lay.Groups) > 0 {
+		return p.p.RequestFinishedGroups(id, ntok, groupLists(p.lay, blocks, ntok), opts[1:]...)
 	}
 	return p.p.RequestFinished(id, blocks, opts...)
 }
@@ -78,9 +94,15 @@ func (p pushProducer) drop(string, time.Duration) (int, int, error) { return 0, 
 func (p pushProducer) close() error                                 { return p.p.Close() }
 func (p pushProducer) source() promstats.Source                     { return p.p }
 
-type pullConsumer struct{ c *pullconn.Consumer }
+type pullConsumer struct {
+	c   *pullconn.Consumer
+	lay *descriptors.Layout
+}
 
 func (c pullConsumer) start(r *request) error {
+	if len(c.lay.Groups) > 0 {
+		return c.c.LoadGroups(r.engID, r.pull, groupLists(c.lay, r.blocks[:r.promptBlocks], len(r.tokens)))
+	}
 	return c.c.Load(r.engID, r.pull, r.blocks[:r.promptBlocks])
 }
 func (c pullConsumer) keepAlive(r *request) error { return c.c.KeepAlive(r.engID, r.pull) }
@@ -97,12 +119,18 @@ func (c pullConsumer) pending() int             { return c.c.Pending() }
 func (c pullConsumer) close() error             { return c.c.Close() }
 func (c pullConsumer) source() promstats.Source { return c.c }
 
-type pushConsumer struct{ c *pushconn.Consumer }
+type pushConsumer struct {
+	c   *pushconn.Consumer
+	lay *descriptors.Layout
+}
 
 func (c pushConsumer) start(r *request) error {
 	var opts []pushconn.RequestOption
 	if r.tid != "" {
 		opts = append(opts, pushconn.WithTransferID(r.tid))
+	}
+	if len(c.lay.Groups) > 0 {
+		return c.c.RegisterGroups(r.engID, r.push, groupLists(c.lay, r.blocks[:r.promptBlocks], len(r.tokens)), opts...)
 	}
 	return c.c.Register(r.engID, r.push, r.blocks[:r.promptBlocks], opts...)
 }

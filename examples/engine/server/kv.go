@@ -82,13 +82,16 @@ func hashRow(row []byte) uint64 {
 func visitRows(l *descriptors.Layout, mem []byte, blocks []int, f func(row []byte, region, head, t int)) {
 	bl, rl, hb, bs := int(l.BlockLen()), int(l.RegionLen()), l.HeadBytes, l.BlockSize
 	first := l.FirstHead()
+	// A pipeline stage's regions are its own layers': f sees the model's
+	// region index, so a stage's content is the whole model's there.
+	shift := l.FirstLayer * l.NumRegions() / l.NumLayers
 	for region := range l.NumRegions() {
 		for bi, blk := range blocks {
 			base := region*rl + blk*bl
 			for hh := range l.KVHeads {
 				for tok := range bs {
 					off := base + (hh*bs+tok)*hb
-					f(mem[off:off+hb], region, first+hh, bi*bs+tok)
+					f(mem[off:off+hb], region+shift, first+hh, bi*bs+tok)
 				}
 			}
 		}
@@ -98,6 +101,10 @@ func visitRows(l *descriptors.Layout, mem []byte, blocks []int, f func(row []byt
 // writeKV writes a prompt's KV into blocks: the pattern for positions of the
 // prompt, zeros for the rest of the last block.
 func writeKV(l *descriptors.Layout, mem []byte, blocks []int, ph []uint64) {
+	if len(l.Groups) > 0 {
+		writeKVGroups(l, mem, blocks, ph)
+		return
+	}
 	visitRows(l, mem, blocks, func(row []byte, region, head, t int) {
 		if t < len(ph) {
 			fillRow(row, ph[t], region, head, t)
@@ -118,6 +125,9 @@ type kvCheck struct {
 // the prompt rows actually held: it depends on (region, model head, token)
 // and the bytes only, so engines of different TP sizes agree.
 func checkKV(l *descriptors.Layout, mem []byte, blocks []int, ph []uint64) kvCheck {
+	if len(l.Groups) > 0 {
+		return checkKVGroups(l, mem, blocks, ph)
+	}
 	var c kvCheck
 	counts := true // replicated heads (TP > KV heads) count once
 	if total := l.TotalKVHeads(); !l.MLA && l.TPSize > total {

@@ -131,18 +131,19 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.closeE = e.Close
 	s.info.SideChannelHost, s.info.SideChannelPort = e.Host(), e.Port()
-	for r := range cfg.TPSize {
-		a, err := cfg.NewAgent(fmt.Sprintf("%s-tp%d", cfg.EngineID, r))
+	for r := range cfg.ranks() { // every TP rank of every pipeline stage
+		a, err := cfg.NewAgent(cfg.agentName(r))
 		if err != nil {
 			return nil, fmt.Errorf("engine: agent of rank %d: %w", r, err)
 		}
 		s.agents = append(s.agents, a)
-		buf, err := nixl.AllocBuffer(int(geom.RankBytes()))
+		size := cfg.rankBytes(geom, r)
+		buf, err := nixl.AllocBuffer(int(size))
 		if err != nil {
-			return nil, fmt.Errorf("engine: KV memory of rank %d (%d bytes): %w", r, geom.RankBytes(), err)
+			return nil, fmt.Errorf("engine: KV memory of rank %d (%d bytes): %w", r, size, err)
 		}
 		s.bufs = append(s.bufs, buf)
-		l, err := geom.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
+		l, err := cfg.rankLayout(geom, r, buf.RegDesc().Desc)
 		if err != nil {
 			return nil, fmt.Errorf("engine: KV layout of rank %d: %w", r, err)
 		}
@@ -159,25 +160,25 @@ func New(cfg Config) (_ *Server, err error) {
 			if err != nil {
 				return nil, err
 			}
-			s.prods = append(s.prods, pullProducer{p})
+			s.prods = append(s.prods, pullProducer{p, &l})
 		case pull:
 			c, err := pullconn.NewConsumer(e, pullconn.Config{RankConfig: rc, Inline: cfg.Inline})
 			if err != nil {
 				return nil, err
 			}
-			s.conss = append(s.conss, pullConsumer{c})
+			s.conss = append(s.conss, pullConsumer{c, &l})
 		case cfg.Role == RolePrefill:
 			p, err := pushconn.NewProducer(e, pushconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
-			s.prods = append(s.prods, pushProducer{p})
+			s.prods = append(s.prods, pushProducer{p, &l})
 		default:
 			c, err := pushconn.NewConsumer(e, pushconn.Config{RankConfig: rc})
 			if err != nil {
 				return nil, err
 			}
-			s.conss = append(s.conss, pushConsumer{c})
+			s.conss = append(s.conss, pushConsumer{c, &l})
 		}
 		if err := s.addHistoryRank(e, r, rc); err != nil {
 			return nil, err
@@ -185,7 +186,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.info = Info{EngineID: cfg.EngineID, Role: cfg.Role, Connector: cfg.Connector, Model: cfg.ServedModelName,
 		SideChannelHost: s.info.SideChannelHost, SideChannelPort: s.info.SideChannelPort,
-		TPSize: cfg.TPSize, PPSize: 1, BlockSize: cfg.Model.BlockSize}
+		TPSize: cfg.TPSize, PPSize: max(cfg.PPSize, 1), BlockSize: cfg.Model.BlockSize}
 	if err := s.initMetrics(e); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ type opts struct {
 	decodeBlocks int
 	// prefillTP and decodeTP override tiny's TP 2.
 	prefillTP, decodeTP int
+	prefillPP           int // prefill pipeline stages (push)
 	fabric              func(*loopback.Fabric)
 	policy              string
 	bidir               bool // bidirectional KV (bidir_test.go)
@@ -57,7 +58,7 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
 			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy, Bidirectional: o.bidir}
 		if role == server.RolePrefill {
-			cfg.TPSize = o.prefillTP
+			cfg.TPSize, cfg.PPSize = o.prefillTP, o.prefillPP
 		} else {
 			cfg.TPSize = o.decodeTP
 		}
@@ -168,7 +169,7 @@ func (p *pair) disagg(t *testing.T, id string, body map[string]any) completion {
 	info := p.prefill.Info()
 	tid := "xfer-" + id
 	dec := with(body, "kv_transfer_params", map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID,
-		"remote_host": info.SideChannelHost, "remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": 1,
+		"remote_host": info.SideChannelHost, "remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": info.PPSize,
 		"transfer_mode": "push", "transfer_id": tid})
 	var dc completion
 	var wg sync.WaitGroup

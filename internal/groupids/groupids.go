@@ -1,0 +1,101 @@
+// Package groupids holds what both connectors do with block ids given per
+// KV-cache group: checking them against a layout, copying them, and
+// reading vLLM's remote_block_ids, which is a list of lists (one per
+// group) where gonixl's single-group Params write a flat list.
+package groupids
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/gonixl/gonixl/descriptors"
+)
+
+// Copy returns a deep copy of lists: the connectors use the ids after the
+// call that gave them returned, when the engine may reuse its slices. A
+// nil list stays nil, an empty one empty.
+func Copy(lists [][]int) [][]int {
+	if lists == nil {
+		return nil
+	}
+	out := make([][]int, len(lists))
+	for i, l := range lists {
+		out[i] = append([]int{}, l...)
+	}
+	return out
+}
+
+// Empty reports whether no list names a block: nothing of the request
+// moves (a full prefix hit on every group).
+func Empty(lists [][]int) bool {
+	for _, l := range lists {
+		if len(l) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Check reports the first list or id that cannot name blocks of l: one
+// list per group of l (Layout.GroupList), each id a logical block of its
+// group (below NumBlocks / PhysicalPerLogical). field names the argument
+// in the error (say "blockIDs" or "Params.RemoteBlockIDs").
+func Check(l *descriptors.Layout, field string, lists [][]int) error {
+	groups := l.GroupList()
+	if len(lists) != len(groups) {
+		return fmt.Errorf("%s has %d KV-cache group lists, the layout has %d groups", field, len(lists), len(groups))
+	}
+	for g, ids := range lists {
+		n := l.NumBlocks / max(groups[g].PhysicalPerLogical, 1)
+		for i, b := range ids {
+			if b < 0 || b >= n {
+				return fmt.Errorf("%s[%d][%d] is %d, group %d (%s) has %d logical blocks", field, g, i, b, g, groups[g].Kind, n)
+			}
+		}
+	}
+	return nil
+}
+
+// Flatten returns every id of lists in order, for digests and logs.
+func Flatten(lists [][]int) []int {
+	var out []int
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// Decode reads a remote_block_ids value: a flat list (gonixl's
+// single-group Params) goes to flat, a list of lists (vLLM's, or gonixl's
+// grouped Params) to groups. null or an absent value gives neither.
+func Decode(raw json.RawMessage) (flat []int, groups [][]int, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil, nil
+	}
+	if len(raw) > 1 && raw[0] == '[' {
+		if inner := bytes.TrimSpace(raw[1:]); len(inner) > 0 && inner[0] == '[' {
+			if err := json.Unmarshal(raw, &groups); err != nil {
+				return nil, nil, fmt.Errorf("remote_block_ids: %v", err)
+			}
+			for g := range groups {
+				if groups[g] == nil {
+					groups[g] = []int{}
+				}
+			}
+			return nil, groups, nil
+		}
+	}
+	if err := json.Unmarshal(raw, &flat); err != nil {
+		return nil, nil, fmt.Errorf("remote_block_ids: %v", err)
+	}
+	return flat, nil, nil
+}
+
+// VLLMRefusal is why a grouped call is refused in vLLM's protocol: its
+// metadata and Params would need region_group_ids, ssm_sizes and per-group
+// lists, which gonixl's vLLM mode does not map yet.
+func VLLMRefusal(requestID string) string {
+	return fmt.Sprintf("request %q: per-group block ids in vLLM's protocol: region_group_ids and ssm_sizes are not mapped by gonixl's vLLM mode yet; use gonixl's protocol", requestID)
+}
