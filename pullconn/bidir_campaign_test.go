@@ -274,12 +274,15 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 		if rng.Float64() < 0.004 {
 			// At any moment, so that some steps land while READs of either
 			// direction are in flight.
-			d := time.Duration(rng.Int64N(int64(3*lease))) - 3*lease/2
+			// To an offset of up to 1.5 leases either way from true time,
+			// not a random walk away from it: the engines' clocks stay
+			// within reach of each other, as NTP keeps them.
+			clk := pclk
 			if rng.IntN(2) == 0 {
-				pclk.Step(d)
-			} else {
-				dclk.Step(d)
+				clk = dclk
 			}
+			target := time.Duration(rng.Int64N(int64(3*lease))) - 3*lease/2
+			clk.Step(target - time.Duration(clk.off.Load()))
 			f.steps++
 		}
 		// Start the turns that are due and have blocks.
