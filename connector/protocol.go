@@ -47,6 +47,31 @@ type VLLM struct {
 	// KVCacheLayout is the layout name the metadata carries (default
 	// "HND"; vLLM also names the same head-major packed layout "LBHNC").
 	KVCacheLayout string
+	// Speculative is the peers' EAGLE-style drafting, nil when they draft
+	// nothing (or not EAGLE-style): vLLM hashes it into the compatibility
+	// hash, so it must be the peers' exact facts.
+	Speculative *VLLMSpeculative
+}
+
+// VLLMSpeculative is the speculative_config factor of vLLM's
+// compatibility hash for an engine that drafts EAGLE-style.
+type VLLMSpeculative struct {
+	// Method is the drafting method ("eagle", "eagle3", ...), Model the
+	// draft model.
+	Method string
+	Model  string
+	// Revision and CodeRevision are the draft's revisions; nil for none
+	// (null).
+	Revision     *string
+	CodeRevision *string
+	// ParallelDrafting is the config's parallel_drafting flag.
+	ParallelDrafting bool
+	// KVCacheDType is the draft's effective KV-cache dtype, as vLLM prints
+	// it (say "auto").
+	KVCacheDType string
+	// AuxiliaryLayerIDs are the EAGLE-3 auxiliary layer ids; nil for none
+	// (null).
+	AuxiliaryLayerIDs []int
 }
 
 // vllmConfig checks cfg for vLLM's protocol with connector conn and returns
@@ -70,6 +95,10 @@ func vllmConfig(cfg EngineConfig, conn engine.Connector) (engine.VLLMConfig, err
 		AttnBackendName: v.AttentionBackend, CacheDType: cmp.Or(v.CacheDType, "auto"),
 		NumKVHeads: g.KVHeads, HeadSize: g.HeadDim, NumHiddenLayers: g.Layers, HMAEnabled: !v.DisableHMA,
 		TransferMode: conn.Mode,
+	}
+	if s := v.Speculative; s != nil {
+		f.SpeculativeConfig = &vllm.SpeculativeConfig{Method: s.Method, Model: s.Model, Revision: s.Revision, CodeRevision: s.CodeRevision,
+			ParallelDrafting: s.ParallelDrafting, KVCacheDType: s.KVCacheDType, AuxiliaryLayerIDs: s.AuxiliaryLayerIDs}
 	}
 	return engine.VLLMConfig{Hash: f.Hash(), AttnBackend: v.AttentionBackend, KVLayout: cmp.Or(v.KVCacheLayout, vllm.LayoutHND)}, nil
 }

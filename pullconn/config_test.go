@@ -94,7 +94,7 @@ func TestParamsJSONKeysLikeVLLM(t *testing.T) {
 	p := Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteBlockIDs: []int{1, 2}, RemoteEngineID: "e", RemoteRequestID: "r", RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: 2}, PPSize: 1, TransferMode: "pull"}
 	b, err := json.Marshal(p)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2],
+	assert.JSONEq(t, `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2]],
 		"remote_engine_id":"e","remote_request_id":"r","remote_host":"127.0.0.1","remote_port":5600,
 		"tp_size":2,"pp_size":1,"transfer_mode":"pull"}`, string(b))
 	// What vLLM's prefill returns decodes into Params.

@@ -59,6 +59,11 @@ func (c *Consumer) LoadGroups(requestID string, p Params, localBlocks [][]int) e
 // newGroupLoad checks a grouped load's arguments without touching any
 // state.
 func (c *Consumer) newGroupLoad(id string, p *Params, local [][]int) (*load, error) {
+	if p.RemoteGroupBlockIDs == nil && p.RemoteBlockIDs != nil && len(local) == 1 {
+		// A layout of one group: its Params read back with the one list
+		// flat (groupids.Decode).
+		p.RemoteGroupBlockIDs, p.RemoteBlockIDs = [][]int{p.RemoteBlockIDs}, nil
+	}
 	switch {
 	case c.e.core.VLLM():
 		return nil, refuseVLLMGroups(id)

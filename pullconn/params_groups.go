@@ -10,20 +10,22 @@ import (
 // UnmarshalJSON can use the default encoding for every other key.
 type paramsJSON Params
 
-// MarshalJSON writes Params with vLLM's keys. Grouped Params
-// (RequestFinishedGroups) write remote_block_ids as vLLM does, one list
-// per KV-cache group, and the token count the lists cover as vLLM's
-// remote_num_tokens beside num_tokens; single-group Params write the flat
-// list they always did.
+// MarshalJSON writes Params with vLLM's keys, as vLLM writes them:
+// remote_block_ids is one list per KV-cache group (a single-group
+// request's ids as a list of one list, RemoteGroupBlockIDs for a grouped
+// one), and the token count the lists cover is vLLM's remote_num_tokens
+// beside num_tokens (when known). A vLLM decode reads these Params as its
+// own prefill's; a gonixl decode reads either form.
 func (p Params) MarshalJSON() ([]byte, error) {
-	if p.RemoteGroupBlockIDs == nil {
-		return json.Marshal(paramsJSON(p))
+	groups := p.RemoteGroupBlockIDs
+	if groups == nil && p.RemoteBlockIDs != nil {
+		groups = [][]int{p.RemoteBlockIDs}
 	}
 	return json.Marshal(struct {
 		paramsJSON
 		RemoteBlockIDs  [][]int `json:"remote_block_ids"`
-		RemoteNumTokens int     `json:"remote_num_tokens"`
-	}{paramsJSON(p), p.RemoteGroupBlockIDs, p.NumTokens})
+		RemoteNumTokens int     `json:"remote_num_tokens,omitempty"`
+	}{paramsJSON(p), groups, p.NumTokens})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, and vLLM's Params:

@@ -35,12 +35,12 @@ func FuzzParamsJSON(f *testing.F) {
 }
 
 // Params written by a grouped prefill read back as they were, and vLLM's
-// one-group form as a group list.
+// one-group form (a list of one list) as a single-group list.
 func TestParamsJSONGroups(t *testing.T) {
 	var p Params
 	require.NoError(t, json.Unmarshal([]byte(`{"do_remote_prefill":true,"remote_block_ids":[[3,4,5]],"remote_num_tokens":40,"tp_size":1}`), &p))
-	require.Nil(t, p.RemoteBlockIDs)
-	require.Equal(t, [][]int{{3, 4, 5}}, p.RemoteGroupBlockIDs)
+	require.Equal(t, []int{3, 4, 5}, p.RemoteBlockIDs, "one group's list reads back flat, as single-group Params write it")
+	require.Nil(t, p.RemoteGroupBlockIDs)
 	require.Equal(t, 40, p.NumTokens)
 	require.NoError(t, json.Unmarshal([]byte(`{"remote_block_ids":[3,4]}`), &p))
 	require.Equal(t, []int{3, 4}, p.RemoteBlockIDs)

@@ -3,7 +3,6 @@ package pushconn
 import (
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"

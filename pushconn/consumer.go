@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"

@@ -1,7 +1,6 @@
 package pushconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"io"
 	"net"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"

@@ -1,11 +1,12 @@
 package pushconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/connector"
 )
 
 // pushOne runs one request through the rig: decode registers dst blocks,

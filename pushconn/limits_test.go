@@ -2,11 +2,11 @@ package pushconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 )
 

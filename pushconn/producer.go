@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"

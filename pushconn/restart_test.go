@@ -2,12 +2,12 @@ package pushconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"

@@ -1,7 +1,6 @@
 package pushconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"

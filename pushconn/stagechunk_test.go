@@ -2,12 +2,12 @@ package pushconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"

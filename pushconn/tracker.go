@@ -2,10 +2,10 @@ package pushconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"slices"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/lease"
 )

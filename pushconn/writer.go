@@ -3,12 +3,12 @@ package pushconn
 import (
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"

@@ -3,9 +3,9 @@ package critbench
 import (
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"

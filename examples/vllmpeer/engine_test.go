@@ -105,10 +105,8 @@ func TestReferenceEngineDecodeFromPeer(t *testing.T) {
 			text, toks := prompt(70)
 			prm, err := pre.Prefill("cmpl-1-0a1b2c3d", toks, blocksFrom(3, 5))
 			require.NoError(t, err)
-			flat, err := json.Marshal(pullconnParams(t, prm)) // the engine reads gonixl's flat remote_block_ids
-			require.NoError(t, err)
 			got := complete(t, eng.URL(), map[string]any{"model": testModel.Name, "prompt": text, "max_tokens": 6,
-				"kv_transfer_params": json.RawMessage(flat)})
+				"kv_transfer_params": json.RawMessage(prm.JSON())}) // vLLM's exact kv_transfer_params
 			st := eng.Stats()
 			assert.Zero(t, st.KVVerifyFailures)
 			assert.Equal(t, uint64(5*testModel.BlockSize*testModel.KVHeads*testModel.Layers*2*testModel.HeadDim*testModel.ElemBytes), st.KVBytesVerified)
@@ -126,28 +124,4 @@ func TestReferenceEngineDecodeFromPeer(t *testing.T) {
 			assert.Empty(t, rep.Problems)
 		})
 	}
-}
-
-// The engine's decode reads kv_transfer_params into gonixl's Params, whose
-// remote_block_ids is one flat list: the params exactly as vLLM's prefill
-// writes them (a list per KV-cache group) are refused. This records the gap
-// the tests above bridge by unwrapping the one group.
-func TestReferenceEngineRefusesVLLMBlockIDs(t *testing.T) {
-	fab := newFabric(t)
-	pre := newPeer(t, fab, "prefill", 1, vllmpeer.ModePull)
-	eng := newEngine(t, fab, server.RoleDecode, "decode", 1)
-	text, toks := prompt(20)
-	prm, err := pre.Prefill("r", toks, []int{1, 2})
-	require.NoError(t, err)
-	b, _ := json.Marshal(map[string]any{"model": testModel.Name, "prompt": text, "max_tokens": 2, "kv_transfer_params": json.RawMessage(prm.JSON())})
-	resp, err := http.Post(eng.URL()+"/v1/completions", "application/json", bytes.NewReader(b))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == http.StatusOK {
-		t.Skipf("the engine now reads vLLM's remote_block_ids; drop this test and pullconnParams' unwrapping")
-	}
-	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	assert.Contains(t, string(raw), "remote_block_ids")
-	t.Logf("engine's answer: %s", raw)
 }

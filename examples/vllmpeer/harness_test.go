@@ -201,19 +201,12 @@ func (g *gonixl) freed(t *testing.T, id string) {
 }
 
 // pullconnParams turns the peer's kv_transfer_params into gonixl's Params
-// the way a proxy would hand them over: through JSON, except that
-// remote_block_ids is vLLM's list per KV-cache group, which gonixl's Params
-// (one flat list) do not read yet, so the one group is unwrapped.
+// the way a proxy hands them over: vLLM's exact JSON (remote_block_ids a
+// list per KV-cache group), decoded by gonixl's Params.
 func pullconnParams(t *testing.T, p vllmpeer.Params) pullconn.Params {
 	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(p.JSON(), &m))
-	require.Len(t, p.RemoteBlockIDs, 1)
-	m["remote_block_ids"] = p.RemoteBlockIDs[0]
-	b, err := json.Marshal(m)
-	require.NoError(t, err)
 	var out pullconn.Params
-	require.NoError(t, json.Unmarshal(b, &out))
+	require.NoError(t, json.Unmarshal(p.JSON(), &out))
 	return out
 }
 

@@ -45,7 +45,7 @@ func TestPeerDecodeFromGonixlPrefill(t *testing.T) {
 
 			res, err := dec.Pull(context.Background(), "dreq-1", prm, dblocks)
 			require.NoError(t, err)
-			assert.True(t, res.FlatBlockIDs, "gonixl writes remote_block_ids as one flat list, not vLLM's list per group")
+			assert.False(t, res.FlatBlockIDs, "gonixl writes remote_block_ids as vLLM does, a list per KV-cache group")
 			for r := range tc.decode {
 				for _, s := range res.Sent[r] {
 					assert.Regexp(t, fmt.Sprintf(`=req-1:%d$`, tc.n), s, "decode rank %d", r)

@@ -66,9 +66,12 @@ func Flatten(lists [][]int) []int {
 	return out
 }
 
-// Decode reads a remote_block_ids value: a flat list (gonixl's
-// single-group Params) goes to flat, a list of lists (vLLM's, or gonixl's
-// grouped Params) to groups. null or an absent value gives neither.
+// Decode reads a remote_block_ids value: a list of several lists (vLLM's
+// Params of a hybrid model, gonixl's grouped Params) goes to groups; a
+// list of one list (vLLM's and gonixl's Params of a single-group model)
+// and a flat list (gonixl's Params before they wrote vLLM's form) go to
+// flat, so that single-group Params read back as they were written. null
+// or an absent value gives neither.
 func Decode(raw json.RawMessage) (flat []int, groups [][]int, err error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -83,6 +86,9 @@ func Decode(raw json.RawMessage) (flat []int, groups [][]int, err error) {
 				if groups[g] == nil {
 					groups[g] = []int{}
 				}
+			}
+			if len(groups) == 1 {
+				return groups[0], nil, nil
 			}
 			return nil, groups, nil
 		}

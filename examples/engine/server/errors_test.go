@@ -26,6 +26,8 @@ func TestErrorBodies(t *testing.T) {
 			`{"error":{"message":"stream must be true or false, got a string; write it without quotes.","type":"invalid_request_error","param":"stream","code":400}}`},
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":"a","stream_options":{"include_usage":1}}`, 400,
 			`{"error":{"message":"stream_options.include_usage must be true or false, got a number.","type":"invalid_request_error","param":"stream_options.include_usage","code":400}}`},
+		{"POST", "/v1/completions", `{"model":"tiny","prompt":"a","kv_transfer_params":{"do_remote_prefill":true,"remote_port":"5600"}}`, 400,
+			`{"error":{"message":"kv_transfer_params.remote_port must be an integer, got a string; write the number without quotes.","type":"invalid_request_error","param":"kv_transfer_params.remote_port","code":400}}`},
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":"a","n":2}`, 400,
 			`{"error":{"message":"n must be 1, got 2: this engine returns one choice per request; send 2 requests instead.","type":"invalid_request_error","param":"n","code":400}}`},
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":"a","n":0}`, 400,

@@ -81,6 +81,10 @@ func (t *tombs) expire(limit int64) {
 	}
 }
 
+// pop is deadlines.pop for plain values. The two heaps are written out
+// twice on purpose: one generic heap over a due() method ran
+// BenchmarkMatch10kPending 10-20% slower (the method is called through the
+// instantiation's dictionary in every comparison).
 func (t *tombs) pop() {
 	n := len(t.q) - 1
 	t.q[0] = t.q[n]
