@@ -2,13 +2,13 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/latency"
 	"github.com/gonixl/gonixl/nixl"

@@ -3,7 +3,6 @@ package pullconn
 import (
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"

@@ -1,11 +1,11 @@
 package pullconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )

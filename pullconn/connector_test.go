@@ -2,12 +2,13 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/gonixl/gonixl/connector"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

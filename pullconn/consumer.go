@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"strconv"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/notif"

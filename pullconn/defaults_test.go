@@ -1,11 +1,11 @@
 package pullconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 )
 

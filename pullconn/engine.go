@@ -2,7 +2,6 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/internal/vllm"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/vllm"
 )
 
 // pullEngine is what a pull engine keeps beside the shared engine: the

@@ -1,7 +1,6 @@
 package pullconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"time"
 
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )

@@ -2,13 +2,13 @@ package pullconn
 
 import (
 	"context"
-	"github.com/gonixl/gonixl/connector"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/handshake"
 )
 

@@ -1,13 +1,13 @@
 package pullconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/notif"
 )
 

@@ -2,13 +2,13 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/handshake"

@@ -3,8 +3,6 @@ package pullconn
 import (
 	"errors"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
-	"github.com/gonixl/gonixl/internal/vllm"
 	"net"
 	"slices"
 	"strconv"
@@ -13,11 +11,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/vllm"
 	"github.com/gonixl/gonixl/nixl"
 )
 

@@ -1,9 +1,9 @@
 package pullconn
 
 import (
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/stretchr/testify/require"
 )

@@ -3,7 +3,6 @@ package pullconn
 import (
 	"cmp"
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"

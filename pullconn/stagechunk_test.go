@@ -2,11 +2,11 @@ package pullconn
 
 import (
 	"fmt"
-	"github.com/gonixl/gonixl/connector"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
