@@ -17,15 +17,12 @@ type paramsJSON Params
 // beside num_tokens (when known). A vLLM decode reads these Params as its
 // own prefill's; a gonixl decode reads either form.
 func (p Params) MarshalJSON() ([]byte, error) {
-	groups := p.RemoteGroupBlockIDs
-	if groups == nil && p.RemoteBlockIDs != nil {
-		groups = [][]int{p.RemoteBlockIDs}
-	}
+	// The keys at this depth hide TransferParams' flat remote_block_ids.
 	return json.Marshal(struct {
 		paramsJSON
 		RemoteBlockIDs  [][]int `json:"remote_block_ids"`
 		RemoteNumTokens int     `json:"remote_num_tokens,omitempty"`
-	}{paramsJSON(p), groups, p.NumTokens})
+	}{paramsJSON(p), groupids.OnWire(p.RemoteBlockIDs, p.RemoteGroupBlockIDs), p.NumTokens})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, and vLLM's Params:
@@ -43,13 +40,5 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
-	flat, groups, err := groupids.Decode(aux.RemoteBlockIDs)
-	if err != nil {
-		return err
-	}
-	p.RemoteBlockIDs, p.RemoteGroupBlockIDs = flat, groups
-	if p.NumTokens == 0 && aux.RemoteNumTokens != nil {
-		p.NumTokens = *aux.RemoteNumTokens
-	}
-	return nil
+	return groupids.FromWire(aux.RemoteBlockIDs, aux.RemoteNumTokens, &p.RemoteBlockIDs, &p.RemoteGroupBlockIDs, &p.NumTokens)
 }

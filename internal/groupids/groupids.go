@@ -99,6 +99,32 @@ func Decode(raw json.RawMessage) (flat []int, groups [][]int, err error) {
 	return flat, nil, nil
 }
 
+// OnWire returns the remote_block_ids a connector's Params write, as vLLM
+// writes them: one list per KV-cache group, so a single-group request's
+// flat ids as a list of one list; nil when neither is set.
+func OnWire(flat []int, groups [][]int) [][]int {
+	if groups == nil && flat != nil {
+		return [][]int{flat}
+	}
+	return groups
+}
+
+// FromWire reads what a connector's Params received under
+// remote_block_ids (raw, see Decode) and remote_num_tokens (remoteTokens,
+// nil when absent) into its flat ids, group lists and token count; the
+// count is taken from remote_num_tokens only when num_tokens gave none.
+func FromWire(raw json.RawMessage, remoteTokens *int, flat *[]int, groups *[][]int, numTokens *int) error {
+	f, g, err := Decode(raw)
+	if err != nil {
+		return err
+	}
+	*flat, *groups = f, g
+	if *numTokens == 0 && remoteTokens != nil {
+		*numTokens = *remoteTokens
+	}
+	return nil
+}
+
 // VLLMRefusal is why a grouped call is refused in vLLM's protocol: its
 // metadata and Params would need region_group_ids, ssm_sizes and per-group
 // lists, which gonixl's vLLM mode does not map yet.
