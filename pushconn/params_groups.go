@@ -38,7 +38,7 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 	*p = Params{}
 	aux.paramsJSON = (*paramsJSON)(p)
 	if err := json.Unmarshal(b, &aux); err != nil {
-		return err
+		return groupids.KeyPath(err)
 	}
 	return groupids.FromWire(aux.RemoteBlockIDs, aux.RemoteNumTokens, &p.RemoteBlockIDs, &p.RemoteGroupBlockIDs, &p.NumTokens)
 }

@@ -52,3 +52,14 @@ func TestParamsJSONGroups(t *testing.T) {
 	require.Contains(t, string(out), `"remote_block_ids":[[1],[]]`)
 	require.Contains(t, string(out), `"remote_num_tokens":7`)
 }
+
+// A key of the wrong type is named as the peer sent it, without the Go
+// names of the structs Params decode through.
+func TestParamsJSONTypeErrorNamesTheKey(t *testing.T) {
+	var p Params
+	err := json.Unmarshal([]byte(`{"remote_port":"5600"}`), &p)
+	var te *json.UnmarshalTypeError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, "remote_port", te.Field)
+	require.Equal(t, "json: cannot unmarshal string into Go struct field Params.remote_port of type int", err.Error())
+}

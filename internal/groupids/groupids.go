@@ -7,7 +7,9 @@ package groupids
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gonixl/gonixl/descriptors"
 )
@@ -123,6 +125,28 @@ func FromWire(raw json.RawMessage, remoteTokens *int, flat *[]int, groups *[][]i
 		*numTokens = *remoteTokens
 	}
 	return nil
+}
+
+// KeyPath rewrites a type error of decoding Params so that its Field is
+// the path of JSON keys the peer sent ("remote_port"), without the Go
+// names encoding/json adds for the embedded structs Params decode through
+// ("paramsJSON.TransferParams."): Params' keys are snake_case, so a
+// component with an upper-case letter is one of those. Other errors pass
+// unchanged.
+func KeyPath(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	var keep []string
+	for _, c := range strings.Split(te.Field, ".") {
+		if c != "" && strings.ToLower(c) == c {
+			keep = append(keep, c)
+		}
+	}
+	out := *te
+	out.Field, out.Struct = strings.Join(keep, "."), "Params"
+	return &out
 }
 
 // VLLMRefusal is why a grouped call is refused in vLLM's protocol: its

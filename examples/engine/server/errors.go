@@ -83,7 +83,7 @@ func decodeJSON(body []byte, v any, prefix string) *fieldError {
 		if te.Field == "" {
 			return badRequest(strings.TrimSuffix(prefix, "."), "%s must be a JSON object, got %s.", what, got)
 		}
-		field := prefix + jsonPath(te.Field)
+		field := prefix + te.Field
 		want, hint := wantKind(te.Type)
 		if te.Value == "string" && hint != "" {
 			got += "; " + hint
@@ -91,20 +91,6 @@ func decodeJSON(body []byte, v any, prefix string) *fieldError {
 		return badRequest(field, "%s must be %s, got %s.", field, want, got)
 	}
 	return badRequest(strings.TrimSuffix(prefix, "."), "%s could not be read as JSON; send a JSON object.", what)
-}
-
-// jsonPath is encoding/json's path of the field it could not fill, less
-// the Go names it puts in for embedded structs ("paramsJSON",
-// "TransferParams"): the API's keys are snake_case, so a component with an
-// upper-case letter is one of those, and the client never sent it.
-func jsonPath(field string) string {
-	var keep []string
-	for _, c := range strings.Split(field, ".") {
-		if c != "" && strings.ToLower(c) == c {
-			keep = append(keep, c)
-		}
-	}
-	return strings.Join(keep, ".")
 }
 
 // jsonKind names the JSON value encoding/json saw ("string", "number 1.5").
