@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,6 +224,11 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		defer logger.Sync() //nolint:errcheck
 		fabricOpts = append(fabricOpts, loopback.WithLogger(logger))
 	}
+	// The write-safety bound trusts a prefill rank to act on a cancel or
+	// end its WRITE within CancelTimeout - 2 x WriteTimeout (100 ms here);
+	// a pause of the whole process that long (a loaded machine) can break
+	// it, so the campaign measures the longest one for its report.
+	pauses := watchPauses(t)
 	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, prePP: o.pp, numBlocks: campaignBlocks, clock: lease.SystemClock{},
@@ -608,6 +614,10 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	net.mu.Lock()
 	fig.regCopies = net.regCopies
 	net.mu.Unlock()
+	if fig.writesAfterRelease > 0 {
+		t.Logf("seed %d: %d writes after release, %d requests released at CancelTimeout unanswered; the longest pause of this process was %v (the bound's margin: 100 ms)",
+			seed, fig.writesAfterRelease, fig.cancelTimeouts, pauses())
+	}
 	return fig
 }
 
@@ -694,4 +704,32 @@ func whose(t testing.TB, l descriptors.Layout, b int, all []*creq) string {
 		}
 	}
 	return "bytes of no request"
+}
+
+// watchPauses measures, until the test ends, the longest gap between
+// ticks of a 1 ms ticker: how long the process (or its timers) stalled.
+// The returned func reports the longest so far.
+func watchPauses(t *testing.T) func() time.Duration {
+	var longest atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tk.C:
+				if gap := int64(now.Sub(last)); gap > longest.Load() {
+					longest.Store(gap)
+				}
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() time.Duration { return time.Duration(longest.Load()) }
 }
