@@ -92,8 +92,14 @@ func each(r Rank, lists [][]int, tokens int, from []int, f func(off uint64, regi
 						continue
 					}
 					for h := 0; h < l.KVHeads; h++ {
+						// Head-major (HND) blocks hold a head's tokens together,
+						// token-major (NHD) ones a token's heads.
+						at := h*bs*l.HeadBytes + t*l.HeadBytes
+						if l.Order == descriptors.OrderNHD {
+							at = t*l.KVHeads*l.HeadBytes + h*l.HeadBytes
+						}
 						for i := 0; i < l.HeadBytes; i++ {
-							f(base+uint64(blk)*bl+uint64(h*bs*l.HeadBytes+t*l.HeadBytes+i), reg, l.FirstHead()+h, tok, i)
+							f(base+uint64(blk)*bl+uint64(at+i), reg, l.FirstHead()+h, tok, i)
 						}
 					}
 				}
