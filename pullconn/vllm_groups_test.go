@@ -122,3 +122,50 @@ func TestGroupsPullVLLMOtherModel(t *testing.T) {
 	require.ErrorIs(t, res.Err, connector.ErrIncompatible)
 	assert.ErrorContains(t, res.Err, "ssm_sizes is [40 32], Groups[1] (ssm) of the model's geometry gives [80 32] at TP size 1")
 }
+
+// TestGroupsPullVLLMMambaTokens: a Mamba hybrid's 70-token prompt moves as
+// vLLM moves it, 69 tokens (VLLMTransferTokens): the lists cover them and
+// remote_num_tokens says so; a sliding-window model's moves whole.
+func TestGroupsPullVLLMMambaTokens(t *testing.T) {
+	for shape, want := range map[string]int{"hybrid": 69, "swa": 70} {
+		c := newVLLMGroupCluster(t, shape, side{2, 16}, side{1, 16}, "", "")
+		tokens := VLLMTransferTokens(c.playouts[0], 70)
+		require.Equal(t, want, tokens, shape)
+		ids := func(first, n int) []int {
+			out := make([]int, n)
+			for i := range out {
+				out[i] = first + i
+			}
+			return out
+		}
+		r := groupReq{tokens: tokens, src: [][]int{ids(1, 5)}, dst: [][]int{ids(15, 4)}}
+		if shape == "hybrid" {
+			r.src, r.dst = append(r.src, []int{9}), append(r.dst, []int{3})
+		} else {
+			r.src, r.dst = append(r.src, ids(10, 3)), append(r.dst, ids(24, 3)) // tokens 46..69
+		}
+		c.moveGroups("req-m", 5, r)
+	}
+}
+
+// TestGroupsPullVLLMReplicatedHeads: a hybrid of one KV head at prefill TP
+// 2, where both prefill ranks hold the one head and each half of the SSM
+// state. vLLM's decode reads the attention from one of them and the state
+// from both (compute_tp_mapping's source ranks per group, their union
+// read and notified: nixl/tp_mapping.py at
+// 4b5c627c23e6690b8987100d1cbf78e34ac14bf9, pull_worker.py's
+// _read_blocks_for_req), each notification counting the decode ranks that
+// read that prefill rank; so does gonixl's, and every prefill rank frees the
+// request once, after its one completion. The reverse (decode TP 2) counts
+// 2.
+func TestGroupsPullVLLMReplicatedHeads(t *testing.T) {
+	for _, tc := range []struct{ p, d side }{{side{2, 16}, side{1, 16}}, {side{1, 16}, side{2, 16}}, {side{2, 16}, side{2, 16}}} {
+		c := newVLLMGroupCluster(t, "hybrid-1kv", tc.p, tc.d, "", "")
+		for i, cn := range c.cons {
+			assert.Equal(t, max(1, tc.d.tp/tc.p.tp), cn.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.p.tp}}), "decode rank %d", i)
+		}
+		for i, r := range groupReqs("hybrid", tc.p.bs, tc.d.bs) {
+			c.moveGroups(fmt.Sprintf("req-%d", i), i+1, r)
+		}
+	}
+}

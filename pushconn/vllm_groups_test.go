@@ -69,3 +69,41 @@ func orderName(o string) string {
 	}
 	return o
 }
+
+// TestGroupsPushVLLMMambaTokens: a Mamba hybrid's 70-token prompt moves as
+// vLLM moves it, 69 tokens (VLLMTransferTokens); a sliding-window model's
+// moves whole.
+func TestGroupsPushVLLMMambaTokens(t *testing.T) {
+	for shape, want := range map[string]int{"hybrid": 69, "swa": 70} {
+		g := newVLLMGroupRig(t, shape, 2, 16, 1, 16, "", "")
+		tokens := VLLMTransferTokens(g.rig.preLayout[0], 70)
+		require.Equal(t, want, tokens, shape)
+		ids := func(first, n int) []int {
+			out := make([]int, n)
+			for i := range out {
+				out[i] = first + i
+			}
+			return out
+		}
+		r := groupReq{tokens: tokens, src: [][]int{ids(1, 5)}, dst: [][]int{ids(15, 4)}}
+		if shape == "hybrid" {
+			r.src, r.dst = append(r.src, []int{9}), append(r.dst, []int{3})
+		} else {
+			r.src, r.dst = append(r.src, ids(10, 3)), append(r.dst, ids(24, 3)) // tokens 46..69
+		}
+		g.push("req-m", 5, r, true)
+	}
+}
+
+// TestGroupsPushVLLMReplicatedHeads: a hybrid of one KV head at prefill TP
+// 2 (both prefill ranks hold the head, each half of the SSM state): both
+// write into a TP 1 decode rank, which counts vLLM's pp_size * max(1,
+// prefill TP / decode TP) = 2 completions; TP 1 -> 2 and 2 -> 2 too.
+func TestGroupsPushVLLMReplicatedHeads(t *testing.T) {
+	for _, tc := range []struct{ ptp, dtp int }{{2, 1}, {1, 2}, {2, 2}} {
+		g := newVLLMGroupRig(t, "hybrid-1kv", tc.ptp, 16, tc.dtp, 16, "", "")
+		for i, r := range groupReqs("hybrid", 16, 16) {
+			g.push(fmt.Sprintf("req-%d", i), i+1, r, i%2 == 0)
+		}
+	}
+}

@@ -171,3 +171,17 @@ func (m *AgentMetadata) trim(n int) {
 		m.RegionGroupIDs = m.RegionGroupIDs[:n]
 	}
 }
+
+// A Mamba hybrid moves the prompt less its last token in vLLM's protocol;
+// other models move it whole.
+func TestTransferTokens(t *testing.T) {
+	_, hybrid := groupLayout(t, "hybrid", 1, 16, 0)
+	_, swa := groupLayout(t, "swa", 1, 16, 0)
+	plain := packedLayout(t, model, 0)
+	for _, tc := range []struct {
+		l          descriptors.Layout
+		prompt, to int
+	}{{hybrid, 70, 69}, {hybrid, 2, 1}, {hybrid, 1, 1}, {hybrid, 0, 0}, {swa, 70, 70}, {plain, 70, 70}} {
+		assert.Equal(t, tc.to, TransferTokens(&tc.l, tc.prompt), "%d groups, prompt %d", len(tc.l.Groups), tc.prompt)
+	}
+}

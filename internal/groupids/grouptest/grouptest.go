@@ -30,6 +30,12 @@ func Geometry(shape string, tp, bs int) descriptors.Geometry {
 		g.Layers = 3
 		g.Groups = &[]descriptors.GroupGeometry{{Kind: descriptors.KindFull, Layers: 1},
 			{Kind: descriptors.KindSSM, Layers: 2, Conv: []int{24, 8, 8}, State: 32}}
+	case "hybrid-1kv":
+		// The hybrid with one KV head: at TP 2 both ranks hold it (replicated
+		// attention) while the SSM state is split; not in Shapes.
+		g.Layers, g.KVHeads = 3, 1
+		g.Groups = &[]descriptors.GroupGeometry{{Kind: descriptors.KindFull, Layers: 1},
+			{Kind: descriptors.KindSSM, Layers: 2, Conv: []int{24, 8, 8}, State: 32}}
 	default:
 		panic("grouptest: unknown shape " + shape)
 	}
