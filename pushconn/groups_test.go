@@ -301,4 +301,3 @@ func TestGroupsPushRefused(t *testing.T) {
 	require.ErrorContains(t, got[0].Err, "map prefill blocks onto decode rank 0")
 	freedOnce(t, p, "y")
 }
-
