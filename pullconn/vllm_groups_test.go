@@ -169,3 +169,14 @@ func TestGroupsPullVLLMReplicatedHeads(t *testing.T) {
 		}
 	}
 }
+
+// A grouped model in vLLM's protocol needs vLLM's hybrid KV-cache manager
+// (the hash's is_hma_enabled): with DisableHMA the engine is refused.
+func TestGroupsPullVLLMNeedsHMA(t *testing.T) {
+	g := grouptest.Geometry("swa", 1, 16)
+	g.KVPacked = true
+	_, err := NewEngine(connector.EngineConfig{EngineID: "p", Model: "m", Geometry: g, Protocol: connector.ProtocolVLLM, ListenAddr: "127.0.0.1:0",
+		VLLM: connector.VLLM{Version: "0.27.1", AttentionBackend: "FLASH_ATTN", DisableHMA: true}})
+	require.ErrorIs(t, err, connector.ErrInvalid)
+	assert.ErrorContains(t, err, "EngineConfig.VLLM.DisableHMA is set with 2 KV-cache groups (Geometry.Groups)")
+}
