@@ -1,8 +1,6 @@
 package pushconn
 
 import (
-	"fmt"
-
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
@@ -36,8 +34,6 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 		return Params{}, invalidf("request %q has no blocks", requestID)
 	case tokens < 1:
 		return Params{}, invalidf("request %q: tokens is %d, want >= 1", requestID, tokens)
-	case p.engine.vllm():
-		return Params{}, refuseVLLMGroups(requestID)
 	}
 	if err := groupids.Check(&p.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return Params{}, invalidf("request %q: %v", requestID, err)
@@ -61,8 +57,6 @@ func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs []
 	switch {
 	case requestID == "" || len(requestID) > notif.MaxIDLen:
 		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
-	case c.engine.vllm():
-		return refuseVLLMGroups(requestID)
 	}
 	if err := groupids.Check(&c.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return invalidf("request %q: %v", requestID, err)
@@ -76,10 +70,4 @@ func (w *writer) mapGroups(t *descriptors.Transfer, pr *pendingReg, h *hold, dst
 	_, err := descriptors.MapGroupsInto(t, &w.p.cfg.Layout, dst, descriptors.GroupRequest{
 		Tokens: h.tokens, Src: h.groups, Dst: pr.reg.LocalBlockIDs})
 	return err
-}
-
-// refuseVLLMGroups refuses a grouped call in vLLM's protocol (see
-// groupids.VLLMRefusal).
-func refuseVLLMGroups(requestID string) error {
-	return fmt.Errorf("%w: %s", connector.ErrIncompatible, groupids.VLLMRefusal(requestID))
 }

@@ -301,14 +301,3 @@ func TestGroupsPushRefused(t *testing.T) {
 	require.ErrorContains(t, got[0].Err, "map prefill blocks onto decode rank 0")
 	freedOnce(t, p, "y")
 }
-
-// TestGroupsPushVLLMRefused: gonixl's vLLM protocol does not write
-// region_group_ids or ssm_sizes yet, so a grouped rank is refused when it
-// starts, naming the field.
-func TestGroupsPushVLLMRefused(t *testing.T) {
-	for _, shape := range grouptest.Shapes {
-		_, err := newGroupRig(t, shape, 1, 16, 1, 16, true)
-		require.Error(t, err)
-		require.ErrorContains(t, err, "region_group_ids")
-	}
-}
