@@ -53,7 +53,11 @@ func (c *Consumer) LoadGroups(requestID string, p Params, localBlocks [][]int) e
 		c.rejects.Inc()
 		return err
 	}
-	return c.startLoad(requestID, p, l)
+	if err := c.startLoad(requestID, p, l); err != nil {
+		return err
+	}
+	countPrefixHits(c.stats, &c.cfg.Layout, l.p.NumTokens, l.groups)
+	return nil
 }
 
 // newGroupLoad checks a grouped load's arguments without touching any
