@@ -135,6 +135,10 @@ type load struct {
 	pin        pinState
 	pinSent    time.Time
 	readsEnded time.Time
+
+	// prefixHits are a grouped load's prefix-hit blocks per group
+	// (descriptors.PrefixHits), counted once startLoad takes the load.
+	prefixHits []int
 }
 
 type xfer struct {
@@ -272,6 +276,7 @@ func (c *Consumer) startLoad(requestID string, p Params, l *load) error {
 	}
 	c.loading[l.key+"\x00"+p.RemoteRequestID] = requestID
 	c.live[requestID] = struct{}{}
+	c.stats.AddPrefixHits(l.prefixHits) // before the load can end and be drained
 	l.start = c.cfg.Clock.Now()
 	delete(c.waiting, requestID)
 	if !c.cfg.Inline {

@@ -53,11 +53,8 @@ func (c *Consumer) LoadGroups(requestID string, p Params, localBlocks [][]int) e
 		c.rejects.Inc()
 		return err
 	}
-	if err := c.startLoad(requestID, p, l); err != nil {
-		return err
-	}
-	countPrefixHits(c.stats, &c.cfg.Layout, l.p.NumTokens, l.groups)
-	return nil
+	l.prefixHits = prefixHits(&c.cfg.Layout, l.p.NumTokens, l.groups)
+	return c.startLoad(requestID, p, l)
 }
 
 // newGroupLoad checks a grouped load's arguments without touching any

@@ -1,9 +1,6 @@
 package pullconn
 
-import (
-	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/internal/stats"
-)
+import "github.com/gonixl/gonixl/descriptors"
 
 // groupKinds returns the kinds of l's KV-cache groups in order, for the
 // per-group counters (connector.Stats.PrefixHitBlocks).
@@ -16,12 +13,14 @@ func groupKinds(l *descriptors.Layout) []string {
 	return kinds
 }
 
-// countPrefixHits adds an accepted grouped load's prefix-hit blocks to s:
-// what each group's decode list leaves out of the request's tokens
+// prefixHits returns a grouped load's prefix-hit blocks per group: what
+// each group's decode list leaves out of the request's tokens
 // (descriptors.PrefixHits). Lists the mapping will refuse (longer than the
-// request) count nothing: that request ends with the mapping's error.
-func countPrefixHits(s *stats.Set, l *descriptors.Layout, tokens int, lists [][]int) {
-	if hits, err := descriptors.PrefixHits(l, tokens, lists); err == nil {
-		s.AddPrefixHits(hits)
+// request) give none: that request ends with the mapping's error.
+func prefixHits(l *descriptors.Layout, tokens int, lists [][]int) []int {
+	hits, err := descriptors.PrefixHits(l, tokens, lists)
+	if err != nil {
+		return nil
 	}
+	return hits
 }

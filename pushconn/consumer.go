@@ -212,6 +212,8 @@ func (c *Consumer) register(requestID string, prefill Prefill, blocks [][]int, o
 	}
 	err := c.tracker.add(c.cfg.Clock.Now(), r)
 	if err == nil {
+		// Counted before the request can end and be drained.
+		c.stats.AddPrefixHits(o.prefixHits)
 		if !o.noSeq && !c.engine.vllm() { // registration_seq is gonixl's own key
 			c.seq++
 			r.seq = c.seq

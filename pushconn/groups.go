@@ -70,18 +70,13 @@ func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs []
 	if err := groupids.Check(&c.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return invalidf("request %q: %v", requestID, err)
 	}
-	var hits []int
 	if o.tokens != 0 {
 		var err error
-		if hits, err = descriptors.PrefixHits(&c.cfg.Layout, o.tokens, blockIDs); err != nil {
+		if o.prefixHits, err = descriptors.PrefixHits(&c.cfg.Layout, o.tokens, blockIDs); err != nil {
 			return invalidf("request %q: WithTokens(%d): %v", requestID, o.tokens, engine.Field(err))
 		}
 	}
-	if err := c.register(requestID, prefill, groupids.Copy(blockIDs), o); err != nil {
-		return err
-	}
-	c.stats.AddPrefixHits(hits)
-	return nil
+	return c.register(requestID, prefill, groupids.Copy(blockIDs), o)
 }
 
 // mapGroups maps grouped hold h onto registration pr's lists in decode

@@ -7,6 +7,9 @@ type RequestOption func(*requestOpts)
 type requestOpts struct {
 	transferID string
 	tokens     int
+	// prefixHits are a grouped registration's prefix-hit blocks per
+	// group, set by RegisterGroups and counted once register takes it.
+	prefixHits []int
 	// noSeq: Register sends no registration_seq, as vLLM's decode does;
 	// only the package's tests set it (withoutSeq), to drive prefill
 	// through what a seq-less peer sends.
