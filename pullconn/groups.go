@@ -47,6 +47,7 @@ func (c *Consumer) LoadGroups(requestID string, p Params, localBlocks [][]int) e
 		c.rejects.Inc()
 		return err
 	}
+	l.prefixHits = prefixHits(&c.cfg.Layout, l.p.NumTokens, l.groups)
 	return c.startLoad(requestID, p, l)
 }
 

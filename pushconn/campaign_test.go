@@ -87,25 +87,36 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	start := time.Now()
 	var total campaignFigures
-	for _, tp := range [][2]int{{2, 2}, {2, 1}, {1, 2}} {
+	// The last shape has an NHD prefill writing into an HND decode (the
+	// descriptors permute every token and head).
+	shapes := []struct {
+		tp    [2]int
+		order string // prefill's block order; decode's is HND
+	}{{[2]int{2, 2}, ""}, {[2]int{2, 1}, ""}, {[2]int{1, 2}, ""}, {[2]int{1, 2}, descriptors.OrderNHD}}
+	for _, sh := range shapes {
+		tp := sh.tp
 		var pair campaignFigures
+		name, base := "", uint64(0)
+		if sh.order != "" {
+			name, base = "/"+sh.order+"-to-HND", 5000
+		}
 		for s := range seeds {
-			seed := uint64(1000*tp[0] + 100*tp[1] + s + 1)
+			seed := base + uint64(1000*tp[0]+100*tp[1]+s+1)
 			if only := os.Getenv("GONIXL_CAMPAIGN_SEED"); only != "" && only != fmt.Sprint(seed) {
 				continue
 			}
-			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
-				f := runCampaign(t, seed, n, tp[0], tp[1])
+			t.Run(fmt.Sprintf("tp%dto%d%s/seed%d", tp[0], tp[1], name, seed), func(t *testing.T) {
+				f := runCampaignWith(t, seed, n, tp[0], tp[1], campaignOpts{preOrder: sh.order})
 				pair.add(f)
 				t.Logf("seed %d: %+v", seed, f)
 			})
 		}
-		t.Logf("push campaign TP %d -> %d: %d seeds x %d requests (+%d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
-			tp[0], tp[1], seeds, n, pair.retries, pair.seqless, pair.reused, pair.completionCopies, pair.regCopies, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
+		t.Logf("push campaign TP %d -> %d%s: %d seeds x %d requests (+%d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
+			tp[0], tp[1], name, seeds, n, pair.retries, pair.seqless, pair.reused, pair.completionCopies, pair.regCopies, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
 			pair.decodeResultsTwice+pair.prefillFreeTwice, pair.missingResults+pair.missingFrees)
 		total.add(pair)
 	}
-	t.Logf("push campaign total: %d requests (%d seeds x %d x 3 pairings, %d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies) in %v: %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release",
+	t.Logf("push campaign total: %d requests (%d seeds x %d x 4 shapes, %d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies) in %v: %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release",
 		total.requests, seeds, n, total.retries, total.seqless, total.reused, total.completionCopies, total.regCopies, time.Since(start).Round(time.Millisecond),
 		total.done, total.failed, total.aborted, total.wrongBytes, total.writesAfterRelease)
 	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
@@ -206,6 +217,8 @@ type campaignOpts struct {
 	vllm bool
 	// pp runs prefill in pp pipeline stages of preTP ranks each.
 	pp int
+	// preOrder is prefill's block order ("" HND; decode's stays HND).
+	preOrder string
 }
 
 func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignOpts) campaignFigures {
@@ -232,7 +245,7 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, prePP: o.pp, numBlocks: campaignBlocks, clock: lease.SystemClock{},
-		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm,
+		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm, preOrder: o.preOrder,
 		rank: func(c *Config) {
 			c.Logger = logger
 			c.StatsInterval = -1

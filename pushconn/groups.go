@@ -48,7 +48,10 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 // of the rank's logical block ids per KV-cache group, each the suffix of
 // the request still to fill (after a prefix hit, which may differ from
 // group to group, and without a sliding window's blocks before the
-// window), which PUSH_REG carries as they are.
+// window), which PUSH_REG carries as they are. WithTokens, when given, is
+// the request's length the lists are aligned to (the prefill's tokens):
+// decode then counts each group's prefix hit (Stats().PrefixHitBlocks), and
+// refuses lists longer than that length's blocks.
 func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs [][]int, opts ...RequestOption) error {
 	o := c.engine.vllmOpts(applyOpts(opts))
 	if err := prefill.validate(); err != nil {
@@ -60,6 +63,12 @@ func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs []
 	}
 	if err := groupids.Check(&c.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return invalidf("request %q: %v", requestID, err)
+	}
+	if o.tokens != 0 {
+		var err error
+		if o.prefixHits, err = descriptors.PrefixHits(&c.cfg.Layout, o.tokens, blockIDs); err != nil {
+			return invalidf("request %q: WithTokens(%d): %v", requestID, o.tokens, engine.Field(err))
+		}
 	}
 	return c.register(requestID, prefill, groupids.Copy(blockIDs), o)
 }

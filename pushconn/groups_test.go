@@ -21,6 +21,9 @@ import (
 type groupRig struct {
 	*rig
 	pre, dec []grouptest.Rank
+	// withTokens makes push register with WithTokens(the request's
+	// tokens), so decode counts its prefix hits.
+	withTokens bool
 }
 
 // newGroupRig builds it; vllm runs both engines in vLLM's protocol. The
@@ -206,7 +209,11 @@ func (g *groupRig) push(id string, seed int, r groupReq, registerFirst bool) {
 	}
 	register := func() {
 		for _, c := range g.consumers {
-			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst))
+			var opts []RequestOption
+			if g.withTokens {
+				opts = append(opts, WithTokens(r.tokens))
+			}
+			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst, opts...))
 		}
 	}
 	finish := func() {
