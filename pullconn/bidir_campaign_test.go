@@ -34,6 +34,7 @@ type bidirFigures struct {
 	wrongBytes, writesAfterRelease, releasedTwice, twice int
 	steps                                                int
 	pinnedSteps                                          int // steps of a holder's clock aimed at a load in flight
+	lateRanks                                            int // ranks that finished a request after its first rank's hold ended
 }
 
 func (f *bidirFigures) add(o bidirFigures) {
@@ -53,13 +54,14 @@ func (f *bidirFigures) add(o bidirFigures) {
 	f.twice += o.twice
 	f.steps += o.steps
 	f.pinnedSteps += o.pinnedSteps
+	f.lateRanks += o.lateRanks
 }
 
 func (f bidirFigures) String() string {
 	return fmt.Sprintf("%d clock steps (%d of a holder's clock during a load); %d conversations, %d turns (%d done, %d failed); %d history loads (%d read back, %d failed and recomputed, %d below the threshold); "+
-		"%d history tokens read back, %d recomputed; wrong bytes in done results: %d; writes after release: %d; holds freed twice: %d; second ends: %d",
+		"%d history tokens read back, %d recomputed; wrong bytes in done results: %d; writes after release: %d; holds freed twice: %d; second ends: %d; late ranks: %d",
 		f.steps, f.pinnedSteps, f.conversations, f.turns, f.turnsDone, f.turnsFailed, f.histLoads, f.histDone, f.histFailed, f.histBelow,
-		f.histTokensRead, f.histTokensRecomputed, f.wrongBytes, f.writesAfterRelease, f.releasedTwice, f.twice)
+		f.histTokensRead, f.histTokensRecomputed, f.wrongBytes, f.writesAfterRelease, f.releasedTwice, f.twice, f.lateRanks)
 }
 
 func TestBidirFaultCampaign(t *testing.T) {
@@ -487,6 +489,7 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 			t.Errorf("decode rank %d: ends after the campaign: %v", r, out)
 		}
 	}
+	f.lateRanks = c.lateRanks
 	return f
 }
 
