@@ -52,8 +52,19 @@ type benchSetup struct {
 	inbox        Notifs // reused by poll when not nil
 }
 
+// benchInit and benchTarget are the agents' names, those of cbench's
+// agents: NIXL copies the sender's name into every notification and looks
+// it up on the receiving side, and libstdc++ keeps strings of up to 15 bytes
+// without a heap allocation, so names of other lengths would make the two
+// sides do different work in NIXL (with the test's name, 30 bytes and more,
+// five mallocs more per round trip, counted with uprobes on malloc).
+const (
+	benchInit   = "cbench.init"
+	benchTarget = "cbench.target"
+)
+
 func newBenchSetup(b testing.TB, size int) (*benchSetup, *Buffer, *Buffer) {
-	p := newPeers(b, size, Config{})
+	p := newPeersNamed(b, benchInit, benchTarget, size, Config{})
 	return &benchSetup{init: p.init, target: p.target}, p.initBuf, p.tgtBuf
 }
 
