@@ -145,6 +145,13 @@ const (
 	// rtBatched: one Poll per agent and polling round, which makes the same
 	// NIXL calls in the same order in one cgo crossing per agent.
 	rtBatched
+	// rtEach: as rtAppendNotifs, the target polled with PollEach(nil, nil,
+	// count): one getNotifs per call, each message handed to a counter, no
+	// map (cbench counts by walking its nixl_notifs_t).
+	rtEach
+	// rtBatchedEach: as rtBatched, the target's notifications handed to
+	// the counter by PollEach.
+	rtBatchedEach
 )
 
 // roundTrip4KiB sets up the 4 KiB round trip and returns one operation of
@@ -163,6 +170,17 @@ func roundTrip4KiBGetNotifs(tb testing.TB) (one func(), bytes int64) {
 // roundTrip4KiBBatched is roundTrip4KiB polling each agent with Poll.
 func roundTrip4KiBBatched(tb testing.TB) (one func(), bytes int64) {
 	return roundTrip(tb, 1, rtBatched)
+}
+
+// roundTrip4KiBEach is roundTrip4KiB polling the target with PollEach.
+func roundTrip4KiBEach(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 1, rtEach)
+}
+
+// roundTrip4KiBBatchedEach is roundTrip4KiBBatched with the target's
+// notifications counted through PollEach.
+func roundTrip4KiBBatchedEach(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 1, rtBatchedEach)
 }
 
 // roundTrip4KiBx8 is eight 4 KiB round trips in flight at once (cbench
@@ -198,21 +216,27 @@ func roundTrip(tb testing.TB, k int, how rtPoll) (one func(), bytes int64) {
 	}
 	statuses := make([]Status, k)
 	from := s.init.Name()
+	count := func(string, []byte) { s.notifs++ }
 	progressTarget := func() {
-		if how != rtBatched {
+		switch how {
+		case rtEach, rtBatchedEach:
+			if err := s.target.PollEach(nil, nil, count); err != nil {
+				tb.Fatal(err)
+			}
+		case rtBatched:
+			if err := s.target.Poll(nil, nil, s.inbox); err != nil {
+				tb.Fatal(err)
+			}
+			if m := s.inbox[from]; len(m) > 0 {
+				s.notifs += len(m)
+				s.inbox[from] = m[:0]
+			}
+		default:
 			s.poll(tb)
-			return
-		}
-		if err := s.target.Poll(nil, nil, s.inbox); err != nil {
-			tb.Fatal(err)
-		}
-		if m := s.inbox[from]; len(m) > 0 {
-			s.notifs += len(m)
-			s.inbox[from] = m[:0]
 		}
 	}
 	allDone := func() bool {
-		if how == rtBatched {
+		if how == rtBatched || how == rtBatchedEach {
 			if err := s.init.Poll(reqs, statuses, nil); err != nil {
 				tb.Fatal(err)
 			}
@@ -317,6 +341,8 @@ func BenchmarkRoundTrip4KiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiB) })
 	b.Run("go-getnotifs", func(b *testing.B) { benchGo(b, roundTrip4KiBGetNotifs) })
 	b.Run("go-batched", func(b *testing.B) { benchGo(b, roundTrip4KiBBatched) })
+	b.Run("go-each", func(b *testing.B) { benchGo(b, roundTrip4KiBEach) })
+	b.Run("go-batched-each", func(b *testing.B) { benchGo(b, roundTrip4KiBBatchedEach) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4k") })
 }
 
@@ -464,6 +490,8 @@ func TestCompareWithCpp(t *testing.T) {
 		{"RoundTrip4KiB (post + done + notif), like-for-like: a call per NIXL call, AppendNotifs", "roundtrip4k", 20000, roundTrip4KiB},
 		{"RoundTrip4KiB (post + done + notif), like-for-like, GetNotifs", "roundtrip4k", 20000, roundTrip4KiBGetNotifs},
 		{"RoundTrip4KiB (post + done + notif), batched: one Poll per agent and round", "roundtrip4k", 20000, roundTrip4KiBBatched},
+		{"RoundTrip4KiB (post + done + notif), like-for-like, PollEach (no map)", "roundtrip4k", 20000, roundTrip4KiBEach},
+		{"RoundTrip4KiB (post + done + notif), batched, PollEach (no map)", "roundtrip4k", 20000, roundTrip4KiBBatchedEach},
 		{"RoundTrip4KiB x8 in flight, like-for-like: XferStatus per request", "roundtrip4kx8", 5000, roundTrip4KiBx8},
 		{"RoundTrip4KiB x8 in flight, batched: one Poll for the 8 statuses", "roundtrip4kx8", 5000, roundTrip4KiBx8Batched},
 	} {

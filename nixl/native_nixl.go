@@ -38,10 +38,9 @@ type NativeAgent struct {
 	xfers  handleTable // XferHandle -> nixlXferReqH*
 	dlists handleTable // DlistHandle -> nixlDlistH*
 
-	notifMu  sync.Mutex        // one GetNotifs at a time
-	scratch  notifScratch      // C buffer GetNotifs results are written to
-	names    map[string]string // interned sender names
-	lastName string            // the sender internName returned last
+	notifMu sync.Mutex   // one GetNotifs at a time
+	scratch notifScratch // C buffer GetNotifs results are written to
+	dec     notifDecoder // turns them into Go values
 }
 
 var quietUCXSignals sync.Once
@@ -88,7 +87,6 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 		dlists:   handleTable{serial: serial},
 		backends: make(map[string]uintptr),
 		scratch:  newNotifScratch(),
-		names:    make(map[string]string),
 	}, nil
 }
 

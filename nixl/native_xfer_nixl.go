@@ -193,17 +193,21 @@ func (a *NativeAgent) PostXferReq(req XferHandle, opts *Options) (Status, error)
 	if err := a.enter(op); err != nil {
 		return StatusUnknown, err
 	}
-	defer a.exit()
-	var o *shimOpts
-	if opts != nil && opts.Notif != nil {
-		o = &shimOpts{present: true, hasNotif: true, notif: opts.Notif}
-	}
+	// No defer: nothing between enter and exit can panic, and this is the
+	// hot path of every transfer (see XferStatus).
 	e := a.xfers.acquire(uint64(req))
 	if e == nil {
+		a.exit()
 		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer a.xfers.done(e)
-	s := shimPostXferReq(a.agent, e.ptr, o)
+	var s Status
+	if opts == nil || opts.Notif == nil {
+		s = shimPostXferReqPlain(a.agent, e.ptr)
+	} else {
+		s = shimPostXferReq(a.agent, e.ptr, &shimOpts{present: true, hasNotif: true, notif: opts.Notif})
+	}
+	a.xfers.done(e)
+	a.exit()
 	return s, check(op, s, func() string { return fmt.Sprintf("transfer %d", req) })
 }
 
@@ -215,13 +219,17 @@ func (a *NativeAgent) XferStatus(req XferHandle) (Status, error) {
 	if err := a.enter(op); err != nil {
 		return StatusUnknown, err
 	}
-	defer a.exit()
+	// Unlocked without defer: the calls in between cannot panic, and a
+	// poller makes this call in a loop, where the deferred calls showed in
+	// the profile (docs/binding.md).
 	e := a.xfers.acquire(uint64(req))
 	if e == nil {
+		a.exit()
 		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer a.xfers.done(e)
 	s := shimXferStatus(a.agent, e.ptr)
+	a.xfers.done(e)
+	a.exit()
 	return s, check(op, s, func() string { return fmt.Sprintf("transfer %d", req) })
 }
 

@@ -442,6 +442,10 @@ int nixlgo_post_xfer_req(uintptr_t agent, uintptr_t req, nixlgo_opts opts) {
 	});
 }
 
+int nixlgo_post_xfer_req_plain(uintptr_t agent, uintptr_t req) {
+	return guard([&] { return agentOf(agent)->postXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
+}
+
 int nixlgo_get_xfer_status(uintptr_t agent, uintptr_t req) {
 	return guard(
 	    [&] { return agentOf(agent)->getXferStatus(reinterpret_cast<nixlXferReqH *>(req)); });

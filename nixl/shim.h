@@ -156,6 +156,8 @@ int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_
 int nixlgo_estimate_xfer_cost(uintptr_t agent, uintptr_t req, nixlgo_opts opts,
                               int64_t *duration_us, int64_t *err_margin_us, int *method);
 int nixlgo_post_xfer_req(uintptr_t agent, uintptr_t req, nixlgo_opts opts);
+/* nixlgo_post_xfer_req with no options (extra_params nullptr). */
+int nixlgo_post_xfer_req_plain(uintptr_t agent, uintptr_t req);
 int nixlgo_get_xfer_status(uintptr_t agent, uintptr_t req);
 int nixlgo_query_xfer_backend(uintptr_t agent, uintptr_t req, uintptr_t *backend);
 int nixlgo_get_xfer_telemetry(uintptr_t agent, uintptr_t req, nixlgo_telemetry *out);

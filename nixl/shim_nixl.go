@@ -70,6 +70,7 @@ package nixl
 #cgo nocallback nixlgo_create_xfer_req
 #cgo nocallback nixlgo_estimate_xfer_cost
 #cgo nocallback nixlgo_post_xfer_req
+#cgo nocallback nixlgo_post_xfer_req_plain
 #cgo nocallback nixlgo_get_xfer_status
 #cgo nocallback nixlgo_query_xfer_backend
 #cgo nocallback nixlgo_get_xfer_telemetry
@@ -384,6 +385,13 @@ func shimPostXferReq(agent, req uintptr, o *shimOpts) Status {
 	return Status(C.nixlgo_post_xfer_req(C.uintptr_t(agent), C.uintptr_t(req), o.c()))
 }
 
+// shimPostXferReqPlain is shimPostXferReq without options, through an
+// entry point that takes none: the common repost needs no nixlgo_opts
+// built, copied and read.
+func shimPostXferReqPlain(agent, req uintptr) Status {
+	return Status(C.nixlgo_post_xfer_req_plain(C.uintptr_t(agent), C.uintptr_t(req)))
+}
+
 func shimXferStatus(agent, req uintptr) Status {
 	return Status(C.nixlgo_get_xfer_status(C.uintptr_t(agent), C.uintptr_t(req)))
 }
@@ -440,17 +448,32 @@ func (s *notifScratch) free() {
 	}
 }
 
-// shimGetNotifs returns a Go copy of the encoded notifications. The caller
-// must not call it concurrently with the same scratch.
-func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) ([]byte, Status) {
-	return takeNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
+// cNotifs is an encoded notifications result still in C memory, valid
+// until the next notifications call with the same scratch: the scratch
+// buffer itself, or, when the result did not fit, a malloc'd block (free)
+// that release frees. b is nil when nothing arrived.
+type cNotifs struct {
+	b    []byte
+	free unsafe.Pointer
+}
+
+func (c cNotifs) release() {
+	if c.free != nil {
+		C.free(c.free)
+	}
+}
+
+// shimGetNotifs returns the encoded notifications. The caller must not
+// call it concurrently with the same scratch, and must release the result.
+func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) (cNotifs, Status) {
+	return viewNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
 // shimPoll writes the status of each request of reqs (C pointers) to
 // statuses, which must be as long, and, when wantNotifs is set, returns the
 // encoded notifications as shimGetNotifs does, all in one crossing.
 // scratch is used, and may be nil, only when wantNotifs is set.
-func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool, scratch *notifScratch) ([]byte, Status) {
+func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool, scratch *notifScratch) (cNotifs, Status) {
 	var rp *C.uintptr_t
 	var sp *C.int32_t
 	if len(reqs) > 0 {
@@ -459,23 +482,23 @@ func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool,
 	}
 	if !wantNotifs {
 		C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 0, 0, 0, 0)
-		return nil, StatusSuccess
+		return cNotifs{}, StatusSuccess
 	}
-	return takeNotifs(C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 1,
+	return viewNotifs(C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 1,
 		C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
-// takeNotifs copies an encoded notifications result to Go memory, freeing
-// it when it is not the scratch buffer.
-func takeNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) ([]byte, Status) {
+// viewNotifs wraps a notifications result without copying it: Go reads it
+// in place and copies out only the messages.
+func viewNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) (cNotifs, Status) {
 	if r.data == nil {
-		return nil, Status(r.status)
+		return cNotifs{}, Status(r.status)
 	}
-	out := goBytes(r.data, r.len)
+	c := cNotifs{b: unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.len))}
 	if unsafe.Pointer(r.data) != scratch.ptr {
-		C.free(unsafe.Pointer(r.data))
+		c.free = unsafe.Pointer(r.data)
 	}
-	return out, Status(r.status)
+	return c, Status(r.status)
 }
 
 func shimGenNotif(agent uintptr, remote string, msg []byte, o *shimOpts) Status {

@@ -156,19 +156,20 @@ func decodeQuery(b []byte) ([]map[string]string, error) {
 
 // decodeNotifs decodes a "notifs" buffer into a new map. The messages are
 // sub-slices of b, so b must be a Go copy that nothing else writes to.
-// intern, when not nil, turns sender names into strings, so that a poller
-// can reuse them instead of allocating one per call.
-func decodeNotifs(b []byte, intern func([]byte) string) (Notifs, error) {
+func decodeNotifs(b []byte) (Notifs, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
-	return appendNotifs(nil, b, intern)
+	return appendNotifs(nil, b, nil)
 }
 
 // appendNotifs decodes a "notifs" buffer into dst, appending to the message
-// lists already there, and returns dst (a new map if dst is nil). On error
-// dst may hold part of the buffer's messages.
-func appendNotifs(dst Notifs, b []byte, intern func([]byte) string) (Notifs, error) {
+// lists already there, and returns dst (a new map if dst is nil). With a
+// nil d the messages are sub-slices of b and the names new strings; with a
+// decoder, b may be transient (C memory the next call overwrites): d copies
+// every message out of it and interns the names. On error dst may hold part
+// of the buffer's messages.
+func appendNotifs(dst Notifs, b []byte, d *notifDecoder) (Notifs, error) {
 	if len(b) == 0 {
 		return dst, nil
 	}
@@ -190,8 +191,8 @@ func appendNotifs(dst Notifs, b []byte, intern func([]byte) string) (Notifs, err
 			return dst, err
 		}
 		var sender string
-		if intern != nil {
-			sender = intern(name)
+		if d != nil {
+			sender = d.name(name)
 		} else {
 			sender = string(name)
 		}
@@ -204,11 +205,47 @@ func appendNotifs(dst Notifs, b []byte, intern func([]byte) string) (Notifs, err
 			if err != nil {
 				return dst, err
 			}
+			if d != nil {
+				m = d.msg(m)
+			}
 			msgs = append(msgs, m)
 		}
 		dst[sender] = msgs
 	}
 	return dst, r.end()
+}
+
+// eachNotif decodes a "notifs" buffer, which may be transient, calling fn
+// for every message in order with the sender interned and the message
+// copied by d. On error fn has seen the messages before the bad bytes.
+func eachNotif(b []byte, d *notifDecoder, fn func(from string, msg []byte)) error {
+	if len(b) == 0 {
+		return nil
+	}
+	r := shimReader{b}
+	agents, err := r.count(16)
+	if err != nil {
+		return err
+	}
+	for range agents {
+		name, err := r.bytes()
+		if err != nil {
+			return err
+		}
+		n, err := r.count(8)
+		if err != nil {
+			return err
+		}
+		sender := d.name(name)
+		for range n {
+			m, err := r.bytes()
+			if err != nil {
+				return err
+			}
+			fn(sender, d.msg(m))
+		}
+	}
+	return r.end()
 }
 
 // encodeParams encodes a parameter map for the shim, keys sorted so that

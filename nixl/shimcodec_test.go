@@ -2,6 +2,8 @@ package nixl
 
 import (
 	"encoding/binary"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,7 +55,7 @@ func TestDecodeNotifs(t *testing.T) {
 	b := shimBuf{}.u64(2).
 		str("prefill-0").u64(2).str("req-1:2").str("").
 		str("prefill-1").u64(1).str("req-1:2")
-	got, err := decodeNotifs(b, nil)
+	got, err := decodeNotifs(b)
 	require.NoError(t, err)
 	assert.Equal(t, Notifs{
 		"prefill-0": {[]byte("req-1:2"), []byte("")},
@@ -65,13 +67,7 @@ func TestDecodeNotifs(t *testing.T) {
 	m := got["prefill-0"][0]
 	assert.Equal(t, len(m), cap(m))
 
-	interned := 0
-	withIntern, err := decodeNotifs(b, func(n []byte) string { interned++; return "x" + string(n) })
-	require.NoError(t, err)
-	assert.Equal(t, 2, interned)
-	assert.Len(t, withIntern["xprefill-0"], 2)
-
-	none, err := decodeNotifs(nil, nil)
+	none, err := decodeNotifs(nil)
 	require.NoError(t, err)
 	assert.Nil(t, none)
 }
@@ -104,7 +100,7 @@ func TestDecodersRejectMalformedBuffers(t *testing.T) {
 	}
 	_, _, err := decodeMemsParams(shimBuf{}.u64(1).u64(0).u64(1).str("k"))
 	assert.ErrorIs(t, err, errShimEncoding)
-	_, err = decodeNotifs(shimBuf{}.u64(1).str("a").u64(2).str("m"), nil)
+	_, err = decodeNotifs(shimBuf{}.u64(1).str("a").u64(2).str("m"))
 	assert.ErrorIs(t, err, errShimEncoding)
 }
 
@@ -131,7 +127,12 @@ func FuzzDecodeNotifs(f *testing.F) {
 	f.Add([]byte(shimBuf{}.u64(1 << 62)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		n, err := decodeNotifs(b, nil)
+		n, err := decodeNotifs(b)
+		var d notifDecoder
+		viaDecoder, derr := appendNotifs(nil, slices.Clone(b), &d)
+		if (derr == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(n, viaDecoder)) {
+			t.Fatalf("the decoder gives %v, %v; decoding in place %v, %v", viaDecoder, derr, n, err)
+		}
 		_, _ = decodeStrings(b)
 		_, _, _ = decodeMemsParams(b)
 		_, _ = decodeQuery(b)
