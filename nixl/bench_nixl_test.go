@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // The Go benchmarks below and testdata/cbench/cbench.cc do the same
@@ -548,4 +550,22 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestRoundTripAllocs checks that the binding's round-trip hot path
+// allocates nothing in Go: posting a request, polling its status, and
+// receiving its notification into a reused map (AppendNotifs, Poll) or
+// through a function (PollEach).
+func TestRoundTripAllocs(t *testing.T) {
+	for name, how := range map[string]rtPoll{
+		"AppendNotifs":      rtAppendNotifs,
+		"Poll":              rtBatched,
+		"PollEach":          rtEach,
+		"Poll and PollEach": rtBatchedEach,
+	} {
+		t.Run(name, func(t *testing.T) {
+			one, _ := roundTrip(t, 1, how)
+			assert.Zero(t, testing.AllocsPerRun(500, one))
+		})
+	}
 }

@@ -77,6 +77,11 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 		}
 		return nil, &Error{Op: op, Status: failed(s), Msg: msg}
 	}
+	scratch, ok := newNotifScratch()
+	if !ok {
+		shimAgentDelete(ptr)
+		return nil, &Error{Op: op, Status: StatusUnknown, Msg: fmt.Sprintf("creating agent %q: out of C memory for its notification buffers", name)}
+	}
 	serial := cfg.SyncMode == SyncNone
 	return &NativeAgent{
 		name:     name,
@@ -86,7 +91,7 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 		xfers:    handleTable{serial: serial},
 		dlists:   handleTable{serial: serial},
 		backends: make(map[string]uintptr),
-		scratch:  newNotifScratch(),
+		scratch:  scratch,
 	}, nil
 }
 

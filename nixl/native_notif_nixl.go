@@ -56,16 +56,13 @@ func (a *NativeAgent) getNotifs(op string, dst Notifs, opts *Options) (Notifs, e
 	return a.takeNotifs(op, dst, c, s)
 }
 
-// takeNotifs decodes notifications still in C memory into dst, frees that
+// takeNotifs appends notifications still in C memory to dst, frees that
 // memory, and maps the status of the getNotifs call that returned them.
 // The notifications are handed over whatever the status: getNotifs may fail
 // for one backend and still return what the others delivered.
 func (a *NativeAgent) takeNotifs(op string, dst Notifs, c cNotifs, s Status) (Notifs, error) {
-	n, derr := appendNotifs(dst, c.b, &a.dec)
+	n := appendNotifs(dst, c.refs, &a.dec)
 	c.release()
-	if derr != nil {
-		return n, malformed(op, derr)
-	}
 	return n, check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 

@@ -107,9 +107,7 @@ func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []S
 	// each may panic: the deferred calls free the C block and release the
 	// agent on the way out.
 	defer c.release()
-	if err := eachNotif(c.b, &a.dec, each); err != nil {
-		return malformed(op, err)
-	}
+	eachNotif(c.refs, &a.dec, each)
 	return check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 

@@ -482,37 +482,24 @@ int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req) {
 	    [&] { return agentOf(agent)->releaseXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
 }
 
-// encodeNotifs writes notifs in the "notifs" encoding into scratch when it
-// fits, else into a malloc'd buffer, and points r at it.
-void encodeNotifs(const nixl_notifs_t &notifs, uintptr_t scratch, size_t scratch_cap,
-                  nixlgo_notifs_result &r) {
-	size_t size = 8;
-	for (const auto &kv : notifs) {
-		size += 16 + kv.first.size();
-		for (const auto &m : kv.second) size += 8 + m.size();
-	}
-	char *dst = reinterpret_cast<char *>(scratch);
-	if (size > scratch_cap || dst == nullptr) {
-		dst = static_cast<char *>(std::malloc(size));
+// listNotifs lists notifs as nixlgo_notif entries pointing into its
+// strings, in scratch when they fit, else in a malloc'd array, and points r
+// at them.
+void listNotifs(const nixl_notifs_t &notifs, uintptr_t scratch, size_t scratch_cap,
+                nixlgo_notifs_result &r) {
+	size_t n = 0;
+	for (const auto &kv : notifs) n += kv.second.size();
+	if (n == 0) return;
+	nixlgo_notif *dst = reinterpret_cast<nixlgo_notif *>(scratch);
+	if (dst == nullptr || n > scratch_cap / sizeof(nixlgo_notif)) {
+		dst = static_cast<nixlgo_notif *>(std::malloc(n * sizeof(nixlgo_notif)));
 		if (dst == nullptr) throw std::bad_alloc();
 	}
-	char *w = dst;
-	auto u64 = [&w](uint64_t v) {
-		for (int i = 0; i < 8; i++) *w++ = static_cast<char>((v >> (8 * i)) & 0xff);
-	};
-	auto bytes = [&](const std::string &v) {
-		u64(v.size());
-		if (!v.empty()) std::memcpy(w, v.data(), v.size());
-		w += v.size();
-	};
-	u64(notifs.size());
-	for (const auto &kv : notifs) {
-		bytes(kv.first);
-		u64(kv.second.size());
-		for (const auto &m : kv.second) bytes(m);
-	}
-	r.data = dst;
-	r.len = size;
+	size_t i = 0;
+	for (const auto &kv : notifs)
+		for (const auto &m : kv.second) dst[i++] = {kv.first.data(), kv.first.size(), m.data(), m.size()};
+	r.notifs = dst;
+	r.n = n;
 }
 
 uintptr_t nixlgo_notifs_map_new(void) {
@@ -525,17 +512,17 @@ uintptr_t nixlgo_notifs_map_new(void) {
 
 void nixlgo_notifs_map_free(uintptr_t notifs_map) { delete reinterpret_cast<nixl_notifs_t *>(notifs_map); }
 
-// getNotifsInto calls getNotifs with the reused map when there is one, else
-// a fresh one, and encodes what arrived into r. getNotifs may fail for one
-// backend and still return what the others delivered, so the notifications
-// are handed over whatever the status.
+// getNotifsInto calls getNotifs with the caller's map and lists what
+// arrived into r. getNotifs may fail for one backend and still return what
+// the others delivered, so the notifications are listed whatever the
+// status. Without a map the entries would point into a map gone at return.
 nixl_status_t getNotifsInto(nixlAgent *a, const nixl_opt_args_t *args, uintptr_t scratch,
                             size_t scratch_cap, uintptr_t notifs_map, nixlgo_notifs_result &r) {
-	nixl_notifs_t local;
-	nixl_notifs_t &notifs = notifs_map ? *reinterpret_cast<nixl_notifs_t *>(notifs_map) : local;
+	if (notifs_map == 0) return NIXL_ERR_INVALID_PARAM;
+	nixl_notifs_t &notifs = *reinterpret_cast<nixl_notifs_t *>(notifs_map);
 	notifs.clear();
 	nixl_status_t s = a->getNotifs(notifs, args);
-	if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
+	listNotifs(notifs, scratch, scratch_cap, r);
 	return s;
 }
 

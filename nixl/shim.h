@@ -87,7 +87,7 @@ typedef struct {
  *            written by nixlgo_encode-compatible Go code
  *   mems+params: u64 count, count u64 memory types, then params
  *   query:   u64 count, then per entry u64 has_value and, if 1, params
- *   notifs:  u64 agents, then per agent bytes name, u64 count, count bytes
+ * Notifications do not use this encoding: see nixlgo_notif.
  */
 typedef struct {
 	char *data;
@@ -163,21 +163,31 @@ int nixlgo_query_xfer_backend(uintptr_t agent, uintptr_t req, uintptr_t *backend
 int nixlgo_get_xfer_telemetry(uintptr_t agent, uintptr_t req, nixlgo_telemetry *out);
 int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req);
 
-/* Notifications. nixlgo_get_notifs writes the "notifs" encoding into the
- * caller's C buffer scratch when it fits (then data == scratch), else into
- * a malloc'd buffer the caller frees; data is NULL when there are none. It
- * returns a struct, not through pointers, to keep the polling path free of
- * cgo pointer checks and allocations. */
+/* Notifications. The calls that fetch them (nixlgo_get_notifs,
+ * nixlgo_poll) fill the caller's nixl_notifs_t (notifs_map, from
+ * nixlgo_notifs_map_new: cleared and reused per call, as a C++ poller
+ * reuses its map) and list what arrived as an array of nixlgo_notif, one
+ * per message, a sender's messages consecutive and in the order sent. The
+ * entries point into that map's strings, so they are valid until the next
+ * call with the same map; nothing is encoded or copied. The array is
+ * written into the caller's C buffer scratch when it fits (then notifs ==
+ * scratch), else into a malloc'd block the caller frees; notifs is NULL
+ * when nothing arrived. The result is returned as a struct, not through
+ * pointers, to keep the polling path free of cgo pointer checks. */
+typedef struct {
+	const char *from;
+	size_t from_len;
+	const char *msg;
+	size_t msg_len;
+} nixlgo_notif;
 typedef struct {
 	int status;
-	char *data;
-	size_t len;
+	nixlgo_notif *notifs;
+	size_t n;
 } nixlgo_notifs_result;
 nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
                                        size_t scratch_cap, uintptr_t notifs_map);
-/* A nixl_notifs_t that nixlgo_get_notifs and nixlgo_poll clear and reuse
- * when given one (notifs_map), as a C++ poller reuses its map, instead of
- * building a new one per call; 0 means build one per call. */
+/* A nixl_notifs_t for the calls above; 0 when out of memory. */
 uintptr_t nixlgo_notifs_map_new(void);
 void nixlgo_notifs_map_free(uintptr_t notifs_map);
 /* nixlgo_poll is one polling round in one crossing: getXferStatus on each of

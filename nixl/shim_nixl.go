@@ -99,6 +99,11 @@ var (
 	_ = [1]struct{}{}[unsafe.Sizeof(Desc{})-unsafe.Sizeof(C.nixlgo_desc{})]
 	_ = [1]struct{}{}[unsafe.Offsetof(Desc{}.Len)-unsafe.Offsetof(C.nixlgo_desc{}.len)]
 	_ = [1]struct{}{}[unsafe.Offsetof(Desc{}.DevID)-unsafe.Offsetof(C.nixlgo_desc{}.dev_id)]
+	// notifRef is nixlgo_notif, so the shim's list is read in place.
+	_ = [1]struct{}{}[unsafe.Sizeof(notifRef{})-unsafe.Sizeof(C.nixlgo_notif{})]
+	_ = [1]struct{}{}[unsafe.Offsetof(notifRef{}.fromLen)-unsafe.Offsetof(C.nixlgo_notif{}.from_len)]
+	_ = [1]struct{}{}[unsafe.Offsetof(notifRef{}.msg)-unsafe.Offsetof(C.nixlgo_notif{}.msg)]
+	_ = [1]struct{}{}[unsafe.Offsetof(notifRef{}.msgLen)-unsafe.Offsetof(C.nixlgo_notif{}.msg_len)]
 )
 
 // shimOpts is nixl_opt_args_t after backend names were resolved to handles.
@@ -421,20 +426,25 @@ func shimReleaseXferReq(agent, req uintptr) Status {
 	return Status(C.nixlgo_release_xfer_req(C.uintptr_t(agent), C.uintptr_t(req)))
 }
 
-// notifScratch is C memory that nixlgo_get_notifs writes small results
-// into, so that polling for notifications needs no malloc and free in C.
+// notifScratch is what the notification calls reuse, so that polling
+// needs no malloc and free in C: the nixl_notifs_t that getNotifs fills and
+// a C buffer its list of entries is written into.
 type notifScratch struct {
-	ptr unsafe.Pointer
-	cap int
-	// notifs is the C++ nixl_notifs_t the shim clears and reuses per call
-	// (0 if it could not be allocated: the shim then makes one per call).
-	notifs uintptr
+	ptr    unsafe.Pointer
+	cap    int
+	notifs uintptr // nixl_notifs_t*
 }
 
 const notifScratchSize = 64 << 10
 
-func newNotifScratch() notifScratch {
-	return notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
+// newNotifScratch allocates the scratch; ok is false when C is out of memory.
+func newNotifScratch() (s notifScratch, ok bool) {
+	s = notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
+	if s.ptr == nil || s.notifs == 0 {
+		s.free()
+		return notifScratch{}, false
+	}
+	return s, true
 }
 
 func (s *notifScratch) free() {
@@ -448,12 +458,11 @@ func (s *notifScratch) free() {
 	}
 }
 
-// cNotifs is an encoded notifications result still in C memory, valid
-// until the next notifications call with the same scratch: the scratch
-// buffer itself, or, when the result did not fit, a malloc'd block (free)
-// that release frees. b is nil when nothing arrived.
+// cNotifs is a list of notifications still in C memory, valid until the
+// next notifications call with the same scratch: in the scratch buffer, or,
+// when it did not fit, in a malloc'd block (free) that release frees.
 type cNotifs struct {
-	b    []byte
+	refs []notifRef
 	free unsafe.Pointer
 }
 
@@ -463,7 +472,7 @@ func (c cNotifs) release() {
 	}
 }
 
-// shimGetNotifs returns the encoded notifications. The caller must not
+// shimGetNotifs returns the notifications. The caller must not
 // call it concurrently with the same scratch, and must release the result.
 func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) (cNotifs, Status) {
 	return viewNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
@@ -471,7 +480,7 @@ func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) (cNotifs, 
 
 // shimPoll writes the status of each request of reqs (C pointers) to
 // statuses, which must be as long, and, when wantNotifs is set, returns the
-// encoded notifications as shimGetNotifs does, all in one crossing.
+// notifications as shimGetNotifs does, all in one crossing.
 // scratch is used, and may be nil, only when wantNotifs is set.
 func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool, scratch *notifScratch) (cNotifs, Status) {
 	var rp *C.uintptr_t
@@ -488,15 +497,15 @@ func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool,
 		C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
-// viewNotifs wraps a notifications result without copying it: Go reads it
-// in place and copies out only the messages.
+// viewNotifs wraps a notifications result without copying it: Go reads
+// the entries in place and copies out only the messages.
 func viewNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) (cNotifs, Status) {
-	if r.data == nil {
+	if r.notifs == nil {
 		return cNotifs{}, Status(r.status)
 	}
-	c := cNotifs{b: unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.len))}
-	if unsafe.Pointer(r.data) != scratch.ptr {
-		c.free = unsafe.Pointer(r.data)
+	c := cNotifs{refs: unsafe.Slice((*notifRef)(unsafe.Pointer(r.notifs)), int(r.n))}
+	if unsafe.Pointer(r.notifs) != scratch.ptr {
+		c.free = unsafe.Pointer(r.notifs)
 	}
 	return c, Status(r.status)
 }

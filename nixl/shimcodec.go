@@ -7,8 +7,8 @@ import (
 	"slices"
 )
 
-// The native agent's C shim returns lists, maps and notifications as one
-// byte buffer each, so that every call crosses cgo once and C never hands Go
+// The native agent's C shim returns lists and maps as one byte buffer
+// each (notifications come as an array of entries instead: notifdecode.go), so that every call crosses cgo once and C never hands Go
 // a pointer into C++ containers. The encoding (also documented in shim.h) is
 // little-endian uint64 integers and byte strings prefixed by their uint64
 // length. These functions are pure Go so that they are tested and fuzzed in
@@ -152,100 +152,6 @@ func decodeQuery(b []byte) ([]map[string]string, error) {
 		}
 	}
 	return out, r.end()
-}
-
-// decodeNotifs decodes a "notifs" buffer into a new map. The messages are
-// sub-slices of b, so b must be a Go copy that nothing else writes to.
-func decodeNotifs(b []byte) (Notifs, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	return appendNotifs(nil, b, nil)
-}
-
-// appendNotifs decodes a "notifs" buffer into dst, appending to the message
-// lists already there, and returns dst (a new map if dst is nil). With a
-// nil d the messages are sub-slices of b and the names new strings; with a
-// decoder, b may be transient (C memory the next call overwrites): d copies
-// every message out of it and interns the names. On error dst may hold part
-// of the buffer's messages.
-func appendNotifs(dst Notifs, b []byte, d *notifDecoder) (Notifs, error) {
-	if len(b) == 0 {
-		return dst, nil
-	}
-	r := shimReader{b}
-	agents, err := r.count(16)
-	if err != nil {
-		return dst, err
-	}
-	if dst == nil {
-		dst = make(Notifs, agents)
-	}
-	for range agents {
-		name, err := r.bytes()
-		if err != nil {
-			return dst, err
-		}
-		n, err := r.count(8)
-		if err != nil {
-			return dst, err
-		}
-		var sender string
-		if d != nil {
-			sender = d.name(name)
-		} else {
-			sender = string(name)
-		}
-		msgs := dst[sender]
-		if msgs == nil {
-			msgs = make([][]byte, 0, n)
-		}
-		for range n {
-			m, err := r.bytes()
-			if err != nil {
-				return dst, err
-			}
-			if d != nil {
-				m = d.msg(m)
-			}
-			msgs = append(msgs, m)
-		}
-		dst[sender] = msgs
-	}
-	return dst, r.end()
-}
-
-// eachNotif decodes a "notifs" buffer, which may be transient, calling fn
-// for every message in order with the sender interned and the message
-// copied by d. On error fn has seen the messages before the bad bytes.
-func eachNotif(b []byte, d *notifDecoder, fn func(from string, msg []byte)) error {
-	if len(b) == 0 {
-		return nil
-	}
-	r := shimReader{b}
-	agents, err := r.count(16)
-	if err != nil {
-		return err
-	}
-	for range agents {
-		name, err := r.bytes()
-		if err != nil {
-			return err
-		}
-		n, err := r.count(8)
-		if err != nil {
-			return err
-		}
-		sender := d.name(name)
-		for range n {
-			m, err := r.bytes()
-			if err != nil {
-				return err
-			}
-			fn(sender, d.msg(m))
-		}
-	}
-	return r.end()
 }
 
 // encodeParams encodes a parameter map for the shim, keys sorted so that
