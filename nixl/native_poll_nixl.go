@@ -39,8 +39,11 @@ func (a *NativeAgent) poll(reqs []XferHandle, statuses []Status, notifs Notifs, 
 		return &Error{Op: "nixlAgent::getXferStatus", Status: StatusInvalidParam,
 			Msg: fmt.Sprintf("Poll got %d statuses for %d requests; pass one status per request", len(statuses), len(reqs))}
 	}
-	if len(reqs) == 0 && notifs == nil && each == nil {
-		return nil
+	if len(reqs) == 0 {
+		if notifs == nil && each == nil {
+			return nil
+		}
+		return a.pollNotifs(notifs, each)
 	}
 	if err := a.enter(pollOp); err != nil {
 		return err
@@ -87,7 +90,6 @@ func (a *NativeAgent) releaseXfers(held []*handleEntry) {
 // pollHeld makes Poll's NIXL calls on requests already resolved and held,
 // and releases them.
 func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []Status, notifs Notifs, each func(string, []byte)) error {
-	const op = "nixlAgent::getNotifs"
 	defer a.releaseXfers(held)
 	if notifs == nil && each == nil {
 		shimPoll(a.agent, ptrs, statuses, false, nil)
@@ -100,12 +102,34 @@ func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []S
 		defer a.notifMu.Unlock()
 	}
 	c, s := shimPoll(a.agent, ptrs, statuses, true, &a.scratch)
+	return a.deliver(notifs, each, c, s)
+}
+
+// pollNotifs is poll without requests, a receiver's round: getNotifs
+// alone, with nothing to resolve or hold.
+func (a *NativeAgent) pollNotifs(notifs Notifs, each func(string, []byte)) error {
+	if err := a.enter(pollOp); err != nil {
+		return err
+	}
+	defer a.exit()
+	if !a.serial {
+		a.notifMu.Lock()
+		defer a.notifMu.Unlock()
+	}
+	c, s := shimPoll(a.agent, nil, nil, true, &a.scratch)
+	return a.deliver(notifs, each, c, s)
+}
+
+// deliver hands a round's notifications to notifs or each and frees
+// their C memory.
+func (a *NativeAgent) deliver(notifs Notifs, each func(string, []byte), c cNotifs, s Status) error {
+	const op = "nixlAgent::getNotifs"
 	if each == nil {
 		_, err := a.takeNotifs(op, notifs, c, s)
 		return err
 	}
-	// each may panic: the deferred calls free the C block and release the
-	// agent on the way out.
+	// each may panic: the deferred calls (here and in the callers) free
+	// the C block and release the agent on the way out.
 	defer c.release()
 	eachNotif(c.refs, &a.dec, each)
 	return check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
