@@ -357,6 +357,25 @@ func BenchmarkRoundTrip4KiBx8(b *testing.B) {
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4kx8") })
 }
 
+// BenchmarkCrossing is one cgo crossing into a C function of the shim that
+// does nothing: the floor under every binding call.
+func BenchmarkCrossing(b *testing.B) {
+	for i := range b.N {
+		shimNoop(i)
+	}
+}
+
+// crossingNs measures a crossing as BenchmarkCrossing does, for n calls.
+func crossingNs(n int) float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := time.Now()
+	for i := range n {
+		shimNoop(i)
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}
+
 // benchCpp runs the C++ program for b.N operations and reports its own
 // timing, which excludes process start and setup as the Go side does.
 func benchCpp(b *testing.B, name string) {
@@ -482,6 +501,10 @@ func TestCompareWithCpp(t *testing.T) {
 		rounds = v
 	}
 	bin := cbenchBinary(t)
+	var crossings []float64
+	defer func() {
+		t.Logf("cgo crossing into a C function that does nothing, median of %d rounds of 1e6: %.1f ns (a round trip makes 5)", len(crossings), median(crossings))
+	}()
 	for _, c := range []struct {
 		name     string
 		cpp      string
@@ -514,6 +537,7 @@ func TestCompareWithCpp(t *testing.T) {
 				goNs = append(goNs, float64(time.Since(start).Nanoseconds())/float64(c.n))
 				goCPU = append(goCPU, float64((processCPU()-cpu).Nanoseconds())/float64(c.n))
 			})
+			crossings = append(crossings, crossingNs(1_000_000))
 			r := runCbench(t, bin, c.cpp, c.n)
 			cppNs = append(cppNs, float64(r.ns)/float64(c.n))
 			cppCPU = append(cppCPU, float64(r.cpuNs)/float64(c.n))

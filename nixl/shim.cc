@@ -548,6 +548,8 @@ nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t
 	return r;
 }
 
+int nixlgo_noop(int x) { return x; }
+
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts) {
 	return guard([&] {

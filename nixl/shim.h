@@ -199,6 +199,10 @@ void nixlgo_notifs_map_free(uintptr_t notifs_map);
 nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n,
                                  int want_notifs, uintptr_t scratch, size_t scratch_cap,
                                  uintptr_t notifs_map);
+/* nixlgo_noop does nothing and returns x: the cost of a crossing alone, which
+ * the binding's benchmarks measure beside the NIXL calls. */
+int nixlgo_noop(int x);
+
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts);
 
