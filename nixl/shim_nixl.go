@@ -436,11 +436,14 @@ type notifScratch struct {
 	notifs uintptr // nixl_notifs_t*
 }
 
-const notifScratchSize = 64 << 10
+// notifScratchSize is the scratch buffer's size: 2048 entries, past which
+// a round's list is malloc'd. A variable so that a test can make that
+// happen with a few notifications.
+var notifScratchSize = 64 << 10
 
 // newNotifScratch allocates the scratch; ok is false when C is out of memory.
 func newNotifScratch() (s notifScratch, ok bool) {
-	s = notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
+	s = notifScratch{ptr: C.malloc(C.size_t(notifScratchSize)), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
 	if s.ptr == nil || s.notifs == 0 {
 		s.free()
 		return notifScratch{}, false
