@@ -108,6 +108,16 @@ func (s *benchSetup) waitDone(tb testing.TB, req XferHandle) {
 // write64MiB sets up the 64 MiB WRITE and returns one operation of it,
 // already run once (connection setup) and checked, and its size in bytes.
 func write64MiB(tb testing.TB) (one func(), bytes int64) {
+	return writeBig(tb, false)
+}
+
+// write64MiBPostXfer is write64MiB creating and posting each request with
+// one PostXfer (one crossing) rather than CreateXferReq and PostXferReq.
+func write64MiBPostXfer(tb testing.TB) (one func(), bytes int64) {
+	return writeBig(tb, true)
+}
+
+func writeBig(tb testing.TB, fused bool) (one func(), bytes int64) {
 	s, src, dst := newBenchSetup(tb, writeDescs*writeDescLen)
 	local := XferList{Mem: DRAM, Descs: make([]Desc, writeDescs)}
 	remote := XferList{Mem: DRAM, Descs: make([]Desc, writeDescs)}
@@ -117,11 +127,14 @@ func write64MiB(tb testing.TB) (one func(), bytes int64) {
 	}
 	name := s.target.Name()
 	one = func() {
-		req, err := s.init.CreateXferReq(Write, local, remote, name, nil)
-		if err != nil {
-			tb.Fatal(err)
+		var req XferHandle
+		var err error
+		if fused {
+			req, _, err = s.init.PostXfer(Write, local, remote, name, nil)
+		} else if req, err = s.init.CreateXferReq(Write, local, remote, name, nil); err == nil {
+			_, err = s.init.PostXferReq(req, nil)
 		}
-		if _, err := s.init.PostXferReq(req, nil); err != nil {
+		if err != nil {
 			tb.Fatal(err)
 		}
 		s.waitDone(tb, req)
@@ -333,6 +346,7 @@ func processCPU() time.Duration {
 func BenchmarkWrite64MiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, write64MiB) })
 	b.Run("go-unpinned", func(b *testing.B) { benchGoUnpinned(b, write64MiB) })
+	b.Run("go-postxfer", func(b *testing.B) { benchGo(b, write64MiBPostXfer) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "write64m") })
 }
 
@@ -512,6 +526,7 @@ func TestCompareWithCpp(t *testing.T) {
 		workload func(testing.TB) (func(), int64)
 	}{
 		{"Write64MiB (1024 x 64 KiB)", "write64m", 30, write64MiB},
+		{"Write64MiB (1024 x 64 KiB), PostXfer: create + post in one crossing", "write64m", 30, write64MiBPostXfer},
 		{"RoundTrip4KiB (post + done + notif), like-for-like: a call per NIXL call, AppendNotifs", "roundtrip4k", 20000, roundTrip4KiB},
 		{"RoundTrip4KiB (post + done + notif), like-for-like, GetNotifs", "roundtrip4k", 20000, roundTrip4KiBGetNotifs},
 		{"RoundTrip4KiB (post + done + notif), batched: one Poll per agent and round", "roundtrip4k", 20000, roundTrip4KiBBatched},

@@ -7,6 +7,7 @@ import "fmt"
 var (
 	_ BatchPoller = (*NativeAgent)(nil)
 	_ NotifPoller = (*NativeAgent)(nil)
+	_ XferPoster  = (*NativeAgent)(nil)
 )
 
 // pollStackReqs is how many requests Poll resolves without allocating.

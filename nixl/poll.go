@@ -36,5 +36,19 @@ type NotifPoller interface {
 	PollEach(reqs []XferHandle, statuses []Status, each func(from string, msg []byte)) error
 }
 
+// XferPoster is implemented by agents that create and post a request in
+// one call, which for the native agent is one cgo crossing instead of two,
+// and which releases the request when the post fails, as callers of
+// CreateXferReq and PostXferReq do. Optional, like BatchPoller.
+type XferPoster interface {
+	// PostXfer is CreateXferReq(op, local, remote, remoteAgent, opts)
+	// followed by PostXferReq(h, nil), returning the handle and the post's
+	// status (StatusSuccess or StatusInProgress). A failed creation is
+	// CreateXferReq's error with handle 0; a failed post is released and
+	// its error returned with handle 0, unless the release failed too:
+	// then the live handle comes with both errors.
+	PostXfer(op XferOp, local, remote XferList, remoteAgent string, opts *Options) (XferHandle, Status, error)
+}
+
 // pollOp names Poll in errors: the NIXL calls it makes.
 const pollOp = "Poll (nixlAgent::getXferStatus, nixlAgent::getNotifs)"

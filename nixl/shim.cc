@@ -419,6 +419,27 @@ int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_
 	});
 }
 
+int nixlgo_create_post_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_desc *local,
+                                size_t n_local, int remote_mem, const nixlgo_desc *remote,
+                                size_t n_remote, const char *remote_agent,
+                                size_t remote_agent_len, nixlgo_opts opts, uintptr_t *req,
+                                int *post, int *released) {
+	*post = NIXL_SUCCESS;
+	*released = NIXL_SUCCESS;
+	*req = 0;
+	uintptr_t h = 0;
+	int s = nixlgo_create_xfer_req(agent, op, local_mem, local, n_local, remote_mem, remote, n_remote,
+	                               remote_agent, remote_agent_len, opts, &h);
+	if (s != NIXL_SUCCESS) return s;
+	*req = h;
+	*post = nixlgo_post_xfer_req_plain(agent, *req);
+	if (*post < 0) {
+		*released = nixlgo_release_xfer_req(agent, *req);
+		if (*released == NIXL_SUCCESS) *req = 0;
+	}
+	return s;
+}
+
 int nixlgo_estimate_xfer_cost(uintptr_t agent, uintptr_t req, nixlgo_opts opts,
                               int64_t *duration_us, int64_t *err_margin_us, int *method) {
 	return guard([&] {

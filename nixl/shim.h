@@ -153,6 +153,17 @@ int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_
                            size_t n_local, int remote_mem, const nixlgo_desc *remote,
                            size_t n_remote, const char *remote_agent, size_t remote_agent_len,
                            nixlgo_opts opts, uintptr_t *req);
+/* nixlgo_create_post_xfer_req is createXferReq then, when that succeeds,
+ * postXferReq with no options (the creation-time notification is kept),
+ * in one crossing; when the post fails, releaseXferReq. It returns
+ * createXferReq's status; *post is postXferReq's, *released is
+ * releaseXferReq's (NIXL_SUCCESS when it was not needed); *req is the
+ * request whenever it is still live. */
+int nixlgo_create_post_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_desc *local,
+                                size_t n_local, int remote_mem, const nixlgo_desc *remote,
+                                size_t n_remote, const char *remote_agent,
+                                size_t remote_agent_len, nixlgo_opts opts, uintptr_t *req,
+                                int *post, int *released);
 int nixlgo_estimate_xfer_cost(uintptr_t agent, uintptr_t req, nixlgo_opts opts,
                               int64_t *duration_us, int64_t *err_margin_us, int *method);
 int nixlgo_post_xfer_req(uintptr_t agent, uintptr_t req, nixlgo_opts opts);

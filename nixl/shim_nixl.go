@@ -38,6 +38,7 @@ package nixl
 #cgo noescape nixlgo_make_xfer_req
 #cgo noescape nixlgo_create_xfer_req
 #cgo noescape nixlgo_estimate_xfer_cost
+#cgo noescape nixlgo_create_post_xfer_req
 #cgo noescape nixlgo_post_xfer_req
 #cgo noescape nixlgo_query_xfer_backend
 #cgo noescape nixlgo_get_xfer_telemetry
@@ -69,6 +70,7 @@ package nixl
 #cgo nocallback nixlgo_make_xfer_req
 #cgo nocallback nixlgo_create_xfer_req
 #cgo nocallback nixlgo_estimate_xfer_cost
+#cgo nocallback nixlgo_create_post_xfer_req
 #cgo nocallback nixlgo_post_xfer_req
 #cgo nocallback nixlgo_post_xfer_req_plain
 #cgo nocallback nixlgo_get_xfer_status
@@ -374,6 +376,20 @@ func shimCreateXferReq(agent uintptr, op XferOp, local, remote XferList, remoteA
 	s := C.nixlgo_create_xfer_req(C.uintptr_t(agent), C.int(op),
 		C.int(local.Mem), ld, ln, C.int(remote.Mem), rd, rn, ra, ral, o.c(), &req)
 	return uintptr(req), Status(s)
+}
+
+// shimCreatePostXferReq is shimCreateXferReq then shimPostXferReqPlain,
+// then, if the post failed, shimReleaseXferReq, in one crossing. req is
+// the request while it is live (0 once released or never made).
+func shimCreatePostXferReq(agent uintptr, op XferOp, local, remote XferList, remoteAgent string, o *shimOpts) (req uintptr, create, post, released Status) {
+	ld, ln := cDescs(local.Descs)
+	rd, rn := cDescs(remote.Descs)
+	ra, ral := cStr(remoteAgent)
+	var r C.uintptr_t
+	var p, rel C.int
+	s := C.nixlgo_create_post_xfer_req(C.uintptr_t(agent), C.int(op),
+		C.int(local.Mem), ld, ln, C.int(remote.Mem), rd, rn, ra, ral, o.c(), &r, &p, &rel)
+	return uintptr(r), Status(s), Status(p), Status(rel)
 }
 
 func shimEstimateXferCost(agent, req uintptr, o *shimOpts) (XferCost, Status) {
