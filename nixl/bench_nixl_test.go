@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // The Go benchmarks below and testdata/cbench/cbench.cc do the same
@@ -52,8 +54,19 @@ type benchSetup struct {
 	inbox        Notifs // reused by poll when not nil
 }
 
+// benchInit and benchTarget are the agents' names, those of cbench's
+// agents: NIXL copies the sender's name into every notification and looks
+// it up on the receiving side, and libstdc++ keeps strings of up to 15 bytes
+// without a heap allocation, so names of other lengths would make the two
+// sides do different work in NIXL (with the test's name, 30 bytes and more,
+// five mallocs more per round trip, counted with uprobes on malloc).
+const (
+	benchInit   = "cbench.init"
+	benchTarget = "cbench.target"
+)
+
 func newBenchSetup(b testing.TB, size int) (*benchSetup, *Buffer, *Buffer) {
-	p := newPeers(b, size, Config{})
+	p := newPeersNamed(b, benchInit, benchTarget, size, Config{})
 	return &benchSetup{init: p.init, target: p.target}, p.initBuf, p.tgtBuf
 }
 
@@ -95,6 +108,16 @@ func (s *benchSetup) waitDone(tb testing.TB, req XferHandle) {
 // write64MiB sets up the 64 MiB WRITE and returns one operation of it,
 // already run once (connection setup) and checked, and its size in bytes.
 func write64MiB(tb testing.TB) (one func(), bytes int64) {
+	return writeBig(tb, false)
+}
+
+// write64MiBPostXfer is write64MiB creating and posting each request with
+// one PostXfer (one crossing) rather than CreateXferReq and PostXferReq.
+func write64MiBPostXfer(tb testing.TB) (one func(), bytes int64) {
+	return writeBig(tb, true)
+}
+
+func writeBig(tb testing.TB, fused bool) (one func(), bytes int64) {
 	s, src, dst := newBenchSetup(tb, writeDescs*writeDescLen)
 	local := XferList{Mem: DRAM, Descs: make([]Desc, writeDescs)}
 	remote := XferList{Mem: DRAM, Descs: make([]Desc, writeDescs)}
@@ -104,11 +127,14 @@ func write64MiB(tb testing.TB) (one func(), bytes int64) {
 	}
 	name := s.target.Name()
 	one = func() {
-		req, err := s.init.CreateXferReq(Write, local, remote, name, nil)
-		if err != nil {
-			tb.Fatal(err)
+		var req XferHandle
+		var err error
+		if fused {
+			req, _, err = s.init.PostXfer(Write, local, remote, name, nil)
+		} else if req, err = s.init.CreateXferReq(Write, local, remote, name, nil); err == nil {
+			_, err = s.init.PostXferReq(req, nil)
 		}
-		if _, err := s.init.PostXferReq(req, nil); err != nil {
+		if err != nil {
 			tb.Fatal(err)
 		}
 		s.waitDone(tb, req)
@@ -134,6 +160,13 @@ const (
 	// rtBatched: one Poll per agent and polling round, which makes the same
 	// NIXL calls in the same order in one cgo crossing per agent.
 	rtBatched
+	// rtEach: as rtAppendNotifs, the target polled with PollEach(nil, nil,
+	// count): one getNotifs per call, each message handed to a counter, no
+	// map (cbench counts by walking its nixl_notifs_t).
+	rtEach
+	// rtBatchedEach: as rtBatched, the target's notifications handed to
+	// the counter by PollEach.
+	rtBatchedEach
 )
 
 // roundTrip4KiB sets up the 4 KiB round trip and returns one operation of
@@ -152,6 +185,17 @@ func roundTrip4KiBGetNotifs(tb testing.TB) (one func(), bytes int64) {
 // roundTrip4KiBBatched is roundTrip4KiB polling each agent with Poll.
 func roundTrip4KiBBatched(tb testing.TB) (one func(), bytes int64) {
 	return roundTrip(tb, 1, rtBatched)
+}
+
+// roundTrip4KiBEach is roundTrip4KiB polling the target with PollEach.
+func roundTrip4KiBEach(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 1, rtEach)
+}
+
+// roundTrip4KiBBatchedEach is roundTrip4KiBBatched with the target's
+// notifications counted through PollEach.
+func roundTrip4KiBBatchedEach(tb testing.TB) (one func(), bytes int64) {
+	return roundTrip(tb, 1, rtBatchedEach)
 }
 
 // roundTrip4KiBx8 is eight 4 KiB round trips in flight at once (cbench
@@ -187,21 +231,27 @@ func roundTrip(tb testing.TB, k int, how rtPoll) (one func(), bytes int64) {
 	}
 	statuses := make([]Status, k)
 	from := s.init.Name()
+	count := func(string, []byte) { s.notifs++ }
 	progressTarget := func() {
-		if how != rtBatched {
+		switch how {
+		case rtEach, rtBatchedEach:
+			if err := s.target.PollEach(nil, nil, count); err != nil {
+				tb.Fatal(err)
+			}
+		case rtBatched:
+			if err := s.target.Poll(nil, nil, s.inbox); err != nil {
+				tb.Fatal(err)
+			}
+			if m := s.inbox[from]; len(m) > 0 {
+				s.notifs += len(m)
+				s.inbox[from] = m[:0]
+			}
+		default:
 			s.poll(tb)
-			return
-		}
-		if err := s.target.Poll(nil, nil, s.inbox); err != nil {
-			tb.Fatal(err)
-		}
-		if m := s.inbox[from]; len(m) > 0 {
-			s.notifs += len(m)
-			s.inbox[from] = m[:0]
 		}
 	}
 	allDone := func() bool {
-		if how == rtBatched {
+		if how == rtBatched || how == rtBatchedEach {
 			if err := s.init.Poll(reqs, statuses, nil); err != nil {
 				tb.Fatal(err)
 			}
@@ -296,6 +346,7 @@ func processCPU() time.Duration {
 func BenchmarkWrite64MiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, write64MiB) })
 	b.Run("go-unpinned", func(b *testing.B) { benchGoUnpinned(b, write64MiB) })
+	b.Run("go-postxfer", func(b *testing.B) { benchGo(b, write64MiBPostXfer) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "write64m") })
 }
 
@@ -306,6 +357,8 @@ func BenchmarkRoundTrip4KiB(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiB) })
 	b.Run("go-getnotifs", func(b *testing.B) { benchGo(b, roundTrip4KiBGetNotifs) })
 	b.Run("go-batched", func(b *testing.B) { benchGo(b, roundTrip4KiBBatched) })
+	b.Run("go-each", func(b *testing.B) { benchGo(b, roundTrip4KiBEach) })
+	b.Run("go-batched-each", func(b *testing.B) { benchGo(b, roundTrip4KiBBatchedEach) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4k") })
 }
 
@@ -316,6 +369,25 @@ func BenchmarkRoundTrip4KiBx8(b *testing.B) {
 	b.Run("go", func(b *testing.B) { benchGo(b, roundTrip4KiBx8) })
 	b.Run("go-batched", func(b *testing.B) { benchGo(b, roundTrip4KiBx8Batched) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4kx8") })
+}
+
+// BenchmarkCrossing is one cgo crossing into a C function of the shim that
+// does nothing: the floor under every binding call.
+func BenchmarkCrossing(b *testing.B) {
+	for i := range b.N {
+		shimNoop(i)
+	}
+}
+
+// crossingNs measures a crossing as BenchmarkCrossing does, for n calls.
+func crossingNs(n int) float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := time.Now()
+	for i := range n {
+		shimNoop(i)
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
 }
 
 // benchCpp runs the C++ program for b.N operations and reports its own
@@ -443,6 +515,13 @@ func TestCompareWithCpp(t *testing.T) {
 		rounds = v
 	}
 	bin := cbenchBinary(t)
+	var crossings []float64
+	defer func() {
+		if len(crossings) == 0 {
+			return
+		}
+		t.Logf("cgo crossing into a C function that does nothing, median of %d rounds of 200,000: %.1f ns (a round trip makes 5)", len(crossings), median(crossings))
+	}()
 	for _, c := range []struct {
 		name     string
 		cpp      string
@@ -450,9 +529,12 @@ func TestCompareWithCpp(t *testing.T) {
 		workload func(testing.TB) (func(), int64)
 	}{
 		{"Write64MiB (1024 x 64 KiB)", "write64m", 30, write64MiB},
+		{"Write64MiB (1024 x 64 KiB), PostXfer: create + post in one crossing", "write64m", 30, write64MiBPostXfer},
 		{"RoundTrip4KiB (post + done + notif), like-for-like: a call per NIXL call, AppendNotifs", "roundtrip4k", 20000, roundTrip4KiB},
 		{"RoundTrip4KiB (post + done + notif), like-for-like, GetNotifs", "roundtrip4k", 20000, roundTrip4KiBGetNotifs},
 		{"RoundTrip4KiB (post + done + notif), batched: one Poll per agent and round", "roundtrip4k", 20000, roundTrip4KiBBatched},
+		{"RoundTrip4KiB (post + done + notif), like-for-like, PollEach (no map)", "roundtrip4k", 20000, roundTrip4KiBEach},
+		{"RoundTrip4KiB (post + done + notif), batched, PollEach (no map)", "roundtrip4k", 20000, roundTrip4KiBBatchedEach},
 		{"RoundTrip4KiB x8 in flight, like-for-like: XferStatus per request", "roundtrip4kx8", 5000, roundTrip4KiBx8},
 		{"RoundTrip4KiB x8 in flight, batched: one Poll for the 8 statuses", "roundtrip4kx8", 5000, roundTrip4KiBx8Batched},
 	} {
@@ -473,6 +555,7 @@ func TestCompareWithCpp(t *testing.T) {
 				goNs = append(goNs, float64(time.Since(start).Nanoseconds())/float64(c.n))
 				goCPU = append(goCPU, float64((processCPU()-cpu).Nanoseconds())/float64(c.n))
 			})
+			crossings = append(crossings, crossingNs(200_000))
 			r := runCbench(t, bin, c.cpp, c.n)
 			cppNs = append(cppNs, float64(r.ns)/float64(c.n))
 			cppCPU = append(cppCPU, float64(r.cpuNs)/float64(c.n))
@@ -509,4 +592,22 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestRoundTripAllocs checks that the binding's round-trip hot path
+// allocates nothing in Go: posting a request, polling its status, and
+// receiving its notification into a reused map (AppendNotifs, Poll) or
+// through a function (PollEach).
+func TestRoundTripAllocs(t *testing.T) {
+	for name, how := range map[string]rtPoll{
+		"AppendNotifs":      rtAppendNotifs,
+		"Poll":              rtBatched,
+		"PollEach":          rtEach,
+		"Poll and PollEach": rtBatchedEach,
+	} {
+		t.Run(name, func(t *testing.T) {
+			one, _ := roundTrip(t, 1, how)
+			assert.Zero(t, testing.AllocsPerRun(500, one))
+		})
+	}
 }

@@ -59,13 +59,19 @@
 // one thread. [NativeAgent.AppendNotifs] lets a poller reuse one map, and
 // [NativeAgent.Poll] (the optional [BatchPoller] interface) asks the status
 // of several transfers and fetches the notifications in one cgo crossing,
-// making the same NIXL calls as XferStatus on each and AppendNotifs.
+// making the same NIXL calls as XferStatus on each and AppendNotifs;
+// [NativeAgent.PollEach] ([NotifPoller]) does the same handing each
+// notification to a function, with no map. [NativeAgent.PostXfer]
+// ([XferPoster]) creates and posts a request in one crossing.
 //
 // # Cost of a call
 //
-// Measured on a 2-core VM, a crossing into C costs about 40-50 ns when hot
-// but about 100-200 ns inside a polling loop whose NIXL and UCX work evicts
-// the Go runtime's state from the caches; a 4 KiB round trip that makes
-// five NIXL calls therefore pays roughly 0.5-1 µs over the same calls made
-// from C, and batching requests into Poll is how to pay fewer crossings.
+// Each call is one cgo crossing, which on the 2-core VM of docs/binding.md
+// costs 45-85 ns by itself (BenchmarkCrossing: a C function that does
+// nothing), plus the agent's lock (one atomic compare-and-swap and one
+// atomic add). The polling calls allocate nothing in Go. A 4 KiB round trip
+// makes five NIXL calls, hence five crossings, whether polled call by call
+// or with Poll, because its two agents are polled in turn: 0.25-0.4 µs of
+// crossings over the same calls made from C. Batching requests into Poll is
+// how to pay fewer crossings.
 package nixl

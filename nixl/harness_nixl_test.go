@@ -100,9 +100,15 @@ type peers struct {
 
 func newPeers(t testing.TB, size int, cfg Config) *peers {
 	t.Helper()
+	return newPeersNamed(t, testName(t)+".init", testName(t)+".target", size, cfg)
+}
+
+// newPeersNamed is newPeers with the agents' names given.
+func newPeersNamed(t testing.TB, initName, targetName string, size int, cfg Config) *peers {
+	t.Helper()
 	p := &peers{t: t, received: map[*NativeAgent]Notifs{}}
-	p.init = newUCXAgent(t, testName(t)+".init", cfg)
-	p.target = newUCXAgent(t, testName(t)+".target", cfg)
+	p.init = newUCXAgent(t, initName, cfg)
+	p.target = newUCXAgent(t, targetName, cfg)
 	p.initBuf = newBuffer(t, size, 0x11)
 	p.tgtBuf = newBuffer(t, size, 0x55)
 	require.NoError(t, p.init.RegisterMem(regDRAM(p.initBuf), nil))

@@ -38,10 +38,9 @@ type NativeAgent struct {
 	xfers  handleTable // XferHandle -> nixlXferReqH*
 	dlists handleTable // DlistHandle -> nixlDlistH*
 
-	notifMu  sync.Mutex        // one GetNotifs at a time
-	scratch  notifScratch      // C buffer GetNotifs results are written to
-	names    map[string]string // interned sender names
-	lastName string            // the sender internName returned last
+	notifMu sync.Mutex   // one GetNotifs at a time
+	scratch notifScratch // C buffer GetNotifs results are written to
+	dec     notifDecoder // turns them into Go values
 }
 
 var quietUCXSignals sync.Once
@@ -78,6 +77,11 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 		}
 		return nil, &Error{Op: op, Status: failed(s), Msg: msg}
 	}
+	scratch, ok := newNotifScratch()
+	if !ok {
+		shimAgentDelete(ptr)
+		return nil, &Error{Op: op, Status: StatusUnknown, Msg: fmt.Sprintf("creating agent %q: out of C memory for its notification buffers", name)}
+	}
 	serial := cfg.SyncMode == SyncNone
 	return &NativeAgent{
 		name:     name,
@@ -87,8 +91,7 @@ func New(name string, cfg Config) (*NativeAgent, error) {
 		xfers:    handleTable{serial: serial},
 		dlists:   handleTable{serial: serial},
 		backends: make(map[string]uintptr),
-		scratch:  newNotifScratch(),
-		names:    make(map[string]string),
+		scratch:  scratch,
 	}, nil
 }
 

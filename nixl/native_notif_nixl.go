@@ -31,29 +31,38 @@ func (a *NativeAgent) getNotifs(op string, dst Notifs, opts *Options) (Notifs, e
 		return dst, err
 	}
 	defer a.exit()
-	o, err := a.options(op, opts)
-	if err != nil {
-		return dst, err
+	var o *shimOpts
+	if opts != nil {
+		var err error
+		if o, err = a.options(op, opts); err != nil {
+			return dst, err
+		}
 	}
 	// One poller at a time per agent (NIXL serialises getNotifs anyway): the
-	// scratch buffer and name cache are shared. Under SyncNone enter has
+	// scratch buffer and the decoder are shared. Under SyncNone enter has
 	// serialised the call already.
 	if !a.serial {
 		a.notifMu.Lock()
 		defer a.notifMu.Unlock()
 	}
-	var b []byte
+	var c cNotifs
 	var s Status
 	if o == nil {
 		// The common case, no options, skips building nixl_opt_args_t.
-		b, s = shimPoll(a.agent, nil, nil, true, &a.scratch)
+		c, s = shimPoll(a.agent, nil, nil, true, &a.scratch)
 	} else {
-		b, s = shimGetNotifs(a.agent, o, &a.scratch)
+		c, s = shimGetNotifs(a.agent, o, &a.scratch)
 	}
-	n, derr := appendNotifs(dst, b, a.internName)
-	if derr != nil {
-		return n, malformed(op, derr)
-	}
+	return a.takeNotifs(op, dst, c, s)
+}
+
+// takeNotifs appends notifications still in C memory to dst, frees that
+// memory, and maps the status of the getNotifs call that returned them.
+// The notifications are handed over whatever the status: getNotifs may fail
+// for one backend and still return what the others delivered.
+func (a *NativeAgent) takeNotifs(op string, dst Notifs, c cNotifs, s Status) (Notifs, error) {
+	n := appendNotifs(dst, c.refs, &a.dec)
+	c.release()
 	return n, check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 
@@ -74,26 +83,4 @@ func (a *NativeAgent) GenNotif(remote string, msg []byte, opts *Options) error {
 		return err
 	}
 	return check(op, shimGenNotif(a.agent, remote, msg, o), func() string { return fmt.Sprintf("to remote agent %q (metadata loaded?)", remote) })
-}
-
-// maxInternedNames bounds the cache of sender names; past it names are
-// allocated per call, which is only slower.
-const maxInternedNames = 4096
-
-// internName returns the cached string for a sender name. Called by one
-// GetNotifs at a time.
-func (a *NativeAgent) internName(b []byte) string {
-	// Most deliveries come from the sender of the previous one.
-	if string(b) == a.lastName {
-		return a.lastName
-	}
-	s, ok := a.names[string(b)]
-	if !ok {
-		s = string(b)
-		if len(a.names) < maxInternedNames {
-			a.names[s] = s
-		}
-	}
-	a.lastName = s
-	return s
 }

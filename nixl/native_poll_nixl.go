@@ -4,7 +4,11 @@ package nixl
 
 import "fmt"
 
-var _ BatchPoller = (*NativeAgent)(nil)
+var (
+	_ BatchPoller = (*NativeAgent)(nil)
+	_ NotifPoller = (*NativeAgent)(nil)
+	_ XferPoster  = (*NativeAgent)(nil)
+)
 
 // pollStackReqs is how many requests Poll resolves without allocating.
 const pollStackReqs = 4
@@ -18,12 +22,29 @@ const pollStackReqs = 4
 // progresses the agent as they do. See [BatchPoller] for what is a status
 // and what is an error; with an empty reqs and a nil notifs it does nothing.
 func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) error {
+	return a.poll(reqs, statuses, notifs, nil)
+}
+
+// PollEach is Poll handing each notification to each instead of a map
+// (see [NotifPoller]): one cgo crossing for nixlAgent::getXferStatus on
+// every request and, when each is not nil, nixlAgent::getNotifs, whose
+// messages are copied out of C memory into small shared blocks, so that a
+// round costs no Go allocation of its own.
+func (a *NativeAgent) PollEach(reqs []XferHandle, statuses []Status, each func(from string, msg []byte)) error {
+	return a.poll(reqs, statuses, nil, each)
+}
+
+// poll is Poll (notifs) or PollEach (each); at most one of them is set.
+func (a *NativeAgent) poll(reqs []XferHandle, statuses []Status, notifs Notifs, each func(string, []byte)) error {
 	if len(statuses) != len(reqs) {
 		return &Error{Op: "nixlAgent::getXferStatus", Status: StatusInvalidParam,
 			Msg: fmt.Sprintf("Poll got %d statuses for %d requests; pass one status per request", len(statuses), len(reqs))}
 	}
-	if len(reqs) == 0 && notifs == nil {
-		return nil
+	if len(reqs) == 0 {
+		if notifs == nil && each == nil {
+			return nil
+		}
+		return a.pollNotifs(notifs, each)
 	}
 	if err := a.enter(pollOp); err != nil {
 		return err
@@ -37,7 +58,7 @@ func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) 
 	if err != nil {
 		return err
 	}
-	return a.pollHeld(ptrs, held, statuses, notifs)
+	return a.pollHeld(ptrs, held, statuses, notifs, each)
 }
 
 // acquireXfers resolves reqs to their C pointers, holding each entry (see
@@ -69,23 +90,49 @@ func (a *NativeAgent) releaseXfers(held []*handleEntry) {
 
 // pollHeld makes Poll's NIXL calls on requests already resolved and held,
 // and releases them.
-func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []Status, notifs Notifs) error {
-	const op = "nixlAgent::getNotifs"
+func (a *NativeAgent) pollHeld(ptrs []uintptr, held []*handleEntry, statuses []Status, notifs Notifs, each func(string, []byte)) error {
 	defer a.releaseXfers(held)
-	if notifs == nil {
+	if notifs == nil && each == nil {
 		shimPoll(a.agent, ptrs, statuses, false, nil)
 		return nil
 	}
-	// One notification poller at a time: the scratch buffer and name cache
+	// One notification poller at a time: the scratch buffer and decoder
 	// are shared (under SyncNone enter has serialised the call already).
 	if !a.serial {
 		a.notifMu.Lock()
 		defer a.notifMu.Unlock()
 	}
-	b, s := shimPoll(a.agent, ptrs, statuses, true, &a.scratch)
-	if _, err := appendNotifs(notifs, b, a.internName); err != nil {
-		return malformed(op, err)
+	c, s := shimPoll(a.agent, ptrs, statuses, true, &a.scratch)
+	return a.deliver(notifs, each, c, s)
+}
+
+// pollNotifs is poll without requests, a receiver's round: getNotifs
+// alone, with nothing to resolve or hold.
+func (a *NativeAgent) pollNotifs(notifs Notifs, each func(string, []byte)) error {
+	if err := a.enter(pollOp); err != nil {
+		return err
 	}
+	defer a.exit()
+	if !a.serial {
+		a.notifMu.Lock()
+		defer a.notifMu.Unlock()
+	}
+	c, s := shimPoll(a.agent, nil, nil, true, &a.scratch)
+	return a.deliver(notifs, each, c, s)
+}
+
+// deliver hands a round's notifications to notifs or each and frees
+// their C memory.
+func (a *NativeAgent) deliver(notifs Notifs, each func(string, []byte), c cNotifs, s Status) error {
+	const op = "nixlAgent::getNotifs"
+	if each == nil {
+		_, err := a.takeNotifs(op, notifs, c, s)
+		return err
+	}
+	// each may panic: the deferred calls (here and in the callers) free
+	// the C block and release the agent on the way out.
+	defer c.release()
+	eachNotif(c.refs, &a.dec, each)
 	return check(op, s, func() string { return fmt.Sprintf("agent %q", a.name) })
 }
 

@@ -184,3 +184,15 @@ func (a *NativeAgent) Close() error { return nil }
 func (a *NativeAgent) Poll(reqs []XferHandle, statuses []Status, notifs Notifs) error {
 	return unavailable(pollOp)
 }
+
+// PollEach wraps nixlAgent::getXferStatus and nixlAgent::getNotifs in one
+// call; unavailable in this build.
+func (a *NativeAgent) PollEach(reqs []XferHandle, statuses []Status, each func(from string, msg []byte)) error {
+	return unavailable(pollOp)
+}
+
+// PostXfer wraps nixlAgent::createXferReq and nixlAgent::postXferReq in one
+// call; unavailable in this build.
+func (a *NativeAgent) PostXfer(op XferOp, local, remote XferList, remoteAgent string, opts *Options) (XferHandle, Status, error) {
+	return 0, StatusUnknown, unavailable("nixlAgent::createXferReq")
+}

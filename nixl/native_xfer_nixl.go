@@ -8,6 +8,7 @@ package nixl
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -135,26 +136,74 @@ func (a *NativeAgent) CreateXferReq(op XferOp, local, remote XferList, remoteAge
 		return 0, err
 	}
 	defer a.exit()
-	if op != Read && op != Write {
-		return 0, &Error{Op: name, Status: StatusInvalidParam, Msg: fmt.Sprintf("unknown operation %d", int32(op))}
-	}
-	if err := checkMem(name, local.Mem); err != nil {
-		return 0, err
-	}
-	if err := checkMem(name, remote.Mem); err != nil {
-		return 0, err
-	}
-	o, err := a.options(name, opts)
+	o, err := a.createArgs(name, op, local, remote, opts)
 	if err != nil {
 		return 0, err
 	}
 	ptr, s := shimCreateXferReq(a.agent, op, local, remote, remoteAgent, o)
-	if err := check(name, s, func() string {
-		return fmt.Sprintf("%s of %d %s descriptors to %d %s descriptors of agent %q", op, len(local.Descs), local.Mem, len(remote.Descs), remote.Mem, remoteAgent)
-	}); err != nil {
+	if err := checkCreate(name, s, op, local, remote, remoteAgent); err != nil {
 		return 0, err
 	}
 	return XferHandle(a.xfers.add(ptr)), nil
+}
+
+// createArgs checks CreateXferReq's arguments, in this order, before they
+// cross into NIXL, and resolves opts.
+func (a *NativeAgent) createArgs(name string, op XferOp, local, remote XferList, opts *Options) (*shimOpts, error) {
+	if op != Read && op != Write {
+		return nil, &Error{Op: name, Status: StatusInvalidParam, Msg: fmt.Sprintf("unknown operation %d", int32(op))}
+	}
+	if err := checkMem(name, local.Mem); err != nil {
+		return nil, err
+	}
+	if err := checkMem(name, remote.Mem); err != nil {
+		return nil, err
+	}
+	return a.options(name, opts)
+}
+
+// checkCreate maps createXferReq's status as CreateXferReq reports it.
+func checkCreate(name string, s Status, op XferOp, local, remote XferList, remoteAgent string) error {
+	return check(name, s, func() string {
+		return fmt.Sprintf("%s of %d %s descriptors to %d %s descriptors of agent %q", op, len(local.Descs), local.Mem, len(remote.Descs), remote.Mem, remoteAgent)
+	})
+}
+
+// PostXfer is CreateXferReq followed by PostXferReq(h, nil), in one cgo
+// crossing (nixlAgent::createXferReq, nixlAgent::postXferReq): the way to
+// start a new request (see [XferPoster]). When the post fails the request
+// is released in the same crossing (nixlAgent::releaseXferReq) and the
+// post's error returned with handle 0; should that release fail too, the
+// request stays live, and its handle is returned with both errors for the
+// caller to release.
+func (a *NativeAgent) PostXfer(op XferOp, local, remote XferList, remoteAgent string, opts *Options) (XferHandle, Status, error) {
+	const name = "nixlAgent::createXferReq"
+	if err := a.enter(name); err != nil {
+		return 0, StatusUnknown, err
+	}
+	defer a.exit()
+	o, err := a.createArgs(name, op, local, remote, opts)
+	if err != nil {
+		return 0, StatusInvalidParam, err
+	}
+	ptr, cs, ps, rs := shimCreatePostXferReq(a.agent, op, local, remote, remoteAgent, o)
+	if err := checkCreate(name, cs, op, local, remote, remoteAgent); err != nil {
+		return 0, cs, err
+	}
+	var h XferHandle
+	if ptr != 0 {
+		h = XferHandle(a.xfers.add(ptr))
+	}
+	if !ps.IsError() {
+		return h, ps, nil
+	}
+	postErr := &Error{Op: "nixlAgent::postXferReq", Status: ps, Msg: fmt.Sprintf("new %s of %d descriptors to agent %q", op, len(local.Descs), remoteAgent)}
+	if !rs.IsError() {
+		postErr.Msg += " (released)"
+		return 0, ps, postErr
+	}
+	return h, ps, errors.Join(postErr, &Error{Op: "nixlAgent::releaseXferReq", Status: rs,
+		Msg: fmt.Sprintf("transfer %d could not be released after its failed post; release it", h)})
 }
 
 // EstimateXferCost asks the request's backend how long the transfer should
@@ -193,17 +242,21 @@ func (a *NativeAgent) PostXferReq(req XferHandle, opts *Options) (Status, error)
 	if err := a.enter(op); err != nil {
 		return StatusUnknown, err
 	}
-	defer a.exit()
-	var o *shimOpts
-	if opts != nil && opts.Notif != nil {
-		o = &shimOpts{present: true, hasNotif: true, notif: opts.Notif}
-	}
+	// No defer: nothing between enter and exit can panic, and this is the
+	// hot path of every transfer (see XferStatus).
 	e := a.xfers.acquire(uint64(req))
 	if e == nil {
+		a.exit()
 		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer a.xfers.done(e)
-	s := shimPostXferReq(a.agent, e.ptr, o)
+	var s Status
+	if opts == nil || opts.Notif == nil {
+		s = shimPostXferReqPlain(a.agent, e.ptr)
+	} else {
+		s = shimPostXferReq(a.agent, e.ptr, &shimOpts{present: true, hasNotif: true, notif: opts.Notif})
+	}
+	a.xfers.done(e)
+	a.exit()
 	return s, check(op, s, func() string { return fmt.Sprintf("transfer %d", req) })
 }
 
@@ -215,13 +268,17 @@ func (a *NativeAgent) XferStatus(req XferHandle) (Status, error) {
 	if err := a.enter(op); err != nil {
 		return StatusUnknown, err
 	}
-	defer a.exit()
+	// Unlocked without defer: the calls in between cannot panic, and a
+	// poller makes this call in a loop, where the deferred calls showed in
+	// the profile (docs/binding.md).
 	e := a.xfers.acquire(uint64(req))
 	if e == nil {
+		a.exit()
 		return StatusInvalidParam, a.badHandle(op, "transfer", uint64(req))
 	}
-	defer a.xfers.done(e)
 	s := shimXferStatus(a.agent, e.ptr)
+	a.xfers.done(e)
+	a.exit()
 	return s, check(op, s, func() string { return fmt.Sprintf("transfer %d", req) })
 }
 

@@ -3,7 +3,9 @@
 package nixl
 
 import (
+	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,4 +105,49 @@ func TestNativeAppendNotifsReusesTheMap(t *testing.T) {
 	none, err := p.target.AppendNotifs(nil, nil)
 	require.NoError(t, err)
 	assert.Nil(t, none)
+}
+
+func TestNativeNotifsPastTheScratchBuffer(t *testing.T) {
+	// A scratch buffer of two entries: a round with more notifications
+	// lists them in a malloc'd block, which must arrive intact and be freed.
+	defer func(n int) { notifScratchSize = n }(notifScratchSize)
+	notifScratchSize = 2 * int(unsafe.Sizeof(notifRef{}))
+	p := newPeers(t, 4096, Config{})
+	const n = 40
+	for i := range n {
+		require.NoError(t, p.init.GenNotif(p.target.Name(), fmt.Appendf(nil, "n%02d", i), nil))
+	}
+	var got []string
+	most := 0
+	eventually(t, "every notification", func() bool {
+		before := len(got)
+		require.NoError(t, p.target.PollEach(nil, nil, func(_ string, msg []byte) { got = append(got, string(msg)) }))
+		most = max(most, len(got)-before)
+		return len(got) >= n
+	}, p.init)
+	require.Len(t, got, n)
+	for i, m := range got {
+		assert.Equal(t, fmt.Sprintf("n%02d", i), m)
+	}
+	require.Greater(t, most, 2, "some round overflowed the scratch buffer")
+
+	// The same through AppendNotifs.
+	for i := range n {
+		require.NoError(t, p.init.GenNotif(p.target.Name(), fmt.Appendf(nil, "a%02d", i), nil))
+	}
+	inbox := Notifs{}
+	most = 0
+	eventually(t, "every notification appended", func() bool {
+		before := len(inbox[p.init.Name()])
+		var err error
+		inbox, err = p.target.AppendNotifs(inbox, nil)
+		require.NoError(t, err)
+		most = max(most, len(inbox[p.init.Name()])-before)
+		return len(inbox[p.init.Name()]) >= n
+	}, p.init)
+	require.Len(t, inbox[p.init.Name()], n)
+	for i, m := range inbox[p.init.Name()] {
+		assert.Equal(t, fmt.Sprintf("a%02d", i), string(m))
+	}
+	require.Greater(t, most, 2, "some round overflowed the scratch buffer")
 }

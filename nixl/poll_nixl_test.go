@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -167,4 +168,91 @@ func TestNativePollConcurrentWithDuplicates(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+func TestNativePollEachStatusesAndNotifs(t *testing.T) {
+	p, reqs := pollPeers(t, 3, Config{})
+	for _, req := range reqs {
+		post(t, p.init, req)
+	}
+	statuses := make([]Status, len(reqs))
+	var got [][]byte
+	from := map[string]int{}
+	each := func(sender string, msg []byte) {
+		from[sender]++
+		got = append(got, msg)
+	}
+	eventually(t, "three transfers done and three notifications seen", func() bool {
+		require.NoError(t, p.init.PollEach(reqs, statuses, nil))
+		require.NoError(t, p.target.PollEach(nil, nil, each))
+		return statuses[0] == StatusSuccess && statuses[1] == StatusSuccess && statuses[2] == StatusSuccess && len(got) == 3
+	})
+	requireBytes(t, p.initBuf.Bytes(), p.tgtBuf.Bytes(), "destination")
+	assert.Equal(t, map[string]int{p.init.Name(): 3}, from)
+	assert.ElementsMatch(t, [][]byte{[]byte("m0"), []byte("m1"), []byte("m2")}, got)
+	for i, req := range reqs {
+		s, err := p.init.XferStatus(req)
+		require.NoError(t, err)
+		assert.Equal(t, s, statuses[i], "request %d", i)
+	}
+
+	// The messages are the caller's: later deliveries do not touch them.
+	for i := range 40 {
+		require.NoError(t, p.init.GenNotif(p.target.Name(), fmt.Appendf(nil, "later-%02d", i), nil))
+	}
+	var later []string
+	eventually(t, "forty more notifications", func() bool {
+		require.NoError(t, p.target.PollEach(nil, nil, func(_ string, msg []byte) { later = append(later, string(msg)) }))
+		return len(later) == 40
+	})
+	assert.ElementsMatch(t, [][]byte{[]byte("m0"), []byte("m1"), []byte("m2")}, got)
+	for i, m := range later {
+		assert.Equal(t, fmt.Sprintf("later-%02d", i), m, "genNotif's messages arrive in the order sent")
+	}
+}
+
+func TestNativePollEachBadInput(t *testing.T) {
+	p, reqs := pollPeers(t, 2, Config{})
+	require.NoError(t, p.target.GenNotif(p.init.Name(), []byte("waiting"), nil))
+	called := 0
+	each := func(string, []byte) { called++ }
+	statuses := []Status{77, 77}
+	err := p.init.PollEach([]XferHandle{reqs[0], 987654321}, statuses, each)
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), "request 1 of 2: transfer handle 987654321 is not live")
+	assert.Equal(t, []Status{77, 77}, statuses, "no status written")
+
+	err = p.init.PollEach(reqs, make([]Status, 1), each)
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), "1 statuses for 2 requests")
+	require.NoError(t, p.init.PollEach(nil, nil, nil), "nothing to do")
+	assert.Zero(t, called, "refused calls fetch no notifications")
+
+	eventually(t, "the notification kept for a valid call", func() bool {
+		require.NoError(t, p.init.PollEach(nil, nil, each))
+		return called == 1
+	}, p.target)
+}
+
+func TestNativePollEachPanicReleasesTheAgent(t *testing.T) {
+	p, _ := pollPeers(t, 1, Config{})
+	require.NoError(t, p.target.GenNotif(p.init.Name(), []byte("boom"), nil))
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		deadline := time.Now().Add(waitLimit)
+		for time.Now().Before(deadline) {
+			require.NoError(t, p.init.PollEach(nil, nil, func(string, []byte) { panic("from each") }))
+			p.target.GetNotifs(nil)
+		}
+		return nil
+	}()
+	require.Equal(t, "from each", panicked)
+	// The agent was released on the way out: its next calls neither
+	// deadlock nor fail.
+	n, err := p.init.GetNotifs(nil)
+	require.NoError(t, err)
+	assert.Empty(t, n, "the message that panicked was handed over once")
+	require.NoError(t, p.init.Close())
+	err = p.init.PollEach(nil, nil, func(string, []byte) {})
+	require.ErrorIs(t, err, ErrClosed)
 }

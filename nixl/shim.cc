@@ -419,6 +419,27 @@ int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_
 	});
 }
 
+int nixlgo_create_post_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_desc *local,
+                                size_t n_local, int remote_mem, const nixlgo_desc *remote,
+                                size_t n_remote, const char *remote_agent,
+                                size_t remote_agent_len, nixlgo_opts opts, uintptr_t *req,
+                                int *post, int *released) {
+	*post = NIXL_SUCCESS;
+	*released = NIXL_SUCCESS;
+	*req = 0;
+	uintptr_t h = 0;
+	int s = nixlgo_create_xfer_req(agent, op, local_mem, local, n_local, remote_mem, remote, n_remote,
+	                               remote_agent, remote_agent_len, opts, &h);
+	if (s != NIXL_SUCCESS) return s;
+	*req = h;
+	*post = nixlgo_post_xfer_req_plain(agent, *req);
+	if (*post < 0) {
+		*released = nixlgo_release_xfer_req(agent, *req);
+		if (*released == NIXL_SUCCESS) *req = 0;
+	}
+	return s;
+}
+
 int nixlgo_estimate_xfer_cost(uintptr_t agent, uintptr_t req, nixlgo_opts opts,
                               int64_t *duration_us, int64_t *err_margin_us, int *method) {
 	return guard([&] {
@@ -440,6 +461,10 @@ int nixlgo_post_xfer_req(uintptr_t agent, uintptr_t req, nixlgo_opts opts) {
 		return agentOf(agent)->postXferReq(reinterpret_cast<nixlXferReqH *>(req),
 		                                   optArgs(opts, args));
 	});
+}
+
+int nixlgo_post_xfer_req_plain(uintptr_t agent, uintptr_t req) {
+	return guard([&] { return agentOf(agent)->postXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
 }
 
 int nixlgo_get_xfer_status(uintptr_t agent, uintptr_t req) {
@@ -478,37 +503,24 @@ int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req) {
 	    [&] { return agentOf(agent)->releaseXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
 }
 
-// encodeNotifs writes notifs in the "notifs" encoding into scratch when it
-// fits, else into a malloc'd buffer, and points r at it.
-void encodeNotifs(const nixl_notifs_t &notifs, uintptr_t scratch, size_t scratch_cap,
-                  nixlgo_notifs_result &r) {
-	size_t size = 8;
-	for (const auto &kv : notifs) {
-		size += 16 + kv.first.size();
-		for (const auto &m : kv.second) size += 8 + m.size();
-	}
-	char *dst = reinterpret_cast<char *>(scratch);
-	if (size > scratch_cap || dst == nullptr) {
-		dst = static_cast<char *>(std::malloc(size));
+// listNotifs lists notifs as nixlgo_notif entries pointing into its
+// strings, in scratch when they fit, else in a malloc'd array, and points r
+// at them.
+void listNotifs(const nixl_notifs_t &notifs, uintptr_t scratch, size_t scratch_cap,
+                nixlgo_notifs_result &r) {
+	size_t n = 0;
+	for (const auto &kv : notifs) n += kv.second.size();
+	if (n == 0) return;
+	nixlgo_notif *dst = reinterpret_cast<nixlgo_notif *>(scratch);
+	if (dst == nullptr || n > scratch_cap / sizeof(nixlgo_notif)) {
+		dst = static_cast<nixlgo_notif *>(std::malloc(n * sizeof(nixlgo_notif)));
 		if (dst == nullptr) throw std::bad_alloc();
 	}
-	char *w = dst;
-	auto u64 = [&w](uint64_t v) {
-		for (int i = 0; i < 8; i++) *w++ = static_cast<char>((v >> (8 * i)) & 0xff);
-	};
-	auto bytes = [&](const std::string &v) {
-		u64(v.size());
-		if (!v.empty()) std::memcpy(w, v.data(), v.size());
-		w += v.size();
-	};
-	u64(notifs.size());
-	for (const auto &kv : notifs) {
-		bytes(kv.first);
-		u64(kv.second.size());
-		for (const auto &m : kv.second) bytes(m);
-	}
-	r.data = dst;
-	r.len = size;
+	size_t i = 0;
+	for (const auto &kv : notifs)
+		for (const auto &m : kv.second) dst[i++] = {kv.first.data(), kv.first.size(), m.data(), m.size()};
+	r.notifs = dst;
+	r.n = n;
 }
 
 uintptr_t nixlgo_notifs_map_new(void) {
@@ -521,17 +533,17 @@ uintptr_t nixlgo_notifs_map_new(void) {
 
 void nixlgo_notifs_map_free(uintptr_t notifs_map) { delete reinterpret_cast<nixl_notifs_t *>(notifs_map); }
 
-// getNotifsInto calls getNotifs with the reused map when there is one, else
-// a fresh one, and encodes what arrived into r. getNotifs may fail for one
-// backend and still return what the others delivered, so the notifications
-// are handed over whatever the status.
+// getNotifsInto calls getNotifs with the caller's map and lists what
+// arrived into r. getNotifs may fail for one backend and still return what
+// the others delivered, so the notifications are listed whatever the
+// status. Without a map the entries would point into a map gone at return.
 nixl_status_t getNotifsInto(nixlAgent *a, const nixl_opt_args_t *args, uintptr_t scratch,
                             size_t scratch_cap, uintptr_t notifs_map, nixlgo_notifs_result &r) {
-	nixl_notifs_t local;
-	nixl_notifs_t &notifs = notifs_map ? *reinterpret_cast<nixl_notifs_t *>(notifs_map) : local;
+	if (notifs_map == 0) return NIXL_ERR_INVALID_PARAM;
+	nixl_notifs_t &notifs = *reinterpret_cast<nixl_notifs_t *>(notifs_map);
 	notifs.clear();
 	nixl_status_t s = a->getNotifs(notifs, args);
-	if (!notifs.empty()) encodeNotifs(notifs, scratch, scratch_cap, r);
+	listNotifs(notifs, scratch, scratch_cap, r);
 	return s;
 }
 
@@ -556,6 +568,8 @@ nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t
 	r.status = guard([&] { return getNotifsInto(a, nullptr, scratch, scratch_cap, notifs_map, r); });
 	return r;
 }
+
+int nixlgo_noop(int x) { return x; }
 
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts) {

@@ -87,7 +87,7 @@ typedef struct {
  *            written by nixlgo_encode-compatible Go code
  *   mems+params: u64 count, count u64 memory types, then params
  *   query:   u64 count, then per entry u64 has_value and, if 1, params
- *   notifs:  u64 agents, then per agent bytes name, u64 count, count bytes
+ * Notifications do not use this encoding: see nixlgo_notif.
  */
 typedef struct {
 	char *data;
@@ -153,29 +153,52 @@ int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_
                            size_t n_local, int remote_mem, const nixlgo_desc *remote,
                            size_t n_remote, const char *remote_agent, size_t remote_agent_len,
                            nixlgo_opts opts, uintptr_t *req);
+/* nixlgo_create_post_xfer_req is createXferReq then, when that succeeds,
+ * postXferReq with no options (the creation-time notification is kept),
+ * in one crossing; when the post fails, releaseXferReq. It returns
+ * createXferReq's status; *post is postXferReq's, *released is
+ * releaseXferReq's (NIXL_SUCCESS when it was not needed); *req is the
+ * request whenever it is still live. */
+int nixlgo_create_post_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_desc *local,
+                                size_t n_local, int remote_mem, const nixlgo_desc *remote,
+                                size_t n_remote, const char *remote_agent,
+                                size_t remote_agent_len, nixlgo_opts opts, uintptr_t *req,
+                                int *post, int *released);
 int nixlgo_estimate_xfer_cost(uintptr_t agent, uintptr_t req, nixlgo_opts opts,
                               int64_t *duration_us, int64_t *err_margin_us, int *method);
 int nixlgo_post_xfer_req(uintptr_t agent, uintptr_t req, nixlgo_opts opts);
+/* nixlgo_post_xfer_req with no options (extra_params nullptr). */
+int nixlgo_post_xfer_req_plain(uintptr_t agent, uintptr_t req);
 int nixlgo_get_xfer_status(uintptr_t agent, uintptr_t req);
 int nixlgo_query_xfer_backend(uintptr_t agent, uintptr_t req, uintptr_t *backend);
 int nixlgo_get_xfer_telemetry(uintptr_t agent, uintptr_t req, nixlgo_telemetry *out);
 int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req);
 
-/* Notifications. nixlgo_get_notifs writes the "notifs" encoding into the
- * caller's C buffer scratch when it fits (then data == scratch), else into
- * a malloc'd buffer the caller frees; data is NULL when there are none. It
- * returns a struct, not through pointers, to keep the polling path free of
- * cgo pointer checks and allocations. */
+/* Notifications. The calls that fetch them (nixlgo_get_notifs,
+ * nixlgo_poll) fill the caller's nixl_notifs_t (notifs_map, from
+ * nixlgo_notifs_map_new: cleared and reused per call, as a C++ poller
+ * reuses its map) and list what arrived as an array of nixlgo_notif, one
+ * per message, a sender's messages consecutive and in the order sent. The
+ * entries point into that map's strings, so they are valid until the next
+ * call with the same map; nothing is encoded or copied. The array is
+ * written into the caller's C buffer scratch when it fits (then notifs ==
+ * scratch), else into a malloc'd block the caller frees; notifs is NULL
+ * when nothing arrived. The result is returned as a struct, not through
+ * pointers, to keep the polling path free of cgo pointer checks. */
+typedef struct {
+	const char *from;
+	size_t from_len;
+	const char *msg;
+	size_t msg_len;
+} nixlgo_notif;
 typedef struct {
 	int status;
-	char *data;
-	size_t len;
+	nixlgo_notif *notifs;
+	size_t n;
 } nixlgo_notifs_result;
 nixlgo_notifs_result nixlgo_get_notifs(uintptr_t agent, nixlgo_opts opts, uintptr_t scratch,
                                        size_t scratch_cap, uintptr_t notifs_map);
-/* A nixl_notifs_t that nixlgo_get_notifs and nixlgo_poll clear and reuse
- * when given one (notifs_map), as a C++ poller reuses its map, instead of
- * building a new one per call; 0 means build one per call. */
+/* A nixl_notifs_t for the calls above; 0 when out of memory. */
 uintptr_t nixlgo_notifs_map_new(void);
 void nixlgo_notifs_map_free(uintptr_t notifs_map);
 /* nixlgo_poll is one polling round in one crossing: getXferStatus on each of
@@ -187,6 +210,10 @@ void nixlgo_notifs_map_free(uintptr_t notifs_map);
 nixlgo_notifs_result nixlgo_poll(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n,
                                  int want_notifs, uintptr_t scratch, size_t scratch_cap,
                                  uintptr_t notifs_map);
+/* nixlgo_noop does nothing and returns x: the cost of a crossing alone, which
+ * the binding's benchmarks measure beside the NIXL calls. */
+int nixlgo_noop(int x);
+
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts);
 

@@ -38,6 +38,7 @@ package nixl
 #cgo noescape nixlgo_make_xfer_req
 #cgo noescape nixlgo_create_xfer_req
 #cgo noescape nixlgo_estimate_xfer_cost
+#cgo noescape nixlgo_create_post_xfer_req
 #cgo noescape nixlgo_post_xfer_req
 #cgo noescape nixlgo_query_xfer_backend
 #cgo noescape nixlgo_get_xfer_telemetry
@@ -69,7 +70,9 @@ package nixl
 #cgo nocallback nixlgo_make_xfer_req
 #cgo nocallback nixlgo_create_xfer_req
 #cgo nocallback nixlgo_estimate_xfer_cost
+#cgo nocallback nixlgo_create_post_xfer_req
 #cgo nocallback nixlgo_post_xfer_req
+#cgo nocallback nixlgo_post_xfer_req_plain
 #cgo nocallback nixlgo_get_xfer_status
 #cgo nocallback nixlgo_query_xfer_backend
 #cgo nocallback nixlgo_get_xfer_telemetry
@@ -79,6 +82,7 @@ package nixl
 #cgo nocallback nixlgo_poll
 #cgo nocallback nixlgo_notifs_map_new
 #cgo nocallback nixlgo_notifs_map_free
+#cgo nocallback nixlgo_noop
 
 #include <stdlib.h>
 #include "shim.h"
@@ -98,6 +102,11 @@ var (
 	_ = [1]struct{}{}[unsafe.Sizeof(Desc{})-unsafe.Sizeof(C.nixlgo_desc{})]
 	_ = [1]struct{}{}[unsafe.Offsetof(Desc{}.Len)-unsafe.Offsetof(C.nixlgo_desc{}.len)]
 	_ = [1]struct{}{}[unsafe.Offsetof(Desc{}.DevID)-unsafe.Offsetof(C.nixlgo_desc{}.dev_id)]
+	// notifRef is nixlgo_notif, so the shim's list is read in place.
+	_ = [1]struct{}{}[unsafe.Sizeof(notifRef{})-unsafe.Sizeof(C.nixlgo_notif{})]
+	_ = [1]struct{}{}[unsafe.Offsetof(notifRef{}.fromLen)-unsafe.Offsetof(C.nixlgo_notif{}.from_len)]
+	_ = [1]struct{}{}[unsafe.Offsetof(notifRef{}.msg)-unsafe.Offsetof(C.nixlgo_notif{}.msg)]
+	_ = [1]struct{}{}[unsafe.Offsetof(notifRef{}.msgLen)-unsafe.Offsetof(C.nixlgo_notif{}.msg_len)]
 )
 
 // shimOpts is nixl_opt_args_t after backend names were resolved to handles.
@@ -369,6 +378,20 @@ func shimCreateXferReq(agent uintptr, op XferOp, local, remote XferList, remoteA
 	return uintptr(req), Status(s)
 }
 
+// shimCreatePostXferReq is shimCreateXferReq then shimPostXferReqPlain,
+// then, if the post failed, shimReleaseXferReq, in one crossing. req is
+// the request while it is live (0 once released or never made).
+func shimCreatePostXferReq(agent uintptr, op XferOp, local, remote XferList, remoteAgent string, o *shimOpts) (req uintptr, create, post, released Status) {
+	ld, ln := cDescs(local.Descs)
+	rd, rn := cDescs(remote.Descs)
+	ra, ral := cStr(remoteAgent)
+	var r C.uintptr_t
+	var p, rel C.int
+	s := C.nixlgo_create_post_xfer_req(C.uintptr_t(agent), C.int(op),
+		C.int(local.Mem), ld, ln, C.int(remote.Mem), rd, rn, ra, ral, o.c(), &r, &p, &rel)
+	return uintptr(r), Status(s), Status(p), Status(rel)
+}
+
 func shimEstimateXferCost(agent, req uintptr, o *shimOpts) (XferCost, Status) {
 	var dur, margin C.int64_t
 	var method C.int
@@ -382,6 +405,13 @@ func shimEstimateXferCost(agent, req uintptr, o *shimOpts) (XferCost, Status) {
 
 func shimPostXferReq(agent, req uintptr, o *shimOpts) Status {
 	return Status(C.nixlgo_post_xfer_req(C.uintptr_t(agent), C.uintptr_t(req), o.c()))
+}
+
+// shimPostXferReqPlain is shimPostXferReq without options, through an
+// entry point that takes none: the common repost needs no nixlgo_opts
+// built, copied and read.
+func shimPostXferReqPlain(agent, req uintptr) Status {
+	return Status(C.nixlgo_post_xfer_req_plain(C.uintptr_t(agent), C.uintptr_t(req)))
 }
 
 func shimXferStatus(agent, req uintptr) Status {
@@ -413,20 +443,28 @@ func shimReleaseXferReq(agent, req uintptr) Status {
 	return Status(C.nixlgo_release_xfer_req(C.uintptr_t(agent), C.uintptr_t(req)))
 }
 
-// notifScratch is C memory that nixlgo_get_notifs writes small results
-// into, so that polling for notifications needs no malloc and free in C.
+// notifScratch is what the notification calls reuse, so that polling
+// needs no malloc and free in C: the nixl_notifs_t that getNotifs fills and
+// a C buffer its list of entries is written into.
 type notifScratch struct {
-	ptr unsafe.Pointer
-	cap int
-	// notifs is the C++ nixl_notifs_t the shim clears and reuses per call
-	// (0 if it could not be allocated: the shim then makes one per call).
-	notifs uintptr
+	ptr    unsafe.Pointer
+	cap    int
+	notifs uintptr // nixl_notifs_t*
 }
 
-const notifScratchSize = 64 << 10
+// notifScratchSize is the scratch buffer's size: 2048 entries, past which
+// a round's list is malloc'd. A variable so that a test can make that
+// happen with a few notifications.
+var notifScratchSize = 64 << 10
 
-func newNotifScratch() notifScratch {
-	return notifScratch{ptr: C.malloc(notifScratchSize), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
+// newNotifScratch allocates the scratch; ok is false when C is out of memory.
+func newNotifScratch() (s notifScratch, ok bool) {
+	s = notifScratch{ptr: C.malloc(C.size_t(notifScratchSize)), cap: notifScratchSize, notifs: uintptr(C.nixlgo_notifs_map_new())}
+	if s.ptr == nil || s.notifs == 0 {
+		s.free()
+		return notifScratch{}, false
+	}
+	return s, true
 }
 
 func (s *notifScratch) free() {
@@ -440,17 +478,31 @@ func (s *notifScratch) free() {
 	}
 }
 
-// shimGetNotifs returns a Go copy of the encoded notifications. The caller
-// must not call it concurrently with the same scratch.
-func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) ([]byte, Status) {
-	return takeNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
+// cNotifs is a list of notifications still in C memory, valid until the
+// next notifications call with the same scratch: in the scratch buffer, or,
+// when it did not fit, in a malloc'd block (free) that release frees.
+type cNotifs struct {
+	refs []notifRef
+	free unsafe.Pointer
+}
+
+func (c cNotifs) release() {
+	if c.free != nil {
+		C.free(c.free)
+	}
+}
+
+// shimGetNotifs returns the notifications. The caller must not
+// call it concurrently with the same scratch, and must release the result.
+func shimGetNotifs(agent uintptr, o *shimOpts, scratch *notifScratch) (cNotifs, Status) {
+	return viewNotifs(C.nixlgo_get_notifs(C.uintptr_t(agent), o.c(), C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
 // shimPoll writes the status of each request of reqs (C pointers) to
 // statuses, which must be as long, and, when wantNotifs is set, returns the
-// encoded notifications as shimGetNotifs does, all in one crossing.
+// notifications as shimGetNotifs does, all in one crossing.
 // scratch is used, and may be nil, only when wantNotifs is set.
-func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool, scratch *notifScratch) ([]byte, Status) {
+func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool, scratch *notifScratch) (cNotifs, Status) {
 	var rp *C.uintptr_t
 	var sp *C.int32_t
 	if len(reqs) > 0 {
@@ -459,24 +511,28 @@ func shimPoll(agent uintptr, reqs []uintptr, statuses []Status, wantNotifs bool,
 	}
 	if !wantNotifs {
 		C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 0, 0, 0, 0)
-		return nil, StatusSuccess
+		return cNotifs{}, StatusSuccess
 	}
-	return takeNotifs(C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 1,
+	return viewNotifs(C.nixlgo_poll(C.uintptr_t(agent), rp, sp, C.size_t(len(reqs)), 1,
 		C.uintptr_t(uintptr(scratch.ptr)), C.size_t(scratch.cap), C.uintptr_t(scratch.notifs)), scratch)
 }
 
-// takeNotifs copies an encoded notifications result to Go memory, freeing
-// it when it is not the scratch buffer.
-func takeNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) ([]byte, Status) {
-	if r.data == nil {
-		return nil, Status(r.status)
+// viewNotifs wraps a notifications result without copying it: Go reads
+// the entries in place and copies out only the messages.
+func viewNotifs(r C.nixlgo_notifs_result, scratch *notifScratch) (cNotifs, Status) {
+	if r.notifs == nil {
+		return cNotifs{}, Status(r.status)
 	}
-	out := goBytes(r.data, r.len)
-	if unsafe.Pointer(r.data) != scratch.ptr {
-		C.free(unsafe.Pointer(r.data))
+	c := cNotifs{refs: unsafe.Slice((*notifRef)(unsafe.Pointer(r.notifs)), int(r.n))}
+	if unsafe.Pointer(r.notifs) != scratch.ptr {
+		c.free = unsafe.Pointer(r.notifs)
 	}
-	return out, Status(r.status)
+	return c, Status(r.status)
 }
+
+// shimNoop crosses into C and back doing nothing, with the cgo directives
+// of every other call: what a crossing costs by itself.
+func shimNoop(x int) int { return int(C.nixlgo_noop(C.int(x))) }
 
 func shimGenNotif(agent uintptr, remote string, msg []byte, o *shimOpts) Status {
 	r, rl := cStr(remote)

@@ -7,8 +7,8 @@ import (
 	"slices"
 )
 
-// The native agent's C shim returns lists, maps and notifications as one
-// byte buffer each, so that every call crosses cgo once and C never hands Go
+// The native agent's C shim returns lists and maps as one byte buffer
+// each (notifications come as an array of entries instead: notifdecode.go), so that every call crosses cgo once and C never hands Go
 // a pointer into C++ containers. The encoding (also documented in shim.h) is
 // little-endian uint64 integers and byte strings prefixed by their uint64
 // length. These functions are pure Go so that they are tested and fuzzed in
@@ -152,63 +152,6 @@ func decodeQuery(b []byte) ([]map[string]string, error) {
 		}
 	}
 	return out, r.end()
-}
-
-// decodeNotifs decodes a "notifs" buffer into a new map. The messages are
-// sub-slices of b, so b must be a Go copy that nothing else writes to.
-// intern, when not nil, turns sender names into strings, so that a poller
-// can reuse them instead of allocating one per call.
-func decodeNotifs(b []byte, intern func([]byte) string) (Notifs, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	return appendNotifs(nil, b, intern)
-}
-
-// appendNotifs decodes a "notifs" buffer into dst, appending to the message
-// lists already there, and returns dst (a new map if dst is nil). On error
-// dst may hold part of the buffer's messages.
-func appendNotifs(dst Notifs, b []byte, intern func([]byte) string) (Notifs, error) {
-	if len(b) == 0 {
-		return dst, nil
-	}
-	r := shimReader{b}
-	agents, err := r.count(16)
-	if err != nil {
-		return dst, err
-	}
-	if dst == nil {
-		dst = make(Notifs, agents)
-	}
-	for range agents {
-		name, err := r.bytes()
-		if err != nil {
-			return dst, err
-		}
-		n, err := r.count(8)
-		if err != nil {
-			return dst, err
-		}
-		var sender string
-		if intern != nil {
-			sender = intern(name)
-		} else {
-			sender = string(name)
-		}
-		msgs := dst[sender]
-		if msgs == nil {
-			msgs = make([][]byte, 0, n)
-		}
-		for range n {
-			m, err := r.bytes()
-			if err != nil {
-				return dst, err
-			}
-			msgs = append(msgs, m)
-		}
-		dst[sender] = msgs
-	}
-	return dst, r.end()
 }
 
 // encodeParams encodes a parameter map for the shim, keys sorted so that

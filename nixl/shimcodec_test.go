@@ -49,48 +49,6 @@ func TestDecodeQuery(t *testing.T) {
 	assert.ErrorIs(t, err, errShimEncoding)
 }
 
-func TestDecodeNotifs(t *testing.T) {
-	b := shimBuf{}.u64(2).
-		str("prefill-0").u64(2).str("req-1:2").str("").
-		str("prefill-1").u64(1).str("req-1:2")
-	got, err := decodeNotifs(b, nil)
-	require.NoError(t, err)
-	assert.Equal(t, Notifs{
-		"prefill-0": {[]byte("req-1:2"), []byte("")},
-		"prefill-1": {[]byte("req-1:2")},
-	}, got)
-	assert.Equal(t, 3, got.Count())
-
-	// Messages alias the buffer but must not be able to grow into it.
-	m := got["prefill-0"][0]
-	assert.Equal(t, len(m), cap(m))
-
-	interned := 0
-	withIntern, err := decodeNotifs(b, func(n []byte) string { interned++; return "x" + string(n) })
-	require.NoError(t, err)
-	assert.Equal(t, 2, interned)
-	assert.Len(t, withIntern["xprefill-0"], 2)
-
-	none, err := decodeNotifs(nil, nil)
-	require.NoError(t, err)
-	assert.Nil(t, none)
-}
-
-func TestAppendNotifsReusesTheCallersMap(t *testing.T) {
-	dst := Notifs{"prefill-0": make([][]byte, 1, 8)}
-	dst["prefill-0"][0] = []byte("earlier")
-	arr := &dst["prefill-0"][:1][0]
-	b := shimBuf{}.u64(2).str("prefill-0").u64(1).str("later").str("prefill-1").u64(1).str("x")
-	got, err := appendNotifs(dst, b, nil)
-	require.NoError(t, err)
-	assert.Equal(t, Notifs{"prefill-0": {[]byte("earlier"), []byte("later")}, "prefill-1": {[]byte("x")}}, got)
-	assert.Same(t, arr, &dst["prefill-0"][0], "the existing slice's array is reused")
-	got["prefill-0"] = got["prefill-0"][:0]
-	got, err = appendNotifs(got, nil, nil)
-	require.NoError(t, err)
-	assert.Empty(t, got["prefill-0"])
-}
-
 func TestDecodersRejectMalformedBuffers(t *testing.T) {
 	for name, b := range map[string]shimBuf{
 		"short count":        {1, 2, 3},
@@ -104,7 +62,7 @@ func TestDecodersRejectMalformedBuffers(t *testing.T) {
 	}
 	_, _, err := decodeMemsParams(shimBuf{}.u64(1).u64(0).u64(1).str("k"))
 	assert.ErrorIs(t, err, errShimEncoding)
-	_, err = decodeNotifs(shimBuf{}.u64(1).str("a").u64(2).str("m"), nil)
+	_, err = decodeQuery(shimBuf{}.u64(2).u64(0))
 	assert.ErrorIs(t, err, errShimEncoding)
 }
 
@@ -123,27 +81,23 @@ func TestEncodeParamsIsSortedAndDecodable(t *testing.T) {
 	assert.Equal(t, []byte(shimBuf{}.u64(0)), encodeParams(nil))
 }
 
-// FuzzDecodeNotifs checks that no input makes the decoders panic, and that a
-// decoded result never holds more content than its input.
-func FuzzDecodeNotifs(f *testing.F) {
-	f.Add([]byte(shimBuf{}.u64(1).str("agent").u64(2).str("m1").str("")))
-	f.Add([]byte(shimBuf{}.u64(2).str("a").u64(0).str("b").u64(1).str("x")))
+// FuzzShimDecoders checks that no input makes the decoders panic, and
+// that a decoded list never holds more content than its input.
+func FuzzShimDecoders(f *testing.F) {
+	f.Add([]byte(shimBuf{}.u64(2).str("UCX").str("")))
+	f.Add([]byte(shimBuf{}.u64(1).u64(0).u64(1).str("k").str("v")))
 	f.Add([]byte(shimBuf{}.u64(1 << 62)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		n, err := decodeNotifs(b, nil)
-		_, _ = decodeStrings(b)
 		_, _, _ = decodeMemsParams(b)
 		_, _ = decodeQuery(b)
-		if err != nil || n == nil {
+		l, err := decodeStrings(b)
+		if err != nil {
 			return
 		}
 		total := 0
-		for name, msgs := range n {
-			total += len(name)
-			for _, m := range msgs {
-				total += len(m)
-			}
+		for _, s := range l {
+			total += len(s)
 		}
 		if total > len(b) {
 			t.Fatalf("decoded %d bytes of content from a %d-byte buffer", total, len(b))

@@ -171,3 +171,50 @@ func TestNativeMakeConnectionAndBackendOption(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 	assert.Contains(t, err.Error(), `backend "GDS" was not created`)
 }
+
+func TestNativePostXfer(t *testing.T) {
+	p := newPeers(t, 8192, Config{})
+	target := p.target.Name()
+	h, s, err := p.init.PostXfer(Write, dram(p.initBuf.Desc(0, 8192)), dram(p.tgtBuf.Desc(0, 8192)), target, NotifOptions([]byte("posted")))
+	require.NoError(t, err)
+	require.NotZero(t, h)
+	require.Contains(t, []Status{StatusSuccess, StatusInProgress}, s)
+	s, err = p.wait(h)
+	require.NoError(t, err)
+	require.Equal(t, StatusSuccess, s)
+	requireBytes(t, p.initBuf.Bytes(), p.tgtBuf.Bytes(), "destination")
+	assert.Equal(t, [][]byte{[]byte("posted")}, p.waitNotifs(p.target, p.init.Name(), 1), "the creation-time notification")
+	// The handle is an ordinary request: reposted, then released once.
+	p.run(h, nil)
+	assert.Len(t, p.waitNotifs(p.target, p.init.Name(), 2), 2)
+	require.NoError(t, p.init.ReleaseXferReq(h))
+	require.ErrorIs(t, p.init.ReleaseXferReq(h), ErrInvalidParam)
+
+	// A refused creation is CreateXferReq's error, and leaves no handle.
+	stray := newBuffer(t, 4096, 0)
+	whole := dram(p.tgtBuf.Desc(0, 4096))
+	live := p.init.xfers.len()
+	for name, c := range map[string]struct {
+		op            XferOp
+		local, remote XferList
+		to            string
+	}{
+		"unregistered":   {Write, dram(stray.Desc(0, 4096)), whole, target},
+		"lengths differ": {Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 2048)), target},
+		"unknown agent":  {Write, dram(p.initBuf.Desc(0, 4096)), whole, "nobody"},
+		"unknown op":     {XferOp(7), dram(p.initBuf.Desc(0, 4096)), whole, target},
+		"unknown memory": {Read, XferList{Mem: MemType(9), Descs: []Desc{p.initBuf.Desc(0, 4096)}}, whole, target},
+	} {
+		_, want := p.init.CreateXferReq(c.op, c.local, c.remote, c.to, nil)
+		require.Error(t, want, name)
+		h, _, err := p.init.PostXfer(c.op, c.local, c.remote, c.to, nil)
+		assert.Zero(t, h, name)
+		assert.Equal(t, want.Error(), err.Error(), name)
+		assert.Equal(t, Status(want.(*Error).Status), Status(err.(*Error).Status), name)
+	}
+	assert.Equal(t, live, p.init.xfers.len(), "no handle left behind")
+
+	require.NoError(t, p.init.Close())
+	_, _, err = p.init.PostXfer(Write, dram(p.initBuf.Desc(0, 4096)), whole, target, nil)
+	require.ErrorIs(t, err, ErrClosed)
+}
