@@ -2583,6 +2583,8 @@ func TestSimFindingSlotReusedAfterAFailedGather(t *testing.T) {
 	c.fill(2, yb, 16)
 	_, err := c.prods[1].RequestFinished("x", xb)
 	require.NoError(t, err, "the gather fails in the background")
+	// Failed before y's gathers start: rank 1's copy number 1 is x's.
+	eventually(t, func() bool { return failing.Count() == 1 })
 	py := c.finish("y", yb)
 	require.NotNil(t, py.RemoteStagingSlot)
 	px, err := c.prods[0].RequestFinished("x", xb)
