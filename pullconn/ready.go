@@ -137,11 +137,11 @@ func (c *Consumer) askReady(l *load) {
 	c.hsWG.Add(1)
 	c.qmu.Unlock()
 	a.asking = true
+	// The wait ends well within the exchange's own timeout (the engine's
+	// HandshakeTimeout) and by the load's deadline.
+	wait := min(readyWait, c.e.core.Config().HandshakeTimeout/2, l.deadline.Sub(c.cfg.Clock.Now()))
 	q := handshake.ReadyQuery{ID: l.p.RemoteRequestID, Key: l.hold, Ranks: slices.Clone(a.ranks), Known: slices.Clone(a.known),
-		WaitMicros: readyWait.Microseconds()}
-	if left := l.deadline.Sub(c.cfg.Clock.Now()); left < readyWait {
-		q.WaitMicros = max(left.Microseconds(), 0)
-	}
+		WaitMicros: max(wait.Microseconds(), 0)}
 	go c.queryReady(l, l.r, q)
 }
 
