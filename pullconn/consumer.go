@@ -134,6 +134,9 @@ type load struct {
 	// await, when its Params say RemoteStagingAwait, is its wait for
 	// prefill's background gathers (ready.go).
 	await *await
+	// postErr is a READ of the slot that could not be posted during a
+	// scatter: the load fails on its next poll.
+	postErr error
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
 	result     connector.Result
@@ -412,7 +415,9 @@ func (c *Consumer) Drain() []connector.Result {
 			c.post(l)
 		}
 		for _, l := range unblocked {
-			c.postReady(l)
+			if err := c.postReady(l); err != nil {
+				c.fail(l, err)
+			}
 		}
 		c.wmu.Unlock()
 		if len(ready)+len(unblocked) > 0 {

@@ -455,6 +455,10 @@ func (c *Consumer) pollReads() {
 // pollLoad reports whether l is still in flight.
 func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 	for _, x := range l.xfers {
+		if l.postErr != nil {
+			c.fail(l, l.postErr)
+			return false
+		}
 		if x.done || x.pending {
 			continue
 		}
@@ -479,6 +483,10 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 				}
 			}
 		}
+	}
+	if l.postErr != nil {
+		c.fail(l, l.postErr)
+		return false
 	}
 	if l.allDone() {
 		c.succeed(l)

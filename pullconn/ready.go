@@ -171,6 +171,13 @@ func (c *Consumer) queryReady(l *load, r *remote, q handshake.ReadyQuery) {
 // posted (Inline: on the next Drain); decode asks again until every rank
 // is done. wmu is held.
 func (c *Consumer) applyReady(ans readyAnswer) {
+	c.takeReady(ans, false)
+}
+
+// takeReady is applyReady; during a scatter (inScatter) a READ that cannot
+// be posted fails its load only on the load's next poll (postErr): no
+// load may end while a copy may still write into the blocks of one.
+func (c *Consumer) takeReady(ans readyAnswer, inScatter bool) {
 	l, a := ans.l, ans.l.await
 	a.asking = false
 	if l.ended {
@@ -200,17 +207,51 @@ func (c *Consumer) applyReady(ans readyAnswer) {
 	}
 	if c.cfg.Inline {
 		c.unblocked = append(c.unblocked, l)
-	} else if !c.postReady(l) {
+	} else if err := c.postReady(l); err != nil {
+		if inScatter {
+			l.postErr = err
+		} else {
+			c.fail(l, err)
+		}
 		return
 	}
 	c.askReady(l)
 }
 
-// postReady posts the load's pending READs whose regions are gathered, and
-// reports whether the load is still on its way. wmu is held.
-func (c *Consumer) postReady(l *load) bool {
-	if l.ended {
-		return false
+// readyProgress runs during a pipelined scatter (the copier calls it
+// between its polls): readiness answers that came meanwhile and open
+// chunks (no failure, no error) are applied and their READs posted at
+// once, rather than after the scatter, so the next chunk's READ overlaps
+// this chunk's scatter as it does when every READ is posted at first.
+// The others wait for the next tick. wmu is held.
+func (c *Consumer) readyProgress() {
+	c.qmu.Lock()
+	if len(c.readied) == 0 {
+		c.qmu.Unlock()
+		return
+	}
+	var take []readyAnswer
+	keep := c.readied[:0]
+	for _, a := range c.readied {
+		if a.err == nil && !a.l.ended && !slices.ContainsFunc(a.states, func(st int) bool { return st < 0 }) {
+			take = append(take, a)
+		} else {
+			keep = append(keep, a)
+		}
+	}
+	clear(c.readied[len(keep):])
+	c.readied = keep
+	c.qmu.Unlock()
+	for _, a := range take {
+		c.takeReady(a, true)
+	}
+}
+
+// postReady posts the load's pending READs whose regions are gathered; an
+// error is the load's failure, for the caller to end it with. wmu is held.
+func (c *Consumer) postReady(l *load) error {
+	if l.ended || l.postErr != nil {
+		return nil
 	}
 	set := l.r.setup
 	for _, x := range l.xfers {
@@ -219,27 +260,22 @@ func (c *Consumer) postReady(l *load) bool {
 		}
 		x.pending = false
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, x.local, x.remote, set.agents[x.rank], nil)
-		var st nixl.Status
 		if err == nil {
 			x.h = h
-			st, err = c.cfg.Agent.PostXferReq(h, nil)
+			// Even a READ done at once is left for the next poll to see
+			// done, which scatters it while later chunks are still read:
+			// a scatter may be running here (readyProgress).
+			_, err = c.cfg.Agent.PostXferReq(h, nil)
 			x.start = time.Now()
 		}
 		if err != nil {
 			c.stats.FailedTransfers.Inc()
 			c.forgetIfGone(l.r, err)
-			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, x.rank, set.agents[x.rank], err))
-			return false
+			return fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, x.rank, set.agents[x.rank], err)
 		}
 		x.local, x.remote = nixl.XferList{}, nixl.XferList{}
-		if st == nixl.StatusSuccess {
-			x.done = true
-			if !x.part {
-				c.stats.RecordTransfer(x.bytes, x.descs, 0)
-			}
-		}
 	}
-	return true
+	return nil
 }
 
 // retryReady asks again for the loads whose last readiness query failed,

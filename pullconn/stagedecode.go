@@ -93,6 +93,10 @@ func (c *Consumer) scatterOne(l *load, x *xfer) error {
 	x.scattered = true
 	var err error
 	switch {
+	case x.scatterBlocks != nil && x.part && !c.cfg.Inline:
+		// A pipelined chunk while later ones may still wait for prefill's
+		// gather: their READs are posted during this scatter.
+		err = c.stage.CopyBlocksProgress(c.cfg.Staging.Copier, *x.scatterBlocks, c.readyProgress)
 	case x.scatterBlocks != nil:
 		err = c.stage.CopyBlocks(c.cfg.Staging.Copier, *x.scatterBlocks)
 	case x.scatter != nil:

@@ -310,3 +310,33 @@ func TestParamsAwaitNeedsSlot(t *testing.T) {
 	require.NoError(t, p.Validate())
 	require.False(t, errors.Is(p.Validate(), connector.ErrInvalid))
 }
+
+// TestStagedPullPostsDuringScatter: a chunk gathered while decode scatters
+// the chunk before (its copier calling back between polls, as the GPU
+// copier does) is READ at once, during that scatter, not after it.
+func TestStagedPullPostsDuringScatter(t *testing.T) {
+	pg, dg := &stagingtest.Gate{}, &stagingtest.Gate{}
+	c, _ := gatedCluster(t, clusterOpts{decodeCfg: func(rc *Config) { rc.Staging.Copier = dg }}, 2, pg)
+	blocks := []int{9, 3, 30, 12}
+	c.fill(7, blocks, 64)
+	p := c.finish("r", blocks)
+	local := []int{5, 40, 7, 22}
+	c.load("d", p, local)
+	pg.Allow(1)
+	if !dg.WaitStarted(1, 5*time.Second) {
+		st, en := pg.Counts()
+		t.Fatalf("chunk 0's scatter did not start: posted %d, prefill copies %d/%d, results %v", c.fab.Counters().Posted, st, en, c.cons[0].Drain())
+	}
+	require.Equal(t, uint64(1), c.fab.Counters().Posted)
+	pg.Allow(1)
+	eventually(t, func() bool { return c.fab.Counters().Posted == 2 })
+	started, ended := dg.Counts()
+	require.Equal(t, 1, started)
+	require.Zero(t, ended, "chunk 1's READ was posted while chunk 0 was still being scattered")
+	pg.Open()
+	dg.Open()
+	r := c.result("d")[0]
+	require.NoError(t, r.Err)
+	c.verify(7, local, 0, 64)
+	require.Equal(t, map[string]int{"r": 1}, c.freed(1)[0])
+}

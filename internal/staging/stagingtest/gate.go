@@ -26,10 +26,17 @@ type Gate struct {
 	change  chan struct{}
 }
 
-var _ staging.Copier = (*Gate)(nil)
+var (
+	_ staging.Copier         = (*Gate)(nil)
+	_ staging.ProgressCopier = (*Gate)(nil)
+)
 
 // Copy waits for its turn, then copies segs (or fails, if told to).
-func (g *Gate) Copy(segs []staging.Seg) error {
+func (g *Gate) Copy(segs []staging.Seg) error { return g.CopyProgress(segs, nil) }
+
+// CopyProgress is Copy calling progress (when set) every 100 µs while it
+// waits, as the GPU copier calls it while its kernel runs.
+func (g *Gate) CopyProgress(segs []staging.Seg, progress func()) error {
 	timeout := g.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -45,6 +52,10 @@ func (g *Gate) Copy(segs []staging.Seg) error {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return fmt.Errorf("stagingtest: copy %d not allowed within %v", k, timeout)
+		}
+		if progress != nil {
+			progress()
+			left = min(left, 100*time.Microsecond)
 		}
 		t := time.NewTimer(left)
 		select {
@@ -67,6 +78,11 @@ func (g *Gate) Copy(segs []staging.Seg) error {
 	g.changedLocked()
 	g.mu.Unlock()
 	return err
+}
+
+// CopyBlocksProgress copies the block copy's segments as CopyProgress.
+func (g *Gate) CopyBlocksProgress(b staging.BlockCopy, progress func()) error {
+	return g.CopyProgress(b.Segs(nil), progress)
 }
 
 // Allow lets n more copies through.
