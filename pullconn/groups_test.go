@@ -275,15 +275,3 @@ func TestGroupsPullRefused(t *testing.T) {
 		require.ErrorIs(t, res.Err, connector.ErrInvalid)
 	}
 }
-
-// TestGroupsPullVLLMRefused: gonixl's vLLM protocol does not write
-// region_group_ids or ssm_sizes yet, so a grouped rank is refused when it
-// starts, naming the field, rather than publishing metadata a vLLM peer
-// would read as one full-attention group.
-func TestGroupsPullVLLMRefused(t *testing.T) {
-	for _, shape := range grouptest.Shapes {
-		_, err := newGroupCluster(t, shape, side{1, 16}, side{1, 16}, true)
-		require.Error(t, err)
-		require.ErrorContains(t, err, "region_group_ids")
-	}
-}

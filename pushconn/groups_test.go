@@ -21,6 +21,9 @@ import (
 type groupRig struct {
 	*rig
 	pre, dec []grouptest.Rank
+	// withTokens makes push register with WithTokens(the request's
+	// tokens), so decode counts its prefix hits.
+	withTokens bool
 }
 
 // newGroupRig builds it; vllm runs both engines in vLLM's protocol. The
@@ -206,7 +209,11 @@ func (g *groupRig) push(id string, seed int, r groupReq, registerFirst bool) {
 	}
 	register := func() {
 		for _, c := range g.consumers {
-			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst))
+			var opts []RequestOption
+			if g.withTokens {
+				opts = append(opts, WithTokens(r.tokens))
+			}
+			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst, opts...))
 		}
 	}
 	finish := func() {
@@ -300,15 +307,4 @@ func TestGroupsPushRefused(t *testing.T) {
 	require.Len(t, got, 1)
 	require.ErrorContains(t, got[0].Err, "map prefill blocks onto decode rank 0")
 	freedOnce(t, p, "y")
-}
-
-// TestGroupsPushVLLMRefused: gonixl's vLLM protocol does not write
-// region_group_ids or ssm_sizes yet, so a grouped rank is refused when it
-// starts, naming the field.
-func TestGroupsPushVLLMRefused(t *testing.T) {
-	for _, shape := range grouptest.Shapes {
-		_, err := newGroupRig(t, shape, 1, 16, 1, 16, true)
-		require.Error(t, err)
-		require.ErrorContains(t, err, "region_group_ids")
-	}
 }
