@@ -41,6 +41,9 @@ func newGroupClusterOpts(t *testing.T, shape string, prefill, decode side, o gro
 	c := &cluster{t: t, fab: fab}
 	t.Cleanup(c.close)
 	pg, dg := grouptest.Geometry(shape, prefill.tp, prefill.bs), grouptest.Geometry(shape, decode.tp, decode.bs)
+	// A side's ranks' block order is its engine's (Geometry.Order), as
+	// the rank's config requires.
+	pg.Order, dg.Order = rankOrder(o.prefillCfg), rankOrder(o.decodeCfg)
 	// Each engine runs on the clock its ranks use, as RankConfig.Clock
 	// requires.
 	rankClock := func(apply func(*Config)) connector.Clock {
@@ -274,4 +277,14 @@ func TestGroupsPullRefused(t *testing.T) {
 	for _, res := range c.result("y") {
 		require.ErrorIs(t, res.Err, connector.ErrInvalid)
 	}
+}
+
+// rankOrder is the Layout.Order a rank's config option sets (apply may be
+// nil).
+func rankOrder(apply func(*Config)) string {
+	var probe Config
+	if apply != nil {
+		apply(&probe)
+	}
+	return probe.Layout.Order
 }

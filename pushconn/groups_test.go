@@ -55,6 +55,9 @@ func newGroupRigOpts(t *testing.T, shape string, preTP, preBS, decTP, decBS int,
 		}
 	})
 	pg, dg := grouptest.Geometry(shape, preTP, preBS), grouptest.Geometry(shape, decTP, decBS)
+	// A side's ranks' block order is its engine's (Geometry.Order), as
+	// the rank's config requires.
+	pg.Order, dg.Order = rankOrder(o.preRank), rankOrder(o.decRank)
 	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
 	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg}
 	if vllm {
@@ -307,4 +310,14 @@ func TestGroupsPushRefused(t *testing.T) {
 	require.Len(t, got, 1)
 	require.ErrorContains(t, got[0].Err, "map prefill blocks onto decode rank 0")
 	freedOnce(t, p, "y")
+}
+
+// rankOrder is the Layout.Order a rank's config option sets (apply may be
+// nil).
+func rankOrder(apply func(*Config)) string {
+	var probe Config
+	if apply != nil {
+		apply(&probe)
+	}
+	return probe.Layout.Order
 }
