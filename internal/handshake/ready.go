@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/gonixl/gonixl/internal/notif"
 )
 
@@ -51,8 +53,33 @@ const MaxReadyWait = time.Second
 const maxRegionsState = 1 << 20
 
 // ReadyStates is a readiness query's known states, decoded within
-// MaxConfirmRanks entries as RankNumbers is.
-type ReadyStates = RankNumbers
+// MaxConfirmRanks entries for the reason RankNumbers is.
+type ReadyStates []int
+
+// DecodeMsgpack decodes the list within the bound above.
+func (rs *ReadyStates) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return fmt.Errorf("readiness states: %w", err)
+	}
+	if n > MaxConfirmRanks {
+		return fmt.Errorf("readiness query has %d states, limit %d", n, MaxConfirmRanks)
+	}
+	if n <= 0 {
+		*rs = nil
+		return nil
+	}
+	out := make(ReadyStates, 0, min(n, 16))
+	for i := range n {
+		v, err := dec.DecodeInt()
+		if err != nil {
+			return fmt.Errorf("readiness states[%d]: %w", i, err)
+		}
+		out = append(out, v)
+	}
+	*rs = out
+	return nil
+}
 
 // checkReady checks a readiness query against the engine's shape.
 func (s *Server) checkReady(q *ReadyQuery) error {

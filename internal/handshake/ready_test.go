@@ -2,11 +2,14 @@ package handshake
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/internal/sidechannel"
 )
 
 // TestReadyQuery: a readiness query reaches the engine checked, with the
@@ -68,4 +71,20 @@ func TestReadyQuery(t *testing.T) {
 	plain := serve(t, engine(1), ServerOptions{})
 	_, err = c.Ready(context.Background(), "prefill-e", plain.Addr().String(), "decode-e-0", ReadyQuery{ID: "x", Ranks: RankNumbers{0}, Known: ReadyStates{0}})
 	require.ErrorContains(t, err, `engine "prefill-e" gathers no requests for peers (not a pull prefill engine with staging)`)
+}
+
+// TestReadyStatesBounded: a readiness query claiming more states than
+// MaxConfirmRanks is refused as it is decoded, naming the count.
+func TestReadyStatesBounded(t *testing.T) {
+	many := make(ReadyStates, MaxConfirmRanks+1)
+	body, err := sidechannel.Encode(Hello{EngineID: "d", Ready: &ReadyQuery{ID: "x", Known: many}})
+	require.NoError(t, err)
+	var h Hello
+	err = sidechannel.Decode(body, &h)
+	require.ErrorIs(t, err, sidechannel.ErrMalformed)
+	require.ErrorContains(t, err, fmt.Sprintf("readiness query has %d states, limit %d", MaxConfirmRanks+1, MaxConfirmRanks))
+	body, err = sidechannel.Encode(Hello{EngineID: "d", Ready: &ReadyQuery{ID: "x", Known: ReadyStates{3, -1}}})
+	require.NoError(t, err)
+	require.NoError(t, sidechannel.Decode(body, &h))
+	assert.Equal(t, ReadyStates{3, -1}, h.Ready.Known)
 }
