@@ -15,13 +15,17 @@ import (
 // few large transfers between slots, with a gather on the sending rank and
 // a scatter on the receiving one.
 //
-// Pull: prefill's RequestFinished gathers the request's blocks, whole, into
-// a slot (when the image fits, a slot is free and the cost model or
-// StagingOn says so) before it returns, and the Params carry the slot (our
-// own key "remote_staging_slot", which a vLLM decode ignores); decode READs
-// the parts it needs into a slot of its own and scatters them into its
-// blocks before it reports the request done. A pull prefill engine of
-// several TP ranks stages only with pullconn.Config.ParamsAfterAllRanks.
+// Pull: prefill's RequestFinished takes a slot (when the image fits, a slot
+// is free and the cost model or StagingOn says so), returns the Params at
+// once with the slot (our own keys "remote_staging_slot" and
+// "remote_staging_await", which a vLLM decode never sees) and gathers the
+// request's blocks into it in the background, Chunks ranges of regions in
+// order; decode asks prefill over the side channel which chunks are
+// gathered, READs each into a slot of its own once it is, and scatters it
+// into its blocks before it reports the request done. Grouped requests
+// (RequestFinishedGroups) are gathered inside RequestFinished. A pull
+// prefill engine of several TP ranks stages only with
+// pullconn.Config.ParamsAfterAllRanks.
 //
 // Push: decode offers a slot in its registration; the prefill rank gathers
 // into its own slot, WRITEs the slot's parts into decode's slot, and decode
@@ -107,8 +111,10 @@ type Seg = struct {
 
 // Copier copies segments within one memory space: the gather into a slot
 // and the scatter out of it. Copy returns once every byte has been copied,
-// or with the error that stopped it; it must be safe for concurrent use. A
-// failed copy fails the request with ErrStaging, never with wrong bytes.
+// or with the error that stopped it; it must be safe for concurrent use
+// (pull prefill gathers each request on a goroutine of its own, one chunk
+// after the other). A failed copy fails the request with ErrStaging, never
+// with wrong bytes.
 type Copier interface {
 	Copy(segs []Seg) error
 }

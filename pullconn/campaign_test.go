@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,10 +36,13 @@ type campaignFigures struct {
 	// Params replayed to a second decode engine (done only with the right
 	// bytes), and how the refused ones ended.
 	steps, forged, forgedDone, replayed, replayDone, notHeld int
-	// Staged campaigns: requests whose gather failed on some prefill rank
-	// while another rank's Params went to decode (never done), and those
-	// of them done.
+	// Staged campaigns: loads of requests whose gather failed on some
+	// prefill rank (in RequestFinished while another rank's Params went to
+	// decode, or in the background: the load fails with ErrStaging), and
+	// those of them done (never).
 	gatherFailed, gatherFailedDone int
+	// readyQueries are the readiness queries decode asked (staged).
+	readyQueries int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -56,13 +61,14 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.notHeld += o.notHeld
 	f.gatherFailed += o.gatherFailed
 	f.gatherFailedDone += o.gatherFailedDone
+	f.readyQueries += o.readyQueries
 }
 
 func (f campaignFigures) String() string {
 	return fmt.Sprintf("%d requests: %d done, %d failed (%d expired, %d aborted, %d not held); wrong bytes in done results: %d; writes after release: %d; "+
-		"%d clock steps, %d forged loads (%d done), %d replays to a second engine (%d done), %d loads of requests whose gather failed on a prefill rank (%d done)",
+		"%d clock steps, %d forged loads (%d done), %d replays to a second engine (%d done), %d loads of requests whose gather failed on a prefill rank (%d done); %d readiness queries",
 		f.requests, f.done, f.failed, f.expired, f.aborted, f.notHeld, f.wrongBytes, f.writesAfterRelease, f.steps, f.forged, f.forgedDone, f.replayed, f.replayDone,
-		f.gatherFailed, f.gatherFailedDone)
+		f.gatherFailed, f.gatherFailedDone, f.readyQueries)
 }
 
 // steppedClock is the system clock with an offset the campaign steps
@@ -158,6 +164,50 @@ func TestFaultCampaignStaged(t *testing.T) {
 	t.Logf("pull staged campaign total: %v", total)
 	if total.wrongBytes != 0 || total.writesAfterRelease != 0 {
 		t.Fatalf("staged campaign: %d wrong-byte done results, %d writes after release", total.wrongBytes, total.writesAfterRelease)
+	}
+}
+
+// TestFaultCampaignStagedOverlap is the staged campaign with prefill's
+// background gathers slowed down (each chunk sleeps 0-3 ms before it
+// copies, and every 23rd copy fails), so that decode's loads wait for
+// chunks, post READs of slots partly gathered, see gathers fail, and holds
+// end (leases, aborts, Close at the end) while their gathers still copy:
+// the same faults and guarantees as TestFaultCampaignStaged, and decode
+// asked readiness queries.
+func TestFaultCampaignStagedOverlap(t *testing.T) {
+	seeds, requests := 1, 150
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, requests = 5, 2000
+	}
+	var total campaignFigures
+	for _, pair := range []struct{ p, d int }{{1, 1}, {1, 2}, {2, 1}} {
+		for k := range seeds {
+			seed := uint64(11 + 100*k)
+			name := fmt.Sprintf("tp%d-to-tp%d/overlap/seed%d", pair.p, pair.d, seed)
+			t.Run(name, func(t *testing.T) {
+				m := newStagingMem(t, connector.StagingOn, 4, 256<<10)
+				var mu sync.Mutex
+				rng := rand.New(rand.NewPCG(seed, 3))
+				pre := &stagingtest.Copier{FailEvery: 23}
+				m.copier["prefill"] = stagingtest.Slow{Copier: pre, Delay: func() time.Duration {
+					mu.Lock()
+					defer mu.Unlock()
+					return time.Duration(rng.Int64N(int64(3 * time.Millisecond)))
+				}}
+				m.copier["decode"] = &stagingtest.Copier{FailEvery: 29}
+				f := runCampaign(t, seed, pair.p, pair.d, requests, campaignMode{staged: m})
+				if pre.Count() == 0 || f.readyQueries == 0 {
+					t.Fatalf("the campaign gathered %d chunks and asked %d readiness queries", pre.Count(), f.readyQueries)
+				}
+				t.Logf("%d gathers", pre.Count())
+				t.Logf("%s: %v", name, f)
+				total.add(f)
+			})
+		}
+	}
+	t.Logf("pull staged overlap campaign total: %v", total)
+	if total.wrongBytes != 0 || total.writesAfterRelease != 0 {
+		t.Fatalf("staged overlap campaign: %d wrong-byte done results, %d writes after release", total.wrongBytes, total.writesAfterRelease)
 	}
 }
 
@@ -457,6 +507,9 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, mode campaignMode) 
 				if res.Err != nil && rank == 0 && errors.Is(res.Err, ErrNotHeld) {
 					f.notHeld++
 				}
+				if res.Err != nil && rank == 0 && errors.Is(res.Err, connector.ErrStaging) && strings.Contains(res.Err.Error(), "gather into its staging slot failed") {
+					f.gatherFailed++ // a background gather: the load failed, never done
+				}
 				if res.Err == nil && rank == 0 && rng.Float64() < 0.05 && !mode.vllm {
 					if bb, ok := bfree.take(len(r.dblocks)); ok {
 						a := &attackLoad{did: "replay-" + r.did, dblocks: bb, seed: r.seed, ended: make([]int, 1), want: []int{1}, onB: true}
@@ -527,6 +580,12 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, mode campaignMode) 
 	f.writesAfterRelease += c.checkPoison(c.dbufs, c.dlayouts, dfree.all(), "decode", "end of run")
 	require.Zero(t, f.wrongBytes, "done results with wrong bytes")
 	require.Zero(t, f.writesAfterRelease, "writes into decode blocks after they were handed back")
+	if mode.staged != nil {
+		for _, cn := range c.cons {
+			v, _ := cn.Stats().Get("readiness_queries")
+			f.readyQueries += int(v)
+		}
+	}
 	return f
 }
 

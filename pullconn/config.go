@@ -54,11 +54,11 @@ type Config struct {
 	// the engine hands a request's Params to decode only after
 	// RequestFinished returned on every one of its TP ranks, as a
 	// scheduler that collects its workers' results does (examples/engine
-	// does). Only then does a prefill engine of several ranks stage: a
-	// rank's staging slot holds the request from its gather in
-	// RequestFinished, not from the end of the forward pass. Every rank of
-	// the engine must say the same; it changes nothing for an engine of
-	// one rank.
+	// does). Only then does a prefill engine of several ranks stage:
+	// decode asks each rank how far its gather into its slot got (started
+	// in RequestFinished), and a rank whose RequestFinished has not run
+	// yet has no such hold to answer for. Every rank of the engine must
+	// say the same; it changes nothing for an engine of one rank.
 	ParamsAfterAllRanks bool
 }
 

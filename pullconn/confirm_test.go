@@ -205,23 +205,27 @@ func TestParamsLoadedByTwoDecodeEnginesAtOnce(t *testing.T) {
 	}
 }
 
-// Attack 6: one prefill rank's staging copy failed in RequestFinished, but
-// the engine handed another rank's Params (naming the slot) to decode.
+// Attack 6: one prefill rank's background gather failed (its second
+// chunk), while the other rank's went through and the engine handed the
+// Params (naming the slot) to decode: never done, ErrStaging.
 func TestStagingCopyFailedOnOneRankNeverDone(t *testing.T) {
 	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
-	m.copier["prefill"] = &stagingtest.Copier{FailAt: 2} // rank 1's gather
+	failing := &stagingtest.Copier{FailAt: 2} // rank 1's second chunk
 	c := stagedCluster(t, clusterOpts{prefill: side{2, 16},
-		prefillCfg: func(rc *Config) { rc.ParamsAfterAllRanks = true }}, m)
+		prefillCfg: func(rc *Config) {
+			rc.ParamsAfterAllRanks = true
+			if rc.Layout.TPRank == 1 {
+				rc.Staging.Copier = failing
+			}
+		}}, m)
 	blocks := []int{9, 2, 40}
 	c.fill(1, blocks, 48)
-	p, err := c.prods[0].RequestFinished("x", blocks)
-	require.NoError(t, err)
+	p := c.finish("x", blocks)
 	require.NotNil(t, p.RemoteStagingSlot)
-	_, err = c.prods[1].RequestFinished("x", blocks)
-	require.ErrorIs(t, err, connector.ErrStaging)
 	c.load("dx", p, []int{1, 3, 5})
-	err = c.notDoneOrRight(c.result("dx")[0], 1, []int{1, 3, 5}, 48)
-	require.ErrorIs(t, err, ErrNotHeld)
+	err := c.notDoneOrRight(c.result("dx")[0], 1, []int{1, 3, 5}, 48)
+	require.ErrorIs(t, err, connector.ErrStaging)
+	require.ErrorContains(t, err, "prefill rank 1's gather into its staging slot failed")
 }
 
 // extraDecode is a second decode engine with one rank on the cluster's

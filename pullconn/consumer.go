@@ -44,6 +44,7 @@ type Consumer struct {
 	queue   []*load             // submitted, not yet seen by the reader
 	hsDone  []handshakeDone
 	queried []holdAnswer
+	readied []readyAnswer
 	results []connector.Result
 	waiting map[string]*waiter // KeepAlive-registered, heartbeats only
 	// read are the remote requests (key + "\x00" + remote id) this rank
@@ -61,6 +62,9 @@ type Consumer struct {
 	remotes map[string]*remote
 	reading []*load
 	ready   []*load // handshake done, to post on the next Drain (Inline)
+	// unblocked are loads whose awaited chunks became ready, to post on
+	// the next Drain (Inline).
+	unblocked []*load
 	// awaitingPin are loads whose READs ended and whose pin prefill has
 	// not answered yet.
 	awaitingPin map[*load]struct{}
@@ -91,6 +95,8 @@ type Consumer struct {
 	stage   *staging.Counters
 	model   staging.Model
 	planner staging.Planner
+	// readiness counts the readiness queries of awaited slots.
+	readiness readyCounters
 }
 
 // waiter is a request registered with KeepAlive.
@@ -125,6 +131,12 @@ type load struct {
 	// its result; slotUsed is how much of it they take.
 	slot     *staging.Slot
 	slotUsed uint64
+	// await, when its Params say RemoteStagingAwait, is its wait for
+	// prefill's background gathers (ready.go).
+	await *await
+	// postErr is a READ of the slot that could not be posted during a
+	// scatter: the load fails on its next poll.
+	postErr error
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
 	result     connector.Result
@@ -157,6 +169,12 @@ type xfer struct {
 	// the rank's READ counts once. scattered: its scatter ran (a chunk is
 	// scattered as soon as it is read).
 	part, scattered bool
+	// pending: a READ of prefill's slot not posted yet, waiting for its
+	// rank to have gathered need regions; local and remote are its lists
+	// until then.
+	pending       bool
+	need          int
+	local, remote nixl.XferList
 }
 
 type handshakeDone struct {
@@ -216,6 +234,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
 		c.stage, c.model = staging.NewCounters(c.stats), staging.NewModel(&cfg.Staging)
+		c.readiness = newReadyCounters(c.stats)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = cfg.Poller("pullconn", c.log, c.busy, c.tick)
@@ -396,13 +415,18 @@ func (c *Consumer) findLoad(id string) *load {
 func (c *Consumer) Drain() []connector.Result {
 	if c.cfg.Inline {
 		c.wmu.Lock()
-		ready := c.ready
-		c.ready = nil
+		ready, unblocked := c.ready, c.unblocked
+		c.ready, c.unblocked = nil, nil
 		for _, l := range ready {
 			c.post(l)
 		}
+		for _, l := range unblocked {
+			if err := c.postReady(l); err != nil {
+				c.fail(l, err)
+			}
+		}
 		c.wmu.Unlock()
-		if len(ready) > 0 {
+		if len(ready)+len(unblocked) > 0 {
 			c.poll.Wake()
 		}
 	}

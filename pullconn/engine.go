@@ -105,7 +105,7 @@ const maxAdverts = 1 << 16
 // the Engine of this package's Producers and Consumers.
 func NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) {
 	e := &pullEngine{producers: map[int]*Producer{}}
-	pub, core, err := engine.StartPublic[*connector.Engine](cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: errInvalid, ErrClosed: errClosed, OnExtend: e.extend, OnConfirm: e.confirm, State: e})
+	pub, core, err := engine.StartPublic[*connector.Engine](cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: errInvalid, ErrClosed: errClosed, OnExtend: e.extend, OnConfirm: e.confirm, OnReady: e.ready, State: e})
 	e.core = core
 	return pub, err
 }

@@ -32,6 +32,14 @@ type Params struct {
 	// gathered the request's blocks into (our own key; see Staging). A
 	// decode without staging, or vLLM's, reads the blocks instead.
 	RemoteStagingSlot *int `json:"remote_staging_slot,omitempty"`
+	// RemoteStagingAwait, with RemoteStagingSlot, says prefill is still
+	// gathering into the slot, chunk by chunk, as it returns the Params
+	// (our own key): decode READs a chunk of the slot only once a
+	// readiness query on the side channel says its regions are there. A
+	// decode that does not know the key never matches the hold it names
+	// (the key is in the hold's digest), so it cannot trust a slot read
+	// too early.
+	RemoteStagingAwait bool `json:"remote_staging_await,omitempty"`
 	// RemoteHoldNonce tells this hold of the request apart from any other
 	// hold of the same id (our own key): decode names it, with the blocks,
 	// deadline and slot, when it asks prefill to pin the hold. Below 2^53,
@@ -83,6 +91,10 @@ func (p *Params) holdKey() uint64 {
 		mix(uint64(*s) + 1)
 	} else {
 		mix(0)
+	}
+	if p.RemoteStagingAwait {
+		// Only when set: the keys of Params without it stay as they were.
+		mix(0xa3a17)
 	}
 	return max(h, 1)
 }
@@ -142,6 +154,9 @@ func (p *Params) Validate() error {
 	}
 	if s := p.RemoteStagingSlot; s != nil && (*s < 0 || *s >= staging.MaxSlots) {
 		return invalidf("Params.RemoteStagingSlot is %d, want 0..%d", *s, staging.MaxSlots-1)
+	}
+	if p.RemoteStagingAwait && p.RemoteStagingSlot == nil {
+		return invalidf("Params.RemoteStagingAwait is set without Params.RemoteStagingSlot")
 	}
 	for i, b := range p.RemoteBlockIDs {
 		if b < 0 || b > maxBlockID {

@@ -52,6 +52,10 @@ type Producer struct {
 	stage *staging.Counters
 	model staging.Model
 	slots map[string]int
+	// gathers are the background gathers of held requests (mu), until
+	// their hold ends; gatherWG waits for their goroutines.
+	gathers  map[string]*gatherJob
+	gatherWG sync.WaitGroup
 }
 
 // NewProducer registers cfg.Layout's memory with cfg.Agent, publishes the
@@ -79,6 +83,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 			return nil, invalidf("%v", err)
 		}
 		p.stage, p.model, p.slots = staging.NewCounters(p.stats), staging.NewModel(&cfg.Staging), map[string]int{}
+		p.gathers = map[string]*gatherJob{}
 	}
 	if err := e.addProducer(cfg.Layout.TPRank, p); err != nil {
 		p.leaveSlots()
@@ -142,7 +147,16 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		return Params{}, errClosed
 	}
 	var slot *int
-	if p.stage != nil && !held {
+	var job *gatherJob // a background gather, started with the hold
+	if p.stage != nil && !held && groups == nil && p.background() {
+		var err error
+		if job, err = p.prepareGather(requestID, blocks); err != nil {
+			return Params{}, err
+		}
+		if job != nil {
+			slot = &job.slot
+		}
+	} else if p.stage != nil && !held {
 		// Gathered before the hold starts: a failed gather leaves nothing
 		// held. The blocks are the engine's finished ones and do not move.
 		gather := func() (int, bool, error) { return p.gather(requestID, blocks) }
@@ -176,6 +190,9 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 	if err == nil && slot != nil {
 		p.slots[requestID] = *slot
 	}
+	if err == nil && job != nil {
+		p.startGather(requestID, job, blocks)
+	}
 	p.mu.Unlock()
 	if err != nil {
 		p.releaseSlot(slot)
@@ -200,6 +217,7 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		// unless a hold query moved it.
 		RemoteBlocksExpiryTime: expirySeconds(advertised),
 		RemoteStagingSlot:      slot,
+		RemoteStagingAwait:     job != nil,
 		RemoteHoldNonce:        nonce,
 	}
 	if groups != nil {
@@ -214,6 +232,9 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 	}
 	p.mu.Lock()
 	p.holds.setKey(requestID, params.holdKey())
+	if job != nil {
+		job.key = params.holdKey()
+	}
 	p.mu.Unlock()
 	return params, nil
 }
@@ -321,6 +342,8 @@ func (p *Producer) Close() error {
 	p.stopLog()
 	p.e.core.Withdraw(p.cfg.Layout.TPRank)
 	p.e.removeProducer(p.cfg.Layout.TPRank, p)
+	// No gather may write a slot, or read a block, once Close returns.
+	p.stopGathers()
 	// Withdraw the memory from NIXL first: once DrainFreed hands the ids
 	// out, the engine may reuse the blocks, and no decode READ may reach
 	// them then.
@@ -331,6 +354,9 @@ func (p *Producer) Close() error {
 	p.mu.Unlock()
 	p.e.dropAdverts(all)
 	p.leaveSlots()
+	if p.stage != nil {
+		p.e.slots.changed() // readiness queries waiting on this rank answer now
+	}
 	return err
 }
 

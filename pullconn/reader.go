@@ -34,8 +34,8 @@ func (c *Consumer) tick() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.qmu.Lock()
-	queued, done, answers := c.queue, c.hsDone, c.queried
-	c.queue, c.hsDone, c.queried = nil, nil, nil
+	queued, done, answers, readied := c.queue, c.hsDone, c.queried, c.readied
+	c.queue, c.hsDone, c.queried, c.readied = nil, nil, nil, nil
 	c.qmu.Unlock()
 
 	for _, d := range done {
@@ -43,6 +43,9 @@ func (c *Consumer) tick() {
 	}
 	for _, a := range answers {
 		c.applyHoldAnswer(a)
+	}
+	for _, a := range readied {
+		c.applyReady(a)
 	}
 	for _, l := range queued {
 		c.route(l)
@@ -53,6 +56,7 @@ func (c *Consumer) tick() {
 	for _, p := range waiting {
 		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort), p.TPSize)
 	}
+	c.retryReady(c.cfg.Clock.Now())
 	c.pollReads()
 	c.askPins()
 	c.drain(c.cfg.Clock.Now())
@@ -292,7 +296,7 @@ func (c *Consumer) post(l *load) {
 		var descs int
 		switch {
 		case scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1:
-			if err := c.postChunks(l, s, plan, blocks); err != nil {
+			if err := c.postChunks(l, s, plan, blocks, l.p.RemoteStagingAwait); err != nil {
 				c.stats.FailedTransfers.Inc()
 				c.forgetIfGone(l.r, err)
 				c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
@@ -305,6 +309,12 @@ func (c *Consumer) post(l *load) {
 		case scatter:
 			local, remote = staging.SplitLists(plan.Local, plan.Remote, c.cfg.Staging.TransferChunk)
 			bytes, descs = plan.Bytes, len(local.Descs)
+			if l.p.RemoteStagingAwait {
+				// Posted once prefill rank s has gathered its whole image;
+				// its completion goes out once the load is done.
+				l.pendingRead(&xfer{rank: s, bytes: bytes, descs: descs, scatter: plan.Scatter, scatterBlocks: blocks}, local, remote, len(src.Regions))
+				continue
+			}
 		default:
 			local, remote = tr.Sides(nixl.Read)
 			bytes, descs = tr.Bytes, tr.Len()
@@ -347,6 +357,9 @@ func (c *Consumer) post(l *load) {
 		}
 	}
 	l.deadline = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
+	if l.await != nil {
+		c.askReady(l)
+	}
 	if l.r.pins() && len(l.xfers) > 0 {
 		// Pinned while the READs run: the pin travels beside them, so it
 		// adds to the critical path only what outlasts the READs.
@@ -442,7 +455,11 @@ func (c *Consumer) pollReads() {
 // pollLoad reports whether l is still in flight.
 func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 	for _, x := range l.xfers {
-		if x.done {
+		if l.postErr != nil {
+			c.fail(l, l.postErr)
+			return false
+		}
+		if x.done || x.pending {
 			continue
 		}
 		st, err := c.cfg.Agent.XferStatus(x.h)
@@ -466,6 +483,10 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 				}
 			}
 		}
+	}
+	if l.postErr != nil {
+		c.fail(l, l.postErr)
+		return false
 	}
 	if l.allDone() {
 		c.succeed(l)

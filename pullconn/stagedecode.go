@@ -93,6 +93,10 @@ func (c *Consumer) scatterOne(l *load, x *xfer) error {
 	x.scattered = true
 	var err error
 	switch {
+	case x.scatterBlocks != nil && x.part && !c.cfg.Inline:
+		// A pipelined chunk while later ones may still wait for prefill's
+		// gather: their READs are posted during this scatter.
+		err = c.stage.CopyBlocksProgress(c.cfg.Staging.Copier, *x.scatterBlocks, c.readyProgress)
 	case x.scatterBlocks != nil:
 		err = c.stage.CopyBlocks(c.cfg.Staging.Copier, *x.scatterBlocks)
 	case x.scatter != nil:
@@ -113,8 +117,10 @@ func (c *Consumer) scatterOne(l *load, x *xfer) error {
 // postChunks posts the staged READ of prefill rank s (its plan, one span,
 // scattered by sc) as Staging.Chunks READs of region ranges, none carrying the
 // completion: each chunk is scattered as soon as it is read, while the
-// later ones are still read. wmu is held.
-func (c *Consumer) postChunks(l *load, s int, plan staging.ReadPlan, sc *staging.BlockCopy) error {
+// later ones are still read. await (Params.RemoteStagingAwait) keeps each
+// chunk back until prefill rank s has gathered its regions (ready.go).
+// wmu is held.
+func (c *Consumer) postChunks(l *load, s int, plan staging.ReadPlan, sc *staging.BlockCopy, await bool) error {
 	set := l.r.setup
 	regions := len(sc.Bases)
 	chunks := staging.ImageChunks(regions, staging.ChunkCount(regions, c.cfg.Staging.Chunks), sc.SlotStride, plan.Bytes)
@@ -127,6 +133,10 @@ func (c *Consumer) postChunks(l *load, s int, plan staging.ReadPlan, sc *staging
 		local, remote = staging.SplitLists(local, remote, c.cfg.Staging.TransferChunk)
 		part := sc.Regions(ch.R0, ch.R1)
 		x := &xfer{rank: s, bytes: plan.Bytes, descs: descs, part: k < len(chunks)-1, scatterBlocks: &part}
+		if await {
+			l.pendingRead(x, local, remote, ch.R1)
+			continue
+		}
 		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], nil)
 		if err != nil {
 			return err

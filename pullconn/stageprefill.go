@@ -21,13 +21,30 @@ func (p *Producer) gather(id string, blocks []int) (int, bool, error) {
 // would take descs descriptors for (some: it has blocks); gatherAt
 // gathers it at base.
 func (p *Producer) gatherInto(id string, size uint64, descs int, some bool, gatherAt func(base uint64) error) (int, bool, error) {
+	i, staged, err := p.decideSlot(id, size, descs, some)
+	if !staged || err != nil {
+		return 0, false, err
+	}
+	if err := gatherAt(p.slotBase(i)); err != nil {
+		p.e.slots.release(i)
+		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", errStaging, id, i, err)
+	}
+	p.stage.Staged.Inc()
+	return i, true, nil
+}
+
+// decideSlot decides, with the engine's other ranks, whether request id,
+// an image of size bytes that reading directly would take descs
+// descriptors for (some: it has blocks), is staged, and returns the slot
+// index this rank then holds.
+func (p *Producer) decideSlot(id string, size uint64, descs int, some bool) (int, bool, error) {
 	tp := p.e.core.Config().TPSize
 	// An engine of several TP ranks stages only when it promised to send
 	// the Params after every rank's RequestFinished: else one rank's
 	// Params (naming the slot) could reach decode before another rank
-	// gathered into its slot, and decode would read what the slot held
-	// before. Direct READs need no such order: the blocks hold the KV
-	// once the forward pass ends.
+	// had started its gather, and decode would ask that rank about a
+	// hold it does not have yet. Direct READs need no such order: the
+	// blocks hold the KV once the forward pass ends.
 	want := (tp == 1 || p.cfg.ParamsAfterAllRanks) && some && size <= p.cfg.Staging.SlotBytes &&
 		p.model.Choose(descs, size, 1) == staging.Staged
 	i, staged := p.e.slots.decide(id, tp, want)
@@ -42,13 +59,12 @@ func (p *Producer) gatherInto(id string, size uint64, descs int, some bool, gath
 		p.e.slots.release(i)
 		return 0, false, fmt.Errorf("%w: request %q: an image of %d bytes does not fit a staging slot of %d", errStaging, id, size, p.cfg.Staging.SlotBytes)
 	}
-	base := p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
-	if err := gatherAt(base); err != nil {
-		p.e.slots.release(i)
-		return 0, false, fmt.Errorf("%w: request %q: gather into staging slot %d: %v", errStaging, id, i, err)
-	}
-	p.stage.Staged.Inc()
 	return i, true, nil
+}
+
+// slotBase is the address of this rank's slot i.
+func (p *Producer) slotBase(i int) uint64 {
+	return p.cfg.Staging.Base + uint64(i)*p.cfg.Staging.SlotBytes
 }
 
 // runs counts the runs of consecutive block ids: the descriptors per
@@ -71,18 +87,33 @@ func (p *Producer) releaseSlot(slot *int) {
 }
 
 // releasedSlots frees the staging slots of ids, whose holds ended, and
-// returns ids. p.mu is held.
+// returns the ids whose blocks are free now: those of a hold whose
+// background gather still runs are left out, and its slot kept, until the
+// gather ends (endGather hands them out then). p.mu is held.
 func (p *Producer) releasedSlots(ids []string) []string {
 	if p.slots == nil {
 		return ids
 	}
+	out := ids[:0:0]
 	for _, id := range ids {
+		if g := p.gathers[id]; g != nil {
+			// Readiness queries waiting on the hold answer at once.
+			p.e.slots.changed()
+			if g.running {
+				// Nobody may read the slot now: stop after this chunk.
+				g.ended++
+				g.stop.Store(true)
+				continue
+			}
+			delete(p.gathers, id)
+		}
 		if i, ok := p.slots[id]; ok {
 			delete(p.slots, id)
 			p.e.slots.release(i)
 		}
+		out = append(out, id)
 	}
-	return ids
+	return out
 }
 
 // leaveSlots takes the rank out of the engine's staging.

@@ -3,6 +3,7 @@ package pullconn
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gonixl/gonixl/internal/staging"
 )
@@ -22,6 +23,44 @@ type slotIndex struct {
 	byID     map[string]int // request id -> index, while ranks still take it
 	taken    map[string]int // request id -> ranks that took it
 	ranks    int            // ranks with staging
+	// change is closed (and replaced) when a background gather of some
+	// rank moves on, waking the readiness queries waiting for it.
+	change chan struct{}
+	// fault, in tests, is asked before each readiness answer: lose drops
+	// it (the asker gets a malformed reply), delay makes it late.
+	fault func() (lose bool, delay time.Duration)
+}
+
+// answerFault returns the test fault of the next readiness answer.
+func (s *slotIndex) answerFault() (bool, time.Duration) {
+	s.mu.Lock()
+	f := s.fault
+	s.mu.Unlock()
+	if f == nil {
+		return false, 0
+	}
+	return f()
+}
+
+// changes returns a channel closed at the next change of some rank's
+// gathers: take it before reading their states.
+func (s *slotIndex) changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.change == nil {
+		s.change = make(chan struct{})
+	}
+	return s.change
+}
+
+// changed wakes the readiness queries waiting for a change.
+func (s *slotIndex) changed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.change != nil {
+		close(s.change)
+		s.change = nil
+	}
 }
 
 // join checks that a rank's staging (and its ParamsAfterAllRanks) has

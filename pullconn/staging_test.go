@@ -187,7 +187,9 @@ func TestStagedPullSlotsBounded(t *testing.T) {
 	require.Equal(t, uint64(1), extraCount(t, c.prods[0].Stats(), "staging_no_slot"))
 	pre, _ := slotsInUse(c)
 	require.Equal(t, 1, pre)
-	// Overwrite a's blocks: decode must read the slot, gathered at finish.
+	// Overwrite a's blocks once its background gather is done: decode
+	// must read the slot.
+	eventually(t, func() bool { return extraCount(t, c.prods[0].Stats(), "staged_transfers") == 1 })
 	c.fill(5, a, 6*16)
 	c.load("da", pa, blocksFrom(10, 6))
 	c.load("db", pb, blocksFrom(30, 3))
@@ -206,9 +208,10 @@ func TestStagedPullSlotsBounded(t *testing.T) {
 	require.NotNil(t, pc.RemoteStagingSlot, "the slot is free again")
 }
 
-// TestStagedPullFailures: a failed gather fails RequestFinished and holds
-// nothing; a failed staged READ or scatter fails the load; every slot
-// comes back, and the next request goes through.
+// TestStagedPullFailures: a failed background gather fails the load with
+// ErrStaging (prefill answers its readiness query so), never done; a
+// failed staged READ or scatter fails the load; decode's slot comes back,
+// prefill's with the hold, and the next request goes through.
 func TestStagedPullFailures(t *testing.T) {
 	for _, step := range []string{"gather", "transfer", "scatter"} {
 		t.Run(step, func(t *testing.T) {
@@ -228,28 +231,27 @@ func TestStagedPullFailures(t *testing.T) {
 			}
 			blocks := []int{9, 2, 40}
 			c.fill(1, blocks, 48)
-			if step == "gather" {
-				_, err := c.prods[0].RequestFinished("x", blocks)
-				require.ErrorIs(t, err, connector.ErrStaging)
-				require.Zero(t, c.prods[0].Held(), "nothing held after a failed gather")
-			} else {
-				p := c.finish("x", blocks)
-				require.NotNil(t, p.RemoteStagingSlot)
-				c.load("dx", p, []int{1, 3, 5})
-				r := c.result("dx")[0]
-				if step == "scatter" {
-					require.ErrorIs(t, r.Err, connector.ErrStaging)
-				} else {
-					require.ErrorIs(t, r.Err, ErrTransfer)
-				}
+			p := c.finish("x", blocks)
+			require.NotNil(t, p.RemoteStagingSlot)
+			require.True(t, p.RemoteStagingAwait)
+			c.load("dx", p, []int{1, 3, 5})
+			r := c.result("dx")[0]
+			switch step {
+			case "gather":
+				require.ErrorIs(t, r.Err, connector.ErrStaging)
+				require.ErrorContains(t, r.Err, `request "dx": prefill rank 0's gather into its staging slot failed`)
+				require.Equal(t, 1, c.prods[0].Held(), "the blocks stay held until the hold ends")
+				require.Equal(t, uint64(1), extraCount(t, c.cons[0].Stats(), "staging_failures"))
+			case "scatter":
+				require.ErrorIs(t, r.Err, connector.ErrStaging)
+			default:
+				require.ErrorIs(t, r.Err, ErrTransfer)
 			}
 			pre, dec := slotsInUse(c)
 			require.Zero(t, dec, "decode slot released")
-			if step == "gather" {
-				require.Zero(t, pre, "prefill slot released")
-			}
+			require.Equal(t, 1, pre, "prefill keeps x's slot with its hold")
 			c.fill(2, []int{20, 22}, 32)
-			p := c.finish("y", []int{20, 22})
+			p = c.finish("y", []int{20, 22})
 			require.NotNil(t, p.RemoteStagingSlot, "a slot is free for the next request")
 			c.load("dy", p, []int{30, 33})
 			require.NoError(t, c.result("dy")[0].Err)

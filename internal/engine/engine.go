@@ -35,6 +35,9 @@ type Connector struct {
 	// OnConfirm, when set, answers peers' confirmations (see
 	// handshake.Hello.Confirm): pull prefill engines set it.
 	OnConfirm func(reader, agent string, refs []handshake.HoldRef) []string
+	// OnReady, when set, answers peers' readiness queries (see
+	// handshake.Hello.Ready): pull prefill engines with staging set it.
+	OnReady func(reader, agent string, q handshake.ReadyQuery) []int64
 	// State is what the connector keeps per engine (pull: its hold
 	// adverts and staging slot index); State returns it.
 	State any
@@ -154,6 +157,7 @@ func startGonixl(e *Engine, cfg Config, conn Connector) error {
 		Now:       cfg.Clock.Now,
 		OnExtend:  conn.OnExtend,
 		OnConfirm: conn.OnConfirm,
+		OnReady:   conn.OnReady,
 		OnRefused: func(err error) {
 			e.stats.FailedHandshakes.Inc()
 			cfg.Logger.Warn(conn.Name+": refused a handshake", zap.Error(err))

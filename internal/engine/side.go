@@ -18,6 +18,9 @@ type Client interface {
 	// answers neither (its payload says Confirms false).
 	Extend(ctx context.Context, engineID, addr, agent string, ids []string) ([]time.Time, handshake.Clock, error)
 	Confirm(ctx context.Context, engineID, addr, agent string, refs []handshake.HoldRef) ([]string, handshake.Clock, error)
+	// Ready is gonixl's readiness query of staged pull gathers; a vLLM
+	// peer never names a slot, so it is never asked.
+	Ready(ctx context.Context, engineID, addr, agent string, q handshake.ReadyQuery) ([]int, error)
 	Close()
 }
 

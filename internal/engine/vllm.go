@@ -156,4 +156,8 @@ func (c *vllmClient) Confirm(ctx context.Context, engineID, addr, _ string, _ []
 	return nil, handshake.Clock{}, fmt.Errorf("%w: pins to engine %q at %s", ErrUnsupported, engineID, addr)
 }
 
+func (c *vllmClient) Ready(ctx context.Context, engineID, addr, _ string, _ handshake.ReadyQuery) ([]int, error) {
+	return nil, fmt.Errorf("%w: readiness queries to engine %q at %s", ErrUnsupported, engineID, addr)
+}
+
 func (c *vllmClient) Close() {}

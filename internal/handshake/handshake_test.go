@@ -281,8 +281,12 @@ func FuzzHelloFrame(f *testing.F) {
 	conf, _ := sidechannel.Encode(Hello{EngineID: "d", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), Agent: "d-0",
 		Confirm: HoldRefs{{ID: "r", Key: 9, N: 2, Ranks: RankNumbers{0}}}})
 	f.Add(conf)
+	ready, _ := sidechannel.Encode(Hello{EngineID: "d", Compat: compat(ModePull), Hash: compat(ModePull).Hash(), Agent: "d-0",
+		Ready: &ReadyQuery{ID: "r", Key: 9, Ranks: RankNumbers{0}, Known: ReadyStates{1}, WaitMicros: 10}})
+	f.Add(ready)
 	s := &Server{engine: engine(1), hash: compat(ModePull).Hash(), ranks: make([]*Rank, 1),
-		onConfirm: func(_, _ string, refs []HoldRef) []string { return make([]string, len(refs)) }}
+		onConfirm: func(_, _ string, refs []HoldRef) []string { return make([]string, len(refs)) },
+		onReady:   func(_, _ string, q ReadyQuery) []int64 { return make([]int64, len(q.Ranks)) }}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var h Hello
 		if err := sidechannel.Decode(body, &h); err != nil {

@@ -28,6 +28,10 @@ type Hello struct {
 	// engine, and if so pins it there for HoldRef.PinMicros. At most
 	// MaxConfirmHolds entries; not with Extend.
 	Confirm HoldRefs `msgpack:"confirm,omitempty"`
+	// Ready, when set, makes the hello a readiness query instead of a
+	// handshake (see ReadyQuery), answered in Reply.Ready; not with Extend
+	// or Confirm.
+	Ready *ReadyQuery `msgpack:"ready,omitempty"`
 }
 
 // HoldRef names one hold a decode rank reads and asks prefill to pin.
@@ -88,6 +92,8 @@ type Reply struct {
 	// where the hold is pinned, else why it is not (not held, other
 	// blocks, held for another engine).
 	Verdicts []string `msgpack:"verdicts,omitempty"`
+	// Ready answers Hello.Ready, one state per rank in its order.
+	Ready []int64 `msgpack:"ready,omitempty"`
 }
 
 // HoldRefs is a confirmation's holds. Its decoder checks the count against

@@ -34,6 +34,7 @@ type Server struct {
 	now       func() time.Time
 	onExtend  func(reader, agent string, ids []string) []int64
 	onConfirm func(reader, agent string, refs []HoldRef) []string
+	onReady   func(reader, agent string, q ReadyQuery) []int64
 
 	mu    sync.Mutex
 	ranks []*Rank
@@ -55,6 +56,10 @@ type ServerOptions struct {
 	// nil refuses them. The holds are checked (ids, counts, rank numbers)
 	// before it is called. Payloads say Confirms when it is set.
 	OnConfirm func(reader, agent string, refs []HoldRef) []string
+	// OnReady answers readiness queries (Hello.Ready) with Reply.Ready,
+	// waiting up to the query's WaitMicros; nil refuses them. The query is
+	// checked before it is called.
+	OnReady func(reader, agent string, q ReadyQuery) []int64
 }
 
 // Serve validates engine and starts answering hellos on addr.
@@ -72,7 +77,7 @@ func Serve(addr string, engine Engine, opts ServerOptions) (*Server, error) {
 	case engine.BlockSize < 1:
 		return nil, fmt.Errorf("engine block size is %d, want >= 1", engine.BlockSize)
 	}
-	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, onConfirm: opts.OnConfirm, ranks: make([]*Rank, engine.TPSize*engine.PPSize)}
+	s := &Server{engine: engine, hash: engine.Compat.Hash(), onRefused: opts.OnRefused, now: opts.Now, onExtend: opts.OnExtend, onConfirm: opts.OnConfirm, onReady: opts.OnReady, ranks: make([]*Rank, engine.TPSize*engine.PPSize)}
 	sc, err := sidechannel.Listen(addr, s.answer, opts.ServerOptions)
 	if err != nil {
 		return nil, err
@@ -149,6 +154,13 @@ func (s *Server) answer(h Hello) Reply {
 	if len(h.Extend) > 0 && len(h.Confirm) > 0 {
 		r.Error = "a hello is a hold query or a confirmation, not both"
 		return r
+	}
+	if h.Ready != nil {
+		if len(h.Extend) > 0 || len(h.Confirm) > 0 {
+			r.Error = "a hello is a readiness query or a hold query or a confirmation, not two"
+			return r
+		}
+		return s.ready(h, r)
 	}
 	if len(h.Extend) > 0 {
 		return s.extend(h, r)
