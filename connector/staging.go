@@ -68,7 +68,7 @@ type Staging struct {
 	TransferChunk uint64
 	// Chunks cuts a staged transfer into this many pieces, by regions, so
 	// that the gather of one piece, the transfer of the one before and the
-	// scatter of the one before that overlap: 0 means 4, 1 gathers
+	// scatter of the one before that overlap: 0 means 2, 1 gathers
 	// everything before the first byte moves; at most 64, and never more
 	// than the layout's regions. A chunked staged pull READ needs the same
 	// block geometry on both sides; others move as one chunk.

@@ -44,7 +44,7 @@ func (m *stagingMem) rank(side string) func(*Config) {
 		require.NoError(m.t, err)
 		m.bufs = append(m.bufs, buf)
 		c.Staging = connector.Staging{Mode: m.mode, Mem: nixl.DRAM, Base: buf.Addr(), SlotBytes: m.bytes, Slots: m.slots,
-			DescCost: 6 * time.Microsecond, CopyBandwidth: 1e9}
+			DescCost: 6 * time.Microsecond, CopyBandwidth: 1e9, Chunks: rigChunks}
 		if m.copier != nil {
 			c.Staging.Copier = m.copier(side)
 		}
@@ -156,7 +156,8 @@ func TestStagedPushBytes(t *testing.T) {
 }
 
 // rigChunks is how many chunks a staged WRITE of the rig's layouts (4
-// regions) is cut into by default: one per region.
+// regions) is cut into: one per region, set on every staging rank (the
+// default, staging.DefaultChunks, is 2), so that each chunk is a region.
 const rigChunks = 2 * numLayers
 
 func cmpOr(a, b string) string {

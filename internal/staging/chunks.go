@@ -16,14 +16,16 @@ import (
 // ranges from (regions, chunks) alone.
 
 // DefaultChunks is the number of chunks of a staged transfer when
-// Config.Chunks is zero. Measured on one H200 (BenchmarkStagedKV with
-// GONIXL_E2E_CHUNKS 1, 4, 8, 16; docs/gpu.md), where gather, transfer and
-// scatter share the one GPU's memory bandwidth: 4 was the fastest push
-// (0.27-0.28x cuMemcpyDtoD, against 0.26 for 1 and 0.24-0.26 for 8),
-// 16 the slowest (each chunk's launch and WRITE cost more than the
-// overlap gains); pull was the same for 1, 4 and 8 within noise. Across
-// two GPUs the passes use different memory and the overlap gains more.
-const DefaultChunks = 4
+// Config.Chunks is zero. Measured on one H200 (BenchmarkStagedKV, fully
+// fragmented 16k tokens, GONIXL_E2E_CHUNKS; docs/gpu.md), where gather,
+// transfer and scatter share the one GPU's memory bandwidth: 2 chunks
+// moved push at 0.288-0.291x cuMemcpyDtoD and pull at 0.293-0.296x, against
+// 0.268-0.270x and 0.282-0.289x for 4, 0.279x (push) for 3 and 0.239x for 6;
+// 1 chunk gives up the overlap (0.26x push in an earlier run) and 16 was
+// the slowest (each chunk's launch and transfer cost more than the
+// overlap gains). Across two GPUs the passes use different memory and
+// more chunks may gain more: set Config.Chunks there.
+const DefaultChunks = 2
 
 // MaxChunks bounds Config.Chunks and the chunk count a peer may name.
 const MaxChunks = 64
