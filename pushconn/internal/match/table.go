@@ -53,7 +53,7 @@ func (t *table) scan(h, i uint64) (int, bool) {
 
 // insert adds a slot for h (not 0) and returns it.
 func (t *table) insert(h uint64, v, w uint32) int {
-	if 2*(t.n+1) > len(t.slots) {
+	if 4*(t.n+1) > 3*len(t.slots) {
 		t.grow()
 	}
 	t.n++

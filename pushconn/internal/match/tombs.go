@@ -10,17 +10,37 @@ import (
 // dropped rather than paired again. There are as many as registrations
 // arrive in a TTL (480 s by default), far more than wait at any time, so
 // they are kept without a pointer for the collector to trace and without an
-// allocation each: by a keyed fingerprint of their identity, in an
-// open-addressing table of plain slots (as table, with the tombstone in the
-// slot: a registration's look-up and the tombstone its pairing leaves touch
-// the same cache line) and a dueQueue of their deadlines. Two identities
-// share a fingerprint with a chance of about n/2^127 for n tombstones; a
-// registration so taken for a duplicate is dropped and ends at decode's
-// registration watchdog, as a lost one does.
+// allocation each: by a keyed fingerprint of their identity, with the
+// tombstone in the slot (a registration's look-up and the tombstone its
+// pairing leaves touch the same cache line), and a dueQueue of their
+// deadlines. Two identities share a fingerprint with a chance of about
+// n/2^127 for n tombstones; a registration so taken for a duplicate is
+// dropped and ends at decode's registration watchdog, as a lost one does.
+//
+// The table is extendible hashing over fixed chunks: a directory indexed by
+// the fingerprint's top bits names chunks of tombChunkSlots slots, each an
+// open-addressing table (linear probing from the low bits, deletion by
+// shifting back), and a chunk that fills splits into two by its next top
+// bit. Growth so allocates only the new chunk and rewrites one chunk, where
+// doubling one table would allocate (and page in) twice the memory, leave
+// the old table to the collector and stall the owner while it rehashes
+// millions of slots.
 type tombs struct {
-	slots []tomb
+	dir     []*tombChunk // by fp[0]'s top depth bits
+	depth   uint
+	n       int
+	q       dueQueue
+	scratch []tomb // a split's copy of the chunk it splits
+}
+
+// tombChunkSlots is a chunk's size: 128 KiB of slots, which a split
+// rewrites in cache.
+const tombChunkSlots = 1 << 12
+
+type tombChunk struct {
+	slots [tombChunkSlots]tomb
 	n     int
-	q     dueQueue
+	depth uint // top bits of fp[0] that all its tombstones share
 }
 
 // fingerprint is 128 bits of keyed hash; fp[1] is never 0, which marks an
@@ -80,25 +100,28 @@ func fingerprintSlow(id identity) fingerprint {
 // cache miss (the table holds a tombstone per registration paired in a
 // TTL, far more than the caches do) overlaps the work done before get.
 func (t *tombs) touch(fp fingerprint) uint64 {
-	if len(t.slots) == 0 {
+	if len(t.dir) == 0 {
 		return 0
 	}
-	return t.slots[fp[0]&uint64(len(t.slots)-1)].fp[1]
+	return t.chunk(fp).slots[fp[0]&(tombChunkSlots-1)].fp[1]
 }
 
-// find returns fp's slot, or false and the empty slot that ends its probe.
-func (t *tombs) find(fp fingerprint) (int, bool) {
-	if len(t.slots) == 0 {
-		return 0, false
+func (t *tombs) chunk(fp fingerprint) *tombChunk { return t.dir[fp[0]>>(64-t.depth)&(1<<t.depth-1)] }
+
+// find returns fp's chunk and slot, or false and the empty slot that ends
+// its probe.
+func (t *tombs) find(fp fingerprint) (*tombChunk, int, bool) {
+	if len(t.dir) == 0 {
+		return nil, 0, false
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := fp[0] & mask; ; i = (i + 1) & mask {
-		s := &t.slots[i]
+	c := t.chunk(fp)
+	for i := fp[0] & (tombChunkSlots - 1); ; i = (i + 1) & (tombChunkSlots - 1) {
+		s := &c.slots[i]
 		if s.fp == fp {
-			return int(i), true
+			return c, int(i), true
 		}
 		if s.fp[1] == 0 {
-			return int(i), false
+			return c, int(i), false
 		}
 	}
 }
@@ -109,70 +132,102 @@ func (t *tombs) get(fp fingerprint, touched uint64) (tomb, bool) {
 	if touched == 0 {
 		return tomb{}, false
 	}
-	i, ok := t.find(fp)
+	c, i, ok := t.find(fp)
 	if !ok {
 		return tomb{}, false
 	}
-	return t.slots[i], true
+	return c.slots[i], true
 }
 
 func (t *tombs) remove(fp fingerprint) {
-	if i, ok := t.find(fp); ok {
-		t.removeAt(i)
+	if c, i, ok := t.find(fp); ok {
+		c.removeAt(i)
+		t.n--
 	}
 }
 
 // put leaves a tombstone for fp until at, replacing any earlier one.
 func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
-	i, ok := t.find(fp)
+	if len(t.dir) == 0 {
+		t.dir = []*tombChunk{new(tombChunk)}
+	}
+	c, i, ok := t.find(fp)
 	if !ok {
-		if 2*(t.n+1) > len(t.slots) {
-			t.grow()
-			i, _ = t.find(fp)
+		// Three quarters full: probes stay within a few cache lines.
+		for 4*(c.n+1) > 3*tombChunkSlots {
+			t.split(c)
+			c, i, _ = t.find(fp)
 		}
+		c.n++
 		t.n++
 	}
-	t.slots[i] = tomb{fp: fp, seq: seq, at: at}
+	c.slots[i] = tomb{fp: fp, seq: seq, at: at}
 	t.q.push(due{at: at, a: fp[0], b: fp[1]})
 }
 
-func (t *tombs) grow() {
-	old := t.slots
-	size := 2 * len(old)
-	if size < minSlots {
-		size = minSlots
+// split moves the tombstones of chunk c whose next top bit is 1 to a new
+// chunk, doubling the directory first when c is already told apart by all
+// its bits.
+func (t *tombs) split(c *tombChunk) {
+	if c.depth == t.depth {
+		dir := make([]*tombChunk, 2*len(t.dir))
+		for i, x := range t.dir {
+			dir[2*i], dir[2*i+1] = x, x
+		}
+		t.dir, t.depth = dir, t.depth+1
 	}
-	t.slots = make([]tomb, size)
-	mask := uint64(size - 1)
-	for _, s := range old {
-		if s.fp[1] == 0 {
-			continue
+	c.depth++
+	hi := &tombChunk{depth: c.depth}
+	t.scratch = t.scratch[:0]
+	for _, s := range c.slots {
+		if s.fp[1] != 0 {
+			t.scratch = append(t.scratch, s)
 		}
-		i := s.fp[0] & mask
-		for t.slots[i].fp[1] != 0 {
-			i = (i + 1) & mask
+	}
+	c.slots, c.n = [tombChunkSlots]tomb{}, 0
+	bit := 64 - c.depth
+	for _, s := range t.scratch {
+		if s.fp[0]>>bit&1 == 1 {
+			hi.place(s)
+		} else {
+			c.place(s)
 		}
-		t.slots[i] = s
+	}
+	// The directory entries that named c and whose bit is 1 now name hi.
+	shift := t.depth - c.depth
+	for i, x := range t.dir {
+		if x == c && i>>shift&1 == 1 {
+			t.dir[i] = hi
+		}
 	}
 }
 
-// removeAt is table.removeAt for tomb slots.
-func (t *tombs) removeAt(i int) {
-	mask := uint64(len(t.slots) - 1)
+func (c *tombChunk) place(s tomb) {
+	i := s.fp[0] & (tombChunkSlots - 1)
+	for c.slots[i].fp[1] != 0 {
+		i = (i + 1) & (tombChunkSlots - 1)
+	}
+	c.slots[i] = s
+	c.n++
+}
+
+// removeAt is table.removeAt for a chunk's slots.
+func (c *tombChunk) removeAt(i int) {
+	const mask = tombChunkSlots - 1
 	hole := uint64(i)
 	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
-		s := t.slots[j]
+		s := c.slots[j]
 		if s.fp[1] == 0 {
 			break
 		}
 		if home := s.fp[0] & mask; (j-home)&mask < (j-hole)&mask {
 			continue
 		}
-		t.slots[hole] = s
+		c.slots[hole] = s
 		hole = j
 	}
-	t.slots[hole] = tomb{}
-	t.n--
+	c.slots[hole] = tomb{}
+	c.n--
 }
 
 // expire removes the tombstones whose deadline is at or before limit. A
@@ -185,8 +240,9 @@ func (t *tombs) expire(limit int64) {
 			return
 		}
 		t.q.pop()
-		if i, ok := t.find(fingerprint{d.a, d.b}); ok && t.slots[i].at == d.at {
-			t.removeAt(i)
+		if c, i, ok := t.find(fingerprint{d.a, d.b}); ok && c.slots[i].at == d.at {
+			c.removeAt(i)
+			t.n--
 		}
 	}
 }
