@@ -154,9 +154,15 @@ func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
 	c, i, ok := t.find(fp)
 	if !ok {
 		// Three quarters full: probes stay within a few cache lines.
-		for 4*(c.n+1) > 3*tombChunkSlots {
-			t.split(c)
+		for 4*(c.n+1) > 3*tombChunkSlots && c.depth < 64 {
+			t.split(c, fp)
 			c, i, _ = t.find(fp)
+		}
+		if c.n+1 == tombChunkSlots {
+			// A chunk of tombstones that share all 64 bits of fp[0]
+			// cannot split: the keyed hash makes that never happen, and
+			// one slot stays empty so that probes end.
+			return
 		}
 		c.n++
 		t.n++
@@ -165,10 +171,10 @@ func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
 	t.q.push(due{at: at, a: fp[0], b: fp[1]})
 }
 
-// split moves the tombstones of chunk c whose next top bit is 1 to a new
-// chunk, doubling the directory first when c is already told apart by all
-// its bits.
-func (t *tombs) split(c *tombChunk) {
+// split moves the tombstones of chunk c, which fp belongs to, whose next
+// top bit is 1 to a new chunk, doubling the directory first when c is
+// already told apart by all its bits.
+func (t *tombs) split(c *tombChunk, fp fingerprint) {
 	if c.depth == t.depth {
 		dir := make([]*tombChunk, 2*len(t.dir))
 		for i, x := range t.dir {
@@ -179,7 +185,7 @@ func (t *tombs) split(c *tombChunk) {
 	c.depth++
 	hi := &tombChunk{depth: c.depth}
 	t.scratch = t.scratch[:0]
-	for _, s := range c.slots {
+	for _, s := range &c.slots {
 		if s.fp[1] != 0 {
 			t.scratch = append(t.scratch, s)
 		}
@@ -193,12 +199,12 @@ func (t *tombs) split(c *tombChunk) {
 			c.place(s)
 		}
 	}
-	// The directory entries that named c and whose bit is 1 now name hi.
+	// c was named by the 2^(depth-old depth) directory entries that start
+	// with its old prefix; the upper half of them now name hi.
 	shift := t.depth - c.depth
-	for i, x := range t.dir {
-		if x == c && i>>shift&1 == 1 {
-			t.dir[i] = hi
-		}
+	start := (fp[0] >> (64 - t.depth) &^ (1<<(shift+1) - 1))
+	for i := start + 1<<shift; i < start+1<<(shift+1); i++ {
+		t.dir[i] = hi
 	}
 }
 
