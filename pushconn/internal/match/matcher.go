@@ -254,7 +254,7 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint
 		out = Matched
 	} else {
 		e.deadline = now.Add(m.cfg.RegistrationTTL)
-		e.at = m.line.at(e.deadline)
+		e.at = m.line.after(now, m.cfg.RegistrationTTL)
 		r := m.regs.alloc()
 		m.regs.items[r] = e
 		m.byBase.add(regSide, r, base, hBase)
@@ -382,7 +382,7 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 	if f.want != 0 && f.served >= f.want {
 		return out, nil
 	}
-	f.at = m.line.at(f.deadline)
+	f.at = m.line.after(now, m.cfg.FinishedTTL)
 	i := m.fins.alloc()
 	m.fins.items[i] = f
 	m.byBase.add(finSide, i, base, hBase)
@@ -409,7 +409,7 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], fi u
 		f.want = e.fanout
 	}
 	f.serve(e.sender)
-	m.tombs.put(e.fp, e.seq, m.line.at(now.Add(m.cfg.RegistrationTTL)))
+	m.tombs.put(e.fp, e.seq, m.line.after(now, m.cfg.RegistrationTTL))
 	last := f.served >= f.want
 	mt := Match[R, F]{Kind: kind, Sender: e.sender, RegKey: e.key, FinKey: f.key, Reg: e.reg, Fin: f.fin, Last: last}
 	if last && fi != 0 {

@@ -37,10 +37,17 @@ type tombs struct {
 // rewrites in cache.
 const tombChunkSlots = 1 << 12
 
+// tombChunk is a chunk's header, apart from its slots: headers are small
+// objects side by side, where a count at a fixed offset in every 128 KiB
+// chunk would fall in one cache set in all of them.
 type tombChunk struct {
-	slots [tombChunkSlots]tomb
+	slots *[tombChunkSlots]tomb
 	n     int
 	depth uint // top bits of fp[0] that all its tombstones share
+}
+
+func newTombChunk(depth uint) *tombChunk {
+	return &tombChunk{slots: new([tombChunkSlots]tomb), depth: depth}
 }
 
 // fingerprint is 128 bits of keyed hash; fp[1] is never 0, which marks an
@@ -149,7 +156,7 @@ func (t *tombs) remove(fp fingerprint) {
 // put leaves a tombstone for fp until at, replacing any earlier one.
 func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
 	if len(t.dir) == 0 {
-		t.dir = []*tombChunk{new(tombChunk)}
+		t.dir = []*tombChunk{newTombChunk(0)}
 	}
 	c, i, ok := t.find(fp)
 	if !ok {
@@ -183,14 +190,14 @@ func (t *tombs) split(c *tombChunk, fp fingerprint) {
 		t.dir, t.depth = dir, t.depth+1
 	}
 	c.depth++
-	hi := &tombChunk{depth: c.depth}
+	hi := newTombChunk(c.depth)
 	t.scratch = t.scratch[:0]
-	for _, s := range &c.slots {
+	for _, s := range c.slots {
 		if s.fp[1] != 0 {
 			t.scratch = append(t.scratch, s)
 		}
 	}
-	c.slots, c.n = [tombChunkSlots]tomb{}, 0
+	*c.slots, c.n = [tombChunkSlots]tomb{}, 0
 	bit := 64 - c.depth
 	for _, s := range t.scratch {
 		if s.fp[0]>>bit&1 == 1 {

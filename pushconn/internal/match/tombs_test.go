@@ -25,7 +25,7 @@ func checkTombs(t *testing.T, tb *tombs) {
 		prefix := uint64(i) >> (tb.depth - c.depth)
 		i += span
 		n := 0
-		for j, s := range &c.slots {
+		for j, s := range c.slots {
 			if s.fp[1] == 0 {
 				continue
 			}
