@@ -20,48 +20,67 @@ func (d due) before(e due) bool { return d.at < e.at || (d.at == e.at && d.b < e
 // for: the owner skips them when they reach the front, and compacts the
 // queue when they outnumber the live ones (compact), so a queue holds at
 // most about twice the entries waiting.
+//
+// The run is a list of fixed blocks, not one slice: a queue of tombstones
+// holds millions of deadlines, and a slice would copy them all each time it
+// grew and leave the old array to the collector. A block emptied at the
+// front is kept for the next one needed at the back.
 type dueQueue struct {
-	run  []due // in order from head
-	head int
-	heap []due // min-heap by before
+	blocks     []*dueBlock // the run, oldest first
+	head, tail int         // next to pop in blocks[0], next to fill in the last block
+	spare      *dueBlock
+	heap       []due // min-heap by before
 }
 
+const dueBlockLen = 1024
+
+type dueBlock [dueBlockLen]due
+
 // len returns the number of deadlines queued, live or not.
-func (q *dueQueue) len() int { return len(q.run) - q.head + len(q.heap) }
+func (q *dueQueue) len() int { return q.runLen() + len(q.heap) }
+
+func (q *dueQueue) runLen() int {
+	if len(q.blocks) == 0 {
+		return 0
+	}
+	return (len(q.blocks)-1)*dueBlockLen + q.tail - q.head
+}
 
 func (q *dueQueue) push(d due) {
-	if n := len(q.run); n == q.head || !d.before(q.run[n-1]) {
-		if q.head > 0 && q.head >= n/2 && n == cap(q.run) {
-			// Full and at least half popped: slide down rather than grow.
-			q.run = q.run[:copy(q.run, q.run[q.head:])]
-			q.head = 0
-		}
-		if len(q.run) == cap(q.run) {
-			// Doubling, where append grows a long slice by a quarter:
-			// a queue of tombstones grows to millions.
-			run := make([]due, len(q.run), max(64, 2*cap(q.run)))
-			copy(run, q.run)
-			q.run = run
-		}
-		q.run = append(q.run, d)
+	if n := len(q.blocks); q.runLen() > 0 && d.before(q.blocks[n-1][q.tail-1]) {
+		q.heap = append(q.heap, d)
+		q.up(len(q.heap) - 1)
 		return
 	}
-	q.heap = append(q.heap, d)
-	q.up(len(q.heap) - 1)
+	q.pushRun(d)
+}
+
+func (q *dueQueue) pushRun(d due) {
+	if len(q.blocks) == 0 || q.tail == dueBlockLen {
+		b := q.spare
+		if b == nil {
+			b = new(dueBlock)
+		}
+		q.spare = nil
+		q.blocks = append(q.blocks, b)
+		q.tail = 0
+	}
+	q.blocks[len(q.blocks)-1][q.tail] = d
+	q.tail++
 }
 
 // front returns the earliest deadline.
 func (q *dueQueue) front() (due, bool) {
-	r := q.head < len(q.run)
+	r := q.runLen() > 0
 	h := len(q.heap) > 0
 	switch {
 	case r && h:
-		if q.heap[0].before(q.run[q.head]) {
+		if q.heap[0].before(q.blocks[0][q.head]) {
 			return q.heap[0], true
 		}
-		return q.run[q.head], true
+		return q.blocks[0][q.head], true
 	case r:
-		return q.run[q.head], true
+		return q.blocks[0][q.head], true
 	case h:
 		return q.heap[0], true
 	}
@@ -70,10 +89,15 @@ func (q *dueQueue) front() (due, bool) {
 
 // pop removes the deadline front returned.
 func (q *dueQueue) pop() {
-	if q.head < len(q.run) && (len(q.heap) == 0 || !q.heap[0].before(q.run[q.head])) {
+	if q.runLen() > 0 && (len(q.heap) == 0 || !q.heap[0].before(q.blocks[0][q.head])) {
 		q.head++
-		if q.head == len(q.run) {
-			q.run, q.head = q.run[:0], 0
+		switch {
+		case len(q.blocks) == 1 && q.head == q.tail:
+			q.head, q.tail = 0, 0 // empty: refill the block from its start
+		case q.head == dueBlockLen:
+			q.spare = q.blocks[0]
+			q.blocks = q.blocks[:copy(q.blocks, q.blocks[1:])]
+			q.head = 0
 		}
 		return
 	}
@@ -83,15 +107,41 @@ func (q *dueQueue) pop() {
 	q.down(0)
 }
 
-// compact drops the deadlines for which keep is false.
+// compact drops the deadlines for which keep is false, in place: the run
+// is filtered into its own blocks from the first one's start.
 func (q *dueQueue) compact(keep func(due) bool) {
-	run := q.run[:0]
-	for _, d := range q.run[q.head:] {
-		if keep(d) {
-			run = append(run, d)
+	wb, wo := 0, 0 // next to write: block, offset
+	for i, b := range q.blocks {
+		from, to := 0, dueBlockLen
+		if i == 0 {
+			from = q.head
+		}
+		if i == len(q.blocks)-1 {
+			to = q.tail
+		}
+		for _, d := range b[from:to] {
+			if !keep(d) {
+				continue
+			}
+			q.blocks[wb][wo] = d
+			if wo++; wo == dueBlockLen {
+				wb, wo = wb+1, 0
+			}
 		}
 	}
-	q.run, q.head = run, 0
+	if len(q.blocks) > 0 {
+		if wo == 0 && wb > 0 {
+			wb, wo = wb-1, dueBlockLen // end on a full block rather than an empty one
+		}
+		if wb+1 < len(q.blocks) {
+			q.spare = q.blocks[wb+1]
+		}
+		clear(q.blocks[wb+1:])
+		q.blocks, q.head, q.tail = q.blocks[:wb+1], 0, wo
+		if wo == 0 {
+			q.blocks, q.tail = q.blocks[:0], 0
+		}
+	}
 	heap := q.heap[:0]
 	for _, d := range q.heap {
 		if keep(d) {

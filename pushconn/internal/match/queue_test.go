@@ -83,3 +83,39 @@ func TestSlabGenerations(t *testing.T) {
 	_, ok = s.slotOf(1 << 20)
 	require.False(t, ok, "a slot never allocated")
 }
+
+// Block boundaries: a run of exactly one block, compaction to an exact
+// block and to nothing, and a block emptied at the front reused at the back.
+func TestDueQueueBlockBoundaries(t *testing.T) {
+	var q dueQueue
+	for i := range 2 * dueBlockLen {
+		q.push(due{at: int64(i), b: uint64(i)})
+	}
+	require.Len(t, q.blocks, 2)
+	q.compact(func(d due) bool { return d.at < dueBlockLen })
+	require.Len(t, q.blocks, 1)
+	require.Equal(t, dueBlockLen, q.len())
+	q.push(due{at: dueBlockLen, b: dueBlockLen})
+	require.Len(t, q.blocks, 2, "a full block ends the run: the next push starts another")
+	for i := range dueBlockLen {
+		d, ok := q.front()
+		require.True(t, ok)
+		require.Equal(t, int64(i), d.at)
+		q.pop()
+	}
+	require.Len(t, q.blocks, 1)
+	require.NotNil(t, q.spare, "the emptied block is kept")
+	spare := q.spare
+	for i := 1; i <= dueBlockLen; i++ {
+		q.push(due{at: int64(dueBlockLen + i), b: uint64(dueBlockLen + i)})
+	}
+	require.Same(t, spare, q.blocks[1], "and reused")
+	q.compact(func(due) bool { return false })
+	require.Zero(t, q.len())
+	_, ok := q.front()
+	require.False(t, ok)
+	q.push(due{at: 7})
+	d, ok := q.front()
+	require.True(t, ok)
+	require.Equal(t, int64(7), d.at)
+}
