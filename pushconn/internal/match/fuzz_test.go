@@ -41,8 +41,10 @@ func runAgainstModel(t testing.TB, data []byte) {
 			b := next()
 			sender, k := senders[b%3], key()
 			seq, fanout := uint64(b>>2&3), int(b>>4&3)
-			// Received up to 1.5 s before now: it waited for a handshake.
-			at := now.Add(-time.Duration(b>>6) * 500 * time.Millisecond)
+			// Received before now (it waited for a handshake), up to
+			// 60 s: longer than the registration TTL, so that some pair
+			// with a tombstone whose deadline has already passed.
+			at := now.Add(-time.Duration(b>>6) * 20 * time.Second)
 			got, out, err := m.Register(at, sender, k, seq, fanout, step)
 			want, wantOut, ok := ref.Register(at, sender, k, seq, fanout, step)
 			require.Equal(t, ok, err == nil, "step %d: Register error %v", step, err)

@@ -3,6 +3,8 @@ package match
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"math"
+	"slices"
 )
 
 // tombs remembers the registrations paired within the registration TTL, so
@@ -11,9 +13,8 @@ import (
 // arrive in a TTL (480 s by default), far more than wait at any time, so
 // they are kept without a pointer for the collector to trace and without an
 // allocation each: by a keyed fingerprint of their identity, with the
-// tombstone in the slot (a registration's look-up and the tombstone its
-// pairing leaves touch the same cache line), and a dueQueue of their
-// deadlines. Two identities share a fingerprint with a chance of about
+// tombstone and its deadline in the slot (a registration's look-up and the
+// tombstone its pairing leaves touch the same cache line). Two identities share a fingerprint with a chance of about
 // n/2^127 for n tombstones; a registration so taken for a duplicate is
 // dropped and ends at decode's registration watchdog, as a lost one does.
 //
@@ -25,12 +26,22 @@ import (
 // doubling one table would allocate (and page in) twice the memory, leave
 // the old table to the collector and stall the owner while it rehashes
 // millions of slots.
+//
+// Expiry is lazy, with no queue of deadlines: a tombstone whose deadline is
+// at or before the highest limit expire has been given is gone, skipped by
+// look-ups and dropped when its chunk next fills (before the chunk
+// splits). That removes each tombstone at the same expire call as a queue
+// of deadlines would, except one put with a deadline already passed (a
+// registration received long before): like a queued one, that lasts until
+// an expire reaches its deadline, so those few wait in early.
 type tombs struct {
 	dir     []*tombChunk // by fp[0]'s top depth bits
 	depth   uint
-	n       int
-	q       dueQueue
-	scratch []tomb // a split's copy of the chunk it splits
+	n       int    // slots in use, tombstones gone but not yet dropped included
+	limit   int64  // the highest limit expire was given,
+	expired bool   // once it was given one
+	early   []tomb // put with a deadline at or before limit
+	scratch []tomb // a rebuild's copy of the chunk it rebuilds
 }
 
 // tombChunkSlots is a chunk's size: 128 KiB of slots, which a split
@@ -43,11 +54,12 @@ const tombChunkSlots = 1 << 12
 type tombChunk struct {
 	slots *[tombChunkSlots]tomb
 	n     int
-	depth uint // top bits of fp[0] that all its tombstones share
+	depth uint  // top bits of fp[0] that all its tombstones share
+	first int64 // no deadline in the chunk is earlier
 }
 
 func newTombChunk(depth uint) *tombChunk {
-	return &tombChunk{slots: new([tombChunkSlots]tomb), depth: depth}
+	return &tombChunk{slots: new([tombChunkSlots]tomb), depth: depth, first: math.MaxInt64}
 }
 
 // fingerprint is 128 bits of keyed hash; fp[1] is never 0, which marks an
@@ -136,17 +148,31 @@ func (t *tombs) find(fp fingerprint) (*tombChunk, int, bool) {
 // get returns fp's tombstone. touched is what touch returned, so that the
 // compiler keeps that load; a slot that touch found empty ends the probe.
 func (t *tombs) get(fp fingerprint, touched uint64) (tomb, bool) {
+	for _, x := range t.early {
+		if x.fp == fp {
+			return x, true
+		}
+	}
 	if touched == 0 {
 		return tomb{}, false
 	}
 	c, i, ok := t.find(fp)
-	if !ok {
+	if !ok || t.gone(c.slots[i].at) {
 		return tomb{}, false
 	}
 	return c.slots[i], true
 }
 
+// gone reports whether a tombstone in the table due at at has expired.
+func (t *tombs) gone(at int64) bool { return t.expired && at <= t.limit }
+
 func (t *tombs) remove(fp fingerprint) {
+	for i, x := range t.early {
+		if x.fp == fp {
+			t.early = append(t.early[:i], t.early[i+1:]...)
+			break
+		}
+	}
 	if c, i, ok := t.find(fp); ok {
 		c.removeAt(i)
 		t.n--
@@ -155,16 +181,31 @@ func (t *tombs) remove(fp fingerprint) {
 
 // put leaves a tombstone for fp until at, replacing any earlier one.
 func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
+	if len(t.early) > 0 {
+		t.remove(fp)
+	}
+	if t.gone(at) {
+		t.remove(fp)
+		t.early = append(t.early, tomb{fp: fp, seq: seq, at: at})
+		return
+	}
 	if len(t.dir) == 0 {
 		t.dir = []*tombChunk{newTombChunk(0)}
 	}
 	c, i, ok := t.find(fp)
-	if !ok {
-		// Three quarters full: probes stay within a few cache lines.
+	if !ok && 4*(c.n+1) > 3*tombChunkSlots {
+		// Three quarters full (probes stay within a few cache lines):
+		// drop what has expired, and split if that is not enough.
+		if t.gone(c.first) {
+			t.rebuild(c, nil)
+		}
 		for 4*(c.n+1) > 3*tombChunkSlots && c.depth < 64 {
 			t.split(c, fp)
-			c, i, _ = t.find(fp)
+			c = t.chunk(fp)
 		}
+		c, i, _ = t.find(fp)
+	}
+	if !ok {
 		if c.n+1 == tombChunkSlots {
 			// A chunk of tombstones that share all 64 bits of fp[0]
 			// cannot split: the keyed hash makes that never happen, and
@@ -175,7 +216,7 @@ func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
 		t.n++
 	}
 	c.slots[i] = tomb{fp: fp, seq: seq, at: at}
-	t.q.push(due{at: at, a: fp[0], b: fp[1]})
+	c.first = min(c.first, at)
 }
 
 // split moves the tombstones of chunk c, which fp belongs to, whose next
@@ -191,27 +232,34 @@ func (t *tombs) split(c *tombChunk, fp fingerprint) {
 	}
 	c.depth++
 	hi := newTombChunk(c.depth)
-	t.scratch = t.scratch[:0]
-	for _, s := range c.slots {
-		if s.fp[1] != 0 {
-			t.scratch = append(t.scratch, s)
-		}
-	}
-	*c.slots, c.n = [tombChunkSlots]tomb{}, 0
-	bit := 64 - c.depth
-	for _, s := range t.scratch {
-		if s.fp[0]>>bit&1 == 1 {
-			hi.place(s)
-		} else {
-			c.place(s)
-		}
-	}
+	t.rebuild(c, hi)
 	// c was named by the 2^(depth-old depth) directory entries that start
 	// with its old prefix; the upper half of them now name hi.
 	shift := t.depth - c.depth
 	start := (fp[0] >> (64 - t.depth) &^ (1<<(shift+1) - 1))
 	for i := start + 1<<shift; i < start+1<<(shift+1); i++ {
 		t.dir[i] = hi
+	}
+}
+
+// rebuild places chunk c's tombstones again, dropping those gone, and
+// moves to hi (when not nil) those whose bit at c's depth is 1.
+func (t *tombs) rebuild(c, hi *tombChunk) {
+	t.scratch = t.scratch[:0]
+	for _, s := range c.slots {
+		if s.fp[1] != 0 && !t.gone(s.at) {
+			t.scratch = append(t.scratch, s)
+		}
+	}
+	t.n -= c.n - len(t.scratch)
+	*c.slots, c.n, c.first = [tombChunkSlots]tomb{}, 0, math.MaxInt64
+	bit := 64 - c.depth
+	for _, s := range t.scratch {
+		if hi != nil && s.fp[0]>>bit&1 == 1 {
+			hi.place(s)
+		} else {
+			c.place(s)
+		}
 	}
 }
 
@@ -222,6 +270,7 @@ func (c *tombChunk) place(s tomb) {
 	}
 	c.slots[i] = s
 	c.n++
+	c.first = min(c.first, s.at)
 }
 
 // removeAt is table.removeAt for a chunk's slots.
@@ -243,19 +292,14 @@ func (c *tombChunk) removeAt(i int) {
 	c.n--
 }
 
-// expire removes the tombstones whose deadline is at or before limit. A
-// queued deadline whose tombstone was replaced or removed since is dropped
-// without touching the newer one.
+// expire removes the tombstones whose deadline is at or before limit:
+// those in the table by raising the limit they are read against, those in
+// early at once.
 func (t *tombs) expire(limit int64) {
-	for {
-		d, ok := t.q.front()
-		if !ok || d.at > limit {
-			return
-		}
-		t.q.pop()
-		if c, i, ok := t.find(fingerprint{d.a, d.b}); ok && c.slots[i].at == d.at {
-			c.removeAt(i)
-			t.n--
-		}
+	if !t.expired || limit > t.limit {
+		t.limit, t.expired = limit, true
+	}
+	if len(t.early) > 0 {
+		t.early = slices.DeleteFunc(t.early, func(x tomb) bool { return x.at <= limit })
 	}
 }

@@ -67,11 +67,20 @@ func TestTombsSplitAndExpire(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, uint64(i), x.seq)
 	}
-	// Replaced: the later deadline holds; the earlier one's queue entry
-	// leaves it in place.
+	live := func() int {
+		n := 0
+		for _, fp := range fps {
+			if _, ok := tb.get(fp, tb.touch(fp)); ok {
+				n++
+			}
+		}
+		return n
+	}
+	// Replaced: the later deadline holds.
 	tb.put(fps[0], 99, 15_000)
 	tb.expire(9_999)
-	require.Equal(t, 20_000-9_999, tb.n)
+	require.Equal(t, 20_000-9_999, live())
+	require.Equal(t, 20_000, tb.n, "expired ones stay until their chunk fills")
 	x, ok := tb.get(fps[0], tb.touch(fps[0]))
 	require.True(t, ok)
 	require.Equal(t, uint64(99), x.seq)
@@ -82,16 +91,54 @@ func TestTombsSplitAndExpire(t *testing.T) {
 	checkTombs(t, &tb)
 	tb.remove(fps[10_000])
 	tb.remove(fps[10_000])
-	require.Equal(t, 20_000-10_000, tb.n)
+	require.Equal(t, 20_000-10_000, live())
+	tb.expire(5_000) // a lower limit changes nothing
+	require.Equal(t, 20_000-10_000, live())
 	tb.expire(15_000)
-	require.Equal(t, 20_000-15_001, tb.n, "the replaced one went at its own deadline")
-	tb.expire(1 << 62)
-	require.Zero(t, tb.n)
+	require.Equal(t, 20_000-15_001, live(), "the replaced one went at its own deadline")
+
+	// Filling the chunks again drops the expired tombstones instead of
+	// splitting them.
+	depth, chunks := tb.depth, len(tb.dir)
+	for i := range 10_000 {
+		fp := fingerprint{rng.Uint64(), rng.Uint64() | 1}
+		if i%2 == 0 {
+			fp[0] = 0xabc<<52 | fp[0]>>12
+		}
+		tb.put(fp, 0, int64(30_000+i))
+	}
 	checkTombs(t, &tb)
-	// Emptied chunks take tombstones again.
-	tb.put(fps[3], 1, 1)
-	_, ok = tb.get(fps[3], tb.touch(fps[3]))
+	require.Equal(t, depth, tb.depth)
+	require.Len(t, tb.dir, chunks, "no split: the expired made room")
+	require.Less(t, tb.n, 20_000+10_000, "expired tombstones dropped")
+	require.Equal(t, 20_000-15_001, live(), "and none live")
+
+	// A tombstone put with its deadline already passed lasts until an
+	// expire reaches that deadline, as a queued one did.
+	late := fingerprint{7, 9}
+	tb.put(late, 5, 14_000)
+	x, ok = tb.get(late, tb.touch(late))
 	require.True(t, ok)
+	require.Equal(t, uint64(5), x.seq)
+	tb.expire(13_999)
+	_, ok = tb.get(late, tb.touch(late))
+	require.True(t, ok)
+	tb.put(late, 6, 14_500) // replaced while early
+	tb.expire(14_000)
+	x, ok = tb.get(late, tb.touch(late))
+	require.True(t, ok)
+	require.Equal(t, uint64(6), x.seq)
+	tb.expire(14_500)
+	_, ok = tb.get(late, tb.touch(late))
+	require.False(t, ok)
+	require.Empty(t, tb.early)
+	tb.put(late, 7, 1<<40) // put again with a deadline ahead: into the table
+	require.Empty(t, tb.early)
+	_, ok = tb.get(late, tb.touch(late))
+	require.True(t, ok)
+	tb.expire(1 << 62)
+	_, ok = tb.get(late, tb.touch(late))
+	require.False(t, ok)
 }
 
 // The fingerprint of an identity that fits the stack buffer is what the
