@@ -42,11 +42,16 @@ type tombs struct {
 	expired bool   // once it was given one
 	early   []tomb // put with a deadline at or before limit
 	scratch []tomb // a rebuild's copy of the chunk it rebuilds
+	rebuilt int    // chunks rebuilt, split or not
 }
 
 // tombChunkSlots is a chunk's size: 128 KiB of slots, which a split
 // rewrites in cache.
 const tombChunkSlots = 1 << 12
+
+// fullChunk is the most tombstones a chunk holds, three quarters of its
+// slots: probes stay within a few cache lines.
+const fullChunk = tombChunkSlots * 3 / 4
 
 // tombChunk is a chunk's header, apart from its slots: headers are small
 // objects side by side, where a count at a fixed offset in every 128 KiB
@@ -193,15 +198,19 @@ func (t *tombs) put(fp fingerprint, seq uint64, at int64) {
 		t.dir = []*tombChunk{newTombChunk(0)}
 	}
 	c, i, ok := t.find(fp)
-	if !ok && 4*(c.n+1) > 3*tombChunkSlots {
-		// Three quarters full (probes stay within a few cache lines):
-		// drop what has expired, and split if that is not enough.
+	if !ok && c.n+1 > fullChunk {
+		// Drop what has expired, and split if that is not enough: unless
+		// the rebuild freed an eighth of the chunk, for one that filled
+		// again a few puts later would be rebuilt again and again while
+		// tombstones expire one by one.
+		limit := fullChunk
 		if t.gone(c.first) {
 			t.rebuild(c, nil)
+			limit = tombChunkSlots * 5 / 8
 		}
-		for 4*(c.n+1) > 3*tombChunkSlots && c.depth < 64 {
+		for c.n+1 > limit && c.depth < 64 {
 			t.split(c, fp)
-			c = t.chunk(fp)
+			c, limit = t.chunk(fp), fullChunk
 		}
 		c, i, _ = t.find(fp)
 	}
@@ -245,6 +254,7 @@ func (t *tombs) split(c *tombChunk, fp fingerprint) {
 // rebuild places chunk c's tombstones again, dropping those gone, and
 // moves to hi (when not nil) those whose bit at c's depth is 1.
 func (t *tombs) rebuild(c, hi *tombChunk) {
+	t.rebuilt++
 	t.scratch = t.scratch[:0]
 	for _, s := range c.slots {
 		if s.fp[1] != 0 && !t.gone(s.at) {

@@ -157,3 +157,26 @@ func TestFingerprintPaths(t *testing.T) {
 	require.NotZero(t, fingerprintOf(long)[1]&1, "the long path marks its slot used too")
 	require.Equal(t, fingerprintOf(long), fingerprintOf(long))
 }
+
+// In a steady state (tombstones put at a constant rate and expiring a TTL
+// later) a chunk is rebuilt once per many puts, not once per few as
+// tombstones expire one by one: here 3,000 live tombstones would fill one
+// chunk to within 72 slots of full, and rebuilding it would free those
+// few; the chunk splits instead.
+func TestTombsSteadyStateRebuildsRarely(t *testing.T) {
+	var tb tombs
+	rng := rand.New(rand.NewPCG(13, 14))
+	const ttl, puts = 3_000, 100_000
+	for i := range puts {
+		now := int64(i)
+		tb.put(fingerprint{rng.Uint64(), rng.Uint64() | 1}, 0, now+ttl)
+		tb.expire(now)
+		if i == puts/2 {
+			tb.rebuilt = 0
+		}
+	}
+	require.Equal(t, uint(1), tb.depth, "split once")
+	require.LessOrEqual(t, tb.rebuilt, puts/2/512, "rebuilds in the second half")
+	require.Greater(t, tb.rebuilt, 0)
+	checkTombs(t, &tb)
+}
