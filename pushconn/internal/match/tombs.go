@@ -14,9 +14,10 @@ import (
 // they are kept without a pointer for the collector to trace and without an
 // allocation each: by a keyed fingerprint of their identity, with the
 // tombstone and its deadline in the slot (a registration's look-up and the
-// tombstone its pairing leaves touch the same cache line). Two identities share a fingerprint with a chance of about
-// n/2^127 for n tombstones; a registration so taken for a duplicate is
-// dropped and ends at decode's registration watchdog, as a lost one does.
+// tombstone its pairing leaves touch the same cache line). Two identities
+// share a fingerprint with a chance of about n/2^127 for n tombstones; a
+// registration so taken for a duplicate is dropped and ends at decode's
+// registration watchdog, as a lost one does.
 //
 // The table is extendible hashing over fixed chunks: a directory indexed by
 // the fingerprint's top bits names chunks of tombChunkSlots slots, each an
@@ -29,8 +30,8 @@ import (
 //
 // Expiry is lazy, with no queue of deadlines: a tombstone whose deadline is
 // at or before the highest limit expire has been given is gone, skipped by
-// look-ups and dropped when its chunk next fills (before the chunk
-// splits). That removes each tombstone at the same expire call as a queue
+// look-ups and dropped when its chunk next fills (the chunk splits too
+// unless that freed an eighth of it). That removes each tombstone at the same expire call as a queue
 // of deadlines would, except one put with a deadline already passed (a
 // registration received long before): like a queued one, that lasts until
 // an expire reaches its deadline, so those few wait in early.
@@ -39,7 +40,7 @@ type tombs struct {
 	depth   uint
 	n       int    // slots in use, tombstones gone but not yet dropped included
 	limit   int64  // the highest limit expire was given,
-	expired bool   // once it was given one
+	expired bool   // once it has been given one
 	early   []tomb // put with a deadline at or before limit
 	scratch []tomb // a rebuild's copy of the chunk it rebuilds
 	rebuilt int    // chunks rebuilt, split or not
