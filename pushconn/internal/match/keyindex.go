@@ -1,161 +1,131 @@
 package match
 
-// keyIndex finds pending entries of one side (registrations or finished
-// requests) by the three matching rules, so that both sides look each
-// other up the same way. Entries are filed under their stripped id only:
-// two ids that are equal have equal stripped ids, so one lookup finds the
-// candidates of both id rules, and the exact ones are preferred while
-// scanning them. Transfer ids have an index of their own.
-type keyIndex[E comparable] struct {
-	byTID, byBase index[E]
-	n             int // entries indexed
+import "hash/maphash"
+
+// side names one half of the match in a keyIndex.
+type side int
+
+const (
+	finSide side = iota // finished requests
+	regSide             // registrations
+)
+
+// keyIndex files the waiting entries of both sides under a string key (a
+// stripped request id, or a transfer id), each side's entries of a key in
+// arrival order. Both sides share a key's table slot (v heads the
+// finished requests, w the registrations), so the one look-up that a
+// registration or a finished request makes finds its duplicates on its own
+// side and its candidates on the other. Entries are named by their slab
+// slot; each side's links array keeps, per slot, the key filed under and
+// its hash and the links of a circular list (the oldest entry's prev is the
+// newest), so the index reads nothing from the entries and holds one
+// pointer per entry (the key) for the collector.
+type keyIndex struct {
+	t     table
+	links [2][]link
+	n     [2]int // entries filed per side
 }
 
-func newKeyIndex[E comparable]() keyIndex[E] {
-	return keyIndex[E]{byTID: newIndex[E](), byBase: newIndex[E]()}
+type link struct {
+	key        string
+	hash       uint64
+	next, prev uint32 // next is 0 after the newest
 }
 
-// add indexes e under its key k and the stripped id base.
-func (x *keyIndex[E]) add(k Key, base string, e E) {
-	if k.TransferID != "" {
-		x.byTID.add(k.TransferID, e)
+var keySeed = maphash.MakeSeed()
+
+// keyHash is a key's hash in a keyIndex: never 0, which marks an empty
+// table slot.
+func keyHash(k string) uint64 { return maphash.String(keySeed, k) | 1<<63 }
+
+// lookup returns the oldest entry of each side filed under k, whose hash
+// is h (0 where none).
+func (x *keyIndex) lookup(k string, h uint64) (fin, reg uint32) {
+	if i, ok := x.slotOf(k, h); ok {
+		s := &x.t.slots[i]
+		return s.v, s.w
 	}
-	x.byBase.add(base, e)
-	x.n++
+	return 0, 0
 }
 
-// addCounted is add for an entry whose stripped id base already files
-// sameBase entries, which the caller has just looked up.
-func (x *keyIndex[E]) addCounted(k Key, base string, e E, sameBase int) {
-	if k.TransferID != "" {
-		x.byTID.add(k.TransferID, e)
-	}
-	x.byBase.addN(base, e, sameBase)
-	x.n++
-}
-
-// remove undoes add.
-func (x *keyIndex[E]) remove(k Key, base string, e E) {
-	if k.TransferID != "" {
-		x.byTID.remove(k.TransferID, e)
-	}
-	if x.byBase.remove(base, e) {
-		x.n--
-	}
-}
-
-// find returns the entry that an entry of the other side with key k and
-// stripped id base pairs with, by the first rule that finds one, and the
-// rule. keyOf gives an entry's key; usable says whether an entry may pair
-// (it has not served that sender yet).
-func (x *keyIndex[E]) find(k Key, base string, keyOf func(E) Key, usable func(E) bool) (E, Kind) {
-	var buf [1]E
-	if k.TransferID != "" {
-		for _, e := range x.byTID.list(k.TransferID, &buf) {
-			if usable(e) {
-				return e, ByTransferID
-			}
-		}
-	}
-	cands := x.byBase.list(base, &buf)
-	for _, e := range cands {
-		if ek := keyOf(e); ek.RequestID == k.RequestID && !conflicts(ek, k) && usable(e) {
-			return e, ByExactID
-		}
-	}
-	for _, e := range cands {
-		if ek := keyOf(e); ek.RequestID != k.RequestID && !conflicts(ek, k) && usable(e) {
-			return e, ByStrippedID
-		}
-	}
-	var none E
-	return none, 0
-}
-
-// byID returns the oldest entry whose request id is id.
-func (x *keyIndex[E]) byID(id string, keyOf func(E) Key) (E, bool) {
-	var buf [1]E
-	for _, e := range x.byBase.list(Base(id), &buf) {
-		if keyOf(e).RequestID == id {
-			return e, true
-		}
-	}
-	var none E
-	return none, false
-}
-
-// index maps a key string to the entries that carry it, oldest first. Most
-// keys carry one entry, which is kept without a slice of its own: that
-// saves an allocation and a pointer for the collector per entry.
-type index[E comparable] struct {
-	one  map[string]E
-	more map[string][]E // keys with two entries or more, never in one
-}
-
-func newIndex[E comparable]() index[E] {
-	return index[E]{one: map[string]E{}, more: map[string][]E{}}
-}
-
-func (ix index[E]) add(k string, e E) {
-	if list, ok := ix.more[k]; ok {
-		ix.more[k] = append(list, e)
-		return
-	}
-	if first, ok := ix.one[k]; ok {
-		delete(ix.one, k)
-		ix.more[k] = []E{first, e}
-		return
-	}
-	ix.one[k] = e
-}
-
-// addN is add for a key known to carry n entries, which saves the lookups
-// that find out.
-func (ix index[E]) addN(k string, e E, n int) {
-	switch n {
-	case 0:
-		ix.one[k] = e
-	case 1:
-		first := ix.one[k]
-		delete(ix.one, k)
-		ix.more[k] = []E{first, e}
-	default:
-		ix.more[k] = append(ix.more[k], e)
-	}
-}
-
-// remove removes e from k's entries and reports whether it was there.
-func (ix index[E]) remove(k string, e E) bool {
-	if x, ok := ix.one[k]; ok {
-		if x != e {
-			return false
-		}
-		delete(ix.one, k)
-		return true
-	}
-	list := ix.more[k]
-	for i, x := range list {
-		if x != e {
-			continue
-		}
-		list = append(list[:i], list[i+1:]...)
-		if len(list) == 1 {
-			delete(ix.more, k)
-			ix.one[k] = list[0]
+func (x *keyIndex) slotOf(k string, h uint64) (int, bool) {
+	for i, ok := x.t.first(h); ok; i, ok = x.t.next(h, i) {
+		s := &x.t.slots[i]
+		var e link
+		if s.v != 0 {
+			e = x.links[finSide][s.v]
 		} else {
-			ix.more[k] = list
+			e = x.links[regSide][s.w]
 		}
-		return true
+		if e.key == k {
+			return i, true
+		}
 	}
-	return false
+	return 0, false
 }
 
-// list returns k's entries, oldest first; buf holds a single entry so that
-// the common case allocates nothing.
-func (ix index[E]) list(k string, buf *[1]E) []E {
-	if e, ok := ix.one[k]; ok {
-		buf[0] = e
-		return buf[:]
+// head returns the side's head in slot s.
+func head(s *slot, sd side) *uint32 {
+	if sd == finSide {
+		return &s.v
 	}
-	return ix.more[k]
+	return &s.w
+}
+
+// after returns the entry filed after e on its side under the same key, or 0.
+func (x *keyIndex) after(sd side, e uint32) uint32 { return x.links[sd][e].next }
+
+// add files entry e (not 0, not filed on this side) under k, whose hash is
+// h, as the side's newest.
+func (x *keyIndex) add(sd side, e uint32, k string, h uint64) {
+	links := x.links[sd]
+	for uint32(len(links)) <= e {
+		links = append(links, link{})
+	}
+	x.links[sd] = links
+	links[e] = link{key: k, hash: h}
+	x.n[sd]++
+	i, ok := x.slotOf(k, h)
+	if !ok {
+		i = x.t.insert(h, 0, 0)
+	}
+	hd := head(&x.t.slots[i], sd)
+	if *hd == 0 {
+		*hd, links[e].prev = e, e
+		return
+	}
+	tail := links[*hd].prev
+	links[tail].next, links[e].prev, links[*hd].prev = e, tail, e
+}
+
+// remove unfiles entry e from its side; it must be filed there (the
+// matcher knows which entries are).
+func (x *keyIndex) remove(sd side, e uint32) {
+	links := x.links[sd]
+	l := links[e]
+	i, ok := x.slotOf(l.key, l.hash)
+	if !ok {
+		return
+	}
+	s := &x.t.slots[i]
+	hd := head(s, sd)
+	switch {
+	case *hd == e:
+		*hd = l.next
+		if l.next != 0 {
+			links[l.next].prev = l.prev
+		}
+	default:
+		links[l.prev].next = l.next
+		if l.next != 0 {
+			links[l.next].prev = l.prev
+		} else {
+			links[*hd].prev = l.prev
+		}
+	}
+	links[e] = link{}
+	x.n[sd]--
+	if s.v == 0 && s.w == 0 {
+		x.t.removeAt(i)
+	}
 }

@@ -91,46 +91,54 @@ type Stats struct {
 	PendingFinished      int    // finished requests waiting now
 }
 
+// regEntry is a registration waiting for its request to finish (or, on the
+// stack, one being paired on arrival).
 type regEntry[R any] struct {
 	sender   string
 	key      Key
 	seq      uint64
-	base     string
 	fanout   int
 	reg      R
 	fp       fingerprint // of identity{sender, key}
-	byID     bool        // indexed in pendingIDs under fp
 	deadline time.Time
 	at       int64 // deadline on the matcher's timeline, as queued
-	gone     bool
 }
 
-func (e *regEntry[R]) queuedAt(at int64) bool { return !e.gone && e.at == at }
-func (e *regEntry[R]) deadlineAt() time.Time  { return e.deadline }
-
+// finEntry is a finished request waiting for registrations (or, on the
+// stack, one being paired on arrival).
 type finEntry[F any] struct {
 	key      Key
-	base     string
 	fin      F
-	want     int // registrations expected; 0 until the first pairs
-	served   []string
-	one      [1]string // served's first backing array: most requests have one decode rank
+	want     int    // registrations expected; 0 until the first pairs
+	served   int    // registrations paired
+	first    string // the first one's sender: most requests have one decode rank
+	more     []string
 	deadline time.Time
 	at       int64 // deadline on the matcher's timeline, as queued
-	indexed  bool  // waiting in the indexes (not paired on arrival)
-	gone     bool
 }
 
-func (e *finEntry[F]) queuedAt(at int64) bool { return !e.gone && e.at == at }
-func (e *finEntry[F]) deadlineAt() time.Time  { return e.deadline }
-
-func (e *finEntry[F]) hasServed(sender string) bool {
-	for _, s := range e.served {
+func (f *finEntry[F]) hasServed(sender string) bool {
+	if f.served == 0 {
+		return false
+	}
+	if f.first == sender {
+		return true
+	}
+	for _, s := range f.more {
 		if s == sender {
 			return true
 		}
 	}
 	return false
+}
+
+func (f *finEntry[F]) serve(sender string) {
+	if f.served == 0 {
+		f.first = sender
+	} else {
+		f.more = append(f.more, sender)
+	}
+	f.served++
 }
 
 // identity is what makes two registrations the same message.
@@ -142,19 +150,25 @@ type identity struct {
 // Matcher pairs registrations with finished blocks. R and F are the
 // caller's payloads, returned untouched. It is not safe for concurrent use:
 // one goroutine owns it.
+//
+// Waiting entries live in two slabs and are found through open-addressing
+// tables of precomputed hashes (keyIndex, table): pairing, waiting and
+// leaving allocate nothing once the slabs and tables have grown to the
+// number of entries that wait, and the collector traces the strings in the
+// entries but no per-entry object. A pending registration is found by its
+// identity through its stripped id: the same look-up that finds the
+// finished requests it may pair with.
 type Matcher[R, F any] struct {
 	cfg Config
 
-	regs       keyIndex[*regEntry[R]]
-	fins       keyIndex[*finEntry[F]]
-	pendingIDs map[fingerprint]*regEntry[R] // by identity's fingerprint, the identity checked on a hit
-	line       timeline
-	tombs      tombs
-
-	regQ deadlines[*regEntry[R]]
-	finQ deadlines[*finEntry[F]]
-
-	stats Stats
+	regs          slab[regEntry[R]]
+	fins          slab[finEntry[F]]
+	byBase, byTID keyIndex // both sides by stripped id, by transfer id
+	line          timeline
+	tombs         tombs
+	regQ, finQ    dueQueue
+	stamp         uint64 // orders equal deadlines by when they were queued
+	stats         Stats
 }
 
 // New returns an empty Matcher; zero Config fields take their defaults.
@@ -169,13 +183,7 @@ func New[R, F any](cfg Config) (*Matcher[R, F], error) {
 	if cfg.FinishedTTL == 0 {
 		cfg.FinishedTTL = DefaultFinishedTTL
 	}
-	return &Matcher[R, F]{
-		cfg:        cfg,
-		regs:       newKeyIndex[*regEntry[R]](),
-		fins:       newKeyIndex[*finEntry[F]](),
-		pendingIDs: map[fingerprint]*regEntry[R]{},
-		tombs:      newTombs(),
-	}, nil
+	return &Matcher[R, F]{cfg: cfg}, nil
 }
 
 // Config returns the configuration in use, defaults filled in.
@@ -184,8 +192,8 @@ func (m *Matcher[R, F]) Config() Config { return m.cfg }
 // Stats returns the counters.
 func (m *Matcher[R, F]) Stats() Stats {
 	s := m.stats
-	s.PendingRegistrations = m.regs.n
-	s.PendingFinished = m.fins.n
+	s.PendingRegistrations = m.byBase.n[regSide]
+	s.PendingFinished = m.byBase.n[finSide]
 	return s
 }
 
@@ -208,62 +216,76 @@ func (m *Matcher[R, F]) Register(now time.Time, sender string, key Key, seq uint
 	if fanout < 1 {
 		return none, 0, fmt.Errorf("match: registration fanout must be at least 1, got %d", fanout)
 	}
-	id := identity{sender: sender, key: key}
-	fp := fingerprintOf(id)
-	var superseded *regEntry[R]
-	if old := m.pending(fp, id); old != nil {
-		if !newSeq(old.seq, seq) {
-			m.stats.Duplicates++
-			return none, Duplicate, nil
-		}
-		superseded = old
+	fp := fingerprintOf(identity{sender: sender, key: key})
+	touched := m.tombs.touch(fp)
+	base := Base(key.RequestID)
+	hBase := keyHash(base)
+	firstFin, firstReg := m.byBase.lookup(base, hBase)
+	old := m.sameRegistration(firstReg, sender, key)
+	if old != 0 && !newSeq(m.regs.items[old].seq, seq) {
+		m.stats.Duplicates++
+		return none, Duplicate, nil
 	}
-	if t, ok := m.tombs.get(fp); ok {
+	if t, ok := m.tombs.get(fp, touched); ok {
 		if !newSeq(t.seq, seq) {
 			m.stats.Duplicates++
 			return none, Duplicate, nil
 		}
 		m.tombs.remove(fp)
 	}
-	if superseded != nil {
-		m.dropRegistration(superseded)
+	var replaced R
+	if old != 0 {
+		replaced = m.regs.items[old].reg
+		m.dropRegistration(old)
 		m.stats.Superseded++
 	}
 	m.stats.Registrations++
+	hTID := uint64(0)
+	if key.TransferID != "" {
+		hTID = keyHash(key.TransferID)
+	}
 	// The entry stays on the stack unless it has to wait: most
 	// registrations arrive after their request finished.
-	e := regEntry[R]{sender: sender, key: key, seq: seq, base: Base(key.RequestID), fanout: fanout, reg: reg, fp: fp}
+	e := regEntry[R]{sender: sender, key: key, seq: seq, fanout: fanout, reg: reg, fp: fp}
 	out := Pending
-	if f, kind := m.findFinished(e.sender, e.key, e.base); f != nil {
-		none = m.pair(now, &e, f, kind)
+	if f, kind := m.findFinished(sender, key, firstFin, hTID); f != 0 {
+		none = m.pair(now, &e, &m.fins.items[f], f, kind)
 		out = Matched
 	} else {
-		p := new(regEntry[R])
-		*p = e
-		p.deadline = now.Add(m.cfg.RegistrationTTL)
-		if _, taken := m.pendingIDs[fp]; !taken {
-			m.pendingIDs[fp] = p
-			p.byID = true
+		e.deadline = now.Add(m.cfg.RegistrationTTL)
+		e.at = m.line.after(now, m.cfg.RegistrationTTL)
+		r := m.regs.alloc()
+		m.regs.items[r] = e
+		m.byBase.add(regSide, r, base, hBase)
+		if key.TransferID != "" {
+			m.byTID.add(regSide, r, key.TransferID, hTID)
 		}
-		m.regs.add(key, p.base, p)
-		p.at = m.line.at(p.deadline)
-		m.regQ.push(p.at, p)
+		m.queueRegistration(r)
 	}
-	if superseded != nil {
-		none.Superseded, none.Replaced = true, superseded.reg
+	if old != 0 {
+		none.Superseded, none.Replaced = true, replaced
 	}
 	return none, out, nil
 }
 
-// pending returns the waiting registration of identity id, whose
-// fingerprint is fp. Another identity under the same fingerprint (a chance
-// of 2^-128) is not it: that one is then found only through the indexes.
-func (m *Matcher[R, F]) pending(fp fingerprint, id identity) *regEntry[R] {
-	e, ok := m.pendingIDs[fp]
-	if !ok || e.sender != id.sender || e.key != id.key {
-		return nil
+// sameRegistration returns the slot of the waiting registration from
+// sender with key, among those filed under its stripped id from first on,
+// or 0.
+func (m *Matcher[R, F]) sameRegistration(first uint32, sender string, key Key) uint32 {
+	for r := first; r != 0; r = m.byBase.after(regSide, r) {
+		if e := &m.regs.items[r]; e.sender == sender && e.key == key {
+			return r
+		}
 	}
-	return e
+	return 0
+}
+
+// pending returns the slot of the waiting registration from sender with
+// key, or 0.
+func (m *Matcher[R, F]) pending(sender string, key Key) uint32 {
+	base := Base(key.RequestID)
+	_, first := m.byBase.lookup(base, keyHash(base))
+	return m.sameRegistration(first, sender, key)
 }
 
 // newSeq reports whether a registration with seq is another registration
@@ -271,10 +293,56 @@ func (m *Matcher[R, F]) pending(fp fingerprint, id identity) *regEntry[R] {
 // seq and they differ.
 func newSeq(old, seq uint64) bool { return old != 0 && seq != 0 && old != seq }
 
-// findFinished returns the finished entry that a registration from sender
-// with key and stripped id base pairs with, by the first rule that finds one.
-func (m *Matcher[R, F]) findFinished(sender string, key Key, base string) (*finEntry[F], Kind) {
-	return m.fins.find(key, base, finKey[F], func(f *finEntry[F]) bool { return !f.hasServed(sender) })
+// findFinished returns the slot of the finished entry that a registration
+// from sender with key pairs with, by the first rule that finds one, or 0.
+// first is the oldest finished entry filed under the key's stripped id,
+// hTID the transfer id's hash.
+func (m *Matcher[R, F]) findFinished(sender string, key Key, first uint32, hTID uint64) (uint32, Kind) {
+	if key.TransferID != "" {
+		f, _ := m.byTID.lookup(key.TransferID, hTID)
+		for ; f != 0; f = m.byTID.after(finSide, f) {
+			if !m.fins.items[f].hasServed(sender) {
+				return f, ByTransferID
+			}
+		}
+	}
+	for f := first; f != 0; f = m.byBase.after(finSide, f) {
+		if x := &m.fins.items[f]; x.key.RequestID == key.RequestID && !conflicts(x.key, key) && !x.hasServed(sender) {
+			return f, ByExactID
+		}
+	}
+	for f := first; f != 0; f = m.byBase.after(finSide, f) {
+		if x := &m.fins.items[f]; x.key.RequestID != key.RequestID && !conflicts(x.key, key) && !x.hasServed(sender) {
+			return f, ByStrippedID
+		}
+	}
+	return 0, 0
+}
+
+// findRegistration returns the slot of a registration that finished entry
+// f pairs with, by the first rule that finds one, or 0. first is the
+// oldest registration filed under f's stripped id, hTID its transfer id's
+// hash.
+func (m *Matcher[R, F]) findRegistration(f *finEntry[F], first uint32, hTID uint64) (uint32, Kind) {
+	if f.key.TransferID != "" {
+		_, r := m.byTID.lookup(f.key.TransferID, hTID)
+		for ; r != 0; r = m.byTID.after(regSide, r) {
+			if !f.hasServed(m.regs.items[r].sender) {
+				return r, ByTransferID
+			}
+		}
+	}
+	for r := first; r != 0; r = m.byBase.after(regSide, r) {
+		if e := &m.regs.items[r]; e.key.RequestID == f.key.RequestID && !conflicts(e.key, f.key) && !f.hasServed(e.sender) {
+			return r, ByExactID
+		}
+	}
+	for r := first; r != 0; r = m.byBase.after(regSide, r) {
+		if e := &m.regs.items[r]; e.key.RequestID != f.key.RequestID && !conflicts(e.key, f.key) && !f.hasServed(e.sender) {
+			return r, ByStrippedID
+		}
+	}
+	return 0, 0
 }
 
 // Finish adds a finished request's blocks and returns the registrations they
@@ -286,51 +354,48 @@ func (m *Matcher[R, F]) Finish(now time.Time, key Key, fin F) ([]Match[R, F], er
 		return nil, errors.New("match: finished request has an empty id")
 	}
 	base := Base(key.RequestID)
-	// One lookup serves the duplicate check and, below, the insertion:
-	// pairing changes registrations only, so the count still holds then.
-	var buf [1]*finEntry[F]
-	same := m.fins.byBase.list(base, &buf)
-	for _, x := range same {
-		if x.key.RequestID == key.RequestID {
+	hBase := keyHash(base)
+	firstFin, firstReg := m.byBase.lookup(base, hBase)
+	for f := firstFin; f != 0; f = m.byBase.after(finSide, f) {
+		if m.fins.items[f].key.RequestID == key.RequestID {
 			return nil, fmt.Errorf("%w: %q", ErrDuplicateFinished, key.RequestID)
 		}
 	}
-	sameBase := len(same)
 	m.stats.Finished++
-	f := &finEntry[F]{key: key, base: base, fin: fin, deadline: now.Add(m.cfg.FinishedTTL)}
-	f.served = f.one[:0]
+	hTID := uint64(0)
+	if key.TransferID != "" {
+		hTID = keyHash(key.TransferID)
+	}
+	f := finEntry[F]{key: key, fin: fin, deadline: now.Add(m.cfg.FinishedTTL)}
 	var out []Match[R, F]
-	for f.want == 0 || len(f.served) < f.want {
-		e, kind := m.findRegistration(f)
-		if e == nil {
+	for f.want == 0 || f.served < f.want {
+		r, kind := m.findRegistration(&f, firstReg, hTID)
+		if r == 0 {
 			break
 		}
-		m.dropRegistration(e)
-		out = append(out, m.pair(now, e, f, kind))
+		e := m.regs.items[r]
+		m.dropRegistration(r)
+		out = append(out, m.pair(now, &e, &f, 0, kind))
+		_, firstReg = m.byBase.lookup(base, hBase)
 	}
-	if f.want != 0 && len(f.served) >= f.want {
+	if f.want != 0 && f.served >= f.want {
 		return out, nil
 	}
-	m.fins.addCounted(key, f.base, f, sameBase)
-	f.indexed = true
-	f.at = m.line.at(f.deadline)
-	m.finQ.push(f.at, f)
+	f.at = m.line.after(now, m.cfg.FinishedTTL)
+	i := m.fins.alloc()
+	m.fins.items[i] = f
+	m.byBase.add(finSide, i, base, hBase)
+	if key.TransferID != "" {
+		m.byTID.add(finSide, i, key.TransferID, hTID)
+	}
+	m.queueFinished(i)
 	return out, nil
 }
 
-// findRegistration returns a registration that finished entry f pairs
-// with, by the first rule that finds one.
-func (m *Matcher[R, F]) findRegistration(f *finEntry[F]) (*regEntry[R], Kind) {
-	return m.regs.find(f.key, f.base, regKey[R], func(e *regEntry[R]) bool { return !f.hasServed(e.sender) })
-}
-
-func finKey[F any](f *finEntry[F]) Key { return f.key }
-func regKey[R any](e *regEntry[R]) Key { return e.key }
-
-// pair records that registration e is served by f, counts it, leaves a
-// tombstone for duplicates, and removes f once it has every registration it
-// expects.
-func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind Kind) Match[R, F] {
+// pair records that registration e is served by f (waiting in slot fi, or
+// 0 while it is being added), counts it, leaves a tombstone for
+// duplicates, and removes f once it has every registration it expects.
+func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], fi uint32, kind Kind) Match[R, F] {
 	switch kind {
 	case ByTransferID:
 		m.stats.MatchedTransferID++
@@ -342,40 +407,57 @@ func (m *Matcher[R, F]) pair(now time.Time, e *regEntry[R], f *finEntry[F], kind
 	if f.want == 0 {
 		f.want = e.fanout
 	}
-	f.served = append(f.served, e.sender)
-	m.tombs.put(e.fp, e.seq, m.line.at(now.Add(m.cfg.RegistrationTTL)))
-	last := len(f.served) >= f.want
-	if last && f.indexed {
-		m.dropFinished(f)
+	f.serve(e.sender)
+	m.tombs.put(e.fp, e.seq, m.line.after(now, m.cfg.RegistrationTTL))
+	last := f.served >= f.want
+	mt := Match[R, F]{Kind: kind, Sender: e.sender, RegKey: e.key, FinKey: f.key, Reg: e.reg, Fin: f.fin, Last: last}
+	if last && fi != 0 {
+		m.dropFinished(fi)
 	}
-	return Match[R, F]{Kind: kind, Sender: e.sender, RegKey: e.key, FinKey: f.key, Reg: e.reg, Fin: f.fin, Last: last}
+	return mt
 }
 
-func (m *Matcher[R, F]) dropRegistration(e *regEntry[R]) {
-	e.gone = true
-	if e.byID {
-		delete(m.pendingIDs, e.fp)
-		e.byID = false
+func (m *Matcher[R, F]) dropRegistration(r uint32) {
+	m.byBase.remove(regSide, r)
+	if m.regs.items[r].key.TransferID != "" {
+		m.byTID.remove(regSide, r)
 	}
-	m.regs.remove(e.key, e.base, e)
+	m.regs.release(r)
 }
 
-func (m *Matcher[R, F]) dropFinished(f *finEntry[F]) {
-	f.gone = true
-	f.indexed = false
-	m.fins.remove(f.key, f.base, f)
+func (m *Matcher[R, F]) dropFinished(f uint32) {
+	m.byBase.remove(finSide, f)
+	if m.fins.items[f].key.TransferID != "" {
+		m.byTID.remove(finSide, f)
+	}
+	m.fins.release(f)
+}
+
+// finishedByID returns the slot of the finished request waiting under
+// exactly id, or 0.
+func (m *Matcher[R, F]) finishedByID(id string) uint32 {
+	base := Base(id)
+	f, _ := m.byBase.lookup(base, keyHash(base))
+	for ; f != 0; f = m.byBase.after(finSide, f) {
+		if m.fins.items[f].key.RequestID == id {
+			return f
+		}
+	}
+	return 0
 }
 
 // Cancel removes a finished request that still waits for registrations
 // (the engine aborted it) and returns its payload and how many
 // registrations it had served.
 func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
-	f, ok := m.fins.byID(requestID, finKey[F])
-	if !ok {
+	f := m.finishedByID(requestID)
+	if f == 0 {
 		return fin, 0, false
 	}
+	x := &m.fins.items[f]
+	fin, served = x.fin, x.served
 	m.dropFinished(f)
-	return f.fin, len(f.served), true
+	return fin, served, true
 }
 
 // Extend moves the lease of the finished requests waiting under exactly
@@ -385,109 +467,33 @@ func (m *Matcher[R, F]) Cancel(requestID string) (fin F, served int, ok bool) {
 func (m *Matcher[R, F]) Extend(until time.Time, requestIDs ...string) int {
 	n := 0
 	for _, id := range requestIDs {
-		if f, ok := m.fins.byID(id, finKey[F]); ok && until.After(f.deadline) {
-			f.deadline, f.at = until, m.line.at(until)
-			m.finQ.push(f.at, f)
+		if f := m.finishedByID(id); f != 0 && until.After(m.fins.items[f].deadline) {
+			x := &m.fins.items[f]
+			x.deadline, x.at = until, m.line.at(until)
+			m.queueFinished(f)
 			n++
 		}
 	}
 	return n
 }
 
-// Expire removes and returns, each exactly once, the registrations and the
-// finished requests whose deadline is at or before now.
-func (m *Matcher[R, F]) Expire(now time.Time) ([]ExpiredRegistration[R], []ExpiredFinished[F]) {
-	var regs []ExpiredRegistration[R]
-	var fins []ExpiredFinished[F]
-	limit := m.line.at(now)
-	for {
-		e, at, ok := m.regQ.front()
-		if !ok || at > limit {
-			break
-		}
-		m.regQ.pop()
-		m.dropRegistration(e)
-		m.stats.ExpiredRegistrations++
-		regs = append(regs, ExpiredRegistration[R]{Sender: e.sender, Key: e.key, Reg: e.reg})
-	}
-	for {
-		f, at, ok := m.finQ.front()
-		if !ok || at > limit {
-			break
-		}
-		m.finQ.pop()
-		m.dropFinished(f)
-		m.stats.ExpiredFinished++
-		fins = append(fins, ExpiredFinished[F]{Key: f.key, Fin: f.fin, Served: len(f.served)})
-	}
-	m.tombs.expire(limit)
-	return regs, fins
-}
-
-// Next returns the earliest deadline of a pending registration or finished
-// request, so the owner can sleep until then. Duplicate-detection memory
-// expires too, but nothing waits on it.
-func (m *Matcher[R, F]) Next() (time.Time, bool) {
-	r, rok := m.regQ.next()
-	f, fok := m.finQ.next()
-	switch {
-	case rok && fok:
-		if f.Before(r) {
-			return f, true
-		}
-		return r, true
-	case rok:
-		return r, true
-	case fok:
-		return f, true
-	}
-	return time.Time{}, false
-}
-
 // WaitingFinished reports whether any finished request waits for a
 // registration: the writer polls for notifications only then.
-func (m *Matcher[R, F]) WaitingFinished() bool { return m.fins.n > 0 }
-
-// Flush removes and returns every pending registration and finished
-// request, for an owner that shuts down; nothing is counted as expired.
-func (m *Matcher[R, F]) Flush() ([]ExpiredRegistration[R], []ExpiredFinished[F]) {
-	var regs []ExpiredRegistration[R]
-	var fins []ExpiredFinished[F]
-	for {
-		e, _, ok := m.regQ.front()
-		if !ok {
-			break
-		}
-		m.regQ.pop()
-		m.dropRegistration(e)
-		regs = append(regs, ExpiredRegistration[R]{Sender: e.sender, Key: e.key, Reg: e.reg})
-	}
-	for {
-		f, _, ok := m.finQ.front()
-		if !ok {
-			break
-		}
-		m.finQ.pop()
-		m.dropFinished(f)
-		fins = append(fins, ExpiredFinished[F]{Key: f.key, Fin: f.fin, Served: len(f.served)})
-	}
-	return regs, fins
-}
+func (m *Matcher[R, F]) WaitingFinished() bool { return m.byBase.n[finSide] > 0 }
 
 // PendingRegistrations returns the number of registrations waiting for
 // their request to finish, for the owner's cap on them.
-func (m *Matcher[R, F]) PendingRegistrations() int { return m.regs.n }
+func (m *Matcher[R, F]) PendingRegistrations() int { return m.byBase.n[regSide] }
 
 // Pending returns the registration from sender with key that waits for its
 // request to finish, leaving it in place.
 func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
-	id := identity{sender: sender, key: key}
-	e := m.pending(fingerprintOf(id), id)
-	if e == nil {
+	r := m.pending(sender, key)
+	if r == 0 {
 		var none R
 		return none, false
 	}
-	return e.reg, true
+	return m.regs.items[r].reg, true
 }
 
 // Withdraw removes the registration from sender with key that waits for
@@ -495,12 +501,12 @@ func (m *Matcher[R, F]) Pending(sender string, key Key) (R, bool) {
 // refuses it after all. A withdrawn registration pairs with nothing, so a
 // later one of the same identity is not a Duplicate.
 func (m *Matcher[R, F]) Withdraw(sender string, key Key) (R, bool) {
-	id := identity{sender: sender, key: key}
-	e := m.pending(fingerprintOf(id), id)
-	if e == nil {
+	r := m.pending(sender, key)
+	if r == 0 {
 		var none R
 		return none, false
 	}
-	m.dropRegistration(e)
-	return e.reg, true
+	reg := m.regs.items[r].reg
+	m.dropRegistration(r)
+	return reg, true
 }

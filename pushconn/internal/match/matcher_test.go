@@ -473,3 +473,29 @@ func TestReplacedTombstoneKeepsItsOwnDeadline(t *testing.T) {
 	require.Equal(t, Pending, out)
 	require.Equal(t, uint64(1), m.Stats().Duplicates)
 }
+
+// A registration received long before it is admitted may leave a
+// tombstone whose deadline an expiry has already passed: a copy is still
+// a duplicate until the next expiry that reaches that deadline, as when
+// tombstones were queued.
+func TestLateRegistrationsTombstoneLastsUntilTheNextExpiry(t *testing.T) {
+	m := newM(t)
+	_, err := m.Finish(t0, Key{RequestID: "a"}, "fin")
+	require.NoError(t, err)
+	m.Expire(t0.Add(time.Hour))
+	_, err = m.Finish(t0.Add(time.Hour), Key{RequestID: "a"}, "fin2")
+	require.NoError(t, err)
+	received := t0.Add(time.Hour - 500*time.Second) // its tombstone is due 20 s before the last expiry
+	mt, out, err := m.Register(received, "d0", Key{RequestID: "a"}, 0, 1, "reg")
+	require.NoError(t, err)
+	require.Equal(t, Matched, out)
+	require.Equal(t, "fin2", mt.Fin)
+	_, out, _ = m.Register(t0.Add(time.Hour), "d0", Key{RequestID: "a"}, 0, 1, "copy")
+	require.Equal(t, Duplicate, out)
+	m.Expire(t0.Add(time.Hour - 21*time.Second)) // not yet its deadline
+	_, out, _ = m.Register(t0.Add(time.Hour), "d0", Key{RequestID: "a"}, 0, 1, "copy")
+	require.Equal(t, Duplicate, out)
+	m.Expire(t0.Add(time.Hour - 20*time.Second))
+	_, out, _ = m.Register(t0.Add(time.Hour), "d0", Key{RequestID: "a"}, 0, 1, "after")
+	require.Equal(t, Pending, out)
+}
