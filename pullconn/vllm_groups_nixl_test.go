@@ -26,6 +26,7 @@ func newNativeVLLMGroupCluster(t *testing.T, shape string, prefill, decode side,
 	t.Cleanup(c.close)
 	pg, dg := grouptest.Geometry(shape, prefill.tp, prefill.bs), grouptest.Geometry(shape, decode.tp, decode.bs)
 	pg.KVPacked, dg.KVPacked = true, true
+	pg.Order, dg.Order = porder, dorder // each engine's block order, as its ranks' layouts have it
 	v := connector.VLLM{Version: "0.27.1", AttentionBackend: "FLASH_ATTN"}
 	c.pe, err = NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg, Protocol: connector.ProtocolVLLM, VLLM: v})
 	require.NoError(t, err)
