@@ -1,0 +1,190 @@
+package pushconn
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/groupids/grouptest"
+)
+
+// TestGroupsPushStaged moves grouped requests (a sliding-window model, a
+// hybrid attention + Mamba model) through staging slots at TP 2->2, 2->1
+// and 1->2 and equal and different block sizes, in chunks (the default,
+// one per region here) and whole (Chunks 1, PUSH_STAGED): decode offers a
+// slot holding one group image per prefill rank (staging.GroupDstImage),
+// each prefill rank gathers its mapped pairs into its own slot and writes
+// it there, and decode scatters every group. Every byte of every decode
+// rank is checked (pushGroupsStaged), every WRITE with something to move
+// went through the slots on both sides (exact counts), and every slot
+// comes back.
+func TestGroupsPushStaged(t *testing.T) {
+	for _, shape := range grouptest.Shapes {
+		for i, tc := range []struct{ ptp, pbs, dtp, dbs int }{
+			{2, 16, 2, 16}, {2, 16, 1, 16}, {1, 16, 2, 16}, {2, 16, 2, 8}, {1, 8, 2, 16},
+		} {
+			chunks := 0
+			if i%2 == 1 {
+				chunks = 1
+			}
+			t.Run(fmt.Sprintf("%s/tp%d-bs%d_to_tp%d-bs%d/chunks%d", shape, tc.ptp, tc.pbs, tc.dtp, tc.dbs, chunks), func(t *testing.T) {
+				m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
+				withChunks := func(side string) func(*Config) {
+					return func(c *Config) {
+						m.rank(side)(c)
+						c.Staging.Chunks = chunks
+					}
+				}
+				g, err := newGroupRigOpts(t, shape, tc.ptp, tc.pbs, tc.dtp, tc.dbs, groupRigOpts{preRank: withChunks("prefill"), decRank: withChunks("decode")})
+				require.NoError(t, err)
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(len(shape))))
+				reqs := append(groupReqs(shape, tc.pbs, tc.dbs), fragmentedGroupReq(rng, g, 57))
+				var wantStaged uint64
+				for k, r := range reqs {
+					wantStaged += g.pushGroupsStaged(fmt.Sprintf("req-%d", k), k+1, r, k%2 == 0)
+				}
+				require.Positive(t, wantStaged)
+				var pre, dec uint64
+				for _, p := range g.producers {
+					pre += extra(t, p.Stats(), "staged_transfers")
+					require.Zero(t, extra(t, p.Stats(), "staging_no_slot"))
+				}
+				for _, c := range g.consumers {
+					dec += extra(t, c.Stats(), "staged_transfers")
+				}
+				require.Equal(t, wantStaged, pre, "prefill staged every WRITE with something to move")
+				require.Equal(t, wantStaged, dec, "decode scattered every staged part")
+			})
+		}
+	}
+}
+
+// fragmentedGroupReq returns a request of tokens whose lists are random
+// distinct blocks on both sides (a decode prefix hit of one block).
+func fragmentedGroupReq(rng *rand.Rand, g *groupRig, tokens int) groupReq {
+	lists := func(l *descriptors.Layout, hit int) [][]int {
+		counts := grouptest.Counts(l, tokens, l.BlockSize, hit)
+		out := make([][]int, len(counts))
+		for k, n := range counts {
+			out[k] = rng.Perm(l.NumBlocks)[:n]
+		}
+		return out
+	}
+	return groupReq{tokens: tokens, src: lists(g.pre[0].L, 0), dst: lists(g.dec[0].L, 1)}
+}
+
+// pushGroupsStaged moves one grouped request with staging on and checks
+// every byte of every decode rank: each byte the descriptors' mapping
+// writes holds what it writes, the request's tokens and state are where
+// the model places them, and every other byte is as it was unless it lies
+// in a block decode listed for the request (the staged scatter writes a
+// listed block's whole run of its image: the padding past the last token,
+// a sliding window's tokens before prefill's list). A request ending on
+// both sides' block boundaries leaves exactly the direct path's memory.
+// It returns how many prefill-decode rank pairs have something to move
+// (the staged WRITEs), and checks that every slot came back.
+func (g *groupRig) pushGroupsStaged(id string, seed int, r groupReq, registerFirst bool) uint64 {
+	t := g.t
+	t.Helper()
+	for _, s := range g.pre {
+		grouptest.Fill(seed, s, r.src, r.tokens)
+	}
+	req := descriptors.GroupRequest{Tokens: r.tokens, Src: r.src, Dst: r.dst}
+	want := make([][]byte, len(g.dec))
+	before := make([][]byte, len(g.dec))
+	mapped := make([][]bool, len(g.dec))
+	var pairs uint64
+	for i, d := range g.dec {
+		var err error
+		before[i] = append([]byte(nil), d.Mem...)
+		want[i], err = grouptest.Expect(g.pre, d, d.Mem, req)
+		require.NoError(t, err)
+		mapped[i] = make([]bool, len(d.Mem))
+		sources, err := descriptors.Sources(g.pre[0].L, d.L)
+		require.NoError(t, err)
+		for _, s := range sources {
+			tr, err := descriptors.MapGroupsRequest(g.pre[s].L, d.L, req)
+			require.NoError(t, err)
+			if tr.Len() > 0 {
+				pairs++
+			}
+			for _, dd := range tr.Dst.Descs {
+				for k := dd.Addr - d.Base; k < dd.Addr-d.Base+dd.Len; k++ {
+					mapped[i][k] = true
+				}
+			}
+		}
+	}
+	register := func() {
+		for _, c := range g.consumers {
+			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst))
+		}
+	}
+	finish := func() {
+		for _, p := range g.producers {
+			_, err := p.RequestFinishedGroups(id, r.tokens, r.src)
+			require.NoError(t, err)
+		}
+	}
+	if registerFirst {
+		register()
+		finish()
+	} else {
+		finish()
+		register()
+	}
+	for i, c := range g.consumers {
+		got := await(t, c, 1)
+		require.Len(t, got, 1)
+		require.NoError(t, got[0].Err, "decode rank %d", i)
+	}
+	for _, p := range g.producers {
+		freedOnce(t, p, id)
+	}
+	eventually(t, "staging slots back", func() bool { pre, dec := inUse(g.rig); return pre+dec == 0 })
+	aligned := r.tokens%g.pre[0].L.BlockSize == 0 && r.tokens%g.dec[0].L.BlockSize == 0 && g.pre[0].L.BlockSize >= g.dec[0].L.BlockSize
+	for i, d := range g.dec {
+		from := grouptest.Start(d.L, r.src, r.dst, r.tokens, g.pre[0].L.BlockSize, d.L.BlockSize)
+		n, err := grouptest.Verify(seed, d, r.dst, r.tokens, from)
+		require.NoError(t, err, "request %s", id)
+		if !groupEmpty(r.dst) {
+			require.Positive(t, n)
+		}
+		listed := listedBytes(d, r.dst)
+		for k := range d.Mem {
+			switch {
+			case mapped[i][k] && d.Mem[k] != want[i][k]:
+				t.Fatalf("request %s: decode rank %d byte %d: got %#x, the mapping writes %#x", id, i, k, d.Mem[k], want[i][k])
+			case !mapped[i][k] && !listed[k] && d.Mem[k] != before[i][k]:
+				t.Fatalf("request %s: decode rank %d byte %d, in no block the request lists, changed: %#x -> %#x", id, i, k, before[i][k], d.Mem[k])
+			}
+		}
+		if aligned {
+			require.True(t, bytes.Equal(want[i], d.Mem), "request %s: decode rank %d differs from the direct path", id, i)
+		}
+	}
+	return pairs
+}
+
+// listedBytes marks the bytes of the blocks (state slots) rank r lists.
+func listedBytes(r grouptest.Rank, lists [][]int) []bool {
+	out := make([]bool, len(r.Mem))
+	l := r.L
+	for gi, g := range l.GroupList() {
+		for _, reg := range g.Regions {
+			lbl := l.BlockLenOf(reg) * uint64(max(g.PhysicalPerLogical, 1))
+			for _, b := range lists[gi] {
+				off := l.Regions[reg].Base - r.Base + uint64(b)*lbl
+				for k := off; k < off+lbl; k++ {
+					out[k] = true
+				}
+			}
+		}
+	}
+	return out
+}
