@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/groupids/grouptest"
+	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
+	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
 // TestGroupsPushStaged moves grouped requests (a sliding-window model, a
@@ -187,4 +191,73 @@ func listedBytes(r grouptest.Rank, lists [][]int) []bool {
 		}
 	}
 	return out
+}
+
+// TestGroupsPushStagedFailures: a grouped staged WRITE whose gather, WRITE
+// or scatter fails ends the request once (PUSH_FAIL transfer on decode
+// for the first two, connector.ErrStaging for the scatter), frees
+// prefill's blocks once and every slot on both sides; the next request
+// goes through the slots again with every byte checked. The hybrid shape
+// at TP 2 -> 1: the scatter is several copies (the attention group, each
+// state part), the second of which fails.
+func TestGroupsPushStagedFailures(t *testing.T) {
+	for _, step := range []string{"gather", "transfer", "scatter"} {
+		t.Run(step, func(t *testing.T) {
+			m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
+			bad := map[string]connector.Copier{}
+			if step == "gather" {
+				bad["prefill"] = &stagingtest.Copier{FailAt: 1}
+			}
+			if step == "scatter" {
+				bad["decode"] = &stagingtest.Copier{FailAt: 2}
+			}
+			m.copier = func(side string) connector.Copier {
+				if c := bad[side]; c != nil {
+					return c
+				}
+				return staging.HostCopier{}
+			}
+			g, err := newGroupRigOpts(t, "hybrid", 2, 16, 1, 16, groupRigOpts{preRank: m.rank("prefill"), decRank: m.rank("decode")})
+			require.NoError(t, err)
+			if step == "transfer" {
+				_, err := g.fabric.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "gprefill-1", Count: 1})
+				require.NoError(t, err)
+			}
+			c := g.consumers[0]
+			r := groupReqs("hybrid", 16, 16)[0]
+			require.NoError(t, c.RegisterGroups("x", Coordinates(g.rig.pre), r.dst))
+			for _, p := range g.producers {
+				_, err := p.RequestFinishedGroups("x", r.tokens, r.src)
+				require.NoError(t, err)
+			}
+			res := await(t, c, 1)
+			require.Len(t, res, 1)
+			switch step {
+			case "scatter":
+				require.ErrorIs(t, res[0].Err, connector.ErrStaging)
+			default:
+				require.True(t, isPushFail(res[0].Err, "transfer"), "err = %v", res[0].Err)
+			}
+			// A prefill rank that had not written when decode failed the
+			// request is cancelled and frees its blocks at its lease's
+			// end.
+			g.clock.Advance(time.Hour)
+			for _, p := range g.producers {
+				freedOnce(t, p, "x")
+			}
+			var failures uint64
+			for _, p := range g.producers {
+				failures += extra(t, p.Stats(), "staging_failures")
+			}
+			failures += extra(t, c.Stats(), "staging_failures")
+			if step != "transfer" {
+				require.Equal(t, uint64(1), failures)
+			}
+			eventually(t, "staging slots back", func() bool { pre, dec := inUse(g.rig); return pre+dec == 0 })
+			// The next request goes through the slots again.
+			before := extra(t, c.Stats(), "staged_transfers")
+			require.EqualValues(t, 2, g.pushGroupsStaged("y", 7, groupReqs("hybrid", 16, 16)[1], true))
+			require.Equal(t, before+2, extra(t, c.Stats(), "staged_transfers"))
+		})
+	}
 }
