@@ -312,3 +312,26 @@ func TestGroupDstImageRefusals(t *testing.T) {
 	_, err = p.PlanWriteGroups(&tr, &src, &dst, empty, Slot{Addr: 0x10, Len: 1 << 20}, 0)
 	require.EqualError(t, err, "staging: the image is empty")
 }
+
+// An NHD destination holds a source rank's heads in one run per token:
+// across TP sizes neither image can name them as one run per block, so
+// both refuse (the connectors write such a request directly); at equal TP
+// the image is whole blocks and NHD is fine.
+func TestDstImageNHD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	src, _ := hostLayout(t, 2, 0, 16, 8, rng)
+	dst, _ := hostLayout(t, 1, 0, 16, 8, rng)
+	dst.Order = descriptors.OrderNHD
+	_, err := NewDstImage(&src, &dst, 2)
+	require.EqualError(t, err, "staging: NHD destination blocks hold a source rank's heads in one run per token, not per block: not staged")
+	_, err = NewGroupDstImage(&src, &dst, [][]int{{1, 2}})
+	require.EqualError(t, err, "staging: group 0 (full): NHD destination blocks hold a source rank's heads in one run per token, not per block: not staged")
+	same, _ := hostLayout(t, 1, 0, 16, 8, rng)
+	same.Order = descriptors.OrderNHD
+	im, err := NewDstImage(&same, &dst, 2)
+	require.NoError(t, err)
+	require.Equal(t, dst.BlockLen(), im.PerBlock)
+	gim, err := NewGroupDstImage(&same, &dst, [][]int{{1, 2}})
+	require.NoError(t, err)
+	require.Equal(t, im.Size(), gim.Size())
+}
