@@ -32,7 +32,8 @@ type EngineConfig struct {
 	// the peer engine's.
 	Geometry descriptors.Geometry
 	// KVLayout names the KV-cache memory layout; "HND" (the default) is
-	// the only one supported.
+	// the only one supported. The in-block order (HND or NHD) is
+	// Geometry.Order: an NHD engine pairs with HND and NHD peers.
 	KVLayout string
 	// Protocol is the wire the engine speaks with its peers: gonixl's own
 	// (the default) or vLLM's (ProtocolVLLM, with VLLM's facts; then

@@ -89,6 +89,10 @@ func vllmConfig(cfg EngineConfig, conn engine.Connector) (engine.VLLMConfig, err
 		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.VLLM.AttentionBackend is empty: vLLM's compatibility hash needs the peers' attention backend name", conn.ErrInvalid)
 	case !g.KVPacked && !g.MLA:
 		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.Geometry.KVPacked is false: vLLM's connector moves each layer's K and V packed in one region (set KVPacked, or MLA)", conn.ErrInvalid)
+	case v.DisableHMA && g.Groups != nil && len(*g.Groups) > 0:
+		// Without its hybrid KV-cache manager vLLM keeps one group (a
+		// sliding window as full attention) and refuses Mamba layers.
+		return engine.VLLMConfig{}, fmt.Errorf("%w: EngineConfig.VLLM.DisableHMA is set with %d KV-cache groups (Geometry.Groups): vLLM moves groups only with its hybrid KV-cache manager on (is_hma_enabled)", conn.ErrInvalid, len(*g.Groups))
 	}
 	f := vllm.CompatFactors{
 		VLLMVersion: v.Version, Model: cfg.Model, DType: cmp.Or(v.DType, "torch."+g.DType),

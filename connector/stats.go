@@ -43,6 +43,26 @@ type Stats struct {
 	// Extra holds the counters only one connector keeps, in the order it
 	// registered them.
 	Extra []Counter
+	// PrefixHitBlocks counts, on a decode rank, per KV-cache group of its
+	// layout (Layout.GroupList order, one entry per group), the logical
+	// blocks that its grouped calls' lists left out because the rank
+	// already held them: a prefix-cache hit, which may differ from group
+	// to group (descriptors.PrefixHits says how each kind counts; SSM
+	// state is never a hit). pullconn counts each LoadGroups it accepts,
+	// from Params.NumTokens; pushconn each RegisterGroups it accepts that
+	// gives the request's length with WithTokens. nil on prefill ranks and
+	// Engines. promstats exports it as nixl_prefix_hit_blocks_total with
+	// group and kind labels.
+	PrefixHitBlocks []GroupCount
+}
+
+// GroupCount is one KV-cache group's value of a per-group counter.
+type GroupCount struct {
+	// Group is the group's index in the rank's Layout.GroupList.
+	Group int
+	// Kind is the group's kind: "full", "sliding_window", "mla" or "ssm".
+	Kind  string
+	Value uint64
 }
 
 // Timing digests a duration series: Count and Sum cover every sample, the
@@ -98,6 +118,12 @@ func statsOf(s stats.Snapshot) Stats {
 		out.Extra = make([]Counter, len(s.Extra))
 		for i, c := range s.Extra {
 			out.Extra[i] = Counter(c)
+		}
+	}
+	if len(s.PrefixHitBlocks) > 0 {
+		out.PrefixHitBlocks = make([]GroupCount, len(s.PrefixHitBlocks))
+		for i, v := range s.PrefixHitBlocks {
+			out.PrefixHitBlocks[i] = GroupCount{Group: i, Kind: v.Kind, Value: v.Value}
 		}
 	}
 	return out

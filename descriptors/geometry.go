@@ -40,6 +40,14 @@ type Geometry struct {
 	// geometries with groups are equal under == only when they share the
 	// list, so compare them with reflect.DeepEqual.
 	Groups *[]GroupGeometry
+	// Order is the memory order inside an attention block of every rank
+	// (see [Layout]): "" or OrderHND head-major, OrderNHD token-major
+	// (vLLM's LBNHC). Layouts built from the geometry carry it, and
+	// [Geometry.Check] wants it of a rank's layout ("" and OrderHND are
+	// one order). An engine states it once because a peer must know it
+	// before the first transfer: the connectors' handshake names an NHD
+	// engine's layout so that a gonixl peer that predates Order refuses it.
+	Order string
 	// PPSize is the number of pipeline-parallel stages (0 or 1: none).
 	// With more, Layers is the whole model's and each stage's ranks hold
 	// a contiguous range of them: build a rank's layout with
@@ -200,6 +208,8 @@ func (g Geometry) Validate() error {
 		return invalidf("Geometry.ElemBytes is %d, want >= 0 (0: the size of DType)", g.ElemBytes)
 	case g.ElemBytes > maxField:
 		return invalidf("Geometry.ElemBytes is %d, want <= %d", g.ElemBytes, maxField)
+	case g.Order != "" && g.Order != OrderHND && g.Order != OrderNHD:
+		return invalidf("Geometry.Order is %q, want %q or %q (\"\" is %q)", g.Order, OrderHND, OrderNHD, OrderHND)
 	}
 	if g.ElemBytes == 0 {
 		if _, err := DTypeBytes(g.DType); err != nil {
@@ -335,7 +345,7 @@ func (g Geometry) layoutArgs(mem nixl.MemType, tpRank int) error {
 func (g Geometry) layout(mem nixl.MemType, tpRank int) Layout {
 	l := Layout{Mem: mem, Regions: make([]Region, g.numRegions()), NumLayers: g.Layers, NumBlocks: g.Blocks,
 		BlockSize: g.BlockSize, KVHeads: g.RankHeads(), HeadBytes: g.HeadBytes(), DType: g.DType, MLA: g.MLA,
-		KVPacked: g.KVPacked, TPRank: tpRank, TPSize: g.TPSize}
+		KVPacked: g.KVPacked, TPRank: tpRank, TPSize: g.TPSize, Order: g.Order}
 	if g.replicated() {
 		l.ModelKVHeads = g.KVHeads
 	}
@@ -358,9 +368,10 @@ func (g Geometry) finish(l *Layout) error {
 // TPRank and regions. Otherwise the error, matching [ErrInvalid], is the
 // geometry's own Validate error, or names the first Layout field that
 // disagrees and both values, as in "Layout.BlockSize is 16, the geometry's
-// is 32"; fields are compared in the order MLA, DType, NumLayers, NumBlocks,
-// BlockSize, HeadBytes, TPSize, KVHeads, ModelKVHeads (the earlier ones
-// explain the later), and last comes l.Validate (TPRank, Mem, the regions).
+// is 32"; fields are compared in the order MLA, KVPacked, Order, DType,
+// NumLayers, NumBlocks, BlockSize, HeadBytes, TPSize, KVHeads, ModelKVHeads
+// (the earlier ones explain the later), and last comes l.Validate (TPRank,
+// Mem, the regions). Orders compare by [OrderOf]: "" and OrderHND agree.
 //
 // ModelKVHeads may be 0 or the model's head count when heads are not
 // replicated (the two mean the same, see [Layout]); with MLA it is ignored.
@@ -376,6 +387,8 @@ func (g Geometry) Check(l Layout) error {
 		return invalidf("Layout.MLA is %v, the geometry's is %v", l.MLA, g.MLA)
 	case l.KVPacked != g.KVPacked:
 		return invalidf("Layout.KVPacked is %v, the geometry's is %v", l.KVPacked, g.KVPacked)
+	case OrderOf(l.Order) != OrderOf(g.Order):
+		return invalidf("Layout.Order is %q, the geometry's is %q", OrderOf(l.Order), OrderOf(g.Order))
 	case l.DType != g.DType:
 		return invalidf("Layout.DType is %q, the geometry's is %q", l.DType, g.DType)
 	case l.NumLayers != g.Layers:
@@ -401,7 +414,7 @@ func (g Geometry) Check(l Layout) error {
 }
 
 // GeometryOf returns the geometry a valid layout implies: its layers, blocks,
-// block size, TP size, dtype and MLA, KVHeads = l.TotalKVHeads(), and the head
+// block size, TP size, dtype, MLA, KVPacked and Order, KVHeads = l.TotalKVHeads(), and the head
 // size as HeadDim = HeadBytes / DTypeBytes(DType) with ElemBytes 0 when DType
 // is known and divides HeadBytes, else HeadDim = HeadBytes with ElemBytes 1.
 // For a valid l whose geometry validates, GeometryOf(l).Check(l) is nil. It
@@ -409,7 +422,8 @@ func (g Geometry) Check(l Layout) error {
 // Validate on the result says what is wrong.
 func GeometryOf(l Layout) Geometry {
 	g := Geometry{Layers: l.NumLayers, KVHeads: l.TotalKVHeads(), HeadDim: l.HeadBytes, DType: l.DType,
-		ElemBytes: 1, BlockSize: l.BlockSize, Blocks: l.NumBlocks, TPSize: l.TPSize, MLA: l.MLA, KVPacked: l.KVPacked}
+		ElemBytes: 1, BlockSize: l.BlockSize, Blocks: l.NumBlocks, TPSize: l.TPSize, MLA: l.MLA, KVPacked: l.KVPacked,
+		Order: l.Order}
 	per := 1 // elements of a region's head and token per HeadDim
 	if l.KVPacked {
 		per = 2

@@ -1,6 +1,7 @@
 package promstats
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,9 @@ type Collector struct {
 	bytes    *prometheus.Desc
 	descs    *prometheus.Desc
 	extra    []extraMetric
+	// prefixHits is the per-group prefix-hit counter, one series per
+	// KV-cache group (labels group and kind).
+	prefixHits *prometheus.Desc
 }
 
 type fixedMetric struct {
@@ -65,8 +69,8 @@ func New(src Source, opts Options) *Collector {
 		}
 		return prometheus.BuildFQName(ns, "", n)
 	}
-	desc := func(n, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name(n), help, nil, opts.ConstLabels)
+	desc := func(n, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name(n), help, labels, opts.ConstLabels)
 	}
 	c := &Collector{
 		src:      src,
@@ -74,6 +78,9 @@ func New(src Source, opts Options) *Collector {
 		postTime: desc("nixl_post_time_seconds", "Histogram of transfer post time for NIXL KV Cache transfers."),
 		bytes:    desc("nixl_bytes_transferred", "Histogram of bytes transferred per NIXL KV Cache transfers."),
 		descs:    desc("nixl_num_descriptors", "Histogram of number of descriptors per NIXL KV Cache transfers."),
+		prefixHits: desc("nixl_prefix_hit_blocks_total",
+			"Logical KV blocks a decode rank's grouped requests left out as already held (prefix-cache hits), per KV-cache group.",
+			"group", "kind"),
 	}
 	for _, f := range []struct {
 		n, help string
@@ -108,6 +115,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range c.extra {
 		ch <- x.desc
 	}
+	ch <- c.prefixHits
 }
 
 // Collect reads the source once and sends every metric.
@@ -123,6 +131,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range c.extra {
 		v, _ := s.Get(x.name)
 		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.CounterValue, float64(v))
+	}
+	for _, g := range s.PrefixHitBlocks {
+		ch <- prometheus.MustNewConstMetric(c.prefixHits, prometheus.CounterValue, float64(g.Value), strconv.Itoa(g.Group), g.Kind)
 	}
 }
 

@@ -79,11 +79,19 @@ func TestFaultCampaign(t *testing.T) {
 		seeds, requests = 5, 2000
 	}
 	var total campaignFigures
-	for _, pair := range []struct{ p, d int }{{2, 2}, {2, 1}, {1, 2}} {
+	// The last shape has an HND prefill read into an NHD decode (the
+	// descriptors permute every token and head).
+	for _, pair := range []struct {
+		p, d  int
+		order string // decode's block order; prefill's is HND
+	}{{2, 2, ""}, {2, 1, ""}, {1, 2, ""}, {2, 1, descriptors.OrderNHD}} {
 		for seed := 1; seed <= seeds; seed++ {
 			name := fmt.Sprintf("tp%d-to-tp%d/seed%d", pair.p, pair.d, seed)
+			if pair.order != "" {
+				name = fmt.Sprintf("tp%d-to-tp%d/HND-to-%s/seed%d", pair.p, pair.d, pair.order, seed)
+			}
 			t.Run(name, func(t *testing.T) {
-				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests, campaignMode{})
+				f := runCampaign(t, uint64(seed), pair.p, pair.d, requests, campaignMode{decodeOrder: pair.order})
 				t.Logf("%s: %v", name, f)
 				total.add(f)
 			})
@@ -181,6 +189,8 @@ type campaignReq struct {
 type campaignMode struct {
 	staged *stagingMem
 	vllm   bool
+	// decodeOrder is decode's block order ("" HND; prefill's stays HND).
+	decodeOrder string
 }
 
 func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, mode campaignMode) campaignFigures {
@@ -188,7 +198,7 @@ func runCampaign(t *testing.T, seed uint64, ptp, dtp, n int, mode campaignMode) 
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	pclk, dclk := &steppedClock{}, &steppedClock{}
 	c := newCluster(t, clusterOpts{
-		prefill: side{ptp, 16}, decode: side{dtp, 16}, vllm: mode.vllm,
+		prefill: side{ptp, 16}, decode: side{dtp, 16}, vllm: mode.vllm, decodeOrder: mode.decodeOrder,
 		fabric: []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(time.Millisecond))},
 		prefillCfg: func(rc *Config) {
 			// Every prefill rank finishes a request before its Params are used.

@@ -135,6 +135,10 @@ type load struct {
 	pin        pinState
 	pinSent    time.Time
 	readsEnded time.Time
+
+	// prefixHits are a grouped load's prefix-hit blocks per group
+	// (descriptors.PrefixHits), counted once startLoad takes the load.
+	prefixHits []int
 }
 
 type xfer struct {
@@ -197,6 +201,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		read:        map[string]time.Time{},
 		loading:     map[string]string{},
 	}
+	c.stats.SetGroups(groupKinds(&cfg.Layout))
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")
@@ -271,6 +276,7 @@ func (c *Consumer) startLoad(requestID string, p Params, l *load) error {
 	}
 	c.loading[l.key+"\x00"+p.RemoteRequestID] = requestID
 	c.live[requestID] = struct{}{}
+	c.stats.AddPrefixHits(l.prefixHits) // before the load can end and be drained
 	l.start = c.cfg.Clock.Now()
 	delete(c.waiting, requestID)
 	if !c.cfg.Inline {

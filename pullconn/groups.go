@@ -1,9 +1,6 @@
 package pullconn
 
 import (
-	"fmt"
-
-	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/staging"
@@ -35,9 +32,6 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 	if err := groupids.Check(&p.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return Params{}, invalidf("request %q: %v", requestID, err)
 	}
-	if p.e.core.VLLM() {
-		return Params{}, refuseVLLMGroups(requestID)
-	}
 	return p.requestFinished(requestID, nil, groupids.Copy(blockIDs), tokens)
 }
 
@@ -53,6 +47,7 @@ func (c *Consumer) LoadGroups(requestID string, p Params, localBlocks [][]int) e
 		c.rejects.Inc()
 		return err
 	}
+	l.prefixHits = prefixHits(&c.cfg.Layout, l.p.NumTokens, l.groups)
 	return c.startLoad(requestID, p, l)
 }
 
@@ -65,8 +60,6 @@ func (c *Consumer) newGroupLoad(id string, p *Params, local [][]int) (*load, err
 		p.RemoteGroupBlockIDs, p.RemoteBlockIDs = [][]int{p.RemoteBlockIDs}, nil
 	}
 	switch {
-	case c.e.core.VLLM():
-		return nil, refuseVLLMGroups(id)
 	case p.RemoteGroupBlockIDs == nil:
 		return nil, invalidf("request %q: Params.RemoteBlockIDs is not a list per KV-cache group: the prefill did not use RequestFinishedGroups", id)
 	case p.RemoteBlockIDs != nil:
@@ -98,12 +91,6 @@ func (c *Consumer) mapInto(tr *descriptors.Transfer, l *load, src *descriptors.L
 	_, err := descriptors.MapGroupsInto(tr, src, &c.cfg.Layout, descriptors.GroupRequest{
 		Tokens: l.p.NumTokens, Src: l.p.RemoteGroupBlockIDs, Dst: l.groups})
 	return err
-}
-
-// refuseVLLMGroups refuses a grouped call in vLLM's protocol (see
-// groupids.VLLMRefusal).
-func refuseVLLMGroups(requestID string) error {
-	return fmt.Errorf("%w: %s", connector.ErrIncompatible, groupids.VLLMRefusal(requestID))
 }
 
 // gatherGroups is gather for a grouped request: each group's listed

@@ -41,6 +41,9 @@ func newGroupClusterOpts(t *testing.T, shape string, prefill, decode side, o gro
 	c := &cluster{t: t, fab: fab}
 	t.Cleanup(c.close)
 	pg, dg := grouptest.Geometry(shape, prefill.tp, prefill.bs), grouptest.Geometry(shape, decode.tp, decode.bs)
+	// A side's ranks' block order is its engine's (Geometry.Order), as
+	// the rank's config requires.
+	pg.Order, dg.Order = rankOrder(o.prefillCfg), rankOrder(o.decodeCfg)
 	// Each engine runs on the clock its ranks use, as RankConfig.Clock
 	// requires.
 	rankClock := func(apply func(*Config)) connector.Clock {
@@ -276,14 +279,12 @@ func TestGroupsPullRefused(t *testing.T) {
 	}
 }
 
-// TestGroupsPullVLLMRefused: gonixl's vLLM protocol does not write
-// region_group_ids or ssm_sizes yet, so a grouped rank is refused when it
-// starts, naming the field, rather than publishing metadata a vLLM peer
-// would read as one full-attention group.
-func TestGroupsPullVLLMRefused(t *testing.T) {
-	for _, shape := range grouptest.Shapes {
-		_, err := newGroupCluster(t, shape, side{1, 16}, side{1, 16}, true)
-		require.Error(t, err)
-		require.ErrorContains(t, err, "region_group_ids")
+// rankOrder is the Layout.Order a rank's config option sets (apply may be
+// nil).
+func rankOrder(apply func(*Config)) string {
+	var probe Config
+	if apply != nil {
+		apply(&probe)
 	}
+	return probe.Layout.Order
 }

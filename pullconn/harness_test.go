@@ -36,6 +36,9 @@ type clusterOpts struct {
 	// vllm runs both engines in vLLM's protocol, with layouts of K and V
 	// packed per layer as vLLM's are.
 	vllm bool
+	// prefillOrder and decodeOrder are each engine's block order
+	// (Geometry.Order and its ranks' Layout.Order; "" is HND).
+	prefillOrder, decodeOrder string
 	// newAgent creates the agents (default: loopback agents on the
 	// cluster's fabric); the cluster closes them.
 	newAgent func(t *testing.T, name string) nixl.Agent
@@ -116,6 +119,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	}
 	pg, dg := testGeometry(o.prefill.tp, o.prefill.bs), testGeometry(o.decode.tp, o.decode.bs)
 	pg.KVPacked, dg.KVPacked = o.vllm, o.vllm
+	pg.Order, dg.Order = o.prefillOrder, o.decodeOrder
 	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg, Clock: rankClock(o.prefillCfg)}
 	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg, HandshakeTimeout: 2 * time.Second, Clock: rankClock(o.decodeCfg)}
 	if o.vllm {
@@ -135,6 +139,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		buf, err := nixl.AllocBuffer(layoutBytes(o.prefill.tp, o.prefill.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.prefill.tp, o.prefill.bs)
+		l.Order = o.prefillOrder
 		if o.vllm {
 			l, err = pg.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
 			require.NoError(t, err)
@@ -152,6 +157,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		buf, err := nixl.AllocBuffer(layoutBytes(o.decode.tp, o.decode.bs))
 		require.NoError(t, err)
 		l := newLayout(buf, r, o.decode.tp, o.decode.bs)
+		l.Order = o.decodeOrder
 		if o.vllm {
 			l, err = dg.Layout(nixl.DRAM, r, buf.RegDesc().Desc)
 			require.NoError(t, err)
@@ -199,11 +205,16 @@ func value(seed, g, h, t, i int) byte {
 }
 
 // tokenBytes returns the bytes of (region g, local head h, token t) in a
-// rank's memory, where blocks hold the request's tokens from token first.
+// rank's memory, where blocks hold the request's tokens from token first:
+// head-major in the block, or token-major for an NHD layout.
 func tokenBytes(buf *nixl.Buffer, l *descriptors.Layout, blocks []int, first, g, h, t int) []byte {
 	rel := t - first
 	b := blocks[rel/l.BlockSize]
-	off := uint64(g)*l.RegionLen() + uint64(b)*l.BlockLen() + uint64(h*l.BlockSize*l.HeadBytes+(rel%l.BlockSize)*l.HeadBytes)
+	in := h*l.BlockSize + rel%l.BlockSize
+	if l.Order == descriptors.OrderNHD {
+		in = (rel%l.BlockSize)*l.KVHeads + h
+	}
+	off := uint64(g)*l.RegionLen() + uint64(b)*l.BlockLen() + uint64(in*l.HeadBytes)
 	return buf.Bytes()[off : off+uint64(l.HeadBytes)]
 }
 

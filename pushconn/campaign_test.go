@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,25 +87,36 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	start := time.Now()
 	var total campaignFigures
-	for _, tp := range [][2]int{{2, 2}, {2, 1}, {1, 2}} {
+	// The last shape has an NHD prefill writing into an HND decode (the
+	// descriptors permute every token and head).
+	shapes := []struct {
+		tp    [2]int
+		order string // prefill's block order; decode's is HND
+	}{{[2]int{2, 2}, ""}, {[2]int{2, 1}, ""}, {[2]int{1, 2}, ""}, {[2]int{1, 2}, descriptors.OrderNHD}}
+	for _, sh := range shapes {
+		tp := sh.tp
 		var pair campaignFigures
+		name, base := "", uint64(0)
+		if sh.order != "" {
+			name, base = "/"+sh.order+"-to-HND", 5000
+		}
 		for s := range seeds {
-			seed := uint64(1000*tp[0] + 100*tp[1] + s + 1)
+			seed := base + uint64(1000*tp[0]+100*tp[1]+s+1)
 			if only := os.Getenv("GONIXL_CAMPAIGN_SEED"); only != "" && only != fmt.Sprint(seed) {
 				continue
 			}
-			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
-				f := runCampaign(t, seed, n, tp[0], tp[1])
+			t.Run(fmt.Sprintf("tp%dto%d%s/seed%d", tp[0], tp[1], name, seed), func(t *testing.T) {
+				f := runCampaignWith(t, seed, n, tp[0], tp[1], campaignOpts{preOrder: sh.order})
 				pair.add(f)
 				t.Logf("seed %d: %+v", seed, f)
 			})
 		}
-		t.Logf("push campaign TP %d -> %d: %d seeds x %d requests (+%d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
-			tp[0], tp[1], seeds, n, pair.retries, pair.seqless, pair.reused, pair.completionCopies, pair.regCopies, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
+		t.Logf("push campaign TP %d -> %d%s: %d seeds x %d requests (+%d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies): %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release, %d results or frees twice, %d missing",
+			tp[0], tp[1], name, seeds, n, pair.retries, pair.seqless, pair.reused, pair.completionCopies, pair.regCopies, pair.done, pair.failed, pair.aborted, pair.wrongBytes, pair.writesAfterRelease,
 			pair.decodeResultsTwice+pair.prefillFreeTwice, pair.missingResults+pair.missingFrees)
 		total.add(pair)
 	}
-	t.Logf("push campaign total: %d requests (%d seeds x %d x 3 pairings, %d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies) in %v: %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release",
+	t.Logf("push campaign total: %d requests (%d seeds x %d x 4 shapes, %d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies) in %v: %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release",
 		total.requests, seeds, n, total.retries, total.seqless, total.reused, total.completionCopies, total.regCopies, time.Since(start).Round(time.Millisecond),
 		total.done, total.failed, total.aborted, total.wrongBytes, total.writesAfterRelease)
 	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
@@ -205,6 +217,8 @@ type campaignOpts struct {
 	vllm bool
 	// pp runs prefill in pp pipeline stages of preTP ranks each.
 	pp int
+	// preOrder is prefill's block order ("" HND; decode's stays HND).
+	preOrder string
 }
 
 func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignOpts) campaignFigures {
@@ -223,10 +237,15 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		defer logger.Sync() //nolint:errcheck
 		fabricOpts = append(fabricOpts, loopback.WithLogger(logger))
 	}
+	// The write-safety bound trusts a prefill rank to act on a cancel or
+	// end its WRITE within CancelTimeout - 2 x WriteTimeout (100 ms here);
+	// a pause of the whole process that long (a loaded machine) can break
+	// it, so the campaign measures the longest one for its report.
+	pauses := watchPauses(t)
 	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
 		preTP: preTP, decTP: decTP, prePP: o.pp, numBlocks: campaignBlocks, clock: lease.SystemClock{},
-		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm,
+		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm, preOrder: o.preOrder,
 		rank: func(c *Config) {
 			c.Logger = logger
 			c.StatsInterval = -1
@@ -608,6 +627,10 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	net.mu.Lock()
 	fig.regCopies = net.regCopies
 	net.mu.Unlock()
+	if fig.writesAfterRelease > 0 {
+		t.Logf("seed %d: %d writes after release, %d requests released at CancelTimeout unanswered; the longest pause of this process was %v (the bound's margin: 100 ms)",
+			seed, fig.writesAfterRelease, fig.cancelTimeouts, pauses())
+	}
 	return fig
 }
 
@@ -694,4 +717,32 @@ func whose(t testing.TB, l descriptors.Layout, b int, all []*creq) string {
 		}
 	}
 	return "bytes of no request"
+}
+
+// watchPauses measures, until the test ends, the longest gap between
+// ticks of a 1 ms ticker: how long the process (or its timers) stalled.
+// The returned func reports the longest so far.
+func watchPauses(t *testing.T) func() time.Duration {
+	var longest atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tk.C:
+				if gap := int64(now.Sub(last)); gap > longest.Load() {
+					longest.Store(gap)
+				}
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() time.Duration { return time.Duration(longest.Load()) }
 }

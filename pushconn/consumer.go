@@ -133,6 +133,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	}
 	c.tracker.recompute = cfg.FailurePolicy == connector.PolicyRecompute
 	c.tracker.noCancel = e.vllm()
+	c.stats.SetGroups(groupKinds(&cfg.Layout))
 	c.push = newPushCounters(c.stats)
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
@@ -211,6 +212,8 @@ func (c *Consumer) register(requestID string, prefill Prefill, blocks [][]int, o
 	}
 	err := c.tracker.add(c.cfg.Clock.Now(), r)
 	if err == nil {
+		// Counted before the request can end and be drained.
+		c.stats.AddPrefixHits(o.prefixHits)
 		if !o.noSeq && !c.engine.vllm() { // registration_seq is gonixl's own key
 			c.seq++
 			r.seq = c.seq

@@ -441,7 +441,9 @@
 //
 // # Limits
 //
-// One KV-cache group per request; decode pipeline-parallel size 1, and a
+// Several KV-cache groups only through the grouped calls
+// (RequestFinishedGroups, RegisterGroups; both protocols), unstaged; decode
+// pipeline-parallel size 1, and a
 // pipeline-parallel prefill only in gonixl's protocol, unstaged. With a prefix hit on
 // decode and prefill blocks larger than decode's, pass WithTokens to
 // RequestFinished. A failed request's blocks come back only after the

@@ -1,8 +1,6 @@
 package pushconn
 
 import (
-	"fmt"
-
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
@@ -38,8 +36,6 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 		return Params{}, invalidf("request %q has no blocks", requestID)
 	case tokens < 1:
 		return Params{}, invalidf("request %q: tokens is %d, want >= 1", requestID, tokens)
-	case p.engine.vllm():
-		return Params{}, refuseVLLMGroups(requestID)
 	}
 	if err := groupids.Check(&p.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return Params{}, invalidf("request %q: %v", requestID, err)
@@ -54,7 +50,10 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 // of the rank's logical block ids per KV-cache group, each the suffix of
 // the request still to fill (after a prefix hit, which may differ from
 // group to group, and without a sliding window's blocks before the
-// window), which PUSH_REG carries as they are.
+// window), which PUSH_REG carries as they are. WithTokens, when given, is
+// the request's length the lists are aligned to (the prefill's tokens):
+// decode then counts each group's prefix hit (Stats().PrefixHitBlocks), and
+// refuses lists longer than that length's blocks.
 func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs [][]int, opts ...RequestOption) error {
 	o := c.engine.vllmOpts(applyOpts(opts))
 	if err := prefill.validate(); err != nil {
@@ -63,11 +62,15 @@ func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs []
 	switch {
 	case requestID == "" || len(requestID) > notif.MaxIDLen:
 		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
-	case c.engine.vllm():
-		return refuseVLLMGroups(requestID)
 	}
 	if err := groupids.Check(&c.cfg.Layout, "blockIDs", blockIDs); err != nil {
 		return invalidf("request %q: %v", requestID, err)
+	}
+	if o.tokens != 0 {
+		var err error
+		if o.prefixHits, err = descriptors.PrefixHits(&c.cfg.Layout, o.tokens, blockIDs); err != nil {
+			return invalidf("request %q: WithTokens(%d): %v", requestID, o.tokens, engine.Field(err))
+		}
 	}
 	return c.register(requestID, prefill, groupids.Copy(blockIDs), o)
 }
@@ -78,10 +81,4 @@ func (w *writer) mapGroups(t *descriptors.Transfer, pr *pendingReg, h *hold, dst
 	_, err := descriptors.MapGroupsInto(t, &w.p.cfg.Layout, dst, descriptors.GroupRequest{
 		Tokens: h.tokens, Src: h.groups, Dst: pr.reg.LocalBlockIDs})
 	return err
-}
-
-// refuseVLLMGroups refuses a grouped call in vLLM's protocol (see
-// groupids.VLLMRefusal).
-func refuseVLLMGroups(requestID string) error {
-	return fmt.Errorf("%w: %s", connector.ErrIncompatible, groupids.VLLMRefusal(requestID))
 }

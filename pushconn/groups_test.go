@@ -21,6 +21,9 @@ import (
 type groupRig struct {
 	*rig
 	pre, dec []grouptest.Rank
+	// withTokens makes push register with WithTokens(the request's
+	// tokens), so decode counts its prefix hits.
+	withTokens bool
 }
 
 // newGroupRig builds it; vllm runs both engines in vLLM's protocol. The
@@ -52,6 +55,9 @@ func newGroupRigOpts(t *testing.T, shape string, preTP, preBS, decTP, decBS int,
 		}
 	})
 	pg, dg := grouptest.Geometry(shape, preTP, preBS), grouptest.Geometry(shape, decTP, decBS)
+	// A side's ranks' block order is its engine's (Geometry.Order), as
+	// the rank's config requires.
+	pg.Order, dg.Order = rankOrder(o.preRank), rankOrder(o.decRank)
 	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
 	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg}
 	if vllm {
@@ -206,7 +212,11 @@ func (g *groupRig) push(id string, seed int, r groupReq, registerFirst bool) {
 	}
 	register := func() {
 		for _, c := range g.consumers {
-			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst))
+			var opts []RequestOption
+			if g.withTokens {
+				opts = append(opts, WithTokens(r.tokens))
+			}
+			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst, opts...))
 		}
 	}
 	finish := func() {
@@ -302,13 +312,12 @@ func TestGroupsPushRefused(t *testing.T) {
 	freedOnce(t, p, "y")
 }
 
-// TestGroupsPushVLLMRefused: gonixl's vLLM protocol does not write
-// region_group_ids or ssm_sizes yet, so a grouped rank is refused when it
-// starts, naming the field.
-func TestGroupsPushVLLMRefused(t *testing.T) {
-	for _, shape := range grouptest.Shapes {
-		_, err := newGroupRig(t, shape, 1, 16, 1, 16, true)
-		require.Error(t, err)
-		require.ErrorContains(t, err, "region_group_ids")
+// rankOrder is the Layout.Order a rank's config option sets (apply may be
+// nil).
+func rankOrder(apply func(*Config)) string {
+	var probe Config
+	if apply != nil {
+		apply(&probe)
 	}
+	return probe.Layout.Order
 }

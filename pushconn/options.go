@@ -7,6 +7,9 @@ type RequestOption func(*requestOpts)
 type requestOpts struct {
 	transferID string
 	tokens     int
+	// prefixHits are a grouped registration's prefix-hit blocks per
+	// group, set by RegisterGroups and counted once register takes it.
+	prefixHits []int
 	// noSeq: Register sends no registration_seq, as vLLM's decode does;
 	// only the package's tests set it (withoutSeq), to drive prefill
 	// through what a seq-less peer sends.
@@ -24,7 +27,9 @@ func WithTransferID(id string) RequestOption {
 // WithTokens gives prefill the request's prompt length in tokens. It is
 // needed only when prefill's blocks are larger than decode's and decode
 // had a prefix-cache hit: block counts alone then leave the number of
-// decode's cached blocks ambiguous.
+// decode's cached blocks ambiguous. Given to Consumer.RegisterGroups it is
+// the length decode's lists are aligned to, from which decode counts its
+// per-group prefix hits.
 func WithTokens(n int) RequestOption {
 	return func(o *requestOpts) { o.tokens = n }
 }

@@ -42,6 +42,9 @@ type rigConfig struct {
 	// vllm runs both engines in vLLM's protocol, with layouts of K and V
 	// packed per layer as vLLM's are.
 	vllm bool
+	// preOrder and decOrder are each engine's block order (Geometry.Order
+	// and its ranks' Layout.Order; "" is HND).
+	preOrder, decOrder string
 }
 
 // rigVLLM is the vLLM facts both engines of a vLLM-protocol rig agree on.
@@ -92,6 +95,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	}
 	pg, dg := testGeometry(rc.preTP, rc.preBlock, rc.numBlocks), testGeometry(rc.decTP, rc.decBlock, rc.numBlocks)
 	pg.PPSize = rc.prePP
+	pg.Order, dg.Order = rc.preOrder, rc.decOrder
 	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
 	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg}
 	if rc.vllm {
@@ -124,6 +128,11 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 		if rc.vllm {
 			freeLayout(l)
 			l = packedLayout(t, tp, rank, block, rc.numBlocks)
+		}
+		if side == "prefill" {
+			l.Order = rc.preOrder
+		} else {
+			l.Order = rc.decOrder
 		}
 		cfg := Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, Clock: clock, IdleInterval: 5 * time.Millisecond}}
 		if rc.rank != nil {
@@ -237,8 +246,12 @@ func visit(t testing.TB, l descriptors.Layout, blocks []int, firstToken, tokens 
 					if token >= tokens {
 						continue
 					}
+					in := hh*l.BlockSize + tok // head-major
+					if l.Order == descriptors.OrderNHD {
+						in = tok*l.KVHeads + hh // token-major
+					}
 					for b := range l.HeadBytes {
-						off := hh*l.BlockSize*l.HeadBytes + tok*l.HeadBytes + b
+						off := in*l.HeadBytes + b
 						f(&mem[off], region, l.FirstHead()+hh, token, b)
 					}
 				}

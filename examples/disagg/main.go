@@ -14,9 +14,15 @@
 //	go run ./examples/disagg
 //	go run ./examples/disagg -serve -connector push
 //	go run ./examples/disagg -turns 3 -requests 8
+//	go run ./examples/disagg -kv-layout NHD -decode-kv-layout HND
+//
+// -kv-layout NHD gives both engines token-major KV blocks (vLLM's LBNHC),
+// -decode-kv-layout the decode engine another order than prefill's: the
+// connectors permute between them, and decode verifies every byte.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -32,6 +38,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -59,7 +66,10 @@ type options struct {
 	port        int
 	turns       int
 	prefillPP   int
-	out         io.Writer
+	// kvLayout is both engines' KV block order ("HND" or "NHD"),
+	// decodeKVLayout the decode engine's where it differs.
+	kvLayout, decodeKVLayout string
+	out                      io.Writer
 }
 
 func main() {
@@ -77,6 +87,8 @@ func main() {
 	flag.IntVar(&o.port, "port", 8192, "-serve: the proxy's port")
 	flag.IntVar(&o.turns, "turns", 0, "run chat conversations of this many turns (-requests of them, -prompt-tokens new words a turn) with bidirectional KV (pull), and without, instead of -modes")
 	flag.IntVar(&o.prefillPP, "prefill-pp", 1, "the prefill engine's pipeline-parallel size (push only; with more than 1 and no -modes, only push runs)")
+	flag.StringVar(&o.kvLayout, "kv-layout", "HND", `both engines' KV block order: "HND" (head-major) or "NHD" (token-major, vLLM's LBNHC)`)
+	flag.StringVar(&o.decodeKVLayout, "decode-kv-layout", "", "the decode engine's KV block order, where it differs from -kv-layout (the connectors permute)")
 	flag.Parse()
 	o.modes = strings.Split(*modes, ",")
 	if o.served == "" {
@@ -99,7 +111,8 @@ func (o options) stackConfig(mode string) (stackConfig, error) {
 	if err != nil {
 		return stackConfig{}, err
 	}
-	cfg := stackConfig{Mode: mode, Model: model, Compute: compute, ServedModelName: o.served, TPSize: 2, PrefillPPSize: o.prefillPP, NumBlocks: 4096}
+	cfg := stackConfig{Mode: mode, Model: model, Compute: compute, ServedModelName: o.served, TPSize: 2, PrefillPPSize: o.prefillPP, NumBlocks: 4096,
+		KVLayout: o.kvLayout, DecodeKVLayout: o.decodeKVLayout}
 	switch o.link {
 	case "instant":
 		cfg.Link = loopback.Instant()
@@ -177,8 +190,8 @@ func run(ctx context.Context, o options) error {
 	if o.prefillPP > 1 {
 		shape = fmt.Sprintf("prefill PP %d x TP 2, decode TP 2", o.prefillPP)
 	}
-	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (%s, model %s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
-		shape, o.model, agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
+	fmt.Fprintf(o.out, "proxy -> 1 prefill + 1 decode engine (%s, model %s%s), agents: %s; %d streaming requests per mode at %g/s, %d prompt tokens, %d output tokens\n\n",
+		shape, o.model, o.layoutText(), agentsText, o.requests, o.rate, o.promptWords, o.maxTokens)
 	tw := tabwriter.NewWriter(o.out, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tdone\tKV bytes verified\tKV mismatches\tTTFT p50\tTTFT p99\tTPOT p50\tTPOT p99\t")
 	var errs []error
@@ -198,10 +211,39 @@ func run(ctx context.Context, o options) error {
 	if o.prefillPP > 1 {
 		conn = "push"
 	}
-	for _, c := range threeCommands(conn, o.model, o.prefillPP) {
-		fmt.Fprintln(o.out, "  "+c)
+	for i, c := range threeCommands(conn, o.model, o.prefillPP) {
+		fmt.Fprintln(o.out, "  "+c+o.layoutFlag(i))
 	}
 	return errors.Join(errs...)
+}
+
+// layouts returns the prefill and decode engines' KV block orders.
+func (o options) layouts() (prefill, decode string) {
+	prefill = descriptors.OrderOf(o.kvLayout)
+	return prefill, cmp.Or(o.decodeKVLayout, prefill)
+}
+
+// layoutText names the block orders in the header when one is not HND.
+func (o options) layoutText() string {
+	p, d := o.layouts()
+	switch {
+	case p == descriptors.OrderHND && d == descriptors.OrderHND:
+		return ""
+	case p == d:
+		return ", KV layout " + p
+	}
+	return ", KV layout " + p + " on prefill, " + d + " on decode"
+}
+
+// layoutFlag is the engine's -kv-layout for command i of threeCommands
+// (0 prefill, 1 decode), where it is not the default.
+func (o options) layoutFlag(i int) string {
+	p, d := o.layouts()
+	l := map[int]string{0: p, 1: d}[i]
+	if l == "" || l == descriptors.OrderHND {
+		return ""
+	}
+	return " -kv-layout " + l
 }
 
 func ms(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }

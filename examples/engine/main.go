@@ -90,6 +90,7 @@ func run(args []string) error {
 	kvHeads := fs.Int("kv-heads", 0, "override the preset's KV head count")
 	headDim := fs.Int("head-dim", 0, "override the preset's head dimension")
 	blockSize := fs.Int("block-size", 0, "override the KV block size in tokens")
+	kvLayout := fs.String("kv-layout", "HND", `KV block order: "HND" (head-major) or "NHD" (token-major, vLLM's LBNHC; gonixl's protocol only). Engines of different orders pair: the connectors permute`)
 	tp := fs.Int("tensor-parallel-size", 0, "TP size (default: the preset's)")
 	fs.IntVar(tp, "tp", 0, "short for -tensor-parallel-size")
 	pp := fs.Int("pipeline-parallel-size", 1, "PP size: stages of TP ranks, each holding its share of the layers (prefill with -connector push only)")
@@ -205,7 +206,7 @@ func run(args []string) error {
 		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
 		Bidirectional: *bidir, RecomputeThreshold: *recompute, HistoryTTL: *histTTL,
-		Protocol: *protocol, VLLMVersion: *vllmVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel}
+		Protocol: *protocol, VLLMVersion: *vllmVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel, KVLayout: *kvLayout}
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
 	}

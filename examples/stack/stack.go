@@ -69,6 +69,10 @@ type Config struct {
 	// bidirectional KV for multi-turn chats: a chat's next turn reads its
 	// history back from decode (server.Config.Bidirectional).
 	Bidirectional bool
+	// KVLayout is the engines' server.Config.KVLayout ("HND" or "NHD";
+	// default HND), DecodeKVLayout the decode engine's where it differs
+	// (default KVLayout): the connectors permute between the orders.
+	KVLayout, DecodeKVLayout string
 }
 
 // DefaultShutdownTimeout bounds Close.
@@ -131,7 +135,7 @@ func Start(cfg Config) (_ *Stack, err error) {
 	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
 		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
 		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Protocol: cfg.Protocol,
-		Bidirectional: cfg.Bidirectional}
+		Bidirectional: cfg.Bidirectional, KVLayout: cfg.KVLayout}
 	if cfg.Protocol == server.ProtocolVLLM {
 		base.VLLMVersion, base.AttentionBackend = "0.0.0", "FLASH_ATTN"
 	}
@@ -145,6 +149,9 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	dc := base
 	dc.Role, dc.EngineID, dc.Inline = server.RoleDecode, "decode-0", inline
+	if cfg.DecodeKVLayout != "" {
+		dc.KVLayout = cfg.DecodeKVLayout
+	}
 	if s.Decode, err = server.New(dc); err != nil {
 		return nil, fmt.Errorf("decode engine: %w", err)
 	}

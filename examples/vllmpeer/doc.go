@@ -26,7 +26,10 @@
 //     blocks and returns vLLM's kv_transfer_params (Params.JSON is the
 //     exact JSON); WaitFreed waits for the completions; Report says what
 //     every rank received (completions, heartbeats, refused input) and
-//     what was freed or expired.
+//     what was freed or expired. With Config.Groups (each layer's
+//     KV-cache group, published as region_group_ids) PrefillGroups does it
+//     for a grouped attention model, one block list per group, and
+//     CheckKVGroups checks a decode's groups.
 //   - pull decode: ParseParams reads a prefill's kv_transfer_params, Pull
 //     handshakes and READs into local blocks, Verify (VerifyFrom after a
 //     prefix hit) checks every byte; Heartbeat sends "HB:".

@@ -160,7 +160,15 @@ func (k *rankKV) blockDescs(n, part int) nixl.XferList {
 // fill writes a prompt's KV into blocks (the request's blocks in order):
 // FillRow for positions of the prompt, zeros for the rest of the last block.
 func (k *kvView) fill(blocks []int, ph []uint64) {
-	k.visit(blocks, func(row []byte, layer, head, t int) {
+	for layer := range k.m.Layers {
+		k.fillLayer(layer, blocks, 0, ph)
+	}
+}
+
+// fillLayer is fill for one layer's blocks, the request's blocks from its
+// block first on.
+func (k *kvView) fillLayer(layer int, blocks []int, first int, ph []uint64) {
+	k.visitLayerFrom(layer, blocks, first, func(row []byte, layer, head, t int) {
 		if t < len(ph) {
 			FillRow(row, ph[t], layer, head, t)
 		} else {
@@ -179,8 +187,22 @@ type Check struct {
 // with what fill writes.
 func (k *kvView) checkFrom(blocks []int, first int, ph []uint64) Check {
 	var c Check
+	for layer := range k.m.Layers {
+		lc := k.checkLayerFrom(layer, blocks, first, ph)
+		c.OKBytes += lc.OKBytes
+		c.BadBytes += lc.BadBytes
+		if c.First == "" {
+			c.First = lc.First
+		}
+	}
+	return c
+}
+
+// checkLayerFrom is checkFrom for one layer.
+func (k *kvView) checkLayerFrom(layer int, blocks []int, first int, ph []uint64) Check {
+	var c Check
 	want := make([]byte, k.m.rowBytes())
-	k.visitFrom(blocks, first, func(row []byte, layer, head, t int) {
+	k.visitLayerFrom(layer, blocks, first, func(row []byte, layer, head, t int) {
 		if t < len(ph) {
 			FillRow(want, ph[t], layer, head, t)
 		} else {
@@ -200,20 +222,15 @@ func (k *kvView) checkFrom(blocks []int, first int, ph []uint64) Check {
 	return c
 }
 
-func (k *kvView) visit(blocks []int, f func(row []byte, layer, head, t int)) {
-	k.visitFrom(blocks, 0, f)
-}
-
-// visitFrom visits blocks holding the request's blocks from its block first
-// on (a decode that had the first ones cached holds only the rest).
-func (k *kvView) visitFrom(blocks []int, first int, f func(row []byte, layer, head, t int)) {
+// visitLayerFrom visits one layer's blocks holding the request's blocks
+// from its block first on (a decode that had the first ones cached holds
+// only the rest).
+func (k *kvView) visitLayerFrom(layer int, blocks []int, first int, f func(row []byte, layer, head, t int)) {
 	bs := k.m.BlockSize
-	for layer := range k.m.Layers {
-		for bi, b := range blocks {
-			for h := range k.heads {
-				for s := range bs {
-					f(k.row(layer, b, h, s), layer, k.firstHead()+h, (first+bi)*bs+s)
-				}
+	for bi, b := range blocks {
+		for h := range k.heads {
+			for s := range bs {
+				f(k.row(layer, b, h, s), layer, k.firstHead()+h, (first+bi)*bs+s)
 			}
 		}
 	}

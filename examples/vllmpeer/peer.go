@@ -43,6 +43,13 @@ type Config struct {
 	Hash string
 	// KVLayout is kv_cache_layout (default "HND"); a peer's must equal it.
 	KVLayout string
+	// Groups is, per layer (each layer is one region), the KV-cache group
+	// it belongs to: vLLM's region_group_ids, group indexes 0, 1, ... in
+	// the order of the request's block-id lists (a sliding-window model's
+	// full and window layers, say). Nil is one group. The peer plays
+	// attention groups of one block size without shared tensors, as pull
+	// prefill (PrefillGroups).
+	Groups []int
 	// Host and Port are the side channel (VLLM_NIXL_SIDE_CHANNEL_HOST and
 	// _PORT plus the data-parallel index); defaults 127.0.0.1 and 0, a free
 	// port.
@@ -123,6 +130,9 @@ func New(cfg Config) (_ *Peer, err error) {
 	if err := cfg.Model.validate(cfg.TPSize); err != nil {
 		return nil, err
 	}
+	if err := validGroups(cfg.Groups, cfg.Model.Layers); err != nil {
+		return nil, err
+	}
 	p := &Peer{cfg: cfg, stop: make(chan struct{}), held: map[string]*held{}, notifs: make([][]string, cfg.TPSize),
 		pushWait: map[string]*pushWait{}, pushHeld: map[string]*pushHeld{}, remotes: map[string]*remoteEngine{},
 		changed: make(chan struct{}), pendingRegs: make([][]pushReg, cfg.TPSize)}
@@ -192,7 +202,9 @@ func (p *Peer) TPSize() int { return p.cfg.TPSize }
 
 // payload builds rank r's NixlHandshakePayload: the hash and, as opaque
 // bytes, its NixlAgentMetadata, filled as vLLM's register_kv_caches does
-// for a model of one KV-cache group with K and V packed per layer.
+// for attention layers with K and V packed per layer, one region each:
+// region_group_ids is each region's KV-cache group (Config.Groups; all 0
+// for one group).
 func (p *Peer) payload(r int) ([]byte, error) {
 	md, err := p.agents[r].LocalMD()
 	if err != nil {
@@ -205,6 +217,7 @@ func (p *Peer) payload(r int) ([]byte, error) {
 		PhysicalBlocksPerLogical: 1, DCPSize: 1, PCPSize: 1, RegionMembers: [][]string{},
 		KVCachesBaseAddr: make([]uint64, n), BlockLens: make([]uint64, n), BlockStrides: make([]uint64, n),
 		RegionNumBlocks: make([]int, n), RegionGroupIDs: make([]int, n), RegionMemTypes: make([]string, n)}
+	copy(m.RegionGroupIDs, p.cfg.Groups)
 	for i := range n {
 		m.KVCachesBaseAddr[i] = k.regionBase(i)
 		m.BlockLens[i], m.BlockStrides[i] = uint64(k.blockLen), uint64(k.blockLen)

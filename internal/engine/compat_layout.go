@@ -1,24 +1,24 @@
 package engine
 
 import (
-	"strings"
+	"github.com/gonixl/gonixl/internal/handshake"
 )
 
 // compatLayout is the layout name the engine's handshake compares
-// (handshake.Compat.Layout): KVLayout ("HND") for one group of attention,
-// as every gonixl engine before KV-cache groups sent, and with the group
-// kinds appended for a grouped geometry ("HND+groups=full,ssm"). An older
-// gonixl peer skips a layout's unknown "groups" key and would read the
-// regions as one full-attention group; the differing name makes it refuse
-// the pair in the handshake ("kv layout mismatch") instead.
+// (handshake.Compat.Layout, see handshake.LayoutName): the block order of
+// the engine's geometry ("HND", as every gonixl engine before the order
+// was named sent; KVLayout is always "HND", the family withDefaults
+// accepts), with the group kinds appended for a grouped geometry
+// ("HND+groups=full,ssm"). An older gonixl peer skips a layout's unknown
+// "order" and "groups" keys and would read an NHD rank's blocks as HND or
+// the regions as one full-attention group; the differing name makes it
+// refuse the pair in the handshake ("kv layout mismatch") instead.
 func compatLayout(cfg Config) string {
-	gs := cfg.Geometry.Groups
-	if gs == nil || len(*gs) == 0 {
-		return cfg.KVLayout
+	var kinds []string
+	if gs := cfg.Geometry.Groups; gs != nil {
+		for _, g := range *gs {
+			kinds = append(kinds, string(g.Kind))
+		}
 	}
-	kinds := make([]string, len(*gs))
-	for i, g := range *gs {
-		kinds[i] = string(g.Kind)
-	}
-	return cfg.KVLayout + "+groups=" + strings.Join(kinds, ",")
+	return handshake.LayoutName(cfg.Geometry.Order, kinds)
 }

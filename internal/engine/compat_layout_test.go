@@ -24,3 +24,14 @@ func TestCompatLayoutGroups(t *testing.T) {
 	require.ErrorIs(t, err, handshake.ErrIncompatible)
 	require.ErrorContains(t, err, `kv layout mismatch: local "HND", remote "HND+groups=full,ssm"`)
 }
+
+// The geometry's block order heads the name; an HND geometry's name is
+// what it was before the order was named.
+func TestCompatLayoutOrder(t *testing.T) {
+	hnd := Config{KVLayout: "HND", Geometry: descriptors.Geometry{Order: descriptors.OrderHND}}
+	require.Equal(t, "HND", compatLayout(hnd))
+	nhd := Config{KVLayout: "HND", Geometry: descriptors.Geometry{Order: descriptors.OrderNHD}}
+	require.Equal(t, "NHD", compatLayout(nhd))
+	nhd.Geometry.Groups = &[]descriptors.GroupGeometry{{Kind: descriptors.KindFull, Layers: 1}, {Kind: descriptors.KindSlidingWindow, Layers: 1}}
+	require.Equal(t, "NHD+groups=full,sliding_window", compatLayout(nhd))
+}

@@ -148,10 +148,3 @@ func KeyPath(err error) error {
 	out.Field, out.Struct = strings.Join(keep, "."), "Params"
 	return &out
 }
-
-// VLLMRefusal is why a grouped call is refused in vLLM's protocol: its
-// metadata and Params would need region_group_ids, ssm_sizes and per-group
-// lists, which gonixl's vLLM mode does not map yet.
-func VLLMRefusal(requestID string) string {
-	return fmt.Sprintf("request %q: per-group block ids in vLLM's protocol: region_group_ids and ssm_sizes are not mapped by gonixl's vLLM mode yet; use gonixl's protocol", requestID)
-}

@@ -28,7 +28,7 @@ type Compat struct {
 	Version int    `msgpack:"version"`
 	Model   string `msgpack:"model"`  // model name or path
 	DType   string `msgpack:"dtype"`  // KV-cache element type
-	Layout  string `msgpack:"layout"` // KV-cache layout name, e.g. "HND" or "MLA"
+	Layout  string `msgpack:"layout"` // KV-cache layout name (LayoutName), e.g. "HND" or "NHD+groups=full,ssm"
 	Mode    string `msgpack:"mode"`   // ModePull or ModePush
 }
 
@@ -64,8 +64,13 @@ func (c Compat) Validate() error {
 // Check refuses a remote engine that local cannot exchange blocks with. The
 // error matches ErrIncompatible and names the first differing fact with both
 // values, e.g. `transfer mode mismatch: local "pull", remote "push"`.
-// remoteHash is the hash the remote computed; a hash that differs although
-// every field agrees (another hashing rule) is refused too.
+// Layout names agree when they are equal or differ only in their block
+// order, HND against NHD (see LayoutName): the descriptors permute between
+// the two. remoteHash is the hash the remote computed of its facts; one
+// that differs from this build's hash of them (another hashing rule) is
+// refused too. Where every fact is equal that is the old rule, local's
+// hash against remoteHash, which a gonixl peer that predates the order
+// still applies: to it an NHD name is another layout.
 func Check(local, remote Compat, remoteHash string) error {
 	if local.Version != remote.Version {
 		return fmt.Errorf("%w: protocol version mismatch: local %d, remote %d", ErrIncompatible, local.Version, remote.Version)
@@ -74,13 +79,15 @@ func Check(local, remote Compat, remoteHash string) error {
 		{"transfer mode", local.Mode, remote.Mode},
 		{"model", local.Model, remote.Model},
 		{"kv dtype", local.DType, remote.DType},
-		{"kv layout", local.Layout, remote.Layout},
 	} {
 		if f.l != f.r {
 			return fmt.Errorf("%w: %s mismatch: local %q, remote %q", ErrIncompatible, f.what, f.l, f.r)
 		}
 	}
-	if h := local.Hash(); h != remoteHash {
+	if !sameLayout(local.Layout, remote.Layout) {
+		return fmt.Errorf("%w: kv layout mismatch: local %q, remote %q", ErrIncompatible, local.Layout, remote.Layout)
+	}
+	if h := remote.Hash(); h != remoteHash {
 		return fmt.Errorf("%w: compatibility hash mismatch: local %q, remote %q", ErrIncompatible, h, remoteHash)
 	}
 	return nil

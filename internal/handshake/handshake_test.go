@@ -54,8 +54,8 @@ func TestCheck(t *testing.T) {
 	other.DType = "float8_e4m3fn"
 	assert.ErrorContains(t, Check(compat(ModePull), other, other.Hash()), `kv dtype mismatch: local "bfloat16", remote "float8_e4m3fn"`)
 	other = compat(ModePull)
-	other.Layout = "NHD"
-	assert.ErrorContains(t, Check(compat(ModePull), other, other.Hash()), `kv layout mismatch: local "HND", remote "NHD"`)
+	other.Layout = "MLA"
+	assert.ErrorContains(t, Check(compat(ModePull), other, other.Hash()), `kv layout mismatch: local "HND", remote "MLA"`)
 	other = compat(ModePull)
 	other.Version = 9
 	assert.ErrorContains(t, Check(compat(ModePull), other, ""), "protocol version mismatch: local 1, remote 9")

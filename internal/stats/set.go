@@ -32,6 +32,8 @@ type Set struct {
 	byteHist *Histogram
 	descHist *Histogram
 
+	groups groupCounters // per KV-cache group (SetGroups)
+
 	mu     sync.Mutex
 	byName map[string]*Counter
 	order  []*Counter
@@ -117,6 +119,7 @@ func (s *Set) Snapshot() Snapshot {
 		PostTimeHist:           s.postHist.Snapshot(),
 		BytesHist:              s.byteHist.Snapshot(),
 		DescriptorsHist:        s.descHist.Snapshot(),
+		PrefixHitBlocks:        s.prefixHits(),
 	}
 	s.mu.Lock()
 	for _, c := range s.order[s.shared:] {
@@ -133,8 +136,13 @@ func changed(s, prev Snapshot) bool {
 		s.ExpiredRequests != prev.ExpiredRequests || s.UnknownNotifications != prev.UnknownNotifications ||
 		s.LateNotifications != prev.LateNotifications || s.MalformedNotifications != prev.MalformedNotifications ||
 		s.MalformedFrames != prev.MalformedFrames || s.PostTime.Count != prev.PostTime.Count ||
-		len(s.Extra) != len(prev.Extra) {
+		len(s.Extra) != len(prev.Extra) || len(s.PrefixHitBlocks) != len(prev.PrefixHitBlocks) {
 		return true
+	}
+	for i := range s.PrefixHitBlocks {
+		if s.PrefixHitBlocks[i] != prev.PrefixHitBlocks[i] {
+			return true
+		}
 	}
 	for i := range s.Extra {
 		if s.Extra[i].Value != prev.Extra[i].Value {

@@ -27,6 +27,9 @@ type Snapshot struct {
 	XferTime, PostTime                                       latency.Stats
 	XferTimeHist, PostTimeHist, BytesHist, DescriptorsHist   HistogramSnapshot
 	Extra                                                    []CounterValue
+	// PrefixHitBlocks is a decode rank's prefix-hit blocks per KV-cache
+	// group (Set.SetGroups), nil where none were registered.
+	PrefixHitBlocks []GroupValue
 }
 
 // Get returns the value of the extra counter name, and whether it exists.
@@ -63,6 +66,9 @@ func (s Snapshot) LogLine() string {
 	for _, c := range s.Extra {
 		line += fmt.Sprintf(" %s=%d", c.Name, c.Value)
 	}
+	if len(s.PrefixHitBlocks) > 0 {
+		line += " prefix_hit_blocks=" + groupsLine(s.PrefixHitBlocks)
+	}
 	return line
 }
 
@@ -91,6 +97,13 @@ func (s Snapshot) Fields() []zap.Field {
 	}
 	for _, c := range s.Extra {
 		out = append(out, zap.Uint64(c.Name, c.Value))
+	}
+	if len(s.PrefixHitBlocks) > 0 {
+		vs := make([]uint64, len(s.PrefixHitBlocks))
+		for i, v := range s.PrefixHitBlocks {
+			vs[i] = v.Value
+		}
+		out = append(out, zap.Uint64s("prefix_hit_blocks", vs))
 	}
 	return out
 }

@@ -21,4 +21,12 @@
 // encoding rules from jcrist/msgspec's _core.c at
 // 3b2543b838a01dfac23e0b8d8746ebb273254e2d. testdata/vllm/vectors.json
 // pins every format byte for byte.
+//
+// LayoutOf and MetadataOf map a rank's NixlAgentMetadata to a
+// descriptors.Layout and back, KV-cache groups and SSM state included
+// (layout_groups.go: region_group_ids, per-region block_lens, ssm_sizes and
+// physical_blocks_per_logical_kv_block as base_worker.py at 039e79a6 fills
+// them, the conv split as ssm_conv_transfer_utils.py at
+// 66a1a5c197f5d31bb4a00cd15d8a74c9016d577f derives it from the model);
+// testdata/vllm/groups.json pins grouped metadata and its layouts.
 package vllm

@@ -54,15 +54,15 @@ func TestLayoutRefusals(t *testing.T) {
 		return m
 	}
 	for want, edit := range map[string]func(*AgentMetadata){
-		"vllm: unsupported: dcp_size is 2: only 1 is supported":                                         func(m *AgentMetadata) { m.DCPSize = 2 },
-		"vllm: unsupported: pcp_size is 2: only 1 is supported":                                         func(m *AgentMetadata) { m.PCPSize = 2 },
-		"vllm: unsupported: ssm_sizes is [1 2]: SSM (Mamba) state is not supported":                     func(m *AgentMetadata) { m.SSMSizes = [2]uint64{1, 2} },
-		"vllm: unsupported: physical_blocks_per_logical_kv_block is 2: only 1 is supported":             func(m *AgentMetadata) { m.PhysicalBlocksPerLogical = 2 },
-		`vllm: unsupported: kv_cache_layout is "NHD": only the head-major "LBHNC" ("HND") is supported`: func(m *AgentMetadata) { m.KVCacheLayout = "NHD" },
+		"vllm: unsupported: dcp_size is 2: only 1 is supported":                                                               func(m *AgentMetadata) { m.DCPSize = 2 },
+		"vllm: unsupported: pcp_size is 2: only 1 is supported":                                                               func(m *AgentMetadata) { m.PCPSize = 2 },
+		"vllm: unsupported: physical_blocks_per_logical_kv_block is 2: only 1 is supported for a model of one KV-cache group": func(m *AgentMetadata) { m.PhysicalBlocksPerLogical = 2 },
+		`vllm: unsupported: kv_cache_layout is "BHLNC": only the packed "LBHNC" ("HND", head-major) and "LBNHC" ("NHD", token-major) are supported`: func(m *AgentMetadata) {
+			m.KVCacheLayout = "BHLNC"
+		},
 		"vllm: unsupported: block_strides[1] is 32768, block_lens[1] 16384: only blocks back to back are supported": func(m *AgentMetadata) {
 			m.BlockStrides[1] = 2 * m.BlockLens[1]
 		},
-		"vllm: unsupported: region_group_ids[2] is 1, region_group_ids[0] 0: only one KV-cache group is supported": func(m *AgentMetadata) { m.RegionGroupIDs[2] = 1 },
 		`vllm: unsupported: region_mem_types[1] is "DRAM", region_mem_types[0] "VRAM": mixed memory is not supported`: func(m *AgentMetadata) {
 			m.RegionMemTypes[1] = MemTypeDRAM
 		},
@@ -73,6 +73,36 @@ func TestLayoutRefusals(t *testing.T) {
 		_, err := LayoutOf(m, model, 0, 2)
 		require.ErrorIs(t, err, ErrUnsupported, want)
 		assert.EqualError(t, err, want)
+	}
+	// A grouped peer (several KV-cache groups, SSM state) is another model
+	// than one without groups (TestGroupLayoutRefusals has the grouped one).
+	for want, edit := range map[string]func(*AgentMetadata){
+		`vllm: incompatible peer: engine "p" rank 0: ssm_sizes is [1 2]: the peer holds SSM (Mamba) state, the local model's geometry has no KV-cache groups (descriptors.Geometry.Groups)`: func(m *AgentMetadata) {
+			m.SSMSizes = [2]uint64{1, 2}
+		},
+		`vllm: incompatible peer: engine "p" rank 0: region_group_ids[2] is 1, region_group_ids[0] 0: the peer has several KV-cache groups, the local model's geometry one (descriptors.Geometry.Groups)`: func(m *AgentMetadata) {
+			m.RegionGroupIDs[2] = 1
+		},
+	} {
+		m := good()
+		edit(m)
+		_, err := LayoutOf(m, model, 0, 2)
+		require.ErrorIs(t, err, ErrIncompatible, want)
+		assert.EqualError(t, err, want)
+	}
+	// The token-major layout, under either name.
+	for _, name := range []string{LayoutNHD, LayoutLBNHC} {
+		m := good()
+		m.KVCacheLayout = name
+		got, err := LayoutOf(m, model, 0, 2)
+		require.NoError(t, err)
+		assert.Equal(t, descriptors.OrderNHD, got.Order)
+		nhd := l
+		nhd.Order = descriptors.OrderNHD
+		assert.Equal(t, nhd, got)
+		back, err := MetadataOf(got, "p", []byte{1}, "FLASH_ATTN", map[string]string{LayoutNHD: LayoutHND, LayoutLBNHC: LayoutLBHNC}[name])
+		require.NoError(t, err)
+		assert.Equal(t, name, back.KVCacheLayout)
 	}
 
 	m := good()

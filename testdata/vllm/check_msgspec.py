@@ -1,6 +1,7 @@
 # Checks testdata/vllm/vectors.json against a real msgspec (run from the
 # repository root with msgspec importable:
-#   python3 testdata/vllm/check_msgspec.py [vectors.json [push_reg.json]]).
+#   python3 testdata/vllm/check_msgspec.py [vectors.json [push_reg.json
+#   [groups.json]]]).
 #
 # The vectors were laid down by hand from msgspec's encoder rules
 # (gen_vectors.py); this script asks msgspec itself. The two wire
@@ -12,8 +13,11 @@
 #   - an invalid vector is reported as msgspec refusing it or not: gonixl is
 #     stricter than msgspec on purpose in some cases (lengths that disagree,
 #     repeated keys), which is listed, not failed.
-# The PUSH_REG cases of testdata/push_reg.json are checked too. It exits 1 on
-# the first real disagreement.
+# The PUSH_REG cases of testdata/push_reg.json are checked too, and the
+# grouped-model metadata of testdata/vllm/groups.json (gen_groups.py) as
+# encoding vectors, its invalid cases as values msgspec must decode (they
+# are refused by gonixl's layout mapping, not by the wire type). It exits 1
+# on the first real disagreement.
 import dataclasses
 import json
 import math
@@ -67,7 +71,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def main(path, push_reg_path):
+def main(path, push_reg_path, groups_path):
     d = json.load(open(path))
     enc = msgspec.msgpack.Encoder()
     checked = 0
@@ -144,6 +148,22 @@ def main(path, push_reg_path):
         else:
             lenient.append("push_reg/%s (decodes; not msgspec's most compact bytes)" % c["name"])
 
+    g = json.load(open(groups_path))
+    for v in g["grouped_metadata"]:
+        raw = bytes.fromhex(v["hex"])
+        md = msgspec.msgpack.decode(raw, type=NixlAgentMetadata)
+        if enc.encode(md) != raw:
+            fail("grouped_metadata %s: msgspec encodes %s" % (v["name"], enc.encode(md).hex()))
+        if as_json(md) != v["value"]:
+            fail("grouped_metadata %s: value %s" % (v["name"], as_json(md)))
+        checked += 1
+    for v in g["grouped_metadata_invalid"]:
+        raw = bytes.fromhex(v["hex"])
+        md = msgspec.msgpack.decode(raw, type=NixlAgentMetadata)
+        if enc.encode(md) != raw:
+            fail("grouped_metadata_invalid %s: msgspec encodes %s" % (v["name"], enc.encode(md).hex()))
+        checked += 1
+
     print("msgspec %s agrees on %d vectors" % (msgspec.__version__, checked))
     if lenient:
         print("msgspec accepts, gonixl refuses (stricter on purpose):", ", ".join(lenient))
@@ -151,4 +171,5 @@ def main(path, push_reg_path):
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "testdata/vllm/vectors.json",
-         sys.argv[2] if len(sys.argv) > 2 else "testdata/push_reg.json")
+         sys.argv[2] if len(sys.argv) > 2 else "testdata/push_reg.json",
+         sys.argv[3] if len(sys.argv) > 3 else "testdata/vllm/groups.json")

@@ -133,6 +133,11 @@ type Config struct {
 	// ConnLogger is passed to the connectors (default: none, so that tests
 	// do not get the periodic metrics line).
 	ConnLogger *zap.Logger
+	// KVLayout is the in-block order of the engine's KV cache (the
+	// connectors' descriptors.Geometry.Order): "HND" (the default,
+	// head-major) or "NHD" (token-major, vLLM's LBNHC; gonixl's protocol
+	// only). Engines of different orders pair: the connectors permute.
+	KVLayout string
 }
 
 // ModelSpec is a model's KV-cache geometry.
@@ -275,6 +280,13 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.checkPP(); err != nil {
 		return c, err
 	}
+	switch c.KVLayout {
+	case "":
+		c.KVLayout = descriptors.OrderHND
+	case descriptors.OrderHND, descriptors.OrderNHD:
+	default:
+		return c, fmt.Errorf("engine: Config.KVLayout is %q, want %q or %q", c.KVLayout, descriptors.OrderHND, descriptors.OrderNHD)
+	}
 	if c.ServedModelName == "" {
 		c.ServedModelName = m.Name
 	}
@@ -349,12 +361,17 @@ const (
 )
 
 // geometry returns the engine's KV-cache geometry: the model's, with the
-// engine's block count and TP size; K and V packed per layer in vLLM's
-// protocol, as vLLM lays them out.
+// engine's block count, TP size and block order; K and V packed per layer
+// in vLLM's protocol, as vLLM lays them out.
 func (c *Config) geometry() descriptors.Geometry {
 	m := c.Model
+	order := c.KVLayout
+	if order == descriptors.OrderHND {
+		order = "" // the same order; the layouts encode as before Order existed
+	}
 	return descriptors.Geometry{Layers: m.Layers, KVHeads: m.KVHeads, HeadDim: m.HeadDim, DType: m.DType, ElemBytes: m.DTypeBytes,
-		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, PPSize: c.PPSize, KVPacked: c.Protocol == ProtocolVLLM, Groups: m.Groups}
+		BlockSize: m.BlockSize, Blocks: c.NumBlocks, TPSize: c.TPSize, PPSize: c.PPSize, KVPacked: c.Protocol == ProtocolVLLM, Groups: m.Groups,
+		Order: order}
 }
 
 // engineConfig returns the connector engine's configuration.

@@ -93,7 +93,7 @@ func visitGroups(l *descriptors.Layout, mem []byte, lists [][]int, tokens int,
 			for bi, blk := range ids {
 				for hh := range l.KVHeads {
 					for tok := range bs {
-						off := base + blk*bl + (hh*bs+tok)*hb
+						off := base + blk*bl + rowSlot(l, hh, tok)*hb
 						row(mem[off:off+hb], reg, l.FirstHead()+hh, first+bi*bs+tok)
 					}
 				}

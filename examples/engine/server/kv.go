@@ -90,12 +90,22 @@ func visitRows(l *descriptors.Layout, mem []byte, blocks []int, f func(row []byt
 			base := region*rl + blk*bl
 			for hh := range l.KVHeads {
 				for tok := range bs {
-					off := base + (hh*bs+tok)*hb
+					off := base + rowSlot(l, hh, tok)*hb
 					f(mem[off:off+hb], region+shift, first+hh, bi*bs+tok)
 				}
 			}
 		}
 	}
+}
+
+// rowSlot returns the row index, within an attention block of layout l, of
+// the rank's hh-th head at slot tok: head-major (HND, hh*block_size + tok)
+// or token-major for an NHD layout (tok*heads_per_rank + hh).
+func rowSlot(l *descriptors.Layout, hh, tok int) int {
+	if l.Order == descriptors.OrderNHD {
+		return tok*l.KVHeads + hh
+	}
+	return hh*l.BlockSize + tok
 }
 
 // writeKV writes a prompt's KV into blocks: the pattern for positions of the

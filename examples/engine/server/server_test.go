@@ -42,6 +42,8 @@ type opts struct {
 	fabric              func(*loopback.Fabric)
 	policy              string
 	bidir               bool // bidirectional KV (bidir_test.go)
+	// prefillLayout and decodeLayout are each engine's KVLayout ("" HND).
+	prefillLayout, decodeLayout string
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -58,9 +60,9 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
 			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy, Bidirectional: o.bidir}
 		if role == server.RolePrefill {
-			cfg.TPSize, cfg.PPSize = o.prefillTP, o.prefillPP
+			cfg.TPSize, cfg.PPSize, cfg.KVLayout = o.prefillTP, o.prefillPP, o.prefillLayout
 		} else {
-			cfg.TPSize = o.decodeTP
+			cfg.TPSize, cfg.KVLayout = o.decodeTP, o.decodeLayout
 		}
 		if role == server.RolePrefill {
 			cfg.KVHook = o.hook

@@ -30,6 +30,12 @@ func Geometry(shape string, tp, bs int) descriptors.Geometry {
 		g.Layers = 3
 		g.Groups = &[]descriptors.GroupGeometry{{Kind: descriptors.KindFull, Layers: 1},
 			{Kind: descriptors.KindSSM, Layers: 2, Conv: []int{24, 8, 8}, State: 32}}
+	case "hybrid-1kv":
+		// The hybrid with one KV head: at TP 2 both ranks hold it (replicated
+		// attention) while the SSM state is split; not in Shapes.
+		g.Layers, g.KVHeads = 3, 1
+		g.Groups = &[]descriptors.GroupGeometry{{Kind: descriptors.KindFull, Layers: 1},
+			{Kind: descriptors.KindSSM, Layers: 2, Conv: []int{24, 8, 8}, State: 32}}
 	default:
 		panic("grouptest: unknown shape " + shape)
 	}
@@ -92,8 +98,14 @@ func each(r Rank, lists [][]int, tokens int, from []int, f func(off uint64, regi
 						continue
 					}
 					for h := 0; h < l.KVHeads; h++ {
+						// Head-major (HND) blocks hold a head's tokens together,
+						// token-major (NHD) ones a token's heads.
+						at := h*bs*l.HeadBytes + t*l.HeadBytes
+						if l.Order == descriptors.OrderNHD {
+							at = t*l.KVHeads*l.HeadBytes + h*l.HeadBytes
+						}
 						for i := 0; i < l.HeadBytes; i++ {
-							f(base+uint64(blk)*bl+uint64(h*bs*l.HeadBytes+t*l.HeadBytes+i), reg, l.FirstHead()+h, tok, i)
+							f(base+uint64(blk)*bl+uint64(at+i), reg, l.FirstHead()+h, tok, i)
 						}
 					}
 				}
