@@ -14,9 +14,10 @@ import (
 
 // groupHostRanks allocates every rank of shape at TP tp and block size bs
 // in host memory, each filled with random bytes.
-func groupHostRanks(t *testing.T, shape string, tp, bs int, rng *rand.Rand) []grouptest.Rank {
+func groupHostRanks(t *testing.T, shape string, tp, bs int, order string, rng *rand.Rand) []grouptest.Rank {
 	t.Helper()
 	g := grouptest.Geometry(shape, tp, bs)
+	g.Order = order
 	out := make([]grouptest.Rank, tp)
 	for r := range tp {
 		buf, err := nixl.AllocBuffer(int(g.RankBytes()))
@@ -63,7 +64,7 @@ func groupPushReqs(shape string, pbs, dbs int, rng *rand.Rand, pre, dec *descrip
 	held := groupPushReq{"decode-holds-attention", 40, lists(pre, 40, pbs, 0), lists(dec, 40, dbs, 0)}
 	none := groupPushReq{"decode-lists-nothing", 40, held.src, make([][]int, len(held.dst))}
 	held.dst[0] = nil
-	if shape == "swa" {
+	if shape == "swa" { // nothing left: the window lies in the attention blocks decode holds
 		held.dst[1] = nil
 		return append(out, none)
 	}
@@ -82,19 +83,41 @@ func groupPushReqs(shape string, pbs, dbs int, rng *rand.Rand, pre, dec *descrip
 // padding past the last token, a sliding window's tokens before the
 // source's list), and a request ending on both sides' block boundaries
 // leaves exactly the direct path's memory.
+//
+// Beside the two shapes: "hybrid-1kv" (one KV head, replicated on both
+// ranks at TP 2 while the state is split, so a prefill rank may feed the
+// SSM group of a decode rank but not its attention group) and NHD blocks
+// on prefill's side across TP sizes or on both sides at equal TP.
 func TestGroupDstImageBytes(t *testing.T) {
-	for _, shape := range grouptest.Shapes {
+	type order struct{ src, dst string }
+	for _, shape := range append(append([]string{}, grouptest.Shapes...), "hybrid-1kv") {
 		for _, g := range []geom{{2, 2, 16, 16}, {2, 1, 16, 16}, {1, 2, 16, 16}, {2, 2, 16, 8}, {1, 2, 8, 16}, {2, 1, 8, 16}} {
-			t.Run(fmt.Sprintf("%s/tp%d-bs%d_to_tp%d-bs%d", shape, g.srcTP, g.srcBS, g.dstTP, g.dstBS), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(g.srcTP*1000+g.dstTP*100+g.srcBS+g.dstBS), uint64(len(shape))))
-				pre := groupHostRanks(t, shape, g.srcTP, g.srcBS, rng)
-				dec := groupHostRanks(t, shape, g.dstTP, g.dstBS, rng)
-				for i, r := range groupPushReqs(shape, g.srcBS, g.dstBS, rng, pre[0].L, dec[0].L) {
-					t.Run(r.name, func(t *testing.T) { stageGroupPush(t, pre, dec, r, 10+i, rng) })
-				}
-			})
+			orders := []order{{}}
+			if shape != "hybrid-1kv" && g.srcTP != g.dstTP {
+				orders = append(orders, order{descriptors.OrderNHD, ""})
+			}
+			if shape != "hybrid-1kv" && g.srcTP == g.dstTP {
+				orders = append(orders, order{descriptors.OrderNHD, descriptors.OrderNHD})
+			}
+			for _, o := range orders {
+				t.Run(fmt.Sprintf("%s/tp%d-bs%d-%s_to_tp%d-bs%d-%s", shape, g.srcTP, g.srcBS, cmpOr(o.src, "HND"), g.dstTP, g.dstBS, cmpOr(o.dst, "HND")), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(g.srcTP*1000+g.dstTP*100+g.srcBS+g.dstBS), uint64(len(shape)+len(o.src)+len(o.dst))))
+					pre := groupHostRanks(t, shape, g.srcTP, g.srcBS, o.src, rng)
+					dec := groupHostRanks(t, shape, g.dstTP, g.dstBS, o.dst, rng)
+					for i, r := range groupPushReqs(shape, g.srcBS, g.dstBS, rng, pre[0].L, dec[0].L) {
+						t.Run(r.name, func(t *testing.T) { stageGroupPush(t, pre, dec, r, 10+i, rng) })
+					}
+				})
+			}
 		}
 	}
+}
+
+func cmpOr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
 }
 
 func stageGroupPush(t *testing.T, pre, dec []grouptest.Rank, r groupPushReq, seed int, rng *rand.Rand) {
