@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,46 +27,94 @@ import (
 // it there, and decode scatters every group. Every byte of every decode
 // rank is checked (pushGroupsStaged), every WRITE with something to move
 // went through the slots on both sides (exact counts), and every slot
-// comes back.
+// comes back. Beside the two shapes: "hybrid-1kv" (one KV head, replicated
+// at TP 2 while the state is split: at TP 2 -> 1 one prefill rank writes
+// decode's attention and both its state, so each image holds only the
+// groups its rank writes), NHD blocks on prefill's side across TP sizes
+// and on both sides at equal TP (staged), and an NHD decode across TP
+// sizes, whose blocks hold a prefill rank's heads in one run per token:
+// not staged, written directly, every byte still checked.
 func TestGroupsPushStaged(t *testing.T) {
+	type tcase struct {
+		shape              string
+		ptp, pbs, dtp, dbs int
+		pOrder, dOrder     string
+	}
+	var cases []tcase
 	for _, shape := range grouptest.Shapes {
-		for i, tc := range []struct{ ptp, pbs, dtp, dbs int }{
-			{2, 16, 2, 16}, {2, 16, 1, 16}, {1, 16, 2, 16}, {2, 16, 2, 8}, {1, 8, 2, 16},
-		} {
-			chunks := 0
-			if i%2 == 1 {
-				chunks = 1
-			}
-			t.Run(fmt.Sprintf("%s/tp%d-bs%d_to_tp%d-bs%d/chunks%d", shape, tc.ptp, tc.pbs, tc.dtp, tc.dbs, chunks), func(t *testing.T) {
-				m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
-				withChunks := func(side string) func(*Config) {
-					return func(c *Config) {
-						m.rank(side)(c)
-						c.Staging.Chunks = chunks
-					}
+		for _, c := range []tcase{{"", 2, 16, 2, 16, "", ""}, {"", 2, 16, 1, 16, "", ""}, {"", 1, 16, 2, 16, "", ""}, {"", 2, 16, 2, 8, "", ""}, {"", 1, 8, 2, 16, "", ""},
+			{"", 2, 16, 1, 16, descriptors.OrderNHD, ""}, {"", 2, 16, 2, 16, descriptors.OrderNHD, descriptors.OrderNHD}, {"", 2, 16, 1, 16, "", descriptors.OrderNHD}} {
+			c.shape = shape
+			cases = append(cases, c)
+		}
+	}
+	for _, tp := range [][2]int{{2, 1}, {1, 2}, {2, 2}} {
+		cases = append(cases, tcase{"hybrid-1kv", tp[0], 16, tp[1], 16, "", ""})
+	}
+	for i, tc := range cases {
+		chunks := 0
+		if i%2 == 1 {
+			chunks = 1
+		}
+		staged := tc.dOrder == "" || tc.ptp == tc.dtp
+		t.Run(fmt.Sprintf("%s/tp%d-bs%d-%s_to_tp%d-bs%d-%s/chunks%d", tc.shape, tc.ptp, tc.pbs, cmpOr(tc.pOrder, "HND"), tc.dtp, tc.dbs, cmpOr(tc.dOrder, "HND"), chunks), func(t *testing.T) {
+			shape := tc.shape
+			m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
+			withChunks := func(side, order string) func(*Config) {
+				return func(c *Config) {
+					m.rank(side)(c)
+					c.Staging.Chunks = chunks
+					c.Layout.Order = order
 				}
-				g, err := newGroupRigOpts(t, shape, tc.ptp, tc.pbs, tc.dtp, tc.dbs, groupRigOpts{preRank: withChunks("prefill"), decRank: withChunks("decode")})
+			}
+			{
+				g, err := newGroupRigOpts(t, shape, tc.ptp, tc.pbs, tc.dtp, tc.dbs, groupRigOpts{preRank: withChunks("prefill", tc.pOrder), decRank: withChunks("decode", tc.dOrder)})
 				require.NoError(t, err)
 				rng := rand.New(rand.NewPCG(uint64(i), uint64(len(shape))))
-				reqs := append(groupReqs(shape, tc.pbs, tc.dbs), fragmentedGroupReq(rng, g, 57))
-				var wantStaged uint64
+				reqs := append(groupReqs(strings.TrimSuffix(shape, "-1kv"), tc.pbs, tc.dbs), fragmentedGroupReq(rng, g, 57))
+				// stateOnly are the WRITEs of requests whose decode lists no
+				// attention block: their image is the state alone, staged
+				// even for an NHD decode.
+				var writes, stateOnly uint64
 				for k, r := range reqs {
-					wantStaged += g.pushGroupsStaged(fmt.Sprintf("req-%d", k), k+1, r, k%2 == 0)
+					n := g.pushGroupsStaged(fmt.Sprintf("req-%d", k), k+1, r, k%2 == 0)
+					writes += n
+					if attentionEmpty(g.dec[0].L, r.dst) {
+						stateOnly += n
+					}
 				}
-				require.Positive(t, wantStaged)
-				var pre, dec uint64
+				require.Positive(t, writes)
+				var pre, dec, direct uint64
 				for _, p := range g.producers {
 					pre += extra(t, p.Stats(), "staged_transfers")
+					direct += extra(t, p.Stats(), "direct_transfers")
 					require.Zero(t, extra(t, p.Stats(), "staging_no_slot"))
 				}
 				for _, c := range g.consumers {
 					dec += extra(t, c.Stats(), "staged_transfers")
 				}
-				require.Equal(t, wantStaged, pre, "prefill staged every WRITE with something to move")
-				require.Equal(t, wantStaged, dec, "decode scattered every staged part")
-			})
+				if !staged {
+					require.Equal(t, stateOnly, pre, "an NHD decode across TP sizes takes its attention blocks directly")
+					require.Equal(t, stateOnly, dec)
+					require.Equal(t, writes-stateOnly, direct)
+					return
+				}
+				require.Equal(t, writes, pre, "prefill staged every WRITE with something to move")
+				require.Equal(t, writes, dec, "decode scattered every staged part")
+			}
+		})
+	}
+}
+
+// attentionEmpty reports whether lists name no block of an attention group
+// of l.
+func attentionEmpty(l *descriptors.Layout, lists [][]int) bool {
+	for gi, g := range l.GroupList() {
+		if g.Kind != descriptors.KindSSM && len(lists[gi]) > 0 {
+			return false
 		}
 	}
+	return true
 }
 
 // fragmentedGroupReq returns a request of tokens whose lists are random
