@@ -31,13 +31,17 @@ import (
 // model places them, each byte the descriptors' mapping writes, and every
 // byte outside the blocks decode listed unchanged; both sides' counters
 // show every WRITE with something to move went through the slots.
-// GONIXL_E2E_MEM=dram runs it on host memory.
+// Beside the two shapes it runs hybrid-1kv (one KV head, replicated at
+// TP 2, the state split). GONIXL_E2E_MEM=dram runs it on host memory.
 func TestGroupsPushStagedVRAM(t *testing.T) {
 	needDevices(t, 1)
 	m, err := openMemory(0)
 	require.NoError(t, err)
 	defer m.close()
-	for _, shape := range grouptest.Shapes {
+	// hybrid-1kv replicates its one KV head at TP 2 while the state is
+	// split: a prefill rank may write a decode rank's state but not its
+	// attention, so the images differ by rank.
+	for _, shape := range append(append([]string{}, grouptest.Shapes...), "hybrid-1kv") {
 		for _, tp := range [][2]int{{1, 1}, {2, 1}, {1, 2}, {2, 2}} {
 			t.Run(fmt.Sprintf("%s/tp%d-to-tp%d", shape, tp[0], tp[1]), func(t *testing.T) {
 				runGroupsPushStaged(t, m, shape, tp[0], tp[1])
