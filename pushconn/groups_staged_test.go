@@ -33,7 +33,11 @@ import (
 // groups its rank writes), NHD blocks on prefill's side across TP sizes
 // and on both sides at equal TP (staged), and an NHD decode across TP
 // sizes, whose blocks hold a prefill rank's heads in one run per token:
-// not staged, written directly, every byte still checked.
+// not staged, written directly, every byte still checked. (With prefill's
+// blocks smaller, a 5-token request maps only the first half of decode's
+// block, whose bytes of prefill rank 0 then lie inside that rank's run of
+// an HND image: only the image's NHD refusal keeps its scatter from
+// writing stale bytes over rank 1's heads.)
 func TestGroupsPushStaged(t *testing.T) {
 	type tcase struct {
 		shape              string
@@ -43,7 +47,7 @@ func TestGroupsPushStaged(t *testing.T) {
 	var cases []tcase
 	for _, shape := range grouptest.Shapes {
 		for _, c := range []tcase{{"", 2, 16, 2, 16, "", ""}, {"", 2, 16, 1, 16, "", ""}, {"", 1, 16, 2, 16, "", ""}, {"", 2, 16, 2, 8, "", ""}, {"", 1, 8, 2, 16, "", ""},
-			{"", 2, 16, 1, 16, descriptors.OrderNHD, ""}, {"", 2, 16, 2, 16, descriptors.OrderNHD, descriptors.OrderNHD}, {"", 2, 16, 1, 16, "", descriptors.OrderNHD}} {
+			{"", 2, 16, 1, 16, descriptors.OrderNHD, ""}, {"", 2, 16, 2, 16, descriptors.OrderNHD, descriptors.OrderNHD}, {"", 2, 16, 1, 16, "", descriptors.OrderNHD}, {"", 2, 8, 1, 16, "", descriptors.OrderNHD}} {
 			c.shape = shape
 			cases = append(cases, c)
 		}
