@@ -23,7 +23,9 @@ import (
 // the lists cover (vLLM's num_computed_tokens); decode's registration
 // lists are aligned to it. The Params carry both (RemoteGroupBlockIDs,
 // NumTokens; remote_block_ids as a list of lists and remote_num_tokens in
-// JSON). Grouped requests are not staged. WithTokens does not apply:
+// JSON). With staging on, a grouped request is staged through decode's
+// group image (staging.GroupDstImage) as a single-group one is through
+// its image. WithTokens does not apply:
 // tokens is the count.
 func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs [][]int, opts ...RequestOption) (Params, error) {
 	o := p.engine.vllmOpts(applyOpts(opts))

@@ -6,6 +6,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -30,19 +32,23 @@ type chunkState struct {
 
 type stagePart struct {
 	off uint64
-	im  staging.DstImage
+	// regions are the image's regions, which its chunks range over.
+	regions int
 	// scatter copies the part into the blocks, by block ids (the copier
-	// computes the addresses); set when the slot is offered.
-	scatter staging.BlockCopy
+	// computes the addresses): one copy for a single-group request, one
+	// per group and run for a grouped one (staging.GroupDstImage); set
+	// when the slot is offered.
+	scatter []staging.RegionCopy
 }
 
 // offerStaging returns the staging key of r's registration, taking a slot
 // and planning the scatter the first time; nil when r is not staged (no
 // slot free, too large, no blocks). It runs on the poller goroutine.
 func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
-	if c.pool == nil || len(r.blocks) != 1 || len(r.blocks[0]) == 0 || p.payload.PPSize > 1 { // one group, one stage only
+	if c.pool == nil || groupids.Empty(r.blocks) || p.payload.PPSize > 1 { // one stage only
 		return nil
 	}
+	grouped := len(c.cfg.Layout.Groups) > 0 || len(r.blocks) != 1
 	c.mu.Lock()
 	if r.stage != nil {
 		o := r.stage.offer
@@ -68,13 +74,13 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 		if rank < 0 {
 			return nil
 		}
-		im, err := staging.NewDstImage(&pl.Ranks[rank].Layout, &c.cfg.Layout, len(r.blocks[0]))
+		part, size, err := c.stagePart(&pl.Ranks[rank].Layout, r.blocks, grouped, at)
 		if err != nil {
 			return nil
 		}
-		offer.Offsets[rank], offer.Sizes[rank] = at, im.Size()
-		parts[agent] = stagePart{off: at, im: im, scatter: im.ScatterBlocks(&c.cfg.Layout, r.blocks[0], at)}
-		at += (im.Size() + 15) &^ 15 // keep every part 16-byte aligned for the kernel
+		offer.Offsets[rank], offer.Sizes[rank] = at, size
+		parts[agent] = part
+		at += (size + 15) &^ 15 // keep every part 16-byte aligned for the kernel
 	}
 	if at > c.pool.SlotBytes() {
 		return nil // larger than a slot: the blocks take the WRITEs
@@ -90,14 +96,35 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 		c.stage.NoSlot.Inc()
 		return nil
 	}
-	for agent, part := range parts {
-		part.scatter.Slot += slot.Addr
-		parts[agent] = part
+	for _, part := range parts {
+		for i := range part.scatter {
+			part.scatter[i].Slot += slot.Addr
+		}
 	}
 	offer.Slot = slot.Index
 	r.stage = &decodeStage{slot: slot, offer: offer, parts: parts}
 	o := offer
 	return &o
+}
+
+// stagePart plans the part of a slot, at offset at, that prefill rank
+// layout src writes for blocks: its image (staging.GroupDstImage for a
+// grouped request, else staging.DstImage) and the scatter of it; it
+// returns the image's size.
+func (c *Consumer) stagePart(src *descriptors.Layout, blocks [][]int, grouped bool, at uint64) (stagePart, uint64, error) {
+	if grouped {
+		im, err := staging.NewGroupDstImage(src, &c.cfg.Layout, blocks)
+		if err != nil {
+			return stagePart{}, 0, err
+		}
+		return stagePart{off: at, regions: im.Regions(), scatter: im.ScatterBlocks(&c.cfg.Layout, at)}, im.Size(), nil
+	}
+	im, err := staging.NewDstImage(src, &c.cfg.Layout, len(blocks[0]))
+	if err != nil {
+		return stagePart{}, 0, err
+	}
+	sc := []staging.RegionCopy{{BlockCopy: im.ScatterBlocks(&c.cfg.Layout, blocks[0], at)}}
+	return stagePart{off: at, regions: im.Regions, scatter: sc}, im.Size(), nil
 }
 
 // releaseStage frees a request's slot as its result goes out (c.mu held,
@@ -170,7 +197,7 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 		c.stats.UnknownNotifications.Inc()
 		return
 	}
-	regions := len(part.scatter.Bases)
+	regions := part.regions
 	if err := staging.CheckChunk(regions, ch.Chunks, ch.Chunk); err != nil {
 		c.mu.Unlock()
 		c.stats.MalformedNotifications.Inc()
@@ -195,7 +222,12 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	}
 	c.mu.Unlock()
 	r0, r1 := staging.ChunkRegions(regions, ch.Chunks, ch.Chunk)
-	err := c.stage.CopyBlocks(c.cfg.Staging.Copier, part.scatter.Regions(r0, r1))
+	var err error
+	for _, bc := range staging.ChunkCopies(part.scatter, r0, r1) {
+		if err = c.stage.CopyBlocks(c.cfg.Staging.Copier, bc); err != nil {
+			break
+		}
+	}
 	c.mu.Lock()
 	now := c.cfg.Clock.Now()
 	if err != nil {

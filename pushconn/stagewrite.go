@@ -46,18 +46,70 @@ func (sw *stagedWrite) gather(p *Producer, k int, progress func()) error {
 // then stage by block ids without it.
 func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, descs int, bytes uint64, dst *descriptors.Layout, dstBlocks []int, cached int) *stagedWrite {
 	p := w.p
-	offer := pr.reg.Staging
-	if p.pool == nil || offer == nil {
+	if p.pool == nil || pr.reg.Staging == nil {
 		return nil
 	}
+	im, err := staging.NewDstImage(&p.cfg.Layout, dst, len(dstBlocks))
+	if err != nil {
+		return nil // not stageable (an NHD destination across TP sizes): write into the blocks
+	}
+	n := staging.ChunkCount(im.Regions, p.cfg.Staging.Chunks)
+	sw := w.stageSlot(pr, h, dst, im.Size(), descs, bytes, staging.ImageChunks(im.Regions, n, uint64(im.Blocks)*im.PerBlock, im.Size()))
+	if sw == nil {
+		return nil
+	}
+	if t == nil {
+		// Whole blocks on both sides: the copier gathers by block ids.
+		bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), sw.slot.Addr)
+		if err != nil {
+			w.freeSlot(sw.slot)
+			return nil
+		}
+		sw.blocks = &bc
+		return sw
+	}
+	planStart := time.Now()
+	plan, err := w.planner.PlanWrite(t, &p.cfg.Layout, dst, dstBlocks, im, *sw.slot, sw.remote.Descs[0].Addr)
+	return w.planned(h, sw, plan, err, planStart)
+}
+
+// stageGroups is stage for a grouped request: t is its mapped direct
+// WRITE (descriptors.MapGroupsInto, every group), whose pairs the gather
+// follows into decode's group image (staging.GroupDstImage) of the
+// registration's lists.
+func (w *writer) stageGroups(pr *pendingReg, h *hold, t *descriptors.Transfer, dst *descriptors.Layout) *stagedWrite {
+	p := w.p
+	if p.pool == nil || pr.reg.Staging == nil {
+		return nil
+	}
+	im, err := staging.NewGroupDstImage(&p.cfg.Layout, dst, pr.reg.LocalBlockIDs)
+	if err != nil || im.Size() == 0 {
+		// Not stageable (a region two groups share), or nothing of this
+		// rank's in decode's lists: write into the blocks.
+		return nil
+	}
+	sw := w.stageSlot(pr, h, dst, im.Size(), t.Len(), t.Bytes, im.Chunks(staging.ChunkCount(im.Regions(), p.cfg.Staging.Chunks)))
+	if sw == nil {
+		return nil
+	}
+	planStart := time.Now()
+	plan, err := w.planner.PlanWriteGroups(t, &p.cfg.Layout, dst, im, *sw.slot, sw.remote.Descs[0].Addr)
+	return w.planned(h, sw, plan, err, planStart)
+}
+
+// stageSlot checks decode's offer against this rank's image of size bytes
+// (cut into chunks), asks the cost model and takes a slot of this rank:
+// the staged WRITE without its gather, or nil to write into the blocks.
+func (w *writer) stageSlot(pr *pendingReg, h *hold, dst *descriptors.Layout, size uint64, descs int, bytes uint64, chunks []staging.Chunk) *stagedWrite {
+	p := w.p
+	offer := pr.reg.Staging
 	info := pr.peer.payload.Ranks[pr.rank].Staging
 	me := p.cfg.Layout.TPRank
 	if info == nil || me >= len(offer.Offsets) {
 		return nil
 	}
-	im, err := staging.NewDstImage(&p.cfg.Layout, dst, len(dstBlocks))
-	size, off := im.Size(), offer.Offsets[me]
-	if err != nil || size != offer.Sizes[me] || off > info.SlotBytes || size > info.SlotBytes-off || off%16 != 0 {
+	off := offer.Offsets[me]
+	if size != offer.Sizes[me] || off > info.SlotBytes || size > info.SlotBytes-off || off%16 != 0 {
 		// Decode's image of this rank is not ours (or lies outside its
 		// advertised slot): write into the blocks, which is always right.
 		p.log.Debug("pushconn: decode's staging offer does not fit this rank; writing directly",
@@ -76,32 +128,26 @@ func (w *writer) stage(pr *pendingReg, h *hold, t *descriptors.Transfer, descs i
 		p.stage.NoSlot.Inc()
 		return nil
 	}
-	n := staging.ChunkCount(im.Regions, p.cfg.Staging.Chunks)
-	sw := &stagedWrite{
+	return &stagedWrite{
 		slot:   &slot,
 		local:  nixl.XferList{Mem: p.cfg.Layout.Mem, Descs: []nixl.Desc{{Addr: slot.Addr, Len: size, DevID: p.cfg.Layout.Regions[0].DevID}}},
 		remote: nixl.XferList{Mem: dst.Mem, Descs: []nixl.Desc{{Addr: remote + off, Len: size, DevID: dst.Regions[0].DevID}}},
 		bytes:  size,
-		chunks: staging.ImageChunks(im.Regions, n, uint64(im.Blocks)*im.PerBlock, size),
+		chunks: chunks,
 	}
-	if t == nil {
-		// Whole blocks on both sides: the copier gathers by block ids.
-		bc, err := staging.DstImageGather(&p.cfg.Layout, h.blocks, cached, len(dstBlocks), slot.Addr)
-		if err != nil {
-			w.freeSlot(&slot)
-			return nil
-		}
-		sw.blocks = &bc
-		return sw
-	}
-	planStart := time.Now()
-	plan, err := w.planner.PlanWrite(t, &p.cfg.Layout, dst, dstBlocks, im, slot, remote+off)
+}
+
+// planned finishes a staged WRITE from its planned gather: cut at the
+// chunks' bounds, or, when the plan failed, the slot freed and nil (the
+// WRITE goes into the blocks).
+func (w *writer) planned(h *hold, sw *stagedWrite, plan staging.WritePlan, err error, planStart time.Time) *stagedWrite {
+	p := w.p
 	if err == nil {
-		sw.segs, err = staging.SplitGather(plan.Gather, slot.Addr, sw.chunks)
+		sw.segs, err = staging.SplitGather(plan.Gather, sw.slot.Addr, sw.chunks)
 	}
 	p.stage.Planned(planStart)
 	if err != nil {
-		w.freeSlot(&slot)
+		w.freeSlot(sw.slot)
 		p.log.Warn("pushconn: staged plan failed; writing directly", zap.String("request", h.id), zap.Error(err))
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
@@ -325,4 +326,30 @@ func TestStagedWriteChunked(t *testing.T) {
 	ps := r.producers[0].Stats()
 	require.Equal(t, uint64(1), extra(t, ps, "staged_transfers"))
 	require.Equal(t, uint64(4), ps.Descriptors, "16 KiB image in 4 KiB descriptors")
+}
+
+// TestStagedNHDDecodeAcrossTP: an NHD decode across TP sizes holds a
+// prefill rank's heads in one run per token, which a push image (a run per
+// block) cannot name, so both prefill ranks write directly, every byte
+// checked. (A single-group WRITE maps whole blocks, so PlanWrite's range
+// check refused these before too, after taking a slot; the image now
+// refuses them first. For grouped requests, mapped by tokens, the refusal
+// is what keeps wrong bytes out: TestGroupsPushStaged.)
+func TestStagedNHDDecodeAcrossTP(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
+	r := stagingRig(t, rigConfig{preTP: 2, decTP: 1, decOrder: descriptors.OrderNHD}, m)
+	for i, tokens := range []int{5, 40} {
+		n := (tokens + 15) / 16
+		id := fmt.Sprintf("req-%d", i)
+		pushOne(t, r, true, id, id, blocksFrom(1+8*i, n), blocksFrom(30+8*i, n), tokens)
+	}
+	var staged, direct uint64
+	for _, p := range r.producers {
+		staged += extra(t, p.Stats(), "staged_transfers")
+		direct += extra(t, p.Stats(), "direct_transfers")
+	}
+	require.Zero(t, staged)
+	require.Equal(t, uint64(4), direct, "2 requests x 2 prefill ranks")
+	pre, dec := inUse(r)
+	require.Zero(t, pre+dec, "slots back")
 }

@@ -597,7 +597,8 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
 	start := time.Now()
 	if h.groups != nil {
-		// A grouped request: mapped group by group, never staged.
+		// A grouped request: mapped group by group, and staged through
+		// decode's group image when it offered a slot (stageGroups).
 		if err := w.mapGroups(&w.scratch, pr, h, dst); err != nil {
 			w.failWrite(pr, h, pushwire.FailLayout, fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err))
 			return
@@ -606,7 +607,7 @@ func (w *writer) startWrite(pr *pendingReg, h *hold) {
 			notifyOnly()
 			return
 		}
-		w.post(pr, h, msg, &w.scratch, nil, start)
+		w.post(pr, h, msg, &w.scratch, w.stageGroups(pr, h, &w.scratch, dst), start)
 		return
 	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)

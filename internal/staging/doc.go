@@ -12,7 +12,8 @@
 // The package holds only the machinery: the configuration (Config), the
 // bounded pool of slots (Pool), the copy engines (Copier: HostCopier for
 // DRAM, the CUDA kernel in gpucopy for VRAM), the geometry of a staged
-// request (DstImage for push, SrcImage for pull), its chunks
+// request (DstImage for push, SrcImage for pull; GroupDstImage and the
+// group image for grouped requests), its chunks
 // (ImageChunks) and the cost model (Model). The connectors decide when to stage and own the protocol.
 //
 // A slot is never handed out twice: Pool.Acquire gives a free slot to one

@@ -42,6 +42,9 @@ func NewDstImage(src, dst *descriptors.Layout, blocks int) (DstImage, error) {
 		head := uint64(dst.BlockSize) * uint64(dst.HeadBytes)
 		im.Off, im.PerBlock = uint64(lo-d0)*head, uint64(hi-lo)*head
 	}
+	if dst.Order == descriptors.OrderNHD && im.PerBlock != dst.BlockLen() {
+		return DstImage{}, fmt.Errorf("staging: NHD destination blocks hold a source rank's heads in one run per token, not per block: not staged")
+	}
 	return im, nil
 }
 
