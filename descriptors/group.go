@@ -179,6 +179,17 @@ func (l *Layout) GroupList() []Group {
 	return []Group{g}
 }
 
+// GroupKinds returns the kinds of GroupList's groups, in order: the labels
+// of per-group counters.
+func (l *Layout) GroupKinds() []string {
+	gs := l.GroupList()
+	kinds := make([]string, len(gs))
+	for i := range gs {
+		kinds[i] = string(gs[i].Kind)
+	}
+	return kinds
+}
+
 // BlockLenOf returns the bytes of one physical block of region i: BlockLen
 // for a layout without groups, else the length the groups naming region i
 // give it. It returns 0 for a region no group names or out of range.

@@ -219,7 +219,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		read:        map[string]time.Time{},
 		loading:     map[string]string{},
 	}
-	c.stats.SetGroups(groupKinds(&cfg.Layout))
+	c.stats.SetGroups(cfg.Layout.GroupKinds())
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")

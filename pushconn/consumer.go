@@ -133,7 +133,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	}
 	c.tracker.recompute = cfg.FailurePolicy == connector.PolicyRecompute
 	c.tracker.noCancel = e.vllm()
-	c.stats.SetGroups(groupKinds(&cfg.Layout))
+	c.stats.SetGroups(cfg.Layout.GroupKinds())
 	c.push = newPushCounters(c.stats)
 	if cfg.Staging.Enabled() {
 		c.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
