@@ -69,13 +69,9 @@ func (c *Consumer) askPins() {
 }
 
 func (c *Consumer) askPin(r *remote, loads []*load) {
-	c.qmu.Lock()
-	if c.closed {
-		c.qmu.Unlock()
+	if !c.startExchange() {
 		return // Close fails the loads waiting in c.awaitingPin
 	}
-	c.hsWG.Add(1)
-	c.qmu.Unlock()
 	refs := make([]handshake.HoldRef, len(loads))
 	pin := (c.cfg.TransferTimeout + c.cfg.ExpiryMargin).Microseconds()
 	now := time.Now() // before the request leaves: the pin ends later

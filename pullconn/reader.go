@@ -98,13 +98,9 @@ func (c *Consumer) remoteFor(engineID, addr string, tpSize int) *remote {
 	}
 	c.forgetStaleEngines(c.cfg.Clock.Now())
 	r := &remote{key: key, engineID: engineID, addr: addr, tp: tpSize}
-	c.qmu.Lock()
-	if c.closed {
-		c.qmu.Unlock()
+	if !c.startExchange() {
 		return r // not kept: Close ends its loads
 	}
-	c.hsWG.Add(1)
-	c.qmu.Unlock()
 	c.remotes[key] = r
 	go c.handshake(r)
 	return r
@@ -680,13 +676,9 @@ func (c *Consumer) startHoldQuery(r *remote, ids []string) {
 	if r.querying || c.e.core.VLLM() {
 		return
 	}
-	c.qmu.Lock()
-	if c.closed {
-		c.qmu.Unlock()
+	if !c.startExchange() {
 		return
 	}
-	c.hsWG.Add(1)
-	c.qmu.Unlock()
 	r.querying = true
 	go c.queryHolds(r, slices.Clone(ids))
 }
@@ -722,4 +714,17 @@ func (c *Consumer) completionN(set *pairing) int {
 		return vllm.CompletionCount(c.cfg.Layout.TPSize, set.payload.TPSize)
 	}
 	return c.cfg.Layout.TPSize
+}
+
+// startExchange counts a side-channel goroutine (handshake, hold query,
+// pin, readiness query) that Close waits for, unless the consumer is
+// closed: then it reports false and the caller starts nothing.
+func (c *Consumer) startExchange() bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.hsWG.Add(1)
+	return true
 }

@@ -129,13 +129,9 @@ func (c *Consumer) askReady(l *load) {
 	if a == nil || a.asking || l.ended || c.readyDone(l) {
 		return
 	}
-	c.qmu.Lock()
-	if c.closed {
-		c.qmu.Unlock()
+	if !c.startExchange() {
 		return
 	}
-	c.hsWG.Add(1)
-	c.qmu.Unlock()
 	a.asking = true
 	// The wait ends well within the exchange's own timeout (the engine's
 	// HandshakeTimeout) and by the load's deadline.
