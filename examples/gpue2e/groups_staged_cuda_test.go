@@ -13,17 +13,8 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/groupids/grouptest"
-	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
 )
-
-// groupRank is one rank of TestGroupsStagedVRAM: its KV cache and staging
-// slots in device memory, and a host copy of the cache to fill and check.
-type groupRank struct {
-	base, slots uint64
-	layout      descriptors.Layout
-	host        []byte
-}
 
 // TestGroupsStagedVRAM moves grouped requests (a two-group sliding-window
 // model and a hybrid attention + Mamba model) through the pull
@@ -51,47 +42,19 @@ func TestGroupsStagedVRAM(t *testing.T) {
 }
 
 func runGroupsStaged(t *testing.T, m memory, shape string, ptp, dtp int) {
-	const slotBytes, slots = 1 << 20, 2
-	var gpu *connector.GPUCopier
-	if m.mem() == nixl.VRAM {
-		var err error
-		gpu, err = connector.NewGPUCopier(0)
-		require.NoError(t, err)
-		defer gpu.Close()
-	}
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}()
+	rig := newGroupRig(t, m)
+	defer rig.close()
 	side := func(name string, g descriptors.Geometry, apply func(*pullconn.Config)) (*connector.Engine, []groupRank, []pullconn.Config) {
 		e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: name, Model: "m", Geometry: g, HandshakeTimeout: 10 * time.Second})
 		require.NoError(t, err)
-		cleanups = append(cleanups, func() { e.Close() })
-		var ranks []groupRank
-		var cfgs []pullconn.Config
-		for r := range g.TPSize {
-			base, err := m.alloc(g.RankBytes())
-			require.NoError(t, err)
-			sl, err := m.alloc(slots * slotBytes)
-			require.NoError(t, err)
-			cleanups = append(cleanups, func() { m.free(base); m.free(sl) })
-			l, err := g.Layout(m.mem(), r, nixl.Desc{Addr: base, Len: g.RankBytes(), DevID: m.devID()})
-			require.NoError(t, err)
-			a, err := newAgent(t, fmt.Sprintf("%s-%s-%d", name, t.Name(), r), m)
-			require.NoError(t, err)
-			cleanups = append(cleanups, func() { a.Close() })
-			st := connector.Staging{Mode: connector.StagingOn, Mem: m.mem(), Base: sl, DevID: m.devID(), SlotBytes: slotBytes, Slots: slots}
-			if gpu != nil {
-				st.Copier = gpu
-			}
-			cfg := pullconn.Config{RankConfig: connector.RankConfig{Agent: a, Layout: l, StatsInterval: -1, PollInterval: pollInterval(), Staging: st}}
+		rig.deferClose(func() { e.Close() })
+		ranks, rcs := rig.ranks(name, g)
+		cfgs := make([]pullconn.Config, len(rcs))
+		for i, rc := range rcs {
+			cfgs[i] = pullconn.Config{RankConfig: rc}
 			if apply != nil {
-				apply(&cfg)
+				apply(&cfgs[i])
 			}
-			ranks = append(ranks, groupRank{base: base, slots: sl, layout: l, host: bytes.Repeat([]byte{grouptest.Poison}, int(g.RankBytes()))})
-			cfgs = append(cfgs, cfg)
 		}
 		return e, ranks, cfgs
 	}
@@ -102,32 +65,18 @@ func runGroupsStaged(t *testing.T, m memory, shape string, ptp, dtp int) {
 	for _, c := range pcfgs {
 		p, err := pullconn.NewProducer(pe, c)
 		require.NoError(t, err)
-		cleanups = append(cleanups, func() { p.Close() })
+		rig.deferClose(func() { p.Close() })
 		prods = append(prods, p)
 	}
 	for _, c := range dcfgs {
 		cn, err := pullconn.NewConsumer(de, c)
 		require.NoError(t, err)
-		cleanups = append(cleanups, func() { cn.Close() })
+		rig.deferClose(func() { cn.Close() })
 		cons = append(cons, cn)
 	}
-	gr := func(rs []groupRank) []grouptest.Rank {
-		out := make([]grouptest.Rank, len(rs))
-		for i := range rs {
-			out[i] = grouptest.Rank{L: &rs[i].layout, Mem: rs[i].host, Base: rs[i].base}
-		}
-		return out
-	}
-	srcs, dsts := gr(pre), gr(dec)
+	srcs, dsts := grouptestRanks(pre), grouptestRanks(dec)
 	for _, d := range dec {
 		require.NoError(t, m.write(d.base, d.host))
-	}
-	ids := func(first, n int) []int {
-		out := make([]int, n)
-		for i := range out {
-			out[i] = first + i
-		}
-		return out
 	}
 	for i, tokens := range []int{70, 200, 9} {
 		id, seed := fmt.Sprintf("greq-%d", i), 100+i
@@ -135,7 +84,7 @@ func runGroupsStaged(t *testing.T, m memory, shape string, ptp, dtp int) {
 		dc := grouptest.Counts(dsts[0].L, tokens, 16, min(1, pc[0]-1)) // a decode prefix hit of one block when it can
 		src, dst := make([][]int, len(pc)), make([][]int, len(dc))
 		for g := range pc {
-			src[g], dst[g] = ids(2*g, pc[g]), ids(31-dc[g]-g, dc[g])
+			src[g], dst[g] = blockRun(2*g, pc[g]), blockRun(31-dc[g]-g, dc[g])
 		}
 		for _, s := range srcs {
 			grouptest.Fill(seed, s, src, tokens)
