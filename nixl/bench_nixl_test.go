@@ -298,6 +298,57 @@ func roundTrip(tb testing.TB, k int, how rtPoll) (one func(), bytes int64) {
 	return one, int64(k * rtLen)
 }
 
+// roundTrip4KiBShimFloor is roundTrip4KiB calling the shim's entry points
+// directly: the same five crossings and NIXL calls with none of the
+// binding's own code (no lock, no handle lookup, no status mapping, no
+// map), what a binding that did nothing but cross into C would cost. It
+// skips the agent's lock, which is safe only because the benchmark is the
+// agents' one user.
+func roundTrip4KiBShimFloor(tb testing.TB) (one func(), bytes int64) {
+	s, src, dst := newBenchSetup(tb, rtLen)
+	req, err := s.init.CreateXferReq(Write, dram(src.Desc(0, rtLen)), dram(dst.Desc(0, rtLen)), s.target.Name(), NotifOptions([]byte("rt")))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.init.ReleaseXferReq(req) })
+	e := s.init.xfers.acquire(uint64(req))
+	ia, ta, scratch := s.init.agent, s.target.agent, &s.target.scratch
+	progressTarget := func() {
+		c, st := shimPoll(ta, nil, nil, true, scratch)
+		s.notifs += len(c.refs)
+		c.release()
+		if st.IsError() {
+			tb.Fatalf("getNotifs: %v", st)
+		}
+	}
+	one = func() {
+		want := s.notifs + 1
+		if st := shimPostXferReqPlain(ia, e.ptr); st.IsError() {
+			tb.Fatalf("postXferReq: %v", st)
+		}
+		for {
+			st := shimXferStatus(ia, e.ptr)
+			if st == StatusSuccess {
+				break
+			}
+			if st != StatusInProgress {
+				tb.Fatalf("getXferStatus: %v", st)
+			}
+			progressTarget()
+		}
+		for s.notifs < want {
+			progressTarget()
+		}
+	}
+	copy(src.Bytes(), bytesPattern(rtLen))
+	one()
+	requireBytes(tb, src.Bytes(), dst.Bytes(), "benchmark destination")
+	if s.notifs != 1 {
+		tb.Fatalf("target saw %d notifications after one round trip", s.notifs)
+	}
+	return one, rtLen
+}
+
 // bytesPattern returns n bytes that differ from a zeroed buffer at every
 // position, so that a transfer that moved nothing is caught.
 func bytesPattern(n int) []byte {
@@ -359,6 +410,7 @@ func BenchmarkRoundTrip4KiB(b *testing.B) {
 	b.Run("go-batched", func(b *testing.B) { benchGo(b, roundTrip4KiBBatched) })
 	b.Run("go-each", func(b *testing.B) { benchGo(b, roundTrip4KiBEach) })
 	b.Run("go-batched-each", func(b *testing.B) { benchGo(b, roundTrip4KiBBatchedEach) })
+	b.Run("shim-floor", func(b *testing.B) { benchGo(b, roundTrip4KiBShimFloor) })
 	b.Run("cpp", func(b *testing.B) { benchCpp(b, "roundtrip4k") })
 }
 
@@ -535,6 +587,7 @@ func TestCompareWithCpp(t *testing.T) {
 		{"RoundTrip4KiB (post + done + notif), batched: one Poll per agent and round", "roundtrip4k", 20000, roundTrip4KiBBatched},
 		{"RoundTrip4KiB (post + done + notif), like-for-like, PollEach (no map)", "roundtrip4k", 20000, roundTrip4KiBEach},
 		{"RoundTrip4KiB (post + done + notif), batched, PollEach (no map)", "roundtrip4k", 20000, roundTrip4KiBBatchedEach},
+		{"RoundTrip4KiB (post + done + notif), shim floor: the five crossings alone, no binding code", "roundtrip4k", 20000, roundTrip4KiBShimFloor},
 		{"RoundTrip4KiB x8 in flight, like-for-like: XferStatus per request", "roundtrip4kx8", 5000, roundTrip4KiBx8},
 		{"RoundTrip4KiB x8 in flight, batched: one Poll for the 8 statuses", "roundtrip4kx8", 5000, roundTrip4KiBx8Batched},
 	} {

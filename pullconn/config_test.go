@@ -81,7 +81,7 @@ func TestEngineConfigErrorsNameTheField(t *testing.T) {
 		"EngineConfig.Geometry.BlockSize is 0, want >= 1":         {EngineID: "e", Model: "m", Geometry: testGeometry(1, 0)},
 		"EngineConfig.Model is empty":                             {EngineID: "e", Geometry: testGeometry(1, 16)},
 		"EngineConfig.HandshakeTimeout is -1s":                    {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), HandshakeTimeout: -time.Second},
-		`EngineConfig.KVLayout is "NHD": only "HND" is supported`: {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), KVLayout: "NHD"},
+		`EngineConfig.KVLayout is "NHD": only "HND" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left "HND")`: {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), KVLayout: "NHD"},
 	} {
 		_, err := NewEngine(cfg)
 		require.Error(t, err, want)

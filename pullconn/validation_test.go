@@ -47,7 +47,7 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 		"pullconn: invalid argument: EngineConfig.Geometry.TPSize is 0, want >= 1":                                       func(c *connector.EngineConfig) { c.Geometry.TPSize = 0 },
 		"pullconn: invalid argument: EngineConfig.Geometry.BlockSize is -16, want >= 1":                                  func(c *connector.EngineConfig) { c.Geometry.BlockSize = -16 },
 		"pullconn: invalid argument: EngineConfig.HandshakeTimeout is -1s, want > 0":                                     func(c *connector.EngineConfig) { c.HandshakeTimeout = -time.Second },
-		`pullconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported`:                            func(c *connector.EngineConfig) { c.KVLayout = "NHD" },
+		`pullconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left "HND")`:                            func(c *connector.EngineConfig) { c.KVLayout = "NHD" },
 	}
 	for want, mutate := range engineCases {
 		cfg := goodEngine()

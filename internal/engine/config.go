@@ -90,7 +90,7 @@ func (c *Config) withDefaults() error {
 	default:
 		// Blocks are mapped head-major (descriptors.Layout); another
 		// layout would move the wrong bytes.
-		return fmt.Errorf("EngineConfig.KVLayout is %q: only \"HND\" is supported", c.KVLayout)
+		return fmt.Errorf("EngineConfig.KVLayout is %q: only \"HND\" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left \"HND\")", c.KVLayout)
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
