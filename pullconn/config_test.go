@@ -76,11 +76,11 @@ func (fakeBuffer) Addr() uint64 { return 1 << 20 }
 
 func TestEngineConfigErrorsNameTheField(t *testing.T) {
 	for want, cfg := range map[string]connector.EngineConfig{
-		"EngineConfig.EngineID is empty":                          {Model: "m", Geometry: testGeometry(1, 16)},
-		"EngineConfig.Geometry.TPSize is 0, want >= 1":            {EngineID: "e", Model: "m", Geometry: func() descriptors.Geometry { g := testGeometry(1, 16); g.TPSize = 0; return g }()},
-		"EngineConfig.Geometry.BlockSize is 0, want >= 1":         {EngineID: "e", Model: "m", Geometry: testGeometry(1, 0)},
-		"EngineConfig.Model is empty":                             {EngineID: "e", Geometry: testGeometry(1, 16)},
-		"EngineConfig.HandshakeTimeout is -1s":                    {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), HandshakeTimeout: -time.Second},
+		"EngineConfig.EngineID is empty":                  {Model: "m", Geometry: testGeometry(1, 16)},
+		"EngineConfig.Geometry.TPSize is 0, want >= 1":    {EngineID: "e", Model: "m", Geometry: func() descriptors.Geometry { g := testGeometry(1, 16); g.TPSize = 0; return g }()},
+		"EngineConfig.Geometry.BlockSize is 0, want >= 1": {EngineID: "e", Model: "m", Geometry: testGeometry(1, 0)},
+		"EngineConfig.Model is empty":                     {EngineID: "e", Geometry: testGeometry(1, 16)},
+		"EngineConfig.HandshakeTimeout is -1s":            {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), HandshakeTimeout: -time.Second},
 		`EngineConfig.KVLayout is "NHD": only "HND" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left "HND")`: {EngineID: "e", Model: "m", Geometry: testGeometry(1, 16), KVLayout: "NHD"},
 	} {
 		_, err := NewEngine(cfg)

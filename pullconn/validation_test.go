@@ -41,13 +41,13 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 	}
 
 	engineCases := map[string]func(*connector.EngineConfig){
-		"pullconn: invalid argument: EngineConfig.EngineID is empty":                                                     func(c *connector.EngineConfig) { c.EngineID = "" },
-		"pullconn: invalid argument: EngineConfig.Model is empty":                                                        func(c *connector.EngineConfig) { c.Model = "" },
-		`pullconn: invalid argument: EngineConfig.Geometry.DType is empty, want an element type name such as "bfloat16"`: func(c *connector.EngineConfig) { c.Geometry.DType = "" },
-		"pullconn: invalid argument: EngineConfig.Geometry.TPSize is 0, want >= 1":                                       func(c *connector.EngineConfig) { c.Geometry.TPSize = 0 },
-		"pullconn: invalid argument: EngineConfig.Geometry.BlockSize is -16, want >= 1":                                  func(c *connector.EngineConfig) { c.Geometry.BlockSize = -16 },
-		"pullconn: invalid argument: EngineConfig.HandshakeTimeout is -1s, want > 0":                                     func(c *connector.EngineConfig) { c.HandshakeTimeout = -time.Second },
-		`pullconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left "HND")`:                            func(c *connector.EngineConfig) { c.KVLayout = "NHD" },
+		"pullconn: invalid argument: EngineConfig.EngineID is empty":                                                                                                                       func(c *connector.EngineConfig) { c.EngineID = "" },
+		"pullconn: invalid argument: EngineConfig.Model is empty":                                                                                                                          func(c *connector.EngineConfig) { c.Model = "" },
+		`pullconn: invalid argument: EngineConfig.Geometry.DType is empty, want an element type name such as "bfloat16"`:                                                                   func(c *connector.EngineConfig) { c.Geometry.DType = "" },
+		"pullconn: invalid argument: EngineConfig.Geometry.TPSize is 0, want >= 1":                                                                                                         func(c *connector.EngineConfig) { c.Geometry.TPSize = 0 },
+		"pullconn: invalid argument: EngineConfig.Geometry.BlockSize is -16, want >= 1":                                                                                                    func(c *connector.EngineConfig) { c.Geometry.BlockSize = -16 },
+		"pullconn: invalid argument: EngineConfig.HandshakeTimeout is -1s, want > 0":                                                                                                       func(c *connector.EngineConfig) { c.HandshakeTimeout = -time.Second },
+		`pullconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left "HND")`: func(c *connector.EngineConfig) { c.KVLayout = "NHD" },
 	}
 	for want, mutate := range engineCases {
 		cfg := goodEngine()

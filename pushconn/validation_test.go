@@ -35,9 +35,9 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 		return connector.EngineConfig{EngineID: "e", Model: "m", Geometry: testGeometry(1, 16, numBlocks)}
 	}
 	for want, mutate := range map[string]func(*connector.EngineConfig){
-		"pushconn: invalid argument: EngineConfig.EngineID is empty":                          func(c *connector.EngineConfig) { c.EngineID = "" },
-		"pushconn: invalid argument: EngineConfig.Geometry.TPSize is 0, want >= 1":            func(c *connector.EngineConfig) { c.Geometry.TPSize = 0 },
-		"pushconn: invalid argument: EngineConfig.Geometry.BlockSize is 0, want >= 1":         func(c *connector.EngineConfig) { c.Geometry.BlockSize = 0 },
+		"pushconn: invalid argument: EngineConfig.EngineID is empty":                  func(c *connector.EngineConfig) { c.EngineID = "" },
+		"pushconn: invalid argument: EngineConfig.Geometry.TPSize is 0, want >= 1":    func(c *connector.EngineConfig) { c.Geometry.TPSize = 0 },
+		"pushconn: invalid argument: EngineConfig.Geometry.BlockSize is 0, want >= 1": func(c *connector.EngineConfig) { c.Geometry.BlockSize = 0 },
 		`pushconn: invalid argument: EngineConfig.KVLayout is "NHD": only "HND" is supported (token-major NHD blocks are Geometry.Order = descriptors.OrderNHD, with KVLayout left "HND")`: func(c *connector.EngineConfig) { c.KVLayout = "NHD" },
 	} {
 		cfg := goodEngine()
