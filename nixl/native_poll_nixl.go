@@ -5,9 +5,10 @@ package nixl
 import "fmt"
 
 var (
-	_ BatchPoller = (*NativeAgent)(nil)
-	_ NotifPoller = (*NativeAgent)(nil)
-	_ XferPoster  = (*NativeAgent)(nil)
+	_ BatchPoller  = (*NativeAgent)(nil)
+	_ NotifPoller  = (*NativeAgent)(nil)
+	_ XferReleaser = (*NativeAgent)(nil)
+	_ XferPoster   = (*NativeAgent)(nil)
 )
 
 // pollStackReqs is how many requests Poll resolves without allocating.

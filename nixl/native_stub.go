@@ -161,6 +161,12 @@ func (a *NativeAgent) ReleaseXferReq(req XferHandle) error {
 	return unavailable("nixlAgent::releaseXferReq")
 }
 
+// ReleaseXferReqs wraps nixlAgent::releaseXferReq for several requests;
+// unavailable in this build.
+func (a *NativeAgent) ReleaseXferReqs(reqs []XferHandle, errs []error) error {
+	return unavailable("nixlAgent::releaseXferReq")
+}
+
 // GetNotifs wraps nixlAgent::getNotifs; unavailable in this build.
 func (a *NativeAgent) GetNotifs(opts *Options) (Notifs, error) {
 	return nil, unavailable("nixlAgent::getNotifs")

@@ -332,6 +332,70 @@ func (a *NativeAgent) XferTelemetry(req XferHandle) (XferTelemetry, error) {
 	}
 }
 
+// ReleaseXferReqs releases several requests as ReleaseXferReq releases
+// each, in order (nixlAgent::releaseXferReq on every one), and sets errs[i]
+// to the result for reqs[i]: nil once released, ErrInvalidParam for a
+// handle not live on this agent (a repeat within reqs included: released by
+// then), ErrRepostActive where the backend could not cancel a transfer in
+// flight (that request stays live). Under SyncNone the whole list is one
+// cgo crossing; under SyncStrict and SyncRW it is one per request. errs
+// must be as long as reqs. The returned error is the call's own: the
+// lengths differ (nothing released) or the agent is closed (nothing
+// released that was not released before).
+func (a *NativeAgent) ReleaseXferReqs(reqs []XferHandle, errs []error) error {
+	const op = "nixlAgent::releaseXferReq"
+	if len(errs) != len(reqs) {
+		return &Error{Op: op, Status: StatusInvalidParam, Msg: fmt.Sprintf("%d error slots for %d requests: errs must be as long as reqs", len(errs), len(reqs))}
+	}
+	if !a.serial {
+		if err := a.enter(op); err != nil {
+			return err
+		}
+		a.exit()
+		// Entries are locked one at a time (handleTable.free): holding
+		// several for writing could deadlock against a Poll holding
+		// several for reading.
+		for i, h := range reqs {
+			errs[i] = a.ReleaseXferReq(h)
+			if errors.Is(errs[i], ErrClosed) {
+				return errs[i]
+			}
+		}
+		return nil
+	}
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.exit()
+	var ptrBuf [16]uintptr
+	var stBuf [16]Status
+	var entBuf [16]*handleEntry
+	ptrs, sts, ents := ptrBuf[:0], stBuf[:0], entBuf[:0]
+	for i, h := range reqs {
+		e := a.xfers.claim(uint64(h))
+		ents = append(ents, e)
+		if e == nil {
+			errs[i] = a.badHandle(op, "transfer", uint64(h))
+			continue
+		}
+		ptrs = append(ptrs, e.ptr)
+		sts = append(sts, StatusSuccess)
+	}
+	shimReleaseXferReqs(a.agent, ptrs, sts)
+	k := 0
+	for i, e := range ents {
+		if e == nil {
+			continue
+		}
+		s := sts[k]
+		k++
+		a.xfers.settle(uint64(reqs[i]), e, !s.IsError())
+		h := reqs[i]
+		errs[i] = check(op, s, func() string { return fmt.Sprintf("transfer %d could not be cancelled", h) })
+	}
+	return nil
+}
+
 // ReleaseXferReq frees a request, cancelling it if still in flight
 // (nixlAgent::releaseXferReq). If the backend cannot cancel it the request
 // stays live and ErrRepostActive is returned. Releasing twice, or a handle

@@ -503,6 +503,10 @@ int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req) {
 	    [&] { return agentOf(agent)->releaseXferReq(reinterpret_cast<nixlXferReqH *>(req)); });
 }
 
+void nixlgo_release_xfer_reqs(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n) {
+	for (size_t i = 0; i < n; i++) statuses[i] = nixlgo_release_xfer_req(agent, reqs[i]);
+}
+
 // listNotifs lists notifs as nixlgo_notif entries pointing into its
 // strings, in scratch when they fit, else in a malloc'd array, and points r
 // at them.

@@ -173,6 +173,9 @@ int nixlgo_get_xfer_status(uintptr_t agent, uintptr_t req);
 int nixlgo_query_xfer_backend(uintptr_t agent, uintptr_t req, uintptr_t *backend);
 int nixlgo_get_xfer_telemetry(uintptr_t agent, uintptr_t req, nixlgo_telemetry *out);
 int nixlgo_release_xfer_req(uintptr_t agent, uintptr_t req);
+/* nixlgo_release_xfer_req on reqs[0..n), in order, statuses[i] its result
+ * for reqs[i]: several releases in one crossing. */
+void nixlgo_release_xfer_reqs(uintptr_t agent, const uintptr_t *reqs, int32_t *statuses, size_t n);
 
 /* Notifications. The calls that fetch them (nixlgo_get_notifs,
  * nixlgo_poll) fill the caller's nixl_notifs_t (notifs_map, from

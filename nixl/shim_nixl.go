@@ -45,6 +45,7 @@ package nixl
 #cgo noescape nixlgo_gen_notif
 #cgo noescape nixlgo_get_notifs
 #cgo noescape nixlgo_poll
+#cgo noescape nixlgo_release_xfer_reqs
 
 #cgo nocallback nixlgo_agent_new
 #cgo nocallback nixlgo_agent_delete
@@ -77,6 +78,7 @@ package nixl
 #cgo nocallback nixlgo_query_xfer_backend
 #cgo nocallback nixlgo_get_xfer_telemetry
 #cgo nocallback nixlgo_release_xfer_req
+#cgo nocallback nixlgo_release_xfer_reqs
 #cgo nocallback nixlgo_get_notifs
 #cgo nocallback nixlgo_gen_notif
 #cgo nocallback nixlgo_poll
@@ -441,6 +443,16 @@ func shimXferTelemetry(agent, req uintptr) (XferTelemetry, Status) {
 
 func shimReleaseXferReq(agent, req uintptr) Status {
 	return Status(C.nixlgo_release_xfer_req(C.uintptr_t(agent), C.uintptr_t(req)))
+}
+
+// shimReleaseXferReqs releases reqs in one crossing, statuses[i] the
+// result for reqs[i]; statuses must be as long as reqs.
+func shimReleaseXferReqs(agent uintptr, reqs []uintptr, statuses []Status) {
+	if len(reqs) == 0 {
+		return
+	}
+	C.nixlgo_release_xfer_reqs(C.uintptr_t(agent), (*C.uintptr_t)(unsafe.Pointer(unsafe.SliceData(reqs))),
+		(*C.int32_t)(unsafe.Pointer(unsafe.SliceData(statuses))), C.size_t(len(reqs)))
 }
 
 // notifScratch is what the notification calls reuse, so that polling

@@ -636,12 +636,24 @@ func (c *Consumer) fail(l *load, err error) {
 // it cannot cancel yet) stays, and drain tries again: until the agent lets
 // go, the READ may still write into the load's blocks.
 func (c *Consumer) releaseXfers(l *load) bool {
-	all := true
+	var live []*xfer
+	var hs []nixl.XferHandle
 	for _, x := range l.xfers {
-		if x.h == 0 {
-			continue
+		if x.h != 0 {
+			live, hs = append(live, x), append(hs, x.h)
 		}
-		err := c.cfg.Agent.ReleaseXferReq(x.h)
+	}
+	if len(hs) == 0 {
+		return true
+	}
+	errs := make([]error, len(hs))
+	if err := nixl.ReleaseXferReqs(c.cfg.Agent, hs, errs); err != nil {
+		c.log.Debug("pullconn: transfers not released yet", zap.String("request_id", l.id), zap.Error(err))
+		return false
+	}
+	all := true
+	for i, x := range live {
+		err := errs[i]
 		if err != nil && !errors.Is(err, nixl.ErrInvalidParam) && !errors.Is(err, nixl.ErrNotFound) {
 			c.log.Debug("pullconn: transfer not released yet", zap.String("request_id", l.id), zap.Error(err))
 			all = false

@@ -804,9 +804,13 @@ func (w *writer) pollHandles(wr *write) error {
 // reports whether it did for all: then no byte of it moves any more. A
 // handle the agent no longer knows counts as released.
 func (w *writer) released(wr *write) bool {
+	errs := make([]error, len(wr.handles))
+	if err := nixl.ReleaseXferReqs(w.p.cfg.Agent, wr.handles, errs); err != nil {
+		return false
+	}
 	left := wr.handles[:0]
-	for _, xh := range wr.handles {
-		err := w.p.cfg.Agent.ReleaseXferReq(xh)
+	for i, xh := range wr.handles {
+		err := errs[i]
 		if !(err == nil || errors.Is(err, nixl.ErrInvalidParam) || errors.Is(err, nixl.ErrNotFound)) {
 			left = append(left, xh)
 		}
@@ -882,8 +886,12 @@ func (w *writer) dropStale(pr *pendingReg, h *hold) {
 
 func (w *writer) completeWrite(wr *write) {
 	p := w.p
-	for _, xh := range wr.handles {
-		if err := p.cfg.Agent.ReleaseXferReq(xh); err != nil {
+	errs := make([]error, len(wr.handles))
+	if err := nixl.ReleaseXferReqs(p.cfg.Agent, wr.handles, errs); err != nil {
+		errs = append(errs, err)
+	}
+	for _, err := range errs {
+		if err != nil {
 			p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
 		}
 	}
