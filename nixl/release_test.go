@@ -1,6 +1,7 @@
 package nixl_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,4 +63,37 @@ func TestReleaseXferReqsFallback(t *testing.T) {
 	r2 := mk(0)
 	require.NoError(t, a.Close())
 	require.ErrorIs(t, nixl.ReleaseXferReqs(agent, []nixl.XferHandle{r2}, make([]error, 1)), nixl.ErrClosed)
+}
+
+// ReleaseXferReqs releases every request of a finished job in one call: on
+// a native agent under SyncNone that is one cgo crossing; on other agents
+// (here a loopback agent) one ReleaseXferReq each.
+func ExampleReleaseXferReqs() {
+	fabric, _ := loopback.NewFabric()
+	defer fabric.Close()
+	a, _ := fabric.NewAgent("prefill")
+	b, _ := fabric.NewAgent("decode")
+	src, _ := nixl.AllocBuffer(8192)
+	defer src.Free()
+	dst, _ := nixl.AllocBuffer(8192)
+	defer dst.Free()
+	_ = a.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{src.RegDesc()}}, nil)
+	_ = b.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{dst.RegDesc()}}, nil)
+	md, _ := b.LocalMD()
+	peer, _ := a.LoadRemoteMD(md)
+	var reqs []nixl.XferHandle
+	for off := uint64(0); off < 8192; off += 4096 {
+		h, err := a.CreateXferReq(nixl.Write, nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{src.Desc(off, 4096)}},
+			nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{dst.Desc(off, 4096)}}, peer, nil)
+		if err != nil {
+			panic(err)
+		}
+		reqs = append(reqs, h)
+	}
+	errs := make([]error, len(reqs))
+	if err := nixl.ReleaseXferReqs(a, reqs, errs); err != nil {
+		panic(err)
+	}
+	fmt.Println(errs[0], errs[1])
+	// Output: <nil> <nil>
 }
