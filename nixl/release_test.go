@@ -15,36 +15,82 @@ import (
 // it wraps is, so that ReleaseXferReqs takes its one-call-per-request path.
 type releaseOnly struct{ nixl.Agent }
 
+// writePair is a loopback initiator with 8 KiB registered, and a peer whose
+// 8 KiB it may WRITE into: what the release tests and example need to make
+// requests.
+type writePair struct {
+	fabric   *loopback.Fabric
+	init     *loopback.Agent
+	peer     string
+	src, dst *nixl.Buffer
+}
+
+func newWritePair() (*writePair, error) {
+	fabric, err := loopback.NewFabric()
+	if err != nil {
+		return nil, err
+	}
+	p := &writePair{fabric: fabric}
+	target, err := fabric.NewAgent("target")
+	if err == nil {
+		p.init, err = fabric.NewAgent("init")
+	}
+	if err == nil {
+		p.src, err = nixl.AllocBuffer(8192)
+	}
+	if err == nil {
+		p.dst, err = nixl.AllocBuffer(8192)
+	}
+	if err == nil {
+		err = p.init.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{p.src.RegDesc()}}, nil)
+	}
+	if err == nil {
+		err = target.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{p.dst.RegDesc()}}, nil)
+	}
+	var md []byte
+	if err == nil {
+		md, err = target.LocalMD()
+	}
+	if err == nil {
+		p.peer, err = p.init.LoadRemoteMD(md)
+	}
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// write makes a 4 KiB WRITE request at offset off of both buffers.
+func (p *writePair) write(off uint64) (nixl.XferHandle, error) {
+	return p.init.CreateXferReq(nixl.Write, nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{p.src.Desc(off, 4096)}},
+		nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{p.dst.Desc(off, 4096)}}, p.peer, nil)
+}
+
+// Close closes the fabric, then frees the buffers.
+func (p *writePair) Close() {
+	p.fabric.Close()
+	for _, b := range []*nixl.Buffer{p.src, p.dst} {
+		if b != nil {
+			b.Free()
+		}
+	}
+}
+
 // TestReleaseXferReqsFallback releases through ReleaseXferReq one request
 // at a time for an agent that is not an XferReleaser: each live request is
 // released, an unknown one and a repeat get ErrInvalidParam, a short errs
 // releases nothing, and a closed agent gives ErrClosed.
 func TestReleaseXferReqsFallback(t *testing.T) {
-	fabric, err := loopback.NewFabric()
+	p, err := newWritePair()
 	require.NoError(t, err)
-	defer fabric.Close()
-	a, err := fabric.NewAgent("init")
-	require.NoError(t, err)
-	b, err := fabric.NewAgent("target")
-	require.NoError(t, err)
-	src, err := nixl.AllocBuffer(8192)
-	require.NoError(t, err)
-	defer src.Free()
-	dst, err := nixl.AllocBuffer(8192)
-	require.NoError(t, err)
-	defer dst.Free()
-	require.NoError(t, a.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{src.RegDesc()}}, nil))
-	require.NoError(t, b.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{dst.RegDesc()}}, nil))
-	md, err := b.LocalMD()
-	require.NoError(t, err)
-	peer, err := a.LoadRemoteMD(md)
-	require.NoError(t, err)
+	defer p.Close()
 	mk := func(off uint64) nixl.XferHandle {
-		h, err := a.CreateXferReq(nixl.Write, nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{src.Desc(off, 4096)}},
-			nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{dst.Desc(off, 4096)}}, peer, nil)
+		h, err := p.write(off)
 		require.NoError(t, err)
 		return h
 	}
+	a := p.init
 	r0, r1 := mk(0), mk(4096)
 	agent := releaseOnly{a}
 
@@ -69,29 +115,21 @@ func TestReleaseXferReqsFallback(t *testing.T) {
 // a native agent under SyncNone that is one cgo crossing; on other agents
 // (here a loopback agent) one ReleaseXferReq each.
 func ExampleReleaseXferReqs() {
-	fabric, _ := loopback.NewFabric()
-	defer fabric.Close()
-	a, _ := fabric.NewAgent("prefill")
-	b, _ := fabric.NewAgent("decode")
-	src, _ := nixl.AllocBuffer(8192)
-	defer src.Free()
-	dst, _ := nixl.AllocBuffer(8192)
-	defer dst.Free()
-	_ = a.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{src.RegDesc()}}, nil)
-	_ = b.RegisterMem(nixl.RegList{Mem: nixl.DRAM, Descs: []nixl.RegDesc{dst.RegDesc()}}, nil)
-	md, _ := b.LocalMD()
-	peer, _ := a.LoadRemoteMD(md)
+	p, err := newWritePair()
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
 	var reqs []nixl.XferHandle
 	for off := uint64(0); off < 8192; off += 4096 {
-		h, err := a.CreateXferReq(nixl.Write, nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{src.Desc(off, 4096)}},
-			nixl.XferList{Mem: nixl.DRAM, Descs: []nixl.Desc{dst.Desc(off, 4096)}}, peer, nil)
+		h, err := p.write(off)
 		if err != nil {
 			panic(err)
 		}
 		reqs = append(reqs, h)
 	}
 	errs := make([]error, len(reqs))
-	if err := nixl.ReleaseXferReqs(a, reqs, errs); err != nil {
+	if err := nixl.ReleaseXferReqs(p.init, reqs, errs); err != nil {
 		panic(err)
 	}
 	fmt.Println(errs[0], errs[1])
