@@ -3,35 +3,50 @@
 package nixl
 
 // The handle table's part in ReleaseXferReqs, which only the native agent
-// has.
+// has. Each half takes the table's lock once for the whole list.
 
-// claim is the first half of freeing several handles of a serial table in
-// one go (ReleaseXferReqs): it returns id's live entry, marked released so
-// that a repeat of id in the same list is not found, or nil. The caller
-// passes it to settle once NIXL has answered. Serial tables only, where the
-// owner serialises every use, so no other call holds the entry.
-func (t *handleTable) claim(id uint64) *handleEntry {
+// claimXfers is the first half of freeing several handles of a serial
+// table in one go: it appends to ents, for each of reqs, its live entry
+// marked released (so that a repeat of it later in reqs is not found), or
+// nil, and returns ents. The caller passes the result to settleXfers once
+// NIXL has answered. Serial tables only, where the owner serialises every
+// use, so no other call holds an entry.
+func (t *handleTable) claimXfers(reqs []XferHandle, ents []*handleEntry) []*handleEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.m[id]
-	if e == nil || e.released {
-		return nil
+	for _, h := range reqs {
+		e := t.m[uint64(h)]
+		if e == nil || e.released {
+			e = nil
+		} else {
+			e.released = true
+		}
+		ents = append(ents, e)
 	}
-	e.released = true
-	return e
+	return ents
 }
 
-// settle ends a claim: a freed entry is forgotten, one NIXL kept (its
-// release failed) is live again.
-func (t *handleTable) settle(id uint64, e *handleEntry, freed bool) {
+// settleXfers ends claimXfers: sts holds NIXL's status for each claimed
+// (non-nil) entry of ents, in order. A freed entry is forgotten; one NIXL
+// kept (its release failed) is live again.
+func (t *handleTable) settleXfers(reqs []XferHandle, ents []*handleEntry, sts []Status) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !freed {
-		e.released = false
-		return
-	}
-	delete(t.m, id)
-	if t.hotID == id {
-		t.hotID, t.hot = 0, nil
+	k := 0
+	for i, e := range ents {
+		if e == nil {
+			continue
+		}
+		s := sts[k]
+		k++
+		if s.IsError() {
+			e.released = false
+			continue
+		}
+		id := uint64(reqs[i])
+		delete(t.m, id)
+		if t.hotID == id {
+			t.hotID, t.hot = 0, nil
+		}
 	}
 }

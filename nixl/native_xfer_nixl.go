@@ -344,53 +344,43 @@ func (a *NativeAgent) XferTelemetry(req XferHandle) (XferTelemetry, error) {
 // released that was not released before).
 func (a *NativeAgent) ReleaseXferReqs(reqs []XferHandle, errs []error) error {
 	const op = "nixlAgent::releaseXferReq"
-	if len(errs) != len(reqs) {
-		return &Error{Op: op, Status: StatusInvalidParam, Msg: fmt.Sprintf("%d error slots for %d requests: errs must be as long as reqs", len(errs), len(reqs))}
+	if err := checkReleaseLists(reqs, errs); err != nil {
+		return err
+	}
+	if err := a.enter(op); err != nil {
+		return err
 	}
 	if !a.serial {
-		if err := a.enter(op); err != nil {
-			return err
-		}
 		a.exit()
 		// Entries are locked one at a time (handleTable.free): holding
 		// several for writing could deadlock against a Poll holding
 		// several for reading.
-		for i, h := range reqs {
-			errs[i] = a.ReleaseXferReq(h)
-			if errors.Is(errs[i], ErrClosed) {
-				return errs[i]
-			}
-		}
-		return nil
-	}
-	if err := a.enter(op); err != nil {
-		return err
+		return releaseEach(a, reqs, errs)
 	}
 	defer a.exit()
 	var ptrBuf [16]uintptr
 	var stBuf [16]Status
 	var entBuf [16]*handleEntry
-	ptrs, sts, ents := ptrBuf[:0], stBuf[:0], entBuf[:0]
-	for i, h := range reqs {
-		e := a.xfers.claim(uint64(h))
-		ents = append(ents, e)
+	ents := a.xfers.claimXfers(reqs, entBuf[:0])
+	ptrs := ptrBuf[:0]
+	for i, e := range ents {
 		if e == nil {
-			errs[i] = a.badHandle(op, "transfer", uint64(h))
+			errs[i] = a.badHandle(op, "transfer", uint64(reqs[i]))
 			continue
 		}
 		ptrs = append(ptrs, e.ptr)
-		sts = append(sts, StatusSuccess)
 	}
+	sts := stBuf[:0]
+	sts = append(sts, make([]Status, len(ptrs))...)
 	shimReleaseXferReqs(a.agent, ptrs, sts)
+	a.xfers.settleXfers(reqs, ents, sts)
 	k := 0
 	for i, e := range ents {
 		if e == nil {
 			continue
 		}
-		s := sts[k]
+		h, s := reqs[i], sts[k]
 		k++
-		a.xfers.settle(uint64(reqs[i]), e, !s.IsError())
-		h := reqs[i]
 		errs[i] = check(op, s, func() string { return fmt.Sprintf("transfer %d could not be cancelled", h) })
 	}
 	return nil
