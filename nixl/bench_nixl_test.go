@@ -595,9 +595,6 @@ func TestCompareWithCpp(t *testing.T) {
 	if f := flag.Lookup("test.run"); f == nil || !strings.Contains(f.Value.String(), "CompareWithCpp") {
 		t.Skip("a measurement, not a check: run it with -run TestCompareWithCpp -v")
 	}
-	if os.Getenv(compareChildEnv) != "" {
-		t.Skip("a child round runs TestCompareRound")
-	}
 	rounds := 5
 	if v, err := strconv.Atoi(os.Getenv("GONIXL_COMPARE_ROUNDS")); err == nil && v > 0 {
 		rounds = v
