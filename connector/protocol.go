@@ -45,7 +45,11 @@ type VLLM struct {
 	// hybrid manager on) is vLLM's default on CUDA.
 	DisableHMA bool
 	// KVCacheLayout is the layout name the metadata carries (default
-	// "HND"; vLLM also names the same head-major packed layout "LBHNC").
+	// "LBHNC", the name a vLLM worker publishes for its head-major packed
+	// layout; a token-major engine, Geometry.Order NHD, publishes "LBNHC").
+	// A vLLM peer refuses a name other than its own ("Heterogeneous TP
+	// expects same kv_cache_layout"), so set the legacy "HND" only for a
+	// vLLM release that still published it (docs/vllm.md).
 	KVCacheLayout string
 	// Speculative is the peers' EAGLE-style drafting, nil when they draft
 	// nothing (or not EAGLE-style): vLLM hashes it into the compatibility
@@ -104,5 +108,5 @@ func vllmConfig(cfg EngineConfig, conn engine.Connector) (engine.VLLMConfig, err
 		f.SpeculativeConfig = &vllm.SpeculativeConfig{Method: s.Method, Model: s.Model, Revision: s.Revision, CodeRevision: s.CodeRevision,
 			ParallelDrafting: s.ParallelDrafting, KVCacheDType: s.KVCacheDType, AuxiliaryLayerIDs: s.AuxiliaryLayerIDs}
 	}
-	return engine.VLLMConfig{Hash: f.Hash(), AttnBackend: v.AttentionBackend, KVLayout: cmp.Or(v.KVCacheLayout, vllm.LayoutHND)}, nil
+	return engine.VLLMConfig{Hash: f.Hash(), AttnBackend: v.AttentionBackend, KVLayout: cmp.Or(v.KVCacheLayout, vllm.LayoutLBHNC)}, nil
 }

@@ -114,7 +114,7 @@ func run(args []string) error {
 	holdDrain := fs.Duration("hold-drain", server.DefaultHoldDrain, "on SIGTERM, prefill: how long blocks held for decode may wait to be read, within -drain-timeout (negative: release at once)")
 	agentKind := fs.String("agent", "auto", `"nixl" (needs -tags nixl), "loopback" (in-process: local requests only) or "auto"`)
 	backend := fs.String("nixl-backend", "UCX", "NIXL backend plugin (UCX, LIBFABRIC)")
-	backendParams := fs.String("nixl-backend-params", "", `backend parameters, key=value,... (UCX default: ucx_error_handling_mode=none)`)
+	backendParams := fs.String("nixl-backend-params", "", `backend parameters, key=value,... (default: none, so NIXL's own defaults, as a vLLM engine creates its UCX backend; the UCX error handling mode must be the same on both engines of a pair: ucx_error_handling_mode=none only where every peer sets it too)`)
 	logLevel := fs.String("log-level", "info", "debug, info, warn, error")
 	connLog := fs.Bool("connector-log", true, `log the connectors' warnings and "KV Transfer metrics:" lines`)
 	etcdEndpoints := fs.String("etcd", "", "etcd endpoints, host:port,...: register this engine there (see package examples/discovery)")
@@ -335,11 +335,10 @@ func agentFactory(kind, backend string, given map[string]string, log *zap.Logger
 		if err != nil {
 			return nil, err
 		}
-		params := given
-		if params == nil && strings.EqualFold(backend, "UCX") {
-			params = map[string]string{"ucx_error_handling_mode": "none"}
-		}
-		if err := a.CreateBackend(backend, params); err != nil {
+		// No parameters unless given: NIXL's defaults, which is what a
+		// vLLM engine asks for (its UCX error handling mode is NIXL's
+		// default, "peer"), and UCX refuses endpoints whose modes differ.
+		if err := a.CreateBackend(backend, given); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("NIXL backend %s for %s: %w", backend, name, err)
 		}

@@ -23,7 +23,9 @@ func NativeAgents(prefix string) (func(name string) (nixl.Agent, error), error) 
 		if err != nil {
 			return nil, err
 		}
-		if err := a.CreateBackend("UCX", map[string]string{"ucx_error_handling_mode": "none"}); err != nil {
+		// NIXL's default UCX parameters, as the reference engine and a
+		// vLLM engine create theirs: the error handling modes must agree.
+		if err := a.CreateBackend("UCX", nil); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("create UCX backend for %s: %w", name, err)
 		}

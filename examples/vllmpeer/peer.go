@@ -22,7 +22,7 @@ const (
 const (
 	DefaultLease            = 30 * time.Second
 	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultKVLayout         = "HND"
+	DefaultKVLayout         = "LBHNC"
 	DefaultAttnBackend      = "FLASH_ATTN"
 )
 
@@ -41,7 +41,8 @@ type Config struct {
 	// Hash, when set, replaces the computed compatibility hash (to play an
 	// incompatible engine).
 	Hash string
-	// KVLayout is kv_cache_layout (default "HND"); a peer's must equal it.
+	// KVLayout is kv_cache_layout (default "LBHNC", as a vLLM worker
+	// publishes it); a peer's must equal it.
 	KVLayout string
 	// Groups is, per layer (each layer is one region), the KV-cache group
 	// it belongs to: vLLM's region_group_ids, group indexes 0, 1, ... in

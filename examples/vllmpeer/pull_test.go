@@ -203,18 +203,20 @@ func TestPeerDecodeExpiry(t *testing.T) {
 }
 
 // The peer requires, as vLLM does for non-MLA models, the prefill's
-// kv_cache_layout to be its own, and refuses the load with both named.
+// kv_cache_layout to be its own, and refuses the load with both named: a
+// peer set to the legacy name refuses a gonixl prefill that publishes
+// vLLM's enum name (its default).
 func TestPeerDecodeLayoutMismatch(t *testing.T) {
 	fab := newFabric(t)
 	pre := newGonixl(t, fab, "prefill", 1, true)
-	dec := newPeer(t, fab, "decode", 1, vllmpeer.ModePull, func(c *vllmpeer.Config) { c.KVLayout = "LBHNC" })
+	dec := newPeer(t, fab, "decode", 1, vllmpeer.ModePull, func(c *vllmpeer.Config) { c.KVLayout = "HND" })
 	_, toks := prompt(20)
 	pre.fill(t, toks, []int{1, 2})
 	raw, _ := json.Marshal(pre.finish(t, "req-1", []int{1, 2}))
 	prm, err := vllmpeer.ParseParams(raw)
 	require.NoError(t, err)
 	_, err = dec.Pull(context.Background(), "dreq-1", prm, []int{5, 6})
-	assert.EqualError(t, err, `vllmpeer: prefill tp 0: kv_cache_layout is "HND", this engine's is "LBHNC"`)
+	assert.EqualError(t, err, `vllmpeer: prefill tp 0: kv_cache_layout is "LBHNC", this engine's is "HND"`)
 }
 
 // A decode that has the first blocks cached loads only the rest: vLLM's

@@ -135,9 +135,12 @@ func LayoutOf(m *AgentMetadata, g descriptors.Geometry, tpRank, tpSize int) (des
 // cache is l (packed or MLA, one KV-cache group or several), published by
 // agent agentMD of engine engineID; attnBackend and kvLayout name the
 // attention backend and the layout as the peer's own (kvLayout "" is
-// LayoutHND). kvLayout names the head-major layout; a token-major (NHD)
+// LayoutLBHNC, the name vLLM publishes: its worker sends
+// get_resolved_kv_cache_layout().name, and a vLLM peer compares the two
+// names exactly). kvLayout names the head-major layout; a token-major (NHD)
 // layout is published as LayoutLBNHC, or LayoutNHD when kvLayout is the
-// legacy LayoutHND or LayoutNHD. A grouped layout also gets vLLM's
+// legacy LayoutHND or LayoutNHD (what vLLM releases before the
+// KVCacheLayout enum published). A grouped layout also gets vLLM's
 // per-region fields (groupMetadata).
 func MetadataOf(l descriptors.Layout, engineID string, agentMD []byte, attnBackend, kvLayout string) (*AgentMetadata, error) {
 	if !l.KVPacked && !l.MLA {
@@ -183,7 +186,7 @@ func MetadataOf(l descriptors.Layout, engineID string, agentMD []byte, attnBacke
 // peers give the head-major layout.
 func layoutName(l *descriptors.Layout, kvLayout string) (string, error) {
 	if kvLayout == "" {
-		kvLayout = LayoutHND
+		kvLayout = LayoutLBHNC
 	}
 	nhd := l.Order == descriptors.OrderNHD
 	switch {

@@ -29,7 +29,7 @@ func TestLayoutRoundTrip(t *testing.T) {
 	l := packedLayout(t, peer, 2)
 	m, err := MetadataOf(l, "prefill-0", []byte{1, 2, 3}, "FLASH_ATTN", "")
 	require.NoError(t, err)
-	assert.Equal(t, LayoutHND, m.KVCacheLayout)
+	assert.Equal(t, LayoutLBHNC, m.KVCacheLayout, "by default the name a vLLM worker publishes")
 	assert.Equal(t, []uint64{l.BlockLen(), l.BlockLen(), l.BlockLen()}, m.BlockLens)
 	assert.Equal(t, 3, m.DeviceID)
 	require.NoError(t, m.Validate())

@@ -119,11 +119,9 @@ func agents(kind, backend string) (func(string) (nixl.Agent, error), func(), err
 			if err != nil {
 				return nil, err
 			}
-			var params map[string]string
-			if strings.EqualFold(backend, "UCX") {
-				params = map[string]string{"ucx_error_handling_mode": "none"}
-			}
-			if err := a.CreateBackend(backend, params); err != nil {
+			// NIXL's default parameters, as a vLLM worker creates its
+			// backend (no ucx_backend_params in its kv_connector_extra_config).
+			if err := a.CreateBackend(backend, nil); err != nil {
 				a.Close()
 				return nil, fmt.Errorf("NIXL backend %s: %w", backend, err)
 			}
