@@ -15,24 +15,25 @@ func StartLogger(log *zap.Logger, interval time.Duration, s *Set, fields ...zap.
 	if log == nil || interval <= 0 {
 		return func() {}
 	}
+	t := time.NewTicker(interval)
+	return startLogger(newIntervalLogger(log, s, fields...), t.C, t.Stop)
+}
+
+// startLogger calls l.tick on every tick until stopped; release is called
+// when the goroutine ends.
+func startLogger(l *intervalLogger, ticks <-chan time.Time, release func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		var prev Snapshot
+		defer release()
 		for {
 			select {
 			case <-done:
 				return
-			case <-t.C:
-				snap := s.Snapshot()
-				if changed(snap, prev) {
-					log.Info(snap.LogLine(), append(snap.Fields(), fields...)...)
-					prev = snap
-				}
+			case <-ticks:
+				l.tick()
 			}
 		}
 	}()
@@ -42,5 +43,28 @@ func StartLogger(log *zap.Logger, interval time.Duration, s *Set, fields ...zap.
 			close(done)
 			wg.Wait()
 		})
+	}
+}
+
+// intervalLogger writes the metrics line at the end of each interval. Only
+// its goroutine calls tick; tests call it directly to end intervals
+// deterministically.
+type intervalLogger struct {
+	log    *zap.Logger
+	s      *Set
+	fields []zap.Field
+	prev   Snapshot
+}
+
+func newIntervalLogger(log *zap.Logger, s *Set, fields ...zap.Field) *intervalLogger {
+	return &intervalLogger{log: log, s: s, fields: fields}
+}
+
+// tick ends an interval.
+func (l *intervalLogger) tick() {
+	snap := l.s.Snapshot()
+	if changed(snap, l.prev) {
+		l.log.Info(snap.LogLine(), append(snap.Fields(), l.fields...)...)
+		l.prev = snap
 	}
 }
