@@ -7,10 +7,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// StartLogger logs s's snapshot as one "KV Transfer metrics:" line every
-// interval, skipping intervals in which nothing was counted, with fields
-// attached (engine id, rank). The returned stop function ends the logging
-// goroutine and waits for it; calling it again does nothing.
+// StartLogger logs one "KV Transfer metrics:" line at the end of every
+// interval in which something was counted, covering that interval only,
+// with fields attached (engine id, rank). The returned stop function ends
+// the logging goroutine and waits for it; calling it again does nothing.
 func StartLogger(log *zap.Logger, interval time.Duration, s *Set, fields ...zap.Field) (stop func()) {
 	if log == nil || interval <= 0 {
 		return func() {}
@@ -53,18 +53,27 @@ type intervalLogger struct {
 	log    *zap.Logger
 	s      *Set
 	fields []zap.Field
-	prev   Snapshot
+	// prev is the counters when the last line was logged: the line shows
+	// how far they moved since.
+	prev Snapshot
 }
 
 func newIntervalLogger(log *zap.Logger, s *Set, fields ...zap.Field) *intervalLogger {
 	return &intervalLogger{log: log, s: s, fields: fields}
 }
 
-// tick ends an interval.
+// tick ends an interval: it logs the interval's line and starts the next,
+// or, when nothing was counted, logs nothing and keeps the interval going
+// (vLLM logs no line for empty stats and resets only after a line:
+// metrics.py KVConnectorLogging.log, vllm 0.34.0).
 func (l *intervalLogger) tick() {
-	snap := l.s.Snapshot()
-	if changed(snap, l.prev) {
-		l.log.Info(snap.LogLine(), append(snap.Fields(), l.fields...)...)
-		l.prev = snap
+	now := l.s.Snapshot()
+	moved, prefixHits, anyMoved := movedBetween(now, l.prev)
+	xfers, ok := l.s.interval.take(anyMoved)
+	if !ok {
+		return
 	}
+	items := intervalReport{xfers: xfers, moved: moved, prefixHits: prefixHits}.items()
+	l.log.Info(lineOf(items), fieldsOf(items, l.fields)...)
+	l.prev = now
 }
