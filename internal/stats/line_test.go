@@ -140,3 +140,35 @@ func TestLineTags(t *testing.T) {
 	assert.Equal(t, 1, n)
 	assert.Equal(t, "e1", logs.All()[0].ContextMap()["engine_id"])
 }
+
+// The line and Stats (and so /metrics) agree by sums: over the lines, each
+// count adds up to the since-start counter.
+func TestLinesSumToStats(t *testing.T) {
+	s := New()
+	reg := s.Counter("registrations_received", "PUSH_REG notifications received.")
+	l, logs := newTestLogger(s)
+	for i := 1; i <= 5; i++ {
+		for range i {
+			s.RecordTransfer(4096, 1, time.Millisecond)
+		}
+		s.FailedHandshakes.Add(uint64(i % 2))
+		s.ExpiredRequests.Add(uint64(i % 3))
+		reg.Add(uint64(i))
+		l.tick()
+	}
+	sums := map[string]uint64{}
+	for _, e := range logs.All() {
+		for k, v := range e.ContextMap() {
+			if n, ok := v.(uint64); ok {
+				sums[k] += n
+			}
+		}
+	}
+	snap := s.Snapshot()
+	assert.Equal(t, snap.Transfers, sums["Num successful transfers"])
+	assert.Equal(t, snap.FailedTransfers+snap.FailedHandshakes+snap.FailedNotifications, sums["Num failed transfers"])
+	assert.Equal(t, snap.ExpiredRequests, sums["Num KV expired reqs"])
+	v, _ := snap.Get("registrations_received")
+	assert.Equal(t, v, sums["gonixl.registrations_received"])
+	assert.Equal(t, uint64(15), sums["Num successful transfers"])
+}
