@@ -45,14 +45,14 @@ func countersOf(s Snapshot) []CounterValue {
 
 // movedBetween returns each counter's increase from prev to now; counters
 // are monotonic and only ever appended, so a counter prev lacks started at 0.
-func movedBetween(now, prev Snapshot) (moved []CounterValue, prefixHits []uint64, any bool) {
+func movedBetween(now, prev Snapshot) (moved []CounterValue, prefixHits []uint64, anyMoved bool) {
 	was := countersOf(prev)
 	for i, c := range countersOf(now) {
 		if i < len(was) {
 			c.Value -= was[i].Value
 		}
 		moved = append(moved, c)
-		any = any || c.Value > 0
+		anyMoved = anyMoved || c.Value > 0
 	}
 	for i, g := range now.PrefixHitBlocks {
 		v := g.Value
@@ -60,9 +60,9 @@ func movedBetween(now, prev Snapshot) (moved []CounterValue, prefixHits []uint64
 			v -= prev.PrefixHitBlocks[i].Value
 		}
 		prefixHits = append(prefixHits, v)
-		any = any || v > 0
+		anyMoved = anyMoved || v > 0
 	}
-	return moved, prefixHits, any
+	return moved, prefixHits, anyMoved
 }
 
 func (r intervalReport) count(name string) uint64 {
