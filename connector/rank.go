@@ -63,10 +63,14 @@ type RankConfig struct {
 	// Engine's handshake measures.
 	Clock Clock
 	// Logger receives warnings and the periodic metrics line (default:
-	// none).
+	// none). The rank tags every line it logs with engine_id, tp_rank and
+	// role itself: a logger already carrying one of those fields would
+	// write it twice.
 	Logger *zap.Logger
 	// StatsInterval is the metrics line's period when Logger is set
-	// (default DefaultStatsInterval; negative disables it).
+	// (default DefaultStatsInterval; negative disables it). Each line
+	// covers its own interval, and an interval in which nothing was
+	// counted logs none (docs/metrics.md).
 	StatsInterval time.Duration
 	// Staging is the rank's staging memory and policy for fragmented
 	// requests. The zero value stages nothing.

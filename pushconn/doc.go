@@ -436,8 +436,9 @@
 // and, used in vLLM's protocol only, push_fail_withheld,
 // lease_extensions and write_bound_releases;
 // a rank that stages adds the staging counters after them
-// (docs/metrics.md). With a Logger they are logged as one "KV Transfer
-// metrics:" line every StatsInterval.
+// (docs/metrics.md). With a Logger, those that moved in an interval are
+// logged on that interval's "KV Transfer metrics:" line, as
+// gonixl.<name>=<count>.
 //
 // # Limits
 //

@@ -30,7 +30,7 @@ func TestStartStatsLogTagsTheLine(t *testing.T) {
 	require.Equal(t, "prefill-0", m["engine_id"])
 	require.Equal(t, int64(3), m["tp_rank"])
 	require.Equal(t, "prefill", m["role"])
-	require.Equal(t, uint64(1), m["transfers"], "the figures are fields too")
+	require.Equal(t, uint64(1), m["Num successful transfers"], "the figures are fields too")
 }
 
 // With no logger, or one that drops Info lines, no goroutine is started

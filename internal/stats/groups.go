@@ -1,10 +1,5 @@
 package stats
 
-import (
-	"strconv"
-	"strings"
-)
-
 // GroupValue is one KV-cache group's value of a per-group counter in a
 // Snapshot: the group's kind ("full", "sliding_window", "mla", "ssm") and
 // its count; its index is its position.
@@ -46,14 +41,4 @@ func (s *Set) prefixHits() []GroupValue {
 		out[i] = GroupValue{Kind: k, Value: s.groups.prefixHit[i].Load()}
 	}
 	return out
-}
-
-// groupsLine writes per-group values as the metrics line does: the
-// values in group order, comma-separated ("3,0").
-func groupsLine(vs []GroupValue) string {
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = strconv.FormatUint(v.Value, 10)
-	}
-	return strings.Join(parts, ",")
 }

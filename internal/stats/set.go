@@ -34,6 +34,8 @@ type Set struct {
 
 	groups groupCounters // per KV-cache group (SetGroups)
 
+	interval intervalTransfers // the metrics line's current interval
+
 	mu     sync.Mutex
 	byName map[string]*Counter
 	order  []*Counter
@@ -85,6 +87,7 @@ func (s *Set) Counter(name, help string) *Counter {
 func (s *Set) RecordPost(d time.Duration) {
 	s.postTime.Add(d)
 	s.postHist.ObserveDuration(d)
+	s.interval.addPost(d)
 }
 
 // RecordTransfer records one successful transfer: its size, its number of
@@ -97,6 +100,7 @@ func (s *Set) RecordTransfer(bytes uint64, descriptors int, d time.Duration) {
 	s.xferHist.ObserveDuration(d)
 	s.byteHist.Observe(float64(bytes))
 	s.descHist.Observe(float64(descriptors))
+	s.interval.addTransfer(bytes, descriptors, d)
 }
 
 // Snapshot returns a copy of every counter and time digest.
@@ -127,27 +131,4 @@ func (s *Set) Snapshot() Snapshot {
 	}
 	s.mu.Unlock()
 	return snap
-}
-
-// changed reports whether any count differs between two snapshots.
-func changed(s, prev Snapshot) bool {
-	if s.Transfers != prev.Transfers || s.FailedTransfers != prev.FailedTransfers ||
-		s.FailedNotifications != prev.FailedNotifications || s.FailedHandshakes != prev.FailedHandshakes ||
-		s.ExpiredRequests != prev.ExpiredRequests || s.UnknownNotifications != prev.UnknownNotifications ||
-		s.LateNotifications != prev.LateNotifications || s.MalformedNotifications != prev.MalformedNotifications ||
-		s.MalformedFrames != prev.MalformedFrames || s.PostTime.Count != prev.PostTime.Count ||
-		len(s.Extra) != len(prev.Extra) || len(s.PrefixHitBlocks) != len(prev.PrefixHitBlocks) {
-		return true
-	}
-	for i := range s.PrefixHitBlocks {
-		if s.PrefixHitBlocks[i] != prev.PrefixHitBlocks[i] {
-			return true
-		}
-	}
-	for i := range s.Extra {
-		if s.Extra[i].Value != prev.Extra[i].Value {
-			return true
-		}
-	}
-	return false
 }

@@ -133,6 +133,9 @@ type Config struct {
 	// ConnLogger is passed to the connectors (default: none, so that tests
 	// do not get the periodic metrics line).
 	ConnLogger *zap.Logger
+	// StatsInterval is the connectors' metrics line period
+	// (connector.RankConfig.StatsInterval; default 10 s).
+	StatsInterval time.Duration
 	// KVLayout is the in-block order of the engine's KV cache (the
 	// connectors' descriptors.Geometry.Order): "HND" (the default,
 	// head-major) or "NHD" (token-major, vLLM's LBNHC; gonixl's protocol

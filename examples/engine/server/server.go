@@ -148,11 +148,10 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("engine: KV layout of rank %d: %w", r, err)
 		}
 		s.lays = append(s.lays, l)
-		rlog := cfg.ConnLogger
-		if rlog != nil {
-			rlog = rlog.With(zap.Int("tp_rank", r))
-		}
-		rc := connector.RankConfig{Agent: a, Layout: l, Logger: rlog, Lease: cfg.Lease, FailurePolicy: connector.Policy(cfg.FailurePolicy)}
+		// The rank tags its own lines with engine_id, tp_rank and role; a
+		// tag added here would appear twice in each.
+		rc := connector.RankConfig{Agent: a, Layout: l, Logger: cfg.ConnLogger, StatsInterval: cfg.StatsInterval, Lease: cfg.Lease,
+			FailurePolicy: connector.Policy(cfg.FailurePolicy)}
 		pull := cfg.Connector == ConnPull
 		switch {
 		case pull && cfg.Role == RolePrefill:

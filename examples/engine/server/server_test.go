@@ -18,6 +18,7 @@ import (
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -44,6 +45,10 @@ type opts struct {
 	bidir               bool // bidirectional KV (bidir_test.go)
 	// prefillLayout and decodeLayout are each engine's KVLayout ("" HND).
 	prefillLayout, decodeLayout string
+	// connLog and statsInterval are both engines' ConnLogger and
+	// StatsInterval.
+	connLog       *zap.Logger
+	statsInterval time.Duration
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -58,7 +63,8 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 	newAgent := func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }
 	mk := func(role string) *server.Server {
 		cfg := server.Config{Role: role, Connector: conn, EngineID: role, Model: tiny, NumBlocks: 256,
-			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy, Bidirectional: o.bidir}
+			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy, Bidirectional: o.bidir,
+			ConnLogger: o.connLog, StatsInterval: o.statsInterval}
 		if role == server.RolePrefill {
 			cfg.TPSize, cfg.PPSize, cfg.KVLayout = o.prefillTP, o.prefillPP, o.prefillLayout
 		} else {
