@@ -203,9 +203,10 @@ func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, path s
 	return out, nil
 }
 
-func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
+// serveCompletions serves a /v1/completions request that arrived at start
+// (TTFT counts from there).
+func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request, start time.Time) {
 	p.requests.Add(1)
-	start := time.Now()
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
 		if r.Context().Err() != nil {
