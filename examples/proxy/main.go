@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	policy := flags.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
 	timeout := flags.Duration("request-timeout", 120*time.Second, "limit of each leg")
 	health := flags.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
+	healthFailures := flags.Int("health-failures", pd.DefaultHealthFailures, "health checks in a row an engine must fail to leave rotation (one that passes brings it back)")
 	wait := flags.Duration("wait-engines", time.Minute, "how long to wait at start for a prefill and a decode engine of -prefill and -decode (0: no wait)")
 	etcdEndpoints := flags.String("etcd", "", "etcd endpoints, host:port,...: route across the engines registered there")
 	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
@@ -92,6 +93,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		Policy:         *policy,
 		RequestTimeout: *timeout,
 		HealthInterval: *health,
+		HealthFailures: *healthFailures,
 		StartWait:      *wait,
 		Dynamic:        dynamic,
 		Logger:         log,

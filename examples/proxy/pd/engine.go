@@ -57,7 +57,8 @@ type engine struct {
 	compat string
 
 	mu             sync.Mutex
-	healthy        bool            // last GET /health passed
+	healthy        bool            // in rotation by its health checks: one passed since the last HealthFailures failed in a row
+	failedChecks   int             // health checks failed in a row
 	suspect        bool            // a request could not reach it since that check
 	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
 	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
@@ -131,9 +132,18 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 		info, infoErr = p.getInfo(ctx, e)
 	}
 	e.mu.Lock()
-	wasHealthy := e.healthy && !e.suspect
-	e.healthy = healthErr == nil
-	e.suspect = false
+	wasHealthy, wasIn := e.healthy && !e.suspect, e.healthy
+	if healthErr == nil {
+		e.healthy, e.suspect, e.failedChecks = true, false, 0
+	} else {
+		// Hysteresis: one failed check on a busy host (a slow answer) does not take the
+		// engine out; HealthFailures in a row do.
+		e.failedChecks++
+		if e.failedChecks >= p.cfg.HealthFailures {
+			e.healthy = false
+		}
+	}
+	failed, stillIn := e.failedChecks, e.healthy
 	if info != nil {
 		e.info = info
 		if c := normalizeConnector(info.Connector); conn != "" && c != "" && c != conn {
@@ -151,8 +161,11 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 
 	log := p.log.With(zap.String("engine", e.url), zap.Stringer("role", e.role))
 	switch {
-	case healthErr != nil && wasHealthy:
-		log.Warn("engine out of rotation: health check failed", zap.Error(healthErr))
+	case healthErr != nil && stillIn:
+		log.Warn("engine health check failed; it stays in rotation until it fails more in a row",
+			zap.Int("failed_in_a_row", failed), zap.Int("leaves_rotation_after", p.cfg.HealthFailures), zap.Error(healthErr))
+	case healthErr != nil && wasIn:
+		log.Warn("engine out of rotation: health checks failed in a row", zap.Int("failed_in_a_row", failed), zap.Error(healthErr))
 	case healthErr == nil && !wasHealthy:
 		log.Info("engine passed health check")
 	}
@@ -230,14 +243,7 @@ func (p *Proxy) getInfo(ctx context.Context, e *engine) (*KVTransferInfo, error)
 
 // checkAll checks every engine concurrently and returns when all are done.
 func (p *Proxy) checkAll(ctx context.Context, conn string) {
-	timeout := p.cfg.HealthInterval
-	if timeout < time.Second {
-		timeout = time.Second
-	}
-	if timeout > 5*time.Second {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.HealthTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, e := range p.pools().all {

@@ -31,6 +31,8 @@ type fake struct {
 	srv    *httptest.Server
 	info   KVTransferInfo
 	health atomic.Int32 // status of GET /health; 0 = 200
+	// hangHealth makes GET /health answer nothing until its request ends.
+	hangHealth atomic.Bool
 
 	// complete answers POST /v1/completions; default: answerJSON.
 	complete func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded)
@@ -53,6 +55,10 @@ func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete f
 	f.info = KVTransferInfo{Role: role, Connector: connector, Model: "toy", SideChannelHost: "10.1.2.3", TPSize: 2, PPSize: 1, BlockSize: 16}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if f.hangHealth.Load() {
+			<-r.Context().Done()
+			return
+		}
 		if s := f.health.Load(); s != 0 {
 			w.WriteHeader(int(s))
 			return
