@@ -76,11 +76,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		return fmt.Errorf("unexpected arguments %q", flags.Args())
 	}
 
-	zcfg := zap.NewProductionConfig()
-	if *debug {
-		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
-	}
-	log, err := zcfg.Build()
+	log, err := logConfig(*debug).Build()
 	if err != nil {
 		return err
 	}
@@ -143,6 +139,18 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	log.Info("stopped", zap.Uint64("requests", s.Requests), zap.Uint64("retried", s.Retried), zap.Uint64("decode_failovers", s.DecodeFailovers),
 		zap.Uint64("failed", s.Failed), zap.Uint64("client_cancelled", s.ClientCancelled))
 	return nil
+}
+
+// logConfig is the proxy's logger: JSON lines on stderr, no stack traces (an error the
+// proxy logs names its cause; a stack of the proxy's own code tells an operator nothing
+// and turns one line into twenty).
+func logConfig(debug bool) zap.Config {
+	zcfg := zap.NewProductionConfig()
+	zcfg.DisableStacktrace = true
+	if debug {
+		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
+	}
+	return zcfg
 }
 
 func split(s string) []string {

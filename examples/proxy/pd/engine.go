@@ -63,6 +63,42 @@ type engine struct {
 	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
 	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
 	wrongRole      string          // non-empty: the engine reports the other role
+	lastHealthErr  error           // the last GET /health's error, nil if it passed
+}
+
+// whyOut says why the engine is not in rotation under connector conn, from what its
+// checks found; "" if it is in rotation.
+func (e *engine) whyOut(conn string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.wrongRole != "":
+		return fmt.Sprintf("it reports role %q; check -prefill and -decode", e.wrongRole)
+	case e.wrongConnector != "":
+		return fmt.Sprintf("it speaks connector %q, the proxy %q", e.wrongConnector, conn)
+	case !e.healthy && e.lastHealthErr != nil:
+		return e.lastHealthErr.Error()
+	case !e.healthy:
+		return "no health check passed yet"
+	case e.suspect:
+		return "a request could not reach it since its last health check"
+	case conn == "push" && e.role == rolePrefill && e.info == nil:
+		return "no answer to GET /kv_transfer_info yet (push needs its side channel)"
+	case conn == "":
+		return "no connector reported yet"
+	}
+	return ""
+}
+
+// whyNotInRotation names pool's engines not in rotation, each with why.
+func (p *Proxy) whyNotInRotation(pool []*engine) []string {
+	var out []string
+	for _, e := range pool {
+		if why := e.whyOut(p.connector); why != "" {
+			out = append(out, fmt.Sprintf("%s %s: %s", e.role, e.url, why))
+		}
+	}
+	return out
 }
 
 func (e *engine) acquire() (release func()) {
@@ -133,6 +169,8 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 	}
 	e.mu.Lock()
 	wasHealthy, wasIn := e.healthy && !e.suspect, e.healthy
+	wasWrong, wasWrongRole := e.wrongConnector, e.wrongRole
+	e.lastHealthErr = healthErr
 	if healthErr == nil {
 		e.healthy, e.suspect, e.failedChecks = true, false, 0
 	} else {
@@ -172,11 +210,13 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 	if infoErr != nil {
 		log.Debug("GET /kv_transfer_info failed", zap.Error(infoErr))
 	}
-	if wrong != "" {
+	// Said once when it starts, not at every check: a misconfigured engine is checked every
+	// second while the proxy waits at start, and every HealthInterval after.
+	if wrong != "" && wrong != wasWrong {
 		log.Error("engine out of rotation: it speaks another connector",
 			zap.String("engine_connector", wrong), zap.String("proxy_connector", conn))
 	}
-	if wrongRole != "" {
+	if wrongRole != "" && wrongRole != wasWrongRole {
 		log.Error("engine out of rotation: it reports the other role; check -prefill and -decode",
 			zap.String("engine_role", wrongRole))
 	}

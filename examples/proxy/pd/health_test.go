@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // One failed health check (a busy host) does not take the only decode
@@ -74,5 +77,24 @@ func TestHealthCheckHangsOnce(t *testing.T) {
 	check()
 	if n := h.p.inRotationCount(decode); n != 1 {
 		t.Fatalf("after a passing check: %d in rotation, want 1", n)
+	}
+}
+
+// An engine reporting the other role is logged once, at error level, not
+// at every health check (every second while the proxy waits at start).
+func TestWrongRoleLoggedOnce(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	wrong := newFake(t, "prefill", "pull", nil) // given as a decode engine
+	core, logs := observer.New(zap.InfoLevel)
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, Logger: zap.New(core)}, []*fake{pf}, []*fake{wrong})
+	for range 3 {
+		h.p.checkAll(context.Background(), h.p.connector)
+	}
+	const msg = "engine out of rotation: it reports the other role; check -prefill and -decode"
+	if n := logs.FilterMessage(msg).Len(); n != 1 {
+		t.Fatalf("%d %q logs after 4 checks, want 1", n, msg)
+	}
+	if got := h.p.whyNotInRotation(h.p.pools().decode); len(got) != 1 || got[0] != "decode "+wrong.srv.URL+": it reports role \"prefill\"; check -prefill and -decode" {
+		t.Fatalf("not in rotation: %q", got)
 	}
 }
