@@ -44,6 +44,8 @@ type opts struct {
 	bidir               bool // bidirectional KV (bidir_test.go)
 	// prefillLayout and decodeLayout are each engine's KVLayout ("" HND).
 	prefillLayout, decodeLayout string
+	// prefillModel and decodeModel override tiny for one engine.
+	prefillModel, decodeModel *server.ModelSpec
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -61,8 +63,14 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 			NewAgent: newAgent, Compute: o.compute, Logger: zaptest.NewLogger(t), Inline: o.inline, FailurePolicy: o.policy, Bidirectional: o.bidir}
 		if role == server.RolePrefill {
 			cfg.TPSize, cfg.PPSize, cfg.KVLayout = o.prefillTP, o.prefillPP, o.prefillLayout
+			if o.prefillModel != nil {
+				cfg.Model = *o.prefillModel
+			}
 		} else {
 			cfg.TPSize, cfg.KVLayout = o.decodeTP, o.decodeLayout
+			if o.decodeModel != nil {
+				cfg.Model = *o.decodeModel
+			}
 		}
 		if role == server.RolePrefill {
 			cfg.KVHook = o.hook
