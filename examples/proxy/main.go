@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	policy := flags.String("policy", pd.PolicyRoundRobin, `"round_robin" or "least_outstanding"`)
 	timeout := flags.Duration("request-timeout", 120*time.Second, "limit of each leg")
 	health := flags.Duration("health-interval", 2*time.Second, "period of the engines' health checks")
+	healthFailures := flags.Int("health-failures", pd.DefaultHealthFailures, "health checks in a row an engine must fail to leave rotation (one that passes brings it back)")
 	wait := flags.Duration("wait-engines", time.Minute, "how long to wait at start for a prefill and a decode engine of -prefill and -decode (0: no wait)")
 	etcdEndpoints := flags.String("etcd", "", "etcd endpoints, host:port,...: route across the engines registered there")
 	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
@@ -75,11 +76,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		return fmt.Errorf("unexpected arguments %q", flags.Args())
 	}
 
-	zcfg := zap.NewProductionConfig()
-	if *debug {
-		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
-	}
-	log, err := zcfg.Build()
+	log, err := logConfig(*debug).Build()
 	if err != nil {
 		return err
 	}
@@ -92,6 +89,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		Policy:         *policy,
 		RequestTimeout: *timeout,
 		HealthInterval: *health,
+		HealthFailures: *healthFailures,
 		StartWait:      *wait,
 		Dynamic:        dynamic,
 		Logger:         log,
@@ -141,6 +139,18 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	log.Info("stopped", zap.Uint64("requests", s.Requests), zap.Uint64("retried", s.Retried), zap.Uint64("decode_failovers", s.DecodeFailovers),
 		zap.Uint64("failed", s.Failed), zap.Uint64("client_cancelled", s.ClientCancelled))
 	return nil
+}
+
+// logConfig is the proxy's logger: JSON lines on stderr, no stack traces (an error the
+// proxy logs names its cause; a stack of the proxy's own code tells an operator nothing
+// and turns one line into twenty).
+func logConfig(debug bool) zap.Config {
+	zcfg := zap.NewProductionConfig()
+	zcfg.DisableStacktrace = true
+	if debug {
+		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
+	}
+	return zcfg
 }
 
 func split(s string) []string {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +149,32 @@ func waitStopped(t *testing.T, errc chan error) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no graceful shutdown")
+	}
+}
+
+// The proxy's error lines are one plain line each: no stack trace.
+func TestLogHasNoStackTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	cfg := logConfig(false)
+	cfg.OutputPaths = []string{path}
+	log, err := cfg.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Error("engine out of rotation: it reports the other role; check -prefill and -decode", zap.String("engine", "http://x"))
+	_ = log.Sync()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(b, &line); err != nil {
+		t.Fatalf("not one JSON line: %q", b)
+	}
+	if _, ok := line["stacktrace"]; ok {
+		t.Fatalf("error line carries a stack trace: %s", b)
+	}
+	if line["engine"] != "http://x" || line["level"] != "error" {
+		t.Fatalf("line %s", b)
 	}
 }

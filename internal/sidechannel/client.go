@@ -56,14 +56,62 @@ func decodeReply[Resp any](reply []byte, addr string) (Resp, error) {
 	return resp, nil
 }
 
-// closedHint explains a connection the server closed without a reply: it
+// errClosedBeforeReply marks a call whose connection the server closed
+// (end of stream, reset, broken pipe) before the first byte of its reply:
+// the one failure a kept connection is retried after.
+var errClosedBeforeReply = errors.New("the server closed the connection without replying")
+
+// closedByPeer reports whether err is the peer closing the connection.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// closedHint explains a connection the server closed: before replying, it
 // does so when it serves MaxConns connections already, or when it found the
-// request malformed or too large.
-func closedHint(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return fmt.Errorf("the server closed the connection without replying (is it serving too many connections, or did it refuse the request?): %w", err)
+// request malformed or too large (a kept connection's idle timeout is
+// retried by CallPooled and so rarely shows here).
+func closedHint(err error, beforeReply bool) error {
+	switch {
+	case !closedByPeer(err):
+		return err
+	case beforeReply:
+		return fmt.Errorf("%w (is it serving too many connections, or did it refuse the request?): %w", errClosedBeforeReply, err)
+	default:
+		return fmt.Errorf("the server closed the connection in the middle of its reply: %w", err)
 	}
-	return err
+}
+
+// exchange writes one frame and reads one, within ctx. A failure before
+// any byte of the reply arrived matches errClosedBeforeReply when the peer
+// closed the connection.
+func exchange(ctx context.Context, c net.Conn, addr string, body []byte, maxFrame int) ([]byte, error) {
+	deadline, _ := ctx.Deadline()
+	if err := c.SetDeadline(deadline); err != nil {
+		return nil, fmt.Errorf("sidechannel: %s: %w", addr, err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := WriteFrame(c, body, maxFrame); err != nil {
+		return nil, fmt.Errorf("sidechannel: send to %s: %w", addr, ctxErr(ctx, closedHint(err, true)))
+	}
+	r := &countingReader{r: c}
+	reply, err := ReadFrame(r, maxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("sidechannel: reply from %s: %w", addr, ctxErr(ctx, closedHint(err, r.n == 0)))
+	}
+	return reply, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
 
 // ctxErr prefers the context's reason (deadline, cancel) over the I/O

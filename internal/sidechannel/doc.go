@@ -9,6 +9,9 @@
 // of connections (the others are closed and counted), a malformed frame is
 // counted and closes its connection without touching any state, and a peer
 // that speaks HTTP (an API port given for a side-channel port) is named as
-// such. Cache adds what a connector needs on top: at most one
-// fetch in flight per remote engine, and reuse of the result after success.
+// such. Pool keeps connections for frequent calls, for less time than a
+// server keeps them idle, and repeats a call on a new connection when a kept
+// one was closed before the reply. Cache adds what a connector needs on
+// top: at most one fetch in flight per remote engine, and reuse of the
+// result after success.
 package sidechannel

@@ -23,7 +23,9 @@ type ServerOptions struct {
 	// is accepted, and counted (RefusedConns, OnConnRefused).
 	MaxConns int
 	// IdleTimeout closes a connection that sends no request for this long
-	// (default 30s): the deadline for a frame's header to arrive.
+	// (default DefaultServerIdleTimeout): the deadline for a frame's header
+	// to arrive. Clients that keep connections (Pool) must give them up
+	// sooner: their IdleTimeout must be shorter than this.
 	IdleTimeout time.Duration
 	// FrameTimeout is the deadline for the rest of a frame once its header
 	// has arrived (default 5s), so a peer cannot hold a connection open by
@@ -53,7 +55,7 @@ func (o *ServerOptions) fill() {
 		o.MaxConns = DefaultMaxConns
 	}
 	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 30 * time.Second
+		o.IdleTimeout = DefaultServerIdleTimeout
 	}
 	if o.FrameTimeout <= 0 {
 		o.FrameTimeout = 5 * time.Second
@@ -65,6 +67,12 @@ func (o *ServerOptions) fill() {
 		o.Logger = zap.NewNop()
 	}
 }
+
+// DefaultServerIdleTimeout is how long a Server waits for the next request
+// on a connection by default. A Pool's default idle timeout,
+// DefaultPoolIdleTimeout, is half of it, so a kept connection is given up by
+// the client well before the server closes it.
+const DefaultServerIdleTimeout = 30 * time.Second
 
 // DefaultMaxConns is the default bound on the connections a Server serves
 // at once. Each connection is one client handshaking with the engine (one

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"errors"
 	"time"
 
-	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 
 	"github.com/gonixl/gonixl/promstats"
@@ -147,8 +145,3 @@ func (c pushConsumer) drain() []connResult {
 func (c pushConsumer) pending() int             { return c.c.Pending() }
 func (c pushConsumer) close() error             { return c.c.Close() }
 func (c pushConsumer) source() promstats.Source { return c.c }
-
-// isInvalid reports whether a connector refused a request's arguments.
-func isInvalid(err error) bool {
-	return errors.Is(err, connector.ErrInvalid) || errors.Is(err, connector.ErrIncompatible)
-}

@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
 	"go.uber.org/zap"
@@ -315,12 +318,35 @@ func (l *loop) tooLong(r *request, n int) *apiError {
 			r.maxTokensParam, r.maxTokens, n, bs, len(r.tokens), r.maxTokensParam, r.maxTokens, total, fit), r.maxTokensParam}
 }
 
-func (l *loop) loadError(err error) *apiError {
-	if isInvalid(err) {
+func (l *loop) loadError(r *request, err error) *apiError {
+	if errors.Is(err, connector.ErrIncompatible) {
+		return l.incompatible(r, err)
+	}
+	if errors.Is(err, connector.ErrInvalid) {
 		param, msg := kvError(err)
 		return &apiError{http.StatusBadRequest, "invalid_request_error", msg + "; pass on the prefill answer's kv_transfer_params unchanged.", param}
 	}
 	return &apiError{http.StatusInternalServerError, "server_error", "KV transfer failed: " + err.Error(), ""}
+}
+
+// incompatible is the answer to a load the connector refused because the two
+// engines cannot exchange KV (different layers, heads, dtype, block size,
+// connector, model): a deployment mistake, the operator's to fix, so a 502
+// naming both engines and what differs rather than a 400 that would send the
+// client looking at its request.
+func (l *loop) incompatible(r *request, err error) *apiError {
+	prefill := r.pull.RemoteEngineID
+	if prefill == "" {
+		prefill = r.push.EngineID
+	}
+	why := err.Error()
+	for _, prefix := range []string{"pullconn: ", "pushconn: "} {
+		why = strings.ReplaceAll(why, prefix, "")
+	}
+	return &apiError{http.StatusBadGateway, "server_error",
+		fmt.Sprintf("decode engine %q cannot take KV from prefill engine %q: %s (source: the prefill engine, destination: the decode engine). "+
+			"The engines are deployed with different KV caches: start both engines with the same model (layers, KV heads, head size, dtype, block size) and connector.",
+			l.s.cfg.EngineID, prefill, why), ""}
 }
 
 // abortLoad ends a load early for good; its blocks come back with the
@@ -440,7 +466,7 @@ func (l *loop) loadEnded(r *request) {
 		l.prefillQ = append(l.prefillQ, r)
 	case r.loadErr != nil:
 		l.release(r)
-		l.fail(r, l.loadError(r.loadErr))
+		l.fail(r, l.loadError(r, r.loadErr))
 	default:
 		t := time.Now()
 		l.verify(r)

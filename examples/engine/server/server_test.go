@@ -49,6 +49,8 @@ type opts struct {
 	// StatsInterval.
 	connLog       *zap.Logger
 	statsInterval time.Duration
+	// prefillModel and decodeModel override tiny for one engine.
+	prefillModel, decodeModel *server.ModelSpec
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -67,8 +69,14 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 			ConnLogger: o.connLog, StatsInterval: o.statsInterval}
 		if role == server.RolePrefill {
 			cfg.TPSize, cfg.PPSize, cfg.KVLayout = o.prefillTP, o.prefillPP, o.prefillLayout
+			if o.prefillModel != nil {
+				cfg.Model = *o.prefillModel
+			}
 		} else {
 			cfg.TPSize, cfg.KVLayout = o.decodeTP, o.decodeLayout
+			if o.decodeModel != nil {
+				cfg.Model = *o.decodeModel
+			}
 		}
 		if role == server.RolePrefill {
 			cfg.KVHook = o.hook

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -44,6 +45,7 @@ func (p *Proxy) serveChat(w http.ResponseWriter, r *http.Request) {
 // leg (a bad one would reach only decode, after prefill held the blocks).
 // status 0: the client went away.
 func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (c *completion, status int, param, msg string) {
+	start := time.Now() // TTFT counts from here, reading the body included
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -55,7 +57,7 @@ func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (c *completi
 		}
 		return nil, http.StatusBadRequest, "", fmt.Sprintf("Reading the request body failed (%v); send it again.", err)
 	}
-	c = &completion{r: r, id: r.Header.Get("X-Request-Id")}
+	c = &completion{r: r, id: r.Header.Get("X-Request-Id"), start: start}
 	if err := json.Unmarshal(raw, &c.fields); err != nil || c.fields == nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || !json.Valid(raw) {
@@ -125,7 +127,7 @@ func (p *Proxy) checkedCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	raw, _ := json.Marshal(c.fields) // the values byte for byte, as serveCompletions keeps them
 	r.Body = io.NopCloser(bytes.NewReader(raw))
-	p.serveCompletions(w, r)
+	p.serveCompletions(w, r, c.start)
 }
 
 // with returns c with field k set to v (c's fields are not changed).

@@ -26,12 +26,23 @@ type stack struct {
 
 func newStack(t *testing.T, conn string) *stack {
 	t.Helper()
-	model := server.ModelSpec{Name: "tiny", Layers: 2, KVHeads: 4, HeadDim: 8, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2}
+	return newStackOf(t, conn, tinyModel, tinyModel)
+}
+
+var tinyModel = server.ModelSpec{Name: "tiny", Layers: 2, KVHeads: 4, HeadDim: 8, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2}
+
+// newStackOf is newStack with a model per engine.
+func newStackOf(t *testing.T, conn string, prefillModel, decodeModel server.ModelSpec) *stack {
+	t.Helper()
 	fab, err := loopback.NewFabric()
 	if err != nil {
 		t.Fatal(err)
 	}
 	mk := func(role string) *server.Server {
+		model := prefillModel
+		if role == server.RoleDecode {
+			model = decodeModel
+		}
 		s, err := server.New(server.Config{Role: role, Connector: conn, EngineID: role + "-" + conn, Model: model, NumBlocks: 64,
 			NewAgent: func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }})
 		if err != nil {

@@ -57,11 +57,48 @@ type engine struct {
 	compat string
 
 	mu             sync.Mutex
-	healthy        bool            // last GET /health passed
+	healthy        bool            // in rotation by its health checks: one passed since the last HealthFailures failed in a row
+	failedChecks   int             // health checks failed in a row
 	suspect        bool            // a request could not reach it since that check
 	info           *KVTransferInfo // last good GET /kv_transfer_info, nil if none yet
 	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
 	wrongRole      string          // non-empty: the engine reports the other role
+	lastHealthErr  error           // the last GET /health's error, nil if it passed
+}
+
+// whyOut says why the engine is not in rotation under connector conn, from what its
+// checks found; "" if it is in rotation.
+func (e *engine) whyOut(conn string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.wrongRole != "":
+		return fmt.Sprintf("it reports role %q; check -prefill and -decode", e.wrongRole)
+	case e.wrongConnector != "":
+		return fmt.Sprintf("it speaks connector %q, the proxy %q", e.wrongConnector, conn)
+	case !e.healthy && e.lastHealthErr != nil:
+		return e.lastHealthErr.Error()
+	case !e.healthy:
+		return "no health check passed yet"
+	case e.suspect:
+		return "a request could not reach it since its last health check"
+	case conn == "push" && e.role == rolePrefill && e.info == nil:
+		return "no answer to GET /kv_transfer_info yet (push needs its side channel)"
+	case conn == "":
+		return "no connector reported yet"
+	}
+	return ""
+}
+
+// whyNotInRotation names pool's engines not in rotation, each with why.
+func (p *Proxy) whyNotInRotation(pool []*engine) []string {
+	var out []string
+	for _, e := range pool {
+		if why := e.whyOut(p.connector); why != "" {
+			out = append(out, fmt.Sprintf("%s %s: %s", e.role, e.url, why))
+		}
+	}
+	return out
 }
 
 func (e *engine) acquire() (release func()) {
@@ -131,9 +168,20 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 		info, infoErr = p.getInfo(ctx, e)
 	}
 	e.mu.Lock()
-	wasHealthy := e.healthy && !e.suspect
-	e.healthy = healthErr == nil
-	e.suspect = false
+	wasHealthy, wasIn := e.healthy && !e.suspect, e.healthy
+	wasWrong, wasWrongRole := e.wrongConnector, e.wrongRole
+	e.lastHealthErr = healthErr
+	if healthErr == nil {
+		e.healthy, e.suspect, e.failedChecks = true, false, 0
+	} else {
+		// Hysteresis: one failed check on a busy host (a slow answer) does not take the
+		// engine out; HealthFailures in a row do.
+		e.failedChecks++
+		if e.failedChecks >= p.cfg.HealthFailures {
+			e.healthy = false
+		}
+	}
+	failed, stillIn := e.failedChecks, e.healthy
 	if info != nil {
 		e.info = info
 		if c := normalizeConnector(info.Connector); conn != "" && c != "" && c != conn {
@@ -151,19 +199,24 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 
 	log := p.log.With(zap.String("engine", e.url), zap.Stringer("role", e.role))
 	switch {
-	case healthErr != nil && wasHealthy:
-		log.Warn("engine out of rotation: health check failed", zap.Error(healthErr))
+	case healthErr != nil && stillIn:
+		log.Warn("engine health check failed; it stays in rotation until it fails more in a row",
+			zap.Int("failed_in_a_row", failed), zap.Int("leaves_rotation_after", p.cfg.HealthFailures), zap.Error(healthErr))
+	case healthErr != nil && wasIn:
+		log.Warn("engine out of rotation: health checks failed in a row", zap.Int("failed_in_a_row", failed), zap.Error(healthErr))
 	case healthErr == nil && !wasHealthy:
 		log.Info("engine passed health check")
 	}
 	if infoErr != nil {
 		log.Debug("GET /kv_transfer_info failed", zap.Error(infoErr))
 	}
-	if wrong != "" {
+	// Said once when it starts, not at every check: a misconfigured engine is checked every
+	// second while the proxy waits at start, and every HealthInterval after.
+	if wrong != "" && wrong != wasWrong {
 		log.Error("engine out of rotation: it speaks another connector",
 			zap.String("engine_connector", wrong), zap.String("proxy_connector", conn))
 	}
-	if wrongRole != "" {
+	if wrongRole != "" && wrongRole != wasWrongRole {
 		log.Error("engine out of rotation: it reports the other role; check -prefill and -decode",
 			zap.String("engine_role", wrongRole))
 	}
@@ -230,14 +283,7 @@ func (p *Proxy) getInfo(ctx context.Context, e *engine) (*KVTransferInfo, error)
 
 // checkAll checks every engine concurrently and returns when all are done.
 func (p *Proxy) checkAll(ctx context.Context, conn string) {
-	timeout := p.cfg.HealthInterval
-	if timeout < time.Second {
-		timeout = time.Second
-	}
-	if timeout > 5*time.Second {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.HealthTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, e := range p.pools().all {

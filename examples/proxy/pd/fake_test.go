@@ -31,6 +31,8 @@ type fake struct {
 	srv    *httptest.Server
 	info   KVTransferInfo
 	health atomic.Int32 // status of GET /health; 0 = 200
+	// hangHealth makes GET /health answer nothing until its request ends.
+	hangHealth atomic.Bool
 
 	// complete answers POST /v1/completions; default: answerJSON.
 	complete func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded)
@@ -53,6 +55,10 @@ func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete f
 	f.info = KVTransferInfo{Role: role, Connector: connector, Model: "toy", SideChannelHost: "10.1.2.3", TPSize: 2, PPSize: 1, BlockSize: 16}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if f.hangHealth.Load() {
+			<-r.Context().Done()
+			return
+		}
 		if s := f.health.Load(); s != 0 {
 			w.WriteHeader(int(s))
 			return
@@ -67,7 +73,7 @@ func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete f
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"toy","object":"model","owned_by":"`+f.info.EngineID+`"}]}`)
 	})
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+	completions := func(w http.ResponseWriter, r *http.Request) {
 		raw, err := io.ReadAll(r.Body)
 		if err != nil {
 			return
@@ -85,7 +91,9 @@ func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete f
 			c = answerJSON
 		}
 		c(f, w, r, rec)
-	})
+	}
+	mux.HandleFunc("POST /v1/completions", completions)
+	mux.HandleFunc("POST "+chatPath, completions)
 	f.srv = httptest.NewUnstartedServer(mux)
 	if ln != nil {
 		f.srv.Listener.Close()
@@ -161,12 +169,16 @@ func answerJSON(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
 			kv = prefillKV(f, rec)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	answer := map[string]any{
 		"id": "cmpl-" + rec.header.Get("X-Request-Id"), "object": "text_completion", "created": 1700000000, "model": "toy",
 		"choices":            []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "length"}},
 		"usage":              map[string]any{"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
 		"kv_transfer_params": kv,
-	})
+	}
+	if rec.body["return_token_ids"] == true { // a chat's prefill leg on pull
+		answer["prompt_token_ids"] = []any{float64(1), float64(2)}
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

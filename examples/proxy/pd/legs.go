@@ -134,14 +134,24 @@ func (p *Proxy) transportError(c *completion, legCtx context.Context, e *engine,
 
 // statusError classifies a non-2xx answer; it reads and closes resp.Body.
 func statusError(e *engine, resp *http.Response) *legError {
+	return statusErrorOf(fmt.Sprintf("%s engine %s", e.role, e.url), resp)
+}
+
+// decodeStatusError is statusError for decode engine de's answer to a leg with KV from
+// prefill engine pe, and names both: an engine answers 5xx for a pair that cannot work
+// (engines deployed with different KV geometry), which the operator fixes.
+func decodeStatusError(de, pe *engine, resp *http.Response) *legError {
+	return statusErrorOf(fmt.Sprintf("decode engine %s (KV from prefill engine %s)", de.url, pe.url), resp)
+}
+
+func statusErrorOf(who string, resp *http.Response) *legError {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	msg := fmt.Sprintf("%s answered %d: %s", who, resp.StatusCode, engineMessage(body))
 	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
-		return &legError{status: resp.StatusCode, body: body, ctype: resp.Header.Get("Content-Type"),
-			msg: fmt.Sprintf("%s engine %s answered %d: %s", e.role, e.url, resp.StatusCode, engineMessage(body))}
+		return &legError{status: resp.StatusCode, body: body, ctype: resp.Header.Get("Content-Type"), msg: msg}
 	}
-	return &legError{status: http.StatusBadGateway, retryable: resp.StatusCode >= 500,
-		msg: fmt.Sprintf("%s engine %s answered %d: %s", e.role, e.url, resp.StatusCode, engineMessage(body))}
+	return &legError{status: http.StatusBadGateway, retryable: resp.StatusCode >= 500, msg: msg}
 }
 
 // engineMessage extracts the message of an OpenAI-style error body.
@@ -203,9 +213,10 @@ func (p *Proxy) prefillLeg(ctx context.Context, c *completion, e *engine, path s
 	return out, nil
 }
 
-func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request) {
+// serveCompletions serves a /v1/completions request that arrived at start
+// (TTFT counts from there).
+func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request, start time.Time) {
 	p.requests.Add(1)
-	start := time.Now()
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -369,7 +380,7 @@ func (p *Proxy) servePull(w http.ResponseWriter, c *completion, route pullRoute)
 			}
 			if resp.StatusCode < 200 || resp.StatusCode > 299 {
 				refused := decodeRefused(resp.StatusCode)
-				le := statusError(de, resp)
+				le := decodeStatusError(de, pe, resp)
 				releaseD()
 				cancel()
 				p.met.leg("decode", sent, false)

@@ -71,3 +71,55 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("the first scrape is not counted:\n%s", body)
 	}
 }
+
+// The chat route's TTFT counts from when the proxy got the request: its
+// observation is at most the wall interval the test saw around the request
+// (it once counted from the zero time, about 292 years).
+func TestChatTTFTCountsFromTheRequest(t *testing.T) {
+	for _, conn := range []string{ConnectorPull, ConnectorPush} {
+		t.Run(conn, func(t *testing.T) {
+			pf := newFake(t, "prefill", conn, nil)
+			df := newFake(t, "decode", conn, nil)
+			h := newHarness(t, Config{Connector: conn, HealthInterval: time.Hour}, []*fake{pf}, []*fake{df})
+			body := `{"model":"toy","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":false}`
+			before := time.Now()
+			resp, err := http.Post(h.front.URL+chatPath, "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := readAll(t, resp); resp.StatusCode != 200 {
+				t.Fatalf("chat: %d %s", resp.StatusCode, b)
+			}
+			wall := time.Since(before).Seconds()
+			count, sum := ttftObserved(t, h.p, "false")
+			if count != 1 {
+				t.Fatalf("ttft count %d, want 1", count)
+			}
+			if sum <= 0 || sum > wall {
+				t.Fatalf("ttft sum %v s, want in (0, %v] (the request's wall interval)", sum, wall)
+			}
+		})
+	}
+}
+
+// ttftObserved returns gonixl_proxy_ttft_seconds' count and sum for stream.
+func ttftObserved(t *testing.T, p *Proxy, stream string) (uint64, float64) {
+	t.Helper()
+	mfs, err := p.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gonixl_proxy_ttft_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stream" && l.GetValue() == stream {
+					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return 0, 0
+}

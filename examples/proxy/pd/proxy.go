@@ -46,6 +46,11 @@ const (
 	PolicyLeastOutstanding = "least_outstanding"
 )
 
+// DefaultHealthFailures is Config.HealthFailures' default: an engine leaves rotation
+// after 3 failed health checks in a row (6 s at the default interval), as a load
+// balancer's unhealthy threshold does.
+const DefaultHealthFailures = 3
+
 // Config configures a Proxy.
 type Config struct {
 	// Prefill and Decode are engine base URLs ("http://127.0.0.1:8100"); a bare host:port
@@ -69,8 +74,16 @@ type Config struct {
 	// is required when they are.
 	Dynamic bool
 	// HealthInterval is the period of GET /health (and /kv_transfer_info) on every engine;
-	// default 2 s. Engines failing it are out of rotation until they pass.
+	// default 2 s.
 	HealthInterval time.Duration
+	// HealthFailures is how many health checks in a row an engine in rotation must fail
+	// to leave it (default DefaultHealthFailures): one slow answer on a busy host does not
+	// empty a pool. One check that passes brings it back. An engine that has not passed a
+	// check yet is out of rotation until it does.
+	HealthFailures int
+	// HealthTimeout bounds each round of health checks (default HealthInterval, at least
+	// 1 s and at most 5 s); a check that takes longer failed.
+	HealthTimeout time.Duration
 	// StartWait bounds how long New waits for the static engines: until a prefill and a
 	// decode engine that may be paired are in rotation (and, with Connector "", one of them
 	// reported the connector), logging what it still waits for. When it passes, New fails
@@ -153,6 +166,12 @@ func NewContext(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	if cfg.HealthInterval <= 0 {
 		cfg.HealthInterval = 2 * time.Second
+	}
+	if cfg.HealthFailures <= 0 {
+		cfg.HealthFailures = DefaultHealthFailures
+	}
+	if cfg.HealthTimeout <= 0 {
+		cfg.HealthTimeout = min(max(cfg.HealthInterval, time.Second), 5*time.Second)
 	}
 	p := &Proxy{cfg: cfg, connector: cfg.Connector, client: cfg.Client, log: cfg.Logger}
 	p.convs.ttl = cfg.ConversationTTL

@@ -129,7 +129,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 					p.met.leg("decode", sent, false)
 					return le // prefill's hold ends with its lease
 				}
-				p.finishDecode(w, c, dctx, de, da, sent)
+				p.finishDecode(w, c, dctx, de, pe, da, sent)
 				dcancel()
 				pcancel()
 				return nil
@@ -151,7 +151,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 			if mayRetry && da.err == nil && decodeRefused(da.resp.StatusCode) && c.r.Context().Err() == nil {
 				// Decode did not take the request in, before prefill answered: it registered no
 				// blocks, so prefill has nothing to write. The pair again, on another decode engine.
-				le := statusError(de, da.resp)
+				le := decodeStatusError(de, pe, da.resp)
 				le.failover = reasonDecodeRefused
 				pcancel()
 				<-pch
@@ -162,7 +162,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 			if da.err == nil && da.resp.StatusCode >= 500 && attempt+1 < attempts {
 				// Decode failed before prefill answered, e.g. its handshake with a prefill engine
 				// that just died: the pair again with another prefill engine.
-				le := statusError(de, da.resp)
+				le := decodeStatusError(de, pe, da.resp)
 				pcancel()
 				<-pch
 				dcancel()
@@ -180,7 +180,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 					p.met.leg("decode", sent, false)
 					return le
 				}
-				p.finishDecode(w, c, dctx, de, da, sent)
+				p.finishDecode(w, c, dctx, de, pe, da, sent)
 				dcancel()
 				return nil
 			}
@@ -193,7 +193,7 @@ func (p *Proxy) pushPair(w http.ResponseWriter, c *completion, path string, de *
 					dcancelCause(fmt.Errorf("prefill engine %s failed: %s", pe.url, le.msg))
 				}
 			}()
-			p.finishDecode(w, c, dctx, de, da, sent)
+			p.finishDecode(w, c, dctx, de, pe, da, sent)
 			<-watched // prefill ends too: it wrote the blocks, or the client went away
 			dcancel()
 			pcancel()
@@ -224,9 +224,9 @@ func (p *Proxy) neverTakenIn(c *completion, de *engine, da decodeAnswer) string 
 	return ""
 }
 
-// finishDecode answers the client from decode's answer (its leg sent at sent): its stream,
-// or an error.
-func (p *Proxy) finishDecode(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, da decodeAnswer, sent time.Time) {
+// finishDecode answers the client from decode's answer (its leg sent at sent, with KV from
+// prefill engine pe): its stream, or an error.
+func (p *Proxy) finishDecode(w http.ResponseWriter, c *completion, ctx context.Context, de, pe *engine, da decodeAnswer, sent time.Time) {
 	ok := false
 	defer func() { p.met.leg("decode", sent, ok) }()
 	if da.err != nil {
@@ -234,7 +234,7 @@ func (p *Proxy) finishDecode(w http.ResponseWriter, c *completion, ctx context.C
 		return
 	}
 	if da.resp.StatusCode < 200 || da.resp.StatusCode > 299 {
-		p.fail(w, c, statusError(de, da.resp))
+		p.fail(w, c, decodeStatusError(de, pe, da.resp))
 		return
 	}
 	ok = p.relay(w, c, ctx, de, da.resp)

@@ -48,7 +48,8 @@ func (p *Proxy) waitEngines(ctx context.Context) error {
 			}
 			lastLog = time.Now()
 			p.log.Info(msg, zap.Duration("waited", time.Since(start).Round(time.Millisecond)), zap.Duration("gives_up_after", p.cfg.StartWait),
-				zap.Int("prefill_in_rotation", p.inRotationCount(p.static.prefill)), zap.Int("decode_in_rotation", p.inRotationCount(p.static.decode)))
+				zap.Int("prefill_in_rotation", p.inRotationCount(p.static.prefill)), zap.Int("decode_in_rotation", p.inRotationCount(p.static.decode)),
+				zap.Strings("not_in_rotation", p.whyNotInRotation(p.static.all)))
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,76 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gonixl/gonixl/examples/engine/server"
+)
+
+// A prefill and a decode engine of different KV geometry (4 layers against
+// 2) are a deployment mistake, not a bad request: decode answers 502
+// server_error naming both engines and the field that differs, on pull and
+// on push.
+func TestGeometryMismatchIs502(t *testing.T) {
+	for _, conn := range []string{server.ConnPull, server.ConnPush} {
+		t.Run(conn, func(t *testing.T) {
+			m := tiny
+			m.Layers = 4
+			p := newPair(t, conn, opts{prefillModel: &m})
+			body := req("hello there", 4)
+			var kv map[string]any
+			if conn == server.ConnPull {
+				pre := with(with(with(body, "max_tokens", 1), "stream", false), "kv_transfer_params", map[string]any{"do_remote_decode": true})
+				kv = p.complete(t, p.prefill.URL(), "geo", pre).KVTransferParams
+			} else {
+				// Push decode refuses at registration, before prefill runs.
+				info := p.prefill.Info()
+				kv = map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost,
+					"remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": info.PPSize, "transfer_mode": "push", "transfer_id": "t-geo"}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, _ := json.Marshal(with(body, "kv_transfer_params", kv))
+			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.decode.URL()+"/v1/completions", bytes.NewReader(b))
+			r.Header.Set("X-Request-Id", "geo")
+			resp, err := p.client.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+					Code    int     `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(out, &e); err != nil {
+				t.Fatalf("%d %s", resp.StatusCode, out)
+			}
+			if resp.StatusCode != http.StatusBadGateway || e.Error.Code != 502 || e.Error.Type != "server_error" || e.Error.Param != nil {
+				t.Fatalf("want 502 server_error with no param, got %d %s", resp.StatusCode, out)
+			}
+			if testing.Verbose() {
+				t.Log(e.Error.Message)
+			}
+			for _, want := range []string{`decode engine "decode"`, `prefill engine "prefill"`, "NumLayers differ: source 4, destination 2",
+				"start both engines with the same model"} {
+				if !strings.Contains(e.Error.Message, want) {
+					t.Errorf("message lacks %q: %s", want, e.Error.Message)
+				}
+			}
+			if strings.Contains(e.Error.Message, "pass on the prefill answer") {
+				t.Errorf("message gives the client advice that does not apply: %s", e.Error.Message)
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package pd
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// One failed health check (a busy host) does not take the only decode
+// engine out of rotation: it leaves after DefaultHealthFailures failed
+// checks in a row, and comes back after one that passes.
+func TestHealthCheckHysteresis(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	df := newFake(t, "decode", "pull", nil)
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour}, []*fake{pf}, []*fake{df})
+	decode := h.p.pools().decode
+	inRotation := func() int { return h.p.inRotationCount(decode) }
+	if n := inRotation(); n != 1 {
+		t.Fatalf("%d decode engines in rotation at start, want 1", n)
+	}
+	check := func() { h.p.checkAll(context.Background(), h.p.connector) }
+
+	df.health.Store(http.StatusServiceUnavailable)
+	check()
+	df.health.Store(0)
+	if n := inRotation(); n != 1 {
+		t.Fatalf("after one failed check: %d decode engines in rotation, want 1", n)
+	}
+	h.postOK(t)
+
+	// A success resets the count: two failures, a pass, two failures stay in.
+	df.health.Store(http.StatusServiceUnavailable)
+	check()
+	check()
+	df.health.Store(0)
+	check()
+	df.health.Store(http.StatusServiceUnavailable)
+	check()
+	check()
+	if n := inRotation(); n != 1 {
+		t.Fatalf("after 2, pass, 2 failed checks: %d in rotation, want 1", n)
+	}
+	check()
+	if n := inRotation(); n != 0 {
+		t.Fatalf("after %d failed checks in a row: %d in rotation, want 0", 3, n)
+	}
+	df.health.Store(0)
+	check()
+	if n := inRotation(); n != 1 {
+		t.Fatalf("after a passing check: %d in rotation, want 1", n)
+	}
+}
+
+// A health check that hangs past its timeout counts as one failure, not
+// as the engine leaving rotation.
+func TestHealthCheckHangsOnce(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	df := newFake(t, "decode", "pull", nil)
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, HealthTimeout: 20 * time.Millisecond, HealthFailures: 2},
+		[]*fake{pf}, []*fake{df})
+	decode := h.p.pools().decode
+	check := func() { h.p.checkAll(context.Background(), h.p.connector) }
+	df.hangHealth.Store(true)
+	check()
+	if n := h.p.inRotationCount(decode); n != 1 {
+		t.Fatalf("after one hung check: %d in rotation, want 1", n)
+	}
+	check()
+	if n := h.p.inRotationCount(decode); n != 0 {
+		t.Fatalf("after HealthFailures (2) hung checks: %d in rotation, want 0", n)
+	}
+	df.hangHealth.Store(false)
+	check()
+	if n := h.p.inRotationCount(decode); n != 1 {
+		t.Fatalf("after a passing check: %d in rotation, want 1", n)
+	}
+}
+
+// An engine reporting the other role is logged once, at error level, not
+// at every health check (every second while the proxy waits at start).
+func TestWrongRoleLoggedOnce(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	wrong := newFake(t, "prefill", "pull", nil) // given as a decode engine
+	core, logs := observer.New(zap.InfoLevel)
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, Logger: zap.New(core)}, []*fake{pf}, []*fake{wrong})
+	for range 3 {
+		h.p.checkAll(context.Background(), h.p.connector)
+	}
+	const msg = "engine out of rotation: it reports the other role; check -prefill and -decode"
+	if n := logs.FilterMessage(msg).Len(); n != 1 {
+		t.Fatalf("%d %q logs after 4 checks, want 1", n, msg)
+	}
+	if got := h.p.whyNotInRotation(h.p.pools().decode); len(got) != 1 || got[0] != "decode "+wrong.srv.URL+": it reports role \"prefill\"; check -prefill and -decode" {
+		t.Fatalf("not in rotation: %q", got)
+	}
+}
