@@ -262,6 +262,8 @@ def cmd_base_id(args):
         get_base_request_id,
     )
 
+    if args and args[0] == "--":
+        args = args[1:]
     out({a: get_base_request_id(a) for a in args})
 
 
