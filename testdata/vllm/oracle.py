@@ -23,6 +23,11 @@ Commands (one per process; answers are JSON lines on stdout):
   pushreg-parse             stdin: hex notification -> what vLLM's push
                             prefill stores from it
   base-id ID...             vLLM's get_base_request_id of each id
+  pull-params               stdin: JSON request -> the kv_transfer_params a
+                            vLLM pull prefill returns when it finishes
+  recv-meta                 stdin: JSON {request_id, local_block_ids, params}
+                            per line -> the ReqMeta a vLLM decode builds
+                            from those kv_transfer_params
 """
 
 import json
@@ -267,7 +272,74 @@ def cmd_base_id(args):
     out({a: get_base_request_id(a) for a in args})
 
 
+def cmd_pull_params(_args):
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import (
+        NixlPullConnectorScheduler,
+    )
+    from vllm.v1.request import RequestStatus
+
+    f = json.load(sys.stdin)
+    # request_finished reads these scheduler attributes; the heartbeat
+    # stop and the block-id clip (the identity for one full-attention
+    # group) are stand-ins.
+    sched = types.SimpleNamespace(
+        _stop_heartbeat=lambda req_id: None,
+        is_bidirectional_kv_xfer_enabled=False,
+        _reqs_need_recv={},
+        _reqs_not_processed=set(),
+        _reqs_need_save={},
+        _reqs_need_send={},
+        _kv_lease_duration=f.get("lease", 30),
+        decoder_kv_blocks_ttl=480,
+        get_exchange_clipped_blocks=lambda b: b,
+        engine_id=f["engine_id"],
+        side_channel_host=f["host"],
+        side_channel_port=f["port"],
+        transfer_tp_size=f["tp_size"],
+        vllm_config=types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+            decode_context_parallel_size=1, pipeline_parallel_size=1)),
+        _registration_generation=f.get("registration_generation", 0),
+        _TRANSFER_MODE=NixlPullConnectorScheduler._TRANSFER_MODE,
+    )
+    req = types.SimpleNamespace(
+        request_id=f["request_id"], status=RequestStatus.FINISHED_LENGTH_CAPPED,
+        kv_transfer_params={"do_remote_decode": True},
+        num_computed_tokens=f["num_tokens"],
+    )
+    delay, params = NixlPullConnectorScheduler.request_finished(
+        sched, req, tuple(list(g) for g in f["blocks"])
+    )
+    params = {k: [list(g) for g in v] if k == "remote_block_ids" else v
+              for k, v in params.items()}
+    out({"delay_free": delay, "params": params})
+
+
+def cmd_recv_meta(_args):
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        f = json.loads(line)
+        md = nixl_meta.NixlConnectorMetadata()
+        try:
+            md.add_new_req_to_recv(f["request_id"], f["local_block_ids"], f["params"])
+        except Exception as e:
+            out({"error": "%s: %s" % (type(e).__name__, e)})
+            continue
+        r = md.reqs_to_recv[f["request_id"]]
+        out({"tp_size": r.tp_size, "pp_size": r.pp_size, "dcp_size": r.dcp_size,
+             "remote_block_size": r.remote_block_size,
+             "remote": {
+                 "block_ids": r.remote.block_ids, "engine_id": r.remote.engine_id,
+                 "request_id": r.remote.request_id, "host": r.remote.host,
+                 "port": r.remote.port, "blocks_expiry_time": r.remote.blocks_expiry_time,
+                 "num_tokens": r.remote.num_tokens,
+                 "registration_generation": getattr(r.remote, "registration_generation", None),
+             }})
+
+
 COMMANDS = {
+    "pull-params": cmd_pull_params,
+    "recv-meta": cmd_recv_meta,
     "info": cmd_info,
     "hash": cmd_hash,
     "decode": cmd_decode,
