@@ -422,6 +422,12 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 	p := c.peers[s.key]
 	p.busy = false
 	err := s.err
+	if err != nil && c.ctx.Err() != nil {
+		// Close cancelled the handshake: the peer did not fail, and Close
+		// ends the requests that waited for it with ErrClosed.
+		p.waiting = nil
+		return
+	}
 	if err == nil {
 		p.sources, err = c.acceptPrefill(p.prefill, s.payload)
 	}
