@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
@@ -25,8 +26,12 @@ import (
 // (the poller) handshakes, posts READs (unless Inline), polls them and sends
 // heartbeats. All methods are safe for concurrent use.
 type Consumer struct {
-	e       *pullEngine
-	cfg     rankConfig
+	e   *pullEngine
+	cfg rankConfig
+	// mono reads the rank's monotonic clock (lease.MonoNow), which times
+	// how long an ended load whose READ the agent would not let go of
+	// keeps its blocks.
+	mono    func() time.Time
 	stats   *stats.Set
 	rejects *stats.Counter
 	log     *zap.Logger
@@ -140,7 +145,7 @@ type load struct {
 	// result is the end of a load that waits in draining for its READs to
 	// let go; it is published after.
 	result     connector.Result
-	drainUntil time.Time
+	drainUntil time.Time // on the rank's monotonic clock (Consumer.mono)
 	// pin is where the load's pin stands, pinSent when it was asked (this
 	// process's monotonic clock) and readsEnded when its READs were seen
 	// ended; zero until then. Only with a prefill that pins.
@@ -208,7 +213,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 			return nil, err
 		}
 	}
-	c := &Consumer{e: e, cfg: cfg, stats: stats.New(),
+	c := &Consumer{e: e, cfg: cfg, mono: lease.MonoNow(cfg.Clock), stats: stats.New(),
 		log:         cfg.Log(e.ID(), "decode"),
 		live:        map[string]struct{}{},
 		waiting:     map[string]*waiter{},
@@ -510,7 +515,7 @@ func (c *Consumer) Close() error {
 		}
 		r.parked = nil
 	}
-	c.drain(c.cfg.Clock.Now())
+	c.drain(c.mono())
 	err := engine.Deregister(c.cfg.Agent, c.cfg.Layout, &c.cfg.Staging)
 	c.e.core.Release("consumer", c.cfg.Layout.TPRank)
 	// What still drains had a READ the agent would not release; with the
@@ -572,7 +577,7 @@ func (c *Consumer) end(l *load, res connector.Result) {
 		c.publish(l)
 		return
 	}
-	l.drainUntil = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
+	l.drainUntil = c.mono().Add(c.cfg.TransferTimeout)
 	c.draining = append(c.draining, l)
 }
 
@@ -665,14 +670,16 @@ func (c *Consumer) releaseXfers(l *load) bool {
 }
 
 // drain publishes the ended loads whose READs the agent has let go of, and
-// those past their drain deadline (counted as stuck). wmu is held.
-func (c *Consumer) drain(now time.Time) {
+// those past their drain deadline at mono (the rank's monotonic clock: no
+// step of the configured clock hands blocks back early), counted as stuck.
+// wmu is held.
+func (c *Consumer) drain(mono time.Time) {
 	keep := c.draining[:0]
 	for _, l := range c.draining {
 		switch {
 		case c.releaseXfers(l):
 			c.publish(l)
-		case !now.Before(l.drainUntil):
+		case !mono.Before(l.drainUntil):
 			c.stuck.Inc()
 			c.log.Error("pullconn: READ not released within the transfer timeout; handing its blocks back anyway", zap.String("request_id", l.id))
 			c.publish(l)

@@ -38,29 +38,37 @@ type advert struct {
 	// nonce tells this hold of the id from any other, in its key, even
 	// if a clock stepped back gave a later hold the same deadline.
 	nonce uint64
-	ranks int // ranks that have finished the request
+	// took holds the TP ranks that have finished the request with this
+	// advert.
+	took map[int]bool
 }
 
 // advertise returns the deadline to put in the Params of request id, which
-// a rank holds until own.
-func (e *pullEngine) advertise(id string, now, own time.Time) (time.Time, uint64) {
-	a := e.advert(id, now, own)
+// TP rank rank holds until own.
+func (e *pullEngine) advertise(id string, rank int, now, own time.Time) (time.Time, uint64) {
+	a := e.advert(id, rank, now, own)
 	return a.deadline, a.nonce
 }
 
 // advert is advertise's whole answer, with the deadline also on the
-// engine's side-channel clock for vLLM's protocol (mono).
-func (e *pullEngine) advert(id string, now, own time.Time) advert {
+// engine's side-channel clock for vLLM's protocol (mono). The first rank
+// to finish a request fixes its advert; every other rank takes the same,
+// however late it comes (a scheduling delay, a step of its clock, past
+// the deadline or not), so every rank returns the same Params. A rank that
+// finishes an id whose advert it already took finishes a new request of
+// the id (a retry): it gets a new advert, deadline and nonce. So does
+// every rank once a rank's hold of the id ended (dropAdverts).
+func (e *pullEngine) advert(id string, rank int, now, own time.Time) advert {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.advertised == nil {
 		e.advertised = map[string]*advert{}
 	}
 	a, ok := e.advertised[id]
-	if !ok || !now.Before(a.deadline) {
-		// New, or left from an earlier request of that id whose ranks did
-		// not all finish it.
+	if !ok || a.took[rank] {
 		if len(e.advertised) > maxAdverts {
+			// Bounded: adverts some rank never took (its RequestFinished
+			// failed or never came) and whose deadline passed go first.
 			for k, v := range e.advertised {
 				if !now.Before(v.deadline) {
 					delete(e.advertised, k)
@@ -70,11 +78,11 @@ func (e *pullEngine) advert(id string, now, own time.Time) advert {
 		// 53 bits: the Params travel as JSON, and a proxy that decodes
 		// numbers as float64 (Go's map[string]any, JavaScript) keeps
 		// integers exactly only up to 2^53.
-		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1, mono: vllm.SideClock() + own.Sub(now).Seconds()}
+		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1, mono: vllm.SideClock() + own.Sub(now).Seconds(), took: map[int]bool{}}
 		e.advertised[id] = a
 	}
-	a.ranks++
-	if a.ranks >= e.core.Config().TPSize {
+	a.took[rank] = true
+	if len(a.took) >= e.core.Config().TPSize {
 		delete(e.advertised, id)
 	}
 	return *a

@@ -42,6 +42,9 @@ type clusterOpts struct {
 	// newAgent creates the agents (default: loopback agents on the
 	// cluster's fabric); the cluster closes them.
 	newAgent func(t *testing.T, name string) nixl.Agent
+	// wrap, when set, stands between each agent newAgent made and its
+	// rank (the cluster's agent lists hold what it returns).
+	wrap func(name string, a nixl.Agent) nixl.Agent
 }
 
 // cluster is one prefill engine and one decode engine, each with a Producer
@@ -106,6 +109,10 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 			require.NoError(t, err)
 			return a
 		}
+	}
+	if wrap := o.wrap; wrap != nil {
+		made := o.newAgent
+		o.newAgent = func(t *testing.T, name string) nixl.Agent { return wrap(name, made(t, name)) }
 	}
 
 	// Each engine runs on the clock its ranks use, as RankConfig.Clock

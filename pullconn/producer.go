@@ -110,7 +110,13 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 
 // RequestFinished holds blockIDs for requestID, starts their lease and
 // returns the Params to send to decode. Every rank of the engine returns the
-// same Params for the same call. An id already held, an id containing ','
+// same Params for the same call: the first rank to finish the request fixes
+// its deadline and hold nonce, and the others take them however late they
+// come, unless a rank's hold of the id ended in between (completion,
+// expiry, DropHolds, Close): then a later rank holds afresh, its Params
+// differ, and decode's pin to it is refused (ErrNotHeld), never done on
+// wrong bytes. A rank that finishes an id again is a new request of the
+// id, with Params of its own. An id already held, an id containing ','
 // (it could not travel in a heartbeat) or a block id outside the layout is
 // refused with an error and changes nothing.
 func (p *Producer) RequestFinished(requestID string, blockIDs []int) (Params, error) {
@@ -202,7 +208,7 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 	// Every rank advertises the deadline of the first to finish the request;
 	// a rank whose own lease would end earlier (a shorter RankConfig.Lease)
 	// holds until the advertised one, so each rank's hold covers it.
-	adv := p.e.advert(requestID, now, deadline)
+	adv := p.e.advert(requestID, p.cfg.Layout.TPRank, now, deadline)
 	advertised, nonce := adv.deadline, adv.nonce
 	if advertised.After(deadline) {
 		p.mu.Lock()

@@ -59,7 +59,7 @@ func (c *Consumer) tick() {
 	c.retryReady(c.cfg.Clock.Now())
 	c.pollReads()
 	c.askPins()
-	c.drain(c.cfg.Clock.Now())
+	c.drain(c.mono())
 	if len(c.confirmed) > 64+4*(len(c.reading)+len(c.ready)+len(waiting)) {
 		c.pruneConfirmed()
 	}

@@ -966,7 +966,7 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 		return
 	}
 	deadline, _ := rk.h.leases.Deadline(id)
-	adv, nonce := p.advertise(id, now, deadline)
+	adv, nonce := p.advertise(id, r, now, deadline)
 	if adv.After(deadline) {
 		rk.h.leases.Extend(id, adv, 0)
 	}
@@ -998,12 +998,18 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 }
 
 // advertise mirrors Engine.advertise: every rank of the engine advertises
-// the deadline and nonce of the first rank that finished the request. The
+// the deadline and nonce of the first rank that finished the request; a
+// rank that took the advert already finishes a new request of the id. The
 // nonce comes from the seed's stream (the real one from math/rand); the
-// legacy glue has none.
-func (p *simPrefill) advertise(id string, now, own time.Time) (time.Time, uint64) {
+// legacy glue has none, and made a new advert once the deadline had passed
+// on the calling rank's clock instead.
+func (p *simPrefill) advertise(id string, rank int, now, own time.Time) (time.Time, uint64) {
 	a, ok := p.adverts[id]
-	if !ok || !now.Before(a.deadline) {
+	stale := ok && a.took[rank]
+	if p.rng == nil {
+		stale = ok && !now.Before(a.deadline)
+	}
+	if !ok || stale {
 		if len(p.adverts) > 256 {
 			for k, v := range p.adverts {
 				if !now.Before(v.deadline) {
@@ -1011,15 +1017,15 @@ func (p *simPrefill) advertise(id string, now, own time.Time) (time.Time, uint64
 				}
 			}
 		}
-		a = &advert{deadline: own}
+		a = &advert{deadline: own, took: map[int]bool{}}
 		if p.rng != nil {
 			a.nonce = p.rng.Uint64() | 1
 		}
 		p.adverts[id] = a
 	}
-	a.ranks++
+	a.took[rank] = true
 	d := a.deadline
-	if a.ranks >= p.tp {
+	if len(a.took) >= p.tp {
 		delete(p.adverts, id)
 	}
 	return d, a.nonce
@@ -2370,11 +2376,12 @@ func TestSimAdvertiseMirrorsEngine(t *testing.T) {
 			p.dropAdverts([]string{id})
 			continue
 		}
+		rank := rng.IntN(2)
 		now := simEpoch.Add(time.Duration(rng.Int64N(int64(10 * time.Second))))
 		own := now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
-		rd, rn := pe.advertise(id, now, own)
-		sd, sn := p.advertise(id, now, own)
-		require.Equal(t, rd, sd, "call %d: advertise(%s, %v, %v)", i, id, now, own)
+		rd, rn := pe.advertise(id, rank, now, own)
+		sd, sn := p.advertise(id, rank, now, own)
+		require.Equal(t, rd, sd, "call %d: advertise(%s, rank %d, %v, %v)", i, id, rank, now, own)
 		require.NotZero(t, rn)
 		if s, ok := toSim[rn]; ok {
 			require.Equal(t, s, sn, "call %d: the real nonce is an earlier one, the simulation's is not", i)

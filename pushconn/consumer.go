@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
@@ -54,8 +55,11 @@ func (p Prefill) validate() error {
 // written. Register and Drain never block on I/O; a background goroutine
 // handshakes, sends registrations and receives completions.
 type Consumer struct {
-	engine  *pushEngine
-	cfg     rankConfig
+	engine *pushEngine
+	cfg    rankConfig
+	// mono reads the rank's monotonic clock (lease.MonoNow), which times
+	// the cancel waits.
+	mono    func() time.Time
 	log     *zap.Logger
 	stats   *stats.Set
 	push    *pushCounters
@@ -125,6 +129,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c := &Consumer{
 		engine:  e,
 		cfg:     cfg,
+		mono:    lease.MonoNow(cfg.Clock),
 		log:     cfg.Log(e.ID(), "decode"),
 		stats:   stats.New(),
 		tracker: newTracker(cfg.RegistrationTimeout, cfg.CancelTimeout),
@@ -210,7 +215,7 @@ func (c *Consumer) register(requestID string, prefill Prefill, blocks [][]int, o
 		c.mu.Unlock()
 		return errClosed
 	}
-	err := c.tracker.add(c.cfg.Clock.Now(), r)
+	err := c.tracker.add(c.now(), r)
 	if err == nil {
 		// Counted before the request can end and be drained.
 		c.stats.AddPrefixHits(o.prefixHits)
@@ -260,7 +265,7 @@ func (c *Consumer) Abort(requestID string) error {
 		c.mu.Unlock()
 		return errClosed
 	}
-	ended := c.tracker.fail(c.cfg.Clock.Now(), requestID,
+	ended := c.tracker.fail(c.now(), requestID,
 		fmt.Errorf("%w: request %q was aborted by the engine", errAborted, requestID))
 	c.mu.Unlock()
 	if ended {
@@ -299,7 +304,7 @@ func (c *Consumer) Close() error {
 	c.wg.Wait()
 	c.stopLog()
 	c.mu.Lock()
-	now := c.cfg.Clock.Now()
+	now := c.now()
 	for id := range c.tracker.reqs {
 		c.tracker.fail(now, id, fmt.Errorf("%w: consumer closed while request %q waited for its push", errClosed, id))
 	}
@@ -312,7 +317,7 @@ func (c *Consumer) Close() error {
 	// With the memory deregistered no WRITE can land in it any more: the
 	// blocks of every request still draining go back to the engine now.
 	c.mu.Lock()
-	c.tracker.releaseAll(c.cfg.Clock.Now())
+	c.tracker.releaseAll(c.now())
 	c.mu.Unlock()
 	c.signal()
 	if err != nil && !errors.Is(err, nixl.ErrClosed) {
@@ -320,6 +325,9 @@ func (c *Consumer) Close() error {
 	}
 	return nil
 }
+
+// now reads the rank's clocks for the tracker.
+func (c *Consumer) now() instant { return instant{wall: c.cfg.Clock.Now(), mono: c.mono()} }
 
 func (c *Consumer) signal() {
 	select {
@@ -350,7 +358,7 @@ func (c *Consumer) tick() {
 		c.route(r)
 	}
 	c.mu.Lock()
-	n, gaveUp := c.tracker.expire(c.cfg.Clock.Now())
+	n, gaveUp := c.tracker.expire(c.now())
 	cancels := c.tracker.takeCancels()
 	c.mu.Unlock()
 	if n > 0 {
@@ -414,6 +422,12 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 	p := c.peers[s.key]
 	p.busy = false
 	err := s.err
+	if err != nil && c.ctx.Err() != nil {
+		// Close cancelled the handshake: the peer did not fail, and Close
+		// ends the requests that waited for it with ErrClosed.
+		p.waiting = nil
+		return
+	}
 	if err == nil {
 		p.sources, err = c.acceptPrefill(p.prefill, s.payload)
 	}
@@ -424,7 +438,7 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 		c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
 		c.log.Warn("pushconn: handshake with prefill engine failed", zap.String("prefill", p.prefill.EngineID), zap.Error(err))
 		c.mu.Lock()
-		now := c.cfg.Clock.Now()
+		now := c.now()
 		for _, r := range waiting {
 			if c.tracker.live(r) {
 				c.tracker.fail(now, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
@@ -481,7 +495,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 	if wrong != nil {
 		c.mu.Lock()
 		if c.tracker.live(r) {
-			c.tracker.fail(c.cfg.Clock.Now(), r.id, wrong)
+			c.tracker.fail(c.now(), r.id, wrong)
 		}
 		c.mu.Unlock()
 		c.signal()
@@ -490,7 +504,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 	c.mu.Lock()
 	alive := c.tracker.expect(r, p.sources)
 	if alive {
-		r.regAt = c.cfg.Clock.Now()
+		r.regAt = c.mono()
 	}
 	c.mu.Unlock()
 	if !alive {
@@ -548,7 +562,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 		}
 		c.mu.Lock()
 		if c.tracker.live(r) {
-			c.tracker.fail(c.cfg.Clock.Now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+			c.tracker.fail(c.now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
 		}
 		c.mu.Unlock()
 		c.signal()
@@ -565,7 +579,7 @@ func (c *Consumer) onCompletion(sender string, msg []byte) {
 		return
 	}
 	c.mu.Lock()
-	a := c.tracker.complete(c.cfg.Clock.Now(), comp.ID, sender, comp.Seq)
+	a := c.tracker.complete(c.now(), comp.ID, sender, comp.Seq)
 	c.mu.Unlock()
 	if c.stage != nil && a != arrivalUnknown && a != arrivalStranger && a != arrivalStale {
 		c.stage.Direct.Inc()
@@ -602,7 +616,7 @@ func (c *Consumer) onFailure(sender string, msg []byte) {
 	c.push.failReceived.Inc()
 	c.mu.Lock()
 	var ended bool
-	now := c.cfg.Clock.Now()
+	now := c.now()
 	if c.tracker.isSource(f.RequestID, sender, f.Seq) {
 		ended = c.tracker.failFrom(now, f.RequestID, sender, &PushError{
 			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
@@ -641,7 +655,7 @@ func (c *Consumer) onCancelAck(sender string, msg []byte) {
 	}
 	c.push.cancelAckReceived.Inc()
 	c.mu.Lock()
-	res := c.tracker.ack(c.cfg.Clock.Now(), a.RequestID, sender, a.Seq)
+	res := c.tracker.ack(c.now(), a.RequestID, sender, a.Seq)
 	c.mu.Unlock()
 	switch res {
 	case arrivalReleased:

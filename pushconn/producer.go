@@ -11,6 +11,7 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
@@ -29,8 +30,12 @@ import (
 // the blocks back through DrainFreed exactly once: after the WRITEs ended,
 // or when their lease expired with no registration.
 type Producer struct {
-	engine  *pushEngine
-	cfg     rankConfig
+	engine *pushEngine
+	cfg    rankConfig
+	// mono reads the rank's monotonic clock (lease.MonoNow), which times
+	// its WRITEs: how long one may move, and how long a failed one the
+	// agent would not let go of keeps its blocks.
+	mono    func() time.Time
 	log     *zap.Logger
 	stats   *stats.Set
 	push    *pushCounters
@@ -85,6 +90,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p := &Producer{
 		engine:   e,
 		cfg:      cfg,
+		mono:     lease.MonoNow(cfg.Clock),
 		log:      cfg.Log(e.ID(), "prefill"),
 		stats:    stats.New(),
 		held:     map[string]bool{},

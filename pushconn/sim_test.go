@@ -366,6 +366,12 @@ type simWorld struct {
 func (w *simWorld) decodeNow() time.Time  { return time.Unix(0, simEpoch+w.now+w.clock[0]) }
 func (w *simWorld) prefillNow() time.Time { return time.Unix(0, simEpoch+w.now+w.clock[1]) }
 
+// decodeAt is decode's two clocks for its tracker: the wall clock, which
+// steps, and the monotonic one, which never does.
+func (w *simWorld) decodeAt() instant {
+	return instant{wall: w.decodeNow(), mono: time.Unix(0, simEpoch+w.now)}
+}
+
 // fail records a violation (or an inconsistency of the model) that stops
 // the run after the step.
 func (w *simWorld) fail(format string, args ...any) { w.failID("", format, args...) }
@@ -819,7 +825,7 @@ func (d *simDecode) register(a *simAttempt, blocks []int) *simInst {
 	w := d.w
 	r := &decodeReq{id: a.decID, transferID: a.tid, prefill: simPrefillCoords, blocks: [][]int{blocks}}
 	r.prefill.TPSize = w.cfg.preTP
-	if err := d.tr.add(w.decodeNow(), r); err != nil {
+	if err := d.tr.add(w.decodeAt(), r); err != nil {
 		w.fail("model: decode rank %d refused %q: %v", d.rank, a.decID, err)
 	}
 	if !a.seqless {
@@ -849,7 +855,7 @@ func (d *simDecode) abort(in *simInst) {
 	if d.tr.live(in.req) {
 		d.w.stats.decodeAborts++
 		d.w.note("decode Abort", d.rank, in.req.id, in.req.seq, 0)
-		d.tr.fail(d.w.decodeNow(), in.req.id, fmt.Errorf("%w: request %q was aborted by the engine", connector.ErrAborted, in.req.id))
+		d.tr.fail(d.w.decodeAt(), in.req.id, fmt.Errorf("%w: request %q was aborted by the engine", connector.ErrAborted, in.req.id))
 	}
 }
 
@@ -866,7 +872,7 @@ func (d *simDecode) tick() {
 	for _, r := range inbox {
 		d.route(r)
 	}
-	n, gaveUp := d.tr.expire(w.decodeNow())
+	n, gaveUp := d.tr.expire(w.decodeAt())
 	w.stats.regTimeouts += n
 	w.stats.cancelTimeouts += gaveUp
 	if gaveUp > 0 {
@@ -905,7 +911,7 @@ func (d *simDecode) handshakeDone(ok bool) {
 		w.stats.handshakeFailures++
 		for _, r := range waiting {
 			if d.tr.live(r) {
-				d.tr.fail(w.decodeNow(), r.id, fmt.Errorf("pushconn: request %q: %w: simulated", r.id, connector.ErrHandshake))
+				d.tr.fail(w.decodeAt(), r.id, fmt.Errorf("pushconn: request %q: %w: simulated", r.id, connector.ErrHandshake))
 			}
 		}
 		return
@@ -945,7 +951,7 @@ func (d *simDecode) send(r *decodeReq) {
 		}
 	}
 	if err != nil && d.tr.live(r) {
-		d.tr.fail(w.decodeNow(), r.id, fmt.Errorf("pushconn: request %q: %w: %v", r.id, ErrNotifySend, err))
+		d.tr.fail(w.decodeAt(), r.id, fmt.Errorf("pushconn: request %q: %w: %v", r.id, ErrNotifySend, err))
 	}
 }
 
@@ -1010,7 +1016,7 @@ func (d *simDecode) legacySeq(id string) uint64 {
 func (d *simDecode) onMessage(m *simMsg) {
 	w := d.w
 	sender := simPrefillName(m.from)
-	now := w.decodeNow()
+	now := w.decodeAt()
 	switch m.kind {
 	case simCompletion:
 		comp, err := notif.DecodeSeqCompletion(m.b)

@@ -229,7 +229,7 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 		}
 	}
 	c.mu.Lock()
-	now := c.cfg.Clock.Now()
+	now := c.now()
 	if err != nil {
 		c.tracker.scatterFailed(now, ch.ID, sender, ch.Seq, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", errStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
 		c.mu.Unlock()

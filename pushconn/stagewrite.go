@@ -160,7 +160,7 @@ func (w *writer) planned(h *hold, sw *stagedWrite, plan staging.WritePlan, err e
 // postMu is held; start is when the request's WRITE began.
 func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time.Time) {
 	p := w.p
-	wr := &write{reg: pr, hold: h, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: sw.bytes, slot: sw.slot}
+	wr := &write{reg: pr, hold: h, deadline: p.mono().Add(p.cfg.WriteTimeout), bytes: sw.bytes, slot: sw.slot}
 	n := len(sw.chunks)
 	// While a chunk is gathered, the chunks before it are polled: that
 	// progresses the agent, so they complete and their completions reach
@@ -245,7 +245,7 @@ func (w *writer) abandon(wr *write, kind pushwire.FailKind, err error) {
 		w.failWrite(wr.reg, wr.hold, kind, err)
 		return
 	}
-	wr.cancelling, wr.failErr, wr.drainUntil = true, err, w.p.now().Add(w.p.cfg.WriteTimeout)
+	wr.cancelling, wr.failErr, wr.drainUntil = true, err, w.p.mono().Add(w.p.cfg.WriteTimeout)
 	w.inflight = append(w.inflight, wr)
 }
 

@@ -20,6 +20,14 @@ const lateWindow = time.Minute
 // notification must not cost the whole wait.
 const cancelResends = 4
 
+// instant is one reading of a decode rank's two clocks: wall, its
+// configured clock (RankConfig.Clock), which times registration deadlines
+// and results; and mono, its monotonic clock (lease.MonoNow), which times
+// every deadline that decides when a request's blocks go back to the
+// engine (the cancel wait, vLLM's write bound), so that no step of the
+// configured clock ends them early.
+type instant struct{ wall, mono time.Time }
+
 // srcState is where one prefill rank stands with a decode request.
 type srcState uint8
 
@@ -39,9 +47,11 @@ type decodeReq struct {
 	blocks     [][]int
 	seq        uint64 // the registration's registration_seq
 	start      time.Time
-	// regAt is when its registration was first handed to the agent (zero
-	// until then): in vLLM's protocol the bound on prefill's WRITEs counts
-	// from it.
+	// startMono is start on the rank's monotonic clock.
+	startMono time.Time
+	// regAt is when its registration was first handed to the agent, on
+	// the rank's monotonic clock (zero until then): in vLLM's protocol the
+	// bound on prefill's WRITEs counts from it.
 	regAt time.Time
 	// sources maps each prefill agent that was sent the registration to
 	// where it stands; nil until the registration is sent.
@@ -96,9 +106,9 @@ type tracker struct {
 	onPublish func(r *decodeReq)
 	reqs      map[string]*decodeReq // live
 	draining  map[string]*decodeReq // ended, waiting for their ranks
-	deadlines *lease.Table          // registration timeouts of live requests
-	drainEnd  *lease.Table          // cancel timeouts of draining requests
-	resend    *lease.Table          // next PUSH_CANCEL of draining requests
+	deadlines *lease.Table          // registration timeouts of live requests (wall)
+	drainEnd  *lease.Table          // cancel timeouts of draining requests (mono)
+	resend    *lease.Table          // next PUSH_CANCEL of draining requests (mono)
 	ended     *lease.Table
 	results   []connector.Result
 	timeout   time.Duration
@@ -143,11 +153,11 @@ func newTracker(timeout, cancelTimeout time.Duration) *tracker {
 // moves bytes for at most two write timeouts, which the cancel timeout
 // covers with a margin for the notifications (see DefaultCancelTimeout).
 // The drain table adds the cancel timeout itself: this returns the time
-// it counts from.
+// it counts from. All of it is on the rank's monotonic clock.
 func (t *tracker) writeBound(now time.Time, r *decodeReq) time.Time {
 	from := r.regAt
 	if from.IsZero() {
-		from = r.start
+		from = r.startMono
 	}
 	if at := from.Add(t.timeout); at.After(now) {
 		return at
@@ -156,17 +166,17 @@ func (t *tracker) writeBound(now time.Time, r *decodeReq) time.Time {
 }
 
 // add starts tracking r at now; its deadline is now plus the timeout.
-func (t *tracker) add(now time.Time, r *decodeReq) error {
+func (t *tracker) add(now instant, r *decodeReq) error {
 	if _, ok := t.reqs[r.id]; ok {
 		return invalidf("request %q is already registered", r.id)
 	}
 	if _, ok := t.draining[r.id]; ok {
 		return invalidf("request %q has ended but its result is not out yet (prefill ranks may still write into its blocks): register it again after Drain returned it", r.id)
 	}
-	if err := t.deadlines.Add(r.id, now); err != nil {
+	if err := t.deadlines.Add(r.id, now.wall); err != nil {
 		return invalidf("request %q: %v", r.id, err)
 	}
-	r.start = now
+	r.start, r.startMono = now.wall, now.mono
 	t.reqs[r.id] = r
 	return nil
 }
@@ -204,7 +214,7 @@ func (t *tracker) sent(r *decodeReq, agent string) {
 // one is stale too: gonixl's prefill always echoes the seq, so only
 // another registration's message, or a peer that drops the seq, sends
 // one (see "Completions" in the package documentation).
-func (t *tracker) complete(now time.Time, id, sender string, seq uint64) arrival {
+func (t *tracker) complete(now instant, id, sender string, seq uint64) arrival {
 	r, ok := t.reqs[id]
 	if !ok {
 		if d, draining := t.draining[id]; draining && d.seq != seq {
@@ -234,7 +244,7 @@ func (t *tracker) complete(now time.Time, id, sender string, seq uint64) arrival
 // scatterFailed ends request id, registered with seq, whose staged part
 // from prefill agent sender arrived but could not be scattered: that rank
 // has written (it will not write again), and the request fails with err.
-func (t *tracker) scatterFailed(now time.Time, id, sender string, seq uint64, err error) {
+func (t *tracker) scatterFailed(now instant, id, sender string, seq uint64, err error) {
 	if r, ok := t.reqs[id]; ok && r.seq == seq {
 		if st, known := r.sources[sender]; known && st == srcWaiting {
 			r.sources[sender] = srcWritten
@@ -269,10 +279,10 @@ func (t *tracker) stagedPart(id, sender string, seq uint64) (r *decodeReq, stale
 
 // settle records that prefill agent sender of draining request id ended
 // its part (to state st) and releases the request when it was the last.
-func (t *tracker) settle(now time.Time, id, sender string, st srcState, seq uint64) arrival {
+func (t *tracker) settle(now instant, id, sender string, st srcState, seq uint64) arrival {
 	r, ok := t.draining[id]
 	if !ok {
-		t.ended.Expire(now)
+		t.ended.Expire(now.wall)
 		if _, late := t.ended.Deadline(id); late {
 			return arrivalLate
 		}
@@ -295,7 +305,7 @@ func (t *tracker) settle(now time.Time, id, sender string, st srcState, seq uint
 }
 
 // ack records prefill agent sender's PUSH_CANCEL_ACK for request id.
-func (t *tracker) ack(now time.Time, id, sender string, seq uint64) arrival {
+func (t *tracker) ack(now instant, id, sender string, seq uint64) arrival {
 	if _, live := t.reqs[id]; live {
 		// An answer to the cancel of an earlier request of this id, whose
 		// result is out: nothing of this one.
@@ -315,14 +325,14 @@ func (t *tracker) isSource(id, sender string, seq uint64) bool {
 }
 
 // fail ends request id with err; it reports false if it had already ended.
-func (t *tracker) fail(now time.Time, id string, err error) bool {
+func (t *tracker) fail(now instant, id string, err error) bool {
 	return t.failFrom(now, id, "", err)
 }
 
 // failFrom ends request id with err reported by prefill agent from, which
 // will not write; it reports false if the request had already ended. A
 // PUSH_FAIL for a draining request settles that rank.
-func (t *tracker) failFrom(now time.Time, id, from string, err error) bool {
+func (t *tracker) failFrom(now instant, id, from string, err error) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		if from != "" {
@@ -342,10 +352,10 @@ func (t *tracker) failFrom(now time.Time, id, from string, err error) bool {
 // end ends live request r with err (nil: done). A failure whose
 // registration some prefill ranks may still write drains: PUSH_CANCELs are
 // owed to them and the connector.Result waits (see tracker).
-func (t *tracker) end(now time.Time, r *decodeReq, err error) {
+func (t *tracker) end(now instant, r *decodeReq, err error) {
 	delete(t.reqs, r.id)
 	t.deadlines.Complete(r.id)
-	r.result = connector.Result{RequestID: r.id, Err: err, Start: r.start, End: now}
+	r.result = connector.Result{RequestID: r.id, Err: err, Start: r.start, End: now.wall}
 	if err != nil && t.recompute && len(r.blocks) > 0 {
 		r.result.InvalidBlocks = groupids.Flatten(r.blocks) // every group's, in order
 	}
@@ -353,11 +363,11 @@ func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 		if agents := r.waiting(); len(agents) > 0 {
 			t.draining[r.id] = r
 			if t.noCancel {
-				_ = t.drainEnd.Add(r.id, t.writeBound(now, r))
+				_ = t.drainEnd.Add(r.id, t.writeBound(now.mono, r))
 				return
 			}
-			_ = t.drainEnd.Add(r.id, now)
-			_ = t.resend.Add(r.id, now)
+			_ = t.drainEnd.Add(r.id, now.mono)
+			_ = t.resend.Add(r.id, now.mono)
 			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, seq: r.seq, agents: agents})
 			return
 		}
@@ -366,29 +376,30 @@ func (t *tracker) end(now time.Time, r *decodeReq, err error) {
 }
 
 // release ends draining request r's wait: its result goes out.
-func (t *tracker) release(now time.Time, r *decodeReq) {
+func (t *tracker) release(now instant, r *decodeReq) {
 	delete(t.draining, r.id)
 	t.drainEnd.Complete(r.id)
 	t.resend.Complete(r.id)
 	t.publish(now, r)
 }
 
-func (t *tracker) publish(now time.Time, r *decodeReq) {
+func (t *tracker) publish(now instant, r *decodeReq) {
 	if t.onPublish != nil {
 		t.onPublish(r)
 	}
 	t.results = append(t.results, r.result)
 	t.ended.Complete(r.id)
-	_ = t.ended.Add(r.id, now)
+	_ = t.ended.Add(r.id, now.wall)
 }
 
 // expire ends every request whose deadline passed, with a timeout error
 // that says how many ranks had reported; resends the PUSH_CANCELs of
 // draining requests that are due; and releases draining requests whose
-// cancel timeout passed. It returns how many requests timed out and how
+// cancel timeout passed (on the monotonic clock: no step of the wall clock
+// hands blocks back early). It returns how many requests timed out and how
 // many were released without every rank's answer.
-func (t *tracker) expire(now time.Time) (timeouts, gaveUp int) {
-	ids := t.deadlines.Expire(now)
+func (t *tracker) expire(now instant) (timeouts, gaveUp int) {
+	ids := t.deadlines.Expire(now.wall)
 	for _, id := range ids {
 		r := t.reqs[id]
 		var detail string
@@ -400,25 +411,25 @@ func (t *tracker) expire(now time.Time) (timeouts, gaveUp int) {
 		t.end(now, r, fmt.Errorf("%w: request %q from prefill engine %q: no push within %v (%s)",
 			ErrRegistrationTimeout, id, r.prefill.EngineID, t.timeout, detail))
 	}
-	for _, id := range t.drainEnd.Expire(now) {
+	for _, id := range t.drainEnd.Expire(now.mono) {
 		if r := t.draining[id]; r != nil {
 			gaveUp++
 			t.release(now, r)
 		}
 	}
-	for _, id := range t.resend.Expire(now) {
+	for _, id := range t.resend.Expire(now.mono) {
 		if r := t.draining[id]; r != nil {
 			t.cancels = append(t.cancels, cancelOrder{id: r.id, transferID: r.transferID, seq: r.seq, agents: r.waiting()})
-			_ = t.resend.Add(id, now)
+			_ = t.resend.Add(id, now.mono)
 		}
 	}
-	t.ended.Expire(now)
+	t.ended.Expire(now.wall)
 	return len(ids), gaveUp
 }
 
 // releaseAll publishes every draining request's result (the rank closes:
 // its memory is deregistered, so no WRITE can land any more).
-func (t *tracker) releaseAll(now time.Time) {
+func (t *tracker) releaseAll(now instant) {
 	ids := make([]string, 0, len(t.draining))
 	for id := range t.draining {
 		ids = append(ids, id)

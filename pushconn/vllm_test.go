@@ -506,9 +506,11 @@ func TestTrackerVLLMWriteBound(t *testing.T) {
 	tr := newTracker(10*time.Second, 3*time.Second)
 	tr.noCancel = true
 	t0 := rigStart
+	// One clock for wall and monotonic readings: steps are another test's.
+	both := func(at time.Time) instant { return instant{wall: at, mono: at} }
 	add := func(id string, at time.Time, agents ...string) *decodeReq {
 		r := &decodeReq{id: id, blocks: [][]int{{1}}}
-		require.NoError(t, tr.add(at, r))
+		require.NoError(t, tr.add(both(at), r))
 		require.True(t, tr.expect(r, agents))
 		r.regAt = at.Add(time.Second) // sent after a one-second handshake
 		for _, a := range agents {
@@ -517,23 +519,23 @@ func TestTrackerVLLMWriteBound(t *testing.T) {
 		return r
 	}
 	add("early", t0, "p0", "p1")
-	require.True(t, tr.fail(t0.Add(2*time.Second), "early", errAborted))
+	require.True(t, tr.fail(both(t0.Add(2*time.Second)), "early", errAborted))
 	add("late", t0, "p0")
-	require.True(t, tr.fail(t0.Add(20*time.Second), "late", errAborted))
+	require.True(t, tr.fail(both(t0.Add(20*time.Second)), "late", errAborted))
 	require.Empty(t, tr.takeCancels(), "vLLM's protocol has no PUSH_CANCEL")
 	require.Empty(t, tr.drain())
 
-	_, gaveUp := tr.expire(t0.Add(14*time.Second - time.Nanosecond))
+	_, gaveUp := tr.expire(both(t0.Add(14*time.Second - time.Nanosecond)))
 	require.Zero(t, gaveUp)
-	_, gaveUp = tr.expire(t0.Add(14 * time.Second)) // regAt 1 s + 10 s + 3 s
+	_, gaveUp = tr.expire(both(t0.Add(14 * time.Second))) // regAt 1 s + 10 s + 3 s
 	require.Equal(t, 1, gaveUp)
 	res := tr.drain()
 	require.Len(t, res, 1)
 	require.Equal(t, "early", res[0].RequestID)
 	// "late" failed after its registration timeout: now + cancel timeout.
-	_, gaveUp = tr.expire(t0.Add(23*time.Second - time.Nanosecond))
+	_, gaveUp = tr.expire(both(t0.Add(23*time.Second - time.Nanosecond)))
 	require.Zero(t, gaveUp)
-	require.Equal(t, arrivalReleased, tr.complete(t0.Add(22*time.Second), "late", "p0", 0), "its completion releases it first")
+	require.Equal(t, arrivalReleased, tr.complete(both(t0.Add(22*time.Second)), "late", "p0", 0), "its completion releases it first")
 	require.Equal(t, "late", tr.drain()[0].RequestID)
 	require.Zero(t, tr.pending())
 }

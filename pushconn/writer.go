@@ -101,7 +101,7 @@ type write struct {
 	// WRITE, one per chunk not yet seen complete for a staged one.
 	handles  []nixl.XferHandle
 	posted   time.Time // wall clock, for the transfer time
-	deadline time.Time // on the configured clock
+	deadline time.Time // on the rank's monotonic clock (Producer.mono)
 	bytes    uint64
 	descs    int
 	// acks are the PUSH_CANCELs of its registration that arrived while it
@@ -112,7 +112,7 @@ type write struct {
 	// freed until the agent lets go (or until drainUntil, counted).
 	cancelling bool
 	failErr    error
-	drainUntil time.Time
+	drainUntil time.Time // on the rank's monotonic clock
 	// slot is the prefill staging slot a staged WRITE reads, released
 	// once the WRITE ended (nil for a direct WRITE).
 	slot *staging.Slot
@@ -678,7 +678,7 @@ func (w *writer) post(pr *pendingReg, h *hold, msg []byte, t *descriptors.Transf
 	p.stats.RecordPost(posted.Sub(start))
 	// The transfer time starts once the WRITE is posted, as pull's READ
 	// time does: the same metric means the same thing on both connectors.
-	wr := &write{reg: pr, hold: h, handles: []nixl.XferHandle{xh}, posted: posted, deadline: p.now().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs}
+	wr := &write{reg: pr, hold: h, handles: []nixl.XferHandle{xh}, posted: posted, deadline: p.mono().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs}
 	switch {
 	case err != nil && peerGone(err) && !pr.retry:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
@@ -723,7 +723,9 @@ func (w *writer) pollWrites() {
 		return
 	}
 	p := w.p
-	now := p.now()
+	// Monotonic: no step of the configured clock ends a WRITE's time, nor
+	// the wait for the agent to let go of one that failed, early.
+	now := p.mono()
 	still := w.inflight[:0]
 	for _, wr := range w.inflight {
 		if wr.cancelling {
