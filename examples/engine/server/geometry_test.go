@@ -23,54 +23,79 @@ func TestGeometryMismatchIs502(t *testing.T) {
 			m := tiny
 			m.Layers = 4
 			p := newPair(t, conn, opts{prefillModel: &m})
-			body := req("hello there", 4)
-			var kv map[string]any
-			if conn == server.ConnPull {
-				pre := with(with(with(body, "max_tokens", 1), "stream", false), "kv_transfer_params", map[string]any{"do_remote_decode": true})
-				kv = p.complete(t, p.prefill.URL(), "geo", pre).KVTransferParams
-			} else {
-				// Push decode refuses at registration, before prefill runs.
-				info := p.prefill.Info()
-				kv = map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost,
-					"remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": info.PPSize, "transfer_mode": "push", "transfer_id": "t-geo"}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			b, _ := json.Marshal(with(body, "kv_transfer_params", kv))
-			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.decode.URL()+"/v1/completions", bytes.NewReader(b))
-			r.Header.Set("X-Request-Id", "geo")
-			resp, err := p.client.Do(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var e struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-					Code    int     `json:"code"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal(out, &e); err != nil {
-				t.Fatalf("%d %s", resp.StatusCode, out)
-			}
-			if resp.StatusCode != http.StatusBadGateway || e.Error.Code != 502 || e.Error.Type != "server_error" || e.Error.Param != nil {
-				t.Fatalf("want 502 server_error with no param, got %d %s", resp.StatusCode, out)
-			}
-			if testing.Verbose() {
-				t.Log(e.Error.Message)
-			}
-			for _, want := range []string{`decode engine "decode"`, `prefill engine "prefill"`, "NumLayers differ: source 4, destination 2",
-				"start both engines with the same model"} {
-				if !strings.Contains(e.Error.Message, want) {
-					t.Errorf("message lacks %q: %s", want, e.Error.Message)
-				}
-			}
-			if strings.Contains(e.Error.Message, "pass on the prefill answer") {
-				t.Errorf("message gives the client advice that does not apply: %s", e.Error.Message)
-			}
+			deploymentError(t, p, conn, "NumLayers differ: source 4, destination 2")
 		})
+	}
+}
+
+// Engines in vLLM's protocol whose compatibility hashes differ (here their
+// vLLM versions) are a deployment mistake too: decode, which asks
+// prefill's side channel in pull and in push, answers 502 naming both
+// hashes, not a 400 that tells the client to pass the Params unchanged.
+func TestVLLMHashMismatchIs502(t *testing.T) {
+	for _, conn := range []string{server.ConnPull, server.ConnPush} {
+		t.Run(conn, func(t *testing.T) {
+			p := newPair(t, conn, opts{configure: func(role string, c *server.Config) {
+				c.Protocol, c.AttentionBackend, c.VLLMVersion = server.ProtocolVLLM, "FLASH_ATTN", "0.34.0"
+				if role == server.RoleDecode {
+					c.VLLMVersion = "0.33.0"
+				}
+			}})
+			deploymentError(t, p, conn, "compatibility hash")
+		})
+	}
+}
+
+// deploymentError sends a request through p (prefill, then decode with
+// prefill's Params; push: decode with prefill's coordinates) and checks
+// decode's answer is a 502 server_error naming both engines and want.
+func deploymentError(t *testing.T, p *pair, conn, want string) {
+	t.Helper()
+	body := req("hello there", 4)
+	var kv map[string]any
+	if conn == server.ConnPull {
+		pre := with(with(with(body, "max_tokens", 1), "stream", false), "kv_transfer_params", map[string]any{"do_remote_decode": true})
+		kv = p.complete(t, p.prefill.URL(), "geo", pre).KVTransferParams
+	} else {
+		// Push decode refuses at registration, before prefill runs.
+		info := p.prefill.Info()
+		kv = map[string]any{"do_remote_prefill": true, "remote_engine_id": info.EngineID, "remote_host": info.SideChannelHost,
+			"remote_port": info.SideChannelPort, "tp_size": info.TPSize, "pp_size": info.PPSize, "transfer_mode": "push", "transfer_id": "t-geo"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, _ := json.Marshal(with(body, "kv_transfer_params", kv))
+	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.decode.URL()+"/v1/completions", bytes.NewReader(b))
+	r.Header.Set("X-Request-Id", "geo")
+	resp, err := p.client.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var e struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    int     `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(out, &e); err != nil {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	if resp.StatusCode != http.StatusBadGateway || e.Error.Code != 502 || e.Error.Type != "server_error" || e.Error.Param != nil {
+		t.Fatalf("want 502 server_error with no param, got %d %s", resp.StatusCode, out)
+	}
+	if testing.Verbose() {
+		t.Log(e.Error.Message)
+	}
+	for _, w := range []string{`decode engine "decode"`, `prefill engine "prefill"`, want, "start both engines with the same model"} {
+		if !strings.Contains(e.Error.Message, w) {
+			t.Errorf("message lacks %q: %s", w, e.Error.Message)
+		}
+	}
+	if strings.Contains(e.Error.Message, "pass on the prefill answer") {
+		t.Errorf("message gives the client advice that does not apply: %s", e.Error.Message)
 	}
 }

@@ -51,6 +51,8 @@ type opts struct {
 	statsInterval time.Duration
 	// prefillModel and decodeModel override tiny for one engine.
 	prefillModel, decodeModel *server.ModelSpec
+	// configure, when set, changes each engine's Config last.
+	configure func(role string, c *server.Config)
 }
 
 func newPair(t *testing.T, conn string, o opts) *pair {
@@ -82,6 +84,9 @@ func newPair(t *testing.T, conn string, o opts) *pair {
 			cfg.KVHook = o.hook
 		} else if o.decodeBlocks > 0 {
 			cfg.NumBlocks = o.decodeBlocks
+		}
+		if o.configure != nil {
+			o.configure(role, &cfg)
 		}
 		s, err := server.New(cfg)
 		if err != nil {
