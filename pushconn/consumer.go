@@ -106,6 +106,12 @@ type decodePeer struct {
 	// lastUsed is when a request was last routed to it
 	// (RankConfig.EngineTTL).
 	lastUsed time.Time
+	// suspect is the payload of an incarnation a send found disconnected,
+	// with its agents and the send's error, while a probe handshake
+	// decides whether it is gone (prefillgone.go); nil otherwise.
+	suspect        *handshake.Payload
+	suspectSources []string
+	suspectWhy     error
 }
 
 type shakeResult struct {
@@ -421,6 +427,10 @@ func (c *Consumer) handshake(key string, pf Prefill) {
 func (c *Consumer) handshakeDone(s shakeResult) {
 	p := c.peers[s.key]
 	p.busy = false
+	// A probe first settles the requests of an incarnation it shows gone
+	// (unloading its agents' metadata) before the answer's agents load.
+	old := p.suspect
+	same := c.judgeSuspect(p, s)
 	err := s.err
 	if err != nil && c.ctx.Err() != nil {
 		// Close cancelled the handshake: the peer did not fail, and Close
@@ -449,7 +459,18 @@ func (c *Consumer) handshakeDone(s shakeResult) {
 		return
 	}
 	p.payload = s.payload
-	for _, r := range waiting {
+	if same {
+		// The very ranks decode knew: requests sent under the old payload
+		// stay matched to it should they turn out gone later.
+		p.payload = old
+	}
+	for i, r := range waiting {
+		if p.payload == nil {
+			// A send found the agent disconnected and a probe runs: the
+			// rest wait for its answer.
+			p.waiting = append(p.waiting, waiting[i:]...)
+			break
+		}
 		c.send(p, r)
 	}
 	c.push.handshakes.Inc()
@@ -505,6 +526,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 	alive := c.tracker.expect(r, p.sources)
 	if alive {
 		r.regAt = c.mono()
+		r.via, r.viaSources = p.payload, p.sources
 	}
 	c.mu.Unlock()
 	if !alive {
@@ -529,6 +551,7 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 		Staging:           c.offerStaging(p, r),
 	}
 	msg, err := pushwire.EncodeRegistration(reg)
+	first := true // no agent has been handed the registration yet
 	if err == nil {
 		for _, agent := range p.sources {
 			// Counted as sent before the call: a notification the agent
@@ -547,18 +570,17 @@ func (c *Consumer) send(p *decodePeer, r *decodeReq) {
 				return
 			}
 			if err = c.cfg.Agent.GenNotif(agent, msg, nil); err != nil {
-				err = fmt.Errorf("%w to prefill agent %q: %v", ErrNotifySend, agent, err)
+				err = fmt.Errorf("%w to prefill agent %q: %w", ErrNotifySend, agent, err)
 				break
 			}
+			first = false
 			c.push.regsSent.Inc()
 		}
 	}
 	if err != nil {
 		c.stats.FailedNotifications.Inc()
-		if peerGone(err) {
-			// The prefill engine went away: handshake again next time.
-			delete(c.peers, peerKey(p.prefill))
-			c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+		if peerGone(err) && c.resendAfterProbe(p, r, first, err) {
+			return
 		}
 		c.mu.Lock()
 		if c.tracker.live(r) {
@@ -683,6 +705,9 @@ func (c *Consumer) sendCancels(orders []cancelOrder) {
 				c.push.cancelUndeliver.Inc()
 				c.stats.FailedNotifications.Inc()
 				c.log.Debug("pushconn: could not send PUSH_CANCEL", zap.String("request", o.id), zap.String("to", agent), zap.Error(sendErr))
+				if peerGone(sendErr) {
+					c.cancelUndeliverable(o.id, sendErr)
+				}
 				continue
 			}
 			c.push.cancelSent.Inc()

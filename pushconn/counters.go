@@ -45,6 +45,9 @@ type pushCounters struct {
 	failWithheld  *stats.Counter
 	leaseExtended *stats.Counter
 	writeBound    *stats.Counter
+
+	prefillGone  *stats.Counter
+	unloadFailed *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -89,5 +92,8 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		failWithheld:  s.Counter("push_fail_withheld", "Registrations that failed or expired on prefill without a PUSH_FAIL, which vLLM's protocol does not have: decode sees them at its registration timeout (prefill, vLLM protocol)."),
 		leaseExtended: s.Counter("lease_extensions", "Leases of finished requests waiting for their registration extended by a vLLM heartbeat (prefill, vLLM protocol)."),
 		writeBound:    s.Counter("write_bound_releases", "Requests ended other than by success whose blocks were released only once no WRITE could still land: RegistrationTimeout after the registration plus CancelTimeout (decode, vLLM protocol, which has no PUSH_CANCEL)."),
+
+		prefillGone:  s.Counter("prefill_gone", "Prefill rank incarnations found dead (a send to the agent failed and the engine's address refused connections or published another incarnation) and unloaded: their requests failed or released their blocks at once (decode)."),
+		unloadFailed: s.Counter("prefill_unload_failed", "Prefill agents found dead whose metadata could not be unloaded: their requests keep their blocks until the cancel timeout (decode)."),
 	}
 }

@@ -208,6 +208,16 @@
 // seq it would). A crashed prefill rank sends nothing more, so it is no
 // risk.
 //
+// A prefill rank found dead settles its requests before CancelTimeout: a
+// notification to its agent failed with a disconnect or not-found error,
+// and a fresh handshake with its engine's address was refused or showed
+// another incarnation of the rank. Decode unloads the dead agent's
+// metadata first, then fails its live requests with ErrPrefillGone and
+// releases the draining ones that waited only for it (prefill_gone; a
+// warning per request names the request, the engine and the reason). A
+// probe that answers the same incarnation, or fails otherwise, changes
+// nothing. See docs/push.md, "Prefill restarts or dies".
+//
 // # Registrations of the same id
 //
 // Every PUSH_REG a decode rank sends carries one more optional key of our
@@ -434,7 +444,9 @@
 // cancel_timeouts, aborted_requests, oversized_ids,
 // superseded_registrations, stale_completions, seqless_copies_dropped,
 // and, used in vLLM's protocol only, push_fail_withheld,
-// lease_extensions and write_bound_releases;
+// lease_extensions and write_bound_releases; then prefill_gone and
+// prefill_unload_failed (decode: prefill ranks found dead, see Write
+// safety);
 // a rank that stages adds the staging counters after them
 // (docs/metrics.md). With a Logger, those that moved in an interval are
 // logged on that interval's "KV Transfer metrics:" line, as

@@ -21,6 +21,10 @@ var (
 	// ErrNotifySend is matched by a decode result whose registration could
 	// not be sent to a prefill rank.
 	ErrNotifySend = errors.New("pushconn: could not send the registration")
+	// ErrPrefillGone ends a decode request whose prefill rank died (its
+	// engine restarted or is gone) after the registration reached it: the
+	// rank will never write it.
+	ErrPrefillGone = errors.New("pushconn: the prefill rank is gone")
 )
 
 // The shared errors as this package reports them: prefixed with its name,

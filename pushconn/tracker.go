@@ -7,6 +7,7 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/groupids"
+	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/lease"
 )
 
@@ -37,6 +38,7 @@ const (
 	srcFailed                  // it sent PUSH_FAIL: it will not write
 	srcAcked                   // it acknowledged the PUSH_CANCEL
 	srcUnsent                  // the registration never went to it
+	srcGone                    // its incarnation died and its metadata is unloaded: it cannot write
 )
 
 // decodeReq is one registered request on a decode rank.
@@ -63,6 +65,14 @@ type decodeReq struct {
 	// stage is the staging slot decode offered for the request, nil when
 	// none; it is released with the request's result.
 	stage *decodeStage
+	// via is the prefill engine's handshake payload the registration
+	// went out under, and viaSources its agents (prefillgone.go); nil
+	// until then.
+	via        *handshake.Payload
+	viaSources []string
+	// resent: its registration was parked for a second try once, after
+	// the first agent it went to was found disconnected.
+	resent bool
 }
 
 // waiting returns the prefill agents that may still write into r's blocks.
