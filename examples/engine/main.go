@@ -81,6 +81,7 @@ func run(args []string) error {
 	inline := fs.Bool("inline", false, "pull decode: post READs on the engine loop, as vLLM does today")
 	protocol := fs.String("protocol", server.ProtocolGonixl, `"gonixl" or "vllm": vLLM's NIXL connectors (version 12, pull and push), to pair with vLLM instances (docs/vllm.md)`)
 	vllmVersion := fs.String("vllm-version", "", "-protocol vllm: the vLLM peers' version string (vllm.__version__), for the compatibility hash")
+	connectorVersion := fs.Int("vllm-connector-version", 0, "-protocol vllm: the vLLM peers' NIXL_CONNECTOR_VERSION, 12 to 16 (0: the one -vllm-version's release speaks, else 16)")
 	attnBackend := fs.String("attn-backend", "FLASH_ATTN", "-protocol vllm: the vLLM peers' attention backend name, for the compatibility hash")
 	vllmModel := fs.String("vllm-model", "", "-protocol vllm: the model string the vLLM peers run (their --model), for the compatibility hash (default: the preset's name)")
 	engineID := fs.String("engine-id", "", "engine id (default: role + random hex)")
@@ -206,7 +207,7 @@ func run(args []string) error {
 		NewAgent: newAgent, MaxBatch: *maxBatch, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
 		Bidirectional: *bidir, RecomputeThreshold: *recompute, HistoryTTL: *histTTL,
-		Protocol: *protocol, VLLMVersion: *vllmVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel, KVLayout: *kvLayout}
+		Protocol: *protocol, VLLMVersion: *vllmVersion, VLLMConnectorVersion: *connectorVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel, KVLayout: *kvLayout}
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
 	}

@@ -24,7 +24,7 @@ import (
 func newEngine(t *testing.T, fab *loopback.Fabric, role, id string, tp int) *server.Server {
 	t.Helper()
 	s, err := server.New(server.Config{Role: role, Connector: server.ConnPull, Protocol: server.ProtocolVLLM, EngineID: id,
-		VLLMVersion: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend, TPSize: tp, NumBlocks: testModel.NumBlocks,
+		VLLMVersion: vllmVersion, VLLMConnectorVersion: vllmpeer.ConnectorVersion, AttentionBackend: vllmpeer.DefaultAttnBackend, TPSize: tp, NumBlocks: testModel.NumBlocks,
 		Model: server.ModelSpec{Name: testModel.Name, Layers: testModel.Layers, KVHeads: testModel.KVHeads, HeadDim: testModel.HeadDim,
 			DTypeBytes: testModel.ElemBytes, DType: testModel.DType, BlockSize: testModel.BlockSize},
 		NewAgent: func(name string) (nixl.Agent, error) { return fab.NewAgent(name) }})

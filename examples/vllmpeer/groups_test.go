@@ -29,7 +29,7 @@ func newGonixlSWA(t *testing.T, fab *loopback.Fabric, id string, tp int) *gonixl
 	g := geometry(testModel, tp)
 	g.Groups = &[]descriptors.GroupGeometry{{Kind: descriptors.KindFull, Layers: 1}, {Kind: descriptors.KindSlidingWindow, Layers: 1, Window: 24}}
 	e, err := pullconn.NewEngine(connector.EngineConfig{EngineID: id, Model: testModel.Name, Geometry: g, Protocol: connector.ProtocolVLLM,
-		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend}, HandshakeTimeout: 2 * time.Second})
+		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend, ConnectorVersion: vllmpeer.ConnectorVersion}, HandshakeTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	out := &gonixl{e: e, tp: tp}
 	var agents []nixl.Agent

@@ -68,7 +68,7 @@ func newGonixlOn(t *testing.T, newAgent func(string) (nixl.Agent, error), id str
 	t.Helper()
 	g := geometry(testModel, tp)
 	ec := connector.EngineConfig{EngineID: id, Model: testModel.Name, Geometry: g, Protocol: connector.ProtocolVLLM,
-		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend}, HandshakeTimeout: 2 * time.Second}
+		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend, ConnectorVersion: vllmpeer.ConnectorVersion}, HandshakeTimeout: 2 * time.Second}
 	for _, e := range edit {
 		e(&ec)
 	}

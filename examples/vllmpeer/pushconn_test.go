@@ -30,7 +30,7 @@ func newGonixlPush(t *testing.T, fab *loopback.Fabric, id string, tp int, prefil
 	t.Helper()
 	g := geometry(testModel, tp)
 	e, err := pushconn.NewEngine(connector.EngineConfig{EngineID: id, Model: testModel.Name, Geometry: g, Protocol: connector.ProtocolVLLM,
-		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend}, HandshakeTimeout: 2 * time.Second})
+		VLLM: connector.VLLM{Version: vllmVersion, AttentionBackend: vllmpeer.DefaultAttnBackend, ConnectorVersion: vllmpeer.ConnectorVersion}, HandshakeTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	out := &gonixlPush{e: e, tp: tp}
 	var agents []nixl.Agent

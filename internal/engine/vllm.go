@@ -22,11 +22,13 @@ const (
 
 // VLLMConfig is what an engine speaking vLLM's protocol puts on the wire
 // beside its geometry: its compatibility hash (vllm.CompatFactors.Hash),
-// and the attention backend and layout names its metadata carries.
+// the attention backend and layout names its metadata carries, and the
+// connector version and layer names it speaks (Wire).
 type VLLMConfig struct {
 	Hash        string
 	AttnBackend string
 	KVLayout    string
+	Wire        vllm.Wire
 }
 
 // ErrUnsupported is matched by a gonixl-only request made of a vLLM peer
@@ -51,7 +53,7 @@ func startVLLM(e *Engine, cfg Config, conn Connector) error {
 		return fmt.Errorf("%s: engine %q: vLLM side channel cannot listen on %s: %w", conn.Name, cfg.EngineID, cfg.ListenAddr, err)
 	}
 	e.server = &vllmPublisher{s: srv, engineID: cfg.EngineID, cfg: cfg.VLLM}
-	e.client = &vllmClient{hash: cfg.VLLM.Hash, geometry: cfg.Geometry, timeout: cfg.HandshakeTimeout, now: cfg.Clock.Now}
+	e.client = &vllmClient{hash: cfg.VLLM.Hash, wire: cfg.VLLM.Wire, geometry: cfg.Geometry, timeout: cfg.HandshakeTimeout, now: cfg.Clock.Now}
 	e.port = srv.Port()
 	e.host = cfg.AdvertiseHost
 	if e.host == "" {
@@ -85,7 +87,7 @@ func (p *vllmPublisher) SetRank(r handshake.Rank) error {
 	if r.Staging != nil {
 		return fmt.Errorf("rank %d: staging is gonixl's own protocol; vLLM's has none", r.TPRank)
 	}
-	return vllm.PublishRank(p.s, p.engineID, p.cfg.Hash, r.Layout, r.Metadata, p.cfg.AttnBackend, p.cfg.KVLayout)
+	return vllm.PublishRank(p.s, p.engineID, p.cfg.Hash, p.cfg.Wire, r.Layout, r.Metadata, p.cfg.AttnBackend, p.cfg.KVLayout)
 }
 
 func (p *vllmPublisher) ClearRank(tpRank int) { p.s.ClearPayload(0, tpRank) }
@@ -97,6 +99,7 @@ func (p *vllmPublisher) Close() error { return p.s.Close() }
 // metadata carries them inside; loading it names the agent), no pins.
 type vllmClient struct {
 	hash     string
+	wire     vllm.Wire
 	geometry descriptors.Geometry
 	timeout  time.Duration
 	now      func() time.Time
@@ -123,7 +126,7 @@ func (c *vllmClient) fetch(ctx context.Context, engineID, addr string, tpSize in
 	for i := range ranks {
 		ranks[i] = i
 	}
-	peer, err := vllm.FetchPeer(ctx, host, port, engineID, c.hash, c.geometry, tpSize, ranks, vllm.SideFetchOptions{Timeout: c.timeout})
+	peer, err := vllm.FetchPeer(ctx, host, port, engineID, c.hash, c.wire, c.geometry, tpSize, ranks, vllm.SideFetchOptions{Timeout: c.timeout})
 	switch {
 	case errors.Is(err, vllm.ErrIncompatible) || errors.Is(err, vllm.ErrUnsupported) || errors.Is(err, descriptors.ErrInvalid):
 		return nil, fmt.Errorf("%w: engine %q at %s: %v", handshake.ErrIncompatible, engineID, addr, err)

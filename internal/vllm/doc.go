@@ -1,5 +1,6 @@
 // Package vllm holds the wire formats of vLLM's NixlConnector and
-// NixlPushConnector at NIXL_CONNECTOR_VERSION 12 (ConnectorVersion), byte
+// NixlPushConnector at NIXL_CONNECTOR_VERSION 12 to 16 (Version; version.go
+// says what each changed and which release speaks it), byte
 // compatible with the msgspec msgpack encoding vLLM uses: the side
 // channel's GET_META_MSG request (EncodeMetaRequest) and its two-frame
 // reply, the NixlHandshakePayload (HandshakePayload) wrapping a
@@ -20,7 +21,9 @@
 // vllm/config/utils.py (unchanged since before version 7); msgspec's
 // encoding rules from jcrist/msgspec's _core.c at
 // 3b2543b838a01dfac23e0b8d8746ebb273254e2d. testdata/vllm/vectors.json
-// pins every format byte for byte.
+// pins every format byte for byte at 12; testdata/vllm/versions.json, made
+// by vLLM's own dataclasses and msgspec encoder (vllm 0.31.0 to 0.34.0),
+// pins 13 to 16.
 //
 // LayoutOf and MetadataOf map a rank's NixlAgentMetadata to a
 // descriptors.Layout and back, KV-cache groups and SSM state included

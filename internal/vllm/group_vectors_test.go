@@ -106,7 +106,7 @@ func TestGroupMetadataVectors(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			raw, err := hex.DecodeString(c.Hex)
 			require.NoError(t, err)
-			m, err := DecodeAgentMetadata(raw)
+			m, err := DecodeAgentMetadata(raw, V12)
 			require.NoError(t, err)
 			require.Equal(t, c.Value.metadata(t), m)
 			require.NoError(t, m.Validate())
@@ -125,7 +125,7 @@ func TestGroupMetadataVectors(t *testing.T) {
 			}
 			back, err := MetadataOf(l, m.EngineID, m.AgentMetadata, m.AttnBackendName, c.KVLayout)
 			require.NoError(t, err)
-			assert.Equal(t, c.Hex, hex.EncodeToString(back.Encode()), "the layout publishes the same bytes")
+			assert.Equal(t, c.Hex, hex.EncodeToString(back.Encode(V12)), "the layout publishes the same bytes")
 		})
 	}
 }
@@ -137,7 +137,7 @@ func TestGroupMetadataInvalidVectors(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			raw, err := hex.DecodeString(c.Hex)
 			require.NoError(t, err)
-			m, err := DecodeAgentMetadata(raw)
+			m, err := DecodeAgentMetadata(raw, V12)
 			require.NoError(t, err)
 			require.NoError(t, m.Validate())
 			_, err = LayoutOf(m, c.Geometry.geometry(c.PeerTP), c.Rank, c.PeerTP)

@@ -15,6 +15,9 @@ import (
 // its counterpart's version string, model string and backend name, or be
 // given its hash.
 type CompatFactors struct {
+	// ConnectorVersion ("nixl_connector_version") is the version both
+	// peers speak; it also picks the speculative factors hashed.
+	ConnectorVersion Version
 	// VLLMVersion ("vllm_version") is vllm.__version__ in full, e.g.
 	// "0.27.1" or a "….devN+g<sha>" string; "dev" when unknown.
 	VLLMVersion string
@@ -47,12 +50,14 @@ type CompatFactors struct {
 // SpeculativeConfig is the speculative_config factor of an EAGLE-style
 // drafting engine.
 type SpeculativeConfig struct {
-	Method           string  // "method"
-	Model            string  // "model"
-	Revision         *string // "revision", nil = null
-	CodeRevision     *string // "code_revision", nil = null
-	ParallelDrafting bool    // "parallel_drafting"
-	KVCacheDType     string  // "kv_cache_dtype", the effective one
+	Method       string  // "method"
+	Model        string  // "model"
+	Revision     *string // "revision", nil = null
+	CodeRevision *string // "code_revision", nil = null
+	// ParallelDrafting ("parallel_drafting") is hashed up to version 15;
+	// from 16 vLLM leaves it out.
+	ParallelDrafting bool
+	KVCacheDType     string // "kv_cache_dtype", the effective one
 	// AuxiliaryLayerIDs ("auxiliary_layer_ids") is nil for null.
 	AuxiliaryLayerIDs []int
 }
@@ -68,25 +73,29 @@ func (f CompatFactors) Hash() string {
 // json.dumps(factors, sort_keys=True) writes for vLLM's factor dict, with
 // the default separators ", " and ": ", keys sorted at every level,
 // non-ASCII characters escaped as \uXXXX (surrogate pairs above U+FFFF),
-// and nixl_connector_version ConnectorVersion. Bytes of a string that are
+// and nixl_connector_version f.ConnectorVersion. Bytes of a string that are
 // not UTF-8 are written as U+FFFD (a Python string cannot hold them).
 func (f CompatFactors) JSON() string {
 	var spec any // null
 	if s := f.SpeculativeConfig; s != nil {
-		spec = jsonObject{
+		o := jsonObject{
 			{"method", s.Method},
 			{"model", s.Model},
 			{"revision", s.Revision},
 			{"code_revision", s.CodeRevision},
-			{"parallel_drafting", s.ParallelDrafting},
 			{"kv_cache_dtype", s.KVCacheDType},
 			{"auxiliary_layer_ids", s.AuxiliaryLayerIDs},
 		}
+		if f.ConnectorVersion < V16 {
+			// nixl/metadata.py @ vllm 0.33.0 hashes it; @ 0.34.0 not.
+			o = append(o, jsonMember{"parallel_drafting", s.ParallelDrafting})
+		}
+		spec = o
 	}
 	var b strings.Builder
 	writeJSON(&b, jsonObject{
 		{"vllm_version", f.VLLMVersion},
-		{"nixl_connector_version", ConnectorVersion},
+		{"nixl_connector_version", int(f.ConnectorVersion)},
 		{"model", f.Model},
 		{"dtype", f.DType},
 		{"num_kv_heads", f.NumKVHeads},

@@ -1,6 +1,7 @@
 package vllm
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestJSONSortsAndSeparatesAsPython(t *testing.T) {
 }
 
 func TestHashShape(t *testing.T) {
-	f := CompatFactors{VLLMVersion: "dev", Model: "m", DType: "torch.float16", AttnBackendName: "FLASHINFER",
+	f := CompatFactors{ConnectorVersion: V12, VLLMVersion: "dev", Model: "m", DType: "torch.float16", AttnBackendName: "FLASHINFER",
 		CacheDType: "fp8", NumKVHeads: 1, HeadSize: 64, NumHiddenLayers: 2, TransferMode: TransferModePush}
 	h := f.Hash()
 	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}$`), h)
@@ -53,7 +54,7 @@ func TestHashShape(t *testing.T) {
 	require.NotEqual(t, h, f.Hash())
 
 	// Every factor changes the hash.
-	base := CompatFactors{VLLMVersion: "0.27.1", Model: "m", DType: "d", AttnBackendName: "a", CacheDType: "c",
+	base := CompatFactors{ConnectorVersion: V12, VLLMVersion: "0.27.1", Model: "m", DType: "d", AttnBackendName: "a", CacheDType: "c",
 		NumKVHeads: 1, HeadSize: 2, NumHiddenLayers: 3, TransferMode: TransferModePull}
 	seen := map[string]bool{base.Hash(): true}
 	for _, mutate := range []func(*CompatFactors){
@@ -68,10 +69,30 @@ func TestHashShape(t *testing.T) {
 		func(f *CompatFactors) { f.HMAEnabled = true },
 		func(f *CompatFactors) { f.SpeculativeConfig = &SpeculativeConfig{} },
 		func(f *CompatFactors) { f.TransferMode = TransferModePush },
+		func(f *CompatFactors) { f.ConnectorVersion = V16 },
 	} {
 		g := base
 		mutate(&g)
 		require.False(t, seen[g.Hash()], g.JSON())
 		seen[g.Hash()] = true
+	}
+}
+
+// From version 16 the speculative factor has no parallel_drafting
+// (nixl/metadata.py @ vllm 0.33.0 hashes it, @ 0.34.0 not): two configs
+// that differ only there hash alike at 16 and apart at 15.
+func TestHashSpeculativeFactorsByVersion(t *testing.T) {
+	spec := func(parallel bool) *SpeculativeConfig {
+		return &SpeculativeConfig{Method: "eagle3", Model: "d", KVCacheDType: "auto", ParallelDrafting: parallel}
+	}
+	for v, want := range map[Version]string{
+		V15: `"speculative_config": {"auxiliary_layer_ids": null, "code_revision": null, "kv_cache_dtype": "auto", "method": "eagle3", "model": "d", "parallel_drafting": true, "revision": null}`,
+		V16: `"speculative_config": {"auxiliary_layer_ids": null, "code_revision": null, "kv_cache_dtype": "auto", "method": "eagle3", "model": "d", "revision": null}`,
+	} {
+		on := CompatFactors{ConnectorVersion: v, SpeculativeConfig: spec(true)}
+		off := CompatFactors{ConnectorVersion: v, SpeculativeConfig: spec(false)}
+		require.Contains(t, on.JSON(), want, "version %d", v)
+		require.Contains(t, on.JSON(), fmt.Sprintf(`"nixl_connector_version": %d`, v))
+		require.Equal(t, v >= V16, on.Hash() == off.Hash(), "version %d", v)
 	}
 }

@@ -68,6 +68,10 @@ func orderOf(name string, mla bool) (string, error) {
 func LayoutOf(m *AgentMetadata, g descriptors.Geometry, tpRank, tpSize int) (descriptors.Layout, error) {
 	n := len(m.KVCachesBaseAddr)
 	switch {
+	case len(m.PackedMemberLayouts) > 0:
+		return descriptors.Layout{}, unsupported("packed_member_layouts places %d layers (%q first) inside packed block rows: gonixl moves one region per layer", len(m.PackedMemberLayouts), m.PackedMemberLayouts[0].Layer)
+	case m.PLEBlockLen != nil:
+		return descriptors.Layout{}, unsupported("ple_block_len is %d: PLE short-conv state is not supported", *m.PLEBlockLen)
 	case m.DCPSize != 1:
 		return descriptors.Layout{}, unsupported("dcp_size is %d: only 1 is supported", m.DCPSize)
 	case m.PCPSize != 1:

@@ -31,7 +31,7 @@ func FuzzGroupLayoutOf(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte, tp, rank uint8, hybrid bool) {
-		m, err := DecodeAgentMetadata(b)
+		m, err := DecodeAgentMetadata(b, V12)
 		if err != nil || m.Validate() != nil {
 			return
 		}

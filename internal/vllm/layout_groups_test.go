@@ -52,7 +52,7 @@ func TestGroupLayoutRoundTrip(t *testing.T) {
 						// Conv 24+8+8 and state 32 bytes over the model, per rank.
 						assert.Equal(t, [2]uint64{uint64(40 / tc.peerTP), uint64(32 / tc.peerTP)}, m.SSMSizes)
 					}
-					back, err := DecodeAgentMetadata(m.Encode())
+					back, err := DecodeAgentMetadata(m.Encode(V12), V12)
 					require.NoError(t, err)
 					got, err := LayoutOf(back, local, tc.rank, tc.peerTP)
 					require.NoError(t, err)

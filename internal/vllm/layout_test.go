@@ -33,7 +33,7 @@ func TestLayoutRoundTrip(t *testing.T) {
 	assert.Equal(t, []uint64{l.BlockLen(), l.BlockLen(), l.BlockLen()}, m.BlockLens)
 	assert.Equal(t, 3, m.DeviceID)
 	require.NoError(t, m.Validate())
-	back, err := DecodeAgentMetadata(m.Encode())
+	back, err := DecodeAgentMetadata(m.Encode(V12), V12)
 	require.NoError(t, err)
 	got, err := LayoutOf(back, model, 2, 4)
 	require.NoError(t, err)

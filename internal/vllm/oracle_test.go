@@ -21,9 +21,9 @@ import (
 // the side channel's listener and handshake client.
 
 // oracleFactors is the JSON oracle.py's hash command reads.
-func oracleFactors(f CompatFactors, connectorVersion int) string {
+func oracleFactors(f CompatFactors) string {
 	b, _ := json.Marshal(map[string]any{
-		"vllm_version": f.VLLMVersion, "connector_version": connectorVersion,
+		"vllm_version": f.VLLMVersion, "connector_version": int(f.ConnectorVersion),
 		"model": f.Model, "dtype": f.DType, "num_kv_heads": f.NumKVHeads, "head_size": f.HeadSize,
 		"num_hidden_layers": f.NumHiddenLayers, "attn_backend_name": f.AttnBackendName,
 		"cache_dtype": f.CacheDType, "is_hma_enabled": f.HMAEnabled, "transfer_mode": f.TransferMode,
@@ -33,18 +33,25 @@ func oracleFactors(f CompatFactors, connectorVersion int) string {
 
 // vLLM's compute_nixl_compatibility_hash, run on the same facts, gives the
 // hash CompatFactors.Hash gives: plain and non-ASCII model names, pull and
-// push, the hybrid manager on and off.
+// push, the hybrid manager on and off, at vLLM 0.34.0's own connector
+// version (16) and at the older versions gonixl speaks (the hash reads the
+// version when it runs).
 func TestOracleHash(t *testing.T) {
-	base := CompatFactors{VLLMVersion: "0.34.0", Model: "Qwen/Qwen3-0.6B", DType: "torch.bfloat16",
+	base := CompatFactors{ConnectorVersion: V16, VLLMVersion: "0.34.0", Model: "Qwen/Qwen3-0.6B", DType: "torch.bfloat16",
 		AttnBackendName: "FLASH_ATTN", CacheDType: "auto", NumKVHeads: 8, HeadSize: 128, NumHiddenLayers: 28,
 		HMAEnabled: true, TransferMode: TransferModePull}
 	cases := map[string]func(*CompatFactors){
-		"pull":         func(*CompatFactors) {},
-		"push":         func(f *CompatFactors) { f.TransferMode = TransferModePush },
-		"no HMA":       func(f *CompatFactors) { f.HMAEnabled = false },
-		"non-ASCII":    func(f *CompatFactors) { f.Model = "modèle/模型-😀" },
-		"fp8 cache":    func(f *CompatFactors) { f.CacheDType = "fp8_e4m3"; f.VLLMVersion = "0.33.0" },
-		"older vLLM":   func(f *CompatFactors) { f.VLLMVersion = "0.27.1"; f.AttnBackendName = "FLASHINFER" },
+		"pull":      func(*CompatFactors) {},
+		"push":      func(f *CompatFactors) { f.TransferMode = TransferModePush },
+		"no HMA":    func(f *CompatFactors) { f.HMAEnabled = false },
+		"non-ASCII": func(f *CompatFactors) { f.Model = "modèle/模型-😀" },
+		"fp8 cache": func(f *CompatFactors) { f.CacheDType = "fp8_e4m3"; f.VLLMVersion = "0.33.0" },
+		"older vLLM": func(f *CompatFactors) {
+			f.VLLMVersion = "0.27.1"
+			f.AttnBackendName = "FLASHINFER"
+			f.ConnectorVersion = V12
+		},
+		"vLLM 0.33":    func(f *CompatFactors) { f.VLLMVersion = "0.33.0"; f.ConnectorVersion = V15 },
 		"float16 MLA ": func(f *CompatFactors) { f.DType = "torch.float16"; f.NumKVHeads = 1; f.HeadSize = 576 },
 	}
 	var names []string
@@ -56,7 +63,7 @@ func TestOracleHash(t *testing.T) {
 	for i, name := range names {
 		all[i] = base
 		cases[name](&all[i])
-		in.WriteString(oracleFactors(all[i], ConnectorVersion) + "\n")
+		in.WriteString(oracleFactors(all[i]) + "\n")
 	}
 	lines := oracle.Run(t, in.String(), "hash")
 	require.Len(t, lines, len(names))
@@ -77,8 +84,10 @@ type oracleDecoded struct {
 	PayloadReencoded  string `json:"payload_reencoded"`
 }
 
-// vLLM's msgspec decoders read what a gonixl rank publishes: head-major,
-// token-major and MLA layouts, with the names a vLLM worker gives them.
+// vLLM's msgspec decoders read what a gonixl rank of version 16 (vLLM
+// 0.34.0's) publishes: head-major, token-major and MLA layouts, with the
+// names a vLLM worker gives them and every region's layer; vLLM's encoder
+// writes the same values back to the very bytes gonixl served.
 func TestOracleDecodesPublishedMetadata(t *testing.T) {
 	nhd := model
 	nhd.Order = descriptors.OrderNHD
@@ -93,11 +102,16 @@ func TestOracleDecodesPublishedMetadata(t *testing.T) {
 		{"MLA", packedLayout(t, mla, 0), LayoutLBHNC},
 	}
 	var in strings.Builder
+	var served [][]byte
 	for _, c := range cases {
-		m, err := MetadataOf(c.layout, "prefill-0", []byte("agent-md"), "FLASH_ATTN", "")
+		s, err := ListenSide("127.0.0.1", 0, SideOptions{})
 		require.NoError(t, err)
-		p := HandshakePayload{CompatibilityHash: "h-" + c.name, AgentMetadataBytes: m.Encode()}
-		in.WriteString(hex.EncodeToString(p.Encode()) + "\n")
+		require.NoError(t, PublishRank(s, "prefill-0", "h-"+c.name, Wire{Version: V16}, c.layout, []byte("agent-md"), "FLASH_ATTN", ""))
+		rep, err := FetchSide(context.Background(), "127.0.0.1", s.Port(), 0, c.layout.TPRank, SideFetchOptions{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		served = append(served, rep.Payload)
+		in.WriteString(hex.EncodeToString(rep.Payload) + "\n")
 	}
 	lines := oracle.Run(t, in.String(), "decode")
 	require.Len(t, lines, len(cases))
@@ -111,11 +125,11 @@ func TestOracleDecodesPublishedMetadata(t *testing.T) {
 		assert.Equal(t, hex.EncodeToString([]byte("agent-md")), d.Metadata["agent_metadata"])
 		assert.Equal(t, float64(c.layout.BlockSize), d.Metadata["block_size"])
 		assert.Len(t, d.Metadata["kv_caches_base_addr"], len(c.layout.Regions))
-		// vLLM's encoder writes the values back; they decode here to the
-		// same metadata, so nothing vLLM reads was lost or changed.
+		assert.Len(t, d.Metadata["region_members"], len(c.layout.Regions), "%s: every region's layers, as version 16 requires", c.name)
+		assert.Equal(t, hex.EncodeToString(served[i]), d.PayloadReencoded, "%s: vLLM's encoder writes gonixl's bytes", c.name)
 		raw, err := hex.DecodeString(d.MetadataReencoded)
 		require.NoError(t, err)
-		back, err := DecodeAgentMetadata(raw)
+		back, err := DecodeAgentMetadata(raw, V16)
 		require.NoError(t, err, c.name)
 		got, err := LayoutOf(back, geometryOf(c.layout, c.name, model, nhd, mla), c.layout.TPRank, c.layout.TPSize)
 		require.NoError(t, err, c.name)
@@ -153,14 +167,17 @@ func TestOracleListenerServesFetchPeer(t *testing.T) {
 	for rank := range 2 {
 		l := packedLayout(t, model, rank)
 		want = append(want, l)
-		m, err := MetadataOf(l, "prefill-0", []byte{byte(rank)}, "FLASH_ATTN", "")
+		pub, err := ListenSide("127.0.0.1", 0, SideOptions{})
 		require.NoError(t, err)
-		p := HandshakePayload{CompatibilityHash: hash, AgentMetadataBytes: m.Encode()}
-		args = append(args, fmt.Sprintf("0:%d=%s", rank, hex.EncodeToString(p.Encode())))
+		require.NoError(t, PublishRank(pub, "prefill-0", hash, Wire{Version: V16}, l, []byte{byte(rank)}, "FLASH_ATTN", ""))
+		rep, err := FetchSide(context.Background(), "127.0.0.1", pub.Port(), 0, rank, SideFetchOptions{})
+		require.NoError(t, err)
+		require.NoError(t, pub.Close())
+		args = append(args, fmt.Sprintf("0:%d=%s", rank, hex.EncodeToString(rep.Payload)))
 	}
 	srv := oracle.Start(t, args...)
 	require.Equal(t, "READY", srv.Next(t))
-	peer, err := FetchPeer(context.Background(), "127.0.0.1", port, "prefill-0", hash, model, 2, []int{0, 1}, SideFetchOptions{})
+	peer, err := FetchPeer(context.Background(), "127.0.0.1", port, "prefill-0", hash, Wire{Version: V16}, model, 2, []int{0, 1}, SideFetchOptions{})
 	require.NoError(t, err)
 	require.Len(t, peer.Ranks, 2)
 	for rank, r := range peer.Ranks {
@@ -169,7 +186,7 @@ func TestOracleListenerServesFetchPeer(t *testing.T) {
 	}
 	// A hash other than the served one is refused as vLLM's client
 	// refuses it.
-	_, err = FetchPeer(context.Background(), "127.0.0.1", port, "prefill-0", "beef", model, 2, []int{0}, SideFetchOptions{})
+	_, err = FetchPeer(context.Background(), "127.0.0.1", port, "prefill-0", "beef", Wire{Version: V16}, model, 2, []int{0}, SideFetchOptions{})
 	require.ErrorIs(t, err, ErrIncompatible)
 	srv.Stop()
 }
@@ -195,7 +212,7 @@ func TestOracleHandshakeWithGonixlSideChannel(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	for rank := range 2 {
-		require.NoError(t, PublishRank(s, "prefill-0", hash, packedLayout(t, model, rank), []byte{7, byte(rank)}, "FLASH_ATTN", ""))
+		require.NoError(t, PublishRank(s, "prefill-0", hash, Wire{Version: V16}, packedLayout(t, model, rank), []byte{7, byte(rank)}, "FLASH_ATTN", ""))
 	}
 	ask := func(engineID, hash string, tp int) string {
 		b, _ := json.Marshal(map[string]any{"host": "127.0.0.1", "port": s.Port(), "engine_id": engineID, "hash": hash, "tp_size": tp})

@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +18,14 @@ import (
 // round trip. The wrong hash, the wrong engine and metadata gonixl cannot
 // move are refused.
 func TestFetchPeer(t *testing.T) {
-	hash := CompatFactors{VLLMVersion: "0.27.1", Model: "m", DType: "torch.bfloat16", AttnBackendName: "FLASH_ATTN",
+	for v := OldestVersion; v <= NewestVersion; v++ {
+		t.Run(fmt.Sprint(int(v)), func(t *testing.T) { testFetchPeer(t, v) })
+	}
+}
+
+func testFetchPeer(t *testing.T, v Version) {
+	w := Wire{Version: v}
+	hash := CompatFactors{ConnectorVersion: v, VLLMVersion: "0.27.1", Model: "m", DType: "torch.bfloat16", AttnBackendName: "FLASH_ATTN",
 		CacheDType: "auto", NumKVHeads: 8, HeadSize: 64, NumHiddenLayers: 3, HMAEnabled: true, TransferMode: TransferModePull}.Hash()
 	s, err := ListenSide(DefaultSideHost, 0, SideOptions{Now: func() float64 { return 1000 }})
 	require.NoError(t, err)
@@ -29,12 +37,12 @@ func TestFetchPeer(t *testing.T) {
 		for i := range l.Regions {
 			l.Regions[i].Base = l.Regions[0].Base + uint64(i)*l.RegionLen()
 		}
-		require.NoError(t, PublishRank(s, "prefill", hash, l, []byte{byte(r)}, "FLASH_ATTN", ""))
+		require.NoError(t, PublishRank(s, "prefill", hash, w, l, []byte{byte(r)}, "FLASH_ATTN", ""))
 		layouts = append(layouts, l)
 	}
 	ctx := context.Background()
 	opts := SideFetchOptions{Timeout: 2 * time.Second, Now: func() float64 { return 10 }}
-	p, err := FetchPeer(ctx, "127.0.0.1", s.Port(), "prefill", hash, model, 2, []int{1, 0}, opts)
+	p, err := FetchPeer(ctx, "127.0.0.1", s.Port(), "prefill", hash, w, model, 2, []int{1, 0}, opts)
 	require.NoError(t, err)
 	require.Len(t, p.Ranks, 2)
 	assert.Equal(t, layouts[1], p.Ranks[0].Layout)
@@ -43,18 +51,18 @@ func TestFetchPeer(t *testing.T) {
 	assert.Equal(t, "FLASH_ATTN", p.Ranks[0].AttnBackend)
 	assert.InDelta(t, 990, p.Offset, 1e-9, "the peer's clock reads 1000 when ours reads 10")
 
-	_, err = FetchPeer(ctx, "127.0.0.1", s.Port(), "prefill", "00"+hash[2:], model, 2, []int{0}, opts)
+	_, err = FetchPeer(ctx, "127.0.0.1", s.Port(), "prefill", "00"+hash[2:], w, model, 2, []int{0}, opts)
 	require.ErrorIs(t, err, ErrIncompatible)
 	assert.ErrorContains(t, err, `engine "prefill" rank 0: vllm: incompatible peer: compatibility hash mismatch`)
-	_, err = FetchPeer(ctx, "127.0.0.1", s.Port(), "decode", hash, model, 2, []int{0}, opts)
+	_, err = FetchPeer(ctx, "127.0.0.1", s.Port(), "decode", hash, w, model, 2, []int{0}, opts)
 	require.ErrorIs(t, err, ErrIncompatible)
 	assert.ErrorContains(t, err, `engine "decode" rank 0: the metadata names engine "prefill"`)
 	other := model
 	other.HeadDim = 32
-	_, err = FetchPeer(ctx, "127.0.0.1", s.Port(), "prefill", hash, other, 2, []int{0}, opts)
+	_, err = FetchPeer(ctx, "127.0.0.1", s.Port(), "prefill", hash, w, other, 2, []int{0}, opts)
 	require.ErrorIs(t, err, ErrIncompatible)
 
 	sep := model
 	sep.KVPacked = false
-	require.ErrorIs(t, PublishRank(s, "prefill", hash, packedLayout(t, sep, 0), nil, "FLASH_ATTN", ""), ErrUnsupported)
+	require.ErrorIs(t, PublishRank(s, "prefill", hash, w, packedLayout(t, sep, 0), nil, "FLASH_ATTN", ""), ErrUnsupported)
 }

@@ -8,11 +8,6 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 )
 
-// ConnectorVersion is the NIXL_CONNECTOR_VERSION whose formats this package
-// speaks. It is one of the factors of the compatibility hash, so a peer of
-// another version is refused by the hash check before its metadata is read.
-const ConnectorVersion = 12
-
 // Wire constants shared with vLLM's NIXL connectors.
 const (
 	// GetMetaMsg is the first element of the side channel's only request;

@@ -80,9 +80,9 @@ func mustMalformed(t *testing.T, err error) {
 
 func FuzzDecodeAgentMetadata(f *testing.F) {
 	seedAll(f)
-	f.Add(sampleMetadata().Encode())
+	f.Add(sampleMetadata().Encode(V12))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeAgentMetadata(b)
+		m, err := DecodeAgentMetadata(b, V12)
 		if err != nil {
 			mustMalformed(t, err)
 			if m != nil {
@@ -94,15 +94,15 @@ func FuzzDecodeAgentMetadata(f *testing.F) {
 		if err := m.Validate(); err != nil {
 			t.Fatalf("decoded metadata does not validate: %v", err)
 		}
-		enc := m.Encode()
-		back, err := DecodeAgentMetadata(enc)
+		enc := m.Encode(V12)
+		back, err := DecodeAgentMetadata(enc, V12)
 		if err != nil {
 			t.Fatalf("re-encoded metadata does not decode: %v\n%x", err, enc)
 		}
 		if !reflect.DeepEqual(m, back) {
 			t.Fatalf("round trip changed %+v into %+v", m, back)
 		}
-		if !bytes.Equal(enc, back.Encode()) {
+		if !bytes.Equal(enc, back.Encode(V12)) {
 			t.Fatal("the encoding is not a fixed point")
 		}
 	})
@@ -111,7 +111,7 @@ func FuzzDecodeAgentMetadata(f *testing.F) {
 func FuzzDecodeHandshakePayload(f *testing.F) {
 	v := seedAll(f)
 	hash := v.Hashes[0].SHA256
-	f.Add((&HandshakePayload{CompatibilityHash: hash, AgentMetadataBytes: sampleMetadata().Encode()}).Encode())
+	f.Add((&HandshakePayload{CompatibilityHash: hash, AgentMetadataBytes: sampleMetadata().Encode(V12)}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodeHandshakePayload(b)
 		if err != nil {
@@ -131,10 +131,10 @@ func FuzzDecodeHandshakePayload(f *testing.F) {
 			t.Fatalf("round trip changed %+v into %+v", p, back)
 		}
 		// The second phase neither panics nor accepts another hash.
-		if _, err := p.Metadata(p.CompatibilityHash + "x"); !errors.Is(err, ErrIncompatible) {
+		if _, err := p.Metadata(p.CompatibilityHash+"x", V12); !errors.Is(err, ErrIncompatible) {
 			t.Fatalf("a differing hash gave %v", err)
 		}
-		if md, err := p.Metadata(p.CompatibilityHash); err != nil {
+		if md, err := p.Metadata(p.CompatibilityHash, V12); err != nil {
 			mustMalformed(t, err)
 		} else if err := md.Validate(); err != nil {
 			t.Fatalf("decoded metadata does not validate: %v", err)

@@ -91,13 +91,14 @@ func DecodeHandshakePayload(b []byte) (*HandshakePayload, error) {
 }
 
 // Metadata checks p's compatibility hash against localHash, as vLLM does
-// before it reads the metadata, and only then decodes the metadata. A
-// differing hash gives an error wrapping ErrIncompatible that names both.
-func (p *HandshakePayload) Metadata(localHash string) (*AgentMetadata, error) {
+// before it reads the metadata, and only then decodes the metadata as
+// version v's (the version the hash was made with). A differing hash
+// gives an error wrapping ErrIncompatible that names both.
+func (p *HandshakePayload) Metadata(localHash string, v Version) (*AgentMetadata, error) {
 	if p.CompatibilityHash != localHash {
 		return nil, fmt.Errorf("%w: compatibility hash mismatch: local %q, remote %q", ErrIncompatible, localHash, p.CompatibilityHash)
 	}
-	return DecodeAgentMetadata(p.AgentMetadataBytes)
+	return DecodeAgentMetadata(p.AgentMetadataBytes, v)
 }
 
 // EncodeMetaRequest returns the side channel's request for the handshake

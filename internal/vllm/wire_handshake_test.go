@@ -18,20 +18,20 @@ func TestHandshakePayloadMetadataChecksTheHashFirst(t *testing.T) {
 
 	// A differing hash is refused before the bytes are looked at.
 	other := v.Hashes[1].SHA256
-	_, err := p.Metadata(other)
+	_, err := p.Metadata(other, V12)
 	require.ErrorIs(t, err, ErrIncompatible)
 	require.NotErrorIs(t, err, ErrMalformed)
 	require.ErrorContains(t, err, `compatibility hash mismatch: local "`+other+`", remote "`+hash+`"`)
 
 	// The same hash leads to decoding, which fails on these bytes.
-	_, err = p.Metadata(hash)
+	_, err = p.Metadata(hash, V12)
 	require.ErrorIs(t, err, ErrMalformed)
 
 	m := sampleMetadata()
-	p.AgentMetadataBytes = m.Encode()
+	p.AgentMetadataBytes = m.Encode(V12)
 	got, err := DecodeHandshakePayload(p.Encode())
 	require.NoError(t, err)
-	md, err := got.Metadata(hash)
+	md, err := got.Metadata(hash, V12)
 	require.NoError(t, err)
 	require.Equal(t, m, md)
 }

@@ -5,19 +5,21 @@ import (
 	"unicode/utf8"
 )
 
-// AgentMetadata is vLLM's NixlAgentMetadata at ConnectorVersion 12: what one
-// worker (one pipeline- and tensor-parallel rank) tells a peer about its
-// NIXL agent and KV-cache memory. It travels msgpack-encoded inside a
-// HandshakePayload. The fields are in the wire order, each with its key.
+// AgentMetadata is vLLM's NixlAgentMetadata at every Version this package
+// speaks: what one worker (one pipeline- and tensor-parallel rank) tells a
+// peer about its NIXL agent and KV-cache memory. It travels msgpack-encoded
+// inside a HandshakePayload. The fields are in the wire order, each with
+// its key and, for a key later than version 12, the version that added it;
+// Encode writes the keys of the version it is given and no other.
 //
 // A region is one registered KV-cache tensor base (one per layer with
 // vLLM's default layout, K and V packed together); every per-region list has
 // one entry per KVCachesBaseAddr entry.
 //
 // Decoding gives nil, not an empty slice, for an empty AgentMetadata,
-// KVCachesBaseAddr, BlockLens, BlockStrides or RegionMembers (an empty and a
-// nil one encode alike), and a non-nil empty slice for an empty region_*
-// list whose nil means None.
+// KVCachesBaseAddr, BlockLens, BlockStrides, RegionMembers, LayerGroupIDs or
+// PackedMemberLayouts (an empty and a nil one encode alike), and a non-nil
+// empty slice for an empty region_* list whose nil means None.
 type AgentMetadata struct {
 	// EngineID ("engine_id") is the sending engine's id; the receiver
 	// refuses metadata whose engine id is not the one it asked.
@@ -67,10 +69,37 @@ type AgentMetadata struct {
 	// are the decode- and prefill-context-parallel sizes.
 	DCPSize int
 	PCPSize int
-	// RegionMembers ("region_members", default empty) is, per region, every
-	// layer sharing it; only vLLM's push worker fills it, for
-	// attention-only hybrid models. Empty, or one entry per region.
+	// PLEBlockLen ("ple_block_len", from 14, nil = None) is the page length
+	// of a PLE short-conv state; None when the model has none.
+	PLEBlockLen *uint64
+	// RegionMembers ("region_members", default empty) is, per region, the
+	// vLLM names of the layers sharing it. Empty, or one entry per region.
+	// At 12 only vLLM's push worker fills it (for PP); from 13 every worker
+	// does; from 16 a peer that leaves it empty is refused, as regions pair
+	// by these names (PairByLayer).
 	RegionMembers [][]string
+	// LayerGroupIDs ("layer_group_ids", from 16, default empty) is the
+	// KV-cache group of each layer of RegionMembers: a dict, which msgspec
+	// writes in insertion order, so a list of pairs here.
+	LayerGroupIDs []LayerGroup
+	// PackedMemberLayouts ("packed_member_layouts", from 13, default
+	// empty) is, for a layer whose page sits inside a block row packing
+	// several layers' pages, its offset in the row's block and its page
+	// length: a dict of (int, int) tuples, in insertion order.
+	PackedMemberLayouts []PackedMember
+}
+
+// LayerGroup is one entry of layer_group_ids.
+type LayerGroup struct {
+	Layer string
+	Group int // in [0, MaxInt]
+}
+
+// PackedMember is one entry of packed_member_layouts.
+type PackedMember struct {
+	Layer   string
+	Offset  uint64 // bytes from the start of the row's block
+	PageLen uint64 // bytes of the layer's page
 }
 
 // The keys of NixlAgentMetadata, in declaration (wire) order.
@@ -93,7 +122,10 @@ const (
 	kRegionMemTypes
 	kDCPSize
 	kPCPSize
+	kPLEBlockLen
 	kRegionMembers
+	kLayerGroupIDs
+	kPackedMemberLayouts
 	numMetadataKeys
 )
 
@@ -103,7 +135,29 @@ var metadataKeys = [numMetadataKeys]string{
 	"block_size", "ssm_sizes", "attn_backend_name",
 	"physical_blocks_per_logical_kv_block", "region_num_blocks",
 	"region_group_ids", "region_names", "region_mem_types", "dcp_size",
-	"pcp_size", "region_members",
+	"pcp_size", "ple_block_len", "region_members", "layer_group_ids",
+	"packed_member_layouts",
+}
+
+// keySince is the version that added each key: 12 for the keys of the
+// oldest version spoken, later for the ones added since (nixl/metadata.py
+// @ vllm 0.31.0, 0.32.0, 0.34.0).
+var keySince = [numMetadataKeys]Version{
+	kPLEBlockLen:         V14,
+	kLayerGroupIDs:       V16,
+	kPackedMemberLayouts: V13,
+	// every other key: the zero Version, below V12
+}
+
+// numKeys returns how many keys NixlAgentMetadata has at v.
+func numKeys(v Version) int {
+	n := 0
+	for k := range numMetadataKeys {
+		if v.hasKey(k) {
+			n++
+		}
+	}
+	return n
 }
 
 const metadataMsg = "agent metadata"
@@ -111,13 +165,15 @@ const metadataMsg = "agent metadata"
 // Regions returns the number of regions, len(KVCachesBaseAddr).
 func (m *AgentMetadata) Regions() int { return len(m.KVCachesBaseAddr) }
 
-// Encode returns m as msgspec encodes a NixlAgentMetadata: a map16 of all
-// 19 keys in declaration order, None as nil, every integer in its smallest
-// form. It does not validate m; see Validate.
-func (m *AgentMetadata) Encode() []byte { return m.Append(nil) }
+// Encode returns m as msgspec encodes version v's NixlAgentMetadata: a
+// map16 of all its keys in declaration order (19 at 12, 20 at 13, 21 at 14
+// and 15, 22 at 16), None as nil, dicts in their list's order, every
+// integer in its smallest form. Fields that v does not have are left out,
+// whatever they hold. It does not validate m; see Validate.
+func (m *AgentMetadata) Encode(v Version) []byte { return m.Append(nil, v) }
 
 // Append appends Encode's bytes to dst.
-func (m *AgentMetadata) Append(dst []byte) []byte {
+func (m *AgentMetadata) Append(dst []byte, v Version) []byte {
 	b := dst
 	if b == nil {
 		b = make([]byte, 0, 400+len(m.AgentMetadata)+40*len(m.KVCachesBaseAddr))
@@ -160,7 +216,7 @@ func (m *AgentMetadata) Append(dst []byte) []byte {
 		b = appendStr(b, v)
 	}
 
-	b = appendMapLen(b, numMetadataKeys)
+	b = appendMapLen(b, numKeys(v))
 	str(kEngineID, m.EngineID)
 	key(kAgentMetadata)
 	b = appendBin(b, m.AgentMetadata)
@@ -182,26 +238,55 @@ func (m *AgentMetadata) Append(dst []byte) []byte {
 	strs(m.RegionMemTypes)
 	integer(kDCPSize, m.DCPSize)
 	integer(kPCPSize, m.PCPSize)
+	if v.hasKey(kPLEBlockLen) {
+		key(kPLEBlockLen)
+		if m.PLEBlockLen == nil {
+			b = appendNil(b)
+		} else {
+			b = appendUint(b, *m.PLEBlockLen)
+		}
+	}
 	key(kRegionMembers)
 	b = appendArrayLen(b, len(m.RegionMembers))
 	for _, names := range m.RegionMembers {
 		b = appendArrayLen(b, len(names)) // a list, never None
-		for _, v := range names {
-			b = appendStr(b, v)
+		for _, name := range names {
+			b = appendStr(b, name)
+		}
+	}
+	if v.hasKey(kLayerGroupIDs) {
+		key(kLayerGroupIDs)
+		b = appendMapLen(b, len(m.LayerGroupIDs))
+		for _, e := range m.LayerGroupIDs {
+			b = appendInt(appendStr(b, e.Layer), int64(e.Group))
+		}
+	}
+	if v.hasKey(kPackedMemberLayouts) {
+		key(kPackedMemberLayouts)
+		b = appendMapLen(b, len(m.PackedMemberLayouts))
+		for _, e := range m.PackedMemberLayouts {
+			b = appendArrayLen(appendStr(b, e.Layer), 2)
+			b = appendUint(appendUint(b, e.Offset), e.PageLen)
 		}
 	}
 	return b
 }
 
-// DecodeAgentMetadata decodes a NixlAgentMetadata as msgspec's typed
-// decoder does: a map whose keys may come in any order, unknown keys
-// skipped, a missing key with a default given it (region_* None, dcp_size
-// and pcp_size 1, region_members empty), a missing key without one an
-// error naming it, and every value of its declared type exactly (no
-// integer for a string, no float or bool for an integer, bin for
-// agent_metadata). Beyond msgspec it refuses a repeated key, and a value
-// that Validate refuses. Every error wraps ErrMalformed and names the key.
-func DecodeAgentMetadata(b []byte) (*AgentMetadata, error) {
+// DecodeAgentMetadata decodes version v's NixlAgentMetadata as msgspec's
+// typed decoder does: a map whose keys may come in any order, unknown keys
+// (and keys of later versions) skipped, a missing key with a default given
+// it (region_* and ple_block_len None, dcp_size and pcp_size 1,
+// region_members, layer_group_ids and packed_member_layouts empty), a
+// missing key without one an error naming it, and every value of its
+// declared type exactly (no integer for a string, no float or bool for an
+// integer, bin for agent_metadata, a 2-array for a tuple). Beyond msgspec
+// it refuses a repeated key (a repeated dict key too), and a value that
+// Validate refuses. Every error wraps ErrMalformed and names the key; a
+// version not spoken is an error matching ErrUnsupported.
+func DecodeAgentMetadata(b []byte, v Version) (*AgentMetadata, error) {
+	if err := v.Check(); err != nil {
+		return nil, err
+	}
 	if len(b) > MaxEncodedAgentMetadata {
 		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", ErrMalformed, metadataMsg, len(b), MaxEncodedAgentMetadata)
 	}
@@ -218,6 +303,9 @@ func DecodeAgentMetadata(b []byte) (*AgentMetadata, error) {
 			return nil, fmt.Errorf("%s: map key: %w", metadataMsg, err)
 		}
 		i := keyIndex(metadataKeys[:], k)
+		if i >= 0 && !v.hasKey(i) {
+			i = -1 // a later version's key is unknown at v
+		}
 		if i < 0 {
 			if err := rd.skip(1); err != nil {
 				return nil, fmt.Errorf("%s: unknown key %q: %w", metadataMsg, k, err)
@@ -303,8 +391,18 @@ func (m *AgentMetadata) decodeField(rd *mpReader, i int) error {
 		m.DCPSize, err = rd.int(1)
 	case kPCPSize:
 		m.PCPSize, err = rd.int(1)
+	case kPLEBlockLen:
+		if !rd.isNil() {
+			var n uint64
+			n, err = rd.uint()
+			m.PLEBlockLen = &n
+		}
 	case kRegionMembers:
 		m.RegionMembers, err = decodeMembers(rd)
+	case kLayerGroupIDs:
+		m.LayerGroupIDs, err = decodeLayerGroups(rd)
+	case kPackedMemberLayouts:
+		m.PackedMemberLayouts, err = decodePackedMembers(rd)
 	}
 	return err
 }
@@ -399,7 +497,8 @@ func metadataErr(key, format string, args ...any) error {
 // outside its range (device_id, num_blocks and region_num_blocks entries
 // non-negative, region_group_ids entries from SharedRegionGroupID, sizes
 // from 1, all at most MaxInt); a string longer than MaxStringLen or not
-// UTF-8; agent_metadata longer than MaxAgentMetadata. The error wraps
+// UTF-8; agent_metadata longer than MaxAgentMetadata; a layer_group_ids or
+// packed_member_layouts entry that validateDicts refuses. The error wraps
 // ErrMalformed and names the field.
 func (m *AgentMetadata) Validate() error {
 	regions := len(m.KVCachesBaseAddr)
@@ -492,7 +591,7 @@ func (m *AgentMetadata) Validate() error {
 			}
 		}
 	}
-	return nil
+	return m.validateDicts()
 }
 
 // checkString says what is wrong with a string field, or "".

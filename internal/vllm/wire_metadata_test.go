@@ -41,33 +41,33 @@ func sampleMetadata() *AgentMetadata {
 func TestAgentMetadataRoundTrip(t *testing.T) {
 	m := sampleMetadata()
 	require.NoError(t, m.Validate())
-	enc := m.Encode()
+	enc := m.Encode(V12)
 	require.Equal(t, []byte{0xde, 0x00, 0x13}, enc[:3], "map16 of 19 keys")
-	got, err := DecodeAgentMetadata(enc)
+	got, err := DecodeAgentMetadata(enc, V12)
 	require.NoError(t, err)
 	require.Equal(t, m, got)
-	require.Equal(t, enc, got.Encode(), "encoding is canonical")
-	require.Equal(t, append([]byte("x"), enc...), m.Append([]byte("x")))
+	require.Equal(t, enc, got.Encode(V12), "encoding is canonical")
+	require.Equal(t, append([]byte("x"), enc...), m.Append([]byte("x"), V12))
 
 	// Any msgpack decoder reads the same map.
 	var generic map[string]any
 	require.NoError(t, msgpack.Unmarshal(enc, &generic))
-	require.Len(t, generic, numMetadataKeys)
+	require.Len(t, generic, 19)
 	require.Equal(t, "decode-engine-1", generic["engine_id"])
 	require.Equal(t, int8(-1), generic["region_group_ids"].([]any)[0])
 
 	// Empty optional lists are not None, and stay so.
 	m.RegionNumBlocks, m.RegionGroupIDs, m.RegionNames, m.RegionMemTypes = []int{}, []int{}, []string{}, []string{}
 	m.KVCachesBaseAddr, m.BlockLens, m.BlockStrides, m.RegionMembers = nil, nil, nil, nil
-	got, err = DecodeAgentMetadata(m.Encode())
+	got, err = DecodeAgentMetadata(m.Encode(V12), V12)
 	require.NoError(t, err)
 	require.Equal(t, m, got)
 	require.NotNil(t, got.RegionNumBlocks)
 }
 
 func TestAgentMetadataDecodeCopiesItsInput(t *testing.T) {
-	enc := sampleMetadata().Encode()
-	got, err := DecodeAgentMetadata(enc)
+	enc := sampleMetadata().Encode(V12)
+	got, err := DecodeAgentMetadata(enc, V12)
 	require.NoError(t, err)
 	for i := range enc {
 		enc[i] = 0
@@ -76,34 +76,45 @@ func TestAgentMetadataDecodeCopiesItsInput(t *testing.T) {
 }
 
 func TestAgentMetadataMissingKeys(t *testing.T) {
-	full := sampleMetadata()
-	for k, name := range metadataKeys {
-		b := dropKey(t, full.Encode(), name)
-		got, err := DecodeAgentMetadata(b)
-		if k < kRegionNumBlocks {
-			require.ErrorIs(t, err, ErrMalformed, name)
-			require.ErrorContains(t, err, "field "+name+" is missing")
-			continue
+	for v := OldestVersion; v <= NewestVersion; v++ {
+		full := sampleMetadataAt(v)
+		for k, name := range metadataKeys {
+			if !v.hasKey(k) {
+				continue
+			}
+			b := dropKey(t, full.Encode(v), name)
+			got, err := DecodeAgentMetadata(b, v)
+			if k < kRegionNumBlocks {
+				require.ErrorIs(t, err, ErrMalformed, name)
+				require.ErrorContains(t, err, "field "+name+" is missing")
+				continue
+			}
+			require.NoError(t, err, "version %d key %s", v, name)
+			want := sampleMetadataAt(v)
+			switch k {
+			case kRegionNumBlocks:
+				want.RegionNumBlocks = nil
+			case kRegionGroupIDs:
+				want.RegionGroupIDs = nil
+			case kRegionNames:
+				want.RegionNames = nil
+			case kRegionMemTypes:
+				want.RegionMemTypes = nil
+			case kDCPSize:
+				want.DCPSize = 1
+			case kPCPSize:
+				want.PCPSize = 1
+			case kPLEBlockLen:
+				want.PLEBlockLen = nil
+			case kRegionMembers:
+				want.RegionMembers = nil
+			case kLayerGroupIDs:
+				want.LayerGroupIDs = nil
+			case kPackedMemberLayouts:
+				want.PackedMemberLayouts = nil
+			}
+			require.Equal(t, want, got, "version %d key %s", v, name)
 		}
-		require.NoError(t, err, name)
-		want := sampleMetadata()
-		switch k {
-		case kRegionNumBlocks:
-			want.RegionNumBlocks = nil
-		case kRegionGroupIDs:
-			want.RegionGroupIDs = nil
-		case kRegionNames:
-			want.RegionNames = nil
-		case kRegionMemTypes:
-			want.RegionMemTypes = nil
-		case kDCPSize:
-			want.DCPSize = 1
-		case kPCPSize:
-			want.PCPSize = 1
-		case kRegionMembers:
-			want.RegionMembers = nil
-		}
-		require.Equal(t, want, got, name)
 	}
 }
 
@@ -173,7 +184,7 @@ func TestAgentMetadataValidate(t *testing.T) {
 		require.ErrorContains(t, err, want)
 		// Encode does not validate; the decoder refuses what Validate does.
 		if len(m.KVCachesBaseAddr) <= MaxRegions && len(m.AgentMetadata) <= MaxAgentMetadata {
-			_, err = DecodeAgentMetadata(m.Encode())
+			_, err = DecodeAgentMetadata(m.Encode(V12), V12)
 			require.ErrorIs(t, err, ErrMalformed, want)
 		}
 	}
@@ -183,7 +194,7 @@ func TestAgentMetadataValidate(t *testing.T) {
 	require.NoError(t, m.Validate())
 	m = &AgentMetadata{BlockSize: 16, PhysicalBlocksPerLogical: 1, DCPSize: 1, PCPSize: 1}
 	require.NoError(t, m.Validate())
-	got, err := DecodeAgentMetadata(m.Encode())
+	got, err := DecodeAgentMetadata(m.Encode(V12), V12)
 	require.NoError(t, err)
 	require.Equal(t, m, got)
 }
@@ -217,7 +228,7 @@ func TestAgentMetadataDecodeStrictness(t *testing.T) {
 		"too big": {make([]byte, MaxEncodedAgentMetadata+1),
 			"agent metadata of 67108865 bytes, limit 67108864"},
 	} {
-		got, err := DecodeAgentMetadata(c.b)
+		got, err := DecodeAgentMetadata(c.b, V12)
 		require.ErrorIs(t, err, ErrMalformed, name)
 		require.ErrorContains(t, err, c.want, name)
 		require.Nil(t, got, name)
@@ -225,7 +236,7 @@ func TestAgentMetadataDecodeStrictness(t *testing.T) {
 	// Nesting up to the limit in an unknown key is skipped.
 	b := append(append([]byte("\xde\x00\x14\xa1z"), bytes.Repeat([]byte{0x91}, 31)...), 0x00)
 	b = append(b, ex1[3:]...)
-	got, err := DecodeAgentMetadata(b)
+	got, err := DecodeAgentMetadata(b, V12)
 	require.NoError(t, err)
 	require.Equal(t, "e1", got.EngineID)
 }
@@ -288,7 +299,7 @@ func TestDecodersIgnoreLengthClaims(t *testing.T) {
 		"str32":            replaceValue(t, ex1, "engine_id", "\xdb\x00\x00\x03\xff"),
 	} {
 		n := allocated(func() {
-			_, err := DecodeAgentMetadata(b)
+			_, err := DecodeAgentMetadata(b, V12)
 			require.Error(t, err, name)
 		})
 		require.Less(t, n, uint64(2048+len(b)), "%s: %d bytes allocated", name, n)
@@ -325,16 +336,16 @@ func TestDecodeAllocationIsBoundedByInput(t *testing.T) {
 		m.RegionMembers[i] = []string{} // decoded so
 	}
 	m.RegionMembers[0] = make([]string, MaxRegionMembers)
-	enc := m.Encode()
+	enc := m.Encode(V12)
 	var got *AgentMetadata
 	n := allocated(func() {
 		var err error
-		got, err = DecodeAgentMetadata(enc)
+		got, err = DecodeAgentMetadata(enc, V12)
 		require.NoError(t, err)
 	})
 	require.Equal(t, m, got)
 	require.Less(t, n, uint64(32*len(enc)), "%d bytes allocated for %d bytes of input", n, len(enc))
-	allocs := testing.AllocsPerRun(3, func() { _, _ = DecodeAgentMetadata(enc) })
+	allocs := testing.AllocsPerRun(3, func() { _, _ = DecodeAgentMetadata(enc, V12) })
 	require.Less(t, allocs, float64(MaxRegions+16), "one list per region_members entry, a few more")
 	t.Logf("worst case: %d bytes of input, %d allocated, %.0f allocations", len(enc), n, allocs)
 }

@@ -62,6 +62,7 @@ type factorsVector struct {
 	HeadSize          int         `json:"head_size"`
 	NumHiddenLayers   int         `json:"num_hidden_layers"`
 	HMAEnabled        bool        `json:"is_hma_enabled"`
+	ConnectorVersion  int         `json:"nixl_connector_version"`
 	SpeculativeConfig *specVector `json:"speculative_config"`
 	TransferMode      string      `json:"transfer_mode"`
 }
@@ -78,7 +79,8 @@ type specVector struct {
 
 func (f factorsVector) factors() CompatFactors {
 	c := CompatFactors{
-		VLLMVersion: f.VLLMVersion, Model: f.Model, DType: f.DType, AttnBackendName: f.AttnBackendName,
+		ConnectorVersion: Version(f.ConnectorVersion),
+		VLLMVersion:      f.VLLMVersion, Model: f.Model, DType: f.DType, AttnBackendName: f.AttnBackendName,
 		CacheDType: f.CacheDType, NumKVHeads: f.NumKVHeads, HeadSize: f.HeadSize,
 		NumHiddenLayers: f.NumHiddenLayers, HMAEnabled: f.HMAEnabled, TransferMode: f.TransferMode,
 	}
@@ -232,22 +234,22 @@ func TestAgentMetadataVectors(t *testing.T) {
 	require.Len(t, v.AgentMetadata, 2)
 	for _, c := range v.AgentMetadata {
 		want := c.Value.metadata(t)
-		enc := want.Encode()
+		enc := want.Encode(V12)
 		require.Equal(t, c.Hex, hex.EncodeToString(enc), c.Name)
 		require.Len(t, enc, c.Bytes, c.Name)
-		got, err := DecodeAgentMetadata(enc)
+		got, err := DecodeAgentMetadata(enc, V12)
 		require.NoError(t, err, c.Name)
 		require.Equal(t, want, got, c.Name)
 	}
 	require.Equal(t, 347, v.AgentMetadata[0].Bytes, "the facts' worked example is 347 bytes")
 	for _, c := range v.AgentMetadataDecodeOnly {
-		got, err := DecodeAgentMetadata(mustUnhex(t, c.Hex))
+		got, err := DecodeAgentMetadata(mustUnhex(t, c.Hex), V12)
 		require.NoError(t, err, c.Name)
 		require.Equal(t, c.Value.metadata(t), got, c.Name)
 	}
 	require.Len(t, v.AgentMetadataInvalid, 24)
 	for _, c := range v.AgentMetadataInvalid {
-		got, err := DecodeAgentMetadata(mustUnhex(t, c.Hex))
+		got, err := DecodeAgentMetadata(mustUnhex(t, c.Hex), V12)
 		require.ErrorIs(t, err, ErrMalformed, c.Name)
 		require.ErrorContains(t, err, c.Error, c.Name)
 		require.Nil(t, got, c.Name)
@@ -265,7 +267,7 @@ func TestHandshakePayloadVectors(t *testing.T) {
 		got, err := DecodeHandshakePayload(mustUnhex(t, c.Hex))
 		require.NoError(t, err, c.Name)
 		require.Equal(t, want, got, c.Name)
-		md, err := got.Metadata(v.Hashes[0].SHA256)
+		md, err := got.Metadata(v.Hashes[0].SHA256, V12)
 		require.NoError(t, err, c.Name)
 		require.Equal(t, v.AgentMetadata[0].Value.metadata(t), md, c.Name)
 	}

@@ -50,6 +50,10 @@ type Config struct {
 	// peers' exact strings, which its compatibility hash is made of.
 	Protocol                                 string
 	VLLMVersion, AttentionBackend, VLLMModel string
+	// VLLMConnectorVersion is the vLLM peers' NIXL_CONNECTOR_VERSION
+	// (connector.VLLM.ConnectorVersion; 0: the one VLLMVersion's release
+	// speaks, else the newest release's).
+	VLLMConnectorVersion int
 	// Inline (pull decode) posts READs on the engine loop
 	// (pullconn.Config.Inline), as vLLM does today.
 	Inline bool
@@ -384,7 +388,7 @@ func (c *Config) engineConfig() connector.EngineConfig {
 	if c.Protocol == ProtocolVLLM {
 		ec.Protocol = connector.ProtocolVLLM
 		ec.Model = cmp.Or(c.VLLMModel, c.Model.Name)
-		ec.VLLM = connector.VLLM{Version: c.VLLMVersion, AttentionBackend: c.AttentionBackend}
+		ec.VLLM = connector.VLLM{Version: c.VLLMVersion, AttentionBackend: c.AttentionBackend, ConnectorVersion: c.VLLMConnectorVersion}
 	}
 	return ec
 }
