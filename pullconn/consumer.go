@@ -87,6 +87,7 @@ type Consumer struct {
 	waitTimeouts  *stats.Counter
 	readForgotten *stats.Counter
 	forgotten     *stats.Counter
+	regenerations *stats.Counter
 	stuck         *stats.Counter
 	holdQueries   *stats.Counter
 	failedQueries *stats.Counter
@@ -229,6 +230,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.readForgotten = c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused).")
 	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: Config.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
+	c.regenerations = c.stats.Counter("registration_rehandshakes", "Handshakes with a prefill engine forgotten because a request named a higher registration generation (vLLM's remote_registration_generation: prefill registered its KV cache anew).")
 	c.forgotten = c.stats.Counter("forgotten_engines", "Prefill engines forgotten after RankConfig.EngineTTL without a request (their metadata unloaded; the next request handshakes again).")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended, their deadlines told).")

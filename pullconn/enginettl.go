@@ -85,3 +85,28 @@ func (c *Consumer) readsFromAgent(name string) bool {
 	}
 	return false
 }
+
+// checkGeneration forgets the handshake with the engine of key when a
+// request names a registration generation above the one it was made at
+// (vLLM's remote_registration_generation): prefill registered its KV cache
+// anew, so the agents' metadata this rank loaded may name memory that is
+// gone. As vLLM's decode does, the metadata is unloaded at once (a READ
+// still in flight through it then fails, never reading memory the new
+// registration no longer names) and the next route handshakes again.
+// wmu is held.
+func (c *Consumer) checkGeneration(key string, gen int) {
+	r, ok := c.remotes[key]
+	if !ok || gen <= r.generation || !r.ready {
+		return
+	}
+	delete(c.remotes, key)
+	for _, name := range r.setup.agents {
+		if name != "" && !c.readsFromAgent(name) {
+			_ = c.cfg.Agent.InvalidateRemoteMD(name) // loaded again by the next handshake
+		}
+	}
+	c.e.core.Client().Forget(r.engineID, r.addr)
+	c.regenerations.Inc()
+	c.log.Info("pullconn: prefill registered its KV cache anew; handshaking again", zap.String("remote_engine_id", r.engineID),
+		zap.String("addr", r.addr), zap.Int("generation", gen), zap.Int("handshake_generation", r.generation))
+}

@@ -33,6 +33,7 @@ type clusterOpts struct {
 	prefillCfg      func(*Config)
 	decodeCfg       func(*Config)
 	decodeEngine    func(*connector.EngineConfig)
+	prefillEngine   func(*connector.EngineConfig)
 	// vllm runs both engines in vLLM's protocol, with layouts of K and V
 	// packed per layer as vLLM's are.
 	vllm bool
@@ -132,6 +133,9 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	if o.vllm {
 		v := connector.VLLM{Version: "0.27.1", AttentionBackend: "FLASH_ATTN"}
 		pcfg.Protocol, pcfg.VLLM, dcfg.Protocol, dcfg.VLLM = connector.ProtocolVLLM, v, connector.ProtocolVLLM, v
+	}
+	if o.prefillEngine != nil {
+		o.prefillEngine(&pcfg)
 	}
 	c.pe, err = NewEngine(pcfg)
 	require.NoError(t, err)

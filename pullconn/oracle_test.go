@@ -39,6 +39,7 @@ func TestOracleParams(t *testing.T) {
 			Host      string
 			Port      int
 			NumTokens *int `json:"num_tokens"`
+			Gen       int  `json:"registration_generation"`
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &meta))
@@ -49,6 +50,8 @@ func TestOracleParams(t *testing.T) {
 	assert.Equal(t, ours.RemoteHost, meta.Remote.Host)
 	assert.Equal(t, ours.RemotePort, meta.Remote.Port)
 	assert.Equal(t, 1, meta.TPSize)
+	assert.Equal(t, 1, ours.RemoteRegistrationGeneration, "the prefill rank's first payload")
+	assert.Equal(t, ours.RemoteRegistrationGeneration, meta.Remote.Gen, "vLLM's decode reads the generation")
 
 	// vLLM's Params for the same finished request, loaded by gonixl's
 	// decode.

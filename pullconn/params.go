@@ -28,6 +28,13 @@ type Params struct {
 	// answer extended it. Zero means prefill does not say; decode then
 	// has no such guard.
 	RemoteBlocksExpiryTime float64 `json:"remote_blocks_expiry_time,omitempty"`
+	// RemoteRegistrationGeneration is vLLM's remote_registration_generation
+	// (connector version 15 on): how often prefill's registration changed.
+	// A decode that handshook with prefill at a lower generation forgets
+	// that handshake and handshakes again, as vLLM's decode does
+	// (_read_blocks_for_req in nixl/pull_worker.py at vllm 0.34.0). Zero
+	// when prefill does not say.
+	RemoteRegistrationGeneration int `json:"remote_registration_generation,omitempty"`
 	// RemoteStagingSlot, when set, is the staging slot every prefill rank
 	// gathered the request's blocks into (our own key; see Staging). A
 	// decode without staging, or vLLM's, reads the blocks instead.

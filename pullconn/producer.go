@@ -235,6 +235,7 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		// prefill sends none; its decode reads one this way), and gonixl's
 		// keys are left out: nobody asks for a pin.
 		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce = adv.mono, nil, 0
+		params.RemoteRegistrationGeneration = p.e.core.RegistrationGeneration()
 	}
 	p.mu.Lock()
 	p.holds.setKey(requestID, params.holdKey())

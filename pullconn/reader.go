@@ -112,7 +112,10 @@ func (c *Consumer) route(l *load) {
 	if l.ended {
 		return
 	}
-	r := c.remoteFor(l.p.RemoteEngineID, joinHostPort(l.p.RemoteHost, l.p.RemotePort), l.p.TPSize)
+	addr := joinHostPort(l.p.RemoteHost, l.p.RemotePort)
+	c.checkGeneration(l.p.RemoteEngineID+"@"+addr, l.p.RemoteRegistrationGeneration)
+	r := c.remoteFor(l.p.RemoteEngineID, addr, l.p.TPSize)
+	r.generation = max(r.generation, l.p.RemoteRegistrationGeneration)
 	l.r = r
 	r.lastActive = c.cfg.Clock.Now()
 	if r.ready {

@@ -29,6 +29,9 @@ type remote struct {
 	// lastActive is when a request was last routed to the engine
 	// (RankConfig.EngineTTL).
 	lastActive time.Time
+	// generation is the highest remote_registration_generation a request
+	// routed to this handshake named.
+	generation int
 }
 
 // pins reports whether the engine pins holds for READs (a gonixl prefill

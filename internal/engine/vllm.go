@@ -92,6 +92,18 @@ func (p *vllmPublisher) SetRank(r handshake.Rank) error {
 
 func (p *vllmPublisher) ClearRank(tpRank int) { p.s.ClearPayload(0, tpRank) }
 
+// RegistrationGeneration is what a prefill of connector version 15 or
+// later writes as remote_registration_generation: how often its ranks'
+// registrations changed (vllm.SideServer.Generation); 0 in gonixl's
+// protocol and before version 15, where the key is not written.
+func (e *Engine) RegistrationGeneration() int {
+	p, ok := e.server.(*vllmPublisher)
+	if !ok || !p.cfg.Wire.Version.HasRegistrationGeneration() {
+		return 0
+	}
+	return p.s.Generation()
+}
+
 func (p *vllmPublisher) Close() error { return p.s.Close() }
 
 // vllmClient fetches vLLM engines' ranks, once per engine, and gives them

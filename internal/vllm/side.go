@@ -1,6 +1,7 @@
 package vllm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -154,6 +155,8 @@ type SideServer struct {
 
 	mu       sync.RWMutex
 	payloads map[[2]int][]byte
+	// generation counts the payload changes (SetPayload).
+	generation int
 
 	served, dropped atomic.Uint64
 }
@@ -250,11 +253,29 @@ func (s *SideServer) Port() int { return s.port }
 // SetPayload registers (a copy of) the handshake payload answered for rank
 // (pp, tp), replacing any earlier one; the side channel does not look into
 // it (vLLM's is a msgpack NixlHandshakePayload).
+//
+// A payload that differs from the one the rank had (a first one
+// included) moves the registration generation on, as vLLM's scheduler
+// counts it (set_xfer_handshake_metadata in nixl/base_scheduler.py at
+// vllm 0.34.0): peers that see a higher generation in a request's
+// kv_transfer_params handshake again.
 func (s *SideServer) SetPayload(pp, tp int, payload []byte) {
 	p := append(make([]byte, 0, len(payload)), payload...)
 	s.mu.Lock()
+	if old, ok := s.payloads[[2]int{pp, tp}]; !ok || !bytes.Equal(old, p) {
+		s.generation++
+	}
 	s.payloads[[2]int{pp, tp}] = p
 	s.mu.Unlock()
+}
+
+// Generation returns the registration generation: how many times a rank's
+// payload was set to other bytes than it had (remote_registration_generation
+// from connector version 15 on).
+func (s *SideServer) Generation() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.generation
 }
 
 // ClearPayload unregisters rank (pp, tp): its requests are dropped from now on.
