@@ -99,3 +99,44 @@ func deploymentError(t *testing.T, p *pair, conn, want string) {
 		t.Errorf("message gives the client advice that does not apply: %s", e.Error.Message)
 	}
 }
+
+// GET /kv_transfer_info carries the KV geometry that decides whether two
+// engines can exchange KV (the proxy compares it before it pairs them);
+// block size and TP size are outside it: the connectors map them.
+func TestKVTransferInfoCarriesGeometry(t *testing.T) {
+	swa, _, _ := server.Preset("swa-demo")
+	for _, tc := range []struct {
+		name string
+		o    opts
+		want string
+	}{
+		{"tiny", opts{}, `{"layers":2,"kv_heads":4,"head_dim":8,"dtype":"bfloat16","dtype_bytes":2,"mla":false,"kv_packed":false}`},
+		{"groups", opts{prefillModel: &swa, decodeModel: &swa},
+			`{"layers":4,"kv_heads":4,"head_dim":64,"dtype":"bfloat16","dtype_bytes":2,"mla":false,"kv_packed":false,` +
+				`"groups":[{"kind":"full","layers":2},{"kind":"sliding_window","layers":2,"window":128}]}`},
+		{"vllm", opts{configure: func(role string, c *server.Config) {
+			c.Protocol, c.AttentionBackend, c.VLLMVersion = server.ProtocolVLLM, "FLASH_ATTN", "0.34.0"
+		}}, `{"layers":2,"kv_heads":4,"head_dim":8,"dtype":"bfloat16","dtype_bytes":2,"mla":false,"kv_packed":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, server.ConnPull, tc.o)
+			for _, s := range []*server.Server{p.prefill, p.decode} {
+				resp, err := p.client.Get(s.URL() + "/kv_transfer_info")
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				var info struct {
+					Geometry json.RawMessage `json:"kv_geometry"`
+				}
+				if err := json.Unmarshal(b, &info); err != nil {
+					t.Fatalf("%s: %v: %s", s.Info().Role, err, b)
+				}
+				if string(info.Geometry) != tc.want {
+					t.Errorf("%s: kv_geometry %s, want %s", s.Info().Role, info.Geometry, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -43,6 +43,9 @@ type Info struct {
 	TPSize          int    `json:"tp_size"`
 	PPSize          int    `json:"pp_size"`
 	BlockSize       int    `json:"block_size"`
+	// KVGeometry is what decides whether two engines can exchange KV
+	// (kvgeometry.go).
+	KVGeometry *KVGeometry `json:"kv_geometry"`
 }
 
 // Stats are the engine's counters and gauges.
@@ -185,7 +188,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.info = Info{EngineID: cfg.EngineID, Role: cfg.Role, Connector: cfg.Connector, Model: cfg.ServedModelName,
 		SideChannelHost: s.info.SideChannelHost, SideChannelPort: s.info.SideChannelPort,
-		TPSize: cfg.TPSize, PPSize: max(cfg.PPSize, 1), BlockSize: cfg.Model.BlockSize}
+		TPSize: cfg.TPSize, PPSize: max(cfg.PPSize, 1), BlockSize: cfg.Model.BlockSize, KVGeometry: kvGeometryOf(geom)}
 	if err := s.initMetrics(e); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,10 @@ type KVTransferInfo struct {
 	TPSize          int    `json:"tp_size"`
 	PPSize          int    `json:"pp_size"`
 	BlockSize       int    `json:"block_size"`
+	// KVGeometry is what decides whether a prefill and a decode engine can
+	// exchange KV (geometry.go); nil from engines that do not report it
+	// (vLLM, older engines), which are not compared.
+	KVGeometry *KVGeometry `json:"kv_geometry,omitempty"`
 }
 
 type role int
@@ -290,6 +294,7 @@ func (p *Proxy) checkAll(ctx context.Context, conn string) {
 		wg.Go(func() { p.check(ctx, e, conn) })
 	}
 	wg.Wait()
+	p.logGeometry()
 }
 
 func (p *Proxy) healthLoop(ctx context.Context) {
@@ -306,8 +311,14 @@ func (p *Proxy) healthLoop(ctx context.Context) {
 }
 
 // compatible says whether a prefill and a decode engine may be paired: their
-// compatibility hashes agree, or one is not known (a static engine).
+// compatibility hashes agree, or one is not known (a static engine), and the KV
+// geometries they report agree (geometry.go).
 func compatible(a, b *engine) bool {
+	return compatibleHash(a, b) && sameGeometry(a, b)
+}
+
+// compatibleHash is compatible by the registry's compatibility hashes alone.
+func compatibleHash(a, b *engine) bool {
 	return a.compat == "" || b.compat == "" || a.compat == b.compat
 }
 

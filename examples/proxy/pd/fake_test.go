@@ -33,6 +33,9 @@ type fake struct {
 	health atomic.Int32 // status of GET /health; 0 = 200
 	// hangHealth makes GET /health answer nothing until its request ends.
 	hangHealth atomic.Bool
+	// geometry, when set, is the kv_geometry GET /kv_transfer_info reports
+	// (an engine restarted with another model changes it).
+	geometry atomic.Pointer[KVGeometry]
 
 	// complete answers POST /v1/completions; default: answerJSON.
 	complete func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded)
@@ -67,7 +70,9 @@ func newFakeOn(t *testing.T, ln net.Listener, role, connector string, complete f
 	})
 	mux.HandleFunc("GET /kv_transfer_info", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(f.info)
+		info := f.info
+		info.KVGeometry = f.geometry.Load()
+		_ = json.NewEncoder(w).Encode(info)
 	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/gonixl/gonixl/examples/engine/server"
 )
 
 // Engines deployed with different KV geometry (prefill 4 layers, decode 2)
-// are the operator's mistake: the client gets a 5xx naming both engines and
-// the field that differs, not a 400 that blames its request.
+// are the operator's mistake: the proxy, which read both engines' geometry
+// on GET /kv_transfer_info, answers 502 naming both engines and the field
+// that differs, not a 400 that blames the request, and sends neither leg.
 func TestGeometryMismatchThroughProxy(t *testing.T) {
 	for _, conn := range []string{"pull", "push"} {
 		t.Run(conn, func(t *testing.T) {
@@ -29,10 +32,15 @@ func TestGeometryMismatchThroughProxy(t *testing.T) {
 			if resp.StatusCode != 502 || e.Error.Code != 502 || e.Error.Type != "server_error" {
 				t.Fatalf("want 502 server_error, got %d %s", resp.StatusCode, body)
 			}
-			for _, want := range []string{"decode engine " + st.dec.URL(), "prefill engine " + st.pre.URL(),
-				`decode engine "decode-` + conn + `"`, `prefill engine "prefill-` + conn + `"`, "NumLayers differ: source 4, destination 2"} {
+			for _, want := range []string{`decode engine ` + st.dec.URL() + ` ("decode-` + conn + `")`,
+				`prefill engine ` + st.pre.URL() + ` ("prefill-` + conn + `")`, "layers: prefill 4, decode 2"} {
 				if !strings.Contains(e.Error.Message, want) {
 					t.Errorf("message lacks %q: %s", want, e.Error.Message)
+				}
+			}
+			for _, s := range []*server.Server{st.pre, st.dec} {
+				if got := s.Stats(); got.RequestsDone+got.RequestsFailed+got.RequestsAborted != 0 {
+					t.Errorf("%s engine got a request: %+v", s.Info().Role, got)
 				}
 			}
 		})

@@ -467,6 +467,13 @@ func (p *Proxy) noPair(mine, others []*engine, want role) *legError {
 	if p.inRotationCount(mine) == 0 {
 		return errNoEngine(want)
 	}
+	prefill, decode := mine, others
+	if want == roleDecode {
+		prefill, decode = others, mine
+	}
+	if le := p.geometryError(prefill, decode); le != nil {
+		return le
+	}
 	return &legError{status: http.StatusServiceUnavailable,
 		msg: fmt.Sprintf("no %s engine in rotation is compatible (connector, compatibility hash) with a %s engine in rotation", want, otherRole(want))}
 }

@@ -12,7 +12,10 @@
 // Engines are a static list (Config.Prefill, Config.Decode), or come and go through a
 // registry (Config.Dynamic and Proxy.SetMembers; examples/discovery follows etcd): a prefill
 // and a decode engine are paired only when their compatibility hashes agree, and an engine
-// that restarts under its id is a new incarnation.
+// that restarts under its id is a new incarnation. Nor are two engines paired whose KV
+// geometries, reported on GET /kv_transfer_info, differ (geometry.go): each such pair is
+// logged once, and a request no other pair can serve is answered 502 naming both engines and
+// the fields, before either leg is sent.
 //
 // A decode leg that failed before the decode engine took the request in (no connection, or
 // a 503 before its answer) is retried once on another decode engine with the same KV; one
@@ -130,6 +133,7 @@ type Proxy struct {
 	decodeFailovers                      atomic.Uint64
 	met                                  *metrics
 	convs                                conversations // Config.Bidirectional
+	geoLog                               geometryLogged
 
 	stop      context.CancelFunc
 	wg        sync.WaitGroup

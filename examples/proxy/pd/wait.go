@@ -37,9 +37,18 @@ func (p *Proxy) waitEngines(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			missing := p.notInRotation(ctx)
-			p.log.Error("gave up waiting for the engines", zap.Duration("waited", p.cfg.StartWait), zap.Strings("not_in_rotation", missing))
-			return fmt.Errorf("pd: gave up after %s waiting for a prefill and a decode engine that may be paired (not in rotation: %s); start the engines, or wait longer (Config.StartWait, -wait-engines)",
-				p.cfg.StartWait, strings.Join(missing, "; "))
+			why := "not in rotation: " + strings.Join(missing, "; ")
+			var geometry []string // engines in rotation that cannot be paired
+			for _, m := range p.geometryMismatches(p.static.prefill, p.static.decode, true) {
+				geometry = append(geometry, m.String())
+			}
+			if len(geometry) > 0 {
+				why += "; KV geometry: " + strings.Join(geometry, "; ")
+			}
+			p.log.Error("gave up waiting for the engines", zap.Duration("waited", p.cfg.StartWait), zap.Strings("not_in_rotation", missing),
+				zap.Strings("kv_geometry_differs", geometry))
+			return fmt.Errorf("pd: gave up after %s waiting for a prefill and a decode engine that may be paired (%s); start the engines, or wait longer (Config.StartWait, -wait-engines)",
+				p.cfg.StartWait, why)
 		}
 		if lastLog.IsZero() || time.Since(lastLog) >= waitLogEvery {
 			msg := "waiting for the engines"
