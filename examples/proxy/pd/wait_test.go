@@ -3,6 +3,7 @@ package pd
 import (
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,9 +29,11 @@ func TestStartBeforeEngines(t *testing.T) {
 	pa, da := freeAddr(t), freeAddr(t)
 	core, logs := observer.New(zap.InfoLevel)
 	up := make(chan struct{})
+	var listening atomic.Bool
 	go func() {
 		defer close(up)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // lets New find no engine first
+		listening.Store(true)
 		for _, e := range []struct{ addr, role string }{{pa, "prefill"}, {da, "decode"}} {
 			ln, err := net.Listen("tcp", e.addr)
 			if err != nil {
@@ -40,13 +43,14 @@ func TestStartBeforeEngines(t *testing.T) {
 			newFakeOn(t, ln, e.role, "pull", nil)
 		}
 	}()
-	start := time.Now()
-	h := startHarness(t, Config{Prefill: []string{pa}, Decode: []string{da}, StartWait: 10 * time.Second,
+	h := startHarness(t, Config{Prefill: []string{pa}, Decode: []string{da}, StartWait: time.Minute,
 		HealthInterval: 50 * time.Millisecond, Logger: zap.New(core)})
-	<-up
-	if waited := time.Since(start); waited < 300*time.Millisecond {
-		t.Fatalf("New returned after %s, before the engines were up", waited)
+	// New returned because the engines came up, not before: they were
+	// listening when it did (no measure of time involved).
+	if !listening.Load() {
+		t.Fatal("New returned before the engines were up")
 	}
+	<-up
 	if c := h.p.Connector(); c != ConnectorPull {
 		t.Fatalf("connector %q, want pull (from the engines)", c)
 	}
@@ -66,8 +70,9 @@ func TestStartWaitGivesUp(t *testing.T) {
 	start := time.Now()
 	_, err := New(Config{Prefill: []string{pa}, Decode: []string{da}, StartWait: 300 * time.Millisecond,
 		HealthInterval: 50 * time.Millisecond, Logger: zap.New(core)})
-	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 5*time.Second {
-		t.Fatalf("gave up after %s, want 300 ms and a little", waited)
+	// It never gives up early (a busy machine can only make it later).
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("gave up after %s, before the 300 ms wait", waited)
 	}
 	if err == nil || !strings.HasPrefix(err.Error(), "pd: gave up after 300ms waiting for a prefill and a decode engine that may be paired (not in rotation: prefill http://"+pa+": ") ||
 		!strings.Contains(err.Error(), "decode http://"+da+": ") || !strings.Contains(err.Error(), "connection refused") {
