@@ -304,7 +304,10 @@ func TestAbortWithoutAnswerReleasesAtCancelTimeout(t *testing.T) {
 // registration matched to it afterwards is not written and gets PUSH_FAIL;
 // a WRITE in flight is left to end and the blocks are freed once, after it.
 func TestProducerAbort(t *testing.T) {
-	r := newRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithModel(loopback.FixedLatency(60 * time.Millisecond))}})
+	// The fabric's clock stops while the WRITE is in flight, so it stays in
+	// flight until the test lets time go on, however slow the machine.
+	fc := &freezableClock{}
+	r := newRig(t, rigConfig{fabric: []loopback.FabricOption{loopback.WithClock(fc), loopback.WithModel(loopback.FixedLatency(60 * time.Millisecond))}})
 	c, p := r.consumers[0], r.producers[0]
 	// Aborted before any registration: never written, freed at once.
 	_, err := p.RequestFinished("dropped", []int{1})
@@ -322,12 +325,14 @@ func TestProducerAbort(t *testing.T) {
 	require.NoError(t, c.Register("busy", Coordinates(r.pre), []int{6}))
 	admitted(t, p, 2)
 	fill(t, r.preLayout[0], []int{2}, 4, 16)
+	fc.freeze()
 	_, err = p.RequestFinished("busy", []int{2})
 	require.NoError(t, err)
 	eventually(t, "posted", func() bool { return r.fabric.Counters().Posted == 1 })
 	require.NoError(t, p.Abort("busy"))
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // room for a wrong early release; the WRITE cannot end meanwhile
 	require.Empty(t, p.DrainFreed(), "not freed while its WRITE is in flight")
+	fc.thaw()
 	freedOnce(t, p, "busy")
 	res = await(t, c, 1)
 	require.NoError(t, res[0].Err, "the WRITE in flight ended normally")
@@ -338,6 +343,26 @@ func TestProducerAbort(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// freezableClock is the wall clock, except that between freeze and thaw it
+// reads the instant it was frozen at: what the fabric schedules on it
+// (a transfer's latency) cannot fall due meanwhile.
+type freezableClock struct {
+	mu     sync.Mutex
+	frozen time.Time
+}
+
+func (c *freezableClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen
+	}
+	return time.Now()
+}
+
+func (c *freezableClock) freeze() { c.mu.Lock(); c.frozen = time.Now(); c.mu.Unlock() }
+func (c *freezableClock) thaw()   { c.mu.Lock(); c.frozen = time.Time{}; c.mu.Unlock() }
 
 // A copy of a registration delivered after decode cancelled the original
 // and handed its blocks back (a network that duplicates and delays a
