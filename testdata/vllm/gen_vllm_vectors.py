@@ -69,7 +69,7 @@ def cases(mod):
     gonixl = dict(
         engine_id="prefill", agent_metadata=b"\x00", kv_caches_base_addr=[0x10000, 0x10800],
         device_id=0, num_blocks=4, block_lens=[512, 512], block_strides=[512, 512],
-        kv_cache_layout="HND", block_size=16, ssm_sizes=(0, 0), attn_backend_name="FLASH_ATTN",
+        kv_cache_layout="LBHNC", block_size=16, ssm_sizes=(0, 0), attn_backend_name="FLASH_ATTN",
         physical_blocks_per_logical_kv_block=1, region_num_blocks=[4, 4], region_group_ids=[0, 0],
         region_names=None, region_mem_types=["VRAM", "VRAM"], dcp_size=1, pcp_size=1,
         region_members=[[LAYERS[0]], [LAYERS[1]]],
