@@ -208,7 +208,8 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 	if c.Seq != 0 && c.Seq != r.key || c.Seq == 0 && !r.pinUntil.IsZero() {
 		// A pinned hold's readers name it in their completions: one for
 		// another hold of the id (a late copy) must not release this one
-		// while a pinned READ of it may still run.
+		// while a pinned READ of it may still run. (Only keyed holds are
+		// pinned, so a plain one was refused above; this stays in case.)
 		return completionStale, fmt.Errorf("completion for request %q from agent %q names another hold of the id", c.ID, sender)
 	}
 	if r.reader != "" && !r.readers[sender] {

@@ -106,7 +106,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p.dropped = p.stats.Counter("dropped_holds", "Holds released by DropHolds (the engine going away) before any decode engine read them.")
 	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
 	p.foreign = p.stats.Counter("foreign_completions", "Completions or confirmations from a decode engine other than the one a hold is bound to, not counted.")
-	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy), or none for a pinned hold: not counted.")
+	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy): not counted.")
 	p.notHeld = p.stats.Counter("unconfirmed_holds", "Pins answered \"not held\": no such hold, other blocks, bound to another decode engine, or a pin longer than granted.")
 	p.plain = p.stats.Counter("refused_plain_completions", "Plain completions (\"<id>:<n>\", no hold key) for a held request in gonixl's protocol, whose decodes name the hold they read: from no decode of it, not counted.")
 	p.plainWarn = lograte.New(plainWarnEvery, lease.MonoNow(cfg.Clock))
