@@ -343,7 +343,8 @@ func (p *Producer) Held() int {
 }
 
 // Stats returns the prefill rank's counters: holds that expired or were
-// aborted, completions counted, duplicate, stale or foreign, pins refused
+// aborted, completions counted, duplicate, stale, foreign or plain (in
+// gonixl's protocol, refused), pins refused
 // (docs/metrics.md lists them).
 func (p *Producer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](p.stats) }
 
