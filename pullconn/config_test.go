@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/lograte"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
@@ -203,4 +204,53 @@ func TestEngineListenErrorNamesTheAddress(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), `pullconn: engine "e": side channel cannot listen on 127.0.0.1:99999: listen tcp`), err.Error())
 	assert.NotContains(t, err.Error(), "sidechannel")
+}
+
+// FuzzKeyedProducerNotification is FuzzProducerNotification for a rank in
+// gonixl's protocol (holds.keyed): only a completion naming the held
+// hold's key counts; a plain one for it is refused and counted in
+// refused_plain_completions; nothing else releases or changes it.
+func FuzzKeyedProducerNotification(f *testing.F) {
+	for _, s := range []string{"held:1", "held:2", "held:1#7", "held:2#7", "held:1#8", "held:1#", "other:1", "other:1#7", "HB:held", "held", ":1#7"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, err := newHolds(1, time.Minute, 16)
+		require.NoError(t, err)
+		h.keyed = true
+		clk := connector.NewManualClock(time.Unix(0, 0))
+		p := &Producer{e: &pullEngine{}, cfg: rankConfig{Rank: engine.Rank{Clock: clk}, Config: Config{HeartbeatExtension: time.Second}}, holds: h, stats: newStatsForTest(), log: nopLogger,
+			plainWarn: lograte.New(plainWarnEvery, clk.Now)}
+		p.duplicates = p.stats.Counter("duplicate_completions", "")
+		p.foreign = p.stats.Counter("foreign_completions", "")
+		p.stale = p.stats.Counter("stale_completions", "")
+		p.plain = p.stats.Counter("refused_plain_completions", "")
+		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
+		h.setKey("held", 7)
+		if notif.IsHeartbeat(msg) {
+			p.onHeartbeat("peer", msg)
+		} else {
+			p.onCompletion("peer", msg)
+		}
+		c, cerr := notif.DecodeSeqCompletion(msg)
+		completion := !notif.IsHeartbeat(msg) && cerr == nil && c.ID == "held"
+		s := p.stats.Snapshot()
+		plain, _ := s.Get("refused_plain_completions")
+		switch {
+		case completion && c.Seq == 7 && c.N == 1:
+			require.Equal(t, []string{"held"}, p.freed)
+			require.Equal(t, 0, h.len())
+			return
+		case completion && c.Seq == 7:
+			require.Equal(t, 1, h.reqs["held"].got, "one of %d", c.N)
+		case completion && c.Seq == 0:
+			require.Equal(t, uint64(1), plain, "%q refused", msg)
+			require.Equal(t, 0, h.reqs["held"].got)
+			require.Empty(t, h.reqs["held"].from, "no sender recorded")
+		default:
+			require.Equal(t, uint64(0), plain)
+		}
+		require.Empty(t, p.freed)
+		require.Equal(t, 1, h.len())
+	})
 }

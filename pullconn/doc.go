@@ -36,7 +36,9 @@
 // within the pin (else ErrNotHeld; see docs/pull.md and
 // docs/correctness.md). To a prefill that pins, the completion goes once
 // the load is done and names the hold; to one that does not (vLLM's), the
-// READs carry it. With Config.Inline the mapping and posting run on the caller
+// READs carry it. A prefill rank in gonixl's protocol therefore refuses a
+// plain completion that names no hold (refused_plain_completions): it
+// comes from no decode reading it. With Config.Inline the mapping and posting run on the caller
 // instead, as in vLLM today; that mode exists to measure the difference. An
 // empty local block list (decode already holds every block) sends the
 // completion notifications only.

@@ -17,9 +17,16 @@ type holds struct {
 	// countGiven: completions say how many to expect (vLLM's protocol
 	// since its connector version 12), not decode's TP size.
 	countGiven bool
-	leases     *lease.Table
-	reqs       map[string]*held
-	expired    recent
+	// keyed: every reader of this rank's holds names the hold it read in
+	// its completions ("<id>:<n>#<key>"), as every gonixl decode does to
+	// a prefill that pins (all of gonixl's protocol). A plain "<id>:<n>"
+	// then comes from no reader and is refused: any agent that loaded
+	// this rank's metadata could send one and release a hold before its
+	// decode read it. vLLM's protocol has no keys, and cannot refuse them.
+	keyed   bool
+	leases  *lease.Table
+	reqs    map[string]*held
+	expired recent
 	// overdue are held requests whose lease ran out while a reader's pin
 	// still keeps them, with the lease's deadline: released once the pin
 	// ended and that deadline is past on the rank's clock again (it may
@@ -73,6 +80,7 @@ const (
 	completionDuplicate                              // that decode agent's completion was counted already
 	completionForeign                                // from an agent of another engine than the hold's reader
 	completionStale                                  // names another hold of the id (its key), or none for a pinned hold
+	completionPlain                                  // names no hold where every reader names the one it read (keyed)
 )
 
 func newHolds(tp int, ttl time.Duration, remember int) (*holds, error) {
@@ -194,10 +202,14 @@ func (h *holds) complete(c notif.Completion, sender string) (completionOutcome, 
 		}
 		return completionUnknown, fmt.Errorf("completion for unknown request %q", c.ID)
 	}
+	if c.Seq == 0 && h.keyed {
+		return completionPlain, fmt.Errorf("plain completion for request %q from agent %q: this rank's decodes name the hold they read", c.ID, sender)
+	}
 	if c.Seq != 0 && c.Seq != r.key || c.Seq == 0 && !r.pinUntil.IsZero() {
 		// A pinned hold's readers name it in their completions: one for
 		// another hold of the id (a late copy) must not release this one
-		// while a pinned READ of it may still run.
+		// while a pinned READ of it may still run. (Only keyed holds are
+		// pinned, so a plain one was refused above; this stays in case.)
 		return completionStale, fmt.Errorf("completion for request %q from agent %q names another hold of the id", c.ID, sender)
 	}
 	if r.reader != "" && !r.readers[sender] {

@@ -174,3 +174,28 @@ func TestHoldsPinRefusals(t *testing.T) {
 	h.expire(t0.Add(time.Hour), until)
 	assert.Equal(t, "its hold expired", h.pin("r", 9, "a", "a-0", until))
 }
+
+// In gonixl's protocol (keyed) every decode names the hold it read: a
+// plain completion comes from no reader, is refused and changes nothing,
+// not even what drop counts as a hold somebody asked about.
+func TestHoldsKeyedRefusesPlainCompletions(t *testing.T) {
+	h, err := newHolds(1, 30*time.Second, 16)
+	require.NoError(t, err)
+	h.keyed = true
+	require.NoError(t, h.finish("r", []int{1}, t0))
+	h.setKey("r", 7)
+	out, err := h.complete(notif.Completion{ID: "r", N: 1}, "intruder")
+	assert.Equal(t, completionPlain, out)
+	assert.EqualError(t, err, `plain completion for request "r" from agent "intruder": this rank's decodes name the hold they read`)
+	r := h.reqs["r"]
+	require.NotNil(t, r, "still held")
+	assert.Equal(t, 0, r.got)
+	assert.Equal(t, 0, r.expected)
+	assert.Empty(t, r.from)
+	assert.Empty(t, r.reader)
+	out, _ = h.complete(notif.Completion{ID: "gone", N: 1}, "intruder")
+	assert.Equal(t, completionUnknown, out, "an id not held is unknown, as before")
+	out, err = h.complete(notif.Completion{ID: "r", N: 1, Seq: 7}, "decode-0")
+	require.NoError(t, err)
+	assert.Equal(t, completionDone, out, "the reader's keyed completion releases it")
+}

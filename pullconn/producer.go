@@ -12,6 +12,8 @@ import (
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/lease"
+	"github.com/gonixl/gonixl/internal/lograte"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
@@ -38,6 +40,10 @@ type Producer struct {
 	foreign    *stats.Counter
 	stale      *stats.Counter
 	notHeld    *stats.Counter
+	plain      *stats.Counter
+	// plainWarn limits the warnings of refused plain completions, which
+	// any agent that loaded the rank's metadata can send at will.
+	plainWarn *lograte.Limiter
 
 	mu     sync.Mutex
 	holds  *holds
@@ -71,7 +77,9 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	}
 	h, err := newHolds(e.core.Config().TPSize, cfg.Lease, recentExpired)
 	if err == nil {
-		h.countGiven = e.core.VLLM()
+		// In gonixl's protocol the engine answers pins (its payload says
+		// Confirms), so every decode names the hold it read.
+		h.countGiven, h.keyed = e.core.VLLM(), !e.core.VLLM()
 	}
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
@@ -98,8 +106,10 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p.dropped = p.stats.Counter("dropped_holds", "Holds released by DropHolds (the engine going away) before any decode engine read them.")
 	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
 	p.foreign = p.stats.Counter("foreign_completions", "Completions or confirmations from a decode engine other than the one a hold is bound to, not counted.")
-	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy), or none for a pinned hold: not counted.")
+	p.stale = p.stats.Counter("stale_completions", "Completions naming another hold of the id than the one held (a late copy): not counted.")
 	p.notHeld = p.stats.Counter("unconfirmed_holds", "Pins answered \"not held\": no such hold, other blocks, bound to another decode engine, or a pin longer than granted.")
+	p.plain = p.stats.Counter("refused_plain_completions", "Plain completions (\"<id>:<n>\", no hold key) for a held request in gonixl's protocol, whose decodes name the hold they read: from no decode of it, not counted.")
+	p.plainWarn = lograte.New(plainWarnEvery, lease.MonoNow(cfg.Clock))
 	p.poll = cfg.Poller("pullconn", p.log, p.busy, p.tick)
 	p.poll.Handle(notif.HeartbeatPrefix, p.onHeartbeat)
 	p.poll.Handle("", p.onCompletion)
@@ -334,7 +344,8 @@ func (p *Producer) Held() int {
 }
 
 // Stats returns the prefill rank's counters: holds that expired or were
-// aborted, completions counted, duplicate, stale or foreign, pins refused
+// aborted, completions counted, duplicate, stale, foreign or plain (in
+// gonixl's protocol, refused), pins refused
 // (docs/metrics.md lists them).
 func (p *Producer) Stats() connector.Stats { return engine.StatsOf[connector.Stats](p.stats) }
 
@@ -407,9 +418,31 @@ func (p *Producer) onCompletion(sender string, msg []byte) {
 		p.e.dropAdverts([]string{c.ID})
 	}
 	p.countCompletion(out)
+	if out == completionPlain {
+		p.warnPlain(sender, c.ID)
+		return
+	}
 	if err != nil {
 		p.log.Debug("pullconn: completion ignored", zap.String("from", sender), zap.Error(err))
 	}
+}
+
+// plainWarnEvery is how often at most a prefill rank warns of refused
+// plain completions.
+const plainWarnEvery = 10 * time.Second
+
+// warnPlain warns, at most once per plainWarnEvery, that a plain
+// completion from agent sender for held request id was refused: no decode
+// of this engine sends one, so some other agent, which fetched the rank's
+// metadata, tried to release a hold it does not read.
+func (p *Producer) warnPlain(sender, id string) {
+	ok, leftOut := p.plainWarn.Allow()
+	if !ok {
+		return
+	}
+	p.log.Warn("pullconn: plain completion refused: a decode of this engine names the hold it read",
+		zap.String("from", sender), zap.String("request_id", id), zap.Uint64("left_out", leftOut),
+		zap.String("why", "the sender is no gonixl decode reading this hold; the hold keeps its lease"))
 }
 
 // countCompletion counts what a completion or confirmation did, when it
@@ -428,6 +461,8 @@ func (p *Producer) countCompletion(out completionOutcome) {
 		p.foreign.Inc()
 	case completionStale:
 		p.stale.Inc()
+	case completionPlain:
+		p.plain.Inc()
 	}
 }
 

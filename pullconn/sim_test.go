@@ -96,7 +96,8 @@ const (
 	// pinSent + TransferTimeout (decode's monotonic clock); then decode
 	// sends "<id>:<n>#<hold key>" to the ranks it notifies. Prefill counts
 	// a keyed completion only for the hold it names, and none without a
-	// key for a pinned hold; hold queries bind holds to the asking engine.
+	// key at all (holds.keyed: no decode of a pinning prefill sends one);
+	// hold queries bind holds to the asking engine.
 	pinRules simRules = iota + 1
 	// legacyRules: main at b6a750d. Done when the READs completed before the
 	// converted deadline (the handshake's clock offset); each READ carries
@@ -241,7 +242,7 @@ type simStats struct {
 	results                                                                                            [simResults]int
 	released                                                                                           [simReleases]int
 	// outcomes counts what holds.complete made of each completion.
-	outcomes [completionStale + 1]int
+	outcomes [completionPlain + 1]int
 	simTime  time.Duration
 }
 
@@ -290,14 +291,14 @@ func (a simStats) String() string {
 	fmt.Fprintf(&b, "; %d re-delivered, %d loads refused; %d pins (%d answered after the READs ended, %d lost, %d READs stalled, %d decode pauses, %d loads past their pin)",
 		a.redelivered, a.refused, a.pins, a.pinsLate, a.pinsLost, a.stalled, a.pauses, a.outlasted)
 	fmt.Fprintf(&b, "; completions: %d replayed, %d foreign sent;", a.staleSent, a.foreignSent)
-	for o := completionCounted; o <= completionStale; o++ {
+	for o := completionCounted; o <= completionPlain; o++ {
 		fmt.Fprintf(&b, " %s %d", simOutcomeNames[o], a.outcomes[o])
 	}
 	return b.String()
 }
 
 var simOutcomeNames = [...]string{completionCounted: "counted", completionDone: "done", completionUnknown: "unknown", completionLate: "late",
-	completionInvalid: "invalid", completionDuplicate: "duplicate", completionForeign: "foreign", completionStale: "stale"}
+	completionInvalid: "invalid", completionDuplicate: "duplicate", completionForeign: "foreign", completionStale: "stale", completionPlain: "plain"}
 
 // simWrongBytes is invariant 1's violation, simUncovered 1b's and
 // simOutlasted 1c's.
@@ -697,6 +698,9 @@ func (s *sim) newHolds(tp int) *holds {
 	if err != nil {
 		panic(err)
 	}
+	// As NewProducer sets it: gonixl's protocol, whose decodes name the
+	// hold they read.
+	h.keyed = s.cfg.rules == pinRules
 	return h
 }
 
@@ -1416,6 +1420,9 @@ func (s *sim) onCompletion(m *simMsg) {
 	if out == completionDone {
 		if hd != nil && !hd.pinUntil.IsZero() && m.seq != hd.key {
 			s.violateID(m.id, "release", "rank %d: a completion from %s naming key %x released %s, pinned with key %x", rk.r, m.agent, m.seq, m.id, hd.key)
+		}
+		if s.cfg.rules == pinRules && m.seq == 0 {
+			s.violateID(m.id, "release", "rank %d: a plain completion from %s released %s", rk.r, m.agent, m.id)
 		}
 		s.release(rk, []string{m.id}, relCompletion)
 	}
@@ -2345,7 +2352,7 @@ func TestSimPinRules(t *testing.T) {
 		t.Fatalf("the simulation did not exercise the protocol: %v", total)
 	}
 	if total.pins == 0 || total.pinsLate == 0 || total.pinsLost == 0 || total.stalled == 0 ||
-		total.outcomes[completionStale] == 0 || total.outcomes[completionForeign] == 0 || total.staleSent == 0 || total.foreignSent == 0 {
+		total.outcomes[completionStale] == 0 || total.outcomes[completionForeign] == 0 || total.outcomes[completionPlain] == 0 || total.staleSent == 0 || total.foreignSent == 0 {
 		t.Fatalf("the pin faults did not happen: %v", total)
 	}
 	if long && len(seeds) > 1 && total.outlasted == 0 {
