@@ -40,9 +40,12 @@ func TestBidirectionalTurns(t *testing.T) {
 	if hp == nil || hp["num_tokens"] != float64(96) || hp["remote_engine_id"] != "decode" {
 		t.Fatalf("decode's history params: %v", hp)
 	}
-	if st := p.decode.Stats(); st.HistoryExported != 1 || st.BlocksInUse != 6 {
-		t.Fatalf("decode after turn 1: %+v, want 1 turn exported holding 6 blocks", st)
-	}
+	// The answer is out before decode settles the request's blocks (the
+	// 7th, partial, goes back then): wait for the state, not for a time.
+	eventually(t, "decode after turn 1 holding 6 blocks of 1 exported turn", func() bool {
+		st := p.decode.Stats()
+		return st.HistoryExported == 1 && st.BlocksInUse == 6 && st.Running == 0
+	})
 	turn2 := turn1 + " " + words("b", 30)
 	d2 := p.turn(t, "c1-t2", req(turn2, 4), hp)
 	local := p.complete(t, p.prefill.URL(), "", req(turn2, 4)) // the same prompt, computed whole
