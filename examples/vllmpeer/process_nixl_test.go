@@ -139,7 +139,10 @@ func nativeAgent(t *testing.T) func(string) (nixl.Agent, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := a.CreateBackend("UCX", map[string]string{"ucx_error_handling_mode": "none"}); err != nil {
+		// NIXL's default parameters, as the peer process (and a vLLM
+		// engine) create theirs: UCX refuses endpoints of different error
+		// handling modes.
+		if err := a.CreateBackend("UCX", nil); err != nil {
 			a.Close()
 			return nil, err
 		}
