@@ -171,7 +171,7 @@ func (r *runner) idleFigures(i int, label string) {
 	for _, x := range f {
 		parts = append(parts, x.String())
 	}
-	r.logf("[%s] idle point after step %d (%s): every block free; %s", r.since(), i+1, label, strings.Join(parts, "; "))
+	r.logf("[%s] idle point after step %d (%s): %s", r.since(), i+1, label, strings.Join(parts, "; "))
 }
 
 // sample records, every SampleEvery until stopped, every engine's free
