@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/gonixl/gonixl/promstats"
 	"github.com/gonixl/gonixl/pushconn"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 )
@@ -67,13 +70,28 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 		// The simulation's own checks, so that a benchmark of engines in
 		// other processes can tell that decode got the right bytes.
 		counter("gonixl_engine_kv_bytes_verified_total", "KV bytes decode loaded and found equal to the prompt's.", func() float64 { return float64(s.st.verified.Load()) }),
-		counter("gonixl_engine_kv_verify_failures_total", "Requests whose loaded KV differed from the prompt's.", func() float64 { return float64(s.st.verifyFail.Load()) }))
+		counter("gonixl_engine_kv_verify_failures_total", "Requests whose loaded KV differed from the prompt's.", func() float64 { return float64(s.st.verifyFail.Load()) }),
+		// How each completion request ended, so that a client (the soak,
+		// examples/soak) can match the engine's counts with its own.
+		requestsCounter(labels, "done", &s.st.done), requestsCounter(labels, "failed", &s.st.failed), requestsCounter(labels, "aborted", &s.st.aborted),
+		// The engine's goroutines and memory, to tell a leak over hours.
+		collectors.NewGoCollector())
 	for _, c := range cs {
 		if err := s.reg.Register(c); err != nil {
 			return fmt.Errorf("engine: metrics: %w", err)
 		}
 	}
 	return nil
+}
+
+// requestsCounter is gonixl_engine_requests_total{result}: completion
+// requests that ended so (Stats.RequestsDone, RequestsFailed, RequestsAborted).
+func requestsCounter(labels prometheus.Labels, result string, n *atomic.Uint64) prometheus.Collector {
+	l := prometheus.Labels{"result": result}
+	maps.Copy(l, labels)
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gonixl_engine_requests_total",
+		Help: "Completion requests that ended: done (answered in full), failed (answered with an error), aborted (the client went away first).", ConstLabels: l},
+		func() float64 { return float64(n.Load()) })
 }
 
 func (s *Server) routes() http.Handler {

@@ -489,7 +489,9 @@ func TestHTTP(t *testing.T) {
 	_, metrics := get("/metrics")
 	for _, name := range []string{"vllm:time_to_first_token_seconds_count", "vllm:time_per_output_token_seconds_bucket",
 		"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", `tp_rank="1"`, "vllm:nixl_",
-		"# TYPE gonixl_engine_kv_bytes_verified_total counter", "# TYPE gonixl_engine_kv_verify_failures_total counter"} {
+		"# TYPE gonixl_engine_kv_bytes_verified_total counter", "# TYPE gonixl_engine_kv_verify_failures_total counter",
+		`model_name="tiny",result="done"} 1` + "\n", `model_name="tiny",result="failed"} 0` + "\n", `model_name="tiny",result="aborted"} 0` + "\n",
+		"# TYPE go_goroutines gauge"} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}

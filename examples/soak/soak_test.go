@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The expected text, computed from docs/kvfill.md, is what an engine of
+// the soak's shape answers (here: a prompt served locally by one engine, as
+// the stack's decode derives its text from the KV it received), for
+// completions and chats, streamed and not; another prompt gives other text.
+func TestExpectedTextIsTheEngines(t *testing.T) {
+	s, err := startInproc("pull", defaultShape)
+	require.NoError(t, err)
+	defer s.Close()
+	c := &client{http: &http.Client{}, model: defaultShape.ServedModel, geom: defaultShape.geometry(), deadline: time.Minute}
+	for _, k := range []call{
+		{Prompt: "The quick  brown\tfox", MaxTokens: 5},
+		{Prompt: "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen", MaxTokens: 9, Stream: true},
+		{Prompt: "hello there", MaxTokens: 3, Chat: true},
+		{Prompt: "hello there", MaxTokens: 4, Chat: true, Stream: true},
+	} {
+		k.Behave = behaveNormal
+		r := c.do(context.Background(), s.EngineURL(partDecode), k) // no kv_transfer_params: served locally
+		assert.Equal(t, outOK, r.Outcome, "%+v: %s", k, r.Cause)
+	}
+	g := defaultShape.geometry()
+	assert.NotEqual(t, expectedText(g, "The quick brown fox", 5), expectedText(g, "The quick brown dog", 5))
+	assert.Len(t, strings.Fields(expectedText(g, "a b", 7)), 7)
+}
+
+// The short soak, in-process (the default build): every kind of step on
+// both connectors, one idle gap past every idle timeout, a kill and restart
+// of each part; every check must pass. It takes about two minutes and,
+// until the defects it found are fixed (examples/soak/README.md, "What it
+// found"), fails; so it runs only with GONIXL_SOAK=1:
+//
+//	GONIXL_SOAK=1 go test -count=1 -timeout 20m -run TestShortSoak ./examples/soak/
+func TestShortSoak(t *testing.T) {
+	if os.Getenv("GONIXL_SOAK") != "1" {
+		t.Skip("the short soak runs with GONIXL_SOAK=1 (about two minutes; see README.md)")
+	}
+	out := t.TempDir()
+	var progress strings.Builder
+	rep, err := run(context.Background(), Config{Seed: 1, Short: true, Mode: defaultMode, Connectors: []string{"pull", "push"},
+		Out: out, Progress: &progress, Deadline: 3 * time.Minute})
+	require.NoError(t, err)
+	t.Log(progress.String())
+	for _, f := range []string{"report.md", "report.json", "latency.png", "free_blocks.png", "rss.png"} {
+		_, err := os.Stat(out + "/" + f)
+		assert.NoError(t, err, f)
+	}
+	assert.Empty(t, rep.Failures)
+	var calls, unanswered int
+	for _, p := range rep.Phases {
+		calls += len(p.Results)
+		unanswered += p.counts()[outUnanswered]
+	}
+	assert.NotZero(t, calls)
+	assert.Zero(t, unanswered)
+}
