@@ -54,6 +54,14 @@ type vllmProc struct {
 // connector ("pull" or "push"); it returns once vLLM's side channel listens.
 func startVLLM(t *testing.T, mode, conn, engineID string) *vllmProc {
 	t.Helper()
+	if os.Getenv("GONIXL_VLLM_PAIR") != "1" {
+		// NIXL's wheels bundle UCX 1.23 (1.5.1) or 1.22 (1.4.1), whose wire
+		// UCX 1.13 (Debian's, which a NIXL built here links by default)
+		// cannot speak: a 1.13 agent loading a newer one's metadata aborts
+		// the process in UCX. docs/vllm.md, "Pairing with vLLM's own
+		// connector", says how to run these.
+		t.Skip("pairing with vLLM's own connector needs this NIXL on a UCX the wheel's UCX speaks (1.22 or newer first on LD_LIBRARY_PATH); set GONIXL_VLLM_PAIR=1 once it is")
+	}
 	py := oracle.Python(t)
 	port := freeTCPPort(t)
 	script := filepath.Join(filepath.Dir(oracle.Script()), "worker.py")
@@ -479,14 +487,18 @@ func TestGonixlPrefillVLLMDecode(t *testing.T) {
 						}
 						kv = first
 					} else {
-						for _, p := range pre.pushP {
-							_, err := p.RequestFinished(base+"-0000aaaa", pblocks)
+						// The push prefill's Params, as a proxy hands them to
+						// decode (vLLM's push decode reads remote_request_id
+						// too).
+						var first pushconn.Params
+						for i, p := range pre.pushP {
+							ps, err := p.RequestFinished(base+"-0000aaaa", pblocks)
 							require.NoError(t, err)
+							if i == 0 {
+								first = ps
+							}
 						}
-						// What a proxy hands a push decode: the prefill engine
-						// it chose.
-						kv = map[string]any{"do_remote_prefill": true, "remote_engine_id": pre.e.ID(), "remote_host": pre.e.Host(),
-							"remote_port": pre.e.Port(), "tp_size": tp, "pp_size": 1, "remote_block_ids": [][]int{}}
+						kv = first
 					}
 					v.send(t, map[string]any{"request_id": base + "-0000bbbb", "blocks": dblocks, "num_tokens": 96, "seed": seed, "kv_transfer_params": kv})
 					got := v.next(t, "received")
@@ -535,15 +547,16 @@ func TestVLLMHashMismatchRefused(t *testing.T) {
 				require.NoError(t, err)
 				kv = p
 			} else {
-				_, err := pre.pushP[0].RequestFinished("req-0-0000aaaa", []int{1, 2})
+				p, err := pre.pushP[0].RequestFinished("req-0-0000aaaa", []int{1, 2})
 				require.NoError(t, err)
-				kv = map[string]any{"do_remote_prefill": true, "remote_engine_id": pre.e.ID(), "remote_host": pre.e.Host(),
-					"remote_port": pre.e.Port(), "tp_size": 1, "pp_size": 1, "remote_block_ids": [][]int{}}
+				kv = p
 			}
 			v.send(t, map[string]any{"request_id": "req-0-0000bbbb", "blocks": []int{5, 6}, "num_tokens": 64, "seed": 1, "kv_transfer_params": kv})
 			got := v.nextAny(t, "failed", "received")
 			require.Equal(t, "failed", got["event"], "vLLM's decode must refuse the hash: %v", got)
-			assert.Contains(t, fmt.Sprint(got), "compatibility hash mismatch", "vLLM's own message")
+			assert.Equal(t, false, got["match"])
+			// vLLM logs its refusal; the event says only that the request failed.
+			assert.Contains(t, v.log.String(), "NIXL compatibility hash mismatch. Local: "+v.ready["compat_hash"].(string), "vLLM's own message")
 		})
 	}
 }
