@@ -87,6 +87,7 @@ type Consumer struct {
 	waitTimeouts  *stats.Counter
 	readForgotten *stats.Counter
 	forgotten     *stats.Counter
+	restarts      *stats.Counter
 	regenerations *stats.Counter
 	stuck         *stats.Counter
 	holdQueries   *stats.Counter
@@ -157,6 +158,15 @@ type load struct {
 	// prefixHits are a grouped load's prefix-hit blocks per group
 	// (descriptors.PrefixHits), counted once startLoad takes the load.
 	prefixHits []int
+
+	// After a restart of the prefill engine (restart.go): rehandshook, the
+	// load was routed to a new handshake once (no second time); retried,
+	// its READ failed on a gone agent and it was routed again, to be posted
+	// only if the new handshake (retryFrom is the old one) shows another
+	// incarnation, failing with retryErr otherwise.
+	rehandshook, retried bool
+	retryFrom            *pairing
+	retryErr             error
 }
 
 type xfer struct {
@@ -232,6 +242,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.waitTimeouts = c.stats.Counter("keepalive_timeouts", "KeepAlive registrations dropped: Config.KeepAliveTimeout passed without a Load, or the prefill engine's handshake failed.")
 	c.regenerations = c.stats.Counter("registration_rehandshakes", "Handshakes with a prefill engine forgotten because a request named a higher registration generation (vLLM's remote_registration_generation: prefill registered its KV cache anew).")
 	c.forgotten = c.stats.Counter("forgotten_engines", "Prefill engines forgotten after RankConfig.EngineTTL without a request (their metadata unloaded; the next request handshakes again).")
+	c.restarts = c.stats.Counter("restart_rehandshakes", "Handshakes with a prefill engine made again for a load because the engine restarted at its address (its Params name another incarnation than the handshake, or a READ found its agent gone and the load is retried once).")
 	c.stuck = c.stats.Counter("stuck_transfers", "Ended loads whose READ the agent would not release within the transfer timeout.")
 	c.holdQueries = c.stats.Counter("hold_queries", "Hold queries answered by prefill engines (their holds extended, their deadlines told).")
 	c.notHeld = c.stats.Counter("not_held", "Loads failed with ErrNotHeld: prefill did not pin the hold the Params name for this engine, or the READs outlasted the pin.")

@@ -25,6 +25,9 @@ type pullEngine struct {
 	// same Params and each rank's own hold (which starts later) covers it.
 	advertised map[string]*advert
 	producers  map[int]*Producer // by TP rank, for hold queries
+	// incarnations are the incarnations the producers published, by TP
+	// rank (Params.RemoteIncarnation).
+	incarnations map[int]uint64
 
 	slots slotIndex // staging slot indexes of the prefill ranks
 }
@@ -38,6 +41,9 @@ type advert struct {
 	// nonce tells this hold of the id from any other, in its key, even
 	// if a clock stepped back gave a later hold the same deadline.
 	nonce uint64
+	// incarnation is the engine's incarnation when the first rank
+	// finished the request (Params.RemoteIncarnation).
+	incarnation uint64
 	// took holds the TP ranks that have finished the request with this
 	// advert.
 	took map[int]bool
@@ -78,7 +84,8 @@ func (e *pullEngine) advert(id string, rank int, now, own time.Time) advert {
 		// 53 bits: the Params travel as JSON, and a proxy that decodes
 		// numbers as float64 (Go's map[string]any, JavaScript) keeps
 		// integers exactly only up to 2^53.
-		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1, mono: vllm.SideClock() + own.Sub(now).Seconds(), took: map[int]bool{}}
+		a = &advert{deadline: own, nonce: rand.Uint64()>>11 | 1, mono: vllm.SideClock() + own.Sub(now).Seconds(),
+			incarnation: e.incarnationLocked(), took: map[int]bool{}}
 		e.advertised[id] = a
 	}
 	a.took[rank] = true
@@ -112,7 +119,7 @@ const maxAdverts = 1 << 16
 // NewEngine validates cfg and starts the side channel of a pull engine,
 // the Engine of this package's Producers and Consumers.
 func NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) {
-	e := &pullEngine{producers: map[int]*Producer{}}
+	e := &pullEngine{producers: map[int]*Producer{}, incarnations: map[int]uint64{}}
 	pub, core, err := engine.StartPublic[*connector.Engine](cfg, engine.Connector{Name: "pullconn", Mode: handshake.ModePull, ErrInvalid: errInvalid, ErrClosed: errClosed, OnExtend: e.extend, OnConfirm: e.confirm, OnReady: e.ready, State: e})
 	e.core = core
 	return pub, err
@@ -208,6 +215,7 @@ func (e *pullEngine) removeProducer(rank int, p *Producer) {
 	defer e.mu.Unlock()
 	if e.producers[rank] == p {
 		delete(e.producers, rank)
+		delete(e.incarnations, rank)
 	}
 }
 

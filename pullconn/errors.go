@@ -27,6 +27,12 @@ var (
 	// read cannot be trusted. Forged or replayed Params, a hold that ran out
 	// early (a clock step) or a rank that never held the request give it.
 	ErrNotHeld = errors.New("pullconn: prefill does not hold the request")
+	// ErrPrefillGone: the prefill engine that prefilled the request is
+	// gone: its agent disconnected, or the engine restarted at its address
+	// (another incarnation publishes there now), and with it the hold of
+	// the request's blocks. The request's bytes cannot be read; the next
+	// request handshakes with the engine again.
+	ErrPrefillGone = errors.New("pullconn: prefill engine gone")
 )
 
 // The shared errors as this package reports them: prefixed with its name,

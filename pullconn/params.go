@@ -53,6 +53,13 @@ type Params struct {
 	// so that JSON decoders that read numbers as float64 keep it. Zero from
 	// a peer that does not say.
 	RemoteHoldNonce uint64 `json:"remote_hold_nonce,omitempty"`
+	// RemoteIncarnation names the prefill engine's incarnation that made
+	// these Params (our own key): a digest of the incarnations its ranks
+	// publish in the handshake payload, drawn anew each time a rank starts.
+	// A decode whose handshake with the engine names another one handshakes
+	// again before it reads: the engine restarted at its address. Below
+	// 2^53, like RemoteHoldNonce. Zero from a peer that does not say.
+	RemoteIncarnation uint64 `json:"remote_incarnation,omitempty"`
 }
 
 // holdKey is the identity of the hold these Params describe, as prefill
@@ -158,6 +165,9 @@ func (p *Params) Validate() error {
 	}
 	if p.RemoteHoldNonce >= 1<<53 {
 		return invalidf("Params.RemoteHoldNonce is %d, want below 2^53", p.RemoteHoldNonce)
+	}
+	if p.RemoteIncarnation >= 1<<53 {
+		return invalidf("Params.RemoteIncarnation is %d, want below 2^53", p.RemoteIncarnation)
 	}
 	if s := p.RemoteStagingSlot; s != nil && (*s < 0 || *s >= staging.MaxSlots) {
 		return invalidf("Params.RemoteStagingSlot is %d, want 0..%d", *s, staging.MaxSlots-1)

@@ -97,11 +97,13 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		p.leaveSlots()
 		return nil, err
 	}
-	if _, err := e.core.PublishStaged(cfg.Agent, cfg.Layout, &cfg.Staging); err != nil {
+	inc, err := e.core.PublishStaged(cfg.Agent, cfg.Layout, &cfg.Staging)
+	if err != nil {
 		e.removeProducer(cfg.Layout.TPRank, p)
 		p.leaveSlots()
 		return nil, err
 	}
+	e.published(cfg.Layout.TPRank, p, inc)
 	p.aborted = p.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	p.dropped = p.stats.Counter("dropped_holds", "Holds released by DropHolds (the engine going away) before any decode engine read them.")
 	p.duplicates = p.stats.Counter("duplicate_completions", "Second completions from one decode agent for one hold, not counted.")
@@ -235,6 +237,7 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		RemoteStagingSlot:      slot,
 		RemoteStagingAwait:     job != nil,
 		RemoteHoldNonce:        nonce,
+		RemoteIncarnation:      adv.incarnation,
 	}
 	if groups != nil {
 		params.RemoteBlockIDs, params.RemoteGroupBlockIDs, params.NumTokens = nil, groupids.Copy(groups), tokens
@@ -244,7 +247,7 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		// whose offset the peer measured in the handshake (vLLM's own pull
 		// prefill sends none; its decode reads one this way), and gonixl's
 		// keys are left out: nobody asks for a pin.
-		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce = adv.mono, nil, 0
+		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce, params.RemoteIncarnation = adv.mono, nil, 0, 0
 		params.RemoteRegistrationGeneration = p.e.core.RegistrationGeneration()
 	}
 	p.mu.Lock()

@@ -230,6 +230,9 @@ func (c *Consumer) post(l *load) {
 	if l.ended {
 		return // aborted while it waited
 	}
+	if !c.sameIncarnation(l) || !c.retried(l) {
+		return
+	}
 	set := l.r.setup
 	msg, err := notif.EncodeCompletion(l.p.RemoteRequestID, c.completionN(set))
 	if err != nil {
@@ -296,9 +299,7 @@ func (c *Consumer) post(l *load) {
 		switch {
 		case scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1:
 			if err := c.postChunks(l, s, plan, blocks, l.p.RemoteStagingAwait); err != nil {
-				c.stats.FailedTransfers.Inc()
-				c.forgetIfGone(l.r, err)
-				c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
+				c.readFailed(l, s, err, false)
 				return
 			}
 			// Its completion goes out once every chunk is read (below,
@@ -337,9 +338,7 @@ func (c *Consumer) post(l *load) {
 			}
 		}
 		if err != nil {
-			c.stats.FailedTransfers.Inc()
-			c.forgetIfGone(l.r, err)
-			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, s, set.agents[s], err))
+			c.readFailed(l, s, err, false)
 			return
 		}
 		if !l.r.pins() {
@@ -463,9 +462,7 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		}
 		st, err := c.cfg.Agent.XferStatus(x.h)
 		if err != nil {
-			c.stats.FailedTransfers.Inc()
-			c.forgetIfGone(l.r, err)
-			c.fail(l, fmt.Errorf("%w: request %q: READ from engine %q rank %d failed in flight: %w", ErrTransfer, l.id, l.p.RemoteEngineID, x.rank, err))
+			c.readFailed(l, x.rank, err, true)
 			return false
 		}
 		if st == nixl.StatusSuccess {
@@ -502,18 +499,6 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		return false
 	}
 	return true
-}
-
-// forgetIfGone drops an engine whose agent disconnected, so the next request
-// handshakes again. wmu is held.
-func (c *Consumer) forgetIfGone(r *remote, err error) {
-	if !errors.Is(err, nixl.ErrRemoteDisconnect) && !errors.Is(err, nixl.ErrNotFound) {
-		return
-	}
-	if c.remotes[r.key] == r {
-		delete(c.remotes, r.key)
-	}
-	c.e.core.Client().Forget(r.engineID, r.addr)
 }
 
 // heartbeat sends "HB:" with the remote request ids of every request still

@@ -266,8 +266,12 @@ func (c *Consumer) postReady(l *load) error {
 		}
 		if err != nil {
 			c.stats.FailedTransfers.Inc()
-			c.forgetIfGone(l.r, err)
-			return fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, x.rank, set.agents[x.rank], err)
+			failed := fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, x.rank, set.agents[x.rank], err)
+			if agentGone(err) {
+				c.forgetHandshake(l.r)
+				return c.goneError(l, x.rank, failed)
+			}
+			return failed
 		}
 		x.local, x.remote = nixl.XferList{}, nixl.XferList{}
 	}

@@ -32,6 +32,10 @@ type remote struct {
 	// generation is the highest remote_registration_generation a request
 	// routed to this handshake named.
 	generation int
+	// retired are incarnations (Params.RemoteIncarnation) a handshake made
+	// after their Params showed are not the engine's any more: loads of
+	// them fail without another handshake.
+	retired map[uint64]bool
 }
 
 // pins reports whether the engine pins holds for READs (a gonixl prefill

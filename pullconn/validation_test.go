@@ -155,6 +155,9 @@ func TestBadArgumentsAreRefusedWithTheExactError(t *testing.T) {
 		"pullconn: invalid argument: Params.RemoteBlocksExpiryTime is -1, want seconds since the Unix epoch (0 for none)": func() error {
 			return cn.Load("x", bad(func(q *Params) { q.RemoteBlocksExpiryTime = -1 }), nil)
 		},
+		"pullconn: invalid argument: Params.RemoteIncarnation is 9007199254740992, want below 2^53": func() error {
+			return cn.Load("x", bad(func(q *Params) { q.RemoteIncarnation = 1 << 53 }), nil)
+		},
 		`pullconn: invalid argument: request "x": localBlocks[0] is 99, layout has 64 blocks`: func() error { return cn.Load("x", params, []int{99}) },
 		"pullconn: invalid argument: Params.TPSize is 0, want >= 1": func() error {
 			return cn.KeepAlive("x", bad(func(q *Params) { q.TPSize = 0 }))

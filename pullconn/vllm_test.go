@@ -42,6 +42,7 @@ func TestVLLMProtocol(t *testing.T) {
 			assert.InDelta(t, vllm.SideClock()+30, p.RemoteBlocksExpiryTime, 1, "the lease's end on the side channel's clock")
 			assert.Nil(t, p.RemoteStagingSlot)
 			assert.Zero(t, p.RemoteHoldNonce)
+			assert.Zero(t, p.RemoteIncarnation, "gonixl's key, left out in vLLM's protocol")
 			c.load("dreq-1", p, dblocks)
 			for i, r := range c.result("dreq-1") {
 				require.NoError(t, r.Err, "decode rank %d", i)
