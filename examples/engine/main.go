@@ -79,7 +79,7 @@ func run(args []string) error {
 	connector := fs.String("connector", "pull", `"pull" (NixlConnector) or "push" (NixlPushConnector)`)
 	kvConfig := fs.String("kv-transfer-config", "", `vLLM's JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_consumer"}; sets -role and -connector`)
 	inline := fs.Bool("inline", false, "pull decode: post READs on the engine loop, as vLLM does today")
-	protocol := fs.String("protocol", server.ProtocolGonixl, `"gonixl" or "vllm": vLLM's NIXL connectors (version 12, pull and push), to pair with vLLM instances (docs/vllm.md)`)
+	protocol := fs.String("protocol", server.ProtocolGonixl, `"gonixl" or "vllm": vLLM's NIXL connectors (versions 12 to 16, pull and push), to pair with vLLM instances (docs/vllm.md)`)
 	vllmVersion := fs.String("vllm-version", "", "-protocol vllm: the vLLM peers' version string (vllm.__version__), for the compatibility hash")
 	connectorVersion := fs.Int("vllm-connector-version", 0, "-protocol vllm: the vLLM peers' NIXL_CONNECTOR_VERSION, 12 to 16 (0: the one -vllm-version's release speaks, else 16)")
 	attnBackend := fs.String("attn-backend", "FLASH_ATTN", "-protocol vllm: the vLLM peers' attention backend name, for the compatibility hash")

@@ -282,9 +282,13 @@ func (s *Server) parseKV(raw json.RawMessage, r *request) *fieldError {
 	if e := decodeJSON(kv, &f, param+"."); e != nil {
 		return e
 	}
+	// A leg without transfer_mode is the engine's own connector's: vLLM's
+	// proxies send the prefill leg only {"do_remote_decode": true}, to pull
+	// and push engines alike (vLLM writes transfer_mode only into the
+	// params a prefill returns).
 	mode := f.TransferMode
 	if mode == "" {
-		mode = ConnPull
+		mode = s.cfg.Connector
 	}
 	if (f.DoRemoteDecode || f.DoRemotePrefill) && mode != s.cfg.Connector {
 		return badRequest(param+".transfer_mode", "kv_transfer_params.transfer_mode is %q, but this engine's connector is %q; send the request to a %s engine.", mode, s.cfg.Connector, mode)
