@@ -48,6 +48,8 @@ type pushCounters struct {
 
 	prefillGone  *stats.Counter
 	unloadFailed *stats.Counter
+
+	decodeRestarts *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -95,5 +97,7 @@ func newPushCounters(s *stats.Set) *pushCounters {
 
 		prefillGone:  s.Counter("prefill_gone", "Prefill rank incarnations found dead (a send to the agent failed and the engine's address refused connections or published another incarnation) and unloaded: their requests failed or released their blocks at once (decode)."),
 		unloadFailed: s.Counter("prefill_unload_failed", "Prefill agents found dead whose metadata could not be unloaded: their requests keep their blocks until the cancel timeout (decode)."),
+
+		decodeRestarts: s.Counter("decode_restarts", "Decode engines found restarted at the same address (a fresh handshake showed other agents or incarnations): handshook with the new instance, the old agents' metadata unloaded, the old instance's registrations dropped unwritten (prefill)."),
 	}
 }

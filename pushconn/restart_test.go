@@ -165,6 +165,7 @@ func TestOldRegistrationDroppedOnceTheNewInstanceIsKnown(t *testing.T) {
 	require.Zero(t, s.FailedTransfers, "the WRITE for the new instance never went to the old metadata")
 	require.Equal(t, uint64(1), s.Transfers)
 	require.Equal(t, uint64(2), extra(t, s, "handshakes"))
+	require.Equal(t, uint64(1), extra(t, s, "decode_restarts"), "the fresh handshake showed another incarnation")
 	require.Zero(t, extra(t, s, "push_fail_sent"))
 }
 
@@ -206,6 +207,7 @@ func TestLateRegistrationFromDeadInstanceIsDroppedOnArrival(t *testing.T) {
 	require.Equal(t, uint64(2), s.ExpiredRequests)
 	require.Zero(t, extra(t, s, "push_fail_sent"))
 	require.Zero(t, d.consumer.Stats().UnknownNotifications)
+	require.Equal(t, uint64(1), extra(t, s, "decode_restarts"), "the stranger's handshake showed the same instance")
 }
 
 // A registration without decode_incarnation (as vLLM sends it) is tied to
@@ -254,5 +256,6 @@ func TestSameInstanceIsRetriedAfterFreshHandshake(t *testing.T) {
 	eventually(t, "second handshake", func() bool { return extra(t, p.Stats(), "handshakes") == 2 })
 	s := p.Stats()
 	require.Zero(t, extra(t, s, "stale_registrations"))
+	require.Zero(t, extra(t, s, "decode_restarts"), "the same instance answered")
 	require.Equal(t, uint64(1), s.Transfers)
 }

@@ -1,6 +1,7 @@
 package pushconn
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,6 +46,10 @@ type pendingReg struct {
 	// was admitted for (its payload's Incarnation): a WRITE goes only into
 	// that instance, never into one that restarted under the same name.
 	incarnation uint64
+	// metadata is that rank's agent metadata in the same payload: without
+	// incarnations (vLLM's protocol) it is what tells a restarted instance
+	// of the same agent name from the one that registered.
+	metadata []byte
 }
 
 // decodeEngine is a decode engine as one prefill rank sees it.
@@ -65,6 +70,18 @@ type decodeEngine struct {
 	// engine restarted or its agents left), newest last, so a late
 	// registration from a dead instance is recognised without a handshake.
 	retired []uint64
+	// prev and prevTargets are the payload and targets that forget dropped,
+	// kept until a fresh handshake succeeds, so that handshake can tell
+	// whether the engine restarted (decoderestart.go).
+	prev        *handshake.Payload
+	prevTargets map[string]int
+	// dead holds the names of agents of incarnations that the engine
+	// replaced with agents of other names, newest last (at most
+	// retiredCap): a registration from one is dropped without a handshake.
+	dead []string
+	// unload holds dead agents whose metadata waits for the WRITEs in
+	// flight into them to end before it is unloaded.
+	unload []string
 }
 
 // retiredCap bounds decodeEngine.retired: a few restarts of a TP 8 engine.
@@ -145,6 +162,9 @@ type writer struct {
 	parked  int                  // registrations parked over all peers
 	scratch descriptors.Transfer // mapping lists, reused by startWrite
 	planner staging.Planner
+	// unloading: decode engines with dead agents whose metadata waits for
+	// WRITEs in flight to end (decodeEngine.unload).
+	unloading map[*decodeEngine]bool
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
@@ -181,6 +201,7 @@ func (w *writer) tick() {
 		w.abort(id)
 	}
 	w.pollWrites()
+	w.unloadWhenIdle()
 	w.expire(p.now())
 }
 
@@ -283,7 +304,13 @@ func (w *writer) evictIdlePeer() bool {
 // agents' metadata; a later registration from it handshakes again.
 func (w *writer) forgetPeer(de *decodeEngine) {
 	delete(w.peers, de.key)
+	delete(w.unloading, de)
 	w.p.engine.core.Client().Forget(de.engineID, de.addr)
+	for _, agent := range de.unload {
+		if !w.writesInto(agent) {
+			_ = w.p.cfg.Agent.InvalidateRemoteMD(agent)
+		}
+	}
 	for agent := range de.targets {
 		if !w.writesInto(agent) { // another entry may reach the same engine under another host spelling
 			_ = w.p.cfg.Agent.InvalidateRemoteMD(agent) // loaded again by its next handshake
@@ -369,6 +396,7 @@ func (w *writer) handshakeDone(s shakeResult) {
 		}
 		return
 	}
+	w.noteRestart(de)
 	acks := de.acks
 	de.acks = nil
 	for _, a := range acks {
@@ -434,6 +462,9 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 		return
 	}
 	rank, ok := de.targets[sender]
+	if !ok && w.strangerSender(de, r) {
+		return
+	}
 	if ok {
 		cur := de.payload.Ranks[rank].Incarnation
 		if inc := reg.DecodeIncarnation; inc != 0 && cur != 0 && inc != cur {
@@ -473,7 +504,7 @@ func (w *writer) admit(de *decodeEngine, r parkedReg) {
 		return
 	}
 	key := match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}
-	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank, incarnation: de.payload.Ranks[rank].Incarnation}
+	pr := &pendingReg{reg: reg, sender: sender, peer: de, rank: rank, incarnation: de.payload.Ranks[rank].Incarnation, metadata: de.payload.Ranks[rank].Metadata}
 	m, out, err := w.matcher.Register(received, sender, key, reg.Seq, len(de.targets), pr)
 	if m.Superseded {
 		// The same request id registered again by the same decode rank:
@@ -859,6 +890,9 @@ func (w *writer) forget(de *decodeEngine) {
 	if n := len(de.retired) - retiredCap; n > 0 {
 		de.retired = append(de.retired[:0], de.retired[n:]...)
 	}
+	if de.prev == nil { // the last payload a handshake confirmed
+		de.prev, de.prevTargets = de.payload, de.targets
+	}
 	de.payload, de.targets = nil, nil
 	w.p.engine.core.Client().Forget(de.engineID, de.addr)
 }
@@ -869,7 +903,16 @@ func (w *writer) forget(de *decodeEngine) {
 func (pr *pendingReg) sameInstance() bool {
 	de := pr.peer
 	rank, ok := de.targets[pr.sender]
-	return ok && de.payload.Ranks[rank].Incarnation == pr.incarnation
+	if !ok {
+		return false
+	}
+	cur := &de.payload.Ranks[rank]
+	if cur.Incarnation != 0 || pr.incarnation != 0 {
+		return cur.Incarnation == pr.incarnation
+	}
+	// No incarnations (vLLM's protocol): an agent that restarted under
+	// the same name publishes other metadata (its new endpoints).
+	return bytes.Equal(cur.Metadata, pr.metadata)
 }
 
 // dropStale drops a registration of a decode rank instance that has since
