@@ -344,7 +344,13 @@
 // its registration timeout passes. Dropped registrations get no WRITE and
 // no PUSH_FAIL — the instance that could read one is gone, and the agent
 // of that name, the new instance, may hold a request of the same id — and
-// are counted in stale_registrations. Remaining window: a WRITE posted
+// are counted in stale_registrations. A registration from an agent the
+// cached handshake does not name at all (a real engine names its agents
+// anew at every start) makes prefill handshake again too; a fresh
+// handshake that shows other agents or incarnations (without incarnations,
+// as in vLLM's protocol: other agent metadata) counts decode_restarts and
+// unloads the old agents' metadata once no WRITE into them is in flight.
+// Remaining window: a WRITE posted
 // before the restart (and PUSH_CANCEL, which a crash never sends) is not
 // recalled; and a handshake already in flight when prefill asks for a
 // fresh one may answer with the old payload, in which case a new
@@ -446,7 +452,7 @@
 // and, used in vLLM's protocol only, push_fail_withheld,
 // lease_extensions and write_bound_releases; then prefill_gone and
 // prefill_unload_failed (decode: prefill ranks found dead, see Write
-// safety);
+// safety), and decode_restarts (prefill: decode engines found restarted);
 // a rank that stages adds the staging counters after them
 // (docs/metrics.md). With a Logger, those that moved in an interval are
 // logged on that interval's "KV Transfer metrics:" line, as
