@@ -125,11 +125,16 @@ type runner struct {
 	start   time.Time
 	mu      sync.Mutex
 	last    map[string]series // conn/part -> the counters at the last idle point
+	// logMu serializes progress lines: every connector's stack logs from
+	// its own goroutine, and Progress need not be safe for concurrent use.
+	logMu sync.Mutex
 }
 
 func (r *runner) since() string { return time.Since(r.start).Round(time.Second).String() }
 
 func (r *runner) logf(format string, a ...any) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
 	fmt.Fprintf(r.cfg.Progress, format+"\n", a...)
 }
 
@@ -224,9 +229,12 @@ func (r *runner) traffic(rng *rand.Rand, conn string, st step, t target) []resul
 		// The strict traffic after the idle point must find the restarted
 		// part in the proxy's rotation, which takes the proxy's next health
 		// check (examples/proxy/README.md).
-		settled := time.Now().Add(r.cfg.shape.HealthInterval)
-		if err := waitInRotation(t.ProxyURL(), 1, settled, time.Minute); err != nil {
+		restarted := time.Now()
+		if err := waitInRotation(t.ProxyURL(), 1, restarted.Add(r.cfg.shape.HealthInterval), time.Minute); err != nil {
 			r.fail("%s: after the restart of %s: %v", conn, st.Part, err)
+		} else {
+			r.logf("[%s] %s: %s restarted; the proxy reports every engine in rotation %v later", r.since(), conn, st.Part,
+				time.Since(restarted).Round(100*time.Millisecond))
 		}
 		return res
 	}
