@@ -72,7 +72,7 @@ func startInproc(connector string, shape stackShape) (_ *inproc, err error) {
 
 func (t *inproc) startProxy(within time.Duration) error {
 	p, err := pd.New(pd.Config{Prefill: []string{t.EngineURL(partPrefill)}, Decode: []string{t.EngineURL(partDecode)},
-		Connector: t.connector, RequestTimeout: t.shape.ProxyTimeout, StartWait: within})
+		Connector: t.connector, RequestTimeout: t.shape.ProxyTimeout, HealthInterval: t.shape.HealthInterval, StartWait: within})
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}

@@ -65,7 +65,7 @@ func startProcs(ctx context.Context, bin stack.Programs, logDir, connector strin
 		}
 		t.args[part] = append(args, "-port", port(t.urls[part]), "-side-channel-port", strconv.Itoa(side))
 	}
-	proxy := []string{"-connector", connector, "-request-timeout", shape.ProxyTimeout.String(),
+	proxy := []string{"-connector", connector, "-request-timeout", shape.ProxyTimeout.String(), "-health-interval", shape.HealthInterval.String(),
 		"-prefill", strings.TrimPrefix(t.urls[partPrefill], "http://"), "-decode", strings.TrimPrefix(t.urls[partDecode], "http://")}
 	log, err := t.start(partProxy, append(proxy, "-port", "0"))
 	if err != nil {

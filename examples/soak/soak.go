@@ -125,11 +125,16 @@ type runner struct {
 	start   time.Time
 	mu      sync.Mutex
 	last    map[string]series // conn/part -> the counters at the last idle point
+	// logMu serializes progress lines: every connector's stack logs from
+	// its own goroutine, and Progress need not be safe for concurrent use.
+	logMu sync.Mutex
 }
 
 func (r *runner) since() string { return time.Since(r.start).Round(time.Second).String() }
 
 func (r *runner) logf(format string, a ...any) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
 	fmt.Fprintf(r.cfg.Progress, format+"\n", a...)
 }
 
@@ -166,7 +171,7 @@ func (r *runner) each(f func(conn string, t target)) {
 func (r *runner) runStep(i int, st step) {
 	r.each(func(conn string, t target) {
 		rng := rand.New(rand.NewSource(st.Seed))
-		res := r.traffic(rng, st, t)
+		res := r.traffic(rng, conn, st, t)
 		r.record(i, st, conn, st.Kind, res, st.Kind != stepKill)
 	})
 	strict := st.Kind != stepKill
@@ -184,7 +189,7 @@ func (r *runner) runStep(i int, st step) {
 }
 
 // traffic runs one step's calls on t and returns their results.
-func (r *runner) traffic(rng *rand.Rand, st step, t target) []result {
+func (r *runner) traffic(rng *rand.Rand, conn string, st step, t target) []result {
 	tr := &traffic{c: r.client, base: t.ProxyURL()}
 	capacity := r.cfg.shape.MaxBatch
 	switch st.Kind {
@@ -214,12 +219,22 @@ func (r *runner) traffic(rng *rand.Rand, st step, t target) []result {
 		}()
 		time.Sleep(st.For / 3)
 		if err := t.Kill(st.Part); err != nil {
-			r.fail("kill %s: %v", st.Part, err)
+			r.fail("%s: kill %s: %v", conn, st.Part, err)
 		}
 		<-done
 		res := tr.wait()
 		if err := t.Restart(st.Part, time.Minute); err != nil {
-			r.fail("restart %s: %v", st.Part, err)
+			r.fail("%s: restart %s: %v", conn, st.Part, err)
+		}
+		// The strict traffic after the idle point must find the restarted
+		// part in the proxy's rotation, which takes the proxy's next health
+		// check (examples/proxy/README.md).
+		restarted := time.Now()
+		if err := waitInRotation(t.ProxyURL(), 1, restarted.Add(r.cfg.shape.HealthInterval), time.Minute); err != nil {
+			r.fail("%s: after the restart of %s: %v", conn, st.Part, err)
+		} else {
+			r.logf("[%s] %s: %s restarted; the proxy reports every engine in rotation %v later", r.since(), conn, st.Part,
+				time.Since(restarted).Round(100*time.Millisecond))
 		}
 		return res
 	}

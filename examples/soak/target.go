@@ -40,12 +40,15 @@ type stackShape struct {
 	TP, NumBlocks, MaxBatch  int
 	Lease, RequestTimeout    time.Duration
 	ProxyTimeout             time.Duration
-	ComputeScale             float64
-	ServedModel              string
+	// HealthInterval is the proxy's health-check period, which is also
+	// its health timeout (pd.Config.HealthTimeout's default).
+	HealthInterval time.Duration
+	ComputeScale   float64
+	ServedModel    string
 }
 
 var defaultShape = stackShape{Layers: 2, KVHeads: 2, HeadDim: 16, TP: 2, NumBlocks: 128, MaxBatch: 16,
-	Lease: 10 * time.Second, RequestTimeout: 20 * time.Second, ProxyTimeout: 40 * time.Second, ComputeScale: 0.25, ServedModel: "soak"}
+	Lease: 10 * time.Second, RequestTimeout: 20 * time.Second, ProxyTimeout: 40 * time.Second, HealthInterval: 2 * time.Second, ComputeScale: 0.25, ServedModel: "soak"}
 
 func (s stackShape) geometry() geometry {
 	return geometry{Layers: s.Layers, KVHeads: s.KVHeads, HeadDim: s.HeadDim, DTypeBytes: 2}
