@@ -29,8 +29,8 @@ func (a *pausedRounds) GetNotifs(opts *nixl.Options) (nixl.Notifs, error) {
 	a.flag.Unlock()
 	if paused {
 		close(waiting)
-		a.mu.Lock()
-		a.mu.Unlock() //nolint:staticcheck // waits for resume
+		a.mu.Lock() // held by pause until resume: this round waits here
+		defer a.mu.Unlock()
 	}
 	return a.Agent.GetNotifs(opts)
 }
