@@ -23,13 +23,8 @@ func (c *Consumer) forgetStaleEngines(now time.Time) {
 		}
 	}
 	for _, r := range stale {
-		delete(c.remotes, r.key)
-		for _, name := range r.setup.agents {
-			if name != "" && !c.readsFromAgent(name) {
-				_ = c.cfg.Agent.InvalidateRemoteMD(name) // loaded again by the next handshake
-			}
-		}
-		c.e.core.Client().Forget(r.engineID, r.addr)
+		c.forgetHandshake(r)
+		c.unloadAgents(r)
 		c.forgotten.Inc()
 		c.log.Info("pullconn: forgot an idle prefill engine", zap.String("remote_engine_id", r.engineID),
 			zap.String("addr", r.addr), zap.Duration("idle", now.Sub(r.lastActive)), zap.Duration("engine_ttl", c.cfg.EngineTTL))
@@ -99,13 +94,8 @@ func (c *Consumer) checkGeneration(key string, gen int) {
 	if !ok || gen <= r.generation || !r.ready {
 		return
 	}
-	delete(c.remotes, key)
-	for _, name := range r.setup.agents {
-		if name != "" && !c.readsFromAgent(name) {
-			_ = c.cfg.Agent.InvalidateRemoteMD(name) // loaded again by the next handshake
-		}
-	}
-	c.e.core.Client().Forget(r.engineID, r.addr)
+	c.forgetHandshake(r)
+	c.unloadAgents(r)
 	c.regenerations.Inc()
 	c.log.Info("pullconn: prefill registered its KV cache anew; handshaking again", zap.String("remote_engine_id", r.engineID),
 		zap.String("addr", r.addr), zap.Int("generation", gen), zap.Int("handshake_generation", r.generation))

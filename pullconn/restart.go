@@ -88,6 +88,20 @@ func (c *Consumer) forgetHandshake(r *remote) {
 	c.e.core.Client().Forget(r.engineID, r.addr)
 }
 
+// unloadAgents unloads the metadata of r's agents that no other known
+// engine reaches (the same engine under another host spelling); the next
+// handshake loads it again. r is already forgotten. wmu is held.
+func (c *Consumer) unloadAgents(r *remote) {
+	if r.setup == nil {
+		return
+	}
+	for _, name := range r.setup.agents {
+		if name != "" && !c.readsFromAgent(name) {
+			_ = c.cfg.Agent.InvalidateRemoteMD(name)
+		}
+	}
+}
+
 // agentGone reports whether err is the agent's word that a prefill agent is
 // gone (disconnected, closed, or its metadata unloaded).
 func agentGone(err error) bool {
