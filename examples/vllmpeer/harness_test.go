@@ -153,12 +153,33 @@ func (g *gonixl) finish(t *testing.T, id string, blocks []int) pullconn.Params {
 // results waits for id's result on every decode rank.
 func (g *gonixl) results(t *testing.T, id string) []connector.Result {
 	t.Helper()
-	out := make([]*connector.Result, len(g.cons))
-	deadline := time.Now().Add(20 * time.Second)
+	drains := make([]func() []connector.Result, len(g.cons))
+	for i, c := range g.cons {
+		drains[i] = c.Drain
+	}
+	return awaitResults(t, id, 20*time.Second, drains)
+}
+
+// freed waits until every prefill rank freed id.
+func (g *gonixl) freed(t *testing.T, id string) {
+	t.Helper()
+	drains := make([]func() []string, len(g.prods))
+	for i, p := range g.prods {
+		drains[i] = p.DrainFreed
+	}
+	awaitFreed(t, id, 20*time.Second, drains)
+}
+
+// awaitResults waits, at most bound (which only bounds a hang), for id's
+// one result from each of drains (a decode rank's Drain each).
+func awaitResults(t *testing.T, id string, bound time.Duration, drains []func() []connector.Result) []connector.Result {
+	t.Helper()
+	out := make([]*connector.Result, len(drains))
+	deadline := time.Now().Add(bound)
 	for {
 		all := true
-		for i, c := range g.cons {
-			for _, r := range c.Drain() {
+		for i, d := range drains {
+			for _, r := range d() {
 				require.Equal(t, id, r.RequestID, "rank %d", i)
 				require.Nil(t, out[i], "rank %d: a second result", i)
 				out[i] = &r
@@ -177,15 +198,16 @@ func (g *gonixl) results(t *testing.T, id string) []connector.Result {
 	}
 }
 
-// freed waits until every prefill rank freed id.
-func (g *gonixl) freed(t *testing.T, id string) {
+// awaitFreed waits, at most bound, until each of drains (a prefill rank's
+// DrainFreed each) freed id, once.
+func awaitFreed(t *testing.T, id string, bound time.Duration, drains []func() []string) {
 	t.Helper()
-	got := make([]bool, len(g.prods))
-	deadline := time.Now().Add(20 * time.Second)
+	got := make([]bool, len(drains))
+	deadline := time.Now().Add(bound)
 	for {
 		all := true
-		for i, p := range g.prods {
-			for _, f := range p.DrainFreed() {
+		for i, d := range drains {
+			for _, f := range d() {
 				require.Equal(t, id, f, "prefill rank %d", i)
 				require.False(t, got[i], "prefill rank %d freed %s twice", i, id)
 				got[i] = true

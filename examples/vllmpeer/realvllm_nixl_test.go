@@ -329,7 +329,8 @@ func newSide(t *testing.T, conn string, prefill bool, tp int, ready map[string]a
 	return s
 }
 
-// results waits for id's result on every decode rank.
+// results waits for id's result on every decode rank (the bound only
+// bounds a hang).
 func (s *side) results(t *testing.T, id string) []connector.Result {
 	t.Helper()
 	var drains []func() []connector.Result
@@ -339,28 +340,7 @@ func (s *side) results(t *testing.T, id string) []connector.Result {
 	for _, c := range s.pushC {
 		drains = append(drains, c.Drain)
 	}
-	out := make([]*connector.Result, len(drains))
-	deadline := time.Now().Add(2 * time.Minute) // bounds a hang only
-	for {
-		all := true
-		for i, d := range drains {
-			for _, r := range d() {
-				require.Equal(t, id, r.RequestID, "rank %d", i)
-				require.Nil(t, out[i], "rank %d: a second result", i)
-				out[i] = &r
-			}
-			all = all && out[i] != nil
-		}
-		if all {
-			rs := make([]connector.Result, len(out))
-			for i, r := range out {
-				rs[i] = *r
-			}
-			return rs
-		}
-		require.True(t, time.Now().Before(deadline), "no result for %s on every rank", id)
-		time.Sleep(time.Millisecond)
-	}
+	return awaitResults(t, id, 2*time.Minute, drains)
 }
 
 // freed waits until every prefill rank freed id.
@@ -373,24 +353,7 @@ func (s *side) freed(t *testing.T, id string) {
 	for _, p := range s.pushP {
 		drains = append(drains, p.DrainFreed)
 	}
-	got := make([]bool, len(drains))
-	deadline := time.Now().Add(2 * time.Minute) // bounds a hang only
-	for {
-		all := true
-		for i, d := range drains {
-			for _, f := range d() {
-				require.Equal(t, id, f, "prefill rank %d", i)
-				require.False(t, got[i], "prefill rank %d freed %s twice", i, id)
-				got[i] = true
-			}
-			all = all && got[i]
-		}
-		if all {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "prefill ranks freed %v of %s", got, id)
-		time.Sleep(time.Millisecond)
-	}
+	awaitFreed(t, id, 2*time.Minute, drains)
 }
 
 func (s *side) verify(t *testing.T, seed int, blocks []int) {
