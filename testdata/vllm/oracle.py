@@ -25,6 +25,9 @@ Commands (one per process; answers are JSON lines on stdout):
   base-id ID...             vLLM's get_base_request_id of each id
   pull-params               stdin: JSON request -> the kv_transfer_params a
                             vLLM pull prefill returns when it finishes
+  metrics-line              stdin: JSON interval per line -> the "KV Transfer metrics"
+                            line vLLM logs for it (NixlKVConnectorStats.reduce,
+                            joined as KVConnectorLogging.log joins it)
   recv-meta                 stdin: JSON {request_id, local_block_ids, params}
                             per line -> the ReqMeta a vLLM decode builds
                             from those kv_transfer_params
@@ -337,7 +340,36 @@ def cmd_recv_meta(_args):
              }})
 
 
+def cmd_metrics_line(_args):
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
+        NixlKVConnectorStats,
+    )
+
+    for line in sys.stdin:
+        if line.strip():
+            metrics_line_one(NixlKVConnectorStats(), json.loads(line))
+
+
+def metrics_line_one(st, f):
+    for x in f.get("transfers") or []:
+        # record_transfer reads these attributes of NIXL's telemetry
+        # (durations in microseconds).
+        st.record_transfer(types.SimpleNamespace(xferDuration=x["xfer_us"], postDuration=x["post_us"],
+                                                 totalBytes=x["bytes"], descCount=x["descs"]))
+    for name, record in (("failed_transfers", st.record_failed_transfer),
+                         ("failed_notifications", st.record_failed_notification),
+                         ("failed_handshakes", st.record_failed_handshake),
+                         ("expired", st.record_kv_expired_req),
+                         ("after_expiry", st.record_notification_after_expiry)):
+        for _ in range(f.get(name, 0)):
+            record()
+    # metrics.py's KVConnectorLogging.log joins reduce()'s items this way.
+    line = ", ".join(f"{k}={v}" for k, v in st.reduce().items())
+    out({"line": "KV Transfer metrics: " + line, "empty": st.is_empty()})
+
+
 COMMANDS = {
+    "metrics-line": cmd_metrics_line,
     "pull-params": cmd_pull_params,
     "recv-meta": cmd_recv_meta,
     "info": cmd_info,
