@@ -260,3 +260,21 @@ func prompt(n int) (string, []int) {
 	s := strings.Join(words, " ")
 	return s, vllmpeer.Tokenize(s)
 }
+
+// awaitPushRegs waits, at most bound, until the prefill peer has read n
+// PUSH_REGs, and returns its report then. A prefill rank writes on the first
+// registration it reads; the others (one per further decode rank) may still
+// be on their way when the write is done, so a report taken at that moment
+// can hold fewer.
+func awaitPushRegs(t *testing.T, pre *vllmpeer.Peer, n int, bound time.Duration) vllmpeer.Report {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		rep := pre.Report()
+		if len(rep.PushRegs) >= n {
+			return rep
+		}
+		require.True(t, time.Now().Before(deadline), "the prefill peer read %d PUSH_REGs of %d", len(rep.PushRegs), n)
+		time.Sleep(200 * time.Microsecond)
+	}
+}

@@ -56,9 +56,9 @@ func TestPushPeerToPeer(t *testing.T) {
 					}
 					assert.Equal(t, wantN, dec.Report().Notifs[r], "decode rank %d", r)
 				}
-				rep := pre.Report()
 				// Every decode rank registers with every prefill rank it
 				// handshook; a prefill rank writes once, on the first.
+				rep := awaitPushRegs(t, pre, tc.prefill*max(1, tc.decode/tc.prefill), 20*time.Second)
 				regs := map[int]int{}
 				for _, s := range rep.PushRegs {
 					regs[s.Rank]++

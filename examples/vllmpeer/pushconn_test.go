@@ -183,7 +183,7 @@ func TestGonixlPushDecodeFromPeerPrefill(t *testing.T) {
 				require.Zero(t, ck.BadBytes, "decode rank %d: %s", r, ck.First)
 				require.NotZero(t, ck.OKBytes)
 			}
-			rep := pre.Report()
+			rep := awaitPushRegs(t, pre, tc.prefill*max(1, tc.decode/tc.prefill), 20*time.Second)
 			regs := map[int]int{}
 			for _, s := range rep.PushRegs {
 				regs[s.Rank]++
