@@ -66,6 +66,13 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	// Full duplex: an engine may start its answer before the transport has
+	// sent (or made its last read of) the request body. Without it net/http's
+	// HTTP/1 server closes the unread body when the answer's header goes
+	// out (Go issue 40747); the transport then tears the engine connection
+	// down and cuts the stream ("use of closed network connection"), or
+	// waits on the body's lock when the client is still sending.
+	_ = http.NewResponseController(w).EnableFullDuplex() // not every writer supports it; nothing better to do then
 	i := b.pick()
 	defer b.inflight[i].Add(-1)
 	b.proxies[i].ServeHTTP(w, r)
