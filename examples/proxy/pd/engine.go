@@ -3,8 +3,10 @@ package pd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -68,6 +70,13 @@ type engine struct {
 	wrongConnector string          // non-empty: the engine speaks another connector than the proxy
 	wrongRole      string          // non-empty: the engine reports the other role
 	lastHealthErr  error           // the last GET /health's error, nil if it passed
+	// slowOnly: out of rotation only because its health checks timed out (it
+	// answered none in time, refused none); ever passed one. pick falls back
+	// on such engines when no other is usable: a host busy enough to miss
+	// HealthFailures checks in a row is still serving, and an answer that
+	// comes late beats a 503 for every request (Envoy's panic threshold).
+	slowOnly   bool
+	passedOnce bool
 }
 
 // whyOut says why the engine is not in rotation under connector conn, from what its
@@ -144,15 +153,24 @@ func normalizeConnector(s string) string {
 
 // inRotation says whether the engine may get requests under connector conn.
 func (e *engine) inRotation(conn string) bool {
-	return e.usable(conn, false)
+	return e.usable(conn, inRotationOnly)
 }
 
-// usable is inRotation, or with suspectOK also an engine that only a request's failure
-// took out.
-func (e *engine) usable(conn string, suspectOK bool) bool {
+// How far pick reaches when no engine in rotation is left: usable's level.
+const (
+	inRotationOnly = iota // healthy and not suspect
+	suspectOK             // also an engine only a request's failure took out
+	slowOK                // also one out only because its health checks timed out
+)
+
+// usable is inRotation at level inRotationOnly; the higher levels also take the
+// engines that only a request's failure (suspectOK) or only slow health checks
+// (slowOK) took out.
+func (e *engine) usable(conn string, level int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.healthy || (e.suspect && !suspectOK) || e.wrongConnector != "" || e.wrongRole != "" {
+	healthy := e.healthy || (level >= slowOK && e.slowOnly)
+	if !healthy || (e.suspect && level < suspectOK) || e.wrongConnector != "" || e.wrongRole != "" {
 		return false
 	}
 	// Push needs the prefill engine's side-channel coordinates.
@@ -176,8 +194,11 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 	wasWrong, wasWrongRole := e.wrongConnector, e.wrongRole
 	e.lastHealthErr = healthErr
 	if healthErr == nil {
-		e.healthy, e.suspect, e.failedChecks = true, false, 0
+		e.healthy, e.suspect, e.failedChecks, e.passedOnce, e.slowOnly = true, false, 0, true, false
 	} else {
+		// A timeout after a pass is a slow engine until a check finds it
+		// refusing or failing; any other failure ends slowOnly.
+		e.slowOnly = e.passedOnce && isTimeout(healthErr) && (e.failedChecks == 0 || e.slowOnly)
 		// Hysteresis: one failed check on a busy host (a slow answer) does not take the
 		// engine out; HealthFailures in a row do.
 		e.failedChecks++
@@ -224,6 +245,13 @@ func (p *Proxy) check(ctx context.Context, e *engine, conn string) {
 		log.Error("engine out of rotation: it reports the other role; check -prefill and -decode",
 			zap.String("engine_role", wrongRole))
 	}
+}
+
+// isTimeout says whether a health check failed by running out of time (the
+// engine did not answer soon enough) rather than by an answer or a refusal.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // roleOf maps a reported role to ours; -1 for unknown or both ("kv_both").
@@ -327,7 +355,7 @@ func compatibleHash(a, b *engine) bool {
 // is over.
 func (p *Proxy) pick(pool []*engine, rr *atomic.Uint64, policy string, accept func(*engine) bool, exclude ...*engine) (*engine, func()) {
 	cands := make([]*engine, 0, len(pool))
-	for _, suspectOK := range []bool{false, true} {
+	for _, level := range []int{inRotationOnly, suspectOK, slowOK} {
 	outer:
 		for _, e := range pool {
 			for _, x := range exclude {
@@ -335,7 +363,7 @@ func (p *Proxy) pick(pool []*engine, rr *atomic.Uint64, policy string, accept fu
 					continue outer
 				}
 			}
-			if e.usable(p.connector, suspectOK) && (accept == nil || accept(e)) {
+			if e.usable(p.connector, level) && (accept == nil || accept(e)) {
 				cands = append(cands, e)
 			}
 		}

@@ -115,11 +115,11 @@ func (g geometryPair) String() string {
 func (p *Proxy) geometryMismatches(prefill, decode []*engine, usableOnly bool) []geometryPair {
 	var out []geometryPair
 	for _, pe := range prefill {
-		if usableOnly && !pe.usable(p.connector, true) {
+		if usableOnly && !pe.usable(p.connector, suspectOK) {
 			continue
 		}
 		for _, de := range decode {
-			if usableOnly && !de.usable(p.connector, true) || !compatibleHash(pe, de) {
+			if usableOnly && !de.usable(p.connector, suspectOK) || !compatibleHash(pe, de) {
 				continue
 			}
 			if d := geometryDiff(pe.geometry(), de.geometry()); len(d) > 0 {

@@ -3,6 +3,7 @@ package pd
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +98,46 @@ func TestWrongRoleLoggedOnce(t *testing.T) {
 	if got := h.p.whyNotInRotation(h.p.pools().decode); len(got) != 1 || got[0] != "decode "+wrong.srv.URL+": it reports role \"prefill\"; check -prefill and -decode" {
 		t.Fatalf("not in rotation: %q", got)
 	}
+}
+
+// An engine out of rotation only because its health checks timed out (a
+// host too busy to answer GET /health in time, as the README's test command
+// found under stress-ng: "HTTP 503: no decode engine in rotation" while
+// the engine was serving) still gets requests when no other engine can:
+// a late answer beats a 503. One that answers its checks with an error
+// does not, nor does one that never passed a check.
+func TestSlowEngineServesWhenNoneIsInRotation(t *testing.T) {
+	pf := newFake(t, "prefill", "pull", nil)
+	df := newFake(t, "decode", "pull", nil)
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, HealthTimeout: 20 * time.Millisecond, HealthFailures: 2},
+		[]*fake{pf}, []*fake{df})
+	decode := h.p.pools().decode
+	check := func() { h.p.checkAll(context.Background(), h.p.connector) }
+	df.hangHealth.Store(true)
+	check()
+	check()
+	if n := h.p.inRotationCount(decode); n != 0 {
+		t.Fatalf("after 2 hung checks: %d in rotation, want 0", n)
+	}
+	df.hangHealth.Store(false) // it answers requests, only its checks were late
+	h.postOK(t)
+
+	// A check answered with an error ends it: the engine is out, for real.
+	df.health.Store(http.StatusServiceUnavailable)
+	check()
+	resp := h.post(t, context.Background(), clientBody, nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "no decode engine in rotation") {
+		t.Fatalf("after a check answered 503: status %d: %s", resp.StatusCode, b)
+	}
+	// And timeouts after that error do not bring it back before a pass.
+	df.health.Store(0)
+	df.hangHealth.Store(true)
+	check()
+	resp = h.post(t, context.Background(), clientBody, nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("hung checks after a failed one: status %d: %s", resp.StatusCode, b)
+	}
+	df.hangHealth.Store(false)
+	check()
+	h.postOK(t)
 }

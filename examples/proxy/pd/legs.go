@@ -478,10 +478,11 @@ func (p *Proxy) noPair(mine, others []*engine, want role) *legError {
 		msg: fmt.Sprintf("no %s engine in rotation is compatible (connector, compatibility hash) with a %s engine in rotation", want, otherRole(want))}
 }
 
-// hasPartner says whether pool has an engine in rotation that may be paired with e.
+// hasPartner says whether pool has an engine pick may reach (in rotation, or
+// at pick's fallback levels) that may be paired with e.
 func (p *Proxy) hasPartner(pool []*engine, e *engine) bool {
 	for _, d := range pool {
-		if compatible(e, d) && d.usable(p.connector, true) {
+		if compatible(e, d) && d.usable(p.connector, slowOK) {
 			return true
 		}
 	}
