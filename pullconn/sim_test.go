@@ -18,6 +18,7 @@ import (
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
+	"github.com/gonixl/gonixl/internal/stats"
 )
 
 // A deterministic simulation of the pull protocol, in the style of etcd
@@ -487,12 +488,11 @@ type simDRank struct {
 	lastHB    time.Time
 	live      []*simLoad
 	ticking   bool
-	// loading and read are Consumer.loading and Consumer.read: the live
-	// load of each remote request id, and until when (this engine's wall
-	// clock) a remote request (legacy: its id; pin rules: readKey, the id
-	// and the hold key) that this rank read may not be loaded again.
-	loading map[string]*simLoad
-	read    map[string]time.Time
+	// guard is the rank's real readGuard (the Consumer's): the live load
+	// of each remote request, and until when (this engine's wall clock) a
+	// remote request (legacy: its id; pin rules: the id and the hold key)
+	// that this rank read may not be loaded again.
+	guard readGuard
 	// toPin are the loads whose pins go out on the next tick
 	// (Consumer.toConfirm).
 	toPin []*simLoad
@@ -537,6 +537,9 @@ type simLoad struct {
 	// completed and readUntil are Consumer.markNotified's.
 	completed bool
 	readUntil time.Time
+	// guarded is the load as the rank's readGuard knows it (its decode
+	// request id, Params, engine and hold key).
+	gl *load
 	// direct: the Params name a slot, but this rank READs the blocks (no
 	// staging slot of its own was free); prefill holds both.
 	direct bool
@@ -621,7 +624,7 @@ func newSim(seed uint64, cfg simConfig) *sim {
 				panic(err)
 			}
 			e.ranks = append(e.ranks, &simDRank{e: e, j: j, agent: e.name + "/" + strconv.Itoa(j), notify: notify, confirmed: map[string]time.Time{},
-				loading: map[string]*simLoad{}, read: map[string]time.Time{}})
+				guard: s.newGuard()})
 		}
 		s.d[i] = e
 	}
@@ -1689,16 +1692,17 @@ func (s *sim) deliver(del *simDelivery) {
 	s.trace("load", del.kind, e.idx, 0, del.p.RemoteRequestID)
 	loaded := false
 	for _, dr := range e.ranks {
-		if why := s.checkRemote(dr, del.p); why != "" {
+		gl := &load{id: "d" + strconv.Itoa(s.nextLoad+1), p: *del.p, key: "prefill@127.0.0.1:5600", hold: key}
+		if err := dr.guard.check(gl.id, gl, s.now(&e.clock)); err != nil {
 			s.stats.refused++
-			s.trace("load-refused", why, e.idx, dr.j, del.p.RemoteRequestID)
+			s.trace("load-refused", simRefusal(err), e.idx, dr.j, del.p.RemoteRequestID)
 			continue
 		}
 		loaded = true
 		s.nextLoad++
-		l := &simLoad{n: s.nextLoad, dr: dr, p: del.p, key: key, truth: del.truth, exp: exp, guarded: guarded, kind: del.kind}
+		l := &simLoad{n: s.nextLoad, dr: dr, p: del.p, key: key, truth: del.truth, exp: exp, guarded: guarded, kind: del.kind, gl: gl}
 		dr.live = append(dr.live, l)
-		dr.loading[del.p.RemoteRequestID] = l
+		dr.guard.start(gl.id, gl)
 		s.liveLoads++
 		s.stats.loads++
 		if s.paused(dr) {
@@ -1719,24 +1723,20 @@ func (s *sim) deliver(del *simDelivery) {
 	}
 }
 
-// checkRemote mirrors Consumer.checkRemote.
-func (s *sim) checkRemote(dr *simDRank, p *Params) string {
-	if dr.loading[p.RemoteRequestID] != nil {
-		return "loading"
-	}
-	if until, ok := dr.read[s.readKey(p)]; ok && s.now(&dr.e.clock).Before(until) {
-		return "read"
-	}
-	return ""
+// newGuard is a decode rank's readGuard; under the legacy rules it keys a
+// read remote request by its id alone, as b6a750d did.
+func (s *sim) newGuard() readGuard {
+	g := newReadGuard(stats.New().Counter("read_guards_forgotten", ""))
+	g.byID = s.cfg.rules == legacyRules
+	return g
 }
 
-// readKey mirrors readKey (legacy: b6a750d's, the remote request id
-// alone); the engine key is the same for every load here.
-func (s *sim) readKey(p *Params) string {
-	if s.cfg.rules == legacyRules {
-		return p.RemoteRequestID
+// simRefusal names why the guard refused a load, for the trace.
+func simRefusal(err error) string {
+	if strings.Contains(err.Error(), "already loading") {
+		return "loading"
 	}
-	return p.RemoteRequestID + "\x00" + strconv.FormatUint(p.holdKey(), 16)
+	return "read"
 }
 
 // markNotified mirrors Consumer.markNotified: a completion of the load may
@@ -2131,11 +2131,9 @@ func (s *sim) end(l *simLoad, res simResult) {
 			l.readUntil = maxTime(l.readUntil, hold.Add(simMargin))
 		}
 		l.readUntil = minTime(l.readUntil, now.Add(simKeepAlive+simTransferTimeout))
-		dr.read[s.readKey(l.p)] = l.readUntil
 	}
-	if dr.loading[id] == l {
-		delete(dr.loading, id)
-	}
+	l.gl.completed, l.gl.readUntil = l.completed, l.readUntil
+	dr.guard.ended(l.gl, s.now(&dr.e.clock))
 	delete(dr.confirmed, id)
 	s.trace("end", simResultNames[res], dr.e.idx, dr.j, id)
 }
@@ -2228,15 +2226,6 @@ func (s *sim) dtick(dr *simDRank) {
 		for k := range dr.confirmed {
 			if !s.wants(dr, k) {
 				delete(dr.confirmed, k)
-			}
-		}
-	}
-	if len(dr.read) > 256 {
-		// Consumer.publish prunes at maxRead; entries past their time
-		// guard nothing either way.
-		for k, until := range dr.read {
-			if !now.Before(until) {
-				delete(dr.read, k)
 			}
 		}
 	}
