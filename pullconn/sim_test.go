@@ -56,8 +56,10 @@ import (
 // expire with its overdue holds, releaseAll), the engine's staging slots
 // are a real slotIndex, Params, their holdKey (with RemoteHoldNonce),
 // expirySeconds and expiry are the real ones, completions are encoded and
-// parsed by the real notif.EncodeSeqCompletion and DecodeSeqCompletion, and
-// decode ranks pair with prefill ranks by the real notifyRanks.
+// parsed by the real notif.EncodeSeqCompletion and DecodeSeqCompletion,
+// decode ranks pair with prefill ranks by the real notifyRanks, and each
+// decode rank refuses loads by the Consumer's real readGuard (its loading
+// and read guards; legacy: keyed by the remote request id alone).
 //
 // What is modeled, mirrored from the real code: the prefill glue, that is
 // Producer.RequestFinished's order (gather, finish, advertise, extend,
@@ -69,11 +71,12 @@ import (
 // another rank's RequestFinished may come in between, Engine.extend with
 // Producer.extendHolds, Engine.confirm with Producer.pinHold (maxPin, the
 // pin's end on the rank's monotonic clock) and Producer.onCompletion; and
-// the decode rank, a small state machine that follows the Consumer's rules
-// (Load's checkRemote with its loading and read guards, post, the pin sent
-// as the READs are posted, succeed, pinnedReadEnded, finish with its keyed
+// the decode rank, a small state machine that follows the rules of the
+// Consumer's reader core (reader.go: route, post, the pin sent as the
+// READs are posted, succeed, pinnedReadEnded, finish with its keyed
 // completions, pollLoad, holdDeadline, heartbeat, applyHoldAnswer,
-// applyVerdicts, publish) under one of two rule sets. The real Consumer
+// applyVerdicts, publish) under one of two rule sets; Load's guard is the
+// real one. The real Consumer
 // batches a tick's pins into one call per prefill engine; here each load's
 // pin is its own call. The router sends a request's Params to decode
 // engine A, and those of a retried id to A or B.
