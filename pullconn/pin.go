@@ -57,7 +57,7 @@ func (c *pinner) askPins() {
 	if len(c.toPin) == 0 {
 		return
 	}
-	// Grouped by engine state, not looked up in c.remotes: an engine
+	// Grouped by engine state, not looked up in the engines table: an engine
 	// forgotten since (its agent disconnected) still answers for the
 	// READs it was asked to cover.
 	by := map[*remote][]*load{}
@@ -78,6 +78,8 @@ func (c *pinner) askPins() {
 	}
 }
 
+// askPin asks engine r to pin the holds of loads, the pin timed from now
+// on this process's monotonic clock.
 func (c *pinner) askPin(r *remote, loads []*load) {
 	refs := make([]handshake.HoldRef, len(loads))
 	pin := (c.rd.cfg.TransferTimeout + c.rd.cfg.ExpiryMargin).Microseconds()
@@ -86,14 +88,11 @@ func (c *pinner) askPin(r *remote, loads []*load) {
 	}
 	now := c.rd.steady() // before the request leaves: the pin ends later
 	for i, l := range loads {
+		l.pinSent = now
 		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.hold, N: c.rd.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
 	}
-	if !c.rd.io.confirm(r, loads, refs) {
-		return // Close fails the loads waiting in c.awaitingPin
-	}
-	for _, l := range loads {
-		l.pinSent = now
-	}
+	// Not started after Close: Close fails the loads.
+	c.rd.io.confirm(r, loads, refs)
 }
 
 // applyVerdicts records the pins a confirmation granted, finishing the

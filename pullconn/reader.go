@@ -25,13 +25,15 @@ import (
 // protocol's decode side as a state machine, in the style of etcd's raft:
 // it is fed events (a load routed, a handshake's, hold query's, pin's or
 // readiness query's answer, a tick with its clock readings) and acts only
-// through its edges: transfers (post, poll and let go of READs, send
+// through two interfaces: transfers (post, poll and let go of READs, send
 // notifications) and edges (start a side-channel exchange, publish a
 // result, the engine-facing state). It starts no goroutine, takes no lock
-// and reads no clock but its own (now, mono, steady): the Consumer runs it
-// under its work lock on the reader goroutine, and the deterministic
-// simulation (sim_test.go) runs the same code on its simulated network,
-// agents and clocks.
+// and reads no clock but the readings it is given (now, mono, steady): the
+// Consumer runs it under its work lock on the reader goroutine
+// (exchange.go), and the deterministic simulation (simdecode_test.go) runs
+// the same code on its simulated network, agents and clocks. Its parts are
+// types of their own: engines (the prefill engines it knows), restarts,
+// pinner, holdWatch, stager.
 
 // maxHeartbeatLen bounds one heartbeat message.
 const maxHeartbeatLen = 16 << 10

@@ -171,7 +171,7 @@ const (
 	// client's handshake timeout.
 	simPinTimeout = simHSTimeout
 	// simKeepAlive is Config.KeepAliveTimeout at this scale (480 s
-	// for a 30 s lease), which bounds Consumer.read's guard.
+	// for a 30 s lease), which bounds the readGuard's read guard.
 	simKeepAlive = 16 * simLease
 	simMonoPPM   = 500
 	simBlocks    = 16
@@ -2034,7 +2034,7 @@ func TestSimFindingPinAfterAnotherDecodesCompletion(t *testing.T) {
 // TP 2. A's rank 0 pinned, read and sent its completion (one of two
 // counted); rank 1's pin verdict was lost, so its load failed and sent
 // none. The proxy handed A the Params again; rank 0's read guard had run
-// out (Consumer.read, until the deadline rank 0 knew), so both ranks loaded
+// out (readGuard.read, until the deadline rank 0 knew), so both ranks loaded
 // them again, and both pins were granted. Rank 1 finished first: its
 // completion released the hold while rank 0's second READ ran (1b). A pin
 // must not be granted to an agent whose completion the hold counted: that
