@@ -21,11 +21,10 @@ import (
 // engines. Load and Drain never wait for the network; a reader goroutine
 // (the poller) handshakes, posts READs (unless Inline), polls them and sends
 // heartbeats. All methods are safe for concurrent use.
-//
-// The protocol is its reader (reader.go), a state machine fed events; the
-// Consumer is the shell around it: the engine-facing calls, the goroutines
-// of the side channel, the locks, the agent.
 type Consumer struct {
+	// The protocol is rd, the reader (reader.go), a state machine fed
+	// events; the Consumer is the shell around it: the engine-facing
+	// calls, the goroutines of the side channel, the locks, the agent.
 	e       *pullEngine
 	cfg     rankConfig
 	stats   *stats.Set
