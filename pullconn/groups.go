@@ -83,7 +83,7 @@ func (c *Consumer) newGroupLoad(id string, p *Params, local [][]int) (*load, err
 // mapInto maps a load's blocks from prefill layout src into tr: one
 // group's request (req) for a single-group load, every group's lists
 // (descriptors.MapGroupsInto) for a grouped one.
-func (c *Consumer) mapInto(tr *descriptors.Transfer, l *load, src *descriptors.Layout, req descriptors.Request) error {
+func (c *reader) mapInto(tr *descriptors.Transfer, l *load, src *descriptors.Layout, req descriptors.Request) error {
 	if l.groups == nil {
 		_, err := descriptors.MapCoalescedInto(tr, src, &c.cfg.Layout, req)
 		return err

@@ -2,11 +2,11 @@ package pullconn
 
 import (
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/stats"
 )
 
 // A decode rank reports a load done only once prefill pinned, for this
@@ -32,6 +32,16 @@ const (
 	pinGranted                 // every prefill rank it names pinned the hold
 )
 
+// pinner is a decode rank's pins: the loads whose pin the next
+// confirmation asks for, and those whose READs ended before their pin
+// was answered.
+type pinner struct {
+	rd          *reader
+	toPin       []*load
+	awaitingPin map[*load]struct{}
+	notHeld     *stats.Counter
+}
+
 // verdicts is a confirmation's outcome for the loads it asked about.
 type verdicts struct {
 	r     *remote
@@ -42,12 +52,12 @@ type verdicts struct {
 }
 
 // askPins sends, per prefill engine, one pin request for the loads
-// whose READs were posted since the last tick. wmu is held.
-func (c *Consumer) askPins() {
+// whose READs were posted since the last tick.
+func (c *pinner) askPins() {
 	if len(c.toPin) == 0 {
 		return
 	}
-	// Grouped by engine state, not looked up in c.remotes: an engine
+	// Grouped by engine state, not looked up in the engines table: an engine
 	// forgotten since (its agent disconnected) still answers for the
 	// READs it was asked to cover.
 	by := map[*remote][]*load{}
@@ -68,51 +78,27 @@ func (c *Consumer) askPins() {
 	}
 }
 
-func (c *Consumer) askPin(r *remote, loads []*load) {
-	if !c.startExchange() {
-		return // Close fails the loads waiting in c.awaitingPin
-	}
+// askPin asks engine r to pin the holds of loads, the pin timed from now
+// on this process's monotonic clock.
+func (c *pinner) askPin(r *remote, loads []*load) {
 	refs := make([]handshake.HoldRef, len(loads))
-	pin := (c.cfg.TransferTimeout + c.cfg.ExpiryMargin).Microseconds()
-	now := time.Now() // before the request leaves: the pin ends later
+	pin := (c.rd.cfg.TransferTimeout + c.rd.cfg.ExpiryMargin).Microseconds()
+	if c.rd.rules.shortPin != 0 {
+		pin = c.rd.rules.shortPin.Microseconds()
+	}
+	now := c.rd.steady() // before the request leaves: the pin ends later
 	for i, l := range loads {
 		l.pinSent = now
-		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.hold, N: c.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
+		refs[i] = handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.hold, N: c.rd.cfg.Layout.TPSize, Ranks: r.setup.notify, PinMicros: pin}
 	}
-	go c.pin(r, loads, refs)
-}
-
-// pin asks the engine to pin refs, in batches the side channel takes,
-// and ends the loads. It runs on its own goroutine.
-func (c *Consumer) pin(r *remote, loads []*load, refs []handshake.HoldRef) {
-	defer c.hsWG.Done()
-	v := verdicts{r: r, loads: loads}
-	start := time.Now()
-	for len(refs) > 0 && v.err == nil {
-		n := min(len(refs), handshake.MaxConfirmHolds)
-		why, clk, err := c.e.core.Client().Confirm(c.ctx, r.engineID, r.addr, c.cfg.Agent.Name(), refs[:n])
-		v.why, v.clock, v.err = append(v.why, why...), clk, err
-		refs = refs[n:]
-	}
-	c.confirmations.Inc()
-	c.confirmMicros.Add(uint64(time.Since(start).Microseconds()))
-	// Applied here rather than on the next tick: the result is on the
-	// critical path, and a hop through the poller goroutine costs another
-	// wake-up. After Close began, Close ends the loads (errClosed).
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.qmu.Lock()
-	closed := c.closed
-	c.qmu.Unlock()
-	if !closed {
-		c.applyVerdicts(v)
-	}
+	// Not started after Close: Close fails the loads.
+	c.rd.io.confirm(r, loads, refs)
 }
 
 // applyVerdicts records the pins a confirmation granted, finishing the
 // loads whose READs already ended, and fails with ErrNotHeld the loads
-// prefill did not pin or could not be asked about. wmu is held.
-func (c *Consumer) applyVerdicts(v verdicts) {
+// prefill did not pin or could not be asked about.
+func (c *pinner) applyVerdicts(v verdicts) {
 	if v.err == nil && v.clock != (handshake.Clock{}) {
 		v.r.clock = v.clock
 	}
@@ -124,11 +110,11 @@ func (c *Consumer) applyVerdicts(v verdicts) {
 		switch {
 		case v.err != nil:
 			c.notHeld.Inc()
-			c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q could not confirm that it still held request %q: %w", ErrNotHeld, l.id, l.p.RemoteEngineID, l.p.RemoteRequestID, v.err))
+			c.rd.fail(l, fmt.Errorf("%w: request %q: prefill engine %q could not confirm that it still held request %q: %w", ErrNotHeld, l.id, l.p.RemoteEngineID, l.p.RemoteRequestID, v.err))
 		case v.why[i] != "":
 			c.notHeld.Inc()
-			c.log.Warn("pullconn: prefill did not confirm the hold; the bytes read are not trusted", zap.String("request_id", l.id), zap.String("remote_request_id", l.p.RemoteRequestID), zap.String("why", v.why[i]))
-			c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q does not hold request %q as its Params say (%s)", ErrNotHeld, l.id, l.p.RemoteEngineID, l.p.RemoteRequestID, v.why[i]))
+			c.rd.log.Warn("pullconn: prefill did not confirm the hold; the bytes read are not trusted", zap.String("request_id", l.id), zap.String("remote_request_id", l.p.RemoteRequestID), zap.String("why", v.why[i]))
+			c.rd.fail(l, fmt.Errorf("%w: request %q: prefill engine %q does not hold request %q as its Params say (%s)", ErrNotHeld, l.id, l.p.RemoteEngineID, l.p.RemoteRequestID, v.why[i]))
 		default:
 			l.pin = pinGranted
 			if !l.readsEnded.IsZero() {
@@ -139,12 +125,12 @@ func (c *Consumer) applyVerdicts(v verdicts) {
 }
 
 // pinnedReadEnded finishes a load whose READs ended and whose pin was
-// granted, if the READs ended within the pin. wmu is held.
-func (c *Consumer) pinnedReadEnded(l *load) {
-	if limit := l.pinSent.Add(c.cfg.TransferTimeout); l.readsEnded.After(limit) {
+// granted, if the READs ended within the pin.
+func (c *pinner) pinnedReadEnded(l *load) {
+	if limit := l.pinSent.Add(c.rd.cfg.TransferTimeout); l.readsEnded.After(limit) && !c.rd.rules.noPinWindow {
 		c.notHeld.Inc()
-		c.fail(l, fmt.Errorf("%w: request %q: its READs from prefill engine %q ended %v after the pin was asked, past the %v it covers", ErrNotHeld, l.id, l.p.RemoteEngineID, l.readsEnded.Sub(l.pinSent), c.cfg.TransferTimeout))
+		c.rd.fail(l, fmt.Errorf("%w: request %q: its READs from prefill engine %q ended %v after the pin was asked, past the %v it covers", ErrNotHeld, l.id, l.p.RemoteEngineID, l.readsEnded.Sub(l.pinSent), c.rd.cfg.TransferTimeout))
 		return
 	}
-	c.finish(l)
+	c.rd.finish(l)
 }

@@ -13,13 +13,27 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
-	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/internal/vllm"
 	"github.com/gonixl/gonixl/nixl"
 )
+
+// A decode rank is a Consumer around a reader. The reader is the pull
+// protocol's decode side as a state machine, in the style of etcd's raft:
+// it is fed events (a load routed, a handshake's, hold query's, pin's or
+// readiness query's answer, a tick with its clock readings) and acts only
+// through two interfaces: transfers (post, poll and let go of READs, send
+// notifications) and edges (start a side-channel exchange, publish a
+// result, the engine-facing state). It starts no goroutine, takes no lock
+// and reads no clock but the readings it is given (now, mono, steady): the
+// Consumer runs it under its work lock on the reader goroutine
+// (exchange.go), and the deterministic simulation (simdecode_test.go) runs
+// the same code on its simulated network, agents and clocks. Its parts are
+// types of their own: engines (the prefill engines it knows), restarts,
+// pinner, holdWatch, stager.
 
 // maxHeartbeatLen bounds one heartbeat message.
 const maxHeartbeatLen = 16 << 10
@@ -28,158 +42,184 @@ func joinHostPort(host string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// tick is one round of the reader: handshake results, new loads, READ
-// polling, heartbeats. It runs on the poller goroutine.
-func (c *Consumer) tick() {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.qmu.Lock()
-	queued, done, answers, readied := c.queue, c.hsDone, c.queried, c.readied
-	c.queue, c.hsDone, c.queried, c.readied = nil, nil, nil, nil
-	c.qmu.Unlock()
+// transfers is what the reader does with its NIXL agent: READs posted,
+// polled and let go of, notifications sent, a peer's metadata unloaded.
+type transfers interface {
+	CreateXferReq(op nixl.XferOp, local, remote nixl.XferList, remoteAgent string, opts *nixl.Options) (nixl.XferHandle, error)
+	PostXferReq(req nixl.XferHandle, opts *nixl.Options) (nixl.Status, error)
+	XferStatus(req nixl.XferHandle) (nixl.Status, error)
+	ReleaseXferReqs(reqs []nixl.XferHandle, errs []error) error
+	GenNotif(remote string, msg []byte, opts *nixl.Options) error
+	InvalidateRemoteMD(remote string) error
+}
 
+// agentTransfers are an agent's transfers.
+type agentTransfers struct{ nixl.Agent }
+
+func (a agentTransfers) ReleaseXferReqs(reqs []nixl.XferHandle, errs []error) error {
+	return nixl.ReleaseXferReqs(a.Agent, reqs, errs)
+}
+
+// edges are the reader's ways out other than its agent. An exchange on the
+// side channel (handshake, hold query, pin, readiness query) starts there
+// and comes back later as an event; each reports false, starting nothing,
+// once the rank is closed. The engine-facing state (KeepAlives, loads
+// queued for the reader, results) lives there too.
+type edges interface {
+	handshake(r *remote) bool
+	queryHolds(r *remote, ids []string) bool
+	confirm(r *remote, loads []*load, refs []handshake.HoldRef) bool
+	queryReady(l *load, q handshake.ReadyQuery) bool
+	// forget drops the shared handshake with r's engine.
+	forget(r *remote)
+	isClosed() bool
+	// published hands an ended load's result to Drain.
+	published(l *load)
+	// keepAlives drops the KeepAlives past their timeout at now and
+	// returns the others' params; kept returns them all.
+	keepAlives(now time.Time) []*Params
+	kept() []*Params
+	// dropKeepAlives drops the KeepAlives of engine key, whose handshake
+	// failed with err.
+	dropKeepAlives(key string, err error)
+	// refers reports whether a KeepAlive or a load not yet routed names
+	// engine key.
+	refers(key string) bool
+	// takeReadied takes the readiness answers that open chunks, for a scatter
+	// to post at once (readyProgress).
+	takeReadied() []readyAnswer
+}
+
+// readerRules are rules this revision replaced or must never break, as
+// switches for the simulation, which shows what they let through.
+// Production leaves them zero.
+type readerRules struct {
+	// handshakeClock: the handshake's clock offset is never updated by
+	// hold queries (the rules of b6a750d).
+	handshakeClock bool
+	// noPinWindow: done whenever the pin was granted, however late the
+	// READs ended; shortPin, if set, is the pin asked for instead of
+	// TransferTimeout + ExpiryMargin. Both are wrong.
+	noPinWindow bool
+	shortPin    time.Duration
+}
+
+// reader is a decode rank's protocol state (see the top of this file).
+type reader struct {
+	cfg       *rankConfig // durations, layout, policy; never its Agent or Clock
+	vllm      bool        // the engine speaks vLLM's protocol
+	hsTimeout time.Duration
+	// now reads the rank's clock (RankConfig.Clock), mono its monotonic
+	// time (lease.MonoNow: when an ended load whose READ the agent would
+	// not let go of gives its blocks back), steady this process's
+	// monotonic clock (time.Now: pins, on both sides, and transfer times).
+	now, mono, steady func() time.Time
+	xfer              transfers
+	io                edges
+	log               *zap.Logger
+	stats             *stats.Set
+	rules             readerRules
+
+	eng     *engines
+	restart *restarts
+	reading []*load
+	ready   []*load // handshake done, to post on the next Drain (Inline)
+	// unblocked are loads whose awaited chunks became ready, to post on
+	// the next Drain (Inline).
+	unblocked []*load
+	pins      *pinner
+	lastHB    time.Time
+	scratch   descriptors.Transfer // mapping lists, reused by post
+	// draining are loads that ended but whose READs the agent has not yet
+	// let go of: their result waits until no byte can land in their blocks.
+	draining []*load
+	holds    *holdWatch
+	stage    *stager
+
+	stuck                      *stats.Counter
+	holdQueries, failedQueries *stats.Counter
+}
+
+// newReader returns a reader of a rank configured as cfg, acting
+// through xfer and io; the caller sets its clocks, its protocol, its
+// counters and, for staging, its stager's pool.
+func newReader(cfg *rankConfig, xfer transfers, io edges, log *zap.Logger, st *stats.Set) *reader {
+	c := &reader{cfg: cfg, xfer: xfer, io: io, log: log, stats: st}
+	c.eng = &engines{rd: c, remotes: map[string]*remote{}}
+	c.restart = &restarts{rd: c}
+	c.pins = &pinner{rd: c, awaitingPin: map[*load]struct{}{}}
+	c.holds = &holdWatch{rd: c, confirmed: map[string]time.Time{}, margin: cfg.ExpiryMargin}
+	c.stage = &stager{rd: c}
+	return c
+}
+
+// tick is one round of the reader: handshake results, new loads, READ
+// polling, heartbeats.
+func (c *reader) tick(queued []*load, done []handshakeDone, answers []holdAnswer, readied []readyAnswer) {
 	for _, d := range done {
 		c.applyHandshake(d)
 	}
 	for _, a := range answers {
-		c.applyHoldAnswer(a)
+		c.holds.applyHoldAnswer(a)
 	}
 	for _, a := range readied {
-		c.applyReady(a)
+		c.stage.applyReady(a)
 	}
 	for _, l := range queued {
 		c.route(l)
 	}
 	// KeepAlives after the handshakes: one whose handshake just failed was
 	// dropped and starts no new one.
-	waiting := c.keepAlives(c.cfg.Clock.Now())
+	waiting := c.io.keepAlives(c.now())
 	for _, p := range waiting {
-		c.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort), p.TPSize)
+		c.eng.remoteFor(p.RemoteEngineID, joinHostPort(p.RemoteHost, p.RemotePort), p.TPSize)
 	}
-	c.retryReady(c.cfg.Clock.Now())
+	c.stage.retryReady(c.now())
 	c.pollReads()
-	c.askPins()
+	c.pins.askPins()
 	c.drain(c.mono())
-	if len(c.confirmed) > 64+4*(len(c.reading)+len(c.ready)+len(waiting)) {
-		c.pruneConfirmed()
+	if len(c.holds.confirmed) > 64+4*(len(c.reading)+len(c.ready)+len(waiting)) {
+		c.holds.prune(c.holds.expected())
 	}
 	// The period starts at the first heartbeat actually sent, so a request
 	// gets one as soon as its engine is ready.
-	if now := c.cfg.Clock.Now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval && c.heartbeat() {
+	if now := c.now(); now.Sub(c.lastHB) >= c.cfg.HeartbeatInterval && c.holds.heartbeat() {
 		c.lastHB = now
 	}
 }
 
-// keepAlives drops the KeepAlives past their timeout and returns the
-// others' params. wmu is held.
-func (c *Consumer) keepAlives(now time.Time) []*Params {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	var out []*Params
-	for id, w := range c.waiting {
-		if now.Sub(w.since) >= c.cfg.KeepAliveTimeout {
-			// Nothing followed the KeepAlive: stop keeping prefill's blocks.
-			delete(c.waiting, id)
-			c.waitTimeouts.Inc()
-			c.log.Warn("pullconn: KeepAlive without Load timed out; its heartbeats stop", zap.String("request_id", id), zap.Duration("keepalive_timeout", c.cfg.KeepAliveTimeout))
-			continue
-		}
-		out = append(out, &w.p)
-	}
-	return out
-}
-
-// remoteFor returns the engine's state, starting its handshake if this is
-// the first request for it (or the last handshake failed).
-func (c *Consumer) remoteFor(engineID, addr string, tpSize int) *remote {
-	key := engineID + "@" + addr
-	if r, ok := c.remotes[key]; ok {
-		return r
-	}
-	c.forgetStaleEngines(c.cfg.Clock.Now())
-	r := &remote{key: key, engineID: engineID, addr: addr, tp: tpSize}
-	if !c.startExchange() {
-		return r // not kept: Close ends its loads
-	}
-	c.remotes[key] = r
-	go c.handshake(r)
-	return r
-}
+// busy reports whether the reader has work that its next tick does.
+func (c *reader) busy() bool { return len(c.reading)+len(c.draining)+len(c.pins.awaitingPin) > 0 }
 
 // route sends a load to its engine: posted now if the handshake is done,
-// else parked until it is. wmu is held.
-func (c *Consumer) route(l *load) {
+// else parked until it is.
+func (c *reader) route(l *load) {
 	if l.ended {
 		return
 	}
 	addr := joinHostPort(l.p.RemoteHost, l.p.RemotePort)
-	c.checkGeneration(l.p.RemoteEngineID+"@"+addr, l.p.RemoteRegistrationGeneration)
-	r := c.remoteFor(l.p.RemoteEngineID, addr, l.p.TPSize)
+	c.eng.checkGeneration(l.p.RemoteEngineID+"@"+addr, l.p.RemoteRegistrationGeneration)
+	r := c.eng.remoteFor(l.p.RemoteEngineID, addr, l.p.TPSize)
 	r.generation = max(r.generation, l.p.RemoteRegistrationGeneration)
 	l.r = r
-	r.lastActive = c.cfg.Clock.Now()
+	r.lastActive = c.now()
 	if r.ready {
 		c.post(l)
 		return
 	}
-	c.qmu.Lock()
-	closed := c.closed
-	c.qmu.Unlock()
-	if closed {
+	if c.io.isClosed() {
 		c.fail(l, errClosed)
 		return
 	}
 	r.parked = append(r.parked, l)
 }
 
-// handshake fetches the engine's payload (shared by the engine's ranks,
-// one fetch in flight), pairs this rank with it and loads the metadata of
-// the prefill ranks it will contact. It runs on its own goroutine.
-func (c *Consumer) handshake(r *remote) {
-	defer c.hsWG.Done()
-	set, err := c.connect(r)
-	if err != nil && c.ctx.Err() != nil {
-		// Close cancelled the fetch: the loads end because of the close,
-		// and the handshake did not fail.
-		err = errClosed
-	}
-	c.qmu.Lock()
-	c.hsDone = append(c.hsDone, handshakeDone{r: r, set: set, err: err})
-	c.qmu.Unlock()
-	c.poll.Wake()
-}
-
-func (c *Consumer) connect(r *remote) (*pairing, error) {
-	p, err := c.e.core.Client().Get(c.ctx, r.engineID, r.addr, r.tp)
-	if err != nil {
-		return nil, err
-	}
-	set, err := pair(p, &c.cfg.Layout)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range set.notify {
-		// A prefill engine restarted under the same agent names replaces
-		// the dead instance's metadata.
-		name, err := engine.LoadPeerMD(c.cfg.Agent, p.Ranks[s].Agent, p.Ranks[s].Metadata)
-		if err != nil {
-			c.e.core.Client().Forget(r.engineID, r.addr)
-			return nil, fmt.Errorf("%w: engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, r.engineID, s, err)
-		}
-		if p.Ranks[s].Agent != "" && name != p.Ranks[s].Agent { // vLLM's payload names no agent: loading names it
-			return nil, fmt.Errorf("%w: engine %q rank %d: metadata is agent %q, payload says %q", connector.ErrHandshake, r.engineID, s, name, p.Ranks[s].Agent)
-		}
-		set.agents[s] = name
-	}
-	return set, nil
-}
-
 // applyHandshake makes an engine ready, or fails the loads that waited for
-// it and forgets it so the next request tries again. wmu is held.
-func (c *Consumer) applyHandshake(d handshakeDone) {
+// it and forgets it so the next request tries again.
+func (c *reader) applyHandshake(d handshakeDone) {
 	r := d.r
-	if c.remotes[r.key] == r && d.err != nil {
-		delete(c.remotes, r.key)
+	if c.eng.remotes[r.key] == r && d.err != nil {
+		delete(c.eng.remotes, r.key)
 	}
 	parked := r.parked
 	r.parked = nil
@@ -202,15 +242,7 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 		}
 		// KeepAlives of that engine stop too: they would otherwise start a
 		// handshake on every tick. Their Load, if it comes, handshakes again.
-		c.qmu.Lock()
-		for id, w := range c.waiting {
-			if w.p.RemoteEngineID+"@"+joinHostPort(w.p.RemoteHost, w.p.RemotePort) == r.key {
-				delete(c.waiting, id)
-				c.waitTimeouts.Inc()
-				c.log.Warn("pullconn: KeepAlive dropped: the prefill engine's handshake failed", zap.String("request_id", id), zap.Error(d.err))
-			}
-		}
-		c.qmu.Unlock()
+		c.io.dropKeepAlives(r.key, d.err)
 		return
 	}
 	r.ready, r.setup = true, d.set
@@ -224,13 +256,30 @@ func (c *Consumer) applyHandshake(d handshakeDone) {
 	}
 }
 
+// postReady posts, on an Inline Drain, the loads whose handshake finished
+// and the chunks that became ready since; it reports whether there were
+// any.
+func (c *reader) postReady() bool {
+	ready, unblocked := c.ready, c.unblocked
+	c.ready, c.unblocked = nil, nil
+	for _, l := range ready {
+		c.post(l)
+	}
+	for _, l := range unblocked {
+		if err := c.stage.postReady(l); err != nil {
+			c.fail(l, err)
+		}
+	}
+	return len(ready)+len(unblocked) > 0
+}
+
 // post maps a load's blocks and posts one READ per prefill rank it reads,
-// each carrying the completion for that rank. wmu is held.
-func (c *Consumer) post(l *load) {
+// each carrying the completion for that rank.
+func (c *reader) post(l *load) {
 	if l.ended {
 		return // aborted while it waited
 	}
-	if !c.sameIncarnation(l) || !c.retried(l) {
+	if !c.restart.sameIncarnation(l) || !c.restart.retried(l) {
 		return
 	}
 	set := l.r.setup
@@ -256,12 +305,12 @@ func (c *Consumer) post(l *load) {
 		}
 	}
 	req := descriptors.Request{SrcBlocks: l.p.RemoteBlockIDs, DstBlocks: l.local, DstCached: cached}
-	hold, guarded := c.holdDeadline(l)
-	if now := c.cfg.Clock.Now(); guarded && !now.Before(hold) {
+	hold, guarded := c.holds.deadline(l)
+	if now := c.now(); guarded && !now.Before(hold) {
 		c.expired(l, now, hold, "before its READ was posted")
 		return
 	}
-	start := time.Now()
+	start := c.steady()
 	var notified []int
 	for _, s := range set.sources {
 		// The lists are reused from request to request: agents copy them in
@@ -271,13 +320,13 @@ func (c *Consumer) post(l *load) {
 		var scatter bool
 		var plan staging.ReadPlan
 		var blocks *staging.BlockCopy
-		same := c.pool != nil && l.groups == nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
+		same := c.stage.pool != nil && l.groups == nil && l.p.RemoteStagingSlot != nil && staging.SameBlocks(src, &c.cfg.Layout) &&
 			len(l.p.RemoteBlockIDs)-cached == len(l.local)
 		if same {
 			// Whole blocks one to one: a staged READ needs no mapping
 			// (the largest CPU cost of a fragmented request), and the
 			// model only the runs.
-			scatter, plan, blocks = c.stagedRead(l, s, nil, staging.SameBlocksDescs(src, l.p.RemoteBlockIDs[cached:], l.local),
+			scatter, plan, blocks = c.stage.read(l, s, nil, staging.SameBlocksDescs(src, l.p.RemoteBlockIDs[cached:], l.local),
 				uint64(len(l.local))*uint64(len(src.Regions))*src.BlockLen(), cached)
 		}
 		tr := &c.scratch
@@ -290,7 +339,7 @@ func (c *Consumer) post(l *load) {
 				continue
 			}
 			if !same {
-				scatter, plan, blocks = c.stagedRead(l, s, tr, tr.Len(), tr.Bytes, cached)
+				scatter, plan, blocks = c.stage.read(l, s, tr, tr.Len(), tr.Bytes, cached)
 			}
 		}
 		var local, remote nixl.XferList
@@ -298,8 +347,8 @@ func (c *Consumer) post(l *load) {
 		var descs int
 		switch {
 		case scatter && blocks != nil && staging.ChunkCount(len(blocks.Bases), c.cfg.Staging.Chunks) > 1:
-			if err := c.postChunks(l, s, plan, blocks, l.p.RemoteStagingAwait); err != nil {
-				c.readFailed(l, s, err, false)
+			if err := c.stage.postChunks(l, s, plan, blocks, l.p.RemoteStagingAwait); err != nil {
+				c.restart.readFailed(l, s, err, false)
 				return
 			}
 			// Its completion goes out once every chunk is read (below,
@@ -325,20 +374,20 @@ func (c *Consumer) post(l *load) {
 			// hold, goes out once the load is done.
 			opts = nil
 		}
-		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, local, remote, set.agents[s], opts)
+		h, err := c.xfer.CreateXferReq(nixl.Read, local, remote, set.agents[s], opts)
 		if err == nil {
 			l.xfers = append(l.xfers, &xfer{h: h, rank: s, bytes: bytes, descs: descs, scatter: plan.Scatter, scatterBlocks: blocks})
 			var st nixl.Status
-			st, err = c.cfg.Agent.PostXferReq(h, nil)
+			st, err = c.xfer.PostXferReq(h, nil)
 			x := l.xfers[len(l.xfers)-1]
-			x.start = time.Now()
+			x.start = c.steady()
 			if err == nil && st == nixl.StatusSuccess {
 				x.done = true
 				c.stats.RecordTransfer(x.bytes, x.descs, 0)
 			}
 		}
 		if err != nil {
-			c.readFailed(l, s, err, false)
+			c.restart.readFailed(l, s, err, false)
 			return
 		}
 		if !l.r.pins() {
@@ -348,20 +397,20 @@ func (c *Consumer) post(l *load) {
 			c.markNotified(l)
 		}
 	}
-	c.stats.RecordPost(time.Since(start))
+	c.stats.RecordPost(c.steady().Sub(start))
 	for _, s := range set.notify {
 		if !slices.Contains(notified, s) {
 			l.after = append(l.after, s)
 		}
 	}
-	l.deadline = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout)
+	l.deadline = c.now().Add(c.cfg.TransferTimeout)
 	if l.await != nil {
-		c.askReady(l)
+		c.stage.askReady(l)
 	}
 	if l.r.pins() && len(l.xfers) > 0 {
 		// Pinned while the READs run: the pin travels beside them, so it
 		// adds to the critical path only what outlasts the READs.
-		c.toPin = append(c.toPin, l)
+		c.pins.toPin = append(c.pins.toPin, l)
 	}
 	if l.allDone() {
 		c.succeed(l)
@@ -370,48 +419,38 @@ func (c *Consumer) post(l *load) {
 	c.reading = append(c.reading, l)
 }
 
-func (l *load) allDone() bool {
-	for _, x := range l.xfers {
-		if !x.done {
-			return false
-		}
-	}
-	return true
-}
-
 // succeed ends a load whose READs all ended: done (finish) once they are
 // certain to have read the request's bytes, after the pin when prefill
-// pins. wmu is held.
-func (c *Consumer) succeed(l *load) {
-	if hold, guarded := c.holdDeadline(l); guarded && len(l.xfers) > 0 {
+// pins.
+func (c *reader) succeed(l *load) {
+	if hold, guarded := c.holds.deadline(l); guarded && len(l.xfers) > 0 {
 		// The READ finished, but only bytes read while prefill still held
 		// the blocks are the request's: done only if that is certain now.
-		if now := c.cfg.Clock.Now(); !now.Before(hold) {
+		if now := c.now(); !now.Before(hold) {
 			c.expired(l, now, hold, "before its READ was seen complete")
 			return
 		}
 	}
 	if l.r.pins() && len(l.xfers) > 0 {
-		l.readsEnded = time.Now()
+		l.readsEnded = c.steady()
 		if l.pin == pinPending {
 			// Done only once prefill pinned the hold for this engine;
 			// the answer is still on its way.
-			c.awaitingPin[l] = struct{}{}
+			c.pins.awaitingPin[l] = struct{}{}
 			return
 		}
-		c.pinnedReadEnded(l)
+		c.pins.pinnedReadEnded(l)
 		return
 	}
 	c.finish(l)
 }
 
 // finish ends a load whose READs ended and are trusted: the scatter out of
-// the staging slot, then the completions no READ carried, then done. wmu
-// is held.
-func (c *Consumer) finish(l *load) {
+// the staging slot, then the completions no READ carried, then done.
+func (c *reader) finish(l *load) {
 	c.releaseXfers(l)
 	c.markNotified(l)
-	if err := c.scatter(l); err != nil {
+	if err := c.stage.scatter(l); err != nil {
 		c.fail(l, err)
 		return
 	}
@@ -424,7 +463,7 @@ func (c *Consumer) finish(l *load) {
 		}
 		msg, _ := notif.EncodeSeqCompletion(l.p.RemoteRequestID, c.completionN(l.r.setup), key)
 		for _, s := range l.after {
-			if err := c.cfg.Agent.GenNotif(l.r.setup.agents[s], msg, nil); err != nil {
+			if err := c.xfer.GenNotif(l.r.setup.agents[s], msg, nil); err != nil {
 				// The data is here; prefill frees by lease instead.
 				c.stats.FailedNotifications.Inc()
 				c.log.Warn("pullconn: completion not sent", zap.String("request_id", l.id), zap.Int("prefill_rank", s), zap.Error(err))
@@ -434,12 +473,12 @@ func (c *Consumer) finish(l *load) {
 	c.end(l, connector.Result{RequestID: l.id})
 }
 
-// pollReads checks every READ in flight once. wmu is held.
-func (c *Consumer) pollReads() {
+// pollReads checks every READ in flight once.
+func (c *reader) pollReads() {
 	if len(c.reading) == 0 {
 		return
 	}
-	now := c.cfg.Clock.Now()
+	now := c.now()
 	keep := c.reading[:0]
 	for _, l := range c.reading {
 		if !l.ended && c.pollLoad(l, now) {
@@ -451,7 +490,7 @@ func (c *Consumer) pollReads() {
 }
 
 // pollLoad reports whether l is still in flight.
-func (c *Consumer) pollLoad(l *load, now time.Time) bool {
+func (c *reader) pollLoad(l *load, now time.Time) bool {
 	for _, x := range l.xfers {
 		if l.postErr != nil {
 			c.fail(l, l.postErr)
@@ -460,20 +499,20 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		if x.done || x.pending {
 			continue
 		}
-		st, err := c.cfg.Agent.XferStatus(x.h)
+		st, err := c.xfer.XferStatus(x.h)
 		if err != nil {
-			c.readFailed(l, x.rank, err, true)
+			c.restart.readFailed(l, x.rank, err, true)
 			return false
 		}
 		if st == nixl.StatusSuccess {
 			x.done = true
 			if !x.part {
-				c.stats.RecordTransfer(x.bytes, x.descs, time.Since(x.start))
+				c.stats.RecordTransfer(x.bytes, x.descs, c.steady().Sub(x.start))
 			}
 			if x.scatterBlocks != nil && !l.allDone() {
 				// Pipelined: this chunk is scattered while the later ones
 				// are still read. The load still holds its blocks.
-				if err := c.scatterOne(l, x); err != nil {
+				if err := c.stage.scatterOne(l, x); err != nil {
 					c.fail(l, err)
 					return false
 				}
@@ -488,7 +527,7 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 		c.succeed(l)
 		return false
 	}
-	if hold, guarded := c.holdDeadline(l); guarded && !now.Before(hold) && hold.Before(l.deadline) {
+	if hold, guarded := c.holds.deadline(l); guarded && !now.Before(hold) && hold.Before(l.deadline) {
 		c.stats.FailedTransfers.Inc()
 		c.expired(l, now, hold, "while its READ was in flight")
 		return false
@@ -501,218 +540,188 @@ func (c *Consumer) pollLoad(l *load, now time.Time) bool {
 	return true
 }
 
-// heartbeat sends "HB:" with the remote request ids of every request still
-// waiting on each ready engine, to the prefill ranks this rank notifies.
-// It reports whether there was anything to send. wmu is held.
-func (c *Consumer) heartbeat() bool {
-	ids := map[*remote][]string{}
-	for _, set := range [][]*load{c.reading, c.ready} {
-		for _, l := range set {
-			if !l.ended && l.r.ready {
-				ids[l.r] = append(ids[l.r], l.p.RemoteRequestID)
-			}
-		}
-	}
-	c.qmu.Lock()
-	for _, w := range c.waiting {
-		p := &w.p
-		if r, ok := c.remotes[p.RemoteEngineID+"@"+joinHostPort(p.RemoteHost, p.RemotePort)]; ok && r.ready {
-			ids[r] = append(ids[r], p.RemoteRequestID)
-		}
-	}
-	c.qmu.Unlock()
-	if len(ids) == 0 {
-		return false
-	}
-	for r, list := range ids {
-		c.startHoldQuery(r, list)
-		msgs, bad := notif.SplitHeartbeats(list, maxHeartbeatLen)
-		for _, err := range bad {
-			c.log.Debug("pullconn: id cannot go in a heartbeat", zap.Error(err))
-		}
-		for _, s := range r.setup.notify {
-			for _, m := range msgs {
-				if err := c.cfg.Agent.GenNotif(r.setup.agents[s], m, nil); err != nil {
-					c.stats.FailedNotifications.Inc()
-					c.log.Debug("pullconn: heartbeat not sent", zap.String("remote_engine_id", r.engineID), zap.Int("prefill_rank", s), zap.Error(err))
-				}
-			}
-		}
-	}
-	return true
-}
-
-// holdDeadline returns, on this rank's clock, the last moment at which the
-// load's prefill holds are certain to cover its READ: the later of the
-// deadline its Params gave (converted with the handshake's clock offset,
-// less its uncertainty) and the one a hold query confirmed, less
-// Config.ExpiryMargin. guarded is false when prefill gave no deadline.
-// wmu is held; the handshake must be done.
-func (c *Consumer) holdDeadline(l *load) (deadline time.Time, guarded bool) {
-	base, ok := l.p.expiry()
-	if !ok || l.r == nil || l.r.setup == nil {
-		return time.Time{}, false
-	}
-	deadline = base.Add(-l.r.clock.Offset - l.r.clock.Uncertainty)
-	if t, ok := c.confirmed[l.key+"\x00"+l.p.RemoteRequestID]; ok && t.After(deadline) {
-		deadline = t
-	}
-	return deadline.Add(-c.cfg.ExpiryMargin), true
-}
-
 // expired fails a load whose prefill hold no longer certainly covers its
 // READ.
-func (c *Consumer) expired(l *load, now, hold time.Time, when string) {
+func (c *reader) expired(l *load, now, hold time.Time, when string) {
 	c.stats.ExpiredRequests.Inc()
 	c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q holds its blocks until %v on this clock (margin and clock offset deducted), and it is %v, %s",
 		ErrExpired, l.id, l.p.RemoteEngineID, hold.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano), when))
 }
 
-// holdAnswer is a hold query's outcome.
-type holdAnswer struct {
-	r         *remote
-	ids       []string
-	deadlines []time.Time
-	clock     handshake.Clock
-	err       error
-}
-
-// queryHolds asks the prefill engine to extend and confirm its holds of
-// ids. A heartbeat notification extends them too, but only this answer
-// tells decode that it did: a heartbeat can be lost. It runs on its own
-// goroutine.
-func (c *Consumer) queryHolds(r *remote, ids []string) {
-	defer c.hsWG.Done()
-	ans := holdAnswer{r: r}
-	for len(ids) > 0 && ans.err == nil {
-		n := min(len(ids), handshake.MaxExtendIDs)
-		ds, clk, err := c.e.core.Client().Extend(c.ctx, r.engineID, r.addr, c.cfg.Agent.Name(), ids[:n])
-		ans.ids, ans.deadlines, ans.err = append(ans.ids, ids[:n]...), append(ans.deadlines, ds...), err
-		if err == nil {
-			ans.clock = clk
-		}
-		ids = ids[n:]
-	}
-	c.qmu.Lock()
-	c.queried = append(c.queried, ans)
-	c.qmu.Unlock()
-	c.poll.Wake()
-}
-
-// applyHoldAnswer records the deadlines a hold query confirmed. wmu is
-// held.
-func (c *Consumer) applyHoldAnswer(a holdAnswer) {
-	a.r.querying = false
-	if a.err != nil {
-		c.failedQueries.Inc()
-		c.log.Debug("pullconn: hold query failed", zap.String("remote_engine_id", a.r.engineID), zap.Error(a.err))
-		return
-	}
-	c.holdQueries.Inc()
-	a.r.clock = a.clock
-	want := c.expected()
-	for i, id := range a.ids {
-		k := a.r.key + "\x00" + id
-		d := a.deadlines[i]
-		if !want[k] || d.IsZero() {
-			continue // not ours any more, or not held: the deadline stays
-		}
-		if t, ok := c.confirmed[k]; !ok || d.After(t) {
-			c.confirmed[k] = d
-		}
-	}
-}
-
-// expected returns the remote keys and request ids ("<key>\x00<id>") that
-// this rank's live loads and Waits read. wmu is held.
-func (c *Consumer) expected() map[string]bool {
-	want := map[string]bool{}
-	for _, set := range [][]*load{c.reading, c.ready} {
-		for _, l := range set {
-			if !l.ended {
-				want[l.key+"\x00"+l.p.RemoteRequestID] = true
-			}
-		}
-	}
-	for _, r := range c.remotes {
-		for _, l := range r.parked {
-			want[l.key+"\x00"+l.p.RemoteRequestID] = true
-		}
-	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	for _, w := range c.waiting {
-		want[w.p.RemoteEngineID+"@"+joinHostPort(w.p.RemoteHost, w.p.RemotePort)+"\x00"+w.p.RemoteRequestID] = true
-	}
-	return want
-}
-
-// pruneConfirmed forgets confirmed deadlines of requests this rank no
-// longer reads (a KeepAlive that timed out or was aborted). wmu is held.
-func (c *Consumer) pruneConfirmed() {
-	want := c.expected()
-	for k := range c.confirmed {
-		if !want[k] {
-			delete(c.confirmed, k)
-		}
-	}
-}
-
-// startHoldQuery starts a hold query for ids at r unless one is in flight
-// or the engine speaks vLLM's protocol, which has none. wmu is held.
-func (c *Consumer) startHoldQuery(r *remote, ids []string) {
-	if r.querying || c.e.core.VLLM() {
-		return
-	}
-	if !c.startExchange() {
-		return
-	}
-	r.querying = true
-	go c.queryHolds(r, slices.Clone(ids))
-}
-
 // markNotified records that a completion of the load may have reached
 // prefill, which may then free the blocks: the remote request must not be
-// loaded again by this rank until its hold's deadline. wmu is held.
-func (c *Consumer) markNotified(l *load) {
+// loaded again by this rank until its hold's deadline.
+func (c *reader) markNotified(l *load) {
 	if l.completed {
 		return
 	}
 	l.completed = true
-	l.readUntil = c.cfg.Clock.Now().Add(c.cfg.TransferTimeout + c.cfg.KeepAliveTimeout)
-	if hold, guarded := c.holdDeadline(l); guarded {
+	l.readUntil = c.now().Add(c.cfg.TransferTimeout + c.cfg.KeepAliveTimeout)
+	if hold, guarded := c.holds.deadline(l); guarded {
 		l.readUntil = hold.Add(c.cfg.ExpiryMargin)
 	}
-}
-
-// readBlocks is stagedRead's answer when a staged READ cannot be planned
-// for l (why says what stopped it): l reads prefill's blocks directly, as
-// an unstaged load does.
-func (c *Consumer) readBlocks(l *load, why error) (bool, staging.ReadPlan, *staging.BlockCopy) {
-	c.log.Debug("pullconn: staged READ not possible; reading the blocks", zap.String("request_id", l.id), zap.Error(why))
-	return false, staging.ReadPlan{}, nil
 }
 
 // completionN is the number a completion to a prefill engine of set carries:
 // decode's TP size in gonixl's protocol (prefill works out how many
 // completions that means), or, in vLLM's since its connector version 12,
 // the completions each prefill rank gets, max(1, decode TP / prefill TP).
-func (c *Consumer) completionN(set *pairing) int {
-	if c.e.core.VLLM() {
+func (c *reader) completionN(set *pairing) int {
+	if c.vllm {
 		return vllm.CompletionCount(c.cfg.Layout.TPSize, set.payload.TPSize)
 	}
 	return c.cfg.Layout.TPSize
 }
 
-// startExchange counts a side-channel goroutine (handshake, hold query,
-// pin, readiness query) that Close waits for, unless the consumer is
-// closed: then it reports false and the caller starts nothing.
-func (c *Consumer) startExchange() bool {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if c.closed {
+// end ends a request exactly once: its result is published as soon as
+// none of its READs can still write into its blocks.
+func (c *reader) end(l *load, res connector.Result) {
+	if l.ended {
+		return
+	}
+	l.ended = true
+	l.result = res
+	if c.releaseXfers(l) {
+		c.publish(l)
+		return
+	}
+	l.drainUntil = c.mono().Add(c.cfg.TransferTimeout)
+	c.draining = append(c.draining, l)
+}
+
+// publish hands an ended load's result to Drain.
+func (c *reader) publish(l *load) {
+	c.stage.release(l)
+	now := c.now()
+	l.result.Start, l.result.End = l.start, now
+	if l.completed {
+		if hold, guarded := c.holds.deadline(l); guarded {
+			// Hold queries may have moved the deadline since the completion.
+			l.readUntil = maxTime(l.readUntil, hold.Add(c.cfg.ExpiryMargin))
+		}
+		// Bounded: no hold lasts longer than a keep-alive plus a transfer.
+		l.readUntil = minTime(l.readUntil, now.Add(c.cfg.KeepAliveTimeout+c.cfg.TransferTimeout))
+	}
+	c.io.published(l)
+	c.holds.forget(l)
+}
+
+func (c *reader) fail(l *load, err error) {
+	res := connector.Result{RequestID: l.id, Err: err}
+	if c.cfg.FailurePolicy == connector.PolicyRecompute && len(l.local) > 0 {
+		res.InvalidBlocks = append([]int(nil), l.local...)
+	}
+	c.end(l, res)
+}
+
+// releaseXfers releases the load's transfer requests and reports whether
+// the agent let go of all of them. A request it refuses to release (a READ
+// it cannot cancel yet) stays, and drain tries again: until the agent lets
+// go, the READ may still write into the load's blocks.
+func (c *reader) releaseXfers(l *load) bool {
+	var live []*xfer
+	var hs []nixl.XferHandle
+	for _, x := range l.xfers {
+		if x.h != 0 {
+			live, hs = append(live, x), append(hs, x.h)
+		}
+	}
+	if len(hs) == 0 {
+		return true
+	}
+	errs := make([]error, len(hs))
+	if err := c.xfer.ReleaseXferReqs(hs, errs); err != nil {
+		c.log.Debug("pullconn: transfers not released yet", zap.String("request_id", l.id), zap.Error(err))
 		return false
 	}
-	c.hsWG.Add(1)
-	return true
+	all := true
+	for i, x := range live {
+		err := errs[i]
+		if err != nil && !errors.Is(err, nixl.ErrInvalidParam) && !errors.Is(err, nixl.ErrNotFound) {
+			c.log.Debug("pullconn: transfer not released yet", zap.String("request_id", l.id), zap.Error(err))
+			all = false
+			continue
+		}
+		x.h = 0
+	}
+	return all
+}
+
+// drain publishes the ended loads whose READs the agent has let go of, and
+// those past their drain deadline at mono (the rank's monotonic clock: no
+// step of the configured clock hands blocks back early), counted as stuck.
+func (c *reader) drain(mono time.Time) {
+	keep := c.draining[:0]
+	for _, l := range c.draining {
+		switch {
+		case c.releaseXfers(l):
+			c.publish(l)
+		case !mono.Before(l.drainUntil):
+			c.stuck.Inc()
+			c.log.Error("pullconn: READ not released within the transfer timeout; handing its blocks back anyway", zap.String("request_id", l.id))
+			c.publish(l)
+		default:
+			keep = append(keep, l)
+		}
+	}
+	clear(c.draining[len(keep):])
+	c.draining = keep
+}
+
+// findLoad looks for a routed load that has not ended.
+func (c *reader) findLoad(id string) *load {
+	for _, set := range [][]*load{c.reading, c.ready} {
+		for _, l := range set {
+			if l.id == id && !l.ended {
+				return l
+			}
+		}
+	}
+	for l := range c.pins.awaitingPin {
+		if l.id == id && !l.ended {
+			return l
+		}
+	}
+	for _, r := range c.eng.remotes {
+		for _, l := range r.parked {
+			if l.id == id && !l.ended {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// close ends every load with errClosed (Close): each is published once the
+// agent lets go of its READs.
+func (c *reader) close() {
+	for _, l := range c.reading {
+		c.fail(l, errClosed)
+	}
+	c.reading = nil
+	for l := range c.pins.awaitingPin {
+		c.fail(l, errClosed)
+	}
+	clear(c.pins.awaitingPin)
+	for _, l := range c.ready {
+		c.fail(l, errClosed)
+	}
+	c.ready = nil
+	for _, r := range c.eng.remotes {
+		for _, l := range r.parked {
+			c.fail(l, errClosed)
+		}
+		r.parked = nil
+	}
+	c.drain(c.mono())
+}
+
+// abandon publishes what still drains once the memory is deregistered: a
+// READ the agent would not release has nowhere left to write.
+func (c *reader) abandon() {
+	for _, l := range c.draining {
+		c.stuck.Inc()
+		c.publish(l)
+	}
+	c.draining = nil
 }

@@ -69,7 +69,7 @@ func (e *pullEngine) ready(_, _ string, q handshake.ReadyQuery) []int64 {
 
 // await is a load's wait for prefill's background gathers: per prefill
 // rank whose slot it reads, the state last answered (regions gathered)
-// and the regions its READs need in all. wmu's.
+// and the regions its READs need in all.
 type await struct {
 	ranks   []int
 	known   []int
@@ -98,7 +98,7 @@ func newReadyCounters(s *stats.Set) readyCounters {
 }
 
 // awaitRank records that the load's READs of prefill rank s's slot need
-// its first need regions gathered. wmu is held.
+// its first need regions gathered.
 func (l *load) awaitRank(s, need int) {
 	if l.await == nil {
 		l.await = &await{}
@@ -113,7 +113,7 @@ func (l *load) awaitRank(s, need int) {
 
 // pendingRead makes x a READ posted only once prefill rank x.rank has
 // gathered need regions: its lists are kept (copied: planning reuses
-// them). wmu is held.
+// them).
 func (l *load) pendingRead(x *xfer, local, remote nixl.XferList, need int) {
 	x.pending, x.need = true, need
 	x.local = nixl.XferList{Mem: local.Mem, Descs: slices.Clone(local.Descs)}
@@ -123,27 +123,25 @@ func (l *load) pendingRead(x *xfer, local, remote nixl.XferList, need int) {
 }
 
 // askReady starts the load's readiness query unless one is in flight, the
-// load waits for nothing, or it ended. wmu is held.
-func (c *Consumer) askReady(l *load) {
+// load waits for nothing, or it ended.
+func (c *stager) askReady(l *load) {
 	a := l.await
 	if a == nil || a.asking || l.ended || c.readyDone(l) {
 		return
 	}
-	if !c.startExchange() {
-		return
-	}
-	a.asking = true
 	// The wait ends well within the exchange's own timeout (the engine's
 	// HandshakeTimeout) and by the load's deadline.
-	wait := min(readyWait, c.e.core.Config().HandshakeTimeout/2, l.deadline.Sub(c.cfg.Clock.Now()))
+	wait := min(readyWait, c.rd.hsTimeout/2, l.deadline.Sub(c.rd.now()))
 	q := handshake.ReadyQuery{ID: l.p.RemoteRequestID, Key: l.hold, Ranks: slices.Clone(a.ranks), Known: slices.Clone(a.known),
 		WaitMicros: max(wait.Microseconds(), 0)}
-	go c.queryReady(l, l.r, q)
+	if c.rd.io.queryReady(l, q) {
+		a.asking = true
+	}
 }
 
 // readyDone reports whether every rank the load awaits has gathered what
-// its READs need. wmu is held.
-func (c *Consumer) readyDone(l *load) bool {
+// its READs need.
+func (c *stager) readyDone(l *load) bool {
 	for i, k := range l.await.known {
 		if k < l.await.need[i] {
 			return false
@@ -152,28 +150,18 @@ func (c *Consumer) readyDone(l *load) bool {
 	return true
 }
 
-// queryReady asks prefill once. It runs on its own goroutine.
-func (c *Consumer) queryReady(l *load, r *remote, q handshake.ReadyQuery) {
-	defer c.hsWG.Done()
-	states, err := c.e.core.Client().Ready(c.ctx, r.engineID, r.addr, c.cfg.Agent.Name(), q)
-	c.qmu.Lock()
-	c.readied = append(c.readied, readyAnswer{l: l, states: states, err: err})
-	c.qmu.Unlock()
-	c.poll.Wake()
-}
-
 // applyReady takes a readiness answer: a failed gather or a hold prefill
 // no longer has fails the load; chunks whose regions are gathered are
 // posted (Inline: on the next Drain); decode asks again until every rank
-// is done. wmu is held.
-func (c *Consumer) applyReady(ans readyAnswer) {
+// is done.
+func (c *stager) applyReady(ans readyAnswer) {
 	c.takeReady(ans, false)
 }
 
 // takeReady is applyReady; during a scatter (inScatter) a READ that cannot
 // be posted fails its load only on the load's next poll (postErr): no
 // load may end while a copy may still write into the blocks of one.
-func (c *Consumer) takeReady(ans readyAnswer, inScatter bool) {
+func (c *stager) takeReady(ans readyAnswer, inScatter bool) {
 	l, a := ans.l, ans.l.await
 	a.asking = false
 	if l.ended {
@@ -181,8 +169,8 @@ func (c *Consumer) takeReady(ans readyAnswer, inScatter bool) {
 	}
 	if ans.err != nil {
 		c.readiness.failed.Inc()
-		c.log.Debug("pullconn: readiness query failed; asking again", zap.String("request_id", l.id), zap.Error(ans.err))
-		a.retryAt = c.cfg.Clock.Now().Add(readyRetry)
+		c.rd.log.Debug("pullconn: readiness query failed; asking again", zap.String("request_id", l.id), zap.Error(ans.err))
+		a.retryAt = c.rd.now().Add(readyRetry)
 		return
 	}
 	c.readiness.queries.Inc()
@@ -190,24 +178,24 @@ func (c *Consumer) takeReady(ans readyAnswer, inScatter bool) {
 		switch {
 		case st == handshake.ReadyFailed:
 			c.stage.Failures.Inc()
-			c.fail(l, gatherError(l.id, a.ranks[i]))
+			c.rd.fail(l, gatherError(l.id, a.ranks[i]))
 			return
 		case st < 0:
-			c.notHeld.Inc()
-			c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q rank %d has no gather of request %q into its staging slot as the Params say (the hold ended, or other Params)",
+			c.rd.pins.notHeld.Inc()
+			c.rd.fail(l, fmt.Errorf("%w: request %q: prefill engine %q rank %d has no gather of request %q into its staging slot as the Params say (the hold ended, or other Params)",
 				ErrNotHeld, l.id, l.p.RemoteEngineID, a.ranks[i], l.p.RemoteRequestID))
 			return
 		case st > a.known[i]:
 			a.known[i] = st
 		}
 	}
-	if c.cfg.Inline {
-		c.unblocked = append(c.unblocked, l)
+	if c.rd.cfg.Inline {
+		c.rd.unblocked = append(c.rd.unblocked, l)
 	} else if err := c.postReady(l); err != nil {
 		if inScatter {
 			l.postErr = err
 		} else {
-			c.fail(l, err)
+			c.rd.fail(l, err)
 		}
 		return
 	}
@@ -219,33 +207,16 @@ func (c *Consumer) takeReady(ans readyAnswer, inScatter bool) {
 // chunks (no failure, no error) are applied and their READs posted at
 // once, rather than after the scatter, so the next chunk's READ overlaps
 // this chunk's scatter as it does when every READ is posted at first.
-// The others wait for the next tick. wmu is held.
-func (c *Consumer) readyProgress() {
-	c.qmu.Lock()
-	if len(c.readied) == 0 {
-		c.qmu.Unlock()
-		return
-	}
-	var take []readyAnswer
-	keep := c.readied[:0]
-	for _, a := range c.readied {
-		if a.err == nil && !a.l.ended && !slices.ContainsFunc(a.states, func(st int) bool { return st < 0 }) {
-			take = append(take, a)
-		} else {
-			keep = append(keep, a)
-		}
-	}
-	clear(c.readied[len(keep):])
-	c.readied = keep
-	c.qmu.Unlock()
-	for _, a := range take {
+// The others wait for the next tick.
+func (c *stager) readyProgress() {
+	for _, a := range c.rd.io.takeReadied() {
 		c.takeReady(a, true)
 	}
 }
 
 // postReady posts the load's pending READs whose regions are gathered; an
-// error is the load's failure, for the caller to end it with. wmu is held.
-func (c *Consumer) postReady(l *load) error {
+// error is the load's failure, for the caller to end it with.
+func (c *stager) postReady(l *load) error {
 	if l.ended || l.postErr != nil {
 		return nil
 	}
@@ -255,21 +226,21 @@ func (c *Consumer) postReady(l *load) error {
 			continue
 		}
 		x.pending = false
-		h, err := c.cfg.Agent.CreateXferReq(nixl.Read, x.local, x.remote, set.agents[x.rank], nil)
+		h, err := c.rd.xfer.CreateXferReq(nixl.Read, x.local, x.remote, set.agents[x.rank], nil)
 		if err == nil {
 			x.h = h
 			// Even a READ done at once is left for the next poll to see
 			// done, which scatters it while later chunks are still read:
 			// a scatter may be running here (readyProgress).
-			_, err = c.cfg.Agent.PostXferReq(h, nil)
-			x.start = time.Now()
+			_, err = c.rd.xfer.PostXferReq(h, nil)
+			x.start = c.rd.steady()
 		}
 		if err != nil {
-			c.stats.FailedTransfers.Inc()
+			c.rd.stats.FailedTransfers.Inc()
 			failed := fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q): %w", ErrTransfer, l.id, set.payload.EngineID, x.rank, set.agents[x.rank], err)
 			if agentGone(err) {
-				c.forgetHandshake(l.r)
-				return c.goneError(l, x.rank, failed)
+				c.rd.eng.forget(l.r)
+				return c.rd.restart.goneError(l, x.rank, failed)
 			}
 			return failed
 		}
@@ -279,9 +250,9 @@ func (c *Consumer) postReady(l *load) error {
 }
 
 // retryReady asks again for the loads whose last readiness query failed,
-// once their retry time came. wmu is held.
-func (c *Consumer) retryReady(now time.Time) {
-	for _, l := range c.reading {
+// once their retry time came.
+func (c *stager) retryReady(now time.Time) {
+	for _, l := range c.rd.reading {
 		if a := l.await; a != nil && !a.asking && !l.ended && !a.retryAt.IsZero() && !now.Before(a.retryAt) {
 			a.retryAt = time.Time{}
 			c.askReady(l)

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/internal/handshake"
+	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -33,16 +34,23 @@ import (
 //     retry could read the blocks of another request of the new instance,
 //     so the load fails with ErrPrefillGone, as vLLM's decode fails it.
 
+// restarts are a decode rank's handling of prefill engines that
+// restarted (see above); count counts the handshakes made again for it.
+type restarts struct {
+	rd    *reader
+	count *stats.Counter
+}
+
 // maxRetired bounds the incarnations a remote remembers as not its own.
 const maxRetired = 64
 
 // sameIncarnation reports whether l, about to be posted on its engine's
 // handshake, may read there. When its Params name another incarnation than
 // the handshake, l is routed again on a new handshake (the first time) or
-// fails with ErrPrefillGone, and sameIncarnation reports false. wmu is held.
-func (c *Consumer) sameIncarnation(l *load) bool {
+// fails with ErrPrefillGone, and sameIncarnation reports false.
+func (c *restarts) sameIncarnation(l *load) bool {
 	want := l.p.RemoteIncarnation
-	if want == 0 || c.e.core.VLLM() || c.holdRanOut(l) {
+	if want == 0 || c.rd.vllm || c.holdRanOut(l) {
 		return true
 	}
 	r := l.r
@@ -54,11 +62,11 @@ func (c *Consumer) sameIncarnation(l *load) bool {
 		// The handshake may be older than the Params: the engine
 		// restarted since decode handshook.
 		l.rehandshook = true
-		c.restarts.Inc()
-		c.log.Info("pullconn: Params name another incarnation of the prefill engine than its handshake: handshaking again",
+		c.count.Inc()
+		c.rd.log.Info("pullconn: Params name another incarnation of the prefill engine than its handshake: handshaking again",
 			zap.String("request_id", l.id), zap.String("remote_engine_id", r.engineID), zap.String("addr", r.addr))
-		c.forgetHandshake(r)
-		c.route(l)
+		c.rd.eng.forget(r)
+		c.rd.route(l)
 		return false
 	}
 	// A handshake made after the Params still names another incarnation:
@@ -67,39 +75,16 @@ func (c *Consumer) sameIncarnation(l *load) bool {
 		r.retired = map[uint64]bool{}
 	}
 	r.retired[want] = true
-	c.fail(l, fmt.Errorf("%w: request %q: prefill engine %q at %s restarted: the request was prefilled by incarnation %#x, the engine now publishes %#x; the old instance's hold of %q is gone",
+	c.rd.fail(l, fmt.Errorf("%w: request %q: prefill engine %q at %s restarted: the request was prefilled by incarnation %#x, the engine now publishes %#x; the old instance's hold of %q is gone",
 		ErrPrefillGone, l.id, r.engineID, r.addr, want, have, l.p.RemoteRequestID))
 	return false
 }
 
 // holdRanOut reports whether l's hold is past its deadline: post fails it
-// with ErrExpired, whichever incarnation holds it. wmu is held.
-func (c *Consumer) holdRanOut(l *load) bool {
-	hold, guarded := c.holdDeadline(l)
-	return guarded && !c.cfg.Clock.Now().Before(hold)
-}
-
-// forgetHandshake drops the handshake r, so that the next request to its
-// engine handshakes again. Loads still in flight on it keep it. wmu is held.
-func (c *Consumer) forgetHandshake(r *remote) {
-	if c.remotes[r.key] == r {
-		delete(c.remotes, r.key)
-	}
-	c.e.core.Client().Forget(r.engineID, r.addr)
-}
-
-// unloadAgents unloads the metadata of r's agents that no other known
-// engine reaches (the same engine under another host spelling); the next
-// handshake loads it again. r is already forgotten. wmu is held.
-func (c *Consumer) unloadAgents(r *remote) {
-	if r.setup == nil {
-		return
-	}
-	for _, name := range r.setup.agents {
-		if name != "" && !c.readsFromAgent(name) {
-			_ = c.cfg.Agent.InvalidateRemoteMD(name)
-		}
-	}
+// with ErrExpired, whichever incarnation holds it.
+func (c *restarts) holdRanOut(l *load) bool {
+	hold, guarded := c.rd.holds.deadline(l)
+	return guarded && !c.rd.now().Before(hold)
 }
 
 // agentGone reports whether err is the agent's word that a prefill agent is
@@ -109,9 +94,9 @@ func agentGone(err error) bool {
 }
 
 // readFailed ends, or retries, load l whose READ from prefill rank s failed
-// (to post, or in flight when inFlight) with err. wmu is held.
-func (c *Consumer) readFailed(l *load, s int, err error, inFlight bool) {
-	c.stats.FailedTransfers.Inc()
+// (to post, or in flight when inFlight) with err.
+func (c *restarts) readFailed(l *load, s int, err error, inFlight bool) {
+	c.rd.stats.FailedTransfers.Inc()
 	set := l.r.setup
 	how := ""
 	if inFlight {
@@ -119,21 +104,21 @@ func (c *Consumer) readFailed(l *load, s int, err error, inFlight bool) {
 	}
 	failed := fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q)%s: %w", ErrTransfer, l.id, l.p.RemoteEngineID, s, set.agents[s], how, err)
 	if !agentGone(err) {
-		c.fail(l, failed)
+		c.rd.fail(l, failed)
 		return
 	}
-	c.forgetHandshake(l.r)
+	c.rd.eng.forget(l.r)
 	if !inFlight && c.retryable(l) {
 		c.retry(l, failed)
 		return
 	}
-	c.fail(l, c.goneError(l, s, failed))
+	c.rd.fail(l, c.goneError(l, s, failed))
 }
 
 // goneError says that l's prefill agent is gone, wrapping failed.
-func (c *Consumer) goneError(l *load, s int, failed error) error {
+func (c *restarts) goneError(l *load, s int, failed error) error {
 	why := "the request is not retried"
-	if c.e.core.VLLM() {
+	if c.rd.vllm {
 		why = "in vLLM's protocol the request is not retried (nothing would tell the new instance's blocks from the old ones)"
 	}
 	return fmt.Errorf("%w: request %q: prefill engine %q rank %d (agent %q) is gone: the engine restarted or shut down, and its hold of %q with it; %s, the next request handshakes again: %w",
@@ -144,9 +129,9 @@ func (c *Consumer) goneError(l *load, s int, failed error) error {
 // agent is gone, may be posted again on a new handshake: gonixl's protocol
 // with a prefill that pins (so a hold the new instance does not have is
 // refused), the first time, no decode staging slot or readiness wait of
-// its own, and none of its READs left in flight. wmu is held.
-func (c *Consumer) retryable(l *load) bool {
-	if c.e.core.VLLM() || !l.r.pins() || l.retried || l.slot != nil || l.await != nil || l.completed {
+// its own, and none of its READs left in flight.
+func (c *restarts) retryable(l *load) bool {
+	if c.rd.vllm || !l.r.pins() || l.retried || l.slot != nil || l.await != nil || l.completed {
 		return false
 	}
 	for _, x := range l.xfers {
@@ -154,26 +139,26 @@ func (c *Consumer) retryable(l *load) bool {
 			return false
 		}
 	}
-	return c.releaseXfers(l)
+	return c.rd.releaseXfers(l)
 }
 
 // retry routes l again, on a new handshake: it is posted if the engine
 // publishes another incarnation of the ranks it reads, and fails with
-// failed otherwise (retried). wmu is held.
-func (c *Consumer) retry(l *load, failed error) {
-	c.restarts.Inc()
-	c.log.Info("pullconn: prefill agent gone: handshaking again and retrying the load once on a new incarnation",
+// failed otherwise (retried).
+func (c *restarts) retry(l *load, failed error) {
+	c.count.Inc()
+	c.rd.log.Info("pullconn: prefill agent gone: handshaking again and retrying the load once on a new incarnation",
 		zap.String("request_id", l.id), zap.String("remote_engine_id", l.p.RemoteEngineID), zap.Error(failed))
 	l.retried, l.rehandshook = true, true
 	l.retryFrom, l.retryErr = l.r.setup, failed
 	l.xfers = nil
-	c.route(l)
+	c.rd.route(l)
 }
 
 // retried reports whether l, retried after its READ failed, may be posted
 // on its new handshake: only if the engine replaced one of the ranks it
-// reads; it fails l otherwise. wmu is held.
-func (c *Consumer) retried(l *load) bool {
+// reads; it fails l otherwise.
+func (c *restarts) retried(l *load) bool {
 	old := l.retryFrom
 	if old == nil || c.holdRanOut(l) {
 		return true
@@ -188,7 +173,7 @@ func (c *Consumer) retried(l *load) bool {
 			return true
 		}
 	}
-	c.fail(l, c.goneError(l, set.sources[0], fmt.Errorf("the engine still publishes the same ranks: %w", l.retryErr)))
+	c.rd.fail(l, c.goneError(l, set.sources[0], fmt.Errorf("the engine still publishes the same ranks: %w", l.retryErr)))
 	return false
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
+	"github.com/gonixl/gonixl/nixl"
 )
 
 // A deterministic simulation of the pull protocol, in the style of etcd
@@ -47,16 +48,24 @@ import (
 // (its own origin, a rate within +-500 ppm, a new one when a rank
 // restarts). Leases, Params deadlines, heartbeats and hold queries run on
 // the wall clocks, as in the real code (RankConfig.Clock); pins run on the
-// monotonic ones (time.Now in Consumer.startConfirm, Producer.pinHold and
-// Producer.tick), on both sides.
+// monotonic ones (the reader's steady clock, time.Now in production, and
+// Producer.pinHold and Producer.tick), on both sides.
 //
-// What is real code: each prefill rank's protocol state is a real *holds
-// (finish, setKey, bind, pin, complete, heartbeat, heartbeatFor, abort,
-// expire with its overdue holds, releaseAll), the engine's staging slots
-// are a real slotIndex, Params, their holdKey (with RemoteHoldNonce),
-// expirySeconds and expiry are the real ones, completions are encoded and
-// parsed by the real notif.EncodeSeqCompletion and DecodeSeqCompletion, and
-// decode ranks pair with prefill ranks by the real notifyRanks.
+// What is real code: every decode rank is the production reader
+// (reader.go: route, post, poll, pins and verdicts, hold queries and
+// heartbeats, the hold deadline, restarts and retries, staging with its
+// slot pool, publish) with the Consumer's readGuard; the simulation is only
+// its shell (simdecode_test.go): the queue and the answers its next tick
+// takes, the side-channel calls it asks for as messages with their
+// clients' timeouts, and a NIXL agent whose READs read the prefill blocks
+// or slots their remote descriptors name. Each prefill rank's protocol
+// state is a real *holds (finish, setKey, bind, pin, complete, heartbeat,
+// heartbeatFor, abort, expire with its overdue holds, releaseAll), the
+// engine's staging slots are a real slotIndex, Params, their holdKey (with
+// RemoteHoldNonce), expirySeconds and expiry are the real ones,
+// completions and heartbeats are encoded by the reader and parsed by the
+// real notif codecs, and decode ranks pair with prefill ranks by the real
+// pair and notifyRanks.
 //
 // What is modeled, mirrored from the real code: the prefill glue, that is
 // Producer.RequestFinished's order (gather, finish, advertise, extend,
@@ -67,14 +76,11 @@ import (
 // rank's lock is let go (Producer.tick, onCompletion, Close) so that
 // another rank's RequestFinished may come in between, Engine.extend with
 // Producer.extendHolds, Engine.confirm with Producer.pinHold (maxPin, the
-// pin's end on the rank's monotonic clock) and Producer.onCompletion; and
-// the decode rank, a small state machine that follows the Consumer's rules
-// (Load's checkRemote with its loading and read guards, post, the pin sent
-// as the READs are posted, succeed, pinnedReadEnded, finish with its keyed
-// completions, pollLoad, holdDeadline, heartbeat, applyHoldAnswer,
-// applyVerdicts, publish) under one of two rule sets. The real Consumer
-// batches a tick's pins into one call per prefill engine; here each load's
-// pin is its own call. The router sends a request's Params to decode
+// pin's end on the rank's monotonic clock) and Producer.onCompletion; the
+// side-channel clients' clock measurement (handshake.measure) and their
+// conversion of deadlines; and the Consumer's goroutines (a tick soon after
+// each wake, every few milliseconds while a load lives; a pin's verdict
+// applied as it comes). The router sends a request's Params to decode
 // engine A, and those of a retried id to A or B.
 //
 // Memory is modeled by tags: every prefill block and slot holds the tag of
@@ -103,6 +109,10 @@ const (
 	// converted deadline (the handshake's clock offset); each READ carries
 	// the completion "<id>:<n>"; nothing binds a hold to an engine, and
 	// the prefill glue of that revision (no advert nonce, no dropAdverts).
+	// The production reader runs them against a prefill that does not pin
+	// (Payload.Confirms false), with readerRules.handshakeClock (hold
+	// queries never move the clock offset) and readGuard.byID (a read
+	// remote request is known by its id alone).
 	legacyRules
 )
 
@@ -161,7 +171,7 @@ const (
 	// client's handshake timeout.
 	simPinTimeout = simHSTimeout
 	// simKeepAlive is Config.KeepAliveTimeout at this scale (480 s
-	// for a 30 s lease), which bounds Consumer.read's guard.
+	// for a 30 s lease), which bounds the readGuard's read guard.
 	simKeepAlive = 16 * simLease
 	simMonoPPM   = 500
 	simBlocks    = 16
@@ -170,9 +180,6 @@ const (
 	simRetryRing = 16
 	simCompRing  = 64
 )
-
-// simPin is the pin decode asks for (Consumer.startConfirm).
-const simPin = simTransferTimeout + simMargin
 
 // simMaxPin mirrors Producer.maxPin.
 func simMaxPin() time.Duration { return max(2*simLease, minMaxPin) }
@@ -187,8 +194,8 @@ type simConfig struct {
 	prefillTP int
 	// stall is the share of READs atkPinNet stalls; 0: 1 %.
 	stall float64
-	// mutant breaks one pin rule of the decode model, to show that the
-	// invariants catch it (TestSimCatchesPinMutants).
+	// mutant breaks one pin rule of the production reader (readerRules),
+	// to show that the invariants catch it (TestSimCatchesPinMutants).
 	mutant simMutant
 }
 
@@ -239,8 +246,12 @@ type simStats struct {
 	// TransferTimeout; staleSent, foreignSent: completions the two
 	// completion attacks sent.
 	redelivered, refused, pins, pinsLate, pinsLost, stalled, pauses, outlasted, staleSent, foreignSent int
-	results                                                                                            [simResults]int
-	released                                                                                           [simReleases]int
+	// reads are the READs decode posted, staged those of a prefill
+	// staging slot (chunked: one of several of a rank's slot) and
+	// retried the loads posted again on a restarted rank.
+	reads, staged, chunked, retried int
+	results                         [simResults]int
+	released                        [simReleases]int
 	// outcomes counts what holds.complete made of each completion.
 	outcomes [completionPlain + 1]int
 	simTime  time.Duration
@@ -265,6 +276,10 @@ func (a *simStats) add(b simStats) {
 	a.outlasted += b.outlasted
 	a.staleSent += b.staleSent
 	a.foreignSent += b.foreignSent
+	a.reads += b.reads
+	a.staged += b.staged
+	a.chunked += b.chunked
+	a.retried += b.retried
 	a.simTime += b.simTime
 	for i := range a.outcomes {
 		a.outcomes[i] += b.outcomes[i]
@@ -290,6 +305,7 @@ func (a simStats) String() string {
 	}
 	fmt.Fprintf(&b, "; %d re-delivered, %d loads refused; %d pins (%d answered after the READs ended, %d lost, %d READs stalled, %d decode pauses, %d loads past their pin)",
 		a.redelivered, a.refused, a.pins, a.pinsLate, a.pinsLost, a.stalled, a.pauses, a.outlasted)
+	fmt.Fprintf(&b, "; %d READs (%d of a staging slot, %d of them chunks), %d loads retried on a restarted rank", a.reads, a.staged, a.chunked, a.retried)
 	fmt.Fprintf(&b, "; completions: %d replayed, %d foreign sent;", a.staleSent, a.foreignSent)
 	for o := completionCounted; o <= completionPlain; o++ {
 		fmt.Fprintf(&b, " %s %d", simOutcomeNames[o], a.outcomes[o])
@@ -362,6 +378,8 @@ type sim struct {
 	watched []simTraceEntry
 
 	draining       bool
+	xfers          map[nixl.XferHandle]*simXfer // READs the decode ranks' agents know
+	nextXfer       uint64
 	liveLoads      int
 	readsInFlight  int
 	pendingFinish  int
@@ -453,100 +471,6 @@ type simReq struct {
 	retry bool
 }
 
-// simDecode is one decode engine: its clock, its handshake with the
-// prefill engine (shared by its ranks) and its ranks.
-type simDecode struct {
-	idx    int
-	name   string
-	tp     int
-	clock  simClock
-	mono   simMono
-	hs     simHS
-	ranks  []*simDRank
-	parked []*simLoad
-}
-
-type simHS struct {
-	state    int // 0 none, 1 pending, 2 ready
-	call     uint64
-	sent     time.Time
-	off, unc time.Duration
-	inc      []int
-}
-
-// simDRank is one decode rank (a Consumer).
-type simDRank struct {
-	e         *simDecode
-	j         int
-	agent     string
-	notify    []int // and sources: for TP 1 and 2 they coincide
-	off, unc  time.Duration
-	confirmed map[string]time.Time
-	querying  bool
-	qcall     uint64
-	lastHB    time.Time
-	live      []*simLoad
-	ticking   bool
-	// loading and read are Consumer.loading and Consumer.read: the live
-	// load of each remote request id, and until when (this engine's wall
-	// clock) a remote request (legacy: its id; pin rules: readKey, the id
-	// and the hold key) that this rank read may not be loaded again.
-	loading map[string]*simLoad
-	read    map[string]time.Time
-	// toPin are the loads whose pins go out on the next tick
-	// (Consumer.toConfirm).
-	toPin []*simLoad
-	// pausedUntil: the rank handles nothing before then (true time).
-	pausedUntil time.Duration
-}
-
-const (
-	ldParked uint8 = iota + 1
-	ldReading
-	ldPinWait // READs ended, the pin's verdict not in yet (Consumer.confirming)
-	ldEnded
-)
-
-// simLoad is one decode rank's load of one Params.
-type simLoad struct {
-	n        int
-	dr       *simDRank
-	p        *Params
-	key      uint64
-	truth    int // the content id of the request the Params name
-	exp      time.Time
-	guarded  bool
-	state    uint8
-	pending  int
-	wrong    bool
-	deadline time.Time
-	kind     string
-	// The pin: its call, when it was sent and when the READs were seen
-	// ended (decode's monotonic clock; zero until then), whether it was
-	// granted, and the model's notes from its verdict (by rank named).
-	pinCall    uint64
-	pinSent    time.Time
-	readsEnded time.Time
-	granted    bool
-	answered   bool
-	pinned     []*simHold
-	pinUntil   []time.Time
-	// readMono is, by prefill rank, that rank's monotonic clock as the
-	// READ from it completed (for 1c).
-	readMono []time.Time
-	// completed and readUntil are Consumer.markNotified's.
-	completed bool
-	readUntil time.Time
-	// direct: the Params name a slot, but this rank READs the blocks (no
-	// staging slot of its own was free); prefill holds both.
-	direct bool
-	// seen is, by prefill rank, the request whose KV the READ from that
-	// rank read as it completed: the one whose hold was live then, or, for
-	// blocks read directly, the one whose forward pass wrote them and whose
-	// RequestFinished on that rank is still to come (nil: neither).
-	seen []*simReq
-}
-
 // simDelivery is Params on their way from the proxy to a decode engine.
 type simDelivery struct {
 	p     *Params
@@ -566,7 +490,7 @@ const simJunkBase = 1 << 40
 
 func newSim(seed uint64, cfg simConfig) *sim {
 	s := &sim{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: 14695981039346656037,
-		nextJunk: simJunkBase}
+		nextJunk: simJunkBase, xfers: map[nixl.XferHandle]*simXfer{}}
 	r := s.rng
 	s.net = simNet{loss: 0.02, dup: 0.03, slow: 0.01}
 	s.reuseNow = 0.5
@@ -602,7 +526,7 @@ func newSim(seed uint64, cfg simConfig) *sim {
 			rk.mono = s.newMono()
 		}
 		if p.staging {
-			if err := p.slots.join(&staging.Config{Mode: staging.ModeOn, Slots: simSlots, SlotBytes: 1 << 20}, p.afterAll); err != nil {
+			if err := p.slots.join(&staging.Config{Mode: staging.ModeOn, Slots: simSlots, SlotBytes: simSlotBytes}, p.afterAll); err != nil {
 				panic(err)
 			}
 		}
@@ -610,20 +534,7 @@ func newSim(seed uint64, cfg simConfig) *sim {
 	}
 	s.p = p
 	for i := range s.d {
-		dtp := 1 + r.IntN(2)
-		e := &simDecode{idx: i, name: "decode-" + string(rune('a'+i)), tp: dtp}
-		if cfg.rules == pinRules {
-			e.mono = s.newMono()
-		}
-		for j := range dtp {
-			notify, err := notifyRanks(j, dtp, tp)
-			if err != nil {
-				panic(err)
-			}
-			e.ranks = append(e.ranks, &simDRank{e: e, j: j, agent: e.name + "/" + strconv.Itoa(j), notify: notify, confirmed: map[string]time.Time{},
-				loading: map[string]*simLoad{}, read: map[string]time.Time{}})
-		}
-		s.d[i] = e
+		s.d[i] = s.newDecode(i, 1+r.IntN(2))
 	}
 	// The faults the chaos event injects (one event every 32 ms on average;
 	// with every attack on, a clock step about every 110 ms, a crash about
@@ -791,21 +702,10 @@ func (s *sim) stepOnce() {
 		}
 		s.handle(e.msg)
 	case evRead:
-		s.readDone(e.load, e.a, e.b)
-	case evSeen:
-		if !s.deferred(e.load.dr, e) {
-			s.seen(e.load, e.a, e.b == 1)
-		}
-	case evPost:
-		if !s.deferred(e.load.dr, e) {
-			s.postParked(e.load)
-		}
+		s.readDone(e.xfer)
 	case evTimeout:
-		switch {
-		case e.a == 2 && s.deferred(s.d[e.b].ranks[int(e.x>>32)], e):
-		case e.a == 3 && s.deferred(e.load.dr, e):
-		default:
-			s.timeout(e)
+		if dr := s.d[e.a].ranks[e.b]; !s.deferred(dr, e) {
+			s.callTimeout(dr, e.x)
 		}
 	case evDTick:
 		if dr := s.d[e.a].ranks[e.b]; !s.deferred(dr, e) {
@@ -1023,7 +923,7 @@ func (p *simPrefill) advertise(id string, rank int, now, own time.Time) (time.Ti
 		}
 		a = &advert{deadline: own, took: map[int]bool{}}
 		if p.rng != nil {
-			a.nonce = p.rng.Uint64() | 1
+			a.nonce = p.rng.Uint64()>>11 | 1 // below 2^53, as the real one
 		}
 		p.adverts[id] = a
 	}
@@ -1220,7 +1120,7 @@ func (s *sim) handOut(q *simReq) {
 			f.RemoteBlocksExpiryTime += float64(1 + s.rng.IntN(10))
 		case 5:
 			how = "nonce"
-			f.RemoteHoldNonce ^= s.rng.Uint64() | 1
+			f.RemoteHoldNonce ^= s.rng.Uint64()>>11 | 1 // below 2^53: Load refuses others
 		}
 		truth, _ := strconv.Atoi(f.RemoteRequestID[1:])
 		s.sendParams(s.between(0, simLease), &simDelivery{p: &f, truth: truth, eng: s.rng.IntN(2), kind: "forged-" + how})
@@ -1294,7 +1194,7 @@ func (s *sim) handle(m *simMsg) {
 // rank is restarting.
 func (s *sim) onHello(m *simMsg) {
 	p := s.p
-	r := &simMsg{kind: mHelloReply, call: m.call, eng: m.eng, sent: m.sent, now: s.now(&p.ranks[0].clock).UnixNano()}
+	r := &simMsg{kind: mHelloReply, call: m.call, eng: m.eng, rank: m.rank, sent: m.sent, now: s.now(&p.ranks[0].clock).UnixNano()}
 	if p.down > 0 {
 		r.retry = true
 	} else {
@@ -1351,49 +1251,56 @@ func (s *sim) onQuery(m *simMsg) {
 	s.send(&simMsg{kind: mQueryReply, call: m.call, eng: m.eng, rank: m.rank, ids: m.ids, holds: out, now: remoteNow, sent: m.sent})
 }
 
-// onPin mirrors Engine.confirm and Producer.pinHold: each rank named pins
-// the hold if it holds exactly that hold (its key) for the asking engine,
-// until its monotonic now + PinMicros (at most maxPin); the verdict is ""
-// when every rank did. A rank that pinned keeps its pin whatever the
-// others answered. No completion is counted.
+// onPin mirrors Engine.confirm and Producer.pinHold, for each hold the
+// call names: each rank named pins the hold if it holds exactly that hold
+// (its key) for the asking engine, until its monotonic now + PinMicros (at
+// most maxPin); the verdict is "" when every rank did. A rank that pinned
+// keeps its pin whatever the others answered. No completion is counted.
 func (s *sim) onPin(m *simMsg) {
+	r := &simMsg{kind: mPinReply, call: m.call, eng: m.eng, rank: m.rank, now: s.now(&s.p.ranks[0].clock).UnixNano(), sent: m.sent, id: m.id}
+	for _, ref := range m.refs {
+		why, pinned, until := s.pinRef(m, ref)
+		r.whys, r.pinned, r.until = append(r.whys, why), append(r.pinned, pinned), append(r.until, until)
+	}
+	s.sendPinMsg(r)
+}
+
+func (s *sim) pinRef(m *simMsg, ref handshake.HoldRef) (string, []*simHold, []time.Time) {
 	p := s.p
 	reader := s.d[m.eng].name
 	why := ""
-	pinned := make([]*simHold, len(m.ref.Ranks))
-	until := make([]time.Time, len(m.ref.Ranks))
+	pinned := make([]*simHold, len(ref.Ranks))
+	until := make([]time.Time, len(ref.Ranks))
 	if p.down > 0 {
-		why = "prefill engine does not have all its ranks"
-	} else {
-		d := time.Duration(m.ref.PinMicros) * time.Microsecond
-		for i, r := range m.ref.Ranks {
-			rk := p.ranks[r]
-			var v string
-			if d > simMaxPin() {
-				v = fmt.Sprintf("a pin of %v is longer than the %v this rank grants", d, simMaxPin())
-			} else {
-				u := s.mono(&rk.mono).Add(d)
-				if v = rk.h.pin(m.ref.ID, m.ref.Key, reader, m.agent, u); v == "" {
-					hd := rk.held[m.ref.ID]
-					if hd == nil || hd.key != m.ref.Key {
-						s.violateID(m.ref.ID, "model", "rank %d pinned %s for key %x, which the model does not hold with that key", r, m.ref.ID, m.ref.Key)
-						return
-					}
-					if u.After(hd.pinUntil) {
-						hd.pinUntil = u
-					}
-					pinned[i], until[i] = hd, u
-					s.trace("pinned", reader, r, 0, m.ref.ID)
-					s.ensurePTick(rk) // Producer.pinHold wakes the poller
+		return "prefill engine does not have all its ranks", pinned, until
+	}
+	d := time.Duration(ref.PinMicros) * time.Microsecond
+	for i, r := range ref.Ranks {
+		rk := p.ranks[r]
+		var v string
+		if d > simMaxPin() {
+			v = fmt.Sprintf("a pin of %v is longer than the %v this rank grants", d, simMaxPin())
+		} else {
+			u := s.mono(&rk.mono).Add(d)
+			if v = rk.h.pin(ref.ID, ref.Key, reader, m.agent, u); v == "" {
+				hd := rk.held[ref.ID]
+				if hd == nil || hd.key != ref.Key {
+					s.violateID(ref.ID, "model", "rank %d pinned %s for key %x, which the model does not hold with that key", r, ref.ID, ref.Key)
+					return "model", pinned, until
 				}
-			}
-			if v != "" && why == "" {
-				why = fmt.Sprintf("rank %d: %s", r, v)
+				if u.After(hd.pinUntil) {
+					hd.pinUntil = u
+				}
+				pinned[i], until[i] = hd, u
+				s.trace("pinned", reader, r, 0, ref.ID)
+				s.ensurePTick(rk) // Producer.pinHold wakes the poller
 			}
 		}
+		if v != "" && why == "" {
+			why = fmt.Sprintf("rank %d: %s", r, v)
+		}
 	}
-	s.sendPinMsg(&simMsg{kind: mPinReply, call: m.call, eng: m.eng, rank: m.rank, load: m.load, why: why, now: s.now(&p.ranks[0].clock).UnixNano(), sent: m.sent, id: m.ref.ID,
-		pinned: pinned, until: until})
+	return why, pinned, until
 }
 
 // onCompletion is Producer.onCompletion: a NIXL "<id>:<n>" or
@@ -1452,7 +1359,7 @@ func (s *sim) chaos() {
 		e := s.d[s.rng.IntN(2)]
 		dr := e.ranks[s.rng.IntN(len(e.ranks))]
 		if n := len(dr.live); n > 0 {
-			s.end(dr.live[s.rng.IntN(n)], resAborted)
+			s.abortLoad(dr, dr.live[s.rng.IntN(n)])
 		}
 	case 4:
 		s.replayCompletion()
@@ -1667,234 +1574,16 @@ func (s *sim) restart(rk *simRank) {
 	rk.inc++
 	s.p.down--
 	if s.p.staging {
-		if err := s.p.slots.join(&staging.Config{Mode: staging.ModeOn, Slots: simSlots, SlotBytes: 1 << 20}, s.p.afterAll); err != nil {
+		if err := s.p.slots.join(&staging.Config{Mode: staging.ModeOn, Slots: simSlots, SlotBytes: simSlotBytes}, s.p.afterAll); err != nil {
 			panic(err)
 		}
 	}
 	s.trace("restart", "", rk.r, rk.inc, "")
 }
 
-// ---- decode ----
+// ---- decode (simdecode_test.go) ----
 
-// deliver is Consumer.Load on every rank of a decode engine (under a new
-// decode request id each time): refused by checkRemote while the rank
-// loads that remote request, or read it and its guard has not run out.
-func (s *sim) deliver(del *simDelivery) {
-	if s.viol != nil {
-		return
-	}
-	e := s.d[del.eng]
-	exp, guarded := del.p.expiry()
-	key := del.p.holdKey()
-	s.trace("load", del.kind, e.idx, 0, del.p.RemoteRequestID)
-	loaded := false
-	for _, dr := range e.ranks {
-		if why := s.checkRemote(dr, del.p); why != "" {
-			s.stats.refused++
-			s.trace("load-refused", why, e.idx, dr.j, del.p.RemoteRequestID)
-			continue
-		}
-		loaded = true
-		s.nextLoad++
-		l := &simLoad{n: s.nextLoad, dr: dr, p: del.p, key: key, truth: del.truth, exp: exp, guarded: guarded, kind: del.kind}
-		dr.live = append(dr.live, l)
-		dr.loading[del.p.RemoteRequestID] = l
-		s.liveLoads++
-		s.stats.loads++
-		if s.paused(dr) {
-			// Load queued it; the paused reader routes it later.
-			l.state = ldParked
-			s.schedule(dr.pausedUntil-s.t, simEvent{kind: evPost, load: l})
-			continue
-		}
-		if e.hs.state == 2 {
-			s.post(l)
-			continue
-		}
-		l.state = ldParked
-		e.parked = append(e.parked, l)
-	}
-	if loaded && e.hs.state == 0 {
-		s.startHandshake(e)
-	}
-}
-
-// checkRemote mirrors Consumer.checkRemote.
-func (s *sim) checkRemote(dr *simDRank, p *Params) string {
-	if dr.loading[p.RemoteRequestID] != nil {
-		return "loading"
-	}
-	if until, ok := dr.read[s.readKey(p)]; ok && s.now(&dr.e.clock).Before(until) {
-		return "read"
-	}
-	return ""
-}
-
-// readKey mirrors readKey (legacy: b6a750d's, the remote request id
-// alone); the engine key is the same for every load here.
-func (s *sim) readKey(p *Params) string {
-	if s.cfg.rules == legacyRules {
-		return p.RemoteRequestID
-	}
-	return p.RemoteRequestID + "\x00" + strconv.FormatUint(p.holdKey(), 16)
-}
-
-// markNotified mirrors Consumer.markNotified: a completion of the load may
-// have reached prefill, so the rank does not load the remote request again
-// until the hold's deadline.
-func (s *sim) markNotified(l *simLoad) {
-	if l.completed {
-		return
-	}
-	l.completed = true
-	l.readUntil = s.now(&l.dr.e.clock).Add(simTransferTimeout + simKeepAlive)
-	if hold, ok := s.holdDeadline(l); ok {
-		l.readUntil = hold.Add(simMargin)
-	}
-}
-
-func (s *sim) startHandshake(e *simDecode) {
-	s.nextCall++
-	e.hs = simHS{state: 1, call: s.nextCall, sent: s.now(&e.clock)}
-	s.send(&simMsg{kind: mHello, call: e.hs.call, eng: e.idx, sent: e.hs.sent})
-	s.schedule(simHSTimeout, simEvent{kind: evTimeout, a: 1, b: e.idx, x: e.hs.call})
-}
-
-func (s *sim) onHelloReply(m *simMsg) {
-	e := s.d[m.eng]
-	if e.hs.state != 1 || e.hs.call != m.call {
-		return
-	}
-	if m.retry {
-		// The client asks again after 20 ms, within its timeout.
-		s.schedule(20*time.Millisecond, simEvent{kind: evMsg, msg: &simMsg{kind: mHello, call: m.call, eng: m.eng, sent: e.hs.sent}})
-		return
-	}
-	off, unc := simMeasure(e.hs.sent, s.now(&e.clock), m.now)
-	e.hs.state, e.hs.off, e.hs.unc, e.hs.inc = 2, off, unc, m.inc
-	for _, dr := range e.ranks {
-		dr.off, dr.unc = off, unc
-	}
-	parked := e.parked
-	e.parked = nil
-	for _, l := range parked {
-		if l.state == ldParked {
-			if s.paused(l.dr) {
-				s.schedule(l.dr.pausedUntil-s.t, simEvent{kind: evPost, load: l})
-				continue
-			}
-			s.post(l)
-		}
-	}
-}
-
-// postParked routes a load a paused rank took (Consumer.route).
-func (s *sim) postParked(l *simLoad) {
-	if l.state != ldParked {
-		return // aborted meanwhile
-	}
-	e := l.dr.e
-	if e.hs.state == 2 {
-		s.post(l)
-		return
-	}
-	e.parked = append(e.parked, l)
-	if e.hs.state == 0 {
-		s.startHandshake(e)
-	}
-}
-
-// simMeasure mirrors handshake.measure.
-func simMeasure(sent, got time.Time, remoteNow int64) (off, unc time.Duration) {
-	mid := sent.Add(got.Sub(sent) / 2)
-	return time.Unix(0, remoteNow).Sub(mid), got.Sub(sent)/2 + time.Microsecond
-}
-
-// holdDeadline mirrors Consumer.holdDeadline: the Params' deadline on this
-// clock (legacy: with the handshake's offset, never updated), or a later
-// one a hold query confirmed, less the margin.
-func (s *sim) holdDeadline(l *simLoad) (time.Time, bool) {
-	if !l.guarded {
-		return time.Time{}, false
-	}
-	dr := l.dr
-	off, unc := dr.off, dr.unc
-	if s.cfg.rules == legacyRules {
-		off, unc = dr.e.hs.off, dr.e.hs.unc
-	}
-	d := l.exp.Add(-off - unc)
-	if t, ok := dr.confirmed[l.p.RemoteRequestID]; ok && t.After(d) {
-		d = t
-	}
-	return d.Add(-simMargin), true
-}
-
-// post mirrors Consumer.post: no READ once the deadline passed; one READ
-// per prefill rank read, each taking its own time. Legacy: each READ
-// carries its completion. Pin rules: the READs carry none, and the load's
-// pin goes out beside them, on this tick (Consumer.tick: post, then
-// startConfirms) or, as after an Inline Drain, on the next.
-func (s *sim) post(l *simLoad) {
-	dr, e := l.dr, l.dr.e
-	now := s.now(&e.clock)
-	if hold, ok := s.holdDeadline(l); ok && !now.Before(hold) {
-		s.end(l, resExpired)
-		return
-	}
-	if l.p.TPSize != s.p.tp {
-		s.end(l, resTransfer)
-		return
-	}
-	for _, src := range dr.notify {
-		if rk := s.p.ranks[src]; !rk.up || e.hs.inc[src] != rk.inc {
-			// The agent this handshake loaded is gone: the post fails and
-			// the engine is forgotten (forgetIfGone).
-			e.hs.state = 0
-			s.end(l, resTransfer)
-			return
-		}
-	}
-	l.state = ldReading
-	l.direct = l.p.RemoteStagingSlot != nil && s.chance(0.25)
-	l.seen = make([]*simReq, s.p.tp)
-	for _, src := range dr.notify {
-		s.copyCheck(l, src)
-	}
-	l.pending = len(dr.notify)
-	l.deadline = now.Add(simTransferTimeout)
-	l.readMono = make([]time.Time, s.p.tp)
-	for _, src := range dr.notify {
-		s.readsInFlight++
-		s.schedule(s.readTime(), simEvent{kind: evRead, load: l, a: src, b: s.p.ranks[src].inc})
-	}
-	s.trace("post", "", e.idx, dr.j, l.p.RemoteRequestID)
-	if s.cfg.rules == legacyRules {
-		s.markNotified(l)
-	} else if s.chance(0.7) {
-		s.sendPin(l)
-	} else {
-		dr.toPin = append(dr.toPin, l)
-	}
-	s.ensureDTick(dr)
-}
-
-// sendPin mirrors Consumer.startConfirm for one load: pinSent on decode's
-// monotonic clock before the call leaves, PinMicros = TransferTimeout +
-// ExpiryMargin; the call times out after simPinTimeout.
-func (s *sim) sendPin(l *simLoad) {
-	dr := l.dr
-	s.nextCall++
-	s.stats.pins++
-	l.pinCall, l.pinSent = s.nextCall, s.mono(&dr.e.mono)
-	pin := simPin
-	if s.cfg.mutant == mutShortPin {
-		pin = simTransferTimeout - 3*simMargin
-	}
-	ref := handshake.HoldRef{ID: l.p.RemoteRequestID, Key: l.key, N: dr.e.tp, Ranks: dr.notify, PinMicros: pin.Microseconds()}
-	s.sendPinMsg(&simMsg{kind: mPin, call: l.pinCall, eng: dr.e.idx, rank: dr.j, agent: dr.agent, ref: ref, load: l, sent: s.now(&dr.e.clock), id: ref.ID})
-	s.schedule(simPinTimeout, simEvent{kind: evTimeout, a: 3, load: l, x: l.pinCall})
-}
-
+// readTime draws how long a READ takes.
 func (s *sim) readTime() time.Duration {
 	switch u := s.rng.Float64(); {
 	case s.cfg.attacks&atkPinNet != 0 && u < cmp.Or(s.cfg.stall, 0.01):
@@ -1907,375 +1596,6 @@ func (s *sim) readTime() time.Duration {
 		return s.between(2*time.Millisecond, 50*time.Millisecond)
 	default:
 		return s.between(50*time.Microsecond, 2*time.Millisecond)
-	}
-}
-
-// readDone is a READ from prefill rank src completing: it copies what the
-// blocks (or the slot) hold now. Under the legacy rules it also delivers
-// the completion it carries, whatever became of the load. The decode rank
-// sees it at once, or when its pause ends.
-func (s *sim) readDone(l *simLoad, src, inc int) {
-	s.readsInFlight--
-	rk := s.p.ranks[src]
-	ok := rk.up && rk.inc == inc
-	s.trace("read-done", simResultOK(ok), l.dr.e.idx, src, l.p.RemoteRequestID)
-	if ok {
-		s.copyCheck(l, src)
-		l.seen[src] = s.covering(l, rk)
-		l.readMono[src] = s.mono(&rk.mono)
-		if s.cfg.rules == legacyRules {
-			m := &simMsg{kind: mCompletion, prank: src, agent: l.dr.agent, id: l.p.RemoteRequestID, n: l.dr.e.tp, eng: l.dr.e.idx, rank: l.dr.j}
-			s.noteCompletion(m)
-			s.send(m)
-		}
-	}
-	if s.paused(l.dr) {
-		s.schedule(l.dr.pausedUntil-s.t, simEvent{kind: evSeen, load: l, a: src, b: boolInt(ok)})
-		return
-	}
-	s.seen(l, src, ok)
-}
-
-// seen is the decode rank seeing the READ from src ended (pollLoad).
-func (s *sim) seen(l *simLoad, src int, ok bool) {
-	if l.state != ldReading {
-		return
-	}
-	if !ok {
-		l.dr.e.hs.state = 0 // forgetIfGone
-		s.end(l, resTransfer)
-		return
-	}
-	if l.pending--; l.pending == 0 {
-		s.succeed(l)
-	}
-}
-
-// copyCheck compares what a READ from prefill rank src reads now with
-// the request's bytes. It runs as the READ is posted and as it completes:
-// a real READ copies at some moment in between, and a block rewritten in
-// between is rewritten at one end or the other unless it was rewritten
-// back (then (1b) still sees the READ outside the hold).
-func (s *sim) copyCheck(l *simLoad, src int) {
-	rk := s.p.ranks[src]
-	want := simTag(l.truth, src)
-	if slot := l.p.RemoteStagingSlot; slot != nil && s.p.staging && !l.direct {
-		if rk.slotMem[*slot] != want {
-			l.wrong = true
-		}
-		return
-	}
-	for _, b := range l.p.RemoteBlockIDs {
-		if rk.blocks[b] != want {
-			l.wrong = true
-		}
-	}
-}
-
-func simResultOK(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "failed"
-}
-
-// succeed mirrors Consumer.succeed: done only if the READs were seen
-// complete before the deadline (the wall clock); under the pin rules, only
-// once prefill pinned the hold, and only if the READs ended within the pin
-// (pinnedReadEnded).
-func (s *sim) succeed(l *simLoad) {
-	dr := l.dr
-	now := s.now(&dr.e.clock)
-	if hold, ok := s.holdDeadline(l); ok && !now.Before(hold) {
-		s.end(l, resExpired)
-		return
-	}
-	if s.cfg.rules == legacyRules {
-		s.done(l)
-		return
-	}
-	l.readsEnded = s.mono(&dr.e.mono)
-	if !l.granted {
-		l.state = ldPinWait // the verdict is still on its way
-		return
-	}
-	s.pinnedReadEnded(l)
-}
-
-// pinnedReadEnded mirrors Consumer.pinnedReadEnded: the READs must have
-// ended no later than pinSent + TransferTimeout, on decode's monotonic
-// clock. (A load whose pin goes out on the next tick may see its READs
-// end before pinSent; the hold, live when the pin came, was live since.)
-func (s *sim) pinnedReadEnded(l *simLoad) {
-	if s.cfg.mutant != mutNoPinWindow && l.readsEnded.After(l.pinSent.Add(simTransferTimeout)) {
-		s.stats.outlasted++
-		s.end(l, resNotHeld)
-		return
-	}
-	s.finishLoad(l)
-}
-
-// onVerdict mirrors applyVerdicts: "not held" fails the load; "" grants
-// the pin, and finishes the load if its READs already ended.
-func (s *sim) onVerdict(m *simMsg) {
-	l := m.load
-	if l.state == ldEnded || l.pinCall != m.call || l.answered {
-		return // ended meanwhile, or a second copy of the answer
-	}
-	l.answered = true
-	if m.now != 0 {
-		l.dr.off, l.dr.unc = simMeasure(m.sent, s.now(&l.dr.e.clock), m.now)
-	}
-	if m.why != "" {
-		s.end(l, resNotHeld)
-		return
-	}
-	l.granted, l.pinned, l.pinUntil = true, m.pinned, m.until
-	if l.state == ldPinWait {
-		s.stats.pinsLate++
-		s.pinnedReadEnded(l)
-	}
-}
-
-// finishLoad mirrors Consumer.finish under the pin rules: the load is done
-// (invariants 1, 1b and 1c), the rank will not load that hold again until
-// its deadline (markNotified), and the completions naming the hold go to
-// the ranks it notifies, as NIXL notifications.
-func (s *sim) finishLoad(l *simLoad) {
-	dr := l.dr
-	for i, r := range dr.notify {
-		// 1b: the hold each rank pinned is the one that was live as the
-		// READ from it completed, so no release and new hold came
-		// between, even where the bytes happen to be right.
-		if l.seen[r] == nil || l.seen[r] != l.pinned[i].req {
-			s.violateID(l.p.RemoteRequestID, simUncovered, "decode engine %s rank %d: load of %s (%s Params) is done on prefill rank %d's pin of a hold that was not the one live as its READ completed (%s)",
-				dr.e.name, dr.j, l.p.RemoteRequestID, l.kind, r, simWhich(l.seen[r]))
-		}
-		// 1c: a READ that ended after the pin was granted ended before
-		// the pin ran out, on that rank's monotonic clock.
-		if l.readMono[r].After(l.pinUntil[i]) {
-			s.violateID(l.p.RemoteRequestID, simOutlasted, "decode engine %s rank %d: load of %s is done, but its READ from prefill rank %d ended at %v on that rank's monotonic clock, after the pin it granted ran out (%v)",
-				dr.e.name, dr.j, l.p.RemoteRequestID, r, l.readMono[r], l.pinUntil[i])
-		}
-	}
-	s.markNotified(l)
-	s.done(l)
-	for _, r := range dr.notify {
-		m := &simMsg{kind: mCompletion, prank: r, agent: dr.agent, id: l.p.RemoteRequestID, n: dr.e.tp, seq: l.key, eng: dr.e.idx, rank: dr.j}
-		s.noteCompletion(m)
-		s.send(m)
-	}
-}
-
-func simWhich(q *simReq) string {
-	if q == nil {
-		return "none was"
-	}
-	return "another request's hold of the id was"
-}
-
-// covering returns the request whose KV a READ of l's Params from rk
-// reads now: the one whose hold is live, or, for blocks read directly, the
-// one whose forward pass wrote those very blocks and whose RequestFinished
-// on rk has not run yet (the engine owns them; Params may go out after the
-// first rank).
-func (s *sim) covering(l *simLoad, rk *simRank) *simReq {
-	id := l.p.RemoteRequestID
-	if hd := rk.held[id]; hd != nil {
-		return hd.req
-	}
-	staged := l.p.RemoteStagingSlot != nil && s.p.staging && !l.direct
-	if q := s.p.byID[id]; q != nil && !staged && !q.ranDone[rk.r] && !q.lost[rk.r] && slices.Equal(q.blocks, l.p.RemoteBlockIDs) {
-		return q
-	}
-	return nil
-}
-
-// done ends a load as done: invariant 1.
-func (s *sim) done(l *simLoad) {
-	if l.wrong {
-		s.violateID(l.p.RemoteRequestID, simWrongBytes, "decode engine %s rank %d: load of %s (%s Params, blocks %v, slot %v) is done, but what it read is not that request's",
-			l.dr.e.name, l.dr.j, l.p.RemoteRequestID, l.kind, l.p.RemoteBlockIDs, simSlot(l.p.RemoteStagingSlot))
-	}
-	s.end(l, resDone)
-}
-
-func simSlot(p *int) string {
-	if p == nil {
-		return "none"
-	}
-	return strconv.Itoa(*p)
-}
-
-// end ends a load, exactly once (invariant 3), and publishes it as
-// Consumer.publish does: a load whose completion may have reached prefill
-// guards its remote request (Consumer.read) until the hold's deadline as
-// the rank knows it now, at most KeepAliveTimeout + TransferTimeout ahead;
-// the rank forgets the deadline hold queries confirmed for the id.
-func (s *sim) end(l *simLoad, res simResult) {
-	if l.state == ldEnded {
-		s.violateID(l.p.RemoteRequestID, "load ended twice", "load %d of %s ended %s after it had ended", l.n, l.p.RemoteRequestID, simResultNames[res])
-		return
-	}
-	l.state = ldEnded
-	s.liveLoads--
-	s.stats.results[res]++
-	dr := l.dr
-	if i := slices.Index(dr.live, l); i >= 0 {
-		dr.live = slices.Delete(dr.live, i, i+1)
-	}
-	id := l.p.RemoteRequestID
-	if l.completed {
-		now := s.now(&dr.e.clock)
-		if hold, ok := s.holdDeadline(l); ok {
-			l.readUntil = maxTime(l.readUntil, hold.Add(simMargin))
-		}
-		l.readUntil = minTime(l.readUntil, now.Add(simKeepAlive+simTransferTimeout))
-		dr.read[s.readKey(l.p)] = l.readUntil
-	}
-	if dr.loading[id] == l {
-		delete(dr.loading, id)
-	}
-	delete(dr.confirmed, id)
-	s.trace("end", simResultNames[res], dr.e.idx, dr.j, id)
-}
-
-func (s *sim) timeout(e simEvent) {
-	switch e.a {
-	case 1: // handshake
-		d := s.d[e.b]
-		if d.hs.state != 1 || d.hs.call != e.x {
-			return
-		}
-		d.hs.state = 0
-		parked := d.parked
-		d.parked = nil
-		for _, l := range parked {
-			if l.state == ldParked {
-				s.end(l, resHandshake)
-			}
-		}
-	case 2: // hold query
-		dr := s.d[e.b].ranks[int(e.x>>32)]
-		if dr.querying && dr.qcall == e.x&0xffffffff {
-			dr.querying = false
-		}
-	case 3: // pin: every error means "not held", READs in flight or not
-		if l := e.load; l.state != ldEnded && l.pinCall == e.x && !l.answered {
-			s.end(l, resNotHeld)
-		}
-	}
-}
-
-func (s *sim) ensureDTick(dr *simDRank) {
-	if !dr.ticking {
-		dr.ticking = true
-		s.schedule(s.between(500*time.Microsecond, 3*time.Millisecond), simEvent{kind: evDTick, a: dr.e.idx, b: dr.j})
-	}
-}
-
-// dtick mirrors the reader's tick: READs in flight past the deadline are
-// failed, past the transfer timeout too, and heartbeats (NIXL and a hold
-// query) go out every interval.
-func (s *sim) dtick(dr *simDRank) {
-	dr.ticking = false
-	now := s.now(&dr.e.clock)
-	reading := 0
-	for i := 0; i < len(dr.live); i++ {
-		l := dr.live[i]
-		if l.state != ldReading {
-			continue
-		}
-		if hold, ok := s.holdDeadline(l); ok && !now.Before(hold) && hold.Before(l.deadline) {
-			s.end(l, resExpired)
-			i--
-			continue
-		}
-		if !now.Before(l.deadline) {
-			s.end(l, resTimeout)
-			i--
-			continue
-		}
-		reading++
-	}
-	// startConfirms: the pins of loads posted since the last tick.
-	for _, l := range dr.toPin {
-		if l.state != ldEnded {
-			s.sendPin(l)
-		}
-	}
-	clear(dr.toPin)
-	dr.toPin = dr.toPin[:0]
-	if reading > 0 && dr.e.hs.state == 2 && now.Sub(dr.lastHB) >= simHBInterval {
-		ids := make([]string, 0, reading)
-		for _, l := range dr.live {
-			if l.state == ldReading {
-				ids = append(ids, l.p.RemoteRequestID)
-			}
-		}
-		if !dr.querying {
-			s.nextCall++
-			dr.querying, dr.qcall = true, s.nextCall
-			s.send(&simMsg{kind: mQuery, call: dr.qcall, eng: dr.e.idx, rank: dr.j, agent: dr.agent, ids: ids, sent: now})
-			s.schedule(simCallTimeout, simEvent{kind: evTimeout, a: 2, b: dr.e.idx, x: uint64(dr.j)<<32 | dr.qcall})
-		}
-		for _, r := range dr.notify {
-			s.send(&simMsg{kind: mHeartbeat, prank: r, agent: dr.agent, ids: ids, eng: dr.e.idx, rank: dr.j})
-		}
-		dr.lastHB = now
-	}
-	if len(dr.confirmed) > 64+4*reading {
-		for k := range dr.confirmed {
-			if !s.wants(dr, k) {
-				delete(dr.confirmed, k)
-			}
-		}
-	}
-	if len(dr.read) > 256 {
-		// Consumer.publish prunes at maxRead; entries past their time
-		// guard nothing either way.
-		for k, until := range dr.read {
-			if !now.Before(until) {
-				delete(dr.read, k)
-			}
-		}
-	}
-	if reading > 0 {
-		s.ensureDTick(dr)
-	}
-}
-
-// wants reports whether a live load of dr (or one parked for its engine)
-// reads remote request id (Consumer.expected).
-func (s *sim) wants(dr *simDRank, id string) bool {
-	for _, l := range dr.live {
-		if (l.state == ldReading || l.state == ldParked) && l.p.RemoteRequestID == id {
-			return true
-		}
-	}
-	return false
-}
-
-// onQueryReply mirrors Client.Extend's conversion and applyHoldAnswer.
-func (s *sim) onQueryReply(m *simMsg) {
-	dr := s.d[m.eng].ranks[m.rank]
-	if !dr.querying || dr.qcall != m.call {
-		return
-	}
-	dr.querying = false
-	if s.cfg.rules == pinRules {
-		dr.off, dr.unc = simMeasure(m.sent, s.now(&dr.e.clock), m.now)
-	}
-	remoteNow := time.Unix(0, m.now)
-	for i, id := range m.ids {
-		ns := m.holds[i]
-		if ns <= 0 || !s.wants(dr, id) {
-			continue
-		}
-		d := m.sent.Add(time.Unix(0, ns).Sub(remoteNow))
-		if t, ok := dr.confirmed[id]; !ok || d.After(t) {
-			dr.confirmed[id] = d
-		}
 	}
 }
 
@@ -2348,7 +1668,7 @@ func TestSimPinRules(t *testing.T) {
 		t.Errorf("pin rules broke an invariant; replay with GONIXL_SIM_SEED=%d\n%s", v.seed, simExplain(v, cfg, steps))
 	}
 	if total.results[resDone] == 0 || total.results[resNotHeld] == 0 || total.forged == 0 || total.replayed == 0 || total.crashes == 0 || total.retries == 0 ||
-		total.redelivered == 0 || total.refused == 0 {
+		total.redelivered == 0 || total.refused == 0 || total.staged == 0 || total.chunked == 0 || total.reads == total.staged {
 		t.Fatalf("the simulation did not exercise the protocol: %v", total)
 	}
 	if total.pins == 0 || total.pinsLate == 0 || total.pinsLost == 0 || total.stalled == 0 ||
@@ -2714,7 +2034,7 @@ func TestSimFindingPinAfterAnotherDecodesCompletion(t *testing.T) {
 // TP 2. A's rank 0 pinned, read and sent its completion (one of two
 // counted); rank 1's pin verdict was lost, so its load failed and sent
 // none. The proxy handed A the Params again; rank 0's read guard had run
-// out (Consumer.read, until the deadline rank 0 knew), so both ranks loaded
+// out (readGuard.read, until the deadline rank 0 knew), so both ranks loaded
 // them again, and both pins were granted. Rank 1 finished first: its
 // completion released the hold while rank 0's second READ ran (1b). A pin
 // must not be granted to an agent whose completion the hold counted: that

@@ -12,7 +12,9 @@ import (
 // engines' clocks (wall and monotonic), the network and the trace. Everything that varies comes
 // from the seed's one PCG stream (sim.rng): there are no goroutines, no
 // real time, no map iteration where order matters, so a seed replays
-// step for step. The protocol model that runs on it is in sim_test.go.
+// step for step. What runs on it: the prefill side and the invariants in
+// sim_test.go, the production decode reader in its shell in
+// simdecode_test.go.
 
 // simEpoch is true time 0. It is near today's Unix time so that
 // RemoteBlocksExpiryTime, a float of seconds, has the precision it has in
@@ -60,8 +62,6 @@ const (
 	evChaos                      // a fault is injected
 	evRestart                    // a crashed prefill rank comes back
 	evDrop                       // Engine.dropAdverts, run after the rank's lock was let go
-	evSeen                       // a decode rank sees a READ ended (after a pause)
-	evPost                       // a decode rank posts a load it took while paused
 )
 
 // simEvent is one entry of the queue. Ties in time are broken by seq, the
@@ -73,7 +73,7 @@ type simEvent struct {
 	a, b int
 	x    uint64
 	msg  *simMsg
-	load *simLoad
+	xfer *simXfer
 	req  *simReq
 	del  *simDelivery
 }
@@ -179,20 +179,19 @@ type simMsg struct {
 	n     int
 	seq   uint64 // a completion's "#<seq>": the hold key it names, 0 none
 	ids   []string
-	ref   handshake.HoldRef
-	load  *simLoad
-	sent  time.Time // decode clock when the call was made
-	now   int64     // prefill clock in a reply, Unix ns
+	refs  []handshake.HoldRef // a pin's holds
+	sent  time.Time           // decode clock when the call was made
+	now   int64               // prefill clock in a reply, Unix ns
 	holds []int64
-	why   string
-	retry bool  // hello reply: a rank is restarting, ask again
-	inc   []int // hello reply: the ranks' incarnations (their agent metadata)
-	// pinned and until are the model's notes on a pin verdict, by rank
-	// named: the hold that rank had as it answered "" (nil: none, or it
-	// refused) and the end of the pin it granted, on its monotonic clock
-	// (not part of the real reply).
-	pinned []*simHold
-	until  []time.Time
+	whys  []string // a pin verdict's, by hold
+	retry bool     // hello reply: a rank is restarting, ask again
+	inc   []int    // hello reply: the ranks' incarnations (their agent metadata)
+	// pinned and until are the model's notes on a pin verdict, by hold and
+	// rank named: the hold that rank had as it answered "" (nil: none, or
+	// it refused) and the end of the pin it granted, on its monotonic
+	// clock (not part of the real reply).
+	pinned [][]*simHold
+	until  [][]time.Time
 }
 
 // send puts m on the network: lost, or delivered after a random delay,

@@ -57,8 +57,8 @@ func stagedCluster(t *testing.T, o clusterOpts, m *stagingMem) *cluster {
 func slotsInUse(c *cluster) (pre, dec int) {
 	pre = pullOf(c.t, c.pe).slots.inUse()
 	for _, cn := range c.cons {
-		if cn.pool != nil {
-			dec += cn.pool.InUse()
+		if cn.rd.stage.pool != nil {
+			dec += cn.rd.stage.pool.InUse()
 		}
 	}
 	return pre, dec

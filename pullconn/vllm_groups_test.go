@@ -59,7 +59,7 @@ func TestGroupsPullVLLM(t *testing.T) {
 				c := newVLLMGroupCluster(t, shape, tc.p, tc.d, tc.porder, tc.dorder)
 				for i, cn := range c.cons {
 					want := max(1, tc.d.tp/tc.p.tp)
-					assert.Equal(t, want, cn.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.p.tp}}), "decode rank %d", i)
+					assert.Equal(t, want, cn.rd.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.p.tp}}), "decode rank %d", i)
 				}
 				for i, r := range groupReqs(shape, tc.p.bs, tc.d.bs) {
 					c.moveGroups(fmt.Sprintf("req-%d", i), i+1, r)
@@ -162,7 +162,7 @@ func TestGroupsPullVLLMReplicatedHeads(t *testing.T) {
 	for _, tc := range []struct{ p, d side }{{side{2, 16}, side{1, 16}}, {side{1, 16}, side{2, 16}}, {side{2, 16}, side{2, 16}}} {
 		c := newVLLMGroupCluster(t, "hybrid-1kv", tc.p, tc.d, "", "")
 		for i, cn := range c.cons {
-			assert.Equal(t, max(1, tc.d.tp/tc.p.tp), cn.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.p.tp}}), "decode rank %d", i)
+			assert.Equal(t, max(1, tc.d.tp/tc.p.tp), cn.rd.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.p.tp}}), "decode rank %d", i)
 		}
 		for i, r := range groupReqs("hybrid", tc.p.bs, tc.d.bs) {
 			c.moveGroups(fmt.Sprintf("req-%d", i), i+1, r)

@@ -33,7 +33,7 @@ func TestVLLMProtocol(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, clusterOpts{vllm: true, prefill: tc.prefill, decode: tc.decode})
 			for i, cn := range c.cons {
-				assert.Equal(t, tc.wantN, ":"+itoa(cn.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.prefill.tp}})), "decode rank %d", i)
+				assert.Equal(t, tc.wantN, ":"+itoa(cn.rd.completionN(&pairing{payload: &handshake.Payload{TPSize: tc.prefill.tp}})), "decode rank %d", i)
 			}
 			pblocks := blocksFrom(3, 5)
 			dblocks := blocksFrom(10, 5)
