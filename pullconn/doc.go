@@ -53,7 +53,7 @@
 // below the recompute threshold (DefaultKVRecomputeThreshold, 64 tokens),
 // sends only the completions so that decode frees the blocks and prefill
 // recomputes. The reader declines a hold that ends within
-// HistoryExpiryMargin (5 s) on its clock, as vLLM does. Leases,
+// 5 s on its clock, as vLLM does. Leases,
 // heartbeats, hold queries, pins, abort, the read guard and the
 // exactly-once end are those of the P->D direction, by the same code.
 // Each role of a rank has its own NIXL agent over the rank's memory, so

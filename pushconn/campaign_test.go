@@ -405,10 +405,10 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		}
 		return q
 	}
-	opts := func(q *creq) []RequestOption {
-		var o []RequestOption
+	opts := func(q *creq) []requestOption {
+		var o []requestOption
 		if q.tid != "" {
-			o = append(o, WithTransferID(q.tid))
+			o = append(o, withTransferID(q.tid))
 		}
 		if q.seqless {
 			o = append(o, withoutSeq())
