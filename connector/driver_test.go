@@ -132,7 +132,10 @@ func TestConfigFieldsOfTheOtherSideAreRefused(t *testing.T) {
 		make func() error
 		want string
 	}{
-		{func() error { _, err := pullconn.NewProducer(pull, pullconn.Config{RankConfig: rc, Inline: true}); return err },
+		{func() error {
+			_, err := pullconn.NewProducer(pull, pullconn.Config{RankConfig: rc, Inline: true})
+			return err
+		},
 			"pullconn: invalid argument: Config.Inline is set for a Producer (prefill), which does not read it: it is decode's (a Consumer's) setting"},
 		{func() error {
 			_, err := pullconn.NewConsumer(pull, pullconn.Config{RankConfig: rc, HeartbeatExtension: time.Second})
@@ -142,7 +145,10 @@ func TestConfigFieldsOfTheOtherSideAreRefused(t *testing.T) {
 			_, err := pushconn.NewProducer(push, pushconn.Config{RankConfig: rc, CancelTimeout: time.Minute})
 			return err
 		}, "pushconn: invalid argument: Config.CancelTimeout is set for a Producer (prefill), which does not read it: it is decode's (a Consumer's) setting"},
-		{func() error { _, err := pushconn.NewConsumer(push, pushconn.Config{RankConfig: rc, MaxPeers: 3}); return err },
+		{func() error {
+			_, err := pushconn.NewConsumer(push, pushconn.Config{RankConfig: rc, MaxPeers: 3})
+			return err
+		},
 			"pushconn: invalid argument: Config.MaxPeers is set for a Consumer (decode), which does not read it: it is prefill's (a Producer's) setting"},
 	} {
 		err := tc.make()
