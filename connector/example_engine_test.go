@@ -129,13 +129,18 @@ type held struct {
 	left   int // ranks that still hold them
 }
 
-func newEngine(fab *loopback.Fabric, name, id string, prefill bool, blocks int) (*engine, error) {
+func newEngine(fab *loopback.Fabric, name, id string, prefill bool, blocks int) (_ *engine, err error) {
 	geom := descriptors.Geometry{Layers: 2, KVHeads: 4, HeadDim: 32, DType: "bfloat16", BlockSize: 16, Blocks: blocks, TPSize: 2}
 	conn, err := connector.NewEngine(connector.EngineConfig{Connector: name, EngineID: id, Model: "toy", Geometry: geom})
 	if err != nil {
 		return nil, err
 	}
 	e := &engine{conn: conn, loading: map[string]*request{}, held: map[string]*held{}}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
 	for b := range blocks {
 		e.free = append(e.free, b)
 	}
@@ -143,13 +148,13 @@ func newEngine(fab *loopback.Fabric, name, id string, prefill bool, blocks int) 
 		r := &worker{}
 		e.ranks = append(e.ranks, r)
 		if r.agent, err = fab.NewAgent(fmt.Sprintf("%s-%d", id, tp)); err != nil {
-			return e, err
+			return nil, err
 		}
 		if r.mem, err = nixl.AllocBuffer(int(geom.RankBytes())); err != nil {
-			return e, err
+			return nil, err
 		}
 		if r.lay, err = geom.Layout(nixl.DRAM, tp, r.mem.RegDesc().Desc); err != nil {
-			return e, err
+			return nil, err
 		}
 		cfg := connector.RankConfig{Agent: r.agent, Layout: r.lay}
 		if prefill {
@@ -158,7 +163,7 @@ func newEngine(fab *loopback.Fabric, name, id string, prefill bool, blocks int) 
 			r.cons, err = conn.NewConsumer(cfg)
 		}
 		if err != nil {
-			return e, err
+			return nil, err
 		}
 	}
 	return e, nil

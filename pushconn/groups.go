@@ -69,7 +69,7 @@ func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs []
 	if o.tokens != 0 {
 		var err error
 		if o.prefixHits, err = descriptors.PrefixHits(&c.cfg.Layout, o.tokens, blockIDs); err != nil {
-			return invalidf("request %q: withTokens(%d): %v", requestID, o.tokens, engine.Field(err))
+			return invalidf("request %q: Tokens %d: %v", requestID, o.tokens, engine.Field(err))
 		}
 	}
 	return c.register(requestID, prefill, groupids.Copy(blockIDs), o)

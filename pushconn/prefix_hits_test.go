@@ -43,7 +43,7 @@ func TestPrefixHitBlocks(t *testing.T) {
 			cn := g.consumers[0]
 			err = cn.RegisterGroups("refused", Coordinates(g.rig.pre), [][]int{blocksFrom(20, 6), {}}, withTokens(70))
 			require.ErrorIs(t, err, connector.ErrInvalid)
-			assert.EqualError(t, err, `pushconn: invalid argument: request "refused": withTokens(70): Groups[0] (full): 6 blocks listed, the request's 70 tokens fill 5 blocks of 16 tokens`)
+			assert.EqualError(t, err, `pushconn: invalid argument: request "refused": Tokens 70: Groups[0] (full): 6 blocks listed, the request's 70 tokens fill 5 blocks of 16 tokens`)
 			g.withTokens = false
 			g.push("untold", 10, r, true)
 			for i, cn := range g.consumers {
