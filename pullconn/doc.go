@@ -4,7 +4,11 @@
 // What both connectors share (the Engine, its configuration with the KV
 // geometry, the RankConfig every rank takes, Result, Stats, Staging, the
 // errors) is in package connector; NewEngine makes a pull engine, and Config
-// adds what only pull has to connector.RankConfig.
+// adds what only pull has to connector.RankConfig. The package registers
+// itself as connector's "pull" driver: an engine that imports it picks it
+// with EngineConfig.Connector and drives it through connector.Producer and
+// connector.Consumer (docs/engine.md), as the calls below do. A Config field
+// marked for one side is refused by the other.
 //
 // Prefill: every TP rank runs a Producer with its own NIXL agent; the ranks
 // of one engine share a connector.Engine from NewEngine, whose side channel

@@ -6,6 +6,12 @@
 // prefill ends, without a round trip through the proxy and decode's
 // scheduler.
 //
+// The package registers itself as connector's "push" driver: an engine that
+// imports it picks it with EngineConfig.Connector and drives it through
+// connector.Producer and connector.Consumer (docs/engine.md), whose Load is
+// Register and whose Request carries the transfer id and token count. A
+// Config field marked for one side is refused by the other.
+//
 // Both engines create a connector.Engine with NewEngine (their side channel
 // and handshake client, in push mode); every TP rank then runs, with its own
 // NIXL agent, a Consumer on decode or a Producer on prefill, configured by a
