@@ -15,6 +15,12 @@ import (
 // channel listens and what a peer engine must agree with. EngineID, Model
 // and Geometry are required; every other field has a default.
 type EngineConfig struct {
+	// Connector names the connector: "pull" (DefaultConnector, vLLM's
+	// NixlConnector) or "push" (vLLM's NixlPushConnector), as vLLM's
+	// kv_connector picks one by name on both engines. NewEngine starts the
+	// engine of the connector it names; pullconn.NewEngine and
+	// pushconn.NewEngine refuse the other's name.
+	Connector string
 	// EngineID names the engine; peers address it by this id, and pull
 	// Params carry it as remote_engine_id.
 	EngineID string
@@ -49,7 +55,8 @@ type EngineConfig struct {
 	// clock offsets with it, and ranks use it unless their RankConfig
 	// names a clock; give ranks no other clock than this one.
 	Clock Clock
-	// Logger receives side-channel warnings (default: none).
+	// Logger receives side-channel warnings (default: none), and is every
+	// rank's logger when its RankConfig names none.
 	Logger *zap.Logger
 }
 
@@ -60,7 +67,8 @@ type EngineConfig struct {
 // pushconn.NewEngine make one for their protocol; its ranks are that
 // package's Producers (prefill) or Consumers (decode).
 type Engine struct {
-	core *engine.Engine
+	core      *engine.Engine
+	connector string // the driver's name, "pull" or "push"
 }
 
 // ID returns the engine id.
@@ -87,6 +95,9 @@ func (e *Engine) Close() error { return e.core.Close() }
 
 // start validates cfg and starts the engine of connector conn.
 func start(cfg EngineConfig, conn engine.Connector) (*Engine, error) {
+	if cfg.Connector != "" && cfg.Connector != conn.Mode {
+		return nil, fmt.Errorf("%w: EngineConfig.Connector is %q, and %s starts %q engines (connector.NewEngine starts the one the config names)", conn.ErrInvalid, cfg.Connector, conn.Name, conn.Mode)
+	}
 	g := cfg.Geometry
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: EngineConfig.%s", conn.ErrInvalid, engine.Field(err))
@@ -115,5 +126,5 @@ func start(cfg EngineConfig, conn engine.Connector) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{core: core}, nil
+	return &Engine{core: core, connector: conn.Mode}, nil
 }

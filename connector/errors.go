@@ -27,6 +27,12 @@ var (
 	ErrIncompatible = handshake.ErrIncompatible
 	// ErrAborted: the engine aborted the request (Consumer.Abort).
 	ErrAborted = errors.New("request aborted")
+	// ErrPrefillGone: the prefill engine a request was prefilled on is
+	// gone (its agent disconnected, or the engine restarted at its address,
+	// another incarnation publishing there) and with it what it held or was
+	// to write for the request: its bytes cannot be moved. The next request
+	// handshakes with the engine again.
+	ErrPrefillGone = errors.New("prefill engine gone")
 	// ErrStaging: a gather into or a scatter out of a staging slot failed
 	// (the Copier failed; see Staging).
 	ErrStaging = errors.New("staging copy failed")

@@ -63,7 +63,7 @@ type RankConfig struct {
 	// Engine's handshake measures.
 	Clock Clock
 	// Logger receives warnings and the periodic metrics line (default:
-	// none). The rank tags every line it logs with engine_id, tp_rank and
+	// the Engine's, EngineConfig.Logger; none when neither is set). The rank tags every line it logs with engine_id, tp_rank and
 	// role itself: a logger already carrying one of those fields would
 	// write it twice.
 	Logger *zap.Logger
@@ -101,6 +101,9 @@ func (c *RankConfig) rank(e *engine.Engine) (engine.Rank, error) {
 	c.EngineTTL = cmp.Or(c.EngineTTL, DefaultEngineTTL)
 	if c.Clock == nil {
 		c.Clock = e.Config().Clock
+	}
+	if c.Logger == nil {
+		c.Logger = e.Config().Logger // the Engine's, or a no-op one
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

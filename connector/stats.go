@@ -50,7 +50,7 @@ type Stats struct {
 	// to group (descriptors.PrefixHits says how each kind counts; SSM
 	// state is never a hit). pullconn counts each LoadGroups it accepts,
 	// from Params.NumTokens; pushconn each RegisterGroups it accepts that
-	// gives the request's length with WithTokens. nil on prefill ranks and
+	// gives the request's length (Request.Tokens). nil on prefill ranks and
 	// Engines. promstats exports it as nixl_prefix_hit_blocks_total with
 	// group and kind labels.
 	PrefixHitBlocks []GroupCount

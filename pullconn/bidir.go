@@ -34,11 +34,11 @@ const (
 	// bidirectional transfer on: a history shorter than this many tokens
 	// is recomputed rather than read back.
 	DefaultKVRecomputeThreshold = 64
-	// HistoryExpiryMargin is a HistoryReader's default ExpiryMargin: it
+	// historyExpiryMargin is a HistoryReader's default ExpiryMargin: it
 	// does not READ history whose hold ends, on its clock, within 5 s
 	// (vLLM's _KV_BLOCKS_EXPIRY_SAFETY_MARGIN), beyond the handshake's
 	// clock-offset uncertainty.
-	HistoryExpiryMargin = 5 * time.Second
+	historyExpiryMargin = 5 * time.Second
 )
 
 // HistoryExporter is a decode TP rank's D->P side: a Producer that holds a
@@ -95,7 +95,7 @@ type HistoryReader struct {
 // NewHistoryReader starts the D->P side of a prefill rank on the prefill
 // engine pub. threshold is the least number of history tokens worth
 // reading back (0: DefaultKVRecomputeThreshold; 1 reads any history);
-// cfg.ExpiryMargin defaults to HistoryExpiryMargin. cfg.Agent must not be
+// cfg.ExpiryMargin defaults to 5 s. cfg.Agent must not be
 // the agent of the rank's Producer.
 func NewHistoryReader(pub *connector.Engine, cfg Config, threshold int) (*HistoryReader, error) {
 	if threshold < 0 {
@@ -105,7 +105,7 @@ func NewHistoryReader(pub *connector.Engine, cfg Config, threshold int) (*Histor
 		threshold = DefaultKVRecomputeThreshold
 	}
 	if cfg.ExpiryMargin == 0 {
-		cfg.ExpiryMargin = HistoryExpiryMargin
+		cfg.ExpiryMargin = historyExpiryMargin
 	}
 	c, err := NewConsumer(pub, cfg)
 	if err != nil {

@@ -196,16 +196,21 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 		live  = 3
 	)
 	rng := rand.New(rand.NewPCG(seed, 0x51ed2701))
-	short := func(c *Config) {
+	// A Producer (and a HistoryExporter, which holds) takes prefill's
+	// fields, a Consumer (and a HistoryReader, which reads) decode's.
+	shortPrefill := func(c *Config) {
+		c.Lease = lease
+		c.HeartbeatExtension = lease * 2 / 3
+		c.ParamsAfterAllRanks = true
+	}
+	shortDecode := func(c *Config) {
 		c.Lease = lease
 		c.HeartbeatInterval = lease / 6
-		c.HeartbeatExtension = lease * 2 / 3
 		c.TransferTimeout = 100 * time.Millisecond
 		c.ExpiryMargin = 20 * time.Millisecond
 		if seed%2 == 0 {
 			c.Inline = true
 		}
-		c.ParamsAfterAllRanks = true
 	}
 	// Clock steps of either engine, either way, by up to 1.5 leases (as
 	// an operator or NTP steps a host's clock): holds end early or late,
@@ -215,7 +220,7 @@ func runBidirCampaign(t *testing.T, seed uint64, ptp, dtp, convs int) bidirFigur
 	c := newBidirCluster(t, bidirOpts{
 		prefill: side{ptp, 16}, decode: side{dtp, 16}, threshold: 32, prefillClock: pclk, decodeClock: dclk,
 		fabric:      []loopback.FabricOption{loopback.WithSeed(seed), loopback.WithModel(loopback.FixedLatency(5 * time.Millisecond))},
-		exporterCfg: short, readerCfg: short, producerCfg: short, consumerCfg: short,
+		exporterCfg: shortPrefill, readerCfg: shortDecode, producerCfg: shortPrefill, consumerCfg: shortDecode,
 	})
 	for _, flt := range []loopback.Fault{
 		{Kind: loopback.FailPost, Probability: 0.03},

@@ -114,7 +114,7 @@ func TestBidirBelowThresholdRecomputesAndReleasesDecode(t *testing.T) {
 func TestBidirDefaults(t *testing.T) {
 	c := newBidirCluster(t, bidirOpts{})
 	assert.Equal(t, DefaultKVRecomputeThreshold, c.readers[0].Threshold())
-	assert.Equal(t, HistoryExpiryMargin, c.readers[0].cfg.ExpiryMargin)
+	assert.Equal(t, historyExpiryMargin, c.readers[0].cfg.ExpiryMargin)
 	assert.Equal(t, DefaultDecoderKVBlocksTTL, c.exporters[0].cfg.Lease)
 	_, err := NewHistoryReader(c.pe, Config{}, -1)
 	require.ErrorIs(t, err, connector.ErrInvalid)

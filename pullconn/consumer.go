@@ -65,6 +65,9 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := config.checkSide(false); err != nil {
+		return nil, err
+	}
 	cfg, err := newRankConfig(e, config)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,11 @@
 // What both connectors share (the Engine, its configuration with the KV
 // geometry, the RankConfig every rank takes, Result, Stats, Staging, the
 // errors) is in package connector; NewEngine makes a pull engine, and Config
-// adds what only pull has to connector.RankConfig.
+// adds what only pull has to connector.RankConfig. The package registers
+// itself as connector's "pull" driver: an engine that imports it picks it
+// with EngineConfig.Connector and drives it through connector.Producer and
+// connector.Consumer (docs/engine.md), as the calls below do. A Config field
+// marked for one side is refused by the other.
 //
 // Prefill: every TP rank runs a Producer with its own NIXL agent; the ranks
 // of one engine share a connector.Engine from NewEngine, whose side channel
@@ -53,7 +57,7 @@
 // below the recompute threshold (DefaultKVRecomputeThreshold, 64 tokens),
 // sends only the completions so that decode frees the blocks and prefill
 // recomputes. The reader declines a hold that ends within
-// HistoryExpiryMargin (5 s) on its clock, as vLLM does. Leases,
+// 5 s on its clock, as vLLM does. Leases,
 // heartbeats, hold queries, pins, abort, the read guard and the
 // exactly-once end are those of the P->D direction, by the same code.
 // Each role of a rank has its own NIXL agent over the rank's memory, so

@@ -10,7 +10,7 @@ import (
 // Errors that only pull results and calls report, matched with errors.Is;
 // the errors both connectors report are connector's (connector.ErrInvalid,
 // connector.ErrClosed, connector.ErrHandshake, connector.ErrIncompatible,
-// connector.ErrAborted, connector.ErrStaging).
+// connector.ErrAborted, connector.ErrStaging, connector.ErrPrefillGone).
 var (
 	// ErrTransfer: posting a READ failed, or it failed in flight.
 	ErrTransfer = errors.New("pullconn: transfer failed")
@@ -27,12 +27,6 @@ var (
 	// read cannot be trusted. Forged or replayed Params, a hold that ran out
 	// early (a clock step) or a rank that never held the request give it.
 	ErrNotHeld = errors.New("pullconn: prefill does not hold the request")
-	// ErrPrefillGone: the prefill engine that prefilled the request is
-	// gone: its agent disconnected, or the engine restarted at its address
-	// (another incarnation publishes there now), and with it the hold of
-	// the request's blocks. The request's bytes cannot be read; the next
-	// request handshakes with the engine again.
-	ErrPrefillGone = errors.New("pullconn: prefill engine gone")
 )
 
 // The shared errors as this package reports them: prefixed with its name,
@@ -42,6 +36,8 @@ var (
 	errClosed  = fmt.Errorf("pullconn: %w", connector.ErrClosed)
 	errAborted = fmt.Errorf("pullconn: %w", connector.ErrAborted)
 	errStaging = fmt.Errorf("pullconn: %w", connector.ErrStaging)
+	// errPrefillGone ends a request whose prefill engine is gone.
+	errPrefillGone = fmt.Errorf("pullconn: %w", connector.ErrPrefillGone)
 )
 
 func invalidf(format string, args ...any) error {

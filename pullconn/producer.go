@@ -71,6 +71,9 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := config.checkSide(true); err != nil {
+		return nil, err
+	}
 	cfg, err := newRankConfig(e, config)
 	if err != nil {
 		return nil, err
@@ -152,7 +155,9 @@ func (p *Producer) checkFinished(requestID string) error {
 	if requestID == "" || len(requestID) > notif.MaxIDLen || strings.IndexByte(requestID, ',') >= 0 {
 		return invalidf("request id %q: want 1..%d bytes without ','", requestID, notif.MaxIDLen)
 	}
-	return nil
+	// A closed Engine serves no side channel: no decode engine could find
+	// the hold, so it is not taken.
+	return p.e.core.CheckOpen()
 }
 
 // requestFinished holds a checked request: blocks for one group, or

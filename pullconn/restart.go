@@ -21,7 +21,7 @@ import (
 //     incarnation that made them (Params.RemoteIncarnation) and the cached
 //     handshake another one. Decode forgets the handshake and handshakes
 //     again, once per load; if the engine still publishes another
-//     incarnation than the Params name, the load fails with ErrPrefillGone
+//     incarnation than the Params name, the load fails with connector.ErrPrefillGone
 //     (the Params are the dead instance's: its hold went with it).
 //   - when a READ fails to post with the agent's disconnect or not-found
 //     error: decode forgets the handshake (the next request handshakes
@@ -32,7 +32,7 @@ import (
 //     the dead instance never is (ErrNotHeld), so a retry never gives a
 //     done result on wrong bytes. In vLLM's protocol nothing pins a hold: a
 //     retry could read the blocks of another request of the new instance,
-//     so the load fails with ErrPrefillGone, as vLLM's decode fails it.
+//     so the load fails with connector.ErrPrefillGone, as vLLM's decode fails it.
 
 // restarts are a decode rank's handling of prefill engines that
 // restarted (see above); count counts the handshakes made again for it.
@@ -47,7 +47,7 @@ const maxRetired = 64
 // sameIncarnation reports whether l, about to be posted on its engine's
 // handshake, may read there. When its Params name another incarnation than
 // the handshake, l is routed again on a new handshake (the first time) or
-// fails with ErrPrefillGone, and sameIncarnation reports false.
+// fails with connector.ErrPrefillGone, and sameIncarnation reports false.
 func (c *restarts) sameIncarnation(l *load) bool {
 	want := l.p.RemoteIncarnation
 	if want == 0 || c.rd.vllm || c.holdRanOut(l) {
@@ -76,7 +76,7 @@ func (c *restarts) sameIncarnation(l *load) bool {
 	}
 	r.retired[want] = true
 	c.rd.fail(l, fmt.Errorf("%w: request %q: prefill engine %q at %s restarted: the request was prefilled by incarnation %#x, the engine now publishes %#x; the old instance's hold of %q is gone",
-		ErrPrefillGone, l.id, r.engineID, r.addr, want, have, l.p.RemoteRequestID))
+		errPrefillGone, l.id, r.engineID, r.addr, want, have, l.p.RemoteRequestID))
 	return false
 }
 
@@ -122,7 +122,7 @@ func (c *restarts) goneError(l *load, s int, failed error) error {
 		why = "in vLLM's protocol the request is not retried (nothing would tell the new instance's blocks from the old ones)"
 	}
 	return fmt.Errorf("%w: request %q: prefill engine %q rank %d (agent %q) is gone: the engine restarted or shut down, and its hold of %q with it; %s, the next request handshakes again: %w",
-		ErrPrefillGone, l.id, l.p.RemoteEngineID, s, l.r.setup.agents[s], l.p.RemoteRequestID, why, failed)
+		errPrefillGone, l.id, l.p.RemoteEngineID, s, l.r.setup.agents[s], l.p.RemoteRequestID, why, failed)
 }
 
 // retryable reports whether l, whose READ failed to post because a prefill

@@ -61,12 +61,12 @@ func (c *cluster) restartPrefill(o clusterOpts) {
 }
 
 // requireRestartFailure checks that every decode rank failed load id with
-// ErrPrefillGone, naming the restart, and never reported it done.
+// errPrefillGone, naming the restart, and never reported it done.
 func requireRestartFailure(t *testing.T, rs []connector.Result) {
 	t.Helper()
 	for i, r := range rs {
 		require.Error(t, r.Err, "decode rank %d", i)
-		require.ErrorIs(t, r.Err, ErrPrefillGone, "decode rank %d", i)
+		require.ErrorIs(t, r.Err, errPrefillGone, "decode rank %d", i)
 		require.Contains(t, r.Err.Error(), "restarted", "decode rank %d", i)
 	}
 }
@@ -77,7 +77,7 @@ func requireRestartFailure(t *testing.T, rs []connector.Result) {
 // and without a failed READ on the dead agent: its Params name the new
 // incarnation, which decode's cached handshake does not, so decode
 // handshakes again before it reads. A request the old engine prefilled
-// fails with ErrPrefillGone, never done.
+// fails with errPrefillGone, never done.
 func TestFirstRequestAfterPrefillRestartAtSameAddressLoads(t *testing.T) {
 	for _, tc := range []struct{ prefill, decode side }{{side{1, 16}, side{1, 16}}, {side{2, 16}, side{1, 16}}, {side{1, 16}, side{2, 16}}} {
 		t.Run(fmt.Sprintf("prefill_tp%d_decode_tp%d", tc.prefill.tp, tc.decode.tp), func(t *testing.T) {
@@ -123,7 +123,7 @@ func TestFirstRequestAfterPrefillRestartAtSameAddressLoads(t *testing.T) {
 // A request the old engine prefilled, loaded after the restart while decode
 // still has the old handshake: its READ to the dead agent fails, decode
 // handshakes again, finds another incarnation that the Params do not name,
-// and fails the load with ErrPrefillGone (no second READ). A new request
+// and fails the load with errPrefillGone (no second READ). A new request
 // then loads first time.
 func TestOldIncarnationRequestAfterPrefillRestartFails(t *testing.T) {
 	o := clusterOpts{}
@@ -196,7 +196,7 @@ func TestRetryAfterPrefillRestartIsRefusedForOldHold(t *testing.T) {
 
 // In vLLM's protocol nothing tells decode which incarnation prefilled a
 // request and no pin protects a retry: the first request after the restart
-// fails with ErrPrefillGone, naming the restart (as vLLM's decode fails
+// fails with errPrefillGone, naming the restart (as vLLM's decode fails
 // it); the next handshakes again and loads.
 func TestVLLMFirstRequestAfterPrefillRestartFails(t *testing.T) {
 	o := clusterOpts{vllm: true}

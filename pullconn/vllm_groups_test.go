@@ -124,12 +124,12 @@ func TestGroupsPullVLLMOtherModel(t *testing.T) {
 }
 
 // TestGroupsPullVLLMMambaTokens: a Mamba hybrid's 70-token prompt moves as
-// vLLM moves it, 69 tokens (VLLMTransferTokens): the lists cover them and
+// vLLM moves it, 69 tokens (connector.VLLMTransferTokens): the lists cover them and
 // remote_num_tokens says so; a sliding-window model's moves whole.
 func TestGroupsPullVLLMMambaTokens(t *testing.T) {
 	for shape, want := range map[string]int{"hybrid": 69, "swa": 70} {
 		c := newVLLMGroupCluster(t, shape, side{2, 16}, side{1, 16}, "", "")
-		tokens := VLLMTransferTokens(c.playouts[0], 70)
+		tokens := connector.VLLMTransferTokens(c.playouts[0], 70)
 		require.Equal(t, want, tokens, shape)
 		ids := func(first, n int) []int {
 			out := make([]int, n)

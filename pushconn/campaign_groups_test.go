@@ -127,11 +127,11 @@ func runGroupCampaignWith(t *testing.T, seed uint64, shape string, n, preTP, dec
 		rank: func(c *Config) {
 			c.StatsInterval = -1
 			c.IdleInterval = 2 * time.Millisecond
-			c.WriteTimeout = 150 * time.Millisecond
 			c.Lease = 300 * time.Millisecond
 		},
 		preRank: func(c *Config) {
 			stage("prefill")(c)
+			c.WriteTimeout = 150 * time.Millisecond
 			c.RegistrationTimeout = 600 * time.Millisecond
 		},
 		decRank: func(c *Config) {

@@ -250,10 +250,10 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 			c.Logger = logger
 			c.StatsInterval = -1
 			c.IdleInterval = 2 * time.Millisecond
-			c.WriteTimeout = 150 * time.Millisecond
 			c.Lease = 300 * time.Millisecond
 		},
 		preRank: func(c *Config) {
+			c.WriteTimeout = 150 * time.Millisecond
 			c.RegistrationTimeout = 600 * time.Millisecond
 			if len(staged) > 0 {
 				staged[0].rank("prefill")(c)
@@ -405,10 +405,10 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 		}
 		return q
 	}
-	opts := func(q *creq) []RequestOption {
-		var o []RequestOption
+	opts := func(q *creq) []requestOption {
+		var o []requestOption
 		if q.tid != "" {
-			o = append(o, WithTransferID(q.tid))
+			o = append(o, withTransferID(q.tid))
 		}
 		if q.seqless {
 			o = append(o, withoutSeq())

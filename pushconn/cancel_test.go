@@ -33,7 +33,7 @@ func TestNoWriteAfterDecodeTimedOut(t *testing.T) {
 	require.Equal(t, uint64(1), extra(t, ps, "push_cancel_received"))
 	require.Zero(t, ps.ExpiredRequests)
 	// The cancelled registration's own expiry sends decode nothing more.
-	r.clock.Advance(DefaultProducerRegistrationTimeout)
+	r.clock.Advance(defaultProducerRegistrationTimeout)
 	p.DrainFreed()
 	time.Sleep(20 * time.Millisecond)
 	require.Zero(t, extra(t, p.Stats(), "push_fail_sent"))
@@ -67,14 +67,14 @@ func TestNoWriteAfterOtherRankFailed(t *testing.T) {
 func TestConsumerCloseCancelsRegistrations(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("a", Coordinates(r.pre), []int{1}, WithTransferID("t-a")))
+	require.NoError(t, c.Register("a", Coordinates(r.pre), []int{1}, withTransferID("t-a")))
 	require.NoError(t, c.Register("b", Coordinates(r.pre), []int{2}))
 	admitted(t, p, 2)
 	require.NoError(t, c.Close())
 	require.Len(t, c.Drain(), 2)
 	require.Equal(t, uint64(2), extra(t, c.Stats(), "push_cancel_sent"))
 	eventually(t, "cancels received", func() bool { return extra(t, p.Stats(), "cancelled_registrations") == 2 })
-	_, err := p.RequestFinished("a", []int{0}, WithTransferID("t-a"))
+	_, err := p.RequestFinished("a", []int{0}, withTransferID("t-a"))
 	require.NoError(t, err)
 	_, err = p.RequestFinished("b", []int{0})
 	require.NoError(t, err)

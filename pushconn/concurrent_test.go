@@ -21,7 +21,7 @@ func TestThousandConcurrentRequests(t *testing.T) {
 			r := newRig(t, rigConfig{preTP: tc.preTP, decTP: tc.decTP, numBlocks: n})
 			type req struct {
 				decID, preID string
-				opts         []RequestOption
+				opts         []requestOption
 			}
 			reqs := make([]req, n)
 			for i := range reqs {
@@ -31,7 +31,7 @@ func TestThousandConcurrentRequests(t *testing.T) {
 				case 1:
 					reqs[i] = req{decID: fmt.Sprintf("r%d-%08x", i, i), preID: fmt.Sprintf("r%d-%08X", i, i*7)}
 				default:
-					reqs[i] = req{decID: fmt.Sprintf("d%d", i), preID: fmt.Sprintf("p%d", i), opts: []RequestOption{WithTransferID(fmt.Sprint("t", i))}}
+					reqs[i] = req{decID: fmt.Sprintf("d%d", i), preID: fmt.Sprintf("p%d", i), opts: []requestOption{withTransferID(fmt.Sprint("t", i))}}
 				}
 				for _, l := range r.preLayout {
 					fill(t, l, []int{i}, i, 16)

@@ -16,7 +16,7 @@ const (
 	// its request to be pushed, on both sides (vLLM's
 	// push_registration_timeout, from decoder_kv_blocks_ttl).
 	DefaultRegistrationTimeout = 480 * time.Second
-	// DefaultProducerRegistrationTimeout is a Producer's default
+	// defaultProducerRegistrationTimeout is a Producer's default
 	// registration timeout: shorter than decode's by more than two
 	// handshakes and a notification, because prefill's count starts when
 	// the registration arrives, after decode's started. So with the
@@ -24,7 +24,7 @@ const (
 	// "expired") before decode's timeout can end the request and reuse its
 	// blocks; PUSH_CANCEL covers the other order. Keep the rule when
 	// setting either side: prefill's timeout < decode's.
-	DefaultProducerRegistrationTimeout = DefaultRegistrationTimeout - 30*time.Second
+	defaultProducerRegistrationTimeout = DefaultRegistrationTimeout - 30*time.Second
 	// DefaultWriteTimeout bounds how long a posted WRITE may stay in
 	// flight before prefill cancels it and reports the failure.
 	DefaultWriteTimeout = 30 * time.Second
@@ -55,7 +55,7 @@ type Config struct {
 	// RegistrationTimeout: on decode, how long a request waits for every
 	// completion (zero means DefaultRegistrationTimeout); on prefill, how
 	// long a registration waits for its request to finish (zero means
-	// DefaultProducerRegistrationTimeout). Prefill's must be shorter than
+	// 450 s, DefaultRegistrationTimeout less 30 s). Prefill's must be shorter than
 	// decode's, or a lost PUSH_CANCEL lets prefill WRITE into blocks
 	// decode already gave up.
 	RegistrationTimeout time.Duration
@@ -102,6 +102,9 @@ type rankConfig struct {
 // newRankConfig validates cfg for a rank of e (a Producer when prefill)
 // and fills its defaults.
 func newRankConfig(e *pushEngine, cfg Config, prefill bool) (rankConfig, error) {
+	if err := cfg.checkSide(prefill); err != nil {
+		return rankConfig{}, err
+	}
 	if err := checkStageRank(&cfg, prefill); err != nil {
 		return rankConfig{}, err
 	}
@@ -112,7 +115,7 @@ func newRankConfig(e *pushEngine, cfg Config, prefill bool) (rankConfig, error) 
 	c := rankConfig{Rank: r, Config: cfg}
 	c.RegistrationTimeout = cmp.Or(c.RegistrationTimeout, DefaultRegistrationTimeout)
 	if prefill {
-		c.RegistrationTimeout = cmp.Or(cfg.RegistrationTimeout, DefaultProducerRegistrationTimeout)
+		c.RegistrationTimeout = cmp.Or(cfg.RegistrationTimeout, defaultProducerRegistrationTimeout)
 	}
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.CancelTimeout = cmp.Or(c.CancelTimeout, DefaultCancelTimeout)

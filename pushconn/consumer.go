@@ -190,7 +190,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 // a list of one list) to every prefill rank that writes into this rank. It
 // returns at once; the request's connector.Result comes from Drain. An error means
 // nothing was registered.
-func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, opts ...RequestOption) error {
+func (c *Consumer) Register(requestID string, prefill Prefill, blockIDs []int, opts ...requestOption) error {
 	o := c.engine.vllmOpts(applyOpts(opts))
 	if err := prefill.validate(); err != nil {
 		return err

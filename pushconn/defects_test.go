@@ -490,8 +490,8 @@ func (a *holdFirstReg) GenNotif(remote string, msg []byte, opts *nixl.Options) e
 func TestRegistrationArrivingAfterItsCancelIsDropped(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []RequestOption
-	}{{"with seq", nil}, {"seq-less", []RequestOption{withoutSeq()}}} {
+		opts []requestOption
+	}{{"with seq", nil}, {"seq-less", []requestOption{withoutSeq()}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			fab, err := loopback.NewFabric()
 			require.NoError(t, err)

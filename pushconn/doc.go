@@ -6,6 +6,12 @@
 // prefill ends, without a round trip through the proxy and decode's
 // scheduler.
 //
+// The package registers itself as connector's "push" driver: an engine that
+// imports it picks it with EngineConfig.Connector and drives it through
+// connector.Producer and connector.Consumer (docs/engine.md), whose Load is
+// Register and whose Request carries the transfer id and token count. A
+// Config field marked for one side is refused by the other.
+//
 // Both engines create a connector.Engine with NewEngine (their side channel
 // and handshake client, in push mode); every TP rank then runs, with its own
 // NIXL agent, a Consumer on decode or a Producer on prefill, configured by a
@@ -181,7 +187,7 @@
 // or never received; after the handshake with the decode engine when it
 // waited for one; and when its WRITE ends (completed, failed, or cancelled
 // at the write timeout) when one was in flight. Prefill's registration
-// timeout defaults to DefaultProducerRegistrationTimeout (450 s), shorter
+// timeout defaults to 450 s, shorter
 // than decode's 480 s, so that without a cancel prefill gives up first; keep
 // prefill's shorter when configuring either side.
 //
@@ -212,7 +218,7 @@
 // notification to its agent failed with a disconnect or not-found error,
 // and a fresh handshake with its engine's address was refused or showed
 // another incarnation of the rank. Decode unloads the dead agent's
-// metadata first, then fails its live requests with ErrPrefillGone and
+// metadata first, then fails its live requests with connector.ErrPrefillGone and
 // releases the draining ones that waited only for it (prefill_gone; a
 // warning per request names the request, the engine and the reason). A
 // probe that answers the same incarnation, or fails otherwise, changes
@@ -397,7 +403,7 @@
 // pp_size * max(1, prefill TP / decode TP) of them. Agent names are the
 // ones loading the metadata gives (vLLM's payload has none outside NIXL's
 // blob). Prefill matches by exact request id, then without the
-// "-xxxxxxxx" suffix; a transfer id given with WithTransferID is ignored,
+// "-xxxxxxxx" suffix; a transfer id (connector.Request.TransferID) is ignored,
 // as a vLLM engine ignores the key. Staging is refused
 // (RankConfig.Staging.Mode). PUSH_FAIL, PUSH_CANCEL, PUSH_CANCEL_ACK and
 // the staged messages are never sent, and one that arrives is counted as
@@ -464,7 +470,7 @@
 // (RequestFinishedGroups, RegisterGroups; both protocols), unstaged; decode
 // pipeline-parallel size 1, and a
 // pipeline-parallel prefill only in gonixl's protocol, unstaged. With a prefix hit on
-// decode and prefill blocks larger than decode's, pass WithTokens to
+// decode and prefill blocks larger than decode's, give connector.Request.Tokens to
 // RequestFinished. A failed request's blocks come back only after the
 // prefill ranks answered, or at CancelTimeout (see Write safety).
 package pushconn

@@ -10,7 +10,7 @@ import (
 // Errors that only push results and calls report, matched with errors.Is;
 // the errors both connectors report are connector's (connector.ErrInvalid,
 // connector.ErrClosed, connector.ErrHandshake, connector.ErrIncompatible,
-// connector.ErrAborted, connector.ErrStaging).
+// connector.ErrAborted, connector.ErrStaging, connector.ErrPrefillGone).
 var (
 	// ErrRegistrationTimeout ends a decode request that did not receive
 	// every completion within the registration timeout.
@@ -21,10 +21,6 @@ var (
 	// ErrNotifySend is matched by a decode result whose registration could
 	// not be sent to a prefill rank.
 	ErrNotifySend = errors.New("pushconn: could not send the registration")
-	// ErrPrefillGone ends a decode request whose prefill rank died (its
-	// engine restarted or is gone) after the registration reached it: the
-	// rank will never write it.
-	ErrPrefillGone = errors.New("pushconn: the prefill rank is gone")
 )
 
 // The shared errors as this package reports them: prefixed with its name,
@@ -34,6 +30,8 @@ var (
 	errClosed  = fmt.Errorf("pushconn: %w", connector.ErrClosed)
 	errAborted = fmt.Errorf("pushconn: %w", connector.ErrAborted)
 	errStaging = fmt.Errorf("pushconn: %w", connector.ErrStaging)
+	// errPrefillGone ends a request whose prefill engine is gone.
+	errPrefillGone = fmt.Errorf("pushconn: %w", connector.ErrPrefillGone)
 )
 
 // PushError is a prefill rank's failure report (a PUSH_FAIL notification)

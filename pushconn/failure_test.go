@@ -311,7 +311,7 @@ func TestRequestFinishedRejectsBadInput(t *testing.T) {
 	require.ErrorContains(t, err, `request "a" has no blocks`)
 	_, err = p.RequestFinished("a", []int{-1})
 	require.ErrorContains(t, err, "block 0 is -1, outside 0..63")
-	_, err = p.RequestFinished("a", []int{1}, WithTokens(17))
+	_, err = p.RequestFinished("a", []int{1}, withTokens(17))
 	require.ErrorContains(t, err, "has 17 tokens, its 1 blocks hold at most 16")
 	_, err = p.RequestFinished("a", []int{1})
 	require.NoError(t, err)

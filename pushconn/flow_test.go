@@ -13,7 +13,7 @@ import (
 // prefill fills and finishes src blocks, in the order given; it checks
 // decode's result and bytes and prefill's release, and returns decode's
 // result.
-func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src, dst []int, tokens int, opts ...RequestOption) connector.Result {
+func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src, dst []int, tokens int, opts ...requestOption) connector.Result {
 	t.Helper()
 	for i, l := range r.preLayout {
 		_ = i
@@ -31,9 +31,9 @@ func pushOne(t *testing.T, r *rig, registerFirst bool, decID, preID string, src,
 		for _, p := range r.producers {
 			params, err := p.RequestFinished(preID, src, opts...)
 			require.NoError(t, err)
-			require.Equal(t, ModePush, params.TransferMode)
+			require.Equal(t, modePush, params.TransferMode)
 			require.Equal(t, preID, params.RemoteRequestID)
-			require.Equal(t, Coordinates(r.pre), params.Prefill())
+			require.Equal(t, Coordinates(r.pre), params.prefill())
 		}
 	}
 	if registerFirst {
@@ -92,7 +92,7 @@ func TestSuffixStrippedMatch(t *testing.T) {
 
 func TestTransferIDMatch(t *testing.T) {
 	r := newRig(t, rigConfig{})
-	pushOne(t, r, false, "decode-side-id", "prefill-side-id", blocksFrom(0, 2), blocksFrom(5, 2), 20, WithTransferID("xfer-0001"))
+	pushOne(t, r, false, "decode-side-id", "prefill-side-id", blocksFrom(0, 2), blocksFrom(5, 2), 20, withTransferID("xfer-0001"))
 	require.Equal(t, uint64(1), extra(t, r.producers[0].Stats(), "matched_transfer_id"))
 }
 

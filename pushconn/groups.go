@@ -25,9 +25,9 @@ import (
 // NumTokens; remote_block_ids as a list of lists and remote_num_tokens in
 // JSON). With staging on, a grouped request is staged through decode's
 // group image (staging.GroupDstImage) as a single-group one is through
-// its image. WithTokens does not apply:
+// its image. withTokens does not apply:
 // tokens is the count.
-func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs [][]int, opts ...RequestOption) (Params, error) {
+func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs [][]int, opts ...requestOption) (Params, error) {
 	o := p.engine.vllmOpts(applyOpts(opts))
 	switch {
 	case requestID == "" || len(requestID) > notif.MaxIDLen:
@@ -50,11 +50,11 @@ func (p *Producer) RequestFinishedGroups(requestID string, tokens int, blockIDs 
 // of the rank's logical block ids per KV-cache group, each the suffix of
 // the request still to fill (after a prefix hit, which may differ from
 // group to group, and without a sliding window's blocks before the
-// window), which PUSH_REG carries as they are. WithTokens, when given, is
+// window), which PUSH_REG carries as they are. withTokens, when given, is
 // the request's length the lists are aligned to (the prefill's tokens):
 // decode then counts each group's prefix hit (Stats().PrefixHitBlocks), and
 // refuses lists longer than that length's blocks.
-func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs [][]int, opts ...RequestOption) error {
+func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs [][]int, opts ...requestOption) error {
 	o := c.engine.vllmOpts(applyOpts(opts))
 	if err := prefill.validate(); err != nil {
 		return err
@@ -69,7 +69,7 @@ func (c *Consumer) RegisterGroups(requestID string, prefill Prefill, blockIDs []
 	if o.tokens != 0 {
 		var err error
 		if o.prefixHits, err = descriptors.PrefixHits(&c.cfg.Layout, o.tokens, blockIDs); err != nil {
-			return invalidf("request %q: WithTokens(%d): %v", requestID, o.tokens, engine.Field(err))
+			return invalidf("request %q: Tokens %d: %v", requestID, o.tokens, engine.Field(err))
 		}
 	}
 	return c.register(requestID, prefill, groupids.Copy(blockIDs), o)

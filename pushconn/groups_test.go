@@ -21,7 +21,7 @@ import (
 type groupRig struct {
 	*rig
 	pre, dec []grouptest.Rank
-	// withTokens makes push register with WithTokens(the request's
+	// withTokens makes push register with withTokens(the request's
 	// tokens), so decode counts its prefix hits.
 	withTokens bool
 }
@@ -212,9 +212,9 @@ func (g *groupRig) push(id string, seed int, r groupReq, registerFirst bool) {
 	}
 	register := func() {
 		for _, c := range g.consumers {
-			var opts []RequestOption
+			var opts []requestOption
 			if g.withTokens {
-				opts = append(opts, WithTokens(r.tokens))
+				opts = append(opts, withTokens(r.tokens))
 			}
 			require.NoError(t, c.RegisterGroups(id, Coordinates(g.rig.pre), r.dst, opts...))
 		}

@@ -1,8 +1,10 @@
 package pushconn
 
-// RequestOption adds optional facts to Consumer.Register or
-// Producer.RequestFinished.
-type RequestOption func(*requestOpts)
+// requestOption adds optional facts to Consumer.Register or
+// Producer.RequestFinished: an engine gives them as connector.Request's
+// TransferID and Tokens (the driver, driver.go, passes them on), so that
+// pull and push take them by the same names.
+type requestOption func(*requestOpts)
 
 type requestOpts struct {
 	transferID string
@@ -16,32 +18,32 @@ type requestOpts struct {
 	noSeq bool
 }
 
-// WithTransferID sets a router-assigned transfer id that both sides carry;
+// withTransferID sets a router-assigned transfer id that both sides carry;
 // prefill matches on it before request ids. An engine in vLLM's protocol
 // ignores it, as a vLLM engine ignores the key: it is never sent, and
 // matching is by request id.
-func WithTransferID(id string) RequestOption {
+func withTransferID(id string) requestOption {
 	return func(o *requestOpts) { o.transferID = id }
 }
 
-// WithTokens gives prefill the request's prompt length in tokens. It is
+// withTokens gives prefill the request's prompt length in tokens. It is
 // needed only when prefill's blocks are larger than decode's and decode
 // had a prefix-cache hit: block counts alone then leave the number of
 // decode's cached blocks ambiguous. Given to Consumer.RegisterGroups it is
 // the length decode's lists are aligned to, from which decode counts its
 // per-group prefix hits.
-func WithTokens(n int) RequestOption {
+func withTokens(n int) requestOption {
 	return func(o *requestOpts) { o.tokens = n }
 }
 
 // withoutSeq makes Consumer.Register send its PUSH_REG without
 // registration_seq, like a vLLM decode. Unexported: a gonixl decode always
 // numbers its registrations, and the tests need a seq-less one.
-func withoutSeq() RequestOption {
+func withoutSeq() requestOption {
 	return func(o *requestOpts) { o.noSeq = true }
 }
 
-func applyOpts(opts []RequestOption) requestOpts {
+func applyOpts(opts []requestOption) requestOpts {
 	var o requestOpts
 	for _, f := range opts {
 		if f != nil {

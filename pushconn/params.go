@@ -2,8 +2,8 @@ package pushconn
 
 import "github.com/gonixl/gonixl/connector"
 
-// ModePush is the transfer_mode of push transfer params.
-const ModePush = "push"
+// modePush is the transfer_mode of push transfer params.
+const modePush = "push"
 
 // Params are what prefill returns for a finished request, with
 // the JSON names of vLLM's kv_transfer_params. In push mode decode has
@@ -18,8 +18,8 @@ type Params struct {
 	TransferID   string `json:"transfer_id,omitempty"`
 }
 
-// Prefill returns the prefill coordinates the params name, for
+// prefill returns the prefill coordinates the params name, for
 // Consumer.Register.
-func (p Params) Prefill() Prefill {
+func (p Params) prefill() Prefill {
 	return Prefill{EngineID: p.RemoteEngineID, Host: p.RemoteHost, Port: p.RemotePort, TPSize: p.TPSize, PPSize: p.PPSize}
 }

@@ -113,7 +113,7 @@ func TestDecodeHandshakesAgainWithRestartedPrefill(t *testing.T) {
 // crashed is never written: once decode sees the engine restarted (the
 // first request after the restart finds the old agent disconnected and
 // the engine publishing a new incarnation), that request fails with
-// ErrPrefillGone at once, its blocks back (the old agent's metadata is
+// errPrefillGone at once, its blocks back (the old agent's metadata is
 // unloaded first), without waiting for the registration timeout: the
 // clock never moves.
 func TestRequestOfCrashedPrefillFailsOnceTheRestartIsSeen(t *testing.T) {
@@ -138,7 +138,7 @@ func TestRequestOfCrashedPrefillFailsOnceTheRestartIsSeen(t *testing.T) {
 	}
 	require.NoError(t, got["after"])
 	check(t, r.decLayout[0], dst, 0, 6, 32)
-	require.ErrorIs(t, got["orphan"], ErrPrefillGone)
+	require.ErrorIs(t, got["orphan"], errPrefillGone)
 	require.ErrorContains(t, got["orphan"], "incarnation")
 	require.Zero(t, c.Pending())
 	s := c.Stats()

@@ -24,7 +24,7 @@ import (
 //     address refuses connections (nothing listens there: the engine
 //     process is gone): the incarnation decode registered with is dead.
 //     Decode unloads its agent's metadata and only then settles every
-//     request sent to it: live ones fail with ErrPrefillGone, draining
+//     request sent to it: live ones fail with connector.ErrPrefillGone, draining
 //     ones (failed or aborted, waiting for the rank's cancel answer) hand
 //     their blocks back. New requests go to the new incarnation.
 //   - the same incarnation answers, or the probe fails otherwise (a
@@ -102,7 +102,7 @@ func (c *Consumer) judgeSuspect(p *decodePeer, s shakeResult) (same bool) {
 	if len(gone) == 0 {
 		return false
 	}
-	goneErr := fmt.Errorf("%w: prefill engine %q: %s", ErrPrefillGone, p.prefill.EngineID, reason)
+	goneErr := fmt.Errorf("%w: prefill engine %q: %s", errPrefillGone, p.prefill.EngineID, reason)
 	c.mu.Lock()
 	settled := c.tracker.prefillGone(c.now(), old, gone, goneErr)
 	c.mu.Unlock()

@@ -10,11 +10,11 @@ import (
 )
 
 // TestPrefixHitBlocks counts each decode rank's prefix-hit blocks per
-// KV-cache group, exactly, for registrations that give WithTokens:
+// KV-cache group, exactly, for registrations that give withTokens:
 // groupReqs' requests (at decode block size 16: 70 tokens with the first
 // full block held, 5 tokens with none, 40 tokens all held: 3 full blocks
 // and the 2 holding its window), one whose two groups' hits differ, and
-// then a refused registration and one without WithTokens, which count
+// then a refused registration and one without withTokens, which count
 // nothing.
 func TestPrefixHitBlocks(t *testing.T) {
 	for _, c := range []struct {
@@ -41,9 +41,9 @@ func TestPrefixHitBlocks(t *testing.T) {
 			g.push("differ", 9, r, true)
 
 			cn := g.consumers[0]
-			err = cn.RegisterGroups("refused", Coordinates(g.rig.pre), [][]int{blocksFrom(20, 6), {}}, WithTokens(70))
+			err = cn.RegisterGroups("refused", Coordinates(g.rig.pre), [][]int{blocksFrom(20, 6), {}}, withTokens(70))
 			require.ErrorIs(t, err, connector.ErrInvalid)
-			assert.EqualError(t, err, `pushconn: invalid argument: request "refused": WithTokens(70): Groups[0] (full): 6 blocks listed, the request's 70 tokens fill 5 blocks of 16 tokens`)
+			assert.EqualError(t, err, `pushconn: invalid argument: request "refused": Tokens 70: Groups[0] (full): 6 blocks listed, the request's 70 tokens fill 5 blocks of 16 tokens`)
 			g.withTokens = false
 			g.push("untold", 10, r, true)
 			for i, cn := range g.consumers {

@@ -131,7 +131,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 // block ids, in token order) and returns its transfer params. The blocks
 // stay held until DrainFreed returns requestID. It never blocks: the
 // writer goroutine does the rest. An error means nothing was taken.
-func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...RequestOption) (Params, error) {
+func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...requestOption) (Params, error) {
 	o := p.engine.vllmOpts(applyOpts(opts))
 	if requestID == "" || len(requestID) > notif.MaxIDLen {
 		return Params{}, invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
@@ -159,6 +159,11 @@ func (p *Producer) RequestFinished(requestID string, blockIDs []int, opts ...Req
 // hold takes a checked request h and returns its Params, built on tp.
 func (p *Producer) hold(h *hold, tp connector.TransferParams) (Params, error) {
 	requestID := h.id
+	// A closed Engine serves no side channel: no decode engine could
+	// handshake with the rank to be written, so the request is not taken.
+	if err := p.engine.core.CheckOpen(); err != nil {
+		return Params{}, err
+	}
 	p.mu.Lock()
 	switch {
 	case p.closed:
@@ -176,7 +181,7 @@ func (p *Producer) hold(h *hold, tp connector.TransferParams) (Params, error) {
 		TransferParams: tp,
 		PPSize:         p.engine.PPSize(),
 		NumTokens:      h.tokens,
-		TransferMode:   ModePush,
+		TransferMode:   modePush,
 		TransferID:     h.transferID,
 	}, nil
 }

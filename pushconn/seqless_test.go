@@ -137,7 +137,7 @@ func TestSeqlessLateCopyOfFailedRegistrationDropped(t *testing.T) {
 	dst := blocksFrom(4, 2)
 	require.NoError(t, c.Register("late", Coordinates(r.pre), dst, withoutSeq()))
 	admitted(t, p, 2)
-	r.clock.Advance(DefaultProducerRegistrationTimeout + time.Second)
+	r.clock.Advance(defaultProducerRegistrationTimeout + time.Second)
 	res := await(t, c, 1)
 	require.True(t, isPushFail(res[0].Err, "expired"), "err = %v", res[0].Err)
 	poison(t, r.decLayout[0], dst)

@@ -55,7 +55,7 @@ func TestStagesPush(t *testing.T) {
 				}
 			}
 			for _, w := range order {
-				params, err := r.producers[w].RequestFinished("chat-1", src, WithTokens(tokens))
+				params, err := r.producers[w].RequestFinished("chat-1", src, withTokens(tokens))
 				require.NoError(t, err)
 				require.Equal(t, c.pp, params.PPSize)
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/groupids/grouptest"
 )
@@ -71,12 +72,12 @@ func orderName(o string) string {
 }
 
 // TestGroupsPushVLLMMambaTokens: a Mamba hybrid's 70-token prompt moves as
-// vLLM moves it, 69 tokens (VLLMTransferTokens); a sliding-window model's
+// vLLM moves it, 69 tokens (connector.VLLMTransferTokens); a sliding-window model's
 // moves whole.
 func TestGroupsPushVLLMMambaTokens(t *testing.T) {
 	for shape, want := range map[string]int{"hybrid": 69, "swa": 70} {
 		g := newVLLMGroupRig(t, shape, 2, 16, 1, 16, "", "")
-		tokens := VLLMTransferTokens(g.rig.preLayout[0], 70)
+		tokens := connector.VLLMTransferTokens(g.rig.preLayout[0], 70)
 		require.Equal(t, want, tokens, shape)
 		ids := func(first, n int) []int {
 			out := make([]int, n)

@@ -380,8 +380,8 @@ func TestVLLMProtocolHeartbeatExtendsLease(t *testing.T) {
 func TestVLLMProtocolIgnoresGonixlOnly(t *testing.T) {
 	r, taps := vllmRig(t, rigConfig{rank: vllmTimings})
 	c, p := r.consumers[0], r.producers[0]
-	require.NoError(t, c.Register("x-1a2b3c4d", Coordinates(r.pre), []int{1}, WithTransferID("t1")))
-	params, err := p.RequestFinished("x-9f8e7d6c", []int{2}, WithTransferID("t2"))
+	require.NoError(t, c.Register("x-1a2b3c4d", Coordinates(r.pre), []int{1}, withTransferID("t1")))
+	params, err := p.RequestFinished("x-9f8e7d6c", []int{2}, withTransferID("t2"))
 	require.NoError(t, err)
 	assert.Empty(t, params.TransferID)
 	require.NoError(t, await(t, c, 1)[0].Err)

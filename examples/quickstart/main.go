@@ -12,7 +12,8 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
-	"github.com/gonixl/gonixl/pullconn"
+	_ "github.com/gonixl/gonixl/pullconn" // registers the "pull" connector
+	_ "github.com/gonixl/gonixl/pushconn" // registers the "push" connector
 )
 
 // The model's KV cache as each engine holds it: 2 layers, 8 KV heads of 64
@@ -46,26 +47,29 @@ func main() {
 	defer p.agent.Close()
 	defer d.agent.Close()
 
-	pe, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "llama", Geometry: geometry})
+	// One value picks the connector, as vLLM's kv_connector does: "pull"
+	// (NixlConnector) or "push" (NixlPushConnector); the rest is the same.
+	const conn = "pull"
+	pe, err := connector.NewEngine(connector.EngineConfig{Connector: conn, EngineID: "prefill", Model: "llama", Geometry: geometry})
 	check(err)
 	defer pe.Close()
-	de, err := pullconn.NewEngine(connector.EngineConfig{EngineID: "decode", Model: "llama", Geometry: geometry})
+	de, err := connector.NewEngine(connector.EngineConfig{Connector: conn, EngineID: "decode", Model: "llama", Geometry: geometry})
 	check(err)
 	defer de.Close()
-	prod, err := pullconn.NewProducer(pe, pullconn.Config{RankConfig: connector.RankConfig{Agent: p.agent, Layout: p.layout}})
+	prod, err := pe.NewProducer(connector.RankConfig{Agent: p.agent, Layout: p.layout})
 	check(err)
 	defer prod.Close()
-	cons, err := pullconn.NewConsumer(de, pullconn.Config{RankConfig: connector.RankConfig{Agent: d.agent, Layout: d.layout}})
+	cons, err := de.NewConsumer(connector.RankConfig{Agent: d.agent, Layout: d.layout})
 	check(err)
 	defer cons.Close()
 
 	copy(p.buf.Bytes(), "KV of request 1")
 	// Prefill: the request finished in blocks 0 and 1.
-	params, err := prod.RequestFinished("req-1", []int{0, 1})
+	params, err := prod.RequestFinished(connector.Request{ID: "req-1", Blocks: [][]int{{0, 1}}})
 	check(err)
 	// The proxy passes params (vLLM's kv_transfer_params) to decode, which
 	// allocated blocks 5 and 6 for the request.
-	check(cons.Load("req-1", params, []int{5, 6}))
+	check(cons.Load(connector.Request{ID: "req-1", Blocks: [][]int{{5, 6}}, Params: params}))
 	// Engine loops: drain without blocking, once per step.
 	var freed []string
 	deadline := time.Now().Add(10 * time.Second)

@@ -12,12 +12,11 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/promstats"
-	"github.com/gonixl/gonixl/pushconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap"
 )
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -35,10 +34,10 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 	var cs []prometheus.Collector
 	srcs := []promstats.Source{engine}
 	for _, p := range s.prods {
-		srcs = append(srcs, p.source())
+		srcs = append(srcs, p)
 	}
 	for _, c := range s.conss {
-		srcs = append(srcs, c.source())
+		srcs = append(srcs, c)
 	}
 	for i, src := range srcs {
 		rank := "engine" // the connector Engine's own counters
@@ -307,26 +306,15 @@ func (s *Server) parseKV(raw json.RawMessage, r *request) *fieldError {
 			return badRequest(param+".do_remote_prefill", "kv_transfer_params.do_remote_prefill was sent to a prefill (kv_producer) engine; send the decode leg to a decode engine.")
 		}
 		r.kind, r.tid = kindDecode, f.TransferID
-		if s.cfg.Connector == ConnPull {
-			if e := decodeJSON(kv, &r.pull, param+"."); e != nil {
-				return e
-			}
-			if err := r.pull.Validate(); err != nil {
-				param, msg := kvError(err)
-				return badRequest(param, "%s; pass on the prefill answer's kv_transfer_params unchanged.", msg)
-			}
-			if n := blocksFor(len(r.tokens), s.cfg.Model.BlockSize); r.pull.NumTokens == 0 && len(r.pull.RemoteBlockIDs) != n {
-				// Equal block sizes: one remote block per local prompt block.
-				s.log.Debug("remote block count differs from the prompt's", zap.Int("remote", len(r.pull.RemoteBlockIDs)), zap.Int("local", n))
-			}
-		} else {
-			r.push = pushconn.Prefill{EngineID: f.RemoteEngineID, Host: f.RemoteHost, Port: f.RemotePort, TPSize: f.TPSize, PPSize: f.PPSize}
-			if r.push.PPSize == 0 {
-				r.push.PPSize = 1
-			}
-			if missing := pushMissing(&r.push); missing != "" {
-				return badRequest(param+"."+missing, "kv_transfer_params: push decode needs remote_engine_id, remote_host, remote_port and tp_size (the prefill engine's GET /kv_transfer_info), got %s.", kv)
-			}
+		// The connector reads the params (Consumer.Load) and refuses what
+		// it cannot use; loadError answers its refusal by the key at fault.
+		if e := decodeJSON(kv, &r.params, param+"."); e != nil {
+			return e
+		}
+		if missing := pushMissing(&r.params); s.cfg.Connector == ConnPush && missing != "" {
+			// Push registers before prefill runs: say what the proxy must
+			// send beside do_remote_prefill.
+			return badRequest(param+"."+missing, "kv_transfer_params: push decode needs remote_engine_id, remote_host, remote_port and tp_size (the prefill engine's GET /kv_transfer_info), got %s.", kv)
 		}
 	}
 	return nil
@@ -557,13 +545,13 @@ func (s *Server) cancelRequest(r *request) {
 
 // pushMissing names the first kv_transfer_params key a push decode leg
 // needs and lacks, "" when none is missing.
-func pushMissing(p *pushconn.Prefill) string {
+func pushMissing(p *connector.Params) string {
 	switch {
-	case p.EngineID == "":
+	case p.RemoteEngineID == "":
 		return "remote_engine_id"
-	case p.Host == "":
+	case p.RemoteHost == "":
 		return "remote_host"
-	case p.Port <= 0:
+	case p.RemotePort <= 0:
 		return "remote_port"
 	case p.TPSize <= 0:
 		return "tp_size"

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
-	"github.com/gonixl/gonixl/pullconn"
-	"github.com/gonixl/gonixl/pushconn"
 	"go.uber.org/zap"
 )
 
@@ -55,8 +53,7 @@ type request struct {
 	// max_tokens came from (commonFields), for the errors about them.
 	promptParam, maxTokensParam string
 	tid                         string
-	pull                        pullconn.Params
-	push                        pushconn.Prefill
+	params                      connector.Params // decode: the leg's kv_transfer_params
 	arrival                     time.Time
 	deadline                    time.Time
 	events                      chan event // large enough that the loop never blocks
@@ -96,8 +93,8 @@ type loop struct {
 	held     map[string]*heldReq
 	// histLoading are prefill requests reading their history back.
 	histLoading map[string]*request
-	pending     atomic.Int64   // waitHeld's view: held + loading, last step
-	drained     [][]connResult // drainConsumers' results, reused
+	pending     atomic.Int64         // waitHeld's view: held + loading, last step
+	drained     [][]connector.Result // drainConsumers' results, reused
 	// verifying is the time spent checking loaded KV since the last decode
 	// step; the next step's modeled time includes it, as a real engine
 	// spends none.
@@ -264,12 +261,13 @@ func (l *loop) admit() {
 			l.prefillQ = append(l.prefillQ, r)
 		}
 	}
-	// Pull decode requests that wait for blocks keep prefill's hold alive.
+	// Decode requests that wait for blocks keep prefill's hold alive
+	// (pull; push has none to keep).
 	for _, r := range l.waiting {
-		if r.kind == kindDecode && l.s.cfg.Connector == ConnPull && !r.keptAlive {
+		if r.kind == kindDecode && !r.keptAlive {
 			r.keptAlive = true
 			for i, c := range l.s.conss {
-				if err := c.keepAlive(r); err != nil {
+				if err := c.KeepAlive(l.connRequest(i, r)); err != nil {
 					l.s.log.Warn("KeepAlive", zap.String("request_id", r.engID), zap.Int("tp_rank", i), zap.Error(err))
 				}
 			}
@@ -335,10 +333,7 @@ func (l *loop) loadError(r *request, err error) *apiError {
 // naming both engines and what differs rather than a 400 that would send the
 // client looking at its request.
 func (l *loop) incompatible(r *request, err error) *apiError {
-	prefill := r.pull.RemoteEngineID
-	if prefill == "" {
-		prefill = r.push.EngineID
-	}
+	prefill := r.params.RemoteEngineID
 	why := err.Error()
 	for _, prefix := range []string{"pullconn: ", "pushconn: "} {
 		why = strings.ReplaceAll(why, prefix, "")
@@ -367,7 +362,7 @@ func (l *loop) abortRanks(r *request) {
 	r.ranksAborted = true
 	for i, c := range l.s.conss {
 		if r.started[i] {
-			if err := c.abort(r.engID); err != nil {
+			if err := c.Abort(r.engID); err != nil {
 				l.s.log.Warn("Abort", zap.String("request_id", r.engID), zap.Int("tp_rank", i), zap.Error(err))
 			}
 		}
@@ -377,15 +372,15 @@ func (l *loop) abortRanks(r *request) {
 func (l *loop) pollConnectors() {
 	for i, results := range l.drainConsumers() {
 		for _, res := range results {
-			r := l.loading[res.id]
+			r := l.loading[res.RequestID]
 			if r == nil || !r.started[i] {
-				l.s.log.Debug("connector result for no loading request", zap.String("request_id", res.id), zap.Error(res.err))
+				l.s.log.Debug("connector result for no loading request", zap.String("request_id", res.RequestID), zap.Error(res.Err))
 				continue
 			}
 			r.started[i] = false
 			r.ranksLeft--
-			if res.err != nil && r.loadErr == nil {
-				r.loadErr = fmt.Errorf("rank %d: %w", i, res.err)
+			if res.Err != nil && r.loadErr == nil {
+				r.loadErr = fmt.Errorf("rank %d: %w", i, res.Err)
 				l.abortRanks(r)
 			}
 			if r.ranksLeft == 0 {
@@ -394,7 +389,7 @@ func (l *loop) pollConnectors() {
 		}
 	}
 	for i, p := range l.s.prods {
-		for _, id := range p.drainFreed() {
+		for _, id := range p.DrainFreed() {
 			l.freed(i, id)
 		}
 	}
@@ -404,17 +399,37 @@ func (l *loop) pollConnectors() {
 // startRanks starts the request's load on every rank.
 func (l *loop) startRanks(r *request) []error {
 	errs := make([]error, len(l.s.conss))
-	l.eachConsumer(func(i int, c consumer) { errs[i] = c.start(r) })
+	l.eachConsumer(func(i int, c connector.Consumer) { errs[i] = c.Load(l.connRequest(i, r)) })
 	return errs
+}
+
+// connRequest is request r as rank i's connector takes it: the rank's
+// lists of the prompt's blocks (one per KV-cache group of its layout),
+// none while r waits for blocks (KeepAlive).
+func (l *loop) connRequest(i int, r *request) connector.Request {
+	req := connector.Request{ID: r.engID, Tokens: len(r.tokens), TransferID: r.tid, Params: r.params}
+	if r.blocks != nil {
+		req.Blocks = l.rankLists(i, r.blocks[:r.promptBlocks], len(r.tokens))
+	}
+	return req
+}
+
+// rankLists returns blocks, a request of tokens tokens, as rank i's lists:
+// one per KV-cache group of its layout (groupLists), or the one list.
+func (l *loop) rankLists(i int, blocks []int, tokens int) [][]int {
+	if lay := &l.s.lays[i]; len(lay.Groups) > 0 {
+		return groupLists(lay, blocks, tokens)
+	}
+	return [][]int{blocks}
 }
 
 // drainConsumers takes every rank's results, into a slice the next call
 // reuses.
-func (l *loop) drainConsumers() [][]connResult {
+func (l *loop) drainConsumers() [][]connector.Result {
 	if len(l.drained) != len(l.s.conss) {
-		l.drained = make([][]connResult, len(l.s.conss))
+		l.drained = make([][]connector.Result, len(l.s.conss))
 	}
-	l.eachConsumer(func(i int, c consumer) { l.drained[i] = c.drain() })
+	l.eachConsumer(func(i int, c connector.Consumer) { l.drained[i] = c.Drain() })
 	return l.drained
 }
 
@@ -423,7 +438,7 @@ func (l *loop) drainConsumers() [][]connResult {
 // then post its READs, which costs real time per descriptor on a native
 // agent, and a TP worker of vLLM posts its own rank's READs in its own
 // process, its step waiting for the slowest worker.
-func (l *loop) eachConsumer(f func(i int, c consumer)) {
+func (l *loop) eachConsumer(f func(i int, c connector.Consumer)) {
 	if !l.s.cfg.Inline || len(l.s.conss) < 2 {
 		for i, c := range l.s.conss {
 			f(i, c)
@@ -572,7 +587,8 @@ func (l *loop) finishPrefill(r *request) {
 	var params any
 	var ferr error
 	for i, p := range l.s.prods {
-		ps, err := p.finish(r.engID, h.blocks[:r.promptBlocks], r.tid, len(r.tokens))
+		ps, err := p.RequestFinished(connector.Request{ID: r.engID, Blocks: l.rankLists(i, h.blocks[:r.promptBlocks], len(r.tokens)),
+			Tokens: len(r.tokens), TransferID: r.tid})
 		if err != nil {
 			if ferr == nil {
 				ferr = fmt.Errorf("rank %d: %w", i, err)
@@ -593,7 +609,7 @@ func (l *loop) finishPrefill(r *request) {
 	if ferr != nil {
 		for i, p := range l.s.prods {
 			if !h.freed[i] {
-				p.abort(r.engID)
+				p.Abort(r.engID)
 			}
 		}
 		l.fail(r, &apiError{http.StatusInternalServerError, "server_error", "KV hand-off failed: " + ferr.Error(), ""})
@@ -707,7 +723,7 @@ func (l *loop) cancelled(r *request) {
 		if r.kind == kindPrefill && l.held[r.engID] != nil {
 			for i, p := range l.s.prods {
 				if !l.held[r.engID].freed[i] {
-					p.abort(r.engID)
+					p.Abort(r.engID)
 				}
 			}
 		}
@@ -717,7 +733,7 @@ func (l *loop) cancelled(r *request) {
 func (l *loop) dropKeepAlive(r *request) {
 	if r.keptAlive {
 		for _, c := range l.s.conss {
-			c.abort(r.engID)
+			c.Abort(r.engID)
 		}
 	}
 }

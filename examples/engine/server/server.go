@@ -27,7 +27,7 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
-	"github.com/gonixl/gonixl/pushconn"
+	_ "github.com/gonixl/gonixl/pushconn" // registers the "push" connector
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -74,8 +74,8 @@ type Server struct {
 	bufs   []*nixl.Buffer
 	lays   []descriptors.Layout
 	closeE func() error // the connector Engine's Close
-	prods  []producer
-	conss  []consumer
+	prods  []connector.Producer
+	conss  []connector.Consumer
 	hist   historyRoles // bidirectional KV's D->P roles
 
 	ln       net.Listener
@@ -124,11 +124,8 @@ func New(cfg Config) (_ *Server, err error) {
 	}()
 	geom := cfg.geometry()
 	ec := cfg.engineConfig()
-	newEngine := pullconn.NewEngine
-	if cfg.Connector != ConnPull {
-		newEngine = pushconn.NewEngine
-	}
-	e, err := newEngine(ec)
+	ec.Connector = cfg.Connector // "pull" or "push": the only place the engine picks
+	e, err := connector.NewEngine(ec)
 	if err != nil {
 		return nil, err
 	}
@@ -155,32 +152,22 @@ func New(cfg Config) (_ *Server, err error) {
 		// tag added here would appear twice in each.
 		rc := connector.RankConfig{Agent: a, Layout: l, Logger: cfg.ConnLogger, StatsInterval: cfg.StatsInterval, Lease: cfg.Lease,
 			FailurePolicy: connector.Policy(cfg.FailurePolicy)}
-		pull := cfg.Connector == ConnPull
-		switch {
-		case pull && cfg.Role == RolePrefill:
-			p, err := pullconn.NewProducer(e, pullconn.Config{RankConfig: rc})
+		if cfg.Role == RolePrefill {
+			p, err := e.NewProducer(rc)
 			if err != nil {
 				return nil, err
 			}
-			s.prods = append(s.prods, pullProducer{p, &l})
-		case pull:
-			c, err := pullconn.NewConsumer(e, pullconn.Config{RankConfig: rc, Inline: cfg.Inline})
+			s.prods = append(s.prods, p)
+		} else {
+			var opts connector.RankOptions = rc
+			if cfg.Inline && cfg.Connector == ConnPull { // pull's own option: a push rank refuses pullconn.Config
+				opts = pullconn.Config{RankConfig: rc, Inline: true}
+			}
+			c, err := e.NewConsumer(opts)
 			if err != nil {
 				return nil, err
 			}
-			s.conss = append(s.conss, pullConsumer{c, &l})
-		case cfg.Role == RolePrefill:
-			p, err := pushconn.NewProducer(e, pushconn.Config{RankConfig: rc})
-			if err != nil {
-				return nil, err
-			}
-			s.prods = append(s.prods, pushProducer{p, &l})
-		default:
-			c, err := pushconn.NewConsumer(e, pushconn.Config{RankConfig: rc})
-			if err != nil {
-				return nil, err
-			}
-			s.conss = append(s.conss, pushConsumer{c, &l})
+			s.conss = append(s.conss, c)
 		}
 		if err := s.addHistoryRank(e, r, rc); err != nil {
 			return nil, err
@@ -230,10 +217,10 @@ func (s *Server) Stats() Stats {
 // held), the Engine, the agents and the memory.
 func (s *Server) release() {
 	for _, c := range s.conss {
-		c.close()
+		c.Close()
 	}
 	for _, p := range s.prods {
-		p.close()
+		p.Close()
 	}
 	s.closeHistory()
 	if s.loop != nil {

@@ -194,7 +194,7 @@ func (s *Server) waitHeld(ctx context.Context, o ShutdownOptions) {
 func (s *Server) dropHolds(unclaimedFor time.Duration, atBound bool) (kept int) {
 	dropped := 0
 	for i, p := range s.prods {
-		n, k, err := p.drop(shutdownWhy, unclaimedFor)
+		n, k, err := p.DropHolds(shutdownWhy, unclaimedFor)
 		if err != nil {
 			s.log.Warn("engine closing: dropping holds", zap.Int("tp_rank", i), zap.Error(err))
 			continue

@@ -1,0 +1,153 @@
+package pullconn
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/gonixl/gonixl/connector"
+)
+
+// The pull connector registers itself as connector's "pull" driver: an
+// engine that imports this package runs it by EngineConfig.Connector and
+// codes against connector.Producer and connector.Consumer only.
+func init() {
+	// It cannot fail: the name is this package's, and init runs once.
+	_ = connector.Register("pull", driver{})
+}
+
+type driver struct{}
+
+func (driver) NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) { return NewEngine(cfg) }
+
+func (driver) NewProducer(e *connector.Engine, o connector.RankOptions) (connector.Producer, error) {
+	cfg, err := configOf(o)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewProducer(e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return producer{p}, nil
+}
+
+func (driver) NewConsumer(e *connector.Engine, o connector.RankOptions) (connector.Consumer, error) {
+	cfg, err := configOf(o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewConsumer(e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return consumer{c}, nil
+}
+
+// configOf returns a rank's configuration given as a Config or as the
+// shared connector.RankConfig alone.
+func configOf(o connector.RankOptions) (Config, error) {
+	switch c := o.(type) {
+	case Config:
+		return c, nil
+	case *Config:
+		if c != nil {
+			return *c, nil
+		}
+	case connector.RankConfig:
+		return Config{RankConfig: c}, nil
+	case *connector.RankConfig:
+		if c != nil {
+			return Config{RankConfig: *c}, nil
+		}
+	}
+	return Config{}, invalidf("the rank's configuration is a %T: a pull rank takes a connector.RankConfig or a pullconn.Config", o)
+}
+
+// producer is a Producer as a connector.Producer; the methods of the same
+// signature are the Producer's own.
+type producer struct{ *Producer }
+
+func (p producer) RequestFinished(r connector.Request) (connector.Params, error) {
+	var params Params
+	var err error
+	if len(p.cfg.Layout.Groups) > 0 {
+		params, err = p.RequestFinishedGroups(r.ID, r.Tokens, r.Blocks)
+	} else {
+		blocks, berr := oneList(r)
+		if berr != nil {
+			return connector.Params{}, berr
+		}
+		params, err = p.Producer.RequestFinished(r.ID, blocks)
+		params.NumTokens = r.Tokens
+	}
+	if err != nil {
+		return connector.Params{}, err
+	}
+	var out connector.Params
+	if err := convert(params, &out); err != nil {
+		p.Abort(r.ID)
+		return connector.Params{}, err
+	}
+	return out, nil
+}
+
+// consumer is a Consumer as a connector.Consumer.
+type consumer struct{ *Consumer }
+
+func (c consumer) Load(r connector.Request) error {
+	if err := c.e.core.CheckOpen(); err != nil {
+		return err
+	}
+	params, err := paramsOf(r)
+	if err != nil {
+		return err
+	}
+	if len(c.cfg.Layout.Groups) > 0 {
+		return c.LoadGroups(r.ID, params, r.Blocks)
+	}
+	blocks, err := oneList(r)
+	if err != nil {
+		return err
+	}
+	return c.Consumer.Load(r.ID, params, blocks)
+}
+
+func (c consumer) KeepAlive(r connector.Request) error {
+	if err := c.e.core.CheckOpen(); err != nil {
+		return err
+	}
+	params, err := paramsOf(r)
+	if err != nil {
+		return err
+	}
+	return c.Consumer.KeepAlive(r.ID, params)
+}
+
+// paramsOf reads the decode leg's kv_transfer_params as pull's.
+func paramsOf(r connector.Request) (Params, error) {
+	var p Params
+	if err := convert(r.Params, &p); err != nil {
+		return Params{}, invalidf("request %q: kv_transfer_params: %v", r.ID, err)
+	}
+	return p, nil
+}
+
+// oneList returns the one block list of a request for a layout without
+// KV-cache groups.
+func oneList(r connector.Request) ([]int, error) {
+	if len(r.Blocks) != 1 {
+		return nil, invalidf("request %q has %d block lists, and the layout has one KV-cache group", r.ID, len(r.Blocks))
+	}
+	return r.Blocks[0], nil
+}
+
+// convert copies kv_transfer_params from one view (Params,
+// connector.Params) to the other through their JSON, which both read and
+// write as vLLM's object.
+func convert(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errInvalid, err)
+	}
+	return json.Unmarshal(b, to)
+}

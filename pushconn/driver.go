@@ -1,0 +1,149 @@
+package pushconn
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gonixl/gonixl/connector"
+)
+
+// The push connector registers itself as connector's "push" driver: an
+// engine that imports this package runs it by EngineConfig.Connector and
+// codes against connector.Producer and connector.Consumer only.
+func init() {
+	// It cannot fail: the name is this package's, and init runs once.
+	_ = connector.Register("push", driver{})
+}
+
+type driver struct{}
+
+func (driver) NewEngine(cfg connector.EngineConfig) (*connector.Engine, error) { return NewEngine(cfg) }
+
+func (driver) NewProducer(e *connector.Engine, o connector.RankOptions) (connector.Producer, error) {
+	cfg, err := configOf(o)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewProducer(e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return producer{p}, nil
+}
+
+func (driver) NewConsumer(e *connector.Engine, o connector.RankOptions) (connector.Consumer, error) {
+	cfg, err := configOf(o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewConsumer(e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return consumer{c}, nil
+}
+
+// configOf returns a rank's configuration given as a Config or as the
+// shared connector.RankConfig alone.
+func configOf(o connector.RankOptions) (Config, error) {
+	switch c := o.(type) {
+	case Config:
+		return c, nil
+	case *Config:
+		if c != nil {
+			return *c, nil
+		}
+	case connector.RankConfig:
+		return Config{RankConfig: c}, nil
+	case *connector.RankConfig:
+		if c != nil {
+			return Config{RankConfig: *c}, nil
+		}
+	}
+	return Config{}, invalidf("the rank's configuration is a %T: a push rank takes a connector.RankConfig or a pushconn.Config", o)
+}
+
+// producer is a Producer as a connector.Producer; the methods of the same
+// signature are the Producer's own.
+type producer struct{ *Producer }
+
+func (p producer) RequestFinished(r connector.Request) (connector.Params, error) {
+	var params Params
+	var err error
+	if len(p.cfg.Layout.Groups) > 0 {
+		params, err = p.RequestFinishedGroups(r.ID, r.Tokens, r.Blocks, withTransferID(r.TransferID))
+	} else {
+		if len(r.Blocks) != 1 {
+			return connector.Params{}, invalidf("request %q has %d block lists, and the layout has one KV-cache group", r.ID, len(r.Blocks))
+		}
+		params, err = p.Producer.RequestFinished(r.ID, r.Blocks[0], withTokens(r.Tokens), withTransferID(r.TransferID))
+	}
+	if err != nil {
+		return connector.Params{}, err
+	}
+	var out connector.Params
+	if err := convert(params, &out); err != nil {
+		p.Abort(r.ID)
+		return connector.Params{}, err
+	}
+	return out, nil
+}
+
+// DropHolds drops nothing: a push hold waits for its decode engine's
+// registration, which may still come, and Close tells every decode engine
+// that registered (PUSH_FAIL "prefill rank closed").
+func (p producer) DropHolds(string, time.Duration) (dropped, kept int, err error) {
+	if p.isClosed() {
+		return 0, 0, errClosed
+	}
+	return 0, p.Held(), nil
+}
+
+// consumer is a Consumer as a connector.Consumer.
+type consumer struct{ *Consumer }
+
+// Load registers the request's blocks with the prefill engine that
+// r.Params name; prefill WRITEs them once it finished the request.
+func (c consumer) Load(r connector.Request) error {
+	if err := c.engine.core.CheckOpen(); err != nil {
+		return err
+	}
+	pf := prefillOf(r.Params)
+	opts := []requestOption{withTokens(r.Tokens), withTransferID(cmp.Or(r.TransferID, r.Params.TransferID))}
+	if len(c.cfg.Layout.Groups) > 0 {
+		return c.RegisterGroups(r.ID, pf, r.Blocks, opts...)
+	}
+	if len(r.Blocks) != 1 {
+		return invalidf("request %q has %d block lists, and the layout has one KV-cache group", r.ID, len(r.Blocks))
+	}
+	return c.Register(r.ID, pf, r.Blocks[0], opts...)
+}
+
+// KeepAlive does nothing in push: decode's registration is its Load, and
+// nothing on prefill waits for decode before it.
+func (c consumer) KeepAlive(connector.Request) error { return c.engine.core.CheckOpen() }
+
+// prefillOf returns the prefill engine kv_transfer_params name (pp_size 1
+// when absent, as vLLM's proxy sends none).
+func prefillOf(p connector.Params) Prefill {
+	return Prefill{EngineID: p.RemoteEngineID, Host: p.RemoteHost, Port: p.RemotePort, TPSize: p.TPSize, PPSize: max(p.PPSize, 1)}
+}
+
+// convert copies kv_transfer_params from one view (Params,
+// connector.Params) to the other through their JSON, which both read and
+// write as vLLM's object.
+func convert(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errInvalid, err)
+	}
+	return json.Unmarshal(b, to)
+}
+
+func (p producer) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}

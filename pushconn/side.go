@@ -1,0 +1,23 @@
+package pushconn
+
+// checkSide refuses the Config fields that only the other side reads: a
+// Producer (prefill) given a decode field, or a Consumer (decode) given a
+// prefill field, would otherwise ignore it without a word.
+func (c *Config) checkSide(prefill bool) error {
+	type field struct {
+		name string
+		set  bool
+	}
+	others := []field{{"WriteTimeout", c.WriteTimeout != 0}, {"MaxPeers", c.MaxPeers != 0}, {"MaxPendingRegistrations", c.MaxPendingRegistrations != 0}}
+	rank, other := "a Consumer (decode)", "prefill's (a Producer's)"
+	if prefill {
+		others = []field{{"CancelTimeout", c.CancelTimeout != 0}}
+		rank, other = "a Producer (prefill)", "decode's (a Consumer's)"
+	}
+	for _, f := range others {
+		if f.set {
+			return invalidf("Config.%s is set for %s, which does not read it: it is %s setting", f.name, rank, other)
+		}
+	}
+	return nil
+}
