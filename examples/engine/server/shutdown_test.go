@@ -138,6 +138,7 @@ func TestShutdownDropsUnclaimedHolds(t *testing.T) {
 	defer dec.Close(context.Background())
 	p := &pair{prefill: pre, decode: dec, client: &http.Client{Transport: &http.Transport{}}}
 	defer p.client.CloseIdleConnections()
+	made := time.Now() // before the hold exists: its age at the drop is at most time.Since(made)
 	answer := p.complete(t, pre.URL(), "nobody", with(req(prompt, 1), "kv_transfer_params", map[string]any{"do_remote_decode": true}))
 	eventually(t, "prefill holding the blocks", func() bool { return pre.Stats().BlocksInUse > 0 })
 
@@ -147,8 +148,15 @@ func TestShutdownDropsUnclaimedHolds(t *testing.T) {
 	if err := pre.Shutdown(ctx, server.ShutdownOptions{HoldDrain: 20 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took < server.DefaultUnclaimedHold || took > server.DefaultUnclaimedHold+2*time.Second {
-		t.Errorf("Shutdown took %v, want about %v (hold bound 20s, lease 1m)", took, server.DefaultUnclaimedHold)
+	// Not before the hold was DefaultUnclaimedHold old, and without waiting
+	// for the hold bound (20 s) or the lease (1 m). Both bounds are the
+	// engine's rules, not the machine's speed: the hold was made between
+	// made and start.
+	if age := time.Since(made); age < server.DefaultUnclaimedHold {
+		t.Errorf("Shutdown dropped the hold %v after the request began, before it was %v old", age, server.DefaultUnclaimedHold)
+	}
+	if took := time.Since(start); took >= 20*time.Second {
+		t.Errorf("Shutdown took %v: it waited for the hold bound (20s) instead of dropping the unclaimed hold after %v", took, server.DefaultUnclaimedHold)
 	}
 	dropped := logs.FilterMessage("engine closing: dropped holds no decode engine asked about").All()
 	if len(dropped) != 1 || dropped[0].ContextMap()["dropped"] != int64(1) || dropped[0].ContextMap()["still_held"] != int64(0) {
