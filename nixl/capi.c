@@ -576,20 +576,12 @@ int nixlgo_load_remote_md(uintptr_t agent, const char *md, size_t md_len, nixlgo
 	return ST_SUCCESS;
 }
 
-/* with_name runs f with (ptr, len) as a NUL-terminated string. */
-#define WITH_NAME(var, p, n, body)                                                                  \
-	do {                                                                                       \
-		int st_ = ST_SUCCESS;                                                              \
-		char *var = cstr(p, n, &st_);                                                      \
-		if (var == NULL) return st_;                                                       \
-		body;                                                                              \
-		free(var);                                                                         \
-	} while (0)
-
 int nixlgo_invalidate_remote_md(uintptr_t agent, const char *remote, size_t remote_len) {
-	int st;
-	WITH_NAME(r, remote, remote_len,
-	          st = status(nixl_capi_invalidate_remote_md(agentOf(agent)->capi, r)));
+	int st = ST_SUCCESS;
+	char *r = cstr(remote, remote_len, &st);
+	if (r == NULL) return st;
+	st = status(nixl_capi_invalidate_remote_md(agentOf(agent)->capi, r));
+	free(r);
 	return st;
 }
 

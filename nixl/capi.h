@@ -7,9 +7,11 @@
  * 1.4.0 and 1.5.1 define it (docs/binding.md lists the sources). Every call
  * returns a capi_status; handles are opaque pointers owned by the library.
  *
- * The library is C++ behind these functions; each of them catches what the
- * agent throws and returns a status instead (checked in NIXL's sources for
- * the functions declared here), so no C++ exception reaches cgo.
+ * The library is C++ behind these functions. Each of them catches what the
+ * agent throws and returns a status instead, so no C++ exception reaches
+ * cgo: catch (...) everywhere but in the notification calls (getNotifs and
+ * the notification map's), which catch std::exception, all NIXL throws
+ * there (read in NIXL's sources for every function declared here).
  */
 #ifndef GONIXL_CAPI_H
 #define GONIXL_CAPI_H

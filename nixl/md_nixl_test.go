@@ -101,7 +101,16 @@ func TestNativeCAPIRefusesWhatItCannotCarry(t *testing.T) {
 		_, err := a.LocalPartialMD(regDRAM(buf), o)
 		require.ErrorIs(t, err, ErrNotSupported, name)
 	}
-	_, err := New(testName(t)+".etcd", Config{EtcdWatchTimeout: time.Second})
+	// The C API takes names as C strings: one holding a NUL byte is refused
+	// rather than cut short.
+	err := a.GenNotif("peer\x00other", []byte("m"), nil)
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), "nixlAgent::genNotif", "refused by the binding's C side")
+	_, err = New(testName(t)+"\x00cut", Config{})
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), "nixlAgent::nixlAgent")
+
+	_, err = New(testName(t)+".etcd", Config{EtcdWatchTimeout: time.Second})
 	require.ErrorIs(t, err, ErrNotSupported, "EtcdWatchTimeout other than NIXL's default")
 	// NIXL's default, spelt out, is what the C API gives every agent.
 	b, err := New(testName(t)+".default", Config{EtcdWatchTimeout: DefaultEtcdWatchTimeout})
