@@ -42,11 +42,11 @@ func TestNativePluginsAndBackends(t *testing.T) {
 	assert.Contains(t, mems, FILE)
 
 	_, _, err = a.PluginParams("NO_SUCH_PLUGIN")
-	require.ErrorIs(t, err, ErrNotFound)
-	require.ErrorIs(t, a.CreateBackend("NO_SUCH_PLUGIN", nil), ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
+	requireNIXLErr(t, a.CreateBackend("NO_SUCH_PLUGIN", nil), ErrNotFound)
 
 	_, _, err = a.BackendParams("UCX")
-	require.ErrorIs(t, err, ErrNotFound, "no UCX backend created yet")
+	requireNIXLErr(t, err, ErrNotFound, "no UCX backend created yet")
 
 	require.NoError(t, a.CreateBackend("UCX", ucxShm))
 	err = a.CreateBackend("UCX", nil)

@@ -48,7 +48,9 @@ type Config struct {
 	// ListenThreadDelay is the listener's sleep (lthrDelay); 0 means 100ms.
 	ListenThreadDelay time.Duration
 	// EtcdWatchTimeout bounds waits on an etcd metadata server
-	// (etcdWatchTimeout); 0 means 5s.
+	// (etcdWatchTimeout); 0 means 5s. NIXL's C API, which the default build
+	// uses, cannot set it: there New refuses any other value with
+	// ErrNotSupported.
 	EtcdWatchTimeout time.Duration
 }
 

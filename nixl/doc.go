@@ -3,29 +3,36 @@
 // [Agent] interface the connectors program against, the value types that cross
 // it (memory types, descriptor lists, options, statuses and errors), off-heap
 // host buffers ([Buffer]) and the real agent ([NativeAgent]), a cgo binding to
-// NIXL's C++ nixlAgent that is compiled only with the build tag `nixl`. Without
-// the tag the package builds with no NIXL present and [New] returns an error
-// that matches [ErrUnavailable]; the pure-Go agent in nixl/loopback implements
-// the same interface for tests and demos.
+// NIXL's agent that is compiled only with the build tag `nixl`. Without the
+// tag the package builds with no NIXL present and [New] returns an error that
+// matches [ErrUnavailable]; the pure-Go agent in nixl/loopback implements the
+// same interface for tests and demos.
 //
 // # Building with NIXL
 //
-// With `-tags nixl` the package compiles a small extern "C" shim (shim.cc)
-// against nixl.h and links -lnixl -lnixl_build. By default it looks in
-// /opt/nvidia/nvda_nixl (include/, and lib/x86_64-linux-gnu, lib, lib64 with
-// an rpath to each). Flags in CGO_CXXFLAGS and CGO_LDFLAGS come first, so
-// another installation is used with, for example,
+// With `-tags nixl` the package calls NIXL's C API (capi.c over gonixl's own
+// declarations, capi.h) and links -lnixl_capi: it needs NIXL's libraries and
+// no header, so it builds against the libraries of NIXL's Python wheel, whose
+// linker flags nixl/cmd/nixl-flags prints:
 //
-//	CGO_CXXFLAGS="-I$NIXL/include" CGO_LDFLAGS="-L$NIXL/lib -Wl,-rpath,$NIXL/lib" go build -tags nixl
+//	CGO_LDFLAGS="$(go run github.com/gonixl/gonixl/nixl/cmd/nixl-flags)" go build -tags nixl
 //
-// NIXL finds its backend plugins in $NIXL_PLUGIN_DIR, else in plugins/ next
-// to libnixl.so.
+// Without CGO_LDFLAGS it looks in /opt/nvidia/nvda_nixl (lib/x86_64-linux-gnu,
+// lib and lib64, with an rpath to each), where a source build installs. With
+// `-tags nixl,nixlcxx` it compiles a C++ shim (shim.cc) against NIXL's
+// headers (nixl.h, from a source build) instead. The C API reports fewer
+// statuses than NIXL's agent: over it, a failure outside NIXL_ERR_INVALID_PARAM,
+// NIXL_ERR_NOT_FOUND and NIXL_ERR_NO_TELEMETRY is [StatusBackend], and the
+// options it cannot carry ([Options.IncludeConnInfo], [Options.MetadataLabel],
+// a non-default [Config.EtcdWatchTimeout]) give [ErrNotSupported]
+// (docs/binding.md). NIXL finds its backend plugins in $NIXL_PLUGIN_DIR, else
+// in plugins/ next to libnixl.so.
 //
 // Every method of [NativeAgent] wraps one nixlAgent call and names it in its
 // documentation. Failures are *[Error] values carrying the call, NIXL's
 // status and context, matching the status's sentinel with errors.Is;
 // StatusInProgress is a result, not an error. A C++ exception never crosses
-// into Go: the shim reports it as [StatusUnknown].
+// into Go: the C API reports it as a failure, the C++ shim as [StatusUnknown].
 //
 // # Signals
 //

@@ -13,10 +13,10 @@ import (
 func TestNativeUnknownAgent(t *testing.T) {
 	p := newPeers(t, 4096, Config{})
 	_, err := p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 4096)), "nobody", nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	assert.Contains(t, err.Error(), `"nobody"`)
 	_, err = p.init.PrepXferDlist("nobody", dram(p.tgtBuf.Desc(0, 4096)), nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	assert.Contains(t, err.Error(), `remote agent "nobody"`)
 	require.ErrorIs(t, p.init.CheckRemoteMD("nobody", XferList{Mem: DRAM}), ErrNotFound)
 	require.Error(t, p.init.GenNotif("nobody", []byte("x"), nil))
@@ -34,16 +34,16 @@ func TestNativeBadDescriptors(t *testing.T) {
 
 	// Local memory that was never registered.
 	_, err := p.init.CreateXferReq(Write, dram(stray.Desc(0, 4096)), whole, target, nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	// Remote range past the registered buffer.
 	_, err = p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(8192-100, 4096)), target, nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	// Lengths differ.
 	_, err = p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 2048)), target, nil)
-	require.ErrorIs(t, err, ErrInvalidParam)
+	requireNIXLErr(t, err, ErrInvalidParam)
 	// Counts differ.
 	_, err = p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 2048), p.initBuf.Desc(2048, 2048)), whole, target, nil)
-	require.ErrorIs(t, err, ErrInvalidParam)
+	requireNIXLErr(t, err, ErrInvalidParam)
 	// Memory types NIXL does not define, and an unknown operation.
 	_, err = p.init.CreateXferReq(Write, XferList{Mem: MemType(9), Descs: []Desc{p.initBuf.Desc(0, 4096)}}, whole, target, nil)
 	require.ErrorIs(t, err, ErrInvalidParam)
@@ -55,7 +55,7 @@ func TestNativeBadDescriptors(t *testing.T) {
 	require.Error(t, p.init.DeregisterMem(regDRAM(stray), nil))
 	// Preparing unregistered local memory.
 	_, err = p.init.PrepXferDlist("", dram(stray.Desc(0, 4096)), nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	assert.Contains(t, err.Error(), "the local side")
 
 	ld, err := p.init.PrepXferDlist("", dram(p.initBuf.Desc(0, 4096)), nil)
@@ -127,7 +127,7 @@ func TestNativeCreateAgentErrors(t *testing.T) {
 	port := freePort(t)
 	newAgent(t, testName(t)+".first", Config{ListenThread: true, ListenPort: uint16(port)})
 	_, err = New(testName(t)+".second", Config{ListenThread: true, ListenPort: uint16(port)})
-	require.ErrorIs(t, err, ErrUnknown, "NIXL throws; the shim reports the exception as NIXL_ERR_UNKNOWN")
+	requireNIXLErr(t, err, ErrUnknown, "NIXL throws; the shim reports the exception as NIXL_ERR_UNKNOWN")
 	assert.Contains(t, err.Error(), "nixlAgent::nixlAgent")
 	assert.Contains(t, err.Error(), fmt.Sprintf("is listener port %d free?", port))
 }

@@ -4,6 +4,7 @@ package nixl
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,8 +29,9 @@ func TestNativePartialMetadata(t *testing.T) {
 	require.NoError(t, init.CheckRemoteMD(target.Name(), XferList{Mem: DRAM}))
 	require.ErrorIs(t, init.CheckRemoteMD(target.Name(), dram(shared.Desc(0, 8192))), ErrNotFound)
 
-	// Then the shared buffer only.
-	md, err := target.LocalPartialMD(regDRAM(shared), &Options{IncludeConnInfo: true})
+	// Then the shared buffer only (with the connection info again, where
+	// the binding can ask for it).
+	md, err := target.LocalPartialMD(regDRAM(shared), connInfoOpts())
 	require.NoError(t, err)
 	_, err = init.LoadRemoteMD(md)
 	require.NoError(t, err)
@@ -38,7 +40,7 @@ func TestNativePartialMetadata(t *testing.T) {
 	require.ErrorIs(t, init.CheckRemoteMD(target.Name(), dram(private.Desc(0, 8192))), ErrNotFound)
 
 	_, err = init.CreateXferReq(Write, dram(src.Desc(0, 8192)), dram(private.Desc(0, 8192)), target.Name(), nil)
-	require.ErrorIs(t, err, ErrNotFound, "memory the partial metadata did not cover")
+	requireNIXLErr(t, err, ErrNotFound, "memory the partial metadata did not cover")
 
 	md, err = init.LocalMD()
 	require.NoError(t, err)
@@ -58,13 +60,62 @@ func TestNativePartialMetadataOfUnregisteredMemory(t *testing.T) {
 	a := newUCXAgent(t, testName(t)+".a", Config{})
 	b := newUCXAgent(t, testName(t)+".b", Config{})
 	buf := newBuffer(t, 4096, 0)
-	md, err := a.LocalPartialMD(regDRAM(buf), &Options{IncludeConnInfo: true})
+	if viaCAPI {
+		// No includeConnInfo over the C API: the connection info first.
+		conn, err := a.LocalPartialMD(RegList{Mem: DRAM}, nil)
+		require.NoError(t, err)
+		_, err = b.LoadRemoteMD(conn)
+		require.NoError(t, err)
+	}
+	md, err := a.LocalPartialMD(regDRAM(buf), connInfoOpts())
 	require.NoError(t, err)
 	name, err := b.LoadRemoteMD(md)
 	require.NoError(t, err)
 	require.Equal(t, a.Name(), name)
 	require.NoError(t, b.CheckRemoteMD(a.Name(), XferList{Mem: DRAM}))
 	require.ErrorIs(t, b.CheckRemoteMD(a.Name(), dram(buf.Desc(0, 4096))), ErrNotFound)
+}
+
+// connInfoOpts asks for the connection info with partial metadata where the
+// binding can (nil over the C API, which has no includeConnInfo).
+func connInfoOpts() *Options {
+	if viaCAPI {
+		return nil
+	}
+	return &Options{IncludeConnInfo: true}
+}
+
+// Over the C API, IncludeConnInfo is refused before NIXL is called, as are
+// the other options and the Config field that the C API cannot carry.
+func TestNativeCAPIRefusesWhatItCannotCarry(t *testing.T) {
+	if !viaCAPI {
+		t.Skip("the C++ binding carries every option")
+	}
+	a := newUCXAgent(t, testName(t)+".a", Config{})
+	buf := newBuffer(t, 4096, 0)
+	require.NoError(t, a.RegisterMem(regDRAM(buf), nil))
+	for name, o := range map[string]*Options{
+		"IncludeConnInfo": {IncludeConnInfo: true},
+		"MetadataLabel":   {MetadataLabel: "label"},
+	} {
+		_, err := a.LocalPartialMD(regDRAM(buf), o)
+		require.ErrorIs(t, err, ErrNotSupported, name)
+	}
+	// The C API takes names as C strings: one holding a NUL byte is refused
+	// rather than cut short.
+	err := a.GenNotif("peer\x00other", []byte("m"), nil)
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), "nixlAgent::genNotif", "refused by the binding's C side")
+	_, err = New(testName(t)+"\x00cut", Config{})
+	require.ErrorIs(t, err, ErrInvalidParam)
+	assert.Contains(t, err.Error(), "nixlAgent::nixlAgent")
+
+	_, err = New(testName(t)+".etcd", Config{EtcdWatchTimeout: time.Second})
+	require.ErrorIs(t, err, ErrNotSupported, "EtcdWatchTimeout other than NIXL's default")
+	// NIXL's default, spelt out, is what the C API gives every agent.
+	b, err := New(testName(t)+".default", Config{EtcdWatchTimeout: DefaultEtcdWatchTimeout})
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
 }
 
 func TestNativeInvalidateRemote(t *testing.T) {
@@ -77,13 +128,13 @@ func TestNativeInvalidateRemote(t *testing.T) {
 	require.ErrorIs(t, p.init.CheckRemoteMD(p.target.Name(), XferList{Mem: DRAM}), ErrNotFound)
 
 	_, err = p.init.PostXferReq(req, nil)
-	require.ErrorIs(t, err, ErrNotFound, "posting a request to an invalidated peer")
+	requireNIXLErr(t, err, ErrNotFound, "posting a request to an invalidated peer")
 	assert.Contains(t, err.Error(), "nixlAgent::postXferReq")
 
 	_, err = p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 4096)), p.target.Name(), nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	_, err = p.init.PrepXferDlist(p.target.Name(), dram(p.tgtBuf.Desc(0, 4096)), nil)
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	require.ErrorIs(t, p.init.GenNotif(p.target.Name(), []byte("x"), nil), ErrNotFound)
 	require.Error(t, p.init.InvalidateRemoteMD(p.target.Name()), "invalidating twice")
 	require.NoError(t, p.init.ReleaseXferReq(req), "a request to an invalidated peer can still be released")

@@ -13,7 +13,7 @@ type NativeAgent struct{}
 // New would create a native NIXL agent; without the `nixl` build tag it
 // returns an error matching ErrUnavailable that says how to get one.
 func New(name string, cfg Config) (*NativeAgent, error) {
-	return nil, fmt.Errorf("%w: rebuild with `-tags nixl` and NIXL installed in /opt/nvidia/nvda_nixl (or point CGO_CXXFLAGS/CGO_LDFLAGS at it); agent %q not created", ErrUnavailable, name)
+	return nil, fmt.Errorf("%w: rebuild with `-tags nixl` and NIXL installed: its Python wheel, with CGO_LDFLAGS from `go run github.com/gonixl/gonixl/nixl/cmd/nixl-flags`, or a source build in /opt/nvidia/nvda_nixl; agent %q not created", ErrUnavailable, name)
 }
 
 func unavailable(op string) error {

@@ -72,7 +72,7 @@ func TestNativeGetNotifsEmptyAndWithBackend(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, n)
 	_, err = a.GetNotifs(&Options{Backends: []string{"POSIX"}})
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 }
 
 func TestNativeGetNotifsWithoutNotifyingBackend(t *testing.T) {

@@ -1,4 +1,4 @@
-//go:build nixl
+//go:build nixl && nixlcxx
 
 // gonixl's extern "C" shim over nixlAgent. See shim.h for the rules every
 // entry point follows. Nothing here keeps a pointer it was given: descriptor
@@ -9,12 +9,12 @@
 
 // Without NIXL's headers the compiler would stop at "nixl.h: No such file or
 // directory", which names neither what is missing nor where the build looked.
-// shim_nixl.go's cgo preamble adds -I/opt/nvidia/nvda_nixl/include after the
+// cgo_cxx_nixl.go's cgo preamble adds -I/opt/nvidia/nvda_nixl/include after the
 // user's CGO_CXXFLAGS; nixl_missing_test.go checks this message.
 #if defined(__has_include)
 #if !__has_include(<nixl.h>)
 #define GONIXL_NO_NIXL_H 1
-#error "gonixl: -tags nixl needs NIXL installed: nixl.h not found under /opt/nvidia/nvda_nixl/include (NIXL's default prefix, searched after CGO_CXXFLAGS). Install NIXL there, or point CGO_CXXFLAGS=-I$NIXL/include and CGO_LDFLAGS=-L$NIXL/lib... at your installation (docs/binding.md); build without -tags nixl for the loopback agent only"
+#error "gonixl: -tags nixlcxx needs NIXL's C++ headers: nixl.h not found under /opt/nvidia/nvda_nixl/include (NIXL's default prefix, searched after CGO_CXXFLAGS). Install NIXL from source there, or point CGO_CXXFLAGS=-I$NIXL/include and CGO_LDFLAGS=-L$NIXL/lib... at your installation (docs/binding.md); without nixlcxx, -tags nixl needs only NIXL's libraries (its wheel has them)"
 #endif
 #endif
 

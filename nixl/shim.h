@@ -1,12 +1,14 @@
 //go:build nixl
 
 /*
- * gonixl's extern "C" shim over NIXL's C++ agent (nixl.h).
+ * gonixl's C interface to NIXL's agent, implemented twice: over NIXL's C API
+ * by capi.c (the default), over its C++ agent (nixl.h) by shim.cc (build tag
+ * nixlcxx).
  *
  * Rules every entry point follows:
- *   - it returns the raw nixl_status_t as an int and never lets a C++
- *     exception escape (an escaped exception is reported as
- *     NIXL_ERR_UNKNOWN);
+ *   - it returns a nixl_status_t value as an int and never lets a C++
+ *     exception escape (shim.cc reports one as NIXL_ERR_UNKNOWN; over the C
+ *     API, NIXL's C API catches it and capi.c reports what the C API says);
  *   - descriptor lists cross as whole arrays, one call per list;
  *   - pointers it receives are valid for the call only: it copies what it
  *     keeps, so Go memory is never retained by C;

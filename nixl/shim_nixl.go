@@ -3,7 +3,10 @@
 package nixl
 
 // This file is the whole cgo boundary: every other file of the native agent
-// calls these Go functions, which take and return Go types only.
+// calls these Go functions, which take and return Go types only. Behind them
+// is shim.h, implemented over NIXL's C API by capi.c (the default) or over
+// its C++ agent by shim.cc (build tag nixlcxx); cgo_capi_nixl.go and
+// cgo_cxx_nixl.go hold the flags that build and link each.
 //
 // Pointers handed to C point to Go memory that holds no Go pointers and are
 // used by C for the duration of the call only (the shim copies what it keeps),
@@ -11,11 +14,6 @@ package nixl
 // declared noescape. C never calls back into Go (nocallback).
 
 /*
-#cgo CXXFLAGS: -std=c++20 -I/opt/nvidia/nvda_nixl/include
-#cgo LDFLAGS: -L/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu -L/opt/nvidia/nvda_nixl/lib -L/opt/nvidia/nvda_nixl/lib64
-#cgo LDFLAGS: -Wl,-rpath,/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu -Wl,-rpath,/opt/nvidia/nvda_nixl/lib -Wl,-rpath,/opt/nvidia/nvda_nixl/lib64
-#cgo LDFLAGS: -lnixl -lnixl_build -lstdc++
-
 #cgo noescape nixlgo_agent_new
 #cgo noescape nixlgo_get_avail_plugins
 #cgo noescape nixlgo_get_plugin_params

@@ -14,7 +14,7 @@ func TestStubNewSaysHowToBuild(t *testing.T) {
 	a, err := New("prefill-0", Config{})
 	assert.Nil(t, a)
 	require.ErrorIs(t, err, ErrUnavailable)
-	assert.Equal(t, "nixl: the native NIXL agent is not available in this build: rebuild with `-tags nixl` and NIXL installed in /opt/nvidia/nvda_nixl (or point CGO_CXXFLAGS/CGO_LDFLAGS at it); agent \"prefill-0\" not created", err.Error())
+	assert.Equal(t, "nixl: the native NIXL agent is not available in this build: rebuild with `-tags nixl` and NIXL installed: its Python wheel, with CGO_LDFLAGS from `go run github.com/gonixl/gonixl/nixl/cmd/nixl-flags`, or a source build in /opt/nvidia/nvda_nixl; agent \"prefill-0\" not created", err.Error())
 	assert.Equal(t, StatusUnknown, StatusOf(err), "ErrUnavailable carries no NIXL status")
 }
 

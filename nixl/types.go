@@ -128,7 +128,9 @@ type Options struct {
 	Notif []byte
 	// SkipDescMerge keeps consecutive descriptors separate in MakeXferReq.
 	SkipDescMerge bool
-	// IncludeConnInfo adds connection info to partial metadata.
+	// IncludeConnInfo adds connection info to partial metadata. NIXL's C API
+	// cannot ask for it: the default build (over the C API) refuses it with
+	// ErrNotSupported; the nixlcxx build passes it.
 	IncludeConnInfo bool
 	// IPAddr and Port address a peer's listener for SendLocalMD,
 	// SendLocalPartialMD, FetchRemoteMD and InvalidateLocalMD. Port 0 means
@@ -136,9 +138,11 @@ type Options struct {
 	IPAddr string
 	Port   int
 	// MetadataLabel labels metadata in a metadata server (FetchRemoteMD,
-	// SendLocalPartialMD).
+	// SendLocalPartialMD). Like IncludeConnInfo, ErrNotSupported over the C
+	// API.
 	MetadataLabel string
-	// CustomParam is passed to the backend unchanged.
+	// CustomParam is passed to the backend unchanged; over the C API only
+	// where NIXL's library has it (1.5), else ErrNotSupported.
 	CustomParam []byte
 }
 

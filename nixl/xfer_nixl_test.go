@@ -124,8 +124,7 @@ func TestNativeQueryBackendTelemetryAndCost(t *testing.T) {
 	assert.Equal(t, "UCX", backend)
 
 	_, err = p.init.XferTelemetry(req)
-	require.Error(t, err, "telemetry before the transfer ran")
-	assert.Equal(t, StatusNotPosted, StatusOf(err))
+	requireNIXLErr(t, err, ErrNotPosted, "telemetry before the transfer ran")
 
 	p.run(req, nil)
 	tel, err := p.init.XferTelemetry(req)
@@ -168,7 +167,7 @@ func TestNativeMakeConnectionAndBackendOption(t *testing.T) {
 	requireBytes(t, pattern(4096, 0x11), p.tgtBuf.Bytes(), "WRITE with explicit backend")
 
 	_, err = p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 4096)), p.target.Name(), &Options{Backends: []string{"GDS"}})
-	require.ErrorIs(t, err, ErrNotFound)
+	requireNIXLErr(t, err, ErrNotFound)
 	assert.Contains(t, err.Error(), `backend "GDS" was not created`)
 }
 

@@ -81,23 +81,15 @@ func testPartialMetadata(e *env) {
 	p1, err := a.LocalPartialMD(regList(buf1), nil)
 	e.noErr(err, "LocalPartialMD(buf1)")
 	p2, err := a.LocalPartialMD(regList(buf2), &nixl.Options{IncludeConnInfo: true})
-	e.noErr(err, "LocalPartialMD(buf2, IncludeConnInfo)")
-
-	// Regions without connection info cannot be loaded before the
-	// connection info (UCX needs the connection to unpack their keys); the
-	// failed load leaves nothing behind. IncludeConnInfo makes a partial
-	// blob loadable on its own.
-	c := e.agent("c")
-	_, err = c.LoadRemoteMD(p1)
-	e.wantErr(err, nil, "loading partial metadata without connection info first")
-	e.wantErr(c.CheckRemoteMD(a.Name(), nixl.XferList{Mem: nixl.DRAM}), nixl.ErrNotFound, "CheckRemoteMD after the refused load")
-	_, err = c.LoadRemoteMD(p2)
-	e.noErr(err, "loading partial metadata with connection info")
-	e.noErr(c.CheckRemoteMD(a.Name(), xferList(buf2.Desc(0, 64))), "CheckRemoteMD(buf2) from metadata with connection info")
-	e.wantErr(c.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, 64))), nixl.ErrNotFound, "CheckRemoteMD(buf1), which was never loaded")
-	_, err = c.LoadRemoteMD(p1)
-	e.noErr(err, "loading partial metadata without connection info after it")
-	e.noErr(c.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, 64))), "CheckRemoteMD(buf1) after loading it")
+	if viaCAPI {
+		// The C API has no includeConnInfo: refused before NIXL is called.
+		e.wantErr(err, nixl.ErrNotSupported, "LocalPartialMD(buf2, IncludeConnInfo) over the C API")
+		p2, err = a.LocalPartialMD(regList(buf2), nil)
+		e.noErr(err, "LocalPartialMD(buf2)")
+	} else {
+		e.noErr(err, "LocalPartialMD(buf2, IncludeConnInfo)")
+		testPartialWithConnInfo(e, a, buf1, buf2, p1, p2)
+	}
 
 	conn, err := a.LocalPartialMD(nixl.RegList{Mem: nixl.DRAM}, nil)
 	e.noErr(err, "LocalPartialMD with no descriptors (connection info only)")
@@ -131,4 +123,22 @@ func testPartialMetadata(e *env) {
 		e.t.Errorf("a got %q, want [partial]", strs(got))
 	}
 	e.noErr(b.ReleaseXferReq(h), "ReleaseXferReq")
+}
+
+// testPartialWithConnInfo: regions without connection info cannot be loaded
+// before the connection info (UCX needs the connection to unpack their
+// keys); the failed load leaves nothing behind. IncludeConnInfo (p2) makes a
+// partial blob loadable on its own.
+func testPartialWithConnInfo(e *env, a nixl.Agent, buf1, buf2 *nixl.Buffer, p1, p2 []byte) {
+	c := e.agent("c")
+	_, err := c.LoadRemoteMD(p1)
+	e.wantErr(err, nil, "loading partial metadata without connection info first")
+	e.wantErr(c.CheckRemoteMD(a.Name(), nixl.XferList{Mem: nixl.DRAM}), nixl.ErrNotFound, "CheckRemoteMD after the refused load")
+	_, err = c.LoadRemoteMD(p2)
+	e.noErr(err, "loading partial metadata with connection info")
+	e.noErr(c.CheckRemoteMD(a.Name(), xferList(buf2.Desc(0, 64))), "CheckRemoteMD(buf2) from metadata with connection info")
+	e.wantErr(c.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, 64))), nixl.ErrNotFound, "CheckRemoteMD(buf1), which was never loaded")
+	_, err = c.LoadRemoteMD(p1)
+	e.noErr(err, "loading partial metadata without connection info after it")
+	e.noErr(c.CheckRemoteMD(a.Name(), xferList(buf1.Desc(0, 64))), "CheckRemoteMD(buf1) after loading it")
 }

@@ -17,6 +17,7 @@ func TestMain(m *testing.M) {
 	if _, set := os.LookupEnv("UCX_NET_DEVICES"); !set {
 		os.Setenv("UCX_NET_DEVICES", "lo")
 	}
+	nixltest.SetViaCAPI(viaCAPI)
 	goleak.VerifyTestMain(m)
 }
 
