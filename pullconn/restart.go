@@ -93,6 +93,15 @@ func agentGone(err error) bool {
 	return errors.Is(err, nixl.ErrRemoteDisconnect) || errors.Is(err, nixl.ErrNotFound)
 }
 
+// agentMaybeGone reports whether err may hide agentGone's statuses: NIXL's C
+// API (the default binding) folds NIXL_ERR_REMOTE_DISCONNECT into
+// NIXL_ERR_BACKEND, so a backend error is handled as a possible restart
+// (the handshake is made again, which costs a round trip and is always
+// safe) but not reported as one.
+func agentMaybeGone(err error) bool {
+	return errors.Is(err, nixl.ErrBackend)
+}
+
 // readFailed ends, or retries, load l whose READ from prefill rank s failed
 // (to post, or in flight when inFlight) with err.
 func (c *restarts) readFailed(l *load, s int, err error, inFlight bool) {
@@ -103,13 +112,18 @@ func (c *restarts) readFailed(l *load, s int, err error, inFlight bool) {
 		how = " failed in flight"
 	}
 	failed := fmt.Errorf("%w: request %q: READ from engine %q rank %d (agent %q)%s: %w", ErrTransfer, l.id, l.p.RemoteEngineID, s, set.agents[s], how, err)
-	if !agentGone(err) {
+	gone := agentGone(err)
+	if !gone && !agentMaybeGone(err) {
 		c.rd.fail(l, failed)
 		return
 	}
 	c.rd.eng.forget(l.r)
 	if !inFlight && c.retryable(l) {
 		c.retry(l, failed)
+		return
+	}
+	if !gone {
+		c.rd.fail(l, failed)
 		return
 	}
 	c.rd.fail(l, c.goneError(l, s, failed))

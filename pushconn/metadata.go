@@ -24,7 +24,11 @@ func loadPeerMD(a nixl.Agent, name string, md []byte) (string, error) {
 }
 
 // peerGone reports whether err says a peer agent is unreachable or
-// unknown, so its cached handshake must be dropped.
+// unknown, so its cached handshake must be dropped. NIXL's C API (the
+// default binding) folds NIXL_ERR_REMOTE_DISCONNECT into NIXL_ERR_BACKEND,
+// so a backend error counts too: dropping a handshake that was still good
+// costs one handshake, and what follows (a probe of the peer, a new
+// handshake) finds out whether the peer is really gone.
 func peerGone(err error) bool {
-	return errors.Is(err, nixl.ErrRemoteDisconnect) || errors.Is(err, nixl.ErrNotFound)
+	return errors.Is(err, nixl.ErrRemoteDisconnect) || errors.Is(err, nixl.ErrNotFound) || errors.Is(err, nixl.ErrBackend)
 }
