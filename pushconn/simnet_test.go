@@ -189,6 +189,7 @@ type simEvent struct {
 	inc  int
 	i    int
 	ok   bool
+	key  string // a prefill handshake's decode engine
 	msg  *simMsg
 	att  *simAttempt
 	wr   *simWrite
