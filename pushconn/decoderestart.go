@@ -72,9 +72,8 @@ func (de *decodeEngine) names(agent string) bool {
 // noteRestart compares the payload a handshake just accepted for de with
 // the one forget dropped before it: other agents or incarnations mean the
 // engine restarted. The agents gone with it are remembered as dead and
-// their metadata unloaded (once writing says no WRITE into them is in
-// flight).
-func (ps *decodePeers) noteRestart(de *decodeEngine, writing func(agent string) bool) {
+// their metadata unloaded (once no WRITE into them is in flight).
+func (ps *decodePeers) noteRestart(de *decodeEngine) {
 	prev, prevTargets := de.prev, de.prevTargets
 	de.prev, de.prevTargets = nil, nil
 	if prev == nil {
@@ -116,13 +115,13 @@ func (ps *decodePeers) noteRestart(de *decodeEngine, writing func(agent string) 
 			ps.unloading = map[*decodeEngine]bool{}
 		}
 		ps.unloading[de] = true
-		ps.unloadWhenIdle(writing)
+		ps.unloadWhenIdle()
 	}
 }
 
 // writingInto reports whether a WRITE into agent is in flight.
-func (c *writeCore) writingInto(agent string) bool {
-	for _, wr := range c.inflight {
+func (ps *decodePeers) writingInto(agent string) bool {
+	for _, wr := range *ps.inflight {
 		if wr.reg.sender == agent {
 			return true
 		}

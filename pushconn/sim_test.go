@@ -16,29 +16,40 @@ package pushconn
 //  4. decode blocks are handed back exactly once.
 //
 // What is REAL code here (called exactly as the connector calls it):
+//   - prefill: the writer core (writeCore, writecore.go and its files:
+//     writeadmit.go, writepeers.go, notices.go, regmemory.go,
+//     decoderestart.go) — one per prefill TP rank, fed the events its
+//     shell (writer.go) feeds it: onRegistration, onCancel, and on each
+//     tick handshakeDone, finish, abort, pollWrites, unloadWhenIdle,
+//     expire, each with a reading of the rank's two clocks. That is the
+//     whole protocol of a prefill rank: the decode engine entry and its
+//     handshake (parked registrations, acks held for it, the payload's
+//     layout and incarnation checks), match.Matcher, admit, finish,
+//     startWrite, pollWrites with its "cancelling" state, failWrite,
+//     PUSH_FAIL, endWrite, maybeRelease, expire, cancel and its acks,
+//     abort, and the memories (cancelledRegs, seenRegs, seqlessEnded,
+//     lapsed);
 //   - decode: the tracker (tracker.go) — add, expect, sent, complete,
 //     ack, settle, isSource, fail, failFrom, expire, takeCancels, drain,
 //     onPublish — one per decode TP rank, and the PUSH_CANCEL resends and
 //     cancel timeouts it schedules;
-//   - prefill: match.Matcher (Register, Finish, Pending, Withdraw, Cancel,
-//     Expire), cancelledRegs, seenRegs (seen, cancelledUnseen),
-//     seqlessEnded and lapsed, one set per prefill TP rank;
 //   - the wire: every notification is encoded and decoded with the real
 //     codecs (pushwire PUSH_REG / PUSH_CANCEL / PUSH_CANCEL_ACK / PUSH_FAIL,
 //     notif.EncodeSeqCompletion / DecodeSeqCompletion).
 //
-// What is MODELED (a small state machine in this file that follows the
-// rules of the real code, function by function, with the same names):
-//   - decode's Consumer glue (consumer.go): Register, route behind a
-//     handshake, send (marking each rank sent before its GenNotif, failing
-//     the request when a send fails), onCompletion, onFailure, onCancelAck,
-//     sendCancels, tick, Abort;
-//   - prefill's writer (writer.go) and Producer (producer.go):
-//     onRegistration, park/handshake/handshakeDone, admit, finish,
-//     startWrite, pollWrites (including the "cancelling" state of a WRITE
-//     the agent will not release yet), completeWrite, failWrite, sendFail,
-//     endWrite, maybeRelease, expire, onCancel/cancel, sendAck, abort,
-//     RequestFinished, Abort;
+// What is MODELED:
+//   - the writer core's edge (writeEdge, implemented by simPrefill): the
+//     agent's GenNotif (it fails until the decode agent's metadata is
+//     loaded, as a real agent's does), its WRITEs (post, XferStatus,
+//     ReleaseXferReq; below), the handshake client (a payload with every
+//     decode rank's layout, agent and incarnation, or a failure), and the
+//     Producer's queues and block table around the core (RequestFinished,
+//     Abort, free);
+//   - decode's Consumer glue (consumer.go), a small state machine in this
+//     file that follows the real code function by function, with the same
+//     names: Register, route behind a handshake, send (marking each rank
+//     sent before its GenNotif, failing the request when a send fails),
+//     onCompletion, onFailure, onCancelAck, sendCancels, tick, Abort;
 //   - the NIXL agent: a WRITE's bytes land block by block while it moves;
 //     it completes (the completion notification rides it), fails in flight,
 //     hangs until the writer's timeout, fails to post, or completes at once;
@@ -84,7 +95,11 @@ package pushconn
 //
 // Two rule sets: currentRules (this revision) and legacyRules (main at
 // b6a750d, before 61c7e0a and c653a90), so that TestSimFindsLegacyPushHoles
-// shows the simulation finds the two holes those commits closed.
+// shows the simulation finds the two holes those commits closed. The old
+// rules are test-only switches in the production code the simulation
+// runs: writeCore.legacy.plainCompletions (a completion names no seq) and
+// regMemory.noSeqless (no memory of seq-less registrations) on prefill,
+// and simDecode.legacySeq on decode's modeled glue.
 //
 // Configurations: the short one runs with go test; GONIXL_SIM=long runs at
 // least 100 seeds x 1,000,000 steps; GONIXL_SIM_SEED=<n> runs seed n only.
@@ -1280,7 +1295,7 @@ func (p *simPrefill) tick() {
 		c.abort(p.at(), id)
 	}
 	c.pollWrites(p.at())
-	c.peers.unloadWhenIdle(c.writingInto)
+	c.peers.unloadWhenIdle()
 	c.expire(p.at())
 }
 

@@ -3,8 +3,8 @@ package pushconn
 // The deterministic simulation's plumbing: simulated time, the event queue,
 // the network between decode and prefill ranks (loss, delay, reordering,
 // late duplicates), the trace of the last events and its replay hash. The
-// world itself (engines, the real tracker and prefill structures, the
-// modeled writer and agent, the invariants) is in sim_test.go.
+// world itself (engines, the real tracker and writer core, the modeled
+// decode glue and agent, the invariants) is in sim_test.go.
 //
 // Nothing here runs a goroutine, reads the wall clock or sleeps: one
 // math/rand/v2 PCG seeded with the run's seed draws every choice, and events

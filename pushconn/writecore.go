@@ -129,6 +129,7 @@ func newWriteCore(cfg writeConfig, edge writeEdge, log *zap.Logger, st *stats.Se
 	c := &writeCore{cfg: cfg, edge: edge, log: log, stats: st, push: push, matcher: m,
 		holds: map[string]*hold{}, mem: newRegMemory(cfg.registrationTimeout, log, push),
 		peers: decodePeers{edge: edge, log: log, push: push, byKey: map[string]*decodeEngine{}}}
+	c.peers.inflight = &c.inflight
 	c.out = notices{cfg: &c.cfg, edge: edge, mem: &c.mem, log: log, stats: st, push: push}
 	return c, nil
 }
@@ -223,7 +224,7 @@ func (c *writeCore) handshakeDone(at instant, s shakeResult) {
 		}
 		return
 	}
-	c.peers.noteRestart(de, c.writingInto)
+	c.peers.noteRestart(de)
 	for _, a := range acks {
 		c.out.ack(de, a.to, a.c)
 	}

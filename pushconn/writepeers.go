@@ -24,6 +24,9 @@ type decodePeers struct {
 	push   *pushCounters
 	byKey  map[string]*decodeEngine
 	parked int // registrations parked over all peers
+	// inflight is the core's WRITEs in flight: an agent's metadata is
+	// not unloaded under one.
+	inflight *[]*write
 	// unloading: decode engines with dead agents whose metadata waits for
 	// WRITEs in flight to end (decodeEngine.unload).
 	unloading map[*decodeEngine]bool
@@ -146,16 +149,15 @@ func (ps *decodePeers) forget(de *decodeEngine) {
 
 // unloadWhenIdle unloads the metadata of dead decode agents that no WRITE
 // in flight uses any more (NIXL must not lose an agent's metadata under a
-// transfer it still holds; writing reports whether one into an agent is
-// in flight). An agent that another decode engine entry of this rank
+// transfer it still holds). An agent that another decode engine entry of this rank
 // writes into (the same engine under another host spelling) is left to
 // that entry.
-func (ps *decodePeers) unloadWhenIdle(writing func(agent string) bool) {
+func (ps *decodePeers) unloadWhenIdle() {
 	for de := range ps.unloading {
 		kept := de.unload[:0]
 		for _, agent := range de.unload {
 			switch {
-			case writing(agent):
+			case ps.writingInto(agent):
 				kept = append(kept, agent)
 			case ps.writesInto(agent):
 			default:

@@ -66,7 +66,7 @@ func (w *writer) tick() {
 		c.abort(p.at(), id)
 	}
 	c.pollWrites(p.at())
-	c.peers.unloadWhenIdle(c.writingInto)
+	c.peers.unloadWhenIdle()
 	c.expire(p.at())
 }
 
