@@ -29,10 +29,17 @@ package pushconn
 //     PUSH_FAIL, endWrite, maybeRelease, expire, cancel and its acks,
 //     abort, and the memories (cancelledRegs, seenRegs, seqlessEnded,
 //     lapsed);
-//   - decode: the tracker (tracker.go) — add, expect, sent, complete,
-//     ack, settle, isSource, fail, failFrom, expire, takeCancels, drain,
-//     onPublish — one per decode TP rank, and the PUSH_CANCEL resends and
-//     cancel timeouts it schedules;
+//   - decode: the decode core (decodeCore, decodecore.go, prefillgone.go,
+//     enginettl.go) with its tracker (tracker.go) — one per decode TP
+//     rank, fed as the Consumer feeds it: tick (the handshakes that ended,
+//     the requests registered since, expiry, the cancels the tracker
+//     orders) and onCompletion, onFailure, onCancelAck, each with a
+//     reading of the rank's clocks. That is route behind a handshake,
+//     handshakeDone, send (each rank marked sent before its GenNotif, the
+//     request failed when a send fails), the tracker's counting, the
+//     PUSH_CANCEL resends and cancel timeouts, sendCancels; the Consumer's
+//     own calls around it (Register: tracker.add and the seq; Abort:
+//     tracker.fail; Drain) are a few lines here, as in consumer.go;
 //   - the wire: every notification is encoded and decoded with the real
 //     codecs (pushwire PUSH_REG / PUSH_CANCEL / PUSH_CANCEL_ACK / PUSH_FAIL,
 //     notif.EncodeSeqCompletion / DecodeSeqCompletion).
@@ -45,11 +52,11 @@ package pushconn
 //     decode rank's layout, agent and incarnation, or a failure), and the
 //     Producer's queues and block table around the core (RequestFinished,
 //     Abort, free);
-//   - decode's Consumer glue (consumer.go), a small state machine in this
-//     file that follows the real code function by function, with the same
-//     names: Register, route behind a handshake, send (marking each rank
-//     sent before its GenNotif, failing the request when a send fails),
-//     onCompletion, onFailure, onCancelAck, sendCancels, tick, Abort;
+//   - the decode core's edge (decodeEdge, implemented by simDecode): the
+//     agent's GenNotif to a prefill rank (it fails while the rank is down,
+//     and now and then reports an error although the message went), the
+//     handshake client (a payload with every prefill rank's layout and
+//     agent, or a failure), and no lock (nothing runs concurrently);
 //   - the NIXL agent: a WRITE's bytes land block by block while it moves;
 //     it completes (the completion notification rides it), fails in flight,
 //     hangs until the writer's timeout, fails to post, or completes at once;
@@ -70,7 +77,10 @@ package pushconn
 // Left out (each is tested elsewhere): staging, decode restarts and
 // incarnations (decode never restarts here, so no WRITE is retried after a
 // fresh handshake), the MaxPeers and MaxPendingRegistrations limits,
-// prefix hits (decode always registers every block), Close.
+// prefix hits (decode always registers every block), Close, vLLM's
+// protocol, and the probe of a prefill rank that a send found gone (a
+// failed send here is never the agent's disconnect error, so the decode
+// core's prefillgone.go runs no probe).
 //
 // Assumptions the model makes about its environment, which the protocol
 // rests on (documented in docs/push.md and doc.go):
@@ -99,7 +109,8 @@ package pushconn
 // rules are test-only switches in the production code the simulation
 // runs: writeCore.legacy.plainCompletions (a completion names no seq) and
 // regMemory.noSeqless (no memory of seq-less registrations) on prefill,
-// and simDecode.legacySeq on decode's modeled glue.
+// decodeCore.legacy.anySeqCompletion (a completion counts for whatever
+// registration of its id the rank holds) on decode.
 //
 // Configurations: the short one runs with go test; GONIXL_SIM=long runs at
 // least 100 seeds x 1,000,000 steps; GONIXL_SIM_SEED=<n> runs seed n only.
@@ -452,6 +463,9 @@ func (w *simWorld) run(steps int) {
 	for _, p := range w.pre {
 		p.harvest()
 	}
+	for _, d := range w.dec {
+		d.harvest()
+	}
 }
 
 func (w *simWorld) handle(ev *simEvent) {
@@ -490,9 +504,8 @@ func (w *simWorld) handle(ev *simEvent) {
 	case evPrefillAbort:
 		w.prefillAbort(ev.att)
 	case evDecodeShake:
-		d := w.dec[ev.rank]
 		w.note("decode handshake ends", ev.rank, "", 0, b2i(ev.ok))
-		d.shakes = append(d.shakes, ev.ok)
+		w.dec[ev.rank].shakeDone(ev.key, ev.ok)
 	case evPrefillShake:
 		p := w.pre[ev.rank]
 		if p.up && p.inc == ev.inc {
@@ -795,7 +808,7 @@ func (w *simWorld) checkLiveness() {
 	}
 }
 
-// ---- decode (the real tracker; the Consumer's glue modeled) ------------------
+// ---- decode (the real tracker and decode core; the engine and agent modeled)
 
 // simRegKey names a registration of one decode rank: a seq is never
 // reused, and a seq-less request's id never is (the assumptions above).
@@ -804,20 +817,22 @@ type simRegKey struct {
 	seq uint64
 }
 
+// simDecode is one decode TP rank: the real decode core (decodeCore, with
+// the real tracker), fed as the Consumer feeds it, and the edge the core
+// acts through, modeled (simDecode implements decodeEdge: the agent, the
+// handshake client).
 type simDecode struct {
 	w       *simWorld
 	rank    int
 	name    string
+	core    *decodeCore
 	tr      *tracker
+	layout  descriptors.Layout
 	seq     uint64
 	inc     uint64
 	inbox   []*decodeReq
-	payload bool // handshake with prefill done
-	busy    bool
-	waiting []*decodeReq
-	shakes  []bool
+	shakes  []shakeResult
 	sources []int
-	srcName []string
 	parts   int
 	insts   map[*decodeReq]*simInst
 	byReg   map[simRegKey]*simInst // every registration it sent, for the WRITEs prefill posts for them
@@ -828,14 +843,19 @@ type simDecode struct {
 
 func newSimDecode(w *simWorld, r int) *simDecode {
 	d := &simDecode{w: w, rank: r, name: simDecodeName(r), tr: newTracker(time.Duration(simDecodeRT), time.Duration(simCancelTimeout)),
-		seq: w.rng.r.Uint64() >> 1, inc: w.rng.r.Uint64() | 1, insts: map[*decodeReq]*simInst{}, byReg: map[simRegKey]*simInst{},
+		layout: simLayout(w.cfg.decTP, r), seq: w.rng.r.Uint64() >> 1, inc: w.rng.r.Uint64() | 1,
+		insts: map[*decodeReq]*simInst{}, byReg: map[simRegKey]*simInst{},
 		sources: simSources(w.cfg.preTP, w.cfg.decTP, r), owner: make([]*simInst, simBlocks)}
-	for _, p := range d.sources {
-		d.srcName = append(d.srcName, simPrefillName(p))
-	}
 	d.parts = len(d.sources)
 	d.content = make([]int32, simBlocks*d.parts)
 	d.tr.onPublish = d.publish
+	st := stats.New()
+	d.core = &decodeCore{
+		cfg: decodeConfig{engineID: "decode", host: "decode.sim", port: 5601, layout: &d.layout, incarnation: d.inc,
+			registrationTimeout: time.Duration(simDecodeRT), cancelTimeout: time.Duration(simCancelTimeout), engineTTL: connector.DefaultEngineTTL},
+		edge: d, log: zap.NewNop(), stats: st, push: newPushCounters(st), tracker: d.tr, peers: map[string]*decodePeer{},
+	}
+	d.core.legacy.anySeqCompletion = !w.rules.seqCompletions
 	return d
 }
 
@@ -879,26 +899,16 @@ func (d *simDecode) abort(in *simInst) {
 	}
 }
 
-// tick is Consumer.tick, then the engine's Drain.
+// tick is Consumer.tick (the decode core's tick), then the engine's Drain.
 func (d *simDecode) tick() {
 	w := d.w
-	shakes := d.shakes
-	d.shakes = nil
-	for _, ok := range shakes {
-		d.handshakeDone(ok)
+	shakes, inbox := d.shakes, d.inbox
+	d.shakes, d.inbox = nil, nil
+	gaveUp := d.core.push.cancelTimeouts.Load()
+	d.core.tick(w.decodeAt(), shakes, inbox)
+	if n := d.core.push.cancelTimeouts.Load() - gaveUp; n > 0 {
+		w.note("decode gives up waiting for cancel answers (cancel timeout)", d.rank, "", 0, int64(n))
 	}
-	inbox := d.inbox
-	d.inbox = nil
-	for _, r := range inbox {
-		d.route(r)
-	}
-	n, gaveUp := d.tr.expire(w.decodeAt())
-	w.stats.regTimeouts += n
-	w.stats.cancelTimeouts += gaveUp
-	if gaveUp > 0 {
-		w.note("decode gives up waiting for cancel answers (cancel timeout)", d.rank, "", 0, int64(gaveUp))
-	}
-	d.sendCancels(d.tr.takeCancels())
 	d.tr.drain()
 	out := d.out
 	d.out = nil
@@ -907,91 +917,66 @@ func (d *simDecode) tick() {
 	}
 }
 
-// route is Consumer.route: send once the prefill engine is known.
-func (d *simDecode) route(r *decodeReq) {
-	if d.payload {
-		d.send(r)
-		return
-	}
-	d.waiting = append(d.waiting, r)
-	if !d.busy {
-		d.busy = true
-		w := d.w
-		w.schedule(&simEvent{at: w.now + w.rng.between(200*simUs, 3*simMs), kind: evDecodeShake, rank: d.rank, ok: !w.rng.chance(w.cfg.shakeFail)})
+// harvest adds what the rank's decode core counted to the run's totals.
+func (d *simDecode) harvest() {
+	c, s := d.core.push, &d.w.stats
+	s.stale += int(c.staleCompletions.Load())
+	s.regTimeouts += int(c.timeouts.Load())
+	s.cancelTimeouts += int(c.cancelTimeouts.Load())
+}
+
+// onMessage is the Consumer's poller dispatch: onCompletion, onFailure,
+// onCancelAck of the decode core.
+func (d *simDecode) onMessage(m *simMsg) {
+	sender := simPrefillName(m.from)
+	switch m.kind {
+	case simCompletion:
+		d.core.onCompletion(d.w.decodeAt(), sender, m.b)
+	case simFail:
+		d.core.onFailure(d.w.decodeAt(), sender, m.b)
+	case simCancelAck:
+		d.core.onCancelAck(d.w.decodeAt(), sender, m.b)
 	}
 }
 
-// handshakeDone is Consumer.handshakeDone.
-func (d *simDecode) handshakeDone(ok bool) {
-	w := d.w
-	d.busy = false
-	waiting := d.waiting
-	d.waiting = nil
-	if !ok {
-		w.stats.handshakeFailures++
-		for _, r := range waiting {
-			if d.tr.live(r) {
-				d.tr.fail(w.decodeAt(), r.id, fmt.Errorf("pushconn: request %q: %w: simulated", r.id, connector.ErrHandshake))
-			}
-		}
-		return
-	}
-	d.payload = true
-	for _, r := range waiting {
-		d.send(r)
-	}
-}
+// ---- the decode core's edge, modeled ----
 
-// send is Consumer.send: the PUSH_REG goes to every source rank, each
-// marked sent before its GenNotif; a failed send fails the request.
-func (d *simDecode) send(r *decodeReq) {
-	w := d.w
-	if !d.tr.expect(r, d.srcName) {
-		return
-	}
-	reg := &pushwire.Registration{
-		RequestID: r.id, DecodeEngineID: "decode", DecodeHost: "decode.sim", DecodePort: 5601,
-		DecodeTPSize: w.cfg.decTP, LocalBlockIDs: r.blocks, RemoteEngineID: simPrefillCoords.EngineID,
-		RemoteHost: simPrefillCoords.Host, RemotePort: simPrefillCoords.Port, RemoteTPSize: w.cfg.preTP,
-		RemotePPSize: 1, TransferID: r.transferID, DecodeIncarnation: d.inc, Seq: r.seq,
-	}
-	b, err := pushwire.EncodeRegistration(reg)
-	if err != nil {
-		w.fail("model: encode PUSH_REG: %v", err)
-		return
-	}
-	in := d.insts[r]
-	for i, p := range d.sources {
-		if !d.tr.live(r) {
-			return
-		}
-		d.tr.sent(r, d.srcName[i])
-		if err = d.genNotif(&simMsg{kind: simReg, to: p, b: b, inst: in, id: r.id, seq: r.seq}); err != nil {
-			break
-		}
-	}
-	if err != nil && d.tr.live(r) {
-		d.tr.fail(w.decodeAt(), r.id, fmt.Errorf("pushconn: request %q: %w: %v", r.id, ErrNotifySend, err))
-	}
-}
+func (d *simDecode) lock()   {}
+func (d *simDecode) unlock() {}
 
 var errSimPeerGone = errors.New("simulated: the prefill rank is down")
 
-// genNotif is the decode agent's GenNotif to a prefill rank: an error when
-// the rank is down; otherwise, rarely, an error although the message may
-// still go out ("counted as sent before the call").
-func (d *simDecode) genNotif(m *simMsg) error {
+// notify is the decode agent's GenNotif to a prefill rank: an error when
+// the rank is down; otherwise, rarely for a PUSH_REG, an error although
+// the message may still go out ("counted as sent before the call").
+func (d *simDecode) notify(to string, msg []byte) error {
 	w := d.w
-	m.from = d.rank
-	p := w.pre[m.to]
-	if !p.up {
-		w.note("decode GenNotif fails: prefill rank down", m.to, m.id, m.seq, int64(m.kind))
+	p, _ := strconv.Atoi(to[len("prefill-"):])
+	m := &simMsg{from: d.rank, to: p, b: msg}
+	if strings.HasPrefix(string(msg), pushwire.CancelPrefix) {
+		c, err := pushwire.DecodeCancel(msg)
+		if err != nil {
+			w.fail("model: decode sent a PUSH_CANCEL it cannot decode: %v", err)
+			return nil
+		}
+		m.kind, m.id, m.seq = simCancel, c.RequestID, c.Seq
+	} else {
+		reg, err := pushwire.DecodeRegistration(msg)
+		if err != nil {
+			w.fail("model: decode sent a notification it cannot decode: %v", err)
+			return nil
+		}
+		m.kind, m.id, m.seq = simReg, reg.RequestID, reg.Seq
+	}
+	pre := w.pre[p]
+	if !pre.up {
+		w.note("decode GenNotif fails: prefill rank down", p, m.id, m.seq, int64(m.kind))
 		return errSimPeerGone
 	}
-	m.dstIn = p.inc
+	m.dstIn = pre.inc
 	if m.kind == simReg && w.rng.chance(w.cfg.notifFail) {
 		w.stats.notifFailures++
-		w.note("decode GenNotif reports an error", m.to, m.id, m.seq, int64(m.kind))
+		w.note("decode GenNotif reports an error", p, m.id, m.seq, int64(m.kind))
 		if w.rng.chance(0.5) {
 			w.send(m)
 		}
@@ -1001,77 +986,35 @@ func (d *simDecode) genNotif(m *simMsg) error {
 	return nil
 }
 
-// sendCancels is Consumer.sendCancels.
-func (d *simDecode) sendCancels(orders []cancelOrder) {
-	for _, o := range orders {
-		b, err := pushwire.EncodeCancel(&pushwire.Cancel{RequestID: o.id, TransferID: o.transferID, EngineID: "decode", Rank: d.rank, Seq: o.seq})
-		if err != nil {
-			d.w.fail("model: encode PUSH_CANCEL: %v", err)
-			return
-		}
-		for _, agent := range o.agents {
-			p, _ := strconv.Atoi(agent[len("prefill-"):])
-			_ = d.genNotif(&simMsg{kind: simCancel, to: p, b: b, id: o.id, seq: o.seq}) // undeliverable: resent while it drains
-		}
-	}
-}
-
-// legacySeq is how b6a750d counted a completion, which named no
-// registration: for whatever registration of the id the rank holds, live
-// or draining. Passing that registration's seq to the real complete
-// reproduces it exactly (complete then counts it, and settle's seq check
-// passes as with b6a750d's seq 0).
-func (d *simDecode) legacySeq(id string) uint64 {
-	if r, ok := d.tr.reqs[id]; ok {
-		return r.seq
-	}
-	if r, ok := d.tr.draining[id]; ok {
-		return r.seq
-	}
-	return 0
-}
-
-// onMessage is the Consumer's poller dispatch: onCompletion, onFailure,
-// onCancelAck.
-func (d *simDecode) onMessage(m *simMsg) {
+// handshake is the handshake client's Get: it ends a little later, or
+// fails.
+func (d *simDecode) handshake(key string, _ Prefill) {
 	w := d.w
-	sender := simPrefillName(m.from)
-	now := w.decodeAt()
-	switch m.kind {
-	case simCompletion:
-		comp, err := notif.DecodeSeqCompletion(m.b)
-		if err != nil {
-			w.fail("model: decode completion %q: %v", m.b, err)
-			return
-		}
-		seq := comp.Seq
-		if !w.rules.seqCompletions {
-			seq = d.legacySeq(comp.ID)
-		}
-		if a := d.tr.complete(now, comp.ID, sender, seq); a == arrivalStale {
-			w.stats.stale++
-			w.note("decode: stale completion dropped", d.rank, comp.ID, comp.Seq, 0)
-		}
-	case simFail:
-		f, err := pushwire.DecodeFailure(m.b)
-		if err != nil {
-			w.fail("model: decode PUSH_FAIL: %v", err)
-			return
-		}
-		if d.tr.isSource(f.RequestID, sender, f.Seq) {
-			d.tr.failFrom(now, f.RequestID, sender, &PushError{RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason})
-		} else if _, live := d.tr.reqs[f.RequestID]; !live {
-			d.tr.settle(now, f.RequestID, sender, srcFailed, f.Seq)
-		}
-	case simCancelAck:
-		a, err := pushwire.DecodeCancelAck(m.b)
-		if err != nil {
-			w.fail("model: decode PUSH_CANCEL_ACK: %v", err)
-			return
-		}
-		d.tr.ack(now, a.RequestID, sender, a.Seq)
-	}
+	w.schedule(&simEvent{at: w.now + w.rng.between(200*simUs, 3*simMs), kind: evDecodeShake, rank: d.rank, key: key, ok: !w.rng.chance(w.cfg.shakeFail)})
 }
+
+// shakeDone is a handshake's result reaching the rank: prefill's payload,
+// with every prefill rank's layout and agent, or a failure.
+func (d *simDecode) shakeDone(key string, ok bool) {
+	w := d.w
+	if !ok {
+		w.stats.handshakeFailures++
+		d.shakes = append(d.shakes, shakeResult{key: key, err: fmt.Errorf("%w: simulated", connector.ErrHandshake)})
+		return
+	}
+	pl := &handshake.Payload{EngineID: simPrefillCoords.EngineID, TPSize: w.cfg.preTP, PPSize: 1, BlockSize: 16}
+	for p := range w.cfg.preTP {
+		pl.Ranks = append(pl.Ranks, handshake.Rank{TPRank: p, Agent: simPrefillName(p), Metadata: []byte(simPrefillName(p)), Layout: simLayout(w.cfg.preTP, p), Incarnation: 1})
+	}
+	d.shakes = append(d.shakes, shakeResult{key: key, payload: pl})
+}
+
+func (d *simDecode) forgetHandshake(Prefill)                                {}
+func (d *simDecode) loadMD(agent string, _ []byte) (string, error)          { return agent, nil }
+func (d *simDecode) unloadMD(string) error                                  { return nil }
+func (d *simDecode) closing() bool                                          { return false }
+func (d *simDecode) signal()                                                {}
+func (d *simDecode) stagingOffer(*decodePeer, *decodeReq) *pushwire.Staging { return nil }
 
 // publish is the tracker's onPublish: the request's connector.Result goes out and
 // its blocks go back to the engine, which poisons them. Invariants 1, 3
