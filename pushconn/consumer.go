@@ -12,7 +12,6 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
@@ -21,32 +20,6 @@ import (
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
-
-// Prefill names the prefill engine a request comes from, as the proxy
-// gives it to decode before prefill runs.
-type Prefill struct {
-	EngineID string
-	Host     string
-	Port     int
-	TPSize   int
-	PPSize   int
-}
-
-func (p Prefill) validate() error {
-	switch {
-	case p.EngineID == "":
-		return invalidf("Prefill.EngineID is empty")
-	case p.Host == "":
-		return invalidf("Prefill.Host is empty")
-	case p.Port < 1 || p.Port > 65535:
-		return invalidf("Prefill.Port is %d, want 1..65535", p.Port)
-	case p.TPSize < 1:
-		return invalidf("Prefill.TPSize is %d, want >= 1", p.TPSize)
-	case p.PPSize < 1:
-		return invalidf("Prefill.PPSize is %d, want >= 1", p.PPSize)
-	}
-	return nil
-}
 
 // Consumer is the decode side of the push connector for one TP rank: it
 // registers the rank's destination blocks with the prefill engine early
@@ -91,33 +64,6 @@ type Consumer struct {
 	// RankConfig.Staging).
 	pool  *staging.Pool
 	stage *staging.Counters
-}
-
-// decodePeer is a prefill engine as one decode rank sees it, keyed by its
-// engine id and side-channel address only: the TP and PP sizes a request
-// names are checked against the payload, request by request, and never
-// stand for the engine.
-type decodePeer struct {
-	prefill Prefill // EngineID, Host and Port only
-	payload *handshake.Payload
-	sources []string // agent names of the prefill ranks that write here
-	busy    bool     // handshake in flight
-	waiting []*decodeReq
-	// lastUsed is when a request was last routed to it
-	// (RankConfig.EngineTTL).
-	lastUsed time.Time
-	// suspect is the payload of an incarnation a send found disconnected,
-	// with its agents and the send's error, while a probe handshake
-	// decides whether it is gone (prefillgone.go); nil otherwise.
-	suspect        *handshake.Payload
-	suspectSources []string
-	suspectWhy     error
-}
-
-type shakeResult struct {
-	key     string
-	payload *handshake.Payload
-	err     error
 }
 
 // NewConsumer starts a decode rank: it registers the layout's memory with
@@ -367,10 +313,52 @@ func (c *Consumer) onCompletion(sender string, msg []byte) { c.core.onCompletion
 func (c *Consumer) onFailure(sender string, msg []byte)    { c.core.onFailure(c.now(), sender, msg) }
 func (c *Consumer) onCancelAck(sender string, msg []byte)  { c.core.onCancelAck(c.now(), sender, msg) }
 
-func peerKey(p Prefill) string { return fmt.Sprintf("%s@%s:%d", p.EngineID, p.Host, p.Port) }
-
 // onStray counts notifications that a decode rank never expects.
 func (c *Consumer) onStray(sender string, msg []byte) {
 	c.stats.UnknownNotifications.Inc()
 	c.log.Debug("pushconn: dropped a notification decode does not expect", zap.String("sender", sender), zap.Int("bytes", len(msg)))
+}
+
+// consumerEdge is the Consumer as its decode core's edge (decodeEdge): its
+// mutex, its agent, its handshake client and goroutines, its staging
+// slots.
+type consumerEdge Consumer
+
+func (e *consumerEdge) consumer() *Consumer { return (*Consumer)(e) }
+
+func (e *consumerEdge) lock()   { e.mu.Lock() }
+func (e *consumerEdge) unlock() { e.mu.Unlock() }
+
+func (e *consumerEdge) notify(to string, msg []byte) error { return e.cfg.Agent.GenNotif(to, msg, nil) }
+
+// handshake fetches prefill engine pf's payload in the background; the
+// result reaches the core at the next tick.
+func (e *consumerEdge) handshake(key string, pf Prefill) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		payload, err := e.engine.core.Client().Get(e.ctx, pf.EngineID, e.engine.addr(pf.Host, pf.Port), pf.TPSize)
+		e.mu.Lock()
+		e.shakes = append(e.shakes, shakeResult{key: key, payload: payload, err: err})
+		e.mu.Unlock()
+		e.poll.Wake()
+	}()
+}
+
+func (e *consumerEdge) forgetHandshake(pf Prefill) {
+	e.engine.core.Client().Forget(pf.EngineID, e.engine.addr(pf.Host, pf.Port))
+}
+
+func (e *consumerEdge) loadMD(agent string, md []byte) (string, error) {
+	return loadPeerMD(e.cfg.Agent, agent, md)
+}
+
+func (e *consumerEdge) unloadMD(agent string) error { return e.cfg.Agent.InvalidateRemoteMD(agent) }
+
+func (e *consumerEdge) closing() bool { return e.ctx.Err() != nil }
+
+func (e *consumerEdge) signal() { e.consumer().signal() }
+
+func (e *consumerEdge) stagingOffer(p *decodePeer, r *decodeReq) *pushwire.Staging {
+	return e.consumer().offerStaging(p, r)
 }

@@ -53,6 +53,33 @@ type decodeCore struct {
 	}
 }
 
+// decodePeer is a prefill engine as one decode rank sees it, keyed by its
+// engine id and side-channel address only: the TP and PP sizes a request
+// names are checked against the payload, request by request, and never
+// stand for the engine.
+type decodePeer struct {
+	prefill Prefill // EngineID, Host and Port only
+	payload *handshake.Payload
+	sources []string // agent names of the prefill ranks that write here
+	busy    bool     // handshake in flight
+	waiting []*decodeReq
+	// lastUsed is when a request was last routed to it
+	// (RankConfig.EngineTTL).
+	lastUsed time.Time
+	// suspect is the payload of an incarnation a send found disconnected,
+	// with its agents and the send's error, while a probe handshake
+	// decides whether it is gone (prefillgone.go); nil otherwise.
+	suspect        *handshake.Payload
+	suspectSources []string
+	suspectWhy     error
+}
+
+type shakeResult struct {
+	key     string
+	payload *handshake.Payload
+	err     error
+}
+
 // decodeConfig is what the core knows of its rank and engine.
 type decodeConfig struct {
 	engineID, host      string
