@@ -112,10 +112,10 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = cfg.Poller("pushconn", c.log, c.busy, c.tick)
-	c.poll.Handle(pushwire.FailPrefix, c.onFailure)
+	c.poll.Handle(pushwire.FailPrefix, c.core.onFailure)
 	c.poll.Handle(pushwire.RegPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
-	c.poll.Handle(pushwire.CancelAckPrefix, c.onCancelAck)
+	c.poll.Handle(pushwire.CancelAckPrefix, c.core.onCancelAck)
 	c.poll.Handle(pushwire.StagedPrefix, c.onStaged)
 	c.poll.Handle(pushwire.StagedChunkPrefix, c.onStagedChunk)
 	if e.vllm() {
@@ -127,7 +127,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		}
 	}
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
-	c.poll.Handle("", c.onCompletion)
+	c.poll.Handle("", c.core.onCompletion)
 	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
 	c.poll.Start()
 	return c, nil
@@ -306,12 +306,8 @@ func (c *Consumer) tick() {
 	inbox, shakes := c.inbox, c.shakes
 	c.inbox, c.shakes = nil, nil
 	c.mu.Unlock()
-	c.core.tick(c.now(), shakes, inbox)
+	c.core.tick(shakes, inbox)
 }
-
-func (c *Consumer) onCompletion(sender string, msg []byte) { c.core.onCompletion(c.now(), sender, msg) }
-func (c *Consumer) onFailure(sender string, msg []byte)    { c.core.onFailure(c.now(), sender, msg) }
-func (c *Consumer) onCancelAck(sender string, msg []byte)  { c.core.onCancelAck(c.now(), sender, msg) }
 
 // onStray counts notifications that a decode rank never expects.
 func (c *Consumer) onStray(sender string, msg []byte) {
@@ -358,6 +354,8 @@ func (e *consumerEdge) unloadMD(agent string) error { return e.cfg.Agent.Invalid
 func (e *consumerEdge) closing() bool { return e.ctx.Err() != nil }
 
 func (e *consumerEdge) signal() { e.consumer().signal() }
+
+func (e *consumerEdge) now() instant { return e.consumer().now() }
 
 func (e *consumerEdge) stagingOffer(p *decodePeer, r *decodeReq) *pushwire.Staging {
 	return e.consumer().offerStaging(p, r)

@@ -19,13 +19,12 @@ import (
 // decodeCore is a decode rank's push protocol around its tracker, as a
 // state machine: fed the requests registered since its last round, the
 // handshakes that finished, prefill's notifications (completion, PUSH_FAIL,
-// PUSH_CANCEL_ACK) and the clock, each with a reading of the rank's
-// clocks, it routes registrations behind their prefill engine's
+// PUSH_CANCEL_ACK) and the clock, it routes registrations behind their prefill engine's
 // handshake, sends them, counts what prefill answers, sends the cancels
 // the tracker orders and judges a prefill rank that a send found gone. It
 // acts only through its edge (decodeEdge: notify a prefill agent, start a
 // handshake, load and unload agent metadata, signal results) and runs no
-// goroutine and reads no clock. The tracker is shared with the engine's
+// goroutine and reads no clock but its edge's. The tracker is shared with the engine's
 // calls (Register, Abort, Drain): the core brackets every access to it
 // with its edge's lock and unlock, which the Consumer backs with its mutex
 // (so that no I/O happens under it) and the simulation with nothing. The
@@ -40,9 +39,6 @@ type decodeCore struct {
 	stage   *staging.Counters // nil without staging
 	tracker *tracker
 	peers   map[string]*decodePeer
-	// at is the reading of the rank's clocks the event being handled came
-	// with.
-	at instant
 	// legacy restores a rule this revision replaced; only the simulation
 	// sets it, to show that it finds the hole it left (sim_test.go).
 	legacy struct {
@@ -109,6 +105,11 @@ type decodeEdge interface {
 	unloadMD(agent string) error
 	// closing reports whether the rank is closing (no handshake starts).
 	closing() bool
+	// now reads the rank's clocks: wall, the configured clock
+	// (registration deadlines, results), and mono, the monotonic one (the
+	// waits that decide when blocks go back). The core reads them at the
+	// moment a deadline counts from, after any I/O before it.
+	now() instant
 	// signal says results wait for Drain.
 	signal()
 	// stagingOffer returns the staging slot r's registration offers, nil
@@ -118,8 +119,7 @@ type decodeEdge interface {
 
 // tick runs after each round of notifications: the handshakes that
 // finished, the requests registered since (inbox), deadlines, cancels.
-func (d *decodeCore) tick(at instant, shakes []shakeResult, inbox []*decodeReq) {
-	d.at = at
+func (d *decodeCore) tick(shakes []shakeResult, inbox []*decodeReq) {
 	for _, s := range shakes {
 		d.handshakeDone(s)
 	}
@@ -127,7 +127,7 @@ func (d *decodeCore) tick(at instant, shakes []shakeResult, inbox []*decodeReq) 
 		d.route(r)
 	}
 	d.edge.lock()
-	n, gaveUp := d.tracker.expire(d.at)
+	n, gaveUp := d.tracker.expire(d.edge.now())
 	cancels := d.tracker.takeCancels()
 	d.edge.unlock()
 	if n > 0 {
@@ -157,11 +157,11 @@ func (d *decodeCore) route(r *decodeReq) {
 	key := peerKey(r.prefill)
 	p := d.peers[key]
 	if p == nil {
-		d.forgetStalePeers(d.at.wall)
+		d.forgetStalePeers(d.edge.now().wall)
 		p = &decodePeer{prefill: Prefill{EngineID: r.prefill.EngineID, Host: r.prefill.Host, Port: r.prefill.Port}}
 		d.peers[key] = p
 	}
-	p.lastUsed = d.at.wall
+	p.lastUsed = d.edge.now().wall
 	if p.payload != nil {
 		d.send(p, r)
 		return
@@ -199,7 +199,7 @@ func (d *decodeCore) handshakeDone(s shakeResult) {
 		d.edge.forgetHandshake(p.prefill)
 		d.log.Warn("pushconn: handshake with prefill engine failed", zap.String("prefill", p.prefill.EngineID), zap.Error(err))
 		d.edge.lock()
-		now := d.at
+		now := d.edge.now()
 		for _, r := range waiting {
 			if d.tracker.live(r) {
 				d.tracker.fail(now, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
@@ -267,7 +267,7 @@ func (d *decodeCore) send(p *decodePeer, r *decodeReq) {
 	if wrong != nil {
 		d.edge.lock()
 		if d.tracker.live(r) {
-			d.tracker.fail(d.at, r.id, wrong)
+			d.tracker.fail(d.edge.now(), r.id, wrong)
 		}
 		d.edge.unlock()
 		d.edge.signal()
@@ -276,7 +276,7 @@ func (d *decodeCore) send(p *decodePeer, r *decodeReq) {
 	d.edge.lock()
 	alive := d.tracker.expect(r, p.sources)
 	if alive {
-		r.regAt = d.at.mono
+		r.regAt = d.edge.now().mono
 		r.via, r.viaSources = p.payload, p.sources
 	}
 	d.edge.unlock()
@@ -335,7 +335,7 @@ func (d *decodeCore) send(p *decodePeer, r *decodeReq) {
 		}
 		d.edge.lock()
 		if d.tracker.live(r) {
-			d.tracker.fail(d.at, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
+			d.tracker.fail(d.edge.now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
 		}
 		d.edge.unlock()
 		d.edge.signal()
@@ -344,8 +344,7 @@ func (d *decodeCore) send(p *decodePeer, r *decodeReq) {
 
 // onCompletion handles "<request id>:<n>[#<seq>]" from a prefill rank
 // whose WRITE has landed.
-func (d *decodeCore) onCompletion(at instant, sender string, msg []byte) {
-	d.at = at
+func (d *decodeCore) onCompletion(sender string, msg []byte) {
 	comp, err := notif.DecodeSeqCompletion(msg)
 	if err != nil {
 		d.stats.MalformedNotifications.Inc()
@@ -357,7 +356,7 @@ func (d *decodeCore) onCompletion(at instant, sender string, msg []byte) {
 	if d.legacy.anySeqCompletion {
 		seq = d.tracker.seqOf(comp.ID)
 	}
-	a := d.tracker.complete(d.at, comp.ID, sender, seq)
+	a := d.tracker.complete(d.edge.now(), comp.ID, sender, seq)
 	d.edge.unlock()
 	if d.stage != nil && a != arrivalUnknown && a != arrivalStranger && a != arrivalStale {
 		d.stage.Direct.Inc()
@@ -384,8 +383,7 @@ func (d *decodeCore) counted(sender string, comp notif.Completion, a arrival) {
 }
 
 // onFailure handles a prefill rank's PUSH_FAIL: the request fails now.
-func (d *decodeCore) onFailure(at instant, sender string, msg []byte) {
-	d.at = at
+func (d *decodeCore) onFailure(sender string, msg []byte) {
 	f, err := pushwire.DecodeFailure(msg)
 	if err != nil {
 		d.stats.MalformedNotifications.Inc()
@@ -395,7 +393,7 @@ func (d *decodeCore) onFailure(at instant, sender string, msg []byte) {
 	d.push.failReceived.Inc()
 	d.edge.lock()
 	var ended bool
-	now := d.at
+	now := d.edge.now()
 	if d.tracker.isSource(f.RequestID, sender, f.Seq) {
 		ended = d.tracker.failFrom(now, f.RequestID, sender, &PushError{
 			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
@@ -425,8 +423,7 @@ func (d *decodeCore) onFailure(at instant, sender string, msg []byte) {
 
 // onCancelAck handles a prefill rank's PUSH_CANCEL_ACK: no WRITE of that
 // rank can land in the cancelled request's blocks any more.
-func (d *decodeCore) onCancelAck(at instant, sender string, msg []byte) {
-	d.at = at
+func (d *decodeCore) onCancelAck(sender string, msg []byte) {
 	a, err := pushwire.DecodeCancelAck(msg)
 	if err != nil {
 		d.stats.MalformedNotifications.Inc()
@@ -435,7 +432,7 @@ func (d *decodeCore) onCancelAck(at instant, sender string, msg []byte) {
 	}
 	d.push.cancelAckReceived.Inc()
 	d.edge.lock()
-	res := d.tracker.ack(d.at, a.RequestID, sender, a.Seq)
+	res := d.tracker.ack(d.edge.now(), a.RequestID, sender, a.Seq)
 	d.edge.unlock()
 	switch res {
 	case arrivalReleased:

@@ -103,7 +103,7 @@ func (d *decodeCore) judgeSuspect(p *decodePeer, s shakeResult) (same bool) {
 	}
 	goneErr := fmt.Errorf("%w: prefill engine %q: %s", ErrPrefillGone, p.prefill.EngineID, reason)
 	d.edge.lock()
-	settled := d.tracker.prefillGone(d.at, old, gone, goneErr)
+	settled := d.tracker.prefillGone(d.edge.now(), old, gone, goneErr)
 	d.edge.unlock()
 	for _, g := range settled {
 		msg := "pushconn: prefill rank is gone: failed the request (its blocks go back once no other prefill rank can write)"

@@ -33,8 +33,8 @@ package pushconn
 //     enginettl.go) with its tracker (tracker.go) — one per decode TP
 //     rank, fed as the Consumer feeds it: tick (the handshakes that ended,
 //     the requests registered since, expiry, the cancels the tracker
-//     orders) and onCompletion, onFailure, onCancelAck, each with a
-//     reading of the rank's clocks. That is route behind a handshake,
+//     orders) and onCompletion, onFailure, onCancelAck; it reads the
+//     rank's clocks through its edge. That is route behind a handshake,
 //     handshakeDone, send (each rank marked sent before its GenNotif, the
 //     request failed when a send fails), the tracker's counting, the
 //     PUSH_CANCEL resends and cancel timeouts, sendCancels; the Consumer's
@@ -905,7 +905,7 @@ func (d *simDecode) tick() {
 	shakes, inbox := d.shakes, d.inbox
 	d.shakes, d.inbox = nil, nil
 	gaveUp := d.core.push.cancelTimeouts.Load()
-	d.core.tick(w.decodeAt(), shakes, inbox)
+	d.core.tick(shakes, inbox)
 	if n := d.core.push.cancelTimeouts.Load() - gaveUp; n > 0 {
 		w.note("decode gives up waiting for cancel answers (cancel timeout)", d.rank, "", 0, int64(n))
 	}
@@ -931,11 +931,11 @@ func (d *simDecode) onMessage(m *simMsg) {
 	sender := simPrefillName(m.from)
 	switch m.kind {
 	case simCompletion:
-		d.core.onCompletion(d.w.decodeAt(), sender, m.b)
+		d.core.onCompletion(sender, m.b)
 	case simFail:
-		d.core.onFailure(d.w.decodeAt(), sender, m.b)
+		d.core.onFailure(sender, m.b)
 	case simCancelAck:
-		d.core.onCancelAck(d.w.decodeAt(), sender, m.b)
+		d.core.onCancelAck(sender, m.b)
 	}
 }
 
@@ -1014,6 +1014,7 @@ func (d *simDecode) loadMD(agent string, _ []byte) (string, error)          { re
 func (d *simDecode) unloadMD(string) error                                  { return nil }
 func (d *simDecode) closing() bool                                          { return false }
 func (d *simDecode) signal()                                                {}
+func (d *simDecode) now() instant                                           { return d.w.decodeAt() }
 func (d *simDecode) stagingOffer(*decodePeer, *decodeReq) *pushwire.Staging { return nil }
 
 // publish is the tracker's onPublish: the request's connector.Result goes out and
