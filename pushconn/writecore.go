@@ -38,7 +38,8 @@ type writeCore struct {
 	out      notices
 	// at is the reading of the rank's clocks the event being handled came
 	// with: wall the configured clock (registration deadlines, the lease),
-	// mono the monotonic one (WRITE deadlines).
+	// mono the monotonic one (WRITE timeouts; the edge stamps a WRITE's
+	// deadline as it posts it).
 	at instant
 	// legacy restores rules this revision replaced; only the simulation
 	// sets it, to show that it finds the holes they left (sim_test.go).
