@@ -2,7 +2,6 @@ package pushconn
 
 import (
 	"errors"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -27,8 +26,8 @@ type notices struct {
 // the blocks back on it, so a seq-less registration is remembered (even
 // when the PUSH_FAIL cannot be delivered: decode's timeout then does the
 // same) and a late copy of it is never admitted.
-func (n *notices) fail(now time.Time, sender string, reg *pushwire.Registration, kind pushwire.FailKind, reason string) {
-	n.mem.ended(now, sender, reg)
+func (n *notices) fail(sender string, reg *pushwire.Registration, kind pushwire.FailKind, reason string) {
+	n.mem.ended(n.edge.now().wall, sender, reg)
 	if n.cfg.vllm {
 		// vLLM's protocol has no PUSH_FAIL: decode sees the failure at its
 		// registration timeout (and keeps its blocks until no WRITE of

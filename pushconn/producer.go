@@ -106,15 +106,15 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.poll = cfg.Poller("pushconn", p.log, p.w.busy, p.w.tick)
-	p.poll.Handle(pushwire.RegPrefix, p.w.onRegistration)
-	p.poll.Handle(pushwire.CancelPrefix, p.w.onCancel)
+	p.poll.Handle(pushwire.RegPrefix, p.w.core.onRegistration)
+	p.poll.Handle(pushwire.CancelPrefix, p.w.core.onCancel)
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
 	p.poll.Handle(pushwire.CancelAckPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
 	if e.vllm() {
 		// vLLM's decode keeps finished blocks alive with heartbeats and
 		// never cancels (its protocol has no PUSH_CANCEL).
-		p.poll.Handle(notif.HeartbeatPrefix, p.w.onHeartbeat)
+		p.poll.Handle(notif.HeartbeatPrefix, p.w.core.onHeartbeat)
 		p.poll.Handle(pushwire.CancelPrefix, p.w.onStray)
 	}
 	p.poll.Handle("", p.w.onStray)

@@ -19,9 +19,10 @@ package pushconn
 //   - prefill: the writer core (writeCore, writecore.go and its files:
 //     writeadmit.go, writepeers.go, notices.go, regmemory.go,
 //     decoderestart.go) — one per prefill TP rank, fed the events its
-//     shell (writer.go) feeds it: onRegistration, onCancel, and on each
-//     tick handshakeDone, finish, abort, pollWrites, unloadWhenIdle,
-//     expire, each with a reading of the rank's two clocks. That is the
+//     shell (writer.go) feeds it: onRegistration, onCancel, and tick (the
+//     handshakes that ended, the requests that finished or were aborted,
+//     the WRITEs in flight, the deadlines); it reads the rank's clocks
+//     through its edge. That is the
 //     whole protocol of a prefill rank: the decode engine entry and its
 //     handshake (parked registrations, acks held for it, the payload's
 //     layout and incarnation checks), match.Matcher, admit, finish,
@@ -1153,12 +1154,10 @@ func newSimPrefill(w *simWorld, rank, inc int) *simPrefill {
 	return p
 }
 
-func (p *simPrefill) now() time.Time { return p.w.prefillNow() }
-
-// at is the rank's two clocks: the configured one, which steps, and the
-// monotonic one, which never does.
-func (p *simPrefill) at() instant {
-	return instant{wall: p.now(), mono: time.Unix(0, simEpoch+p.w.now)}
+// now is the rank's two clocks (the edge's now): the configured one,
+// which steps, and the monotonic one, which never does.
+func (p *simPrefill) now() instant {
+	return instant{wall: p.w.prefillNow(), mono: time.Unix(0, simEpoch+p.w.now)}
 }
 
 // crash: the rank's process dies. Its WRITEs stop (each remaining block may
@@ -1193,7 +1192,7 @@ func (p *simPrefill) crash() {
 
 // requestFinished is Producer.RequestFinished: the blocks hold L's bytes.
 func (p *simPrefill) requestFinished(a *simAttempt) {
-	h := &hold{id: a.preID, transferID: a.tid, finished: p.now()}
+	h := &hold{id: a.preID, transferID: a.tid, finished: p.now().wall}
 	for i := 0; i < a.nblocks; i++ {
 		j := p.w.rng.intn(len(p.freeBlocks))
 		b := p.freeBlocks[j]
@@ -1219,28 +1218,15 @@ func (p *simPrefill) abortRequest(id string) {
 	p.w.note("prefill Abort", p.rank, id, 0, 0)
 }
 
-// tick is the shell's writer.tick: the core gets the handshakes that
-// finished, the requests that finished or were aborted, a poll of its
-// WRITEs and the clock.
+// tick is the shell's writer.tick: the core's round, with the handshakes
+// that ended and the requests that finished or were aborted since.
 func (p *simPrefill) tick() {
 	if !p.up {
 		return
 	}
 	shakes, finished, aborts := p.shakes, p.finished, p.aborts
 	p.shakes, p.finished, p.aborts = nil, nil, nil
-	c := p.core
-	for _, s := range shakes {
-		c.handshakeDone(p.at(), s)
-	}
-	for _, h := range finished {
-		c.finish(p.at(), h)
-	}
-	for _, id := range aborts {
-		c.abort(p.at(), id)
-	}
-	c.pollWrites(p.at())
-	c.peers.unloadWhenIdle()
-	c.expire(p.at())
+	p.core.tick(shakes, finished, aborts)
 }
 
 // onMessage is the shell's poller dispatch.
@@ -1252,10 +1238,10 @@ func (p *simPrefill) onMessage(m *simMsg) {
 	sender := simDecodeName(m.from)
 	switch m.kind {
 	case simReg:
-		p.core.onRegistration(p.at(), sender, m.b)
+		p.core.onRegistration(sender, m.b)
 	case simCancel:
 		acks := p.acksOwed()
-		p.core.onCancel(p.at(), sender, m.b)
+		p.core.onCancel(sender, m.b)
 		if p.acksOwed() > acks {
 			p.w.stats.cancelInFlight++
 			p.cancelInFlight++
@@ -1391,7 +1377,7 @@ func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
 			part = i
 		}
 	}
-	wr := &write{reg: pr, hold: h, deadline: p.at().mono.Add(time.Duration(simWriteTimeout))}
+	wr := &write{reg: pr, hold: h, deadline: p.now().mono.Add(time.Duration(simWriteTimeout))}
 	sw := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, src: h.blocks[cached:], dst: dst, part: part,
 		landed: make([]bool, len(dst)), notif: msg, posted: w.now}
 	w.stats.posted++
@@ -1427,7 +1413,7 @@ func (p *simPrefill) poll(wr *write) (bool, error) {
 		p.w.stats.flightFailed++
 		return false, errors.New("simulated: WRITE failed in flight")
 	}
-	if !p.at().mono.Before(wr.deadline) && !sw.timedOut {
+	if !p.now().mono.Before(wr.deadline) && !sw.timedOut {
 		sw.timedOut = true
 		p.w.stats.timedOut++
 	}

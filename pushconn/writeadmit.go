@@ -63,7 +63,7 @@ func (c *writeCore) admit(de *decodeEngine, r parkedReg) {
 		why = fmt.Sprintf("registration has %d KV-cache groups, the prefill layout %d", len(reg.LocalBlockIDs), len(c.cfg.layout.GroupList()))
 	}
 	if why != "" {
-		c.out.fail(c.at.wall, sender, reg, pushwire.FailLayout, why)
+		c.out.fail(sender, reg, pushwire.FailLayout, why)
 		return
 	}
 	key := match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}
@@ -82,13 +82,13 @@ func (c *writeCore) admit(de *decodeEngine, r parkedReg) {
 		// decode hears it now, not at its registration timeout.
 		c.matcher.Withdraw(sender, key)
 		c.push.afterLease.Inc()
-		c.out.fail(c.at.wall, sender, reg, pushwire.FailExpired,
+		c.out.fail(sender, reg, pushwire.FailExpired,
 			fmt.Sprintf("prefill freed the request's blocks when their lease (%v) ran out before this registration arrived", c.cfg.lease))
 		return
 	}
 	switch {
 	case err != nil:
-		c.out.fail(c.at.wall, sender, reg, pushwire.FailLayout, err.Error())
+		c.out.fail(sender, reg, pushwire.FailLayout, err.Error())
 	case out == match.Duplicate:
 		c.push.duplicates.Inc()
 	case out == match.Pending:
@@ -116,8 +116,7 @@ func (c *writeCore) admit(de *decodeEngine, r parkedReg) {
 // acknowledged when it ends (completed, failed, or cancelled at the write
 // timeout). A cancel for a registration the rank does not hold (written,
 // failed, or never received) is acknowledged at once too.
-func (c *writeCore) onCancel(at instant, sender string, msg []byte) {
-	c.at = at
+func (c *writeCore) onCancel(sender string, msg []byte) {
 	cn, err := pushwire.DecodeCancel(msg)
 	if err != nil {
 		if errors.Is(err, pushwire.ErrTooLong) {
@@ -133,14 +132,14 @@ func (c *writeCore) onCancel(at instant, sender string, msg []byte) {
 		c.push.cancelDropped.Inc()
 		// Decode takes the blocks back at the ack: a copy of a seq-less
 		// registration must not be admitted after.
-		c.mem.ended(at.wall, sender, reg)
+		c.mem.ended(c.edge.now().wall, sender, reg)
 		c.out.ack(de, sender, cn)
 	case cancelInFlight:
 		// Answered when the WRITE ends.
 	default:
 		c.log.Debug("pushconn: PUSH_CANCEL for no waiting registration (written, failed or never received)",
 			zap.String("sender", sender), zap.String("decode_request", cn.RequestID))
-		c.mem.cancelledUnheld(at.wall, sender, cn)
+		c.mem.cancelledUnheld(c.edge.now().wall, sender, cn)
 		c.out.ack(c.peers.of(sender), sender, cn)
 	}
 }
@@ -170,7 +169,7 @@ func (c *writeCore) cancel(sender string, cn *pushwire.Cancel) (*decodeEngine, *
 		// Out of the matcher, so it takes no match from a retry's live
 		// registration; remembered, so its request is freed at once.
 		pr.peer.refs--
-		c.mem.cancelled.add(key, c.at.wall.Add(c.cfg.registrationTimeout))
+		c.mem.cancelled.add(key, c.edge.now().wall.Add(c.cfg.registrationTimeout))
 		return pr.peer, pr.reg, cancelDropped
 	}
 	for _, wr := range c.inflight {

@@ -16,14 +16,15 @@ import (
 
 // writeCore is a prefill rank's push protocol as a state machine, in the
 // way etcd raft keeps its Node apart from storage and transport: it is fed
-// events (a registration, a cancel, a heartbeat, a finished or aborted
-// request, a handshake's result, a poll of the WRITEs in flight, the
-// clock) each with a reading of the rank's clocks, and it acts only
+// events (a registration, a cancel, a heartbeat, and each round the
+// handshakes that ended, the requests that finished or were aborted, a
+// poll of the WRITEs in flight and the deadlines), and it acts only
 // through its edge (writeEdge: notify a decode agent, post a WRITE, ask
-// the agent about one, start a handshake, free a request's blocks). It
-// runs no goroutine, takes no lock and reads no clock; the Producer's
-// poller goroutine feeds it (writer.go), and the deterministic simulation
-// (sim_test.go) feeds this same code from its events.
+// the agent about one, start a handshake, free a request's blocks, read
+// the rank's clocks). It runs no goroutine, takes no lock and reads no
+// clock but its edge's; the Producer's poller goroutine feeds it
+// (writer.go), and the deterministic simulation (sim_test.go) feeds this
+// same code from its events.
 type writeCore struct {
 	cfg      writeConfig
 	edge     writeEdge
@@ -36,11 +37,6 @@ type writeCore struct {
 	inflight []*write
 	mem      regMemory
 	out      notices
-	// at is the reading of the rank's clocks the event being handled came
-	// with: wall the configured clock (registration deadlines, the lease),
-	// mono the monotonic one (WRITE timeouts; the edge stamps a WRITE's
-	// deadline as it posts it).
-	at instant
 	// legacy restores rules this revision replaced; only the simulation
 	// sets it, to show that it finds the holes they left (sim_test.go).
 	legacy struct {
@@ -66,9 +62,7 @@ func newWriteCore(cfg writeConfig, edge writeEdge, log *zap.Logger, st *stats.Se
 func (c *writeCore) busy() bool { return c.matcher.WaitingFinished() || len(c.inflight) > 0 }
 
 // onRegistration handles a PUSH_REG from decode rank agent sender.
-func (c *writeCore) onRegistration(at instant, sender string, msg []byte) {
-	c.at = at
-	now := at.wall
+func (c *writeCore) onRegistration(sender string, msg []byte) {
 	reg, err := pushwire.DecodeRegistration(msg)
 	if err != nil {
 		if errors.Is(err, pushwire.ErrTooLong) {
@@ -85,12 +79,13 @@ func (c *writeCore) onRegistration(at instant, sender string, msg []byte) {
 			zap.String("request", reg.RequestID), zap.String("for", reg.RemoteEngineID))
 		return
 	}
+	now := c.edge.now().wall
 	if c.mem.dropped(now, sender, reg) {
 		return
 	}
 	if held := c.matcher.PendingRegistrations() + c.peers.parked; held >= c.cfg.maxPending {
 		c.push.pendingLimit.Inc()
-		c.out.fail(c.at.wall, sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
+		c.out.fail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
 			"prefill rank holds %d registrations, its limit (Config.MaxPendingRegistrations)", held))
 		return
 	}
@@ -101,7 +96,7 @@ func (c *writeCore) onRegistration(at instant, sender string, msg []byte) {
 		c.peers.dropStale(now, c.cfg.engineTTL)
 		if len(c.peers.byKey) >= c.cfg.maxPeers && !c.peers.evictIdle() {
 			c.push.peerLimit.Inc()
-			c.out.fail(c.at.wall, sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
+			c.out.fail(sender, reg, pushwire.FailOverloaded, fmt.Sprintf(
 				"prefill rank already serves %d decode engines, its limit (Config.MaxPeers), and none is idle", len(c.peers.byKey)))
 			return
 		}
@@ -117,14 +112,31 @@ func (c *writeCore) onRegistration(at instant, sender string, msg []byte) {
 	c.peers.handshake(de)
 }
 
+// tick is one round after the notifications: the handshakes that ended,
+// the requests that finished or were aborted since the last round, then
+// the WRITEs in flight, the dead agents' metadata and the deadlines.
+func (c *writeCore) tick(shakes []shakeResult, finished []*hold, aborts []string) {
+	for _, s := range shakes {
+		c.handshakeDone(s)
+	}
+	for _, h := range finished {
+		c.finish(h)
+	}
+	for _, id := range aborts {
+		c.abort(id)
+	}
+	c.pollWrites()
+	c.peers.unloadWhenIdle()
+	c.expire()
+}
+
 // joinAddr is a decode engine's side-channel address as its registrations
 // name it.
 func joinAddr(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 // handshakeDone admits the registrations that waited for a decode engine,
 // or reports the handshake's failure to their senders where it can.
-func (c *writeCore) handshakeDone(at instant, s shakeResult) {
-	c.at = at
+func (c *writeCore) handshakeDone(s shakeResult) {
 	de := c.peers.byKey[s.key]
 	de.busy = false
 	parked, rewrites := de.parked, de.rewrites
@@ -141,7 +153,7 @@ func (c *writeCore) handshakeDone(at instant, s shakeResult) {
 		c.edge.forgetHandshake(de)
 		c.log.Warn("pushconn: handshake with decode engine failed", zap.String("decode", de.engineID), zap.Error(err))
 		for _, r := range parked {
-			c.out.fail(c.at.wall, r.sender, r.reg, pushwire.FailHandshake, err.Error())
+			c.out.fail(r.sender, r.reg, pushwire.FailHandshake, err.Error())
 		}
 		for _, r := range rewrites {
 			c.failWrite(r.reg, r.hold, pushwire.FailHandshake, err)
@@ -179,8 +191,7 @@ func (c *writeCore) handshakeDone(at instant, s shakeResult) {
 
 // finish gives a finished request to the matcher and starts the WRITEs of
 // the registrations already waiting for it.
-func (c *writeCore) finish(at instant, h *hold) {
-	c.at = at
+func (c *writeCore) finish(h *hold) {
 	c.holds[h.id] = h
 	key := match.Key{RequestID: h.id, TransferID: h.transferID}
 	c.mem.lapsed.forget(key) // registrations pair with these blocks now
@@ -190,7 +201,7 @@ func (c *writeCore) finish(at instant, h *hold) {
 		c.maybeRelease(h)
 		return
 	}
-	if len(ms) == 0 && c.mem.cancelled.take(key, at.wall) {
+	if len(ms) == 0 && c.mem.cancelled.take(key, c.edge.now().wall) {
 		// No live registration pairs with it and decode cancelled the
 		// one that would have: nothing will be written.
 		c.matcher.Cancel(h.id)
@@ -265,14 +276,13 @@ func (c *writeCore) startWrite(pr *pendingReg, h *hold) {
 }
 
 // pollWrites checks every WRITE in flight once.
-func (c *writeCore) pollWrites(at instant) {
-	c.at = at
+func (c *writeCore) pollWrites() {
 	if len(c.inflight) == 0 {
 		return
 	}
 	// Monotonic: no step of the configured clock ends a WRITE's time, nor
 	// the wait for the agent to let go of one that failed, early.
-	now := at.mono
+	now := c.edge.now().mono
 	still := c.inflight[:0]
 	for _, wr := range c.inflight {
 		if wr.cancelling {
@@ -352,7 +362,7 @@ func (c *writeCore) completeWrite(wr *write) {
 func (c *writeCore) failWrite(pr *pendingReg, h *hold, kind pushwire.FailKind, err error) {
 	c.log.Warn("pushconn: push failed", zap.String("request", h.id), zap.String("decode_request", pr.reg.RequestID),
 		zap.String("step", string(kind)), zap.Error(err))
-	c.out.fail(c.at.wall, pr.sender, pr.reg, kind, err.Error())
+	c.out.fail(pr.sender, pr.reg, kind, err.Error())
 	c.endWrite(pr, h)
 }
 
@@ -376,9 +386,8 @@ func (c *writeCore) maybeRelease(h *hold) {
 
 // expire ends registrations that waited too long (decode hears why) and
 // releases finished blocks whose lease ran out.
-func (c *writeCore) expire(at instant) {
-	c.at = at
-	regs, fins := c.matcher.Expire(at.wall)
+func (c *writeCore) expire() {
+	regs, fins := c.matcher.Expire(c.edge.now().wall)
 	for _, r := range regs {
 		r.Reg.peer.refs--
 		if r.Reg.peer.payload != nil && !r.Reg.sameInstance() {
@@ -386,7 +395,7 @@ func (c *writeCore) expire(at instant) {
 			continue
 		}
 		c.push.unmatchedExp.Inc()
-		c.out.fail(c.at.wall, r.Sender, r.Reg.reg, pushwire.FailExpired,
+		c.out.fail(r.Sender, r.Reg.reg, pushwire.FailExpired,
 			fmt.Sprintf("request did not finish on prefill within the registration timeout (%v)", c.cfg.registrationTimeout))
 	}
 	for _, f := range fins {
@@ -401,8 +410,7 @@ func (c *writeCore) expire(at instant) {
 // leaves the matcher, matched WRITEs that have not started are failed
 // (PUSH_FAIL "aborted"), those in flight may end, and the blocks are freed
 // once none is.
-func (c *writeCore) abort(at instant, id string) {
-	c.at = at
+func (c *writeCore) abort(id string) {
 	h := c.holds[id]
 	if h == nil || h.released {
 		return
@@ -423,44 +431,42 @@ func (c *writeCore) abort(at instant, id string) {
 // finished request of this rank that still waits for its registration
 // under one of those ids (exactly, as vLLM's prefill looks them up) keeps
 // its blocks until at least now plus two thirds of the lease.
-func (c *writeCore) onHeartbeat(at instant, sender string, msg []byte) {
-	c.at = at
+func (c *writeCore) onHeartbeat(sender string, msg []byte) {
 	ids, err := notif.DecodeHeartbeat(msg)
 	if err != nil {
 		c.stats.MalformedNotifications.Inc()
 		c.log.Debug("pushconn: dropped a malformed heartbeat", zap.String("sender", sender), zap.Error(err))
 		return
 	}
-	if n := c.matcher.Extend(at.wall.Add(heartbeatExtension(c.cfg.lease)), ids...); n > 0 {
+	if n := c.matcher.Extend(c.edge.now().wall.Add(heartbeatExtension(c.cfg.lease)), ids...); n > 0 {
 		c.push.leaseExtended.Add(uint64(n))
 	}
 }
 
 // shutdown ends everything after the poller stopped: WRITEs in flight are
 // cancelled, waiting registrations told, every held request freed.
-func (c *writeCore) shutdown(at instant) {
-	c.at = at
+func (c *writeCore) shutdown() {
 	const why = "prefill rank closed"
 	for _, wr := range c.inflight {
 		c.edge.cancel(wr)
 		c.stats.FailedTransfers.Inc()
-		c.out.fail(c.at.wall, wr.reg.sender, wr.reg.reg, pushwire.FailClosed, why)
+		c.out.fail(wr.reg.sender, wr.reg.reg, pushwire.FailClosed, why)
 		wr.hold.writes--
 	}
 	c.inflight = nil
 	regs, fins := c.matcher.Flush()
 	for _, r := range regs {
-		c.out.fail(c.at.wall, r.Sender, r.Reg.reg, pushwire.FailClosed, why)
+		c.out.fail(r.Sender, r.Reg.reg, pushwire.FailClosed, why)
 	}
 	for _, f := range fins {
 		f.Fin.inMatcher = false
 	}
 	for _, de := range c.peers.byKey {
 		for _, r := range de.parked {
-			c.out.fail(c.at.wall, r.sender, r.reg, pushwire.FailClosed, why)
+			c.out.fail(r.sender, r.reg, pushwire.FailClosed, why)
 		}
 		for _, r := range de.rewrites {
-			c.out.fail(c.at.wall, r.reg.sender, r.reg.reg, pushwire.FailClosed, why)
+			c.out.fail(r.reg.sender, r.reg.reg, pushwire.FailClosed, why)
 			r.hold.writes--
 		}
 		de.parked, de.rewrites = nil, nil

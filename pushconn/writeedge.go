@@ -60,6 +60,12 @@ type writeEdge interface {
 	cancel(wr *write)
 	// free hands request id's blocks back to the engine.
 	free(id string)
+	// now reads the rank's clocks: wall, the configured clock
+	// (registration deadlines, the lease, the memories), and mono, the
+	// monotonic one (WRITE timeouts; the edge stamps a WRITE's deadline
+	// as it posts it). The core reads them at the moment a deadline counts
+	// from, after any I/O before it.
+	now() instant
 }
 
 // postOutcome is what became of a WRITE the edge was asked to post.

@@ -40,9 +40,6 @@ func newWriter(p *Producer) error {
 	return err
 }
 
-// at reads the rank's clocks for the core.
-func (p *Producer) at() instant { return instant{wall: p.now(), mono: p.mono()} }
-
 // busy keeps the poller at its 1 ms period only while finished blocks wait
 // for a registration or WRITEs are in flight.
 func (w *writer) busy() bool { return w.core.busy() }
@@ -55,28 +52,8 @@ func (w *writer) tick() {
 	finished, shakes, aborts := p.finished, p.shakes, p.aborts
 	p.finished, p.shakes, p.aborts = nil, nil, nil
 	p.mu.Unlock()
-	c := w.core
-	for _, s := range shakes {
-		c.handshakeDone(p.at(), s)
-	}
-	for _, h := range finished {
-		c.finish(p.at(), h)
-	}
-	for _, id := range aborts {
-		c.abort(p.at(), id)
-	}
-	c.pollWrites(p.at())
-	c.peers.unloadWhenIdle()
-	c.expire(p.at())
+	w.core.tick(shakes, finished, aborts)
 }
-
-func (w *writer) onRegistration(sender string, msg []byte) {
-	w.core.onRegistration(w.p.at(), sender, msg)
-}
-
-func (w *writer) onCancel(sender string, msg []byte) { w.core.onCancel(w.p.at(), sender, msg) }
-
-func (w *writer) onHeartbeat(sender string, msg []byte) { w.core.onHeartbeat(w.p.at(), sender, msg) }
 
 // onStray counts notifications a prefill rank never expects.
 func (w *writer) onStray(sender string, msg []byte) {
@@ -85,7 +62,7 @@ func (w *writer) onStray(sender string, msg []byte) {
 }
 
 // shutdown ends everything after the poller stopped (writeCore.shutdown).
-func (w *writer) shutdown() { w.core.shutdown(w.p.at()) }
+func (w *writer) shutdown() { w.core.shutdown() }
 
 // ---- the core's edge, on the rank's agent ----------------------------------
 
@@ -120,6 +97,9 @@ func (w *writer) unloadMD(agent string) error { return w.p.cfg.Agent.InvalidateR
 func (w *writer) aborted(id string) bool { return w.p.isAborted(id) }
 
 func (w *writer) free(id string) { w.p.free(id) }
+
+// now reads the rank's clocks for the core.
+func (w *writer) now() instant { return instant{wall: w.p.now(), mono: w.p.mono()} }
 
 // post maps the request's blocks onto decode's and posts the WRITE with
 // completion msg (writeEdge.post).
