@@ -18,18 +18,19 @@ import (
 
 // decodeCore is a decode rank's push protocol around its tracker, as a
 // state machine: fed the requests registered since its last round, the
-// handshakes that finished, prefill's notifications (completion, PUSH_FAIL,
-// PUSH_CANCEL_ACK) and the clock, it routes registrations behind their prefill engine's
-// handshake, sends them, counts what prefill answers, sends the cancels
-// the tracker orders and judges a prefill rank that a send found gone. It
-// acts only through its edge (decodeEdge: notify a prefill agent, start a
-// handshake, load and unload agent metadata, signal results) and runs no
-// goroutine and reads no clock but its edge's. The tracker is shared with the engine's
-// calls (Register, Abort, Drain): the core brackets every access to it
-// with its edge's lock and unlock, which the Consumer backs with its mutex
-// (so that no I/O happens under it) and the simulation with nothing. The
-// Consumer's poller goroutine feeds it (consumer.go), and the
-// deterministic simulation (sim_test.go) feeds this same code.
+// handshakes that finished and prefill's notifications (completion,
+// PUSH_FAIL, PUSH_CANCEL_ACK), it routes registrations behind their
+// prefill engine's handshake, sends them, counts what prefill answers,
+// sends the cancels the tracker orders, and judges a prefill rank that a
+// send found gone. It acts only through its edge (decodeEdge: notify a
+// prefill agent, start a handshake, load and unload agent metadata, read
+// the rank's clocks, signal results); it runs no goroutine and reads no
+// clock but its edge's. The tracker is shared with the engine's calls
+// (Register, Abort, Drain): the core brackets every access to it with its
+// edge's lock and unlock, which the Consumer backs with its mutex (never
+// held over I/O) and the simulation with nothing. The Consumer's poller
+// goroutine feeds it (consumer.go), and the deterministic simulation
+// (sim_test.go) feeds this same code.
 type decodeCore struct {
 	cfg     decodeConfig
 	edge    decodeEdge
@@ -70,6 +71,8 @@ type decodePeer struct {
 	suspectWhy     error
 }
 
+// shakeResult is a handshake's answer for the peer of key, on either side
+// (the writer core's decode engines, the decode core's prefill engines).
 type shakeResult struct {
 	key     string
 	payload *handshake.Payload
