@@ -111,12 +111,12 @@ func TestThousandConcurrentRequests(t *testing.T) {
 				// Every registration's reference to its decode engine ended
 				// with it, or MaxPeers could never evict the engine.
 				require.NoError(t, p.Close()) // the writer's state is the test's now
-				require.Len(t, p.w.peers, 1)
-				for _, de := range p.w.peers {
+				require.Len(t, p.w.core.peers.byKey, 1)
+				for _, de := range p.w.core.peers.byKey {
 					require.Zero(t, de.refs)
 					require.True(t, de.idle())
 				}
-				require.Zero(t, p.w.parked)
+				require.Zero(t, p.w.core.peers.parked)
 			}
 		})
 	}

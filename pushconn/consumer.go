@@ -12,42 +12,14 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
-	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/lease"
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
-	"github.com/gonixl/gonixl/internal/vllm"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
-
-// Prefill names the prefill engine a request comes from, as the proxy
-// gives it to decode before prefill runs.
-type Prefill struct {
-	EngineID string
-	Host     string
-	Port     int
-	TPSize   int
-	PPSize   int
-}
-
-func (p Prefill) validate() error {
-	switch {
-	case p.EngineID == "":
-		return invalidf("Prefill.EngineID is empty")
-	case p.Host == "":
-		return invalidf("Prefill.Host is empty")
-	case p.Port < 1 || p.Port > 65535:
-		return invalidf("Prefill.Port is %d, want 1..65535", p.Port)
-	case p.TPSize < 1:
-		return invalidf("Prefill.TPSize is %d, want >= 1", p.TPSize)
-	case p.PPSize < 1:
-		return invalidf("Prefill.PPSize is %d, want >= 1", p.PPSize)
-	}
-	return nil
-}
 
 // Consumer is the decode side of the push connector for one TP rank: it
 // registers the rank's destination blocks with the prefill engine early
@@ -84,40 +56,14 @@ type Consumer struct {
 	inbox   []*decodeReq
 	shakes  []shakeResult
 
-	// Poller goroutine only.
-	peers map[string]*decodePeer
+	// core is the rank's protocol around the tracker; the poller
+	// goroutine feeds it.
+	core *decodeCore
 
 	// pool and stage are the staging slots and counters (nil without
 	// RankConfig.Staging).
 	pool  *staging.Pool
 	stage *staging.Counters
-}
-
-// decodePeer is a prefill engine as one decode rank sees it, keyed by its
-// engine id and side-channel address only: the TP and PP sizes a request
-// names are checked against the payload, request by request, and never
-// stand for the engine.
-type decodePeer struct {
-	prefill Prefill // EngineID, Host and Port only
-	payload *handshake.Payload
-	sources []string // agent names of the prefill ranks that write here
-	busy    bool     // handshake in flight
-	waiting []*decodeReq
-	// lastUsed is when a request was last routed to it
-	// (RankConfig.EngineTTL).
-	lastUsed time.Time
-	// suspect is the payload of an incarnation a send found disconnected,
-	// with its agents and the send's error, while a probe handshake
-	// decides whether it is gone (prefillgone.go); nil otherwise.
-	suspect        *handshake.Payload
-	suspectSources []string
-	suspectWhy     error
-}
-
-type shakeResult struct {
-	key     string
-	payload *handshake.Payload
-	err     error
 }
 
 // NewConsumer starts a decode rank: it registers the layout's memory with
@@ -139,7 +85,6 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		log:     cfg.Log(e.ID(), "decode"),
 		stats:   stats.New(),
 		tracker: newTracker(cfg.RegistrationTimeout, cfg.CancelTimeout),
-		peers:   map[string]*decodePeer{},
 		ready:   make(chan struct{}, 1),
 	}
 	c.tracker.recompute = cfg.FailurePolicy == connector.PolicyRecompute
@@ -160,12 +105,17 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		c.incarnation = 0 // decode_incarnation is gonixl's own key
 	}
 	c.seq = rand.Uint64() >> 1 // far from wrapping to 0, which means "no seq"
+	c.core = &decodeCore{
+		cfg: decodeConfig{engineID: e.ID(), host: e.Host(), port: e.Port(), layout: &c.cfg.Layout, vllm: e.vllm(), incarnation: c.incarnation,
+			registrationTimeout: cfg.RegistrationTimeout, cancelTimeout: cfg.CancelTimeout, engineTTL: cfg.EngineTTL},
+		edge: (*consumerEdge)(c), log: c.log, stats: c.stats, push: c.push, stage: c.stage, tracker: c.tracker, peers: map[string]*decodePeer{},
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = cfg.Poller("pushconn", c.log, c.busy, c.tick)
-	c.poll.Handle(pushwire.FailPrefix, c.onFailure)
+	c.poll.Handle(pushwire.FailPrefix, c.core.onFailure)
 	c.poll.Handle(pushwire.RegPrefix, c.onStray)
 	c.poll.Handle(pushwire.CancelPrefix, c.onStray)
-	c.poll.Handle(pushwire.CancelAckPrefix, c.onCancelAck)
+	c.poll.Handle(pushwire.CancelAckPrefix, c.core.onCancelAck)
 	c.poll.Handle(pushwire.StagedPrefix, c.onStaged)
 	c.poll.Handle(pushwire.StagedChunkPrefix, c.onStagedChunk)
 	if e.vllm() {
@@ -177,7 +127,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		}
 	}
 	c.poll.Handle(notif.HeartbeatPrefix, c.onStray)
-	c.poll.Handle("", c.onCompletion)
+	c.poll.Handle("", c.core.onCompletion)
 	c.stopLog = engine.StartStatsLog(cfg.Logger, cfg.StatsInterval, c.stats, e.ID(), cfg.Layout.TPRank, "decode")
 	c.poll.Start()
 	return c, nil
@@ -317,7 +267,7 @@ func (c *Consumer) Close() error {
 	c.inbox = nil
 	cancels := c.tracker.takeCancels()
 	c.mu.Unlock()
-	c.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
+	c.core.sendCancels(cancels) // the poller has stopped: this goroutine owns the agent's sends now
 	c.engine.core.Withdraw(c.cfg.Layout.TPRank)
 	err := engine.Deregister(c.cfg.Agent, c.cfg.Layout, &c.cfg.Staging)
 	// With the memory deregistered no WRITE can land in it any more: the
@@ -356,367 +306,57 @@ func (c *Consumer) tick() {
 	inbox, shakes := c.inbox, c.shakes
 	c.inbox, c.shakes = nil, nil
 	c.mu.Unlock()
-
-	for _, s := range shakes {
-		c.handshakeDone(s)
-	}
-	for _, r := range inbox {
-		c.route(r)
-	}
-	c.mu.Lock()
-	n, gaveUp := c.tracker.expire(c.now())
-	cancels := c.tracker.takeCancels()
-	c.mu.Unlock()
-	if n > 0 {
-		c.push.timeouts.Add(uint64(n))
-	}
-	if gaveUp > 0 && c.engine.vllm() {
-		c.push.writeBound.Add(uint64(gaveUp))
-		c.log.Info("pushconn: released the blocks of failed requests once no WRITE of a prefill rank could still land (vLLM's protocol has no PUSH_CANCEL)",
-			zap.Int("requests", gaveUp), zap.Duration("registration_timeout", c.cfg.RegistrationTimeout), zap.Duration("cancel_timeout", c.cfg.CancelTimeout))
-	} else if gaveUp > 0 {
-		c.push.cancelTimeouts.Add(uint64(gaveUp))
-		c.log.Warn("pushconn: released the blocks of failed requests without every prefill rank's answer to PUSH_CANCEL",
-			zap.Int("requests", gaveUp), zap.Duration("cancel_timeout", c.cfg.CancelTimeout))
-	}
-	c.sendCancels(cancels)
-	c.mu.Lock()
-	ready := len(c.tracker.results) > 0
-	c.mu.Unlock()
-	if ready {
-		c.signal()
-	}
-}
-
-func peerKey(p Prefill) string { return fmt.Sprintf("%s@%s:%d", p.EngineID, p.Host, p.Port) }
-
-// route sends r's registrations if its prefill engine is known, else parks
-// it behind the engine's handshake.
-func (c *Consumer) route(r *decodeReq) {
-	key := peerKey(r.prefill)
-	p := c.peers[key]
-	if p == nil {
-		c.forgetStalePeers(c.cfg.Clock.Now())
-		p = &decodePeer{prefill: Prefill{EngineID: r.prefill.EngineID, Host: r.prefill.Host, Port: r.prefill.Port}}
-		c.peers[key] = p
-	}
-	p.lastUsed = c.cfg.Clock.Now()
-	if p.payload != nil {
-		c.send(p, r)
-		return
-	}
-	p.waiting = append(p.waiting, r)
-	if !p.busy {
-		p.busy = true
-		c.wg.Add(1)
-		go c.handshake(key, r.prefill)
-	}
-}
-
-func (c *Consumer) handshake(key string, pf Prefill) {
-	defer c.wg.Done()
-	payload, err := c.engine.core.Client().Get(c.ctx, pf.EngineID, c.engine.addr(pf.Host, pf.Port), pf.TPSize)
-	c.mu.Lock()
-	c.shakes = append(c.shakes, shakeResult{key: key, payload: payload, err: err})
-	c.mu.Unlock()
-	c.poll.Wake()
-}
-
-// handshakeDone checks a prefill engine's payload against this rank and
-// releases the requests that waited for it.
-func (c *Consumer) handshakeDone(s shakeResult) {
-	p := c.peers[s.key]
-	p.busy = false
-	// A probe first settles the requests of an incarnation it shows gone
-	// (unloading its agents' metadata) before the answer's agents load.
-	old := p.suspect
-	same := c.judgeSuspect(p, s)
-	err := s.err
-	if err != nil && c.ctx.Err() != nil {
-		// Close cancelled the handshake: the peer did not fail, and Close
-		// ends the requests that waited for it with ErrClosed.
-		p.waiting = nil
-		return
-	}
-	if err == nil {
-		p.sources, err = c.acceptPrefill(p.prefill, s.payload)
-	}
-	waiting := p.waiting
-	p.waiting = nil
-	if err != nil {
-		c.stats.FailedHandshakes.Inc()
-		c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
-		c.log.Warn("pushconn: handshake with prefill engine failed", zap.String("prefill", p.prefill.EngineID), zap.Error(err))
-		c.mu.Lock()
-		now := c.now()
-		for _, r := range waiting {
-			if c.tracker.live(r) {
-				c.tracker.fail(now, r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
-			}
-		}
-		c.mu.Unlock()
-		c.signal()
-		return
-	}
-	p.payload = s.payload
-	if same {
-		// The very ranks decode knew: requests sent under the old payload
-		// stay matched to it should they turn out gone later.
-		p.payload = old
-	}
-	for i, r := range waiting {
-		if p.payload == nil {
-			// A send found the agent disconnected and a probe runs: the
-			// rest wait for its answer.
-			p.waiting = append(p.waiting, waiting[i:]...)
-			break
-		}
-		c.send(p, r)
-	}
-	c.push.handshakes.Inc()
-}
-
-// acceptPrefill checks that the engine's layouts can write into this rank,
-// loads the metadata of the ranks that will write here and returns their
-// agent names. The sizes a request names are checked by send.
-func (c *Consumer) acceptPrefill(pf Prefill, pl *handshake.Payload) ([]string, error) {
-	ranks, err := stageSources(pf.EngineID, pl, &c.cfg.Layout)
-	if err != nil {
-		return nil, err
-	}
-	if c.engine.vllm() {
-		// vLLM's decode counts pp_size * max(1, prefill TP / decode TP)
-		// completions; the ranks that write here must be that many.
-		if want := vllm.PushCompletions(pl.PPSize, pl.TPSize, c.cfg.Layout.TPSize); want != len(ranks) {
-			return nil, fmt.Errorf("%w: prefill engine %q: %d of its ranks write into decode rank %d, vLLM's protocol counts %d completions", connector.ErrIncompatible, pf.EngineID, len(ranks), c.cfg.Layout.TPRank, want)
-		}
-	}
-	names := make([]string, 0, len(ranks))
-	for _, world := range ranks {
-		rk := &pl.Ranks[world]
-		name, err := loadPeerMD(c.cfg.Agent, rk.Agent, rk.Metadata)
-		if err != nil {
-			return nil, fmt.Errorf("%w: prefill engine %q rank %d: load agent metadata: %v", connector.ErrHandshake, pf.EngineID, world, err)
-		}
-		names = append(names, name)
-	}
-	return names, nil
-}
-
-// send registers r with every prefill rank that writes into this rank,
-// once its prefill sizes agree with the engine's handshake.
-func (c *Consumer) send(p *decodePeer, r *decodeReq) {
-	var wrong error
-	switch pl := p.payload; {
-	case r.prefill.TPSize != pl.TPSize:
-		wrong = invalidf("request %q: Prefill.TPSize is %d, prefill engine %q has TP size %d (its handshake)", r.id, r.prefill.TPSize, p.prefill.EngineID, pl.TPSize)
-	case r.prefill.PPSize != pl.PPSize:
-		wrong = invalidf("request %q: Prefill.PPSize is %d, prefill engine %q has PP size %d (its handshake)", r.id, r.prefill.PPSize, p.prefill.EngineID, pl.PPSize)
-	}
-	if wrong != nil {
-		c.mu.Lock()
-		if c.tracker.live(r) {
-			c.tracker.fail(c.now(), r.id, wrong)
-		}
-		c.mu.Unlock()
-		c.signal()
-		return
-	}
-	c.mu.Lock()
-	alive := c.tracker.expect(r, p.sources)
-	if alive {
-		r.regAt = c.mono()
-		r.via, r.viaSources = p.payload, p.sources
-	}
-	c.mu.Unlock()
-	if !alive {
-		return // ended while it waited (timeout, Abort)
-	}
-	reg := &pushwire.Registration{
-		RequestID:      r.id,
-		DecodeEngineID: c.engine.ID(),
-		DecodeHost:     c.engine.Host(),
-		DecodePort:     c.engine.Port(),
-		DecodeTPSize:   c.cfg.Layout.TPSize,
-		LocalBlockIDs:  r.blocks,
-		RemoteEngineID: p.prefill.EngineID,
-		RemoteHost:     p.prefill.Host,
-		RemotePort:     p.prefill.Port,
-		RemoteTPSize:   r.prefill.TPSize,
-		RemotePPSize:   r.prefill.PPSize,
-		TransferID:     r.transferID,
-
-		DecodeIncarnation: c.incarnation,
-		Seq:               r.seq,
-		Staging:           c.offerStaging(p, r),
-	}
-	msg, err := pushwire.EncodeRegistration(reg)
-	first := true // no agent has been handed the registration yet
-	if err == nil {
-		for _, agent := range p.sources {
-			// Counted as sent before the call: a notification the agent
-			// took may reach the rank even when the call reports an error.
-			// Checked and marked under one lock: a request that ended
-			// meanwhile (Abort, from the engine's goroutine) owes its
-			// PUSH_CANCEL to exactly the ranks marked so far, so no other
-			// rank may get the registration after it ended.
-			c.mu.Lock()
-			live := c.tracker.live(r)
-			if live {
-				c.tracker.sent(r, agent)
-			}
-			c.mu.Unlock()
-			if !live {
-				return
-			}
-			if err = c.cfg.Agent.GenNotif(agent, msg, nil); err != nil {
-				err = fmt.Errorf("%w to prefill agent %q: %w", ErrNotifySend, agent, err)
-				break
-			}
-			first = false
-			c.push.regsSent.Inc()
-		}
-	}
-	if err != nil {
-		c.stats.FailedNotifications.Inc()
-		if peerGone(err) && c.resendAfterProbe(p, r, first, err) {
-			return
-		}
-		c.mu.Lock()
-		if c.tracker.live(r) {
-			c.tracker.fail(c.now(), r.id, fmt.Errorf("pushconn: request %q: %w", r.id, err))
-		}
-		c.mu.Unlock()
-		c.signal()
-	}
-}
-
-// onCompletion handles "<request id>:<n>[#<seq>]" from a prefill rank
-// whose WRITE has landed.
-func (c *Consumer) onCompletion(sender string, msg []byte) {
-	comp, err := notif.DecodeSeqCompletion(msg)
-	if err != nil {
-		c.stats.MalformedNotifications.Inc()
-		c.log.Debug("pushconn: dropped a malformed notification", zap.String("sender", sender), zap.Error(err))
-		return
-	}
-	c.mu.Lock()
-	a := c.tracker.complete(c.now(), comp.ID, sender, comp.Seq)
-	c.mu.Unlock()
-	if c.stage != nil && a != arrivalUnknown && a != arrivalStranger && a != arrivalStale {
-		c.stage.Direct.Inc()
-	}
-	c.counted(sender, comp, a)
-}
-
-// counted acts on what completion comp from prefill agent sender did to
-// the tracker.
-func (c *Consumer) counted(sender string, comp notif.Completion, a arrival) {
-	switch a {
-	case arrivalStale:
-		c.push.staleCompletions.Inc()
-		c.log.Debug("pushconn: dropped a completion of another registration of the request id",
-			zap.String("sender", sender), zap.String("request", comp.ID), zap.Uint64("seq", comp.Seq))
-	case arrivalDone, arrivalReleased:
-		c.signal()
-	case arrivalSettled:
-	case arrivalLate:
-		c.stats.LateNotifications.Inc()
-	case arrivalUnknown, arrivalStranger, arrivalDuplicate:
-		c.stats.UnknownNotifications.Inc()
-	}
-}
-
-// onFailure handles a prefill rank's PUSH_FAIL: the request fails now.
-func (c *Consumer) onFailure(sender string, msg []byte) {
-	f, err := pushwire.DecodeFailure(msg)
-	if err != nil {
-		c.stats.MalformedNotifications.Inc()
-		c.log.Debug("pushconn: dropped a malformed PUSH_FAIL", zap.String("sender", sender), zap.Error(err))
-		return
-	}
-	c.push.failReceived.Inc()
-	c.mu.Lock()
-	var ended bool
-	now := c.now()
-	if c.tracker.isSource(f.RequestID, sender, f.Seq) {
-		ended = c.tracker.failFrom(now, f.RequestID, sender, &PushError{
-			RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason,
-		})
-	} else if _, live := c.tracker.reqs[f.RequestID]; !live {
-		// A rank of a request that already failed: it will not write.
-		switch c.tracker.settle(now, f.RequestID, sender, srcFailed, f.Seq) {
-		case arrivalSettled:
-			ended = true
-		case arrivalReleased:
-			ended = true
-			c.signal()
-		}
-		c.mu.Unlock()
-		if !ended {
-			c.stats.UnknownNotifications.Inc()
-		}
-		return
-	}
-	c.mu.Unlock()
-	if ended {
-		c.signal()
-		return
-	}
-	c.stats.UnknownNotifications.Inc()
-}
-
-// onCancelAck handles a prefill rank's PUSH_CANCEL_ACK: no WRITE of that
-// rank can land in the cancelled request's blocks any more.
-func (c *Consumer) onCancelAck(sender string, msg []byte) {
-	a, err := pushwire.DecodeCancelAck(msg)
-	if err != nil {
-		c.stats.MalformedNotifications.Inc()
-		c.log.Debug("pushconn: dropped a malformed PUSH_CANCEL_ACK", zap.String("sender", sender), zap.Error(err))
-		return
-	}
-	c.push.cancelAckReceived.Inc()
-	c.mu.Lock()
-	res := c.tracker.ack(c.now(), a.RequestID, sender, a.Seq)
-	c.mu.Unlock()
-	switch res {
-	case arrivalReleased:
-		c.signal()
-	case arrivalSettled, arrivalLate:
-	default:
-		c.stats.UnknownNotifications.Inc()
-	}
-}
-
-// sendCancels tells prefill ranks that still may hold a failed request's
-// registration to drop it. A PUSH_CANCEL that cannot be sent is counted
-// (and sent again later while the request drains).
-func (c *Consumer) sendCancels(orders []cancelOrder) {
-	for _, o := range orders {
-		msg, err := pushwire.EncodeCancel(&pushwire.Cancel{
-			RequestID: o.id, TransferID: o.transferID, EngineID: c.engine.ID(), Rank: c.cfg.Layout.TPRank, Seq: o.seq,
-		})
-		for _, agent := range o.agents {
-			sendErr := err
-			if sendErr == nil {
-				sendErr = c.cfg.Agent.GenNotif(agent, msg, nil)
-			}
-			if sendErr != nil {
-				c.push.cancelUndeliver.Inc()
-				c.stats.FailedNotifications.Inc()
-				c.log.Debug("pushconn: could not send PUSH_CANCEL", zap.String("request", o.id), zap.String("to", agent), zap.Error(sendErr))
-				if peerGone(sendErr) {
-					c.cancelUndeliverable(o.id, sendErr)
-				}
-				continue
-			}
-			c.push.cancelSent.Inc()
-		}
-	}
+	c.core.tick(shakes, inbox)
 }
 
 // onStray counts notifications that a decode rank never expects.
 func (c *Consumer) onStray(sender string, msg []byte) {
 	c.stats.UnknownNotifications.Inc()
 	c.log.Debug("pushconn: dropped a notification decode does not expect", zap.String("sender", sender), zap.Int("bytes", len(msg)))
+}
+
+// consumerEdge is the Consumer as its decode core's edge (decodeEdge): its
+// mutex, its agent, its handshake client and goroutines, its staging
+// slots.
+type consumerEdge Consumer
+
+func (e *consumerEdge) consumer() *Consumer { return (*Consumer)(e) }
+
+func (e *consumerEdge) lock()   { e.mu.Lock() }
+func (e *consumerEdge) unlock() { e.mu.Unlock() }
+
+func (e *consumerEdge) notify(to string, msg []byte) error { return e.cfg.Agent.GenNotif(to, msg, nil) }
+
+// handshake fetches prefill engine pf's payload in the background; the
+// result reaches the core at the next tick.
+func (e *consumerEdge) handshake(key string, pf Prefill) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		payload, err := e.engine.core.Client().Get(e.ctx, pf.EngineID, e.engine.addr(pf.Host, pf.Port), pf.TPSize)
+		e.mu.Lock()
+		e.shakes = append(e.shakes, shakeResult{key: key, payload: payload, err: err})
+		e.mu.Unlock()
+		e.poll.Wake()
+	}()
+}
+
+func (e *consumerEdge) forgetHandshake(pf Prefill) {
+	e.engine.core.Client().Forget(pf.EngineID, e.engine.addr(pf.Host, pf.Port))
+}
+
+func (e *consumerEdge) loadMD(agent string, md []byte) (string, error) {
+	return loadPeerMD(e.cfg.Agent, agent, md)
+}
+
+func (e *consumerEdge) unloadMD(agent string) error { return e.cfg.Agent.InvalidateRemoteMD(agent) }
+
+func (e *consumerEdge) closing() bool { return e.ctx.Err() != nil }
+
+func (e *consumerEdge) signal() { e.consumer().signal() }
+
+func (e *consumerEdge) now() instant { return e.consumer().now() }
+
+func (e *consumerEdge) stagingOffer(p *decodePeer, r *decodeReq) *pushwire.Staging {
+	return e.consumer().offerStaging(p, r)
 }

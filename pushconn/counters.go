@@ -1,6 +1,9 @@
 package pushconn
 
-import "github.com/gonixl/gonixl/internal/stats"
+import (
+	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/pushconn/internal/match"
+)
 
 // pushCounters are the counters the push connector keeps besides the
 // shared ones; both sides register all of them so their lines read alike.
@@ -99,5 +102,17 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		unloadFailed: s.Counter("prefill_unload_failed", "Prefill agents found dead whose metadata could not be unloaded: their requests keep their blocks until the cancel timeout (decode)."),
 
 		decodeRestarts: s.Counter("decode_restarts", "Decode engines found restarted at the same address (a fresh handshake showed other agents or incarnations): handshook with the new instance, the old agents' metadata unloaded, the old instance's registrations dropped unwritten (prefill)."),
+	}
+}
+
+// countMatch counts a match by how it paired.
+func (pc *pushCounters) countMatch(k match.Kind) {
+	switch k {
+	case match.ByExactID:
+		pc.matchedExact.Inc()
+	case match.ByStrippedID:
+		pc.matchedStrip.Inc()
+	case match.ByTransferID:
+		pc.matchedXferID.Inc()
 	}
 }

@@ -1,13 +1,10 @@
 package pushconn
 
 import (
-	"errors"
 	"slices"
 	"strings"
 
 	"go.uber.org/zap"
-
-	"github.com/gonixl/gonixl/nixl"
 )
 
 // A prefill rank finds a decode engine restarted (killed, then started
@@ -41,24 +38,24 @@ import (
 // payload and waits for a fresh handshake (which admits it again). It
 // reports whether it took r; otherwise admit goes on, and refuses r as
 // misdirected.
-func (w *writer) strangerSender(de *decodeEngine, r parkedReg) bool {
+func (ps *decodePeers) strangerSender(de *decodeEngine, r parkedReg) bool {
 	inc := r.reg.DecodeIncarnation
 	if slices.Contains(de.dead, r.sender) || (inc != 0 && slices.Contains(de.retired, inc)) {
 		// A late registration of an instance that is gone: a PUSH_FAIL
 		// would go nowhere (or to an agent that took the name since).
-		w.dropStale(&pendingReg{reg: r.reg, sender: r.sender, peer: de, incarnation: inc}, nil)
+		ps.stale(&pendingReg{reg: r.reg, sender: r.sender, peer: de, incarnation: inc})
 		return true
 	}
 	if r.refetched || de.names(r.sender) {
 		return false
 	}
-	w.p.log.Info("pushconn: registration from a decode agent the cached handshake does not name: handshaking again (the engine may have restarted)",
+	ps.log.Info("pushconn: registration from a decode agent the cached handshake does not name: handshaking again (the engine may have restarted)",
 		zap.String("decode", de.engineID), zap.String("addr", de.addr), zap.String("sender", r.sender),
 		zap.String("decode_request", r.reg.RequestID))
-	w.forget(de)
+	ps.forget(de)
 	r.refetched = true
-	w.park(de, r)
-	w.handshake(de)
+	ps.park(de, r)
+	ps.handshake(de)
 	return true
 }
 
@@ -75,8 +72,8 @@ func (de *decodeEngine) names(agent string) bool {
 // noteRestart compares the payload a handshake just accepted for de with
 // the one forget dropped before it: other agents or incarnations mean the
 // engine restarted. The agents gone with it are remembered as dead and
-// their metadata unloaded.
-func (w *writer) noteRestart(de *decodeEngine) {
+// their metadata unloaded (once no WRITE into them is in flight).
+func (ps *decodePeers) noteRestart(de *decodeEngine) {
 	prev, prevTargets := de.prev, de.prevTargets
 	de.prev, de.prevTargets = nil, nil
 	if prev == nil {
@@ -98,8 +95,8 @@ func (w *writer) noteRestart(de *decodeEngine) {
 	if len(why) == 0 {
 		return // the same instance: only its metadata had been dropped
 	}
-	w.p.push.decodeRestarts.Inc()
-	w.p.log.Warn("pushconn: decode engine restarted: handshook with its new instance; what the old one registered is dropped unwritten",
+	ps.push.decodeRestarts.Inc()
+	ps.log.Warn("pushconn: decode engine restarted: handshook with its new instance; what the old one registered is dropped unwritten",
 		zap.String("decode", de.engineID), zap.String("addr", de.addr), zap.Strings("old_agents", sortedAgents(prevTargets)),
 		zap.Strings("new_agents", sortedAgents(de.targets)), zap.String("reason", strings.Join(why, "; ")))
 	for _, agent := range gone {
@@ -114,46 +111,17 @@ func (w *writer) noteRestart(de *decodeEngine) {
 		de.dead = append(de.dead[:0], de.dead[n:]...)
 	}
 	if len(de.unload) > 0 {
-		if w.unloading == nil {
-			w.unloading = map[*decodeEngine]bool{}
+		if ps.unloading == nil {
+			ps.unloading = map[*decodeEngine]bool{}
 		}
-		w.unloading[de] = true
-		w.unloadWhenIdle()
-	}
-}
-
-// unloadWhenIdle unloads the metadata of dead decode agents that no WRITE
-// in flight uses any more (NIXL must not lose an agent's metadata under a
-// transfer it still holds). An agent that another decode engine entry of
-// this rank writes into (the same engine under another host spelling) is
-// left to that entry.
-func (w *writer) unloadWhenIdle() {
-	for de := range w.unloading {
-		kept := de.unload[:0]
-		for _, agent := range de.unload {
-			switch {
-			case w.writingInto(agent):
-				kept = append(kept, agent)
-			case w.writesInto(agent):
-			default:
-				err := w.p.cfg.Agent.InvalidateRemoteMD(agent)
-				if err != nil && !errors.Is(err, nixl.ErrNotFound) {
-					w.p.log.Warn("pushconn: could not unload a dead decode agent's metadata",
-						zap.String("decode", de.engineID), zap.String("agent", agent), zap.Error(err))
-				}
-			}
-		}
-		clear(de.unload[len(kept):])
-		de.unload = kept
-		if len(kept) == 0 {
-			delete(w.unloading, de)
-		}
+		ps.unloading[de] = true
+		ps.unloadWhenIdle()
 	}
 }
 
 // writingInto reports whether a WRITE into agent is in flight.
-func (w *writer) writingInto(agent string) bool {
-	for _, wr := range w.inflight {
+func (ps *decodePeers) writingInto(agent string) bool {
+	for _, wr := range *ps.inflight {
 		if wr.reg.sender == agent {
 			return true
 		}

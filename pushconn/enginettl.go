@@ -8,36 +8,36 @@ import "time"
 // their handshake dropped, so a later request handshakes again. It runs
 // when a request names an engine the rank does not know, as vLLM's does
 // before a handshake.
-func (c *Consumer) forgetStalePeers(now time.Time) {
-	ttl := c.cfg.EngineTTL
+func (d *decodeCore) forgetStalePeers(now time.Time) {
+	ttl := d.cfg.engineTTL
 	if ttl < 0 {
 		return
 	}
-	for key, p := range c.peers {
+	for key, p := range d.peers {
 		if p.busy || len(p.waiting) > 0 || now.Sub(p.lastUsed) <= ttl {
 			continue
 		}
-		c.mu.Lock()
-		used := c.tracker.usesPrefill(key)
-		c.mu.Unlock()
+		d.edge.lock()
+		used := d.tracker.usesPrefill(key)
+		d.edge.unlock()
 		if used {
 			continue
 		}
-		delete(c.peers, key)
-		c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+		delete(d.peers, key)
+		d.edge.forgetHandshake(p.prefill)
 		for _, agent := range p.sources {
-			if !c.notifiesAgent(agent) {
-				_ = c.cfg.Agent.InvalidateRemoteMD(agent) // loaded again by the next handshake
+			if !d.notifiesAgent(agent) {
+				_ = d.edge.unloadMD(agent) // loaded again by the next handshake
 			}
 		}
-		c.push.forgotten.Inc()
+		d.push.forgotten.Inc()
 	}
 }
 
 // notifiesAgent reports whether another known prefill engine writes from
 // agent (the same engine under another host spelling).
-func (c *Consumer) notifiesAgent(agent string) bool {
-	for _, p := range c.peers {
+func (d *decodeCore) notifiesAgent(agent string) bool {
+	for _, p := range d.peers {
 		for _, a := range p.sources {
 			if a == agent {
 				return true

@@ -40,8 +40,8 @@ import (
 // one is in flight or already judges that payload. It reports whether a
 // handshake will answer for the engine (requests parked in p.waiting are
 // then sent or failed by it). Poller goroutine only.
-func (c *Consumer) suspect(p *decodePeer, via *handshake.Payload, names []string, why error) bool {
-	if c.ctx.Err() != nil {
+func (d *decodeCore) suspect(p *decodePeer, via *handshake.Payload, names []string, why error) bool {
+	if d.edge.closing() {
 		return false // closing: no new handshake starts
 	}
 	if p.suspect == nil && via != nil {
@@ -51,10 +51,9 @@ func (c *Consumer) suspect(p *decodePeer, via *handshake.Payload, names []string
 		return true
 	}
 	p.payload, p.sources = nil, nil // new requests wait for the probe
-	c.engine.core.Client().Forget(p.prefill.EngineID, c.engine.addr(p.prefill.Host, p.prefill.Port))
+	d.edge.forgetHandshake(p.prefill)
 	p.busy = true
-	c.wg.Add(1)
-	go c.handshake(peerKey(p.prefill), Prefill{EngineID: p.prefill.EngineID, Host: p.prefill.Host, Port: p.prefill.Port, TPSize: tpOf(via)})
+	d.edge.handshake(peerKey(p.prefill), Prefill{EngineID: p.prefill.EngineID, Host: p.prefill.Host, Port: p.prefill.Port, TPSize: tpOf(via)})
 	return true
 }
 
@@ -70,67 +69,67 @@ func tpOf(pl *handshake.Payload) int {
 // their requests. It reports whether the answer describes the very ranks
 // decode knew (no rank replaced), so that the peer keeps its payload.
 // Poller goroutine only.
-func (c *Consumer) judgeSuspect(p *decodePeer, s shakeResult) (same bool) {
+func (d *decodeCore) judgeSuspect(p *decodePeer, s shakeResult) (same bool) {
 	old, names, why := p.suspect, p.suspectSources, p.suspectWhy
 	p.suspect, p.suspectSources, p.suspectWhy = nil, nil, nil
 	if old == nil {
 		return false
 	}
-	dead, reason := c.deadAgents(p, old, names, s)
+	dead, reason := d.deadAgents(p, old, names, s)
 	if len(dead) == 0 {
 		return s.err == nil
 	}
 	reason = fmt.Sprintf("prefill agent unreachable (%v); %s", why, reason)
 	gone := map[string]bool{}
 	for _, agent := range dead {
-		if c.otherPeerUses(p, agent) {
+		if d.otherPeerUses(p, agent) {
 			// Another entry for the engine (another spelling of its host)
 			// may have loaded the new incarnation under this name: a send
 			// under this entry's payload may have reached it.
 			continue
 		}
-		err := c.cfg.Agent.InvalidateRemoteMD(agent)
+		err := d.edge.unloadMD(agent)
 		if err != nil && !errors.Is(err, nixl.ErrNotFound) {
-			c.push.unloadFailed.Inc()
-			c.log.Warn("pushconn: prefill rank looks gone but its agent's metadata could not be unloaded: its requests keep their blocks until the rank answers or the cancel timeout",
+			d.push.unloadFailed.Inc()
+			d.log.Warn("pushconn: prefill rank looks gone but its agent's metadata could not be unloaded: its requests keep their blocks until the rank answers or the cancel timeout",
 				zap.String("prefill", p.prefill.EngineID), zap.String("agent", agent), zap.String("reason", reason), zap.Error(err))
 			continue
 		}
 		gone[agent] = true
-		c.push.prefillGone.Inc()
+		d.push.prefillGone.Inc()
 	}
 	if len(gone) == 0 {
 		return false
 	}
 	goneErr := fmt.Errorf("%w: prefill engine %q: %s", errPrefillGone, p.prefill.EngineID, reason)
-	c.mu.Lock()
-	settled := c.tracker.prefillGone(c.now(), old, gone, goneErr)
-	c.mu.Unlock()
+	d.edge.lock()
+	settled := d.tracker.prefillGone(d.edge.now(), old, gone, goneErr)
+	d.edge.unlock()
 	for _, g := range settled {
 		msg := "pushconn: prefill rank is gone: failed the request (its blocks go back once no other prefill rank can write)"
 		if g.released {
 			msg = "pushconn: prefill rank is gone: released the ended request's blocks (its metadata is unloaded, no WRITE of it can land)"
 		}
-		c.log.Warn(msg, zap.String("request", g.id), zap.String("prefill", p.prefill.EngineID),
+		d.log.Warn(msg, zap.String("request", g.id), zap.String("prefill", p.prefill.EngineID),
 			zap.Strings("agents", g.agents), zap.String("reason", reason))
 	}
 	if len(settled) > 0 {
-		c.signal()
+		d.edge.signal()
 	}
 	return false
 }
 
 // deadAgents returns the agents of incarnation old (source agents names,
 // in stageSources order) that answer s shows gone, and why.
-func (c *Consumer) deadAgents(p *decodePeer, old *handshake.Payload, names []string, s shakeResult) ([]string, string) {
-	addr := c.engine.addr(p.prefill.Host, p.prefill.Port)
+func (d *decodeCore) deadAgents(p *decodePeer, old *handshake.Payload, names []string, s shakeResult) ([]string, string) {
+	addr := joinAddr(p.prefill.Host, p.prefill.Port)
 	if s.err != nil {
 		if errors.Is(s.err, syscall.ECONNREFUSED) {
 			return names, fmt.Sprintf("engine %q at %s refuses connections (nothing listens there: the engine is gone)", p.prefill.EngineID, addr)
 		}
 		return nil, ""
 	}
-	ranks, err := stageSources(p.prefill.EngineID, old, &c.cfg.Layout)
+	ranks, err := stageSources(p.prefill.EngineID, old, d.cfg.layout)
 	if err != nil || len(ranks) != len(names) {
 		return nil, ""
 	}
@@ -170,8 +169,8 @@ func replaced(old, fresh *handshake.Payload, w int) string {
 
 // otherPeerUses reports whether an engine entry other than p sends to
 // agent under its current handshake.
-func (c *Consumer) otherPeerUses(p *decodePeer, agent string) bool {
-	for _, q := range c.peers {
+func (d *decodeCore) otherPeerUses(p *decodePeer, agent string) bool {
+	for _, q := range d.peers {
 		if q == p {
 			continue
 		}
@@ -190,18 +189,18 @@ func (c *Consumer) otherPeerUses(p *decodePeer, agent string) bool {
 // had been handed the registration yet (first), r waits for the probe and
 // goes out once more, to whatever incarnation the probe finds (once per
 // request): it reports true then, and the caller leaves r alone.
-func (c *Consumer) resendAfterProbe(p *decodePeer, r *decodeReq, first bool, err error) bool {
+func (d *decodeCore) resendAfterProbe(p *decodePeer, r *decodeReq, first bool, err error) bool {
 	via, names := p.payload, p.sources
-	c.mu.Lock()
-	retry := first && !r.resent && c.tracker.live(r)
+	d.edge.lock()
+	retry := first && !r.resent && d.tracker.live(r)
 	if retry {
 		// Nothing reached a prefill rank: the request waits as if it had
 		// never been sent.
 		r.resent = true
 		r.sources, r.via, r.viaSources = nil, nil, nil
 	}
-	c.mu.Unlock()
-	if !c.suspect(p, via, names, err) {
+	d.edge.unlock()
+	if !d.suspect(p, via, names, err) {
 		return false
 	}
 	if retry {
@@ -213,9 +212,9 @@ func (c *Consumer) resendAfterProbe(p *decodePeer, r *decodeReq, first bool, err
 // cancelUndeliverable handles a PUSH_CANCEL of draining request id that
 // could not be sent, with a disconnect or not-found error err: the
 // incarnation its registration went to is suspect.
-func (c *Consumer) cancelUndeliverable(id string, err error) {
-	c.mu.Lock()
-	r := c.tracker.draining[id]
+func (d *decodeCore) cancelUndeliverable(id string, err error) {
+	d.edge.lock()
+	r := d.tracker.draining[id]
 	var (
 		via   *handshake.Payload
 		names []string
@@ -224,11 +223,11 @@ func (c *Consumer) cancelUndeliverable(id string, err error) {
 	if r != nil {
 		via, names, key = r.via, r.viaSources, peerKey(r.prefill)
 	}
-	c.mu.Unlock()
+	d.edge.unlock()
 	if via == nil {
 		return
 	}
-	if p := c.peers[key]; p != nil {
-		c.suspect(p, via, names, err)
+	if p := d.peers[key]; p != nil {
+		d.suspect(p, via, names, err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
-	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
@@ -62,7 +61,7 @@ type Producer struct {
 	closing   bool     // Close is releasing everything
 	lastFreed []string // freed by Close, published after DeregisterMem
 
-	w writer // poller goroutine only
+	w writer // the writer core and its shell: poller goroutine only
 
 	// pool, stage and model are the staging slots, counters and cost model
 	// (pool and stage nil without RankConfig.Staging).
@@ -83,10 +82,6 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := match.New[*pendingReg, *hold](match.Config{RegistrationTTL: cfg.RegistrationTimeout, FinishedTTL: cfg.Lease})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errInvalid, err)
-	}
 	p := &Producer{
 		engine:   e,
 		cfg:      cfg,
@@ -98,8 +93,9 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		world:    e.TPSize(), // vLLM's "world size" in the completion is the TP group's, with or without PP
 	}
 	p.push = newPushCounters(p.stats)
-	p.w = writer{p: p, matcher: m, holds: map[string]*hold{}, peers: map[string]*decodeEngine{}, lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
-		cancelledUnseen: newSeenRegs(seenCap), seqless: newSeqlessEnded(seqlessEndedCap)}
+	if err := newWriter(p); err != nil {
+		return nil, err
+	}
 	if cfg.Staging.Enabled() {
 		p.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
 		p.stage = staging.NewCounters(p.stats)
@@ -110,15 +106,15 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.poll = cfg.Poller("pushconn", p.log, p.w.busy, p.w.tick)
-	p.poll.Handle(pushwire.RegPrefix, p.w.onRegistration)
-	p.poll.Handle(pushwire.CancelPrefix, p.w.onCancel)
+	p.poll.Handle(pushwire.RegPrefix, p.w.core.onRegistration)
+	p.poll.Handle(pushwire.CancelPrefix, p.w.core.onCancel)
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
 	p.poll.Handle(pushwire.CancelAckPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)
 	if e.vllm() {
 		// vLLM's decode keeps finished blocks alive with heartbeats and
 		// never cancels (its protocol has no PUSH_CANCEL).
-		p.poll.Handle(notif.HeartbeatPrefix, p.w.onHeartbeat)
+		p.poll.Handle(notif.HeartbeatPrefix, p.w.core.onHeartbeat)
 		p.poll.Handle(pushwire.CancelPrefix, p.w.onStray)
 	}
 	p.poll.Handle("", p.w.onStray)
@@ -268,7 +264,7 @@ func (p *Producer) Close() error {
 	p.closing = true // the ids shutdown frees wait for the deregistration
 	p.mu.Unlock()
 	for _, h := range unseen {
-		p.w.holds[h.id] = h
+		p.w.core.holds[h.id] = h
 	}
 	p.w.shutdown()
 	p.engine.core.Withdraw(p.cfg.Layout.WorldRank())

@@ -16,29 +16,48 @@ package pushconn
 //  4. decode blocks are handed back exactly once.
 //
 // What is REAL code here (called exactly as the connector calls it):
-//   - decode: the tracker (tracker.go) — add, expect, sent, complete,
-//     ack, settle, isSource, fail, failFrom, expire, takeCancels, drain,
-//     onPublish — one per decode TP rank, and the PUSH_CANCEL resends and
-//     cancel timeouts it schedules;
-//   - prefill: match.Matcher (Register, Finish, Pending, Withdraw, Cancel,
-//     Expire), cancelledRegs, seenRegs (seen, cancelledUnseen),
-//     seqlessEnded and lapsed, one set per prefill TP rank;
+//   - prefill: the writer core (writeCore, writecore.go and its files:
+//     writeadmit.go, writepeers.go, notices.go, regmemory.go,
+//     decoderestart.go) — one per prefill TP rank, fed the events its
+//     shell (writer.go) feeds it: onRegistration, onCancel, and tick (the
+//     handshakes that ended, the requests that finished or were aborted,
+//     the WRITEs in flight, the deadlines); it reads the rank's clocks
+//     through its edge. That is the
+//     whole protocol of a prefill rank: the decode engine entry and its
+//     handshake (parked registrations, acks held for it, the payload's
+//     layout and incarnation checks), match.Matcher, admit, finish,
+//     startWrite, pollWrites with its "cancelling" state, failWrite,
+//     PUSH_FAIL, endWrite, maybeRelease, expire, cancel and its acks,
+//     abort, and the memories (cancelledRegs, seenRegs, seqlessEnded,
+//     lapsed);
+//   - decode: the decode core (decodeCore, decodecore.go, prefillgone.go,
+//     enginettl.go) with its tracker (tracker.go) — one per decode TP
+//     rank, fed as the Consumer feeds it: tick (the handshakes that ended,
+//     the requests registered since, expiry, the cancels the tracker
+//     orders) and onCompletion, onFailure, onCancelAck; it reads the
+//     rank's clocks through its edge. That is route behind a handshake,
+//     handshakeDone, send (each rank marked sent before its GenNotif, the
+//     request failed when a send fails), the tracker's counting, the
+//     PUSH_CANCEL resends and cancel timeouts, sendCancels; the Consumer's
+//     own calls around it (Register: tracker.add and the seq; Abort:
+//     tracker.fail; Drain) are a few lines here, as in consumer.go;
 //   - the wire: every notification is encoded and decoded with the real
 //     codecs (pushwire PUSH_REG / PUSH_CANCEL / PUSH_CANCEL_ACK / PUSH_FAIL,
 //     notif.EncodeSeqCompletion / DecodeSeqCompletion).
 //
-// What is MODELED (a small state machine in this file that follows the
-// rules of the real code, function by function, with the same names):
-//   - decode's Consumer glue (consumer.go): Register, route behind a
-//     handshake, send (marking each rank sent before its GenNotif, failing
-//     the request when a send fails), onCompletion, onFailure, onCancelAck,
-//     sendCancels, tick, Abort;
-//   - prefill's writer (writer.go) and Producer (producer.go):
-//     onRegistration, park/handshake/handshakeDone, admit, finish,
-//     startWrite, pollWrites (including the "cancelling" state of a WRITE
-//     the agent will not release yet), completeWrite, failWrite, sendFail,
-//     endWrite, maybeRelease, expire, onCancel/cancel, sendAck, abort,
-//     RequestFinished, Abort;
+// What is MODELED:
+//   - the writer core's edge (writeEdge, implemented by simPrefill): the
+//     agent's GenNotif (it fails until the decode agent's metadata is
+//     loaded, as a real agent's does), its WRITEs (post, XferStatus,
+//     ReleaseXferReq; below), the handshake client (a payload with every
+//     decode rank's layout, agent and incarnation, or a failure), and the
+//     Producer's queues and block table around the core (RequestFinished,
+//     Abort, free);
+//   - the decode core's edge (decodeEdge, implemented by simDecode): the
+//     agent's GenNotif to a prefill rank (it fails while the rank is down,
+//     and now and then reports an error although the message went), the
+//     handshake client (a payload with every prefill rank's layout and
+//     agent, or a failure), and no lock (nothing runs concurrently);
 //   - the NIXL agent: a WRITE's bytes land block by block while it moves;
 //     it completes (the completion notification rides it), fails in flight,
 //     hangs until the writer's timeout, fails to post, or completes at once;
@@ -59,7 +78,10 @@ package pushconn
 // Left out (each is tested elsewhere): staging, decode restarts and
 // incarnations (decode never restarts here, so no WRITE is retried after a
 // fresh handshake), the MaxPeers and MaxPendingRegistrations limits,
-// prefix hits (decode always registers every block), Close.
+// prefix hits (decode always registers every block), Close, vLLM's
+// protocol, and the probe of a prefill rank that a send found gone (a
+// failed send here is never the agent's disconnect error, so the decode
+// core's prefillgone.go runs no probe).
 //
 // Assumptions the model makes about its environment, which the protocol
 // rests on (documented in docs/push.md and doc.go):
@@ -84,7 +106,12 @@ package pushconn
 //
 // Two rule sets: currentRules (this revision) and legacyRules (main at
 // b6a750d, before 61c7e0a and c653a90), so that TestSimFindsLegacyPushHoles
-// shows the simulation finds the two holes those commits closed.
+// shows the simulation finds the two holes those commits closed. The old
+// rules are test-only switches in the production code the simulation
+// runs: writeCore.legacy.plainCompletions (a completion names no seq) and
+// regMemory.noSeqless (no memory of seq-less registrations) on prefill,
+// decodeCore.legacy.anySeqCompletion (a completion counts for whatever
+// registration of its id the rank holds) on decode.
 //
 // Configurations: the short one runs with go test; GONIXL_SIM=long runs at
 // least 100 seeds x 1,000,000 steps; GONIXL_SIM_SEED=<n> runs seed n only.
@@ -109,12 +136,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/notif"
+	"github.com/gonixl/gonixl/internal/stats"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
-	"github.com/gonixl/gonixl/pushconn/internal/match"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
@@ -218,9 +248,10 @@ func simAttackSeqless() simConfig {
 	return c
 }
 
-// simSources returns the prefill ranks that write into decode rank d, and
-// simTargets the decode ranks prefill rank p writes into (heads split
-// evenly, as descriptors.Sources and Targets do for TP sizes that divide).
+// simSources returns the prefill ranks that write into decode rank d (heads
+// split evenly, as descriptors.Sources does for TP sizes that divide; the
+// writer core finds the decode ranks it writes into with
+// descriptors.Targets, from simLayout's layouts).
 func simSources(preTP, decTP, d int) []int {
 	if preTP >= decTP {
 		r := preTP / decTP
@@ -231,18 +262,6 @@ func simSources(preTP, decTP, d int) []int {
 		return out
 	}
 	return []int{d / (decTP / preTP)}
-}
-
-func simTargets(preTP, decTP, p int) []int {
-	if preTP >= decTP {
-		return []int{p / (preTP / decTP)}
-	}
-	r := decTP / preTP
-	out := make([]int, r)
-	for i := range out {
-		out[i] = p*r + i
-	}
-	return out
 }
 
 func simDecodeName(r int) string  { return "decode-" + strconv.Itoa(r) }
@@ -442,6 +461,12 @@ func (w *simWorld) run(steps int) {
 		w.checkLiveness()
 	}
 	w.stats.steps = w.step
+	for _, p := range w.pre {
+		p.harvest()
+	}
+	for _, d := range w.dec {
+		d.harvest()
+	}
 }
 
 func (w *simWorld) handle(ev *simEvent) {
@@ -480,14 +505,13 @@ func (w *simWorld) handle(ev *simEvent) {
 	case evPrefillAbort:
 		w.prefillAbort(ev.att)
 	case evDecodeShake:
-		d := w.dec[ev.rank]
 		w.note("decode handshake ends", ev.rank, "", 0, b2i(ev.ok))
-		d.shakes = append(d.shakes, ev.ok)
+		w.dec[ev.rank].shakeDone(ev.key, ev.ok)
 	case evPrefillShake:
 		p := w.pre[ev.rank]
 		if p.up && p.inc == ev.inc {
 			w.note("prefill handshake ends", ev.rank, "", 0, b2i(ev.ok))
-			p.shakes = append(p.shakes, ev.ok)
+			p.shakeDone(ev.key, ev.ok)
 		}
 	case evLand:
 		ev.wr.landAt(ev.i)
@@ -504,6 +528,7 @@ func (w *simWorld) handle(ev *simEvent) {
 		w.schedule(&simEvent{at: w.now + w.rng.between(10*simMs, 500*simMs), kind: evRestart, rank: ev.rank})
 	case evRestart:
 		old := w.pre[ev.rank]
+		old.harvest()
 		w.pre[ev.rank] = newSimPrefill(w, ev.rank, old.inc+1)
 		w.note("prefill rank restarts empty", ev.rank, "", 0, int64(old.inc+1))
 		w.schedule(&simEvent{at: w.now + w.rng.between(w.cfg.crashEvery/2, 2*w.cfg.crashEvery), kind: evCrash, rank: w.rng.intn(w.cfg.preTP)})
@@ -660,7 +685,7 @@ func (w *simWorld) decodeAbort(a *simAttempt) {
 func (w *simWorld) prefillFinish(a *simAttempt) {
 	busy := false
 	for _, p := range w.pre {
-		busy = busy || p.up && (p.held[a.preID] != nil || len(p.free) < a.nblocks)
+		busy = busy || p.up && (p.held[a.preID] != nil || len(p.freeBlocks) < a.nblocks)
 	}
 	if busy {
 		if a.ftries++; a.ftries > 40 {
@@ -784,39 +809,54 @@ func (w *simWorld) checkLiveness() {
 	}
 }
 
-// ---- decode (the real tracker; the Consumer's glue modeled) ------------------
+// ---- decode (the real tracker and decode core; the engine and agent modeled)
 
+// simRegKey names a registration of one decode rank: a seq is never
+// reused, and a seq-less request's id never is (the assumptions above).
+type simRegKey struct {
+	id  string
+	seq uint64
+}
+
+// simDecode is one decode TP rank: the real decode core (decodeCore, with
+// the real tracker), fed as the Consumer feeds it, and the edge the core
+// acts through, modeled (simDecode implements decodeEdge: the agent, the
+// handshake client).
 type simDecode struct {
 	w       *simWorld
 	rank    int
 	name    string
+	core    *decodeCore
 	tr      *tracker
+	layout  descriptors.Layout
 	seq     uint64
 	inc     uint64
 	inbox   []*decodeReq
-	payload bool // handshake with prefill done
-	busy    bool
-	waiting []*decodeReq
-	shakes  []bool
+	shakes  []shakeResult
 	sources []int
-	srcName []string
 	parts   int
 	insts   map[*decodeReq]*simInst
-	out     []*simInst // published since the engine's last Drain
-	owner   []*simInst // per block: the request registered into it
-	content []int32    // per block and part: the tag of the bytes there (0: poison)
+	byReg   map[simRegKey]*simInst // every registration it sent, for the WRITEs prefill posts for them
+	out     []*simInst             // published since the engine's last Drain
+	owner   []*simInst             // per block: the request registered into it
+	content []int32                // per block and part: the tag of the bytes there (0: poison)
 }
 
 func newSimDecode(w *simWorld, r int) *simDecode {
 	d := &simDecode{w: w, rank: r, name: simDecodeName(r), tr: newTracker(time.Duration(simDecodeRT), time.Duration(simCancelTimeout)),
-		seq: w.rng.r.Uint64() >> 1, inc: w.rng.r.Uint64() | 1, insts: map[*decodeReq]*simInst{},
+		layout: simLayout(w.cfg.decTP, r), seq: w.rng.r.Uint64() >> 1, inc: w.rng.r.Uint64() | 1,
+		insts: map[*decodeReq]*simInst{}, byReg: map[simRegKey]*simInst{},
 		sources: simSources(w.cfg.preTP, w.cfg.decTP, r), owner: make([]*simInst, simBlocks)}
-	for _, p := range d.sources {
-		d.srcName = append(d.srcName, simPrefillName(p))
-	}
 	d.parts = len(d.sources)
 	d.content = make([]int32, simBlocks*d.parts)
 	d.tr.onPublish = d.publish
+	st := stats.New()
+	d.core = &decodeCore{
+		cfg: decodeConfig{engineID: "decode", host: "decode.sim", port: 5601, layout: &d.layout, incarnation: d.inc,
+			registrationTimeout: time.Duration(simDecodeRT), cancelTimeout: time.Duration(simCancelTimeout), engineTTL: connector.DefaultEngineTTL},
+		edge: d, log: zap.NewNop(), stats: st, push: newPushCounters(st), tracker: d.tr, peers: map[string]*decodePeer{},
+	}
+	d.core.legacy.anySeqCompletion = !w.rules.seqCompletions
 	return d
 }
 
@@ -843,6 +883,7 @@ func (d *simDecode) register(a *simAttempt, blocks []int) *simInst {
 		d.owner[b] = in
 	}
 	d.insts[r] = in
+	d.byReg[simRegKey{r.id, r.seq}] = in
 	w.live.push(in)
 	d.inbox = append(d.inbox, r)
 	w.note("decode Register (x: logical request)", d.rank, r.id, r.seq, int64(a.L))
@@ -859,26 +900,16 @@ func (d *simDecode) abort(in *simInst) {
 	}
 }
 
-// tick is Consumer.tick, then the engine's Drain.
+// tick is Consumer.tick (the decode core's tick), then the engine's Drain.
 func (d *simDecode) tick() {
 	w := d.w
-	shakes := d.shakes
-	d.shakes = nil
-	for _, ok := range shakes {
-		d.handshakeDone(ok)
+	shakes, inbox := d.shakes, d.inbox
+	d.shakes, d.inbox = nil, nil
+	gaveUp := d.core.push.cancelTimeouts.Load()
+	d.core.tick(shakes, inbox)
+	if n := d.core.push.cancelTimeouts.Load() - gaveUp; n > 0 {
+		w.note("decode gives up waiting for cancel answers (cancel timeout)", d.rank, "", 0, int64(n))
 	}
-	inbox := d.inbox
-	d.inbox = nil
-	for _, r := range inbox {
-		d.route(r)
-	}
-	n, gaveUp := d.tr.expire(w.decodeAt())
-	w.stats.regTimeouts += n
-	w.stats.cancelTimeouts += gaveUp
-	if gaveUp > 0 {
-		w.note("decode gives up waiting for cancel answers (cancel timeout)", d.rank, "", 0, int64(gaveUp))
-	}
-	d.sendCancels(d.tr.takeCancels())
 	d.tr.drain()
 	out := d.out
 	d.out = nil
@@ -887,91 +918,66 @@ func (d *simDecode) tick() {
 	}
 }
 
-// route is Consumer.route: send once the prefill engine is known.
-func (d *simDecode) route(r *decodeReq) {
-	if d.payload {
-		d.send(r)
-		return
-	}
-	d.waiting = append(d.waiting, r)
-	if !d.busy {
-		d.busy = true
-		w := d.w
-		w.schedule(&simEvent{at: w.now + w.rng.between(200*simUs, 3*simMs), kind: evDecodeShake, rank: d.rank, ok: !w.rng.chance(w.cfg.shakeFail)})
+// harvest adds what the rank's decode core counted to the run's totals.
+func (d *simDecode) harvest() {
+	c, s := d.core.push, &d.w.stats
+	s.stale += int(c.staleCompletions.Load())
+	s.regTimeouts += int(c.timeouts.Load())
+	s.cancelTimeouts += int(c.cancelTimeouts.Load())
+}
+
+// onMessage is the Consumer's poller dispatch: onCompletion, onFailure,
+// onCancelAck of the decode core.
+func (d *simDecode) onMessage(m *simMsg) {
+	sender := simPrefillName(m.from)
+	switch m.kind {
+	case simCompletion:
+		d.core.onCompletion(sender, m.b)
+	case simFail:
+		d.core.onFailure(sender, m.b)
+	case simCancelAck:
+		d.core.onCancelAck(sender, m.b)
 	}
 }
 
-// handshakeDone is Consumer.handshakeDone.
-func (d *simDecode) handshakeDone(ok bool) {
-	w := d.w
-	d.busy = false
-	waiting := d.waiting
-	d.waiting = nil
-	if !ok {
-		w.stats.handshakeFailures++
-		for _, r := range waiting {
-			if d.tr.live(r) {
-				d.tr.fail(w.decodeAt(), r.id, fmt.Errorf("pushconn: request %q: %w: simulated", r.id, connector.ErrHandshake))
-			}
-		}
-		return
-	}
-	d.payload = true
-	for _, r := range waiting {
-		d.send(r)
-	}
-}
+// ---- the decode core's edge, modeled ----
 
-// send is Consumer.send: the PUSH_REG goes to every source rank, each
-// marked sent before its GenNotif; a failed send fails the request.
-func (d *simDecode) send(r *decodeReq) {
-	w := d.w
-	if !d.tr.expect(r, d.srcName) {
-		return
-	}
-	reg := &pushwire.Registration{
-		RequestID: r.id, DecodeEngineID: "decode", DecodeHost: "decode.sim", DecodePort: 5601,
-		DecodeTPSize: w.cfg.decTP, LocalBlockIDs: r.blocks, RemoteEngineID: simPrefillCoords.EngineID,
-		RemoteHost: simPrefillCoords.Host, RemotePort: simPrefillCoords.Port, RemoteTPSize: w.cfg.preTP,
-		RemotePPSize: 1, TransferID: r.transferID, DecodeIncarnation: d.inc, Seq: r.seq,
-	}
-	b, err := pushwire.EncodeRegistration(reg)
-	if err != nil {
-		w.fail("model: encode PUSH_REG: %v", err)
-		return
-	}
-	in := d.insts[r]
-	for i, p := range d.sources {
-		if !d.tr.live(r) {
-			return
-		}
-		d.tr.sent(r, d.srcName[i])
-		if err = d.genNotif(&simMsg{kind: simReg, to: p, b: b, inst: in, id: r.id, seq: r.seq}); err != nil {
-			break
-		}
-	}
-	if err != nil && d.tr.live(r) {
-		d.tr.fail(w.decodeAt(), r.id, fmt.Errorf("pushconn: request %q: %w: %v", r.id, ErrNotifySend, err))
-	}
-}
+func (d *simDecode) lock()   {}
+func (d *simDecode) unlock() {}
 
 var errSimPeerGone = errors.New("simulated: the prefill rank is down")
 
-// genNotif is the decode agent's GenNotif to a prefill rank: an error when
-// the rank is down; otherwise, rarely, an error although the message may
-// still go out ("counted as sent before the call").
-func (d *simDecode) genNotif(m *simMsg) error {
+// notify is the decode agent's GenNotif to a prefill rank: an error when
+// the rank is down; otherwise, rarely for a PUSH_REG, an error although
+// the message may still go out ("counted as sent before the call").
+func (d *simDecode) notify(to string, msg []byte) error {
 	w := d.w
-	m.from = d.rank
-	p := w.pre[m.to]
-	if !p.up {
-		w.note("decode GenNotif fails: prefill rank down", m.to, m.id, m.seq, int64(m.kind))
+	p, _ := strconv.Atoi(to[len("prefill-"):])
+	m := &simMsg{from: d.rank, to: p, b: msg}
+	if strings.HasPrefix(string(msg), pushwire.CancelPrefix) {
+		c, err := pushwire.DecodeCancel(msg)
+		if err != nil {
+			w.fail("model: decode sent a PUSH_CANCEL it cannot decode: %v", err)
+			return nil
+		}
+		m.kind, m.id, m.seq = simCancel, c.RequestID, c.Seq
+	} else {
+		reg, err := pushwire.DecodeRegistration(msg)
+		if err != nil {
+			w.fail("model: decode sent a notification it cannot decode: %v", err)
+			return nil
+		}
+		m.kind, m.id, m.seq = simReg, reg.RequestID, reg.Seq
+	}
+	pre := w.pre[p]
+	if !pre.up {
+		w.note("decode GenNotif fails: prefill rank down", p, m.id, m.seq, int64(m.kind))
 		return errSimPeerGone
 	}
-	m.dstIn = p.inc
+	m.dstIn = pre.inc
 	if m.kind == simReg && w.rng.chance(w.cfg.notifFail) {
 		w.stats.notifFailures++
-		w.note("decode GenNotif reports an error", m.to, m.id, m.seq, int64(m.kind))
+		w.note("decode GenNotif reports an error", p, m.id, m.seq, int64(m.kind))
 		if w.rng.chance(0.5) {
 			w.send(m)
 		}
@@ -981,77 +987,36 @@ func (d *simDecode) genNotif(m *simMsg) error {
 	return nil
 }
 
-// sendCancels is Consumer.sendCancels.
-func (d *simDecode) sendCancels(orders []cancelOrder) {
-	for _, o := range orders {
-		b, err := pushwire.EncodeCancel(&pushwire.Cancel{RequestID: o.id, TransferID: o.transferID, EngineID: "decode", Rank: d.rank, Seq: o.seq})
-		if err != nil {
-			d.w.fail("model: encode PUSH_CANCEL: %v", err)
-			return
-		}
-		for _, agent := range o.agents {
-			p, _ := strconv.Atoi(agent[len("prefill-"):])
-			_ = d.genNotif(&simMsg{kind: simCancel, to: p, b: b, id: o.id, seq: o.seq}) // undeliverable: resent while it drains
-		}
-	}
-}
-
-// legacySeq is how b6a750d counted a completion, which named no
-// registration: for whatever registration of the id the rank holds, live
-// or draining. Passing that registration's seq to the real complete
-// reproduces it exactly (complete then counts it, and settle's seq check
-// passes as with b6a750d's seq 0).
-func (d *simDecode) legacySeq(id string) uint64 {
-	if r, ok := d.tr.reqs[id]; ok {
-		return r.seq
-	}
-	if r, ok := d.tr.draining[id]; ok {
-		return r.seq
-	}
-	return 0
-}
-
-// onMessage is the Consumer's poller dispatch: onCompletion, onFailure,
-// onCancelAck.
-func (d *simDecode) onMessage(m *simMsg) {
+// handshake is the handshake client's Get: it ends a little later, or
+// fails.
+func (d *simDecode) handshake(key string, _ Prefill) {
 	w := d.w
-	sender := simPrefillName(m.from)
-	now := w.decodeAt()
-	switch m.kind {
-	case simCompletion:
-		comp, err := notif.DecodeSeqCompletion(m.b)
-		if err != nil {
-			w.fail("model: decode completion %q: %v", m.b, err)
-			return
-		}
-		seq := comp.Seq
-		if !w.rules.seqCompletions {
-			seq = d.legacySeq(comp.ID)
-		}
-		if a := d.tr.complete(now, comp.ID, sender, seq); a == arrivalStale {
-			w.stats.stale++
-			w.note("decode: stale completion dropped", d.rank, comp.ID, comp.Seq, 0)
-		}
-	case simFail:
-		f, err := pushwire.DecodeFailure(m.b)
-		if err != nil {
-			w.fail("model: decode PUSH_FAIL: %v", err)
-			return
-		}
-		if d.tr.isSource(f.RequestID, sender, f.Seq) {
-			d.tr.failFrom(now, f.RequestID, sender, &PushError{RequestID: f.RequestID, EngineID: f.EngineID, Rank: f.Rank, Kind: string(f.Kind), Reason: f.Reason})
-		} else if _, live := d.tr.reqs[f.RequestID]; !live {
-			d.tr.settle(now, f.RequestID, sender, srcFailed, f.Seq)
-		}
-	case simCancelAck:
-		a, err := pushwire.DecodeCancelAck(m.b)
-		if err != nil {
-			w.fail("model: decode PUSH_CANCEL_ACK: %v", err)
-			return
-		}
-		d.tr.ack(now, a.RequestID, sender, a.Seq)
-	}
+	w.schedule(&simEvent{at: w.now + w.rng.between(200*simUs, 3*simMs), kind: evDecodeShake, rank: d.rank, key: key, ok: !w.rng.chance(w.cfg.shakeFail)})
 }
+
+// shakeDone is a handshake's result reaching the rank: prefill's payload,
+// with every prefill rank's layout and agent, or a failure.
+func (d *simDecode) shakeDone(key string, ok bool) {
+	w := d.w
+	if !ok {
+		w.stats.handshakeFailures++
+		d.shakes = append(d.shakes, shakeResult{key: key, err: fmt.Errorf("%w: simulated", connector.ErrHandshake)})
+		return
+	}
+	pl := &handshake.Payload{EngineID: simPrefillCoords.EngineID, TPSize: w.cfg.preTP, PPSize: 1, BlockSize: 16}
+	for p := range w.cfg.preTP {
+		pl.Ranks = append(pl.Ranks, handshake.Rank{TPRank: p, Agent: simPrefillName(p), Metadata: []byte(simPrefillName(p)), Layout: simLayout(w.cfg.preTP, p), Incarnation: 1})
+	}
+	d.shakes = append(d.shakes, shakeResult{key: key, payload: pl})
+}
+
+func (d *simDecode) forgetHandshake(Prefill)                                {}
+func (d *simDecode) loadMD(agent string, _ []byte) (string, error)          { return agent, nil }
+func (d *simDecode) unloadMD(string) error                                  { return nil }
+func (d *simDecode) closing() bool                                          { return false }
+func (d *simDecode) signal()                                                {}
+func (d *simDecode) now() instant                                           { return d.w.decodeAt() }
+func (d *simDecode) stagingOffer(*decodePeer, *decodeReq) *pushwire.Staging { return nil }
 
 // publish is the tracker's onPublish: the request's connector.Result goes out and
 // its blocks go back to the engine, which poisons them. Invariants 1, 3
@@ -1096,53 +1061,19 @@ func (d *simDecode) publish(r *decodeReq) {
 	d.out = append(d.out, in)
 }
 
-// ---- prefill (the real matcher and memories; the writer modeled) -------------
+// ---- prefill (the real writer core; the engine, agent and shell modeled) ----
 
-// simHold is writer.go's hold.
-type simHold struct {
-	id, tid   string
-	blocks    []int
-	finished  time.Time
-	writes    int
-	inMatcher bool
-	released  bool
-	att       *simAttempt
-}
-
-// simPending is writer.go's pendingReg, with the registering decode request
-// for the invariants.
-type simPending struct {
-	reg    *pushwire.Registration
-	sender string
-	srank  int
-	inst   *simInst
-}
-
-type simParked struct {
-	sender   string
-	srank    int
-	reg      *pushwire.Registration
-	received time.Time
-	inst     *simInst
-}
-
-type simAck struct {
-	to int
-	c  *pushwire.Cancel
-}
-
-// simWrite is writer.go's write plus the modeled agent's transfer.
+// simWrite is the modeled agent's transfer of one WRITE the real writer
+// core posted (its write).
 type simWrite struct {
-	p          *simPrefill
-	pr         *simPending
-	h          *simHold
-	src, dst   []int
-	part       int
-	deadline   time.Time
-	acks       []*pushwire.Cancel
-	cancelling bool
-	failErr    string
-	drainUntil time.Time
+	p        *simPrefill
+	wr       *write
+	inst     *simInst // the decode request it writes into
+	srank    int      // that request's decode rank
+	id       string
+	seq      uint64
+	src, dst []int
+	part     int
 	// The agent's side.
 	status   int8 // 0 moving, 1 completed, -1 failed
 	willFail bool
@@ -1152,59 +1083,82 @@ type simWrite struct {
 	released bool  // the agent let go: no byte moves any more
 	dead     bool  // its rank crashed
 	notif    []byte
+	// What the simulation counted of it.
+	timedOut, cancelling bool
 }
 
+// simPrefill is one prefill TP rank: the real writer core (writeCore,
+// with the real matcher and memories), fed as the Producer's shell feeds
+// it, and the edge the core acts through, modeled (simPrefill implements
+// writeEdge: the agent, the handshake client, the engine's blocks).
 type simPrefill struct {
 	w    *simWorld
 	rank int
 	name string
 	inc  int
 	up   bool
-	// Real structures, as NewProducer makes them.
-	m               *match.Matcher[*simPending, *simHold]
-	lapsed          *lapsed
-	cancelled       *cancelledRegs
-	seen            *seenRegs
-	cancelledUnseen *seenRegs
-	seqless         *seqlessEnded
-	// The writer's and Producer's state.
-	holds    map[string]*simHold
-	held     map[string]*simAttempt // Producer.held: ids given and not yet freed
+	core *writeCore
+	// cancelInFlight counts the PUSH_CANCELs of WRITEs in flight (the
+	// core keeps no counter of its own for them).
+	cancelInFlight int
+	// The Producer's state (its shell): ids given and not yet freed, the
+	// engine's aborts, and what the next tick hands the core.
+	held     map[string]*simAttempt
+	holdOf   map[string]*hold
 	aborting map[string]bool
-	finished []*simHold
+	finished []*hold
 	aborts   []string
-	shakes   []bool
-	inflight []*simWrite
-	targets  []int
-	// The one decode engine, as decodeEngine.
-	payload  bool // handshake done: decode's agents are loaded and reachable
-	busy     bool
-	parked   []simParked
-	ackQueue []simAck
+	shakes   []shakeResult
+	// The agent: WRITEs it holds, and the decode agents whose metadata it
+	// has loaded (a notification to any other fails with ErrNotFound).
+	writes map[*write]*simWrite
+	loaded map[string]bool
 	// The engine's memory on this rank.
-	content []int32
-	free    []int
-	holder  []*simHold
+	content    []int32
+	freeBlocks []int
+	holder     []*hold
 }
 
-func newSimPrefill(w *simWorld, rank, inc int) *simPrefill {
-	m, err := match.New[*simPending, *simHold](match.Config{RegistrationTTL: time.Duration(simPrefillRT), FinishedTTL: time.Duration(simLease)})
+// simLayout is a rank's KV layout for the real core's handshake checks
+// (descriptors.Compatible, Targets): 8 KV heads, split by TP.
+func simLayout(tp, rank int) descriptors.Layout {
+	g := descriptors.Geometry{Layers: 1, KVHeads: 8, HeadDim: 4, DType: "bfloat16", BlockSize: 16, Blocks: simBlocks, TPSize: tp}
+	l, err := g.Layout(nixl.DRAM, rank, nixl.Desc{Addr: 1 << 20, Len: g.RankBytes()})
 	if err != nil {
 		panic(err)
 	}
-	p := &simPrefill{w: w, rank: rank, name: simPrefillName(rank), inc: inc, up: true, m: m,
-		lapsed: newLapsed(expiredCap), cancelled: newCancelledRegs(cancelledCap), seen: newSeenRegs(seenCap),
-		cancelledUnseen: newSeenRegs(seenCap), seqless: newSeqlessEnded(seqlessEndedCap),
-		holds: map[string]*simHold{}, held: map[string]*simAttempt{}, aborting: map[string]bool{},
-		targets: simTargets(w.cfg.preTP, w.cfg.decTP, rank),
-		content: make([]int32, simBlocks), holder: make([]*simHold, simBlocks)}
+	return l
+}
+
+func newSimPrefill(w *simWorld, rank, inc int) *simPrefill {
+	p := &simPrefill{w: w, rank: rank, name: simPrefillName(rank), inc: inc, up: true,
+		held: map[string]*simAttempt{}, holdOf: map[string]*hold{}, aborting: map[string]bool{},
+		writes: map[*write]*simWrite{}, loaded: map[string]bool{},
+		content: make([]int32, simBlocks), holder: make([]*hold, simBlocks)}
 	for b := simBlocks - 1; b >= 0; b-- {
-		p.free = append(p.free, b)
+		p.freeBlocks = append(p.freeBlocks, b)
 	}
+	layout := simLayout(w.cfg.preTP, rank)
+	st := stats.New()
+	c, err := newWriteCore(writeConfig{
+		engineID: simPrefillCoords.EngineID, tpSize: w.cfg.preTP, ppSize: 1, world: w.cfg.preTP, layout: &layout,
+		registrationTimeout: time.Duration(simPrefillRT), writeTimeout: time.Duration(simWriteTimeout), lease: time.Duration(simLease),
+		engineTTL: connector.DefaultEngineTTL, maxPeers: DefaultMaxPeers, maxPending: DefaultMaxPendingRegistrations,
+	}, p, zap.NewNop(), st, newPushCounters(st))
+	if err != nil {
+		panic(err)
+	}
+	c.legacy.plainCompletions = !w.rules.seqCompletions
+	c.mem.noSeqless = !w.rules.seqlessMemory
+	p.core = c
 	return p
 }
 
-func (p *simPrefill) now() time.Time { return p.w.prefillNow() }
+// now is the rank's two clocks (the edge's now): the configured one,
+// which steps, and the monotonic one, which never does.
+func (p *simPrefill) now() instant {
+	return instant{wall: p.w.prefillNow(), mono: time.Unix(0, simEpoch+p.w.now)}
+}
 
 // crash: the rank's process dies. Its WRITEs stop (each remaining block may
 // land at the crash), its state is gone, and messages to it die with its
@@ -1215,14 +1169,15 @@ func (p *simPrefill) crash() {
 	}
 	w := p.w
 	w.stats.crashes++
-	w.note("prefill rank crashes", p.rank, "", 0, int64(len(p.inflight)))
-	for _, wr := range p.inflight {
-		for i := range wr.landed {
+	w.note("prefill rank crashes", p.rank, "", 0, int64(len(p.core.inflight)))
+	for _, wr := range p.core.inflight { // in the core's order: the seed's
+		sw := p.writes[wr]
+		for i := range sw.landed {
 			if w.rng.chance(0.3) {
-				wr.landAt(i)
+				sw.landAt(i)
 			}
 		}
-		wr.dead = true
+		sw.dead = true
 	}
 	p.up = false
 	ids := make([]string, 0, len(p.held))
@@ -1237,17 +1192,18 @@ func (p *simPrefill) crash() {
 
 // requestFinished is Producer.RequestFinished: the blocks hold L's bytes.
 func (p *simPrefill) requestFinished(a *simAttempt) {
-	h := &simHold{id: a.preID, tid: a.tid, finished: p.now(), att: a}
+	h := &hold{id: a.preID, transferID: a.tid, finished: p.now().wall}
 	for i := 0; i < a.nblocks; i++ {
-		j := p.w.rng.intn(len(p.free))
-		b := p.free[j]
-		p.free[j] = p.free[len(p.free)-1]
-		p.free = p.free[:len(p.free)-1]
+		j := p.w.rng.intn(len(p.freeBlocks))
+		b := p.freeBlocks[j]
+		p.freeBlocks[j] = p.freeBlocks[len(p.freeBlocks)-1]
+		p.freeBlocks = p.freeBlocks[:len(p.freeBlocks)-1]
 		p.content[b] = a.L
 		p.holder[b] = h
 		h.blocks = append(h.blocks, b)
 	}
 	p.held[a.preID] = a
+	p.holdOf[a.preID] = h
 	a.busy++
 	p.finished = append(p.finished, h)
 }
@@ -1262,44 +1218,18 @@ func (p *simPrefill) abortRequest(id string) {
 	p.w.note("prefill Abort", p.rank, id, 0, 0)
 }
 
-// free is Producer.free plus the engine's DrainFreed: the blocks go back
-// and are poisoned.
-func (p *simPrefill) freeHold(h *simHold) {
-	delete(p.held, h.id)
-	delete(p.aborting, h.id)
-	p.w.unbusy(h.att.simLogical)
-	p.w.stats.freedPrefill++
-	p.w.note("prefill frees blocks", p.rank, h.id, 0, int64(len(h.blocks)))
-	for _, b := range h.blocks {
-		if p.holder[b] != h {
-			p.w.fail("prefill rank %d frees block %d for %q twice", p.rank, b, h.id)
-			return
-		}
-		p.holder[b] = nil
-		p.content[b] = 0
-		p.free = append(p.free, b)
-	}
-}
-
+// tick is the shell's writer.tick: the core's round, with the handshakes
+// that ended and the requests that finished or were aborted since.
 func (p *simPrefill) tick() {
 	if !p.up {
 		return
 	}
 	shakes, finished, aborts := p.shakes, p.finished, p.aborts
 	p.shakes, p.finished, p.aborts = nil, nil, nil
-	for _, ok := range shakes {
-		p.handshakeDone(ok)
-	}
-	for _, h := range finished {
-		p.finish(h)
-	}
-	for _, id := range aborts {
-		p.abort(id)
-	}
-	p.pollWrites()
-	p.expire(p.now())
+	p.core.tick(shakes, finished, aborts)
 }
 
+// onMessage is the shell's poller dispatch.
 func (p *simPrefill) onMessage(m *simMsg) {
 	if !p.up || m.dstIn != p.inc {
 		p.w.note("net: dropped, its connection died with the rank", p.rank, m.id, m.seq, int64(m.kind))
@@ -1308,207 +1238,236 @@ func (p *simPrefill) onMessage(m *simMsg) {
 	sender := simDecodeName(m.from)
 	switch m.kind {
 	case simReg:
-		p.onRegistration(sender, m)
+		p.core.onRegistration(sender, m.b)
 	case simCancel:
-		p.onCancel(sender, m)
-	}
-}
-
-// onRegistration is writer.onRegistration.
-func (p *simPrefill) onRegistration(sender string, m *simMsg) {
-	w := p.w
-	reg, err := pushwire.DecodeRegistration(m.b)
-	if err != nil {
-		w.fail("model: prefill PUSH_REG: %v", err)
-		return
-	}
-	now := p.now()
-	if reg.Seq == 0 && w.rules.seqlessMemory {
-		switch p.seqless.copyOf(now, sender, reg) {
-		case copyOfEnded:
-			w.stats.seqlessDropped++
-			w.note("prefill: copy of an ended seq-less registration dropped", p.rank, reg.RequestID, 0, 0)
-			return
-		case copyCancelledFirst:
-			w.stats.cancelledFirst++
-			w.note("prefill: seq-less registration cancelled before it came, dropped", p.rank, reg.RequestID, 0, 0)
-			return
+		acks := p.acksOwed()
+		p.core.onCancel(sender, m.b)
+		if p.acksOwed() > acks {
+			p.w.stats.cancelInFlight++
+			p.cancelInFlight++
 		}
 	}
-	if reg.Seq != 0 && p.cancelledUnseen.has(now, sender, reg.RequestID, reg.TransferID, 0, reg.Seq) {
-		w.stats.cancelledFirst++
-		w.note("prefill: registration cancelled before it came, dropped", p.rank, reg.RequestID, reg.Seq, 0)
-		return
-	}
-	if reg.Seq != 0 && p.seen.check(now, sender, reg.RequestID, reg.TransferID, reg.DecodeIncarnation, reg.Seq, now.Add(time.Duration(simPrefillRT))) {
-		w.stats.duplicatesDropped++
-		w.note("prefill: copy of a registration already received, dropped", p.rank, reg.RequestID, reg.Seq, 0)
-		return
-	}
-	r := simParked{sender: sender, srank: m.from, reg: reg, received: now, inst: m.inst}
-	if p.payload {
-		p.admit(r)
-		return
-	}
-	p.parked = append(p.parked, r)
-	p.handshake()
 }
 
-func (p *simPrefill) handshake() {
-	if p.busy {
-		return
+// acksOwed is how many PUSH_CANCELs the rank answers when their WRITEs end.
+func (p *simPrefill) acksOwed() int {
+	n := 0
+	for _, wr := range p.core.inflight {
+		n += len(wr.acks)
 	}
-	p.busy = true
+	return n
+}
+
+// harvest adds what the rank's writer core counted to the run's totals,
+// once: when the rank restarts (the core is gone) or the run ends.
+func (p *simPrefill) harvest() {
+	c, s := p.core.push, &p.w.stats
+	s.duplicatesDropped += int(c.duplicates.Load())
+	s.seqlessDropped += int(c.seqlessCopies.Load())
+	s.cancelledFirst += int(c.cancelledFirst.Load())
+	s.cancelDropped += int(c.cancelDropped.Load())
+	s.cancelNone += int(c.cancelReceived.Load()-c.cancelDropped.Load()) - p.cancelInFlight
+	s.lapsedFail += int(c.afterLease.Load())
+	s.expiredRegs += int(c.unmatchedExp.Load())
+	s.acksUndeliverable += int(c.cancelAckUndeliver.Load())
+	s.failsUndeliverable += int(c.failUndeliver.Load())
+}
+
+// ---- the writer core's edge, modeled ----
+
+var errSimUnloaded = fmt.Errorf("simulated: decode agent's metadata not loaded: %w", nixl.ErrNotFound)
+
+// notify is GenNotif: it fails until the decode agent's metadata is loaded.
+func (p *simPrefill) notify(to string, msg []byte) error {
 	w := p.w
-	w.schedule(&simEvent{at: w.now + w.rng.between(200*simUs, 3*simMs), kind: evPrefillShake, rank: p.rank, inc: p.inc, ok: !w.rng.chance(w.cfg.shakeFail)})
-}
-
-// handshakeDone is writer.handshakeDone.
-func (p *simPrefill) handshakeDone(ok bool) {
-	p.busy = false
-	parked := p.parked
-	p.parked = nil
-	acks := p.ackQueue
-	p.ackQueue = nil
-	if !ok {
-		p.w.stats.handshakeFailures++
-		for _, r := range parked {
-			p.sendFail(r.srank, r.reg, pushwire.FailHandshake)
-		}
-		for range acks {
-			p.w.stats.acksUndeliverable++
-		}
-		return
+	if !p.loaded[to] {
+		return errSimUnloaded
 	}
-	p.payload = true
-	for _, a := range acks {
-		p.sendAck(false, a.to, a.c)
-	}
-	for _, r := range parked {
-		p.admit(r)
-	}
-}
-
-// admit is writer.admit (the layout always agrees here).
-func (p *simPrefill) admit(r simParked) {
-	w := p.w
-	reg := r.reg
-	key := match.Key{RequestID: reg.RequestID, TransferID: reg.TransferID}
-	pr := &simPending{reg: reg, sender: r.sender, srank: r.srank, inst: r.inst}
-	m, out, err := p.m.Register(r.received, r.sender, key, reg.Seq, len(p.targets), pr)
-	if m.Superseded {
-		w.note("prefill: registration superseded by the same id registered again", p.rank, reg.RequestID, m.Replaced.reg.Seq, 0)
-	}
-	if out == match.Pending && p.lapsed.has(key) {
-		p.m.Withdraw(r.sender, key)
-		w.stats.lapsedFail++
-		p.sendFail(r.srank, reg, pushwire.FailExpired)
-		return
-	}
+	d, _ := strconv.Atoi(to[len("decode-"):])
+	m := &simMsg{toDecode: true, from: p.rank, to: d, b: msg}
 	switch {
-	case err != nil:
-		p.sendFail(r.srank, reg, pushwire.FailLayout)
-	case out == match.Duplicate:
-		w.stats.duplicatesDropped++
-		w.note("prefill: matcher dropped a duplicate registration", p.rank, reg.RequestID, reg.Seq, 0)
-	case out == match.Pending:
-		w.note("prefill: registration waits for its request", p.rank, reg.RequestID, reg.Seq, 0)
-	case out == match.Matched:
-		h := m.Fin
-		if m.Last {
-			h.inMatcher = false
+	case strings.HasPrefix(string(msg), pushwire.FailPrefix):
+		f, err := pushwire.DecodeFailure(msg)
+		if err != nil {
+			w.fail("model: prefill sent a PUSH_FAIL it cannot decode: %v", err)
+			return nil
 		}
-		h.writes++
-		p.startWrite(pr, h)
+		m.kind, m.id, m.seq = simFail, f.RequestID, f.Seq
+		w.note(simFailNotes[f.Kind], p.rank, f.RequestID, f.Seq, int64(d))
+	case strings.HasPrefix(string(msg), pushwire.CancelAckPrefix):
+		a, err := pushwire.DecodeCancelAck(msg)
+		if err != nil {
+			w.fail("model: prefill sent a PUSH_CANCEL_ACK it cannot decode: %v", err)
+			return nil
+		}
+		m.kind, m.id, m.seq = simCancelAck, a.RequestID, a.Seq
+	default:
+		comp, err := notif.DecodeSeqCompletion(msg)
+		if err != nil {
+			w.fail("model: prefill sent a notification it cannot decode: %q: %v", msg, err)
+			return nil
+		}
+		m.kind, m.id, m.seq = simCompletion, comp.ID, comp.Seq
 	}
+	w.send(m)
+	return nil
 }
 
-// finish is writer.finish.
-func (p *simPrefill) finish(h *simHold) {
-	p.holds[h.id] = h
-	key := match.Key{RequestID: h.id, TransferID: h.tid}
-	p.lapsed.forget(key)
-	ms, err := p.m.Finish(h.finished, key, h)
-	if err != nil {
-		p.w.fail("model: matcher refused finished %q: %v", h.id, err)
-		return
-	}
-	if len(ms) == 0 && p.cancelled.take(key, p.now()) {
-		p.m.Cancel(h.id)
-		p.w.note("prefill: finished request's registration was cancelled: freed", p.rank, h.id, 0, 0)
-		p.maybeRelease(h)
-		return
-	}
-	h.inMatcher = true
-	for _, m := range ms {
-		if m.Last {
-			h.inMatcher = false
-		}
-	}
-	h.writes += len(ms)
-	for _, m := range ms {
-		p.startWrite(m.Reg, h)
-	}
-	p.maybeRelease(h)
-}
-
-// startWrite is writer.startWrite; the agent's transfer is planned here.
-func (p *simPrefill) startWrite(pr *simPending, h *simHold) {
+// handshake is the handshake client's Get: it ends a little later, or
+// fails.
+func (p *simPrefill) handshake(de *decodeEngine) {
 	w := p.w
-	if p.aborting[h.id] {
-		p.failWrite(pr, h, pushwire.FailAborted)
+	w.schedule(&simEvent{at: w.now + w.rng.between(200*simUs, 3*simMs), kind: evPrefillShake, rank: p.rank, inc: p.inc, key: de.key, ok: !w.rng.chance(w.cfg.shakeFail)})
+}
+
+// shakeDone is a handshake's result reaching the rank: decode's payload,
+// with every decode rank's layout, agent and incarnation.
+func (p *simPrefill) shakeDone(key string, ok bool) {
+	w := p.w
+	if !ok {
+		w.stats.handshakeFailures++
+		p.shakes = append(p.shakes, shakeResult{key: key, err: errors.New("simulated handshake failure")})
 		return
 	}
-	var msg []byte
-	var err error
-	if w.rules.seqCompletions {
-		msg, err = notif.EncodeSeqCompletion(pr.reg.RequestID, w.cfg.preTP, pr.reg.Seq)
-	} else {
-		msg, err = notif.EncodeCompletion(pr.reg.RequestID, w.cfg.preTP)
+	pl := &handshake.Payload{EngineID: "decode", TPSize: w.cfg.decTP, PPSize: 1, BlockSize: 16}
+	for r, d := range w.dec {
+		pl.Ranks = append(pl.Ranks, handshake.Rank{TPRank: r, Agent: d.name, Metadata: []byte(d.name), Layout: simLayout(w.cfg.decTP, r), Incarnation: d.inc})
 	}
-	if err != nil {
-		w.fail("model: encode completion: %v", err)
-		return
+	p.shakes = append(p.shakes, shakeResult{key: key, payload: pl})
+}
+
+func (p *simPrefill) forgetHandshake(*decodeEngine) {}
+
+func (p *simPrefill) loadMD(agent string, _ []byte) (string, error) {
+	p.loaded[agent] = true
+	return agent, nil
+}
+
+func (p *simPrefill) unloadMD(agent string) error {
+	delete(p.loaded, agent)
+	return nil
+}
+
+func (p *simPrefill) aborted(id string) bool { return p.aborting[id] }
+
+// post is the shell's mapping and the agent's CreateXferReq and
+// PostXferReq: the WRITE fails to post, completes at once, or moves (its
+// transfer planned here).
+func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
+	w := p.w
+	srank, _ := strconv.Atoi(pr.sender[len("decode-"):])
+	in := w.dec[srank].byReg[simRegKey{pr.reg.RequestID, pr.reg.Seq}]
+	if in == nil {
+		w.fail("model: prefill rank %d writes for %q (seq %d), which decode rank %d never registered", p.rank, pr.reg.RequestID, pr.reg.Seq, srank)
+		return postResult{what: postFailed, kind: pushwire.FailLayout, err: errors.New("model")}
 	}
 	dst := pr.reg.LocalBlockIDs[0]
 	cached := len(h.blocks) - len(dst) // dstCached: decode holds the first blocks
 	if cached < 0 {
-		p.failWrite(pr, h, pushwire.FailLayout) // decode registered more blocks than the request has
-		return
+		// Decode registered more blocks than the request has.
+		return postResult{what: postFailed, kind: pushwire.FailLayout, err: errors.New("simulated: more blocks registered than finished")}
 	}
 	if w.rng.chance(w.cfg.postFail) {
 		w.stats.postFailed++
-		p.failWrite(pr, h, pushwire.FailPost)
-		return
+		return postResult{what: postFailed, kind: pushwire.FailPost, err: errors.New("simulated post failure")}
 	}
 	part := 0
-	for i, s := range simSources(w.cfg.preTP, w.cfg.decTP, pr.srank) {
+	for i, s := range simSources(w.cfg.preTP, w.cfg.decTP, srank) {
 		if s == p.rank {
 			part = i
 		}
 	}
-	wr := &simWrite{p: p, pr: pr, h: h, src: h.blocks[cached:], dst: dst, part: part,
-		deadline: p.now().Add(time.Duration(simWriteTimeout)), landed: make([]bool, len(dst)), notif: msg, posted: w.now}
+	wr := &write{reg: pr, hold: h, deadline: p.now().mono.Add(time.Duration(simWriteTimeout))}
+	sw := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, src: h.blocks[cached:], dst: dst, part: part,
+		landed: make([]bool, len(dst)), notif: msg, posted: w.now}
 	w.stats.posted++
-	w.note("prefill posts WRITE (x: 1 into decode rank)", p.rank, pr.reg.RequestID, pr.reg.Seq, int64(pr.srank))
+	w.note("prefill posts WRITE (x: into decode rank)", p.rank, sw.id, sw.seq, int64(srank))
 	if w.rng.chance(0.1) { // StatusSuccess at once
 		w.stats.instant++
-		for i := range wr.landed {
-			wr.landAt(i)
+		for i := range sw.landed {
+			sw.landAt(i)
 		}
-		wr.status = 1
-		p.sendToDecode(simCompletion, pr.srank, msg, pr.reg.RequestID, pr.reg.Seq)
-		p.completeWrite(wr)
+		sw.status, sw.released = 1, true
+		p.sendCompletion(sw)
+		return postResult{what: postCompleted, wr: wr}
+	}
+	sw.plan()
+	p.writes[wr] = sw
+	return postResult{what: postInFlight, wr: wr}
+}
+
+// sendCompletion is the completion notification that rides a WRITE.
+func (p *simPrefill) sendCompletion(sw *simWrite) {
+	p.w.send(&simMsg{kind: simCompletion, toDecode: true, from: p.rank, to: sw.srank, b: sw.notif, id: sw.id, seq: sw.seq})
+}
+
+// poll is XferStatus.
+func (p *simPrefill) poll(wr *write) (bool, error) {
+	sw := p.writes[wr]
+	switch sw.status {
+	case 1:
+		sw.released = true
+		p.w.stats.completed++
+		return true, nil
+	case -1:
+		p.w.stats.flightFailed++
+		return false, errors.New("simulated: WRITE failed in flight")
+	}
+	if !p.now().mono.Before(wr.deadline) && !sw.timedOut {
+		sw.timedOut = true
+		p.w.stats.timedOut++
+	}
+	return false, nil
+}
+
+// release is ReleaseXferReq: it succeeds once the agent lets go.
+func (p *simPrefill) release(wr *write) bool {
+	sw := p.writes[wr]
+	if p.w.now < sw.letGo && sw.status != 1 {
+		if !sw.cancelling {
+			sw.cancelling = true
+			p.w.stats.cancelling++
+			p.w.note("prefill: failed WRITE not released yet (cancelling)", p.rank, sw.id, sw.seq, 0)
+		}
+		return false
+	}
+	sw.released = true
+	return true
+}
+
+func (p *simPrefill) completed(wr *write) { delete(p.writes, wr) }
+func (p *simPrefill) ended(wr *write)     { delete(p.writes, wr) }
+func (p *simPrefill) cancel(wr *write)    { delete(p.writes, wr) }
+
+// free is Producer.free plus the engine's DrainFreed: the blocks go back
+// and are poisoned.
+func (p *simPrefill) free(id string) {
+	h, a := p.holdOf[id], p.held[id]
+	delete(p.held, id)
+	delete(p.holdOf, id)
+	delete(p.aborting, id)
+	if a == nil {
+		p.w.fail("model: prefill rank %d frees %q, which it does not hold (freed twice?)", p.rank, id)
 		return
 	}
-	wr.plan()
-	p.inflight = append(p.inflight, wr)
+	p.w.unbusy(a.simLogical)
+	p.w.stats.freedPrefill++
+	p.w.note("prefill frees blocks", p.rank, id, 0, int64(len(h.blocks)))
+	for _, b := range h.blocks {
+		if p.holder[b] != h {
+			p.w.fail("prefill rank %d frees block %d for %q twice", p.rank, b, id)
+			return
+		}
+		p.holder[b] = nil
+		p.content[b] = 0
+		p.freeBlocks = append(p.freeBlocks, b)
+	}
 }
 
 // plan draws what the agent does with a WRITE it accepted: when each block
 // lands, and how it ends.
-func (wr *simWrite) plan() {
-	w := wr.p.w
+func (sw *simWrite) plan() {
+	w := sw.p.w
 	cfg := &w.cfg
 	dur := w.rng.between(50*simUs, 3*simMs)
 	if w.rng.chance(cfg.slowWrite) {
@@ -1516,7 +1475,7 @@ func (wr *simWrite) plan() {
 	}
 	end := w.now + dur
 	hang := w.rng.chance(cfg.hang)
-	wr.willFail = !hang && w.rng.chance(cfg.flightFail)
+	sw.willFail = !hang && w.rng.chance(cfg.flightFail)
 	if hang {
 		end = w.now + simWriteTimeout*12/10 // bytes may move until the writer's timeout and beyond
 	}
@@ -1527,41 +1486,41 @@ func (wr *simWrite) plan() {
 		if hang {
 			first = w.now + simWriteTimeout
 		}
-		wr.letGo = first + w.rng.between(0, simWriteTimeout*9/10)
+		sw.letGo = first + w.rng.between(0, simWriteTimeout*9/10)
 	}
-	for i := range wr.landed {
+	for i := range sw.landed {
 		switch {
-		case !wr.willFail && !hang:
-			w.schedule(&simEvent{at: w.rng.between(w.now, end), kind: evLand, wr: wr, i: i})
+		case !sw.willFail && !hang:
+			w.schedule(&simEvent{at: w.rng.between(w.now, end), kind: evLand, wr: sw, i: i})
 		case w.rng.chance(0.5):
-			w.schedule(&simEvent{at: w.rng.between(w.now, end), kind: evLand, wr: wr, i: i})
-		case wr.letGo > end:
+			w.schedule(&simEvent{at: w.rng.between(w.now, end), kind: evLand, wr: sw, i: i})
+		case sw.letGo > end:
 			// Moves while the agent still holds the failed WRITE.
-			w.schedule(&simEvent{at: w.rng.between(end, wr.letGo), kind: evLand, wr: wr, i: i})
+			w.schedule(&simEvent{at: w.rng.between(end, sw.letGo), kind: evLand, wr: sw, i: i})
 		}
 	}
 	if !hang {
-		w.schedule(&simEvent{at: end, kind: evAgentEnd, wr: wr})
+		w.schedule(&simEvent{at: end, kind: evAgentEnd, wr: sw})
 	}
 }
 
 // moving reports whether the agent may still move the WRITE's bytes.
-func (wr *simWrite) moving() bool {
-	return !wr.released && !wr.dead && (wr.status == 0 || wr.status == -1 && wr.p.w.now < wr.letGo)
+func (sw *simWrite) moving() bool {
+	return !sw.released && !sw.dead && (sw.status == 0 || sw.status == -1 && sw.p.w.now < sw.letGo)
 }
 
 // landAt lands block i of the WRITE (if it still moves): invariant 2.
-func (wr *simWrite) landAt(i int) {
-	if wr.landed[i] || !wr.moving() {
+func (sw *simWrite) landAt(i int) {
+	if sw.landed[i] || !sw.moving() {
 		return
 	}
-	w := wr.p.w
-	wr.landed[i] = true
+	w := sw.p.w
+	sw.landed[i] = true
 	w.stats.landed++
-	in := wr.pr.inst
-	d := w.dec[wr.pr.srank]
-	b := wr.dst[i]
-	tag := wr.p.content[wr.src[i]] // read from prefill's memory as it is now
+	in := sw.inst
+	d := w.dec[sw.srank]
+	b := sw.dst[i]
+	tag := sw.p.content[sw.src[i]] // read from prefill's memory as it is now
 	w.note("WRITE lands a block (x: block)", d.rank, in.req.id, in.req.seq, int64(b))
 	if in.published || d.owner[b] != in {
 		// Which rule let it through, where the model can tell: decode
@@ -1569,255 +1528,37 @@ func (wr *simWrite) landAt(i int) {
 		// moved, either in flight or held by the agent after it failed.
 		class := "other"
 		switch {
-		case in.published && in.gaveUp && wr.cancelling:
+		case in.published && in.gaveUp && sw.wr.cancelling:
 			class = "cancel timeout < failed WRITE the agent had not released (writer's cancelling state)"
 		case in.published && in.gaveUp:
 			class = "cancel timeout < WRITE in flight (posted before a cancel reached the rank)"
 		}
 		w.violate(class != "other", class, in.req.id, "invariant 2: a WRITE from prefill rank %d for %q (seq %d, logical %d) landed in block %d of decode rank %d after decode handed it back (connector.Result out: %v, done: %v; gave up at the cancel timeout: %v; WRITE posted %v after decode ended the request, landed %v after it)",
-			wr.p.rank, in.req.id, in.req.seq, in.att.L, b, d.rank, in.published, in.done, in.gaveUp,
-			time.Duration(wr.posted-in.endReal), time.Duration(w.now-in.endReal))
+			sw.p.rank, in.req.id, in.req.seq, in.att.L, b, d.rank, in.published, in.done, in.gaveUp,
+			time.Duration(sw.posted-in.endReal), time.Duration(w.now-in.endReal))
 		return // its bytes do not land: nothing later is this violation's consequence
 	}
-	d.content[b*d.parts+wr.part] = tag
+	d.content[b*d.parts+sw.part] = tag
 }
 
 // agentEnd: the WRITE completes (every block lands, the completion
 // notification goes out with it) or fails.
-func (wr *simWrite) agentEnd() {
-	if wr.released || wr.dead || wr.status != 0 {
+func (sw *simWrite) agentEnd() {
+	if sw.released || sw.dead || sw.status != 0 {
 		return
 	}
-	w := wr.p.w
-	if wr.willFail {
-		wr.status = -1
-		w.note("agent: WRITE fails in flight", wr.p.rank, wr.pr.reg.RequestID, wr.pr.reg.Seq, 0)
+	w := sw.p.w
+	if sw.willFail {
+		sw.status = -1
+		w.note("agent: WRITE fails in flight", sw.p.rank, sw.id, sw.seq, 0)
 		return
 	}
-	for i := range wr.landed {
-		wr.landAt(i)
+	for i := range sw.landed {
+		sw.landAt(i)
 	}
-	wr.status = 1
-	w.note("agent: WRITE completes", wr.p.rank, wr.pr.reg.RequestID, wr.pr.reg.Seq, 0)
-	wr.p.sendToDecode(simCompletion, wr.pr.srank, wr.notif, wr.pr.reg.RequestID, wr.pr.reg.Seq)
-}
-
-// release is ReleaseXferReq: it succeeds once the agent lets go.
-func (wr *simWrite) release() bool {
-	if wr.p.w.now < wr.letGo && wr.status != 1 {
-		return false
-	}
-	wr.released = true
-	return true
-}
-
-// pollWrites is writer.pollWrites.
-func (p *simPrefill) pollWrites() {
-	w := p.w
-	now := p.now()
-	still := p.inflight[:0]
-	for _, wr := range p.inflight {
-		if wr.cancelling {
-			if wr.release() || !now.Before(wr.drainUntil) {
-				p.failWrite(wr.pr, wr.h, pushwire.FailTransfer)
-				p.ackEnded(wr)
-				continue
-			}
-			still = append(still, wr)
-			continue
-		}
-		var failed string
-		switch {
-		case wr.status == -1:
-			w.stats.flightFailed++
-			failed = "failed in flight"
-		case wr.status == 1:
-			wr.released = true
-			w.stats.completed++
-			p.completeWrite(wr)
-			p.ackEnded(wr)
-			continue
-		case !now.Before(wr.deadline):
-			w.stats.timedOut++
-			failed = "write timeout"
-		default:
-			still = append(still, wr)
-			continue
-		}
-		if !wr.release() {
-			w.stats.cancelling++
-			w.note("prefill: failed WRITE not released yet (cancelling)", p.rank, wr.pr.reg.RequestID, wr.pr.reg.Seq, 0)
-			wr.cancelling, wr.failErr, wr.drainUntil = true, failed, now.Add(time.Duration(simWriteTimeout))
-			still = append(still, wr)
-			continue
-		}
-		p.failWrite(wr.pr, wr.h, pushwire.FailTransfer)
-		p.ackEnded(wr)
-	}
-	clear(p.inflight[len(still):])
-	p.inflight = still
-}
-
-func (p *simPrefill) completeWrite(wr *simWrite) { p.endWrite(wr.h) }
-
-// failWrite is writer.failWrite.
-func (p *simPrefill) failWrite(pr *simPending, h *simHold, kind pushwire.FailKind) {
-	p.sendFail(pr.srank, pr.reg, kind)
-	p.endWrite(h)
-}
-
-// sendFail is writer.sendFail.
-func (p *simPrefill) sendFail(to int, reg *pushwire.Registration, kind pushwire.FailKind) {
-	w := p.w
-	if reg.Seq == 0 && w.rules.seqlessMemory {
-		p.seqless.ended(simDecodeName(to), reg, p.now().Add(time.Duration(simPrefillRT)))
-	}
-	w.note(simFailNotes[kind], p.rank, reg.RequestID, reg.Seq, int64(to))
-	b, err := pushwire.EncodeFailure(&pushwire.Failure{RequestID: reg.RequestID, TransferID: reg.TransferID,
-		EngineID: "prefill", Rank: p.rank, Kind: kind, Reason: "simulated", Seq: reg.Seq})
-	if err != nil {
-		w.fail("model: encode PUSH_FAIL: %v", err)
-		return
-	}
-	if !p.payload {
-		w.stats.failsUndeliverable++ // decode's agent is not loaded: GenNotif fails
-		return
-	}
-	p.sendToDecode(simFail, to, b, reg.RequestID, reg.Seq)
-}
-
-func (p *simPrefill) sendToDecode(kind simMsgKind, to int, b []byte, id string, seq uint64) {
-	p.w.send(&simMsg{kind: kind, toDecode: true, from: p.rank, to: to, b: b, id: id, seq: seq})
-}
-
-// endWrite and maybeRelease are writer.endWrite and writer.maybeRelease.
-func (p *simPrefill) endWrite(h *simHold) {
-	h.writes--
-	p.maybeRelease(h)
-}
-
-func (p *simPrefill) maybeRelease(h *simHold) {
-	if h.released || h.writes > 0 || h.inMatcher {
-		return
-	}
-	h.released = true
-	delete(p.holds, h.id)
-	p.freeHold(h)
-}
-
-// expire is writer.expire.
-func (p *simPrefill) expire(now time.Time) {
-	regs, fins := p.m.Expire(now)
-	for _, r := range regs {
-		p.w.stats.expiredRegs++
-		p.sendFail(r.Reg.srank, r.Reg.reg, pushwire.FailExpired)
-	}
-	for _, f := range fins {
-		f.Fin.inMatcher = false
-		p.lapsed.add(f.Key)
-		p.maybeRelease(f.Fin)
-	}
-}
-
-// onCancel is writer.onCancel.
-func (p *simPrefill) onCancel(sender string, m *simMsg) {
-	w := p.w
-	c, err := pushwire.DecodeCancel(m.b)
-	if err != nil {
-		w.fail("model: prefill PUSH_CANCEL: %v", err)
-		return
-	}
-	now := p.now()
-	switch reg, st := p.cancel(sender, c); st {
-	case cancelDropped:
-		w.stats.cancelDropped++
-		if reg.Seq == 0 && w.rules.seqlessMemory {
-			p.seqless.ended(sender, reg, now.Add(time.Duration(simPrefillRT)))
-		}
-		p.sendAck(true, m.from, c)
-	case cancelInFlight:
-		w.stats.cancelInFlight++
-	default:
-		w.stats.cancelNone++
-		if c.Seq != 0 {
-			p.cancelledUnseen.check(now, sender, c.RequestID, c.TransferID, 0, c.Seq, now.Add(time.Duration(simPrefillRT)))
-		} else if w.rules.seqlessMemory {
-			p.seqless.cancelledUnseen(sender, c.RequestID, c.TransferID, now.Add(time.Duration(simPrefillRT)))
-		}
-		p.sendAck(p.payload, m.from, c) // peerOf(sender): an entry exists once its payload is held
-	}
-}
-
-// cancel is writer.cancel.
-func (p *simPrefill) cancel(sender string, c *pushwire.Cancel) (*pushwire.Registration, cancelState) {
-	same := func(reg *pushwire.Registration) bool {
-		return reg.RequestID == c.RequestID && reg.TransferID == c.TransferID && (c.Seq == 0 || reg.Seq == c.Seq)
-	}
-	key := match.Key{RequestID: c.RequestID, TransferID: c.TransferID}
-	if pr, ok := p.m.Pending(sender, key); ok && same(pr.reg) {
-		p.m.Withdraw(sender, key)
-		p.cancelled.add(key, p.now().Add(time.Duration(simPrefillRT)))
-		p.w.note("prefill: cancel withdraws a waiting registration", p.rank, c.RequestID, c.Seq, 0)
-		return pr.reg, cancelDropped
-	}
-	for _, wr := range p.inflight {
-		if wr.pr.sender == sender && same(wr.pr.reg) {
-			wr.acks = append(wr.acks, c)
-			p.w.note("prefill: cancel of a WRITE in flight: ack when it ends", p.rank, c.RequestID, c.Seq, 0)
-			return nil, cancelInFlight
-		}
-	}
-	for i, r := range p.parked {
-		if r.sender == sender && same(r.reg) {
-			p.parked = append(p.parked[:i], p.parked[i+1:]...)
-			p.w.note("prefill: cancel drops a parked registration", p.rank, c.RequestID, c.Seq, 0)
-			return r.reg, cancelDropped
-		}
-	}
-	p.w.note("prefill: cancel of no registration held: ack at once", p.rank, c.RequestID, c.Seq, 0)
-	return nil, cancelNone
-}
-
-// ackEnded is writer.ackEnded.
-func (p *simPrefill) ackEnded(wr *simWrite) {
-	for _, c := range wr.acks {
-		p.sendAck(true, wr.pr.srank, c)
-	}
-	wr.acks = nil
-}
-
-// sendAck is writer.sendAck: undeliverable until decode's agent is loaded;
-// kept for the handshake when one is in flight and the entry is known.
-func (p *simPrefill) sendAck(entry bool, to int, c *pushwire.Cancel) {
-	w := p.w
-	if !p.payload {
-		if entry && p.busy {
-			p.ackQueue = append(p.ackQueue, simAck{to: to, c: c})
-			return
-		}
-		w.stats.acksUndeliverable++
-		return
-	}
-	b, err := pushwire.EncodeCancelAck(&pushwire.CancelAck{RequestID: c.RequestID, TransferID: c.TransferID, EngineID: "prefill", Rank: p.rank, Seq: c.Seq})
-	if err != nil {
-		w.fail("model: encode PUSH_CANCEL_ACK: %v", err)
-		return
-	}
-	p.sendToDecode(simCancelAck, to, b, c.RequestID, c.Seq)
-}
-
-// abort is writer.abort.
-func (p *simPrefill) abort(id string) {
-	h := p.holds[id]
-	if h == nil || h.released {
-		return
-	}
-	if h.inMatcher {
-		p.m.Cancel(h.id)
-		h.inMatcher = false
-		p.lapsed.add(match.Key{RequestID: h.id, TransferID: h.tid})
-	}
-	p.maybeRelease(h)
+	sw.status = 1
+	w.note("agent: WRITE completes", sw.p.rank, sw.id, sw.seq, 0)
+	sw.p.sendCompletion(sw)
 }
 
 // ---- running it ---------------------------------------------------------------

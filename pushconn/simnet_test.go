@@ -3,8 +3,8 @@ package pushconn
 // The deterministic simulation's plumbing: simulated time, the event queue,
 // the network between decode and prefill ranks (loss, delay, reordering,
 // late duplicates), the trace of the last events and its replay hash. The
-// world itself (engines, the real tracker and prefill structures, the
-// modeled writer and agent, the invariants) is in sim_test.go.
+// world itself (engines, the real writer and decode cores, the modeled
+// agents and engines, the invariants) is in sim_test.go.
 //
 // Nothing here runs a goroutine, reads the wall clock or sleeps: one
 // math/rand/v2 PCG seeded with the run's seed draws every choice, and events
@@ -98,10 +98,8 @@ type simMsg struct {
 	toDecode bool
 	from, to int // rank indexes (decode ranks when toDecode is false for from, etc.)
 	b        []byte
-	// Bookkeeping: the decode request (one rank's) a PUSH_REG registers,
-	// so that a WRITE it leads to can be checked against that request's
-	// blocks; the id and seq for the trace.
-	inst  *simInst
+	// Bookkeeping: the id and seq for the trace (a WRITE finds the decode
+	// request it writes into by them: simDecode.byReg).
 	id    string
 	seq   uint64
 	dstIn int  // the destination prefill rank's incarnation when sent
@@ -189,6 +187,7 @@ type simEvent struct {
 	inc  int
 	i    int
 	ok   bool
+	key  string // a prefill handshake's decode engine
 	msg  *simMsg
 	att  *simAttempt
 	wr   *simWrite

@@ -182,7 +182,7 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	r, stale := c.tracker.stagedPart(ch.ID, sender, ch.Seq)
 	if stale {
 		c.mu.Unlock()
-		c.counted(sender, ch.Completion, arrivalStale)
+		c.core.counted(sender, ch.Completion, arrivalStale)
 		return
 	}
 	var part stagePart
@@ -244,5 +244,5 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	a := c.tracker.complete(now, ch.ID, sender, ch.Seq)
 	c.mu.Unlock()
 	c.stage.Staged.Inc()
-	c.counted(sender, ch.Completion, a)
+	c.core.counted(sender, ch.Completion, a)
 }

@@ -158,7 +158,7 @@ func (w *writer) planned(h *hold, sw *stagedWrite, plan staging.WritePlan, err e
 // gathered while chunk k moves, and each chunk's WRITE carries its own
 // completion so that decode scatters it while the next still moves.
 // postMu is held; start is when the request's WRITE began.
-func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time.Time) {
+func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time.Time) postResult {
 	p := w.p
 	wr := &write{reg: pr, hold: h, deadline: p.mono().Add(p.cfg.WriteTimeout), bytes: sw.bytes, slot: sw.slot}
 	n := len(sw.chunks)
@@ -173,13 +173,11 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 	}
 	for k, ch := range sw.chunks {
 		if err := sw.gather(p, k, progress); err != nil {
-			w.abandon(wr, pushwire.FailTransfer, fmt.Errorf("gather chunk %d of %d into the staging slot: %w", k, n, err))
-			return
+			return w.abandon(wr, pushwire.FailTransfer, fmt.Errorf("gather chunk %d of %d into the staging slot: %w", k, n, err))
 		}
 		if inFlight != nil {
 			// An earlier chunk failed in flight (counted by pollHandles).
-			w.abandon(wr, pushwire.FailTransfer, inFlight)
-			return
+			return w.abandon(wr, pushwire.FailTransfer, inFlight)
 		}
 		var msg []byte
 		var err error
@@ -189,8 +187,7 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 			msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n, pr.reg.Seq)
 		}
 		if err != nil {
-			w.abandon(wr, pushwire.FailLayout, err)
-			return
+			return w.abandon(wr, pushwire.FailLayout, err)
 		}
 		local, remote := staging.ChunkLists(sw.local, sw.remote, ch)
 		local, remote = staging.SplitLists(local, remote, p.cfg.Staging.TransferChunk)
@@ -206,14 +203,10 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 			if k == 0 && peerGone(err) && !pr.retry {
 				// Nothing of it moved: handshake again, as a direct WRITE does.
 				w.freeSlot(sw.slot)
-				w.forgetIfGone(pr.peer, err)
-				w.retryAfterHandshake(pr, h)
-				return
+				return postResult{what: postRetry, err: err}
 			}
 			p.stats.FailedTransfers.Inc()
-			w.forgetIfGone(pr.peer, err)
-			w.abandon(wr, pushwire.FailPost, fmt.Errorf("post WRITE of chunk %d of %d: %w", k, n, err))
-			return
+			return w.abandon(wr, pushwire.FailPost, fmt.Errorf("post WRITE of chunk %d of %d: %w", k, n, err))
 		}
 		if k == 0 {
 			// The transfer time starts once the first chunk is posted.
@@ -230,23 +223,23 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 	}
 	p.stats.RecordPost(time.Since(start))
 	if len(wr.handles) == 0 {
-		w.completeWrite(wr)
-		return
+		return postResult{what: postCompleted, wr: wr}
 	}
-	w.inflight = append(w.inflight, wr)
+	return postResult{what: postInFlight, wr: wr}
 }
 
 // abandon ends a staged WRITE that could not be posted whole: once the
 // agent let go of the chunks already posted, its slot is freed and decode
 // told; until then it stays in flight, cancelling, as a failed WRITE does.
-func (w *writer) abandon(wr *write, kind pushwire.FailKind, err error) {
-	if len(wr.handles) == 0 || w.released(wr) {
+// The core drops the decode engine's handshake when err says its agents
+// are gone.
+func (w *writer) abandon(wr *write, kind pushwire.FailKind, err error) postResult {
+	if len(wr.handles) == 0 || w.release(wr) {
 		w.freeSlot(wr.slot)
-		w.failWrite(wr.reg, wr.hold, kind, err)
-		return
+		return postResult{what: postFailed, kind: kind, err: err}
 	}
 	wr.cancelling, wr.failErr, wr.drainUntil = true, err, w.p.mono().Add(w.p.cfg.WriteTimeout)
-	w.inflight = append(w.inflight, wr)
+	return postResult{what: postCancelling, wr: wr, err: err}
 }
 
 // freeSlot releases a prefill staging slot (nil: none).

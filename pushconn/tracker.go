@@ -21,12 +21,12 @@ const lateWindow = time.Minute
 // notification must not cost the whole wait.
 const cancelResends = 4
 
-// instant is one reading of a decode rank's two clocks: wall, its
-// configured clock (RankConfig.Clock), which times registration deadlines
-// and results; and mono, its monotonic clock (lease.MonoNow), which times
-// every deadline that decides when a request's blocks go back to the
-// engine (the cancel wait, vLLM's write bound), so that no step of the
-// configured clock ends them early.
+// instant is one reading of a rank's two clocks: wall, its configured
+// clock (RankConfig.Clock), which times registration deadlines, results
+// and prefill's lease; and mono, its monotonic clock (lease.MonoNow),
+// which times every deadline that decides when blocks go back to the
+// engine (decode's cancel wait and vLLM's write bound, prefill's WRITE
+// timeouts), so that no step of the configured clock ends them early.
 type instant struct{ wall, mono time.Time }
 
 // srcState is where one prefill rank stands with a decode request.

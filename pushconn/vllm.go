@@ -3,9 +3,6 @@ package pushconn
 import (
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
 
@@ -39,21 +36,4 @@ func (e *pushEngine) vllmOpts(o requestOpts) requestOpts {
 		o.transferID = ""
 	}
 	return o
-}
-
-// onHeartbeat handles vLLM's "HB:<id>,<id>,..." from a decode rank: each
-// finished request of this rank that still waits for its registration
-// under one of those ids (exactly, as vLLM's prefill looks them up) keeps
-// its blocks until at least now plus two thirds of the lease.
-func (w *writer) onHeartbeat(sender string, msg []byte) {
-	p := w.p
-	ids, err := notif.DecodeHeartbeat(msg)
-	if err != nil {
-		p.stats.MalformedNotifications.Inc()
-		p.log.Debug("pushconn: dropped a malformed heartbeat", zap.String("sender", sender), zap.Error(err))
-		return
-	}
-	if n := w.matcher.Extend(p.now().Add(heartbeatExtension(p.cfg.Lease)), ids...); n > 0 {
-		p.push.leaseExtended.Add(uint64(n))
-	}
 }
