@@ -137,7 +137,7 @@ func runGroupCampaignWith(t *testing.T, seed uint64, shape string, n, preTP, dec
 		decRank: func(c *Config) {
 			stage("decode")(c)
 			c.RegistrationTimeout = 800 * time.Millisecond
-			c.CancelTimeout = 400 * time.Millisecond
+			c.CancelTimeout = 1800 * time.Millisecond // 2 x WriteTimeout + a 1.5 s margin, as campaign_test.go says why
 		},
 	})
 	require.NoError(t, err)
