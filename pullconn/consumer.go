@@ -15,6 +15,8 @@ import (
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
+	"github.com/gonixl/gonixl/internal/xfertime"
 )
 
 // Consumer is one decode TP rank: it loads requests' blocks from prefill
@@ -97,6 +99,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	rd := c.rd
 	rd.vllm, rd.hsTimeout = e.core.VLLM(), e.core.Config().HandshakeTimeout
 	rd.now, rd.mono, rd.steady = cfg.Clock.Now, lease.MonoNow(cfg.Clock), time.Now
+	rd.times, rd.spans = xfertime.New(cfg.Agent, c.stats), tracing.New(cfg.TracerProvider)
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.guard = newReadGuard(c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused)."))

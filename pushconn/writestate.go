@@ -113,6 +113,9 @@ type write struct {
 	// WRITE, one per chunk not yet seen complete for a staged one.
 	handles  []nixl.XferHandle
 	posted   time.Time // wall clock, for the transfer time
+	// postTimed: its post time was recorded on the rank's clock (NIXL's
+	// telemetry did not time posts yet, or cannot).
+	postTimed bool
 	deadline time.Time // on the rank's monotonic clock (Producer.mono)
 	bytes    uint64
 	descs    int
