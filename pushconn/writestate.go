@@ -113,15 +113,15 @@ type write struct {
 	// WRITE, one per chunk not yet seen complete for a staged one.
 	handles  []nixl.XferHandle
 	posted   time.Time // wall clock, for the transfer time
-	// postTimed: its post time was recorded on the rank's clock (NIXL's
-	// telemetry did not time posts yet, or cannot).
-	postTimed bool
 	deadline time.Time // on the rank's monotonic clock (Producer.mono)
 	bytes    uint64
 	descs    int
 	// acks are the PUSH_CANCELs of its registration that arrived while it
 	// was in flight: each is answered when it ends.
 	acks []*pushwire.Cancel
+	// postTimed: its post time was recorded on the rank's clock (NIXL's
+	// telemetry did not time posts yet, or cannot).
+	postTimed bool
 	// cancelling: the WRITE failed or timed out but the agent would not
 	// release it yet, so it may still be moving bytes. Nothing is told or
 	// freed until the agent lets go (or until drainUntil, counted).
