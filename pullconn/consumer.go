@@ -99,7 +99,6 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	rd := c.rd
 	rd.vllm, rd.hsTimeout = e.core.VLLM(), e.core.Config().HandshakeTimeout
 	rd.now, rd.mono, rd.steady = cfg.Clock.Now, lease.MonoNow(cfg.Clock), time.Now
-	rd.times, rd.spans = xfertime.New(cfg.Agent, c.stats), tracing.New(cfg.TracerProvider)
 	c.rejects = c.stats.Counter("rejected_loads", "Load or KeepAlive calls refused for invalid arguments.")
 	c.aborted = c.stats.Counter("aborted_requests", "Requests the engine aborted (Abort).")
 	c.guard = newReadGuard(c.stats.Counter("read_guards_forgotten", "Read remote requests forgotten over the bound before their deadline (a re-load of one is no longer refused)."))
@@ -113,6 +112,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.confirmations = c.stats.Counter("confirmations", "Pin exchanges with prefill engines, one per engine and reader round for the loads whose READs were posted.")
 	c.confirmMicros = c.stats.Counter("confirmation_microseconds", "Time spent waiting for confirmations, in microseconds (divide by confirmations for the mean round trip).")
 	rd.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
+	rd.times, rd.spans = xfertime.New(cfg.Agent, c.stats), tracing.New(cfg.TracerProvider)
 	if cfg.Staging.Enabled() {
 		rd.stage.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
 		rd.stage.stage, rd.stage.model = staging.NewCounters(c.stats), staging.NewModel(&cfg.Staging)

@@ -411,7 +411,7 @@ func (c *reader) post(l *load) {
 			x.start, x.postTimed = c.steady(), ownPost
 			if err == nil && st == nixl.StatusSuccess {
 				x.done = true
-				c.stats.RecordTransfer(x.bytes, x.descs, c.times.Own(0).Xfer)
+				c.transferDone(l, x)
 			}
 		}
 		if err != nil {
