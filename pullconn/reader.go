@@ -638,8 +638,8 @@ func (c *reader) transferDone(l *load, x *xfer) {
 		c.stats.RecordPost(t.Post)
 	}
 	if c.spans.Traced(l.id) {
-		end := time.Now()
-		c.spans.Record(l.id, tracing.Transfer, end.Add(-t.Xfer), end, nil, tracing.TransferAttrs(x.rank, x.bytes, x.descs, t.By, t.Post)...)
+		start, end := t.Span()
+		c.spans.Record(l.id, tracing.Transfer, start, end, nil, tracing.TransferAttrs(x.rank, x.bytes, x.descs, t.By, t.Post)...)
 	}
 }
 

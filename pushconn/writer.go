@@ -250,6 +250,10 @@ func (w *writer) pollHandles(wr *write) error {
 			failed = fmt.Errorf("WRITE failed in flight: %w", err)
 			left = append(left, xh)
 		case status == nixl.StatusSuccess:
+			if wr.slot == nil && len(wr.handles) == 1 {
+				// NIXL's telemetry of the request is gone once released.
+				wr.times = p.times.Finished(xh, time.Since(wr.posted))
+			}
 			if err := p.cfg.Agent.ReleaseXferReq(xh); err != nil {
 				p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
 			}
@@ -314,10 +318,12 @@ func (w *writer) completed(wr *write) {
 func (w *writer) timed(wr *write) {
 	p := w.p
 	own := time.Since(wr.posted)
-	var t xfertime.Times
-	if wr.slot == nil && len(wr.handles) == 1 {
+	t := wr.times // read as the request completed (pollHandles)
+	switch {
+	case t.By != "":
+	case wr.slot == nil && len(wr.handles) == 1: // completed at its post
 		t = p.times.Finished(wr.handles[0], own)
-	} else {
+	default:
 		t = p.times.Own(own)
 	}
 	p.stats.RecordTransfer(wr.bytes, wr.descs, t.Xfer)
@@ -325,8 +331,8 @@ func (w *writer) timed(wr *write) {
 		p.stats.RecordPost(t.Post)
 	}
 	if id := wr.hold.id; p.spans.Traced(id) {
-		end := time.Now()
-		p.spans.Record(id, tracing.Transfer, end.Add(-t.Xfer), end, nil, tracing.TransferAttrs(0, wr.bytes, wr.descs, t.By, t.Post)...)
+		start, end := t.Span()
+		p.spans.Record(id, tracing.Transfer, start, end, nil, tracing.TransferAttrs(0, wr.bytes, wr.descs, t.By, t.Post)...)
 	}
 }
 

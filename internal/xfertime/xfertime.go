@@ -62,6 +62,16 @@ type Times struct {
 	By    string
 }
 
+// Span returns when the transfer ran, for its span: as NIXL saw it, or
+// Xfer ending now.
+func (t Times) Span() (start, end time.Time) {
+	if !t.Start.IsZero() {
+		return t.Start, t.Start.Add(t.Xfer)
+	}
+	end = time.Now()
+	return end.Add(-t.Xfer), end
+}
+
 // Finished returns the times of transfer h, complete and not yet
 // released: NIXL's when the agent has them, else own (the rank's time
 // from post to completion). It counts the source.
