@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -120,7 +122,7 @@ func TestThreeProcessesTrace(t *testing.T) {
 				traceTTFT := time.Duration(first.TimeUnixNano - root.StartTimeUnixNano)
 				assert.Positive(t, traceTTFT)
 				assert.LessOrEqual(t, traceTTFT, ttft[id], "%s: the trace's TTFT lies within the client's", id)
-				t.Logf("%s: trace TTFT %v, client TTFT %v, %d spans", id, traceTTFT, ttft[id], len(spans))
+				t.Logf("%s: trace TTFT %v, client TTFT %v, %d spans\n%s", id, traceTTFT, ttft[id], len(spans), tree(spans, root))
 			}
 		})
 	}
@@ -224,4 +226,35 @@ func attrString(s *tracepb.Span, key string) string {
 		}
 	}
 	return ""
+}
+
+// tree draws the spans under root, one a line, indented by depth, each
+// with its start (from root's) and duration, and timed_by where set.
+func tree(spans []*tracepb.Span, root *tracepb.Span) string {
+	var b strings.Builder
+	var walk func(s *tracepb.Span, depth int)
+	walk = func(s *tracepb.Span, depth int) {
+		at := time.Duration(s.StartTimeUnixNano - root.StartTimeUnixNano)
+		d := time.Duration(s.EndTimeUnixNano - s.StartTimeUnixNano)
+		fmt.Fprintf(&b, "%s%-*s +%-9v %v", strings.Repeat("  ", depth), 28-2*depth, s.Name, at.Round(time.Microsecond), d.Round(time.Microsecond))
+		if by := attrString(s, "gonixl.timed_by"); by != "" {
+			fmt.Fprintf(&b, "  timed_by=%s", by)
+		}
+		for _, e := range s.Events {
+			fmt.Fprintf(&b, "  %s at +%v", e.Name, time.Duration(e.TimeUnixNano-root.StartTimeUnixNano).Round(time.Microsecond))
+		}
+		b.WriteString("\n")
+		var kids []*tracepb.Span
+		for _, c := range spans {
+			if bytes.Equal(c.ParentSpanId, s.SpanId) {
+				kids = append(kids, c)
+			}
+		}
+		slices.SortFunc(kids, func(x, y *tracepb.Span) int { return cmp.Compare(x.StartTimeUnixNano, y.StartTimeUnixNano) })
+		for _, c := range kids {
+			walk(c, depth+1)
+		}
+	}
+	walk(root, 0)
+	return b.String()
 }

@@ -485,7 +485,7 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 				text = " " + text
 			}
 			toks = append(toks, text)
-			if len(toks) == 1 {
+			if len(toks) == 1 && r.kind != kindPrefill {
 				span.AddEvent(FirstTokenEvent)
 			}
 			if !cf.Stream {
