@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -83,10 +84,14 @@ func TestThreeProcessesTrace(t *testing.T) {
 				return true
 			}, 60*time.Second, 50*time.Millisecond, "every request's spans reach the receiver")
 			require.Len(t, traces, n, "one trace per request")
-			mover := "gonixl.kv_wait" // pull: decode READs
+			mover, moverURL := "gonixl.kv_wait", decodeURL // pull: decode READs
 			if connector == "push" {
-				mover = "gonixl.hold" // push: prefill WRITEs
+				mover, moverURL = "gonixl.hold", prefillURL // push: prefill WRITEs
 			}
+			// The histograms' source, on /metrics: every transfer timed by NIXL.
+			assert.Equal(t, float64(n), metricSum(t, moverURL+"/metrics", "vllm:nixl_transfers_timed_by_nixl_total"))
+			assert.Equal(t, float64(0), metricSum(t, moverURL+"/metrics", "vllm:nixl_transfers_timed_by_connector_total"))
+			assert.Equal(t, float64(n), metricSum(t, moverURL+"/metrics", "vllm:nixl_xfer_time_seconds_count"))
 			for id, spans := range traces {
 				byID := map[string]*tracepb.Span{}
 				for _, s := range spans {
@@ -257,4 +262,26 @@ func tree(spans []*tracepb.Span, root *tracepb.Span) string {
 	}
 	walk(root, 0)
 	return b.String()
+}
+
+// metricSum sums a series over an engine's ranks.
+func metricSum(t *testing.T, url, name string) float64 {
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			require.NoError(t, err)
+			sum += v
+			found = true
+		}
+	}
+	require.True(t, found, "%s has no %s", url, name)
+	return sum
 }
