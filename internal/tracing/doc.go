@@ -4,7 +4,7 @@
 // that the machinery deep inside a rank (a reader's post, a writer's
 // completion) can record a finished span as its child by request id,
 // without carrying a context through its state. A request without a trace
-// costs one map lookup and records nothing.
+// costs a few map lookups and records nothing.
 //
 // It depends only on OpenTelemetry's API: the program that installs a
 // TracerProvider (or the rank's RankConfig.TracerProvider) decides whether
