@@ -64,7 +64,7 @@ func serve(name string) error {
 		}
 		dec.submit(&request{id: r.id, tokens: r.tokens, params: params}) // the decode leg
 	}
-	dec.step() // r1 takes 3 of decode's 4 blocks; r2 and r3 wait
+	ended := dec.step() // r1 takes 3 of decode's 4 blocks; r2 and r3 wait (r1 may end at once)
 	dec.abort("r3")
 
 	var freed []string
@@ -73,13 +73,15 @@ func serve(name string) error {
 		if time.Now().After(deadline) {
 			return errors.New("no end within 10 s")
 		}
-		for _, r := range dec.step() {
+		ended = append(ended, dec.step()...)
+		for _, r := range ended {
 			if r.err != nil {
 				return fmt.Errorf("%s failed: %w", r.id, r.err)
 			}
 			fmt.Printf("%s: %s loaded on %d ranks, %d bytes intact\n", name, r.id, len(dec.ranks), r.verified)
 			loaded++
 		}
+		ended = ended[:0]
 		freed = append(freed, pre.freed()...)
 	}
 	// Nobody told prefill that r3's decode gave up (a proxy would abort

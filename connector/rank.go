@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -83,6 +84,12 @@ type RankConfig struct {
 	// request in flight is never forgotten. Default DefaultEngineTTL;
 	// negative keeps every engine.
 	EngineTTL time.Duration
+	// TracerProvider makes the spans of the requests the engine gives the
+	// rank with a trace (Request.Context): the wait for KV, the handshake,
+	// the post, each transfer, the hold (docs/metrics.md). Default: otel's
+	// global provider, which drops them unless the program installed one.
+	// A request without a trace records nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // rank validates c for a rank of e, fills its defaults in c and returns

@@ -1,6 +1,9 @@
 package connector
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Producer is a prefill engine's TP rank, as every connector runs it
 // (vLLM's kv_producer): the engine hands it each finished request's blocks
@@ -101,4 +104,11 @@ type Request struct {
 	// had before prefill ran (push: remote_engine_id, remote_host,
 	// remote_port, tp_size, pp_size).
 	Params Params
+	// Context carries the request's trace (an OpenTelemetry span context,
+	// as trace.ContextWithSpan or a propagator's Extract puts it there):
+	// the rank records its spans of the request as children of that span
+	// (RankConfig.TracerProvider; docs/metrics.md). nil, or a context
+	// without a span, traces nothing. The rank uses nothing else of it: it
+	// cancels nothing.
+	Context context.Context
 }

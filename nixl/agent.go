@@ -65,3 +65,13 @@ type Agent interface {
 	// goroutines are inside agent calls.
 	Close() error
 }
+
+// TelemetryReader is an Agent that reports a completed transfer's own
+// timings (nixlAgent::getXferTelemetry): the native agent does; the
+// loopback agent does not. It fails with an error matching ErrNoTelemetry
+// when the agent captures none (Config.CaptureTelemetry off). The
+// connectors read it, where the agent has it, for their transfer and post
+// times (docs/metrics.md).
+type TelemetryReader interface {
+	XferTelemetry(req XferHandle) (XferTelemetry, error)
+}

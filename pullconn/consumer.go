@@ -15,6 +15,8 @@ import (
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
+	"github.com/gonixl/gonixl/internal/xfertime"
 )
 
 // Consumer is one decode TP rank: it loads requests' blocks from prefill
@@ -110,6 +112,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.confirmations = c.stats.Counter("confirmations", "Pin exchanges with prefill engines, one per engine and reader round for the loads whose READs were posted.")
 	c.confirmMicros = c.stats.Counter("confirmation_microseconds", "Time spent waiting for confirmations, in microseconds (divide by confirmations for the mean round trip).")
 	rd.failedQueries = c.stats.Counter("failed_hold_queries", "Hold queries that failed; the loads keep the deadlines they had.")
+	rd.times, rd.spans = xfertime.New(cfg.Agent, c.stats), tracing.New(cfg.TracerProvider)
 	if cfg.Staging.Enabled() {
 		rd.stage.pool = staging.NewPool(cfg.Staging.Base, cfg.Staging.SlotBytes, cfg.Staging.Slots)
 		rd.stage.stage, rd.stage.model = staging.NewCounters(c.stats), staging.NewModel(&cfg.Staging)

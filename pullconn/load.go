@@ -30,6 +30,9 @@ type load struct {
 	xfers    []*xfer
 	after    []int // prefill ranks to notify with GenNotif once done
 	start    time.Time
+	// parkedAt is when a traced load began to wait for its engine's
+	// handshake (wall clock, for its span).
+	parkedAt time.Time
 	// completed: its completions went out (READ notifications or
 	// GenNotif), so prefill may free the blocks; until readUntil, its
 	// hold's deadline, the remote request must not be loaded again.
@@ -82,6 +85,9 @@ type xfer struct {
 	bytes         uint64
 	descs         int
 	done          bool
+	// postTimed: the rank timed its post on its own clock (NIXL's
+	// telemetry did not yet, or cannot).
+	postTimed bool
 	// part: one chunk of a rank's staged READ cut into several, but not
 	// its last; the last carries the rank's bytes and descriptors, so that
 	// the rank's READ counts once. scattered: its scatter ran (a chunk is

@@ -18,6 +18,7 @@ import (
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
 )
 
 // recentExpired is how many expired request ids a Producer remembers to
@@ -33,6 +34,7 @@ type Producer struct {
 	cfg   rankConfig
 	stats *stats.Set
 	log   *zap.Logger
+	spans *tracing.Book // the traced requests' hold spans
 
 	aborted    *stats.Counter
 	dropped    *stats.Counter
@@ -87,7 +89,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
-	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h,
+	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h, spans: tracing.New(cfg.TracerProvider),
 		log: cfg.Log(e.ID(), "prefill")}
 	if cfg.Staging.Enabled() {
 		if err := e.slots.join(&cfg.Staging, cfg.ParamsAfterAllRanks); err != nil {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/connector"
@@ -17,7 +18,9 @@ import (
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
 	"github.com/gonixl/gonixl/internal/vllm"
+	"github.com/gonixl/gonixl/internal/xfertime"
 	"github.com/gonixl/gonixl/nixl"
 )
 
@@ -138,6 +141,12 @@ type reader struct {
 
 	stuck                      *stats.Counter
 	holdQueries, failedQueries *stats.Counter
+
+	// times picks where transfer and post times come from (NIXL's
+	// telemetry or steady); spans records the traced requests' spans
+	// (nil: none).
+	times *xfertime.Source
+	spans *tracing.Book
 }
 
 // newReader returns a reader of a rank configured as cfg, acting
@@ -211,7 +220,20 @@ func (c *reader) route(l *load) {
 		c.fail(l, errClosed)
 		return
 	}
+	if c.spans.Traced(l.id) {
+		l.parkedAt = time.Now()
+	}
 	r.parked = append(r.parked, l)
+}
+
+// handshakeSpan records the traced loads' wait for handshake d.
+func (c *reader) handshakeSpan(d handshakeDone, parked []*load) {
+	for _, l := range parked {
+		if !l.parkedAt.IsZero() {
+			c.spans.Record(l.id, tracing.Handshake, l.parkedAt, time.Now(), d.err,
+				attribute.String("gonixl.remote_engine_id", d.r.engineID), attribute.String("gonixl.remote_addr", d.r.addr))
+		}
+	}
 }
 
 // applyHandshake makes an engine ready, or fails the loads that waited for
@@ -223,6 +245,7 @@ func (c *reader) applyHandshake(d handshakeDone) {
 	}
 	parked := r.parked
 	r.parked = nil
+	c.handshakeSpan(d, parked)
 	if errors.Is(d.err, errClosed) {
 		for _, l := range parked {
 			c.fail(l, errClosed)
@@ -311,6 +334,11 @@ func (c *reader) post(l *load) {
 		return
 	}
 	start := c.steady()
+	var posted time.Time // wall clock, for the request's post span
+	if c.spans.Traced(l.id) {
+		posted = time.Now()
+	}
+	ownPost := !c.times.PostsByNIXL()
 	var notified []int
 	for _, s := range set.sources {
 		// The lists are reused from request to request: agents copy them in
@@ -380,10 +408,10 @@ func (c *reader) post(l *load) {
 			var st nixl.Status
 			st, err = c.xfer.PostXferReq(h, nil)
 			x := l.xfers[len(l.xfers)-1]
-			x.start = c.steady()
+			x.start, x.postTimed = c.steady(), ownPost
 			if err == nil && st == nixl.StatusSuccess {
 				x.done = true
-				c.stats.RecordTransfer(x.bytes, x.descs, 0)
+				c.transferDone(l, x)
 			}
 		}
 		if err != nil {
@@ -397,7 +425,12 @@ func (c *reader) post(l *load) {
 			c.markNotified(l)
 		}
 	}
-	c.stats.RecordPost(c.steady().Sub(start))
+	if ownPost {
+		c.stats.RecordPost(c.steady().Sub(start))
+	}
+	if !posted.IsZero() {
+		c.spans.Record(l.id, tracing.Post, posted, time.Now(), nil, attribute.Int("gonixl.transfers", len(l.xfers)))
+	}
 	for _, s := range set.notify {
 		if !slices.Contains(notified, s) {
 			l.after = append(l.after, s)
@@ -507,7 +540,7 @@ func (c *reader) pollLoad(l *load, now time.Time) bool {
 		if st == nixl.StatusSuccess {
 			x.done = true
 			if !x.part {
-				c.stats.RecordTransfer(x.bytes, x.descs, c.steady().Sub(x.start))
+				c.transferDone(l, x)
 			}
 			if x.scatterBlocks != nil && !l.allDone() {
 				// Pipelined: this chunk is scattered while the later ones
@@ -587,6 +620,27 @@ func (c *reader) end(l *load, res connector.Result) {
 	}
 	l.drainUntil = c.mono().Add(c.cfg.TransferTimeout)
 	c.draining = append(c.draining, l)
+}
+
+// transferDone records READ x of load l, complete and not yet released:
+// its times (NIXL's telemetry where the agent has it) and its span.
+func (c *reader) transferDone(l *load, x *xfer) {
+	own := c.steady().Sub(x.start)
+	var t xfertime.Times
+	if x.scatterBlocks == nil {
+		// One READ, not the last of a pipelined staged one's chunks.
+		t = c.times.Finished(x.h, own)
+	} else {
+		t = c.times.Own(own)
+	}
+	c.stats.RecordTransfer(x.bytes, x.descs, t.Xfer)
+	if t.By == xfertime.ByNIXL && !x.postTimed {
+		c.stats.RecordPost(t.Post)
+	}
+	if c.spans.Traced(l.id) {
+		start, end := t.Span()
+		c.spans.Record(l.id, tracing.Transfer, start, end, nil, tracing.TransferAttrs(x.rank, x.bytes, x.descs, t.By, t.Post)...)
+	}
 }
 
 // publish hands an ended load's result to Drain.

@@ -184,7 +184,7 @@ func (c *stager) postChunks(l *load, s int, plan staging.ReadPlan, sc *staging.B
 		if st == nixl.StatusSuccess {
 			x.done = true
 			if !x.part {
-				c.rd.stats.RecordTransfer(x.bytes, x.descs, 0)
+				c.rd.transferDone(l, x)
 			}
 		}
 	}

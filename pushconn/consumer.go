@@ -17,6 +17,7 @@ import (
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -33,6 +34,7 @@ type Consumer struct {
 	// the cancel waits.
 	mono    func() time.Time
 	log     *zap.Logger
+	spans   *tracing.Book // the traced requests' kv_wait spans
 	stats   *stats.Set
 	push    *pushCounters
 	poll    *poller.Poller
@@ -84,6 +86,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		mono:    lease.MonoNow(cfg.Clock),
 		log:     cfg.Log(e.ID(), "decode"),
 		stats:   stats.New(),
+		spans:   tracing.New(cfg.TracerProvider),
 		tracker: newTracker(cfg.RegistrationTimeout, cfg.CancelTimeout),
 		ready:   make(chan struct{}, 1),
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/tracing"
 )
 
 // The push connector registers itself as connector's "push" driver: an
@@ -70,6 +71,15 @@ func configOf(o connector.RankOptions) (Config, error) {
 type producer struct{ *Producer }
 
 func (p producer) RequestFinished(r connector.Request) (connector.Params, error) {
+	p.spans.Begin(r.Context, r.ID, tracing.Hold)
+	params, err := p.requestFinished(r)
+	if err != nil {
+		p.spans.End(r.ID, err)
+	}
+	return params, err
+}
+
+func (p producer) requestFinished(r connector.Request) (connector.Params, error) {
 	var params Params
 	var err error
 	if len(p.cfg.Layout.Groups) > 0 {
@@ -101,12 +111,41 @@ func (p producer) DropHolds(string, time.Duration) (dropped, kept int, err error
 	return 0, p.Held(), nil
 }
 
+// DrainFreed ends the hold spans of the requests it returns.
+func (p producer) DrainFreed() []string {
+	ids := p.Producer.DrainFreed()
+	for _, id := range ids {
+		p.spans.End(id, nil)
+	}
+	return ids
+}
+
+// Drain ends the kv_wait spans of the requests it returns.
+func (c consumer) Drain() []connector.Result {
+	rs := c.Consumer.Drain()
+	for _, r := range rs {
+		c.spans().End(r.RequestID, r.Err)
+	}
+	return rs
+}
+
+func (c consumer) spans() *tracing.Book { return c.Consumer.spans }
+
 // consumer is a Consumer as a connector.Consumer.
 type consumer struct{ *Consumer }
 
 // Load registers the request's blocks with the prefill engine that
 // r.Params name; prefill WRITEs them once it finished the request.
 func (c consumer) Load(r connector.Request) error {
+	c.spans().Begin(r.Context, r.ID, tracing.KVWait)
+	err := c.load(r)
+	if err != nil {
+		c.spans().End(r.ID, err)
+	}
+	return err
+}
+
+func (c consumer) load(r connector.Request) error {
 	if err := c.engine.core.CheckOpen(); err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/gonixl/gonixl/internal/poller"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
+	"github.com/gonixl/gonixl/internal/xfertime"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -34,10 +36,14 @@ type Producer struct {
 	// mono reads the rank's monotonic clock (lease.MonoNow), which times
 	// its WRITEs: how long one may move, and how long a failed one the
 	// agent would not let go of keeps its blocks.
-	mono    func() time.Time
-	log     *zap.Logger
-	stats   *stats.Set
-	push    *pushCounters
+	mono  func() time.Time
+	log   *zap.Logger
+	stats *stats.Set
+	push  *pushCounters
+	// spans: the traced requests' hold spans, their WRITEs' children;
+	// times: where the WRITEs' times come from.
+	spans   *tracing.Book
+	times   *xfertime.Source
 	poll    *poller.Poller
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -88,11 +94,13 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		mono:     lease.MonoNow(cfg.Clock),
 		log:      cfg.Log(e.ID(), "prefill"),
 		stats:    stats.New(),
+		spans:    tracing.New(cfg.TracerProvider),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},
 		world:    e.TPSize(), // vLLM's "world size" in the completion is the TP group's, with or without PP
 	}
 	p.push = newPushCounters(p.stats)
+	p.times = xfertime.New(cfg.Agent, p.stats)
 	if err := newWriter(p); err != nil {
 		return nil, err
 	}

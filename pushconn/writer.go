@@ -9,6 +9,8 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/tracing"
+	"github.com/gonixl/gonixl/internal/xfertime"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -180,10 +182,14 @@ func (w *writer) postMapped(pr *pendingReg, h *hold, msg []byte, t *descriptors.
 	}
 	status, err := p.cfg.Agent.PostXferReq(xh, nil)
 	posted := time.Now()
-	p.stats.RecordPost(posted.Sub(start))
+	ownPost := !p.times.PostsByNIXL()
+	if ownPost {
+		p.stats.RecordPost(posted.Sub(start))
+	}
+	p.spans.Record(h.id, tracing.Post, start, posted, err)
 	// The transfer time starts once the WRITE is posted, as pull's READ
 	// time does: the same metric means the same thing on both connectors.
-	wr := &write{reg: pr, hold: h, handles: []nixl.XferHandle{xh}, posted: posted, deadline: p.mono().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs}
+	wr := &write{reg: pr, hold: h, handles: []nixl.XferHandle{xh}, posted: posted, deadline: p.mono().Add(p.cfg.WriteTimeout), bytes: bytes, descs: descs, postTimed: ownPost}
 	switch {
 	case err != nil && peerGone(err) && !pr.retry:
 		_ = p.cfg.Agent.ReleaseXferReq(xh)
@@ -244,6 +250,10 @@ func (w *writer) pollHandles(wr *write) error {
 			failed = fmt.Errorf("WRITE failed in flight: %w", err)
 			left = append(left, xh)
 		case status == nixl.StatusSuccess:
+			if wr.slot == nil && len(wr.handles) == 1 {
+				// NIXL's telemetry of the request is gone once released.
+				wr.times = p.times.Finished(xh, time.Since(wr.posted))
+			}
 			if err := p.cfg.Agent.ReleaseXferReq(xh); err != nil {
 				p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
 			}
@@ -280,6 +290,7 @@ func (w *writer) release(wr *write) bool {
 // staging slot and records its time.
 func (w *writer) completed(wr *write) {
 	p := w.p
+	w.timed(wr)
 	errs := make([]error, len(wr.handles))
 	if err := nixl.ReleaseXferReqs(p.cfg.Agent, wr.handles, errs); err != nil {
 		p.log.Debug("pushconn: release of a completed WRITE failed", zap.Error(err))
@@ -290,7 +301,6 @@ func (w *writer) completed(wr *write) {
 		}
 	}
 	wr.handles = nil
-	p.stats.RecordTransfer(wr.bytes, wr.descs, time.Since(wr.posted))
 	if p.stage != nil {
 		if wr.slot != nil {
 			p.stage.Staged.Inc()
@@ -299,6 +309,31 @@ func (w *writer) completed(wr *write) {
 		}
 	}
 	w.freeSlot(wr.slot)
+}
+
+// timed records a completed WRITE's times, before its transfer requests
+// are released: NIXL's telemetry for a direct WRITE where the agent has
+// it, the rank's clock otherwise (a staged WRITE is several requests), and
+// its span under the request's hold span.
+func (w *writer) timed(wr *write) {
+	p := w.p
+	own := time.Since(wr.posted)
+	t := wr.times // read as the request completed (pollHandles)
+	switch {
+	case t.By != "":
+	case wr.slot == nil && len(wr.handles) == 1: // completed at its post
+		t = p.times.Finished(wr.handles[0], own)
+	default:
+		t = p.times.Own(own)
+	}
+	p.stats.RecordTransfer(wr.bytes, wr.descs, t.Xfer)
+	if t.By == xfertime.ByNIXL && !wr.postTimed {
+		p.stats.RecordPost(t.Post)
+	}
+	if id := wr.hold.id; p.spans.Traced(id) {
+		start, end := t.Span()
+		p.spans.Record(id, tracing.Transfer, start, end, nil, tracing.TransferAttrs(0, wr.bytes, wr.descs, t.By, t.Post)...)
+	}
 }
 
 // ended frees the staging slot of a WRITE that failed.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gonixl/gonixl/internal/handshake"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/xfertime"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -119,6 +120,11 @@ type write struct {
 	// acks are the PUSH_CANCELs of its registration that arrived while it
 	// was in flight: each is answered when it ends.
 	acks []*pushwire.Cancel
+	// postTimed: its post time was recorded on the rank's clock (NIXL's
+	// telemetry did not time posts yet, or cannot). times: a direct
+	// WRITE's times, read as its request completed, before its release.
+	postTimed bool
+	times     xfertime.Times
 	// cancelling: the WRITE failed or timed out but the agent would not
 	// release it yet, so it may still be moving bytes. Nothing is told or
 	// freed until the agent lets go (or until drainUntil, counted).

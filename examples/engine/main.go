@@ -52,6 +52,7 @@ import (
 
 	"github.com/gonixl/gonixl/examples/discovery"
 	"github.com/gonixl/gonixl/examples/engine/server"
+	"github.com/gonixl/gonixl/examples/otlp"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -122,6 +123,8 @@ func run(args []string) error {
 	cluster := fs.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
 	etcdTTL := fs.Duration("etcd-ttl", discovery.DefaultTTL, "with -etcd: the registration's lease TTL (whole seconds)")
 	etcdTimeout := fs.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
+	otlpEndpoint := fs.String("otlp-endpoint", "", otlp.FlagUsage)
+	telemetry := fs.Bool("nixl-telemetry", true, "-agent nixl: create the agents with NIXL's per-transfer telemetry (captureTelemetry, as vLLM does), which then times the transfer and post histograms (docs/metrics.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -192,7 +195,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	newAgent, kind, closeAgents, err := agentFactory(*agentKind, *backend, params, log)
+	newAgent, kind, closeAgents, err := agentFactory(*agentKind, *backend, params, *telemetry, log)
 	if err != nil {
 		return err
 	}
@@ -211,6 +214,18 @@ func run(args []string) error {
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
 	}
+	tracing, err := otlp.Start(context.Background(), *otlpEndpoint, "gonixl-engine-"+*role)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("exporting the last spans", zap.Error(err))
+		}
+	}()
+	cfg.TracerProvider = tracing.Provider
 	s, err := server.New(cfg)
 	if err != nil {
 		return err
@@ -324,7 +339,7 @@ func checkRegistrable(etcdEndpoints string, k agentKind) error {
 }
 
 // agentFactory returns how to make each rank's agent.
-func agentFactory(kind, backend string, given map[string]string, log *zap.Logger) (func(string) (nixl.Agent, error), agentKind, func(), error) {
+func agentFactory(kind, backend string, given map[string]string, telemetry bool, log *zap.Logger) (func(string) (nixl.Agent, error), agentKind, func(), error) {
 	// Every start of the engine names its agents anew, as vLLM does (a uuid per agent):
 	// peers holding the metadata of an earlier start's agents would refuse the new ones'
 	// under the same name.
@@ -332,7 +347,7 @@ func agentFactory(kind, backend string, given map[string]string, log *zap.Logger
 	native := func(name string) (nixl.Agent, error) {
 		name += "-" + start
 		// LIBFABRIC makes progress only on NIXL's own progress thread.
-		a, err := nixl.New(name, nixl.Config{ProgressThread: strings.EqualFold(backend, "LIBFABRIC")})
+		a, err := nixl.New(name, nixl.Config{ProgressThread: strings.EqualFold(backend, "LIBFABRIC"), CaptureTelemetry: telemetry})
 		if err != nil {
 			return nil, err
 		}

@@ -27,6 +27,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonixl/gonixl/examples/otlp"
 	"github.com/gonixl/gonixl/examples/proxy/pd"
 )
 
@@ -58,6 +59,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	etcdTimeout := flags.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
 	bidir := flags.Bool("bidirectional-kv-xfer", false, "pull chats: send a conversation's next turn to the engines that hold its history, for prefill to read it back (the engines need -bidirectional-kv-xfer too)")
 	debug := flags.Bool("debug", false, "debug logs")
+	otlpEndpoint := flags.String("otlp-endpoint", "", otlp.FlagUsage)
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +84,17 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	tracing, err := otlp.Start(ctx, *otlpEndpoint, "gonixl-proxy")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("exporting the last spans", zap.Error(err))
+		}
+	}()
 	p, err := pd.NewContext(ctx, pd.Config{
 		Prefill:        split(*prefill),
 		Decode:         split(*decode),
@@ -94,6 +107,7 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 		Dynamic:        dynamic,
 		Logger:         log,
 		Bidirectional:  *bidir,
+		TracerProvider: tracing.Provider,
 	})
 	if err != nil {
 		return err

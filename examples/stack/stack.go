@@ -13,6 +13,7 @@ import (
 	"github.com/gonixl/gonixl/examples/proxy/pd"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -73,6 +74,10 @@ type Config struct {
 	// default HND), DecodeKVLayout the decode engine's where it differs
 	// (default KVLayout): the connectors permute between the orders.
 	KVLayout, DecodeKVLayout string
+	// TracerProvider records the proxy's, the engines' and their
+	// connectors' spans: one trace per request (docs/metrics.md, "Traces").
+	// Default: otel's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultShutdownTimeout bounds Close.
@@ -135,7 +140,7 @@ func Start(cfg Config) (_ *Stack, err error) {
 	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
 		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
 		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Protocol: cfg.Protocol,
-		Bidirectional: cfg.Bidirectional, KVLayout: cfg.KVLayout}
+		Bidirectional: cfg.Bidirectional, KVLayout: cfg.KVLayout, TracerProvider: cfg.TracerProvider}
 	if cfg.Protocol == server.ProtocolVLLM {
 		base.VLLMVersion, base.AttentionBackend = "0.0.0", "FLASH_ATTN"
 	}
@@ -157,7 +162,7 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	s.Engines = []*server.Server{s.Prefill, s.Decode}
 	if s.Proxy, err = pd.New(pd.Config{Prefill: []string{s.Prefill.URL()}, Decode: []string{s.Decode.URL()}, Connector: connector,
-		Bidirectional: cfg.Bidirectional}); err != nil {
+		Bidirectional: cfg.Bidirectional, TracerProvider: cfg.TracerProvider}); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return s, s.serve(cfg.ProxyAddr, s.Proxy)

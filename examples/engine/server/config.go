@@ -10,6 +10,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/nixl"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -137,6 +138,10 @@ type Config struct {
 	// ConnLogger is passed to the connectors (default: none, so that tests
 	// do not get the periodic metrics line).
 	ConnLogger *zap.Logger
+	// TracerProvider records the engine's and its ranks' spans of the
+	// requests (trace.go; docs/metrics.md). Default: otel's global
+	// provider, which records nothing unless the program installed one.
+	TracerProvider trace.TracerProvider
 	// StatsInterval is the connectors' metrics line period
 	// (connector.RankConfig.StatsInterval; default 10 s).
 	StatsInterval time.Duration

@@ -446,6 +446,9 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 	now := s.cfg.Clock.Now()
 	r.arrival, r.deadline = now, now.Add(s.cfg.RequestTimeout)
 	ctx := hr.Context()
+	span := s.startSpan(hr, r)
+	var answered *apiError
+	defer func() { endSpan(span, answered) }()
 	if r.kind == kindDecode && hr.Header.Get(TakenInHeader) != "" {
 		announceTakenIn(w)
 	}
@@ -482,6 +485,9 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 				text = " " + text
 			}
 			toks = append(toks, text)
+			if len(toks) == 1 && r.kind != kindPrefill {
+				span.AddEvent(FirstTokenEvent)
+			}
 			if !cf.Stream {
 				continue
 			}
@@ -505,6 +511,7 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 			}
 			continue
 		}
+		answered = ev.err
 		u := &usage{PromptTokens: len(r.tokens), CompletionTokens: len(toks), TotalTokens: len(r.tokens) + len(toks)}
 		switch {
 		case ev.err != nil && !streaming:

@@ -74,6 +74,9 @@ type request struct {
 	generated    int
 	lastTok      time.Time
 	hist         historyReq // bidirectional KV (bidir.go)
+	// trace is the request's span's context (trace.go), given to the
+	// ranks with it; nil when no trace is recorded.
+	trace context.Context
 }
 
 type heldReq struct {
@@ -407,7 +410,7 @@ func (l *loop) startRanks(r *request) []error {
 // lists of the prompt's blocks (one per KV-cache group of its layout),
 // none while r waits for blocks (KeepAlive).
 func (l *loop) connRequest(i int, r *request) connector.Request {
-	req := connector.Request{ID: r.engID, Tokens: len(r.tokens), TransferID: r.tid, Params: r.params}
+	req := connector.Request{ID: r.engID, Tokens: len(r.tokens), TransferID: r.tid, Params: r.params, Context: r.trace}
 	if r.blocks != nil {
 		req.Blocks = l.rankLists(i, r.blocks[:r.promptBlocks], len(r.tokens))
 	}
@@ -588,7 +591,7 @@ func (l *loop) finishPrefill(r *request) {
 	var ferr error
 	for i, p := range l.s.prods {
 		ps, err := p.RequestFinished(connector.Request{ID: r.engID, Blocks: l.rankLists(i, h.blocks[:r.promptBlocks], len(r.tokens)),
-			Tokens: len(r.tokens), TransferID: r.tid})
+			Tokens: len(r.tokens), TransferID: r.tid, Context: r.trace})
 		if err != nil {
 			if ferr == nil {
 				ferr = fmt.Errorf("rank %d: %w", i, err)

@@ -150,7 +150,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.lays = append(s.lays, l)
 		// The rank tags its own lines with engine_id, tp_rank and role; a
 		// tag added here would appear twice in each.
-		rc := connector.RankConfig{Agent: a, Layout: l, Logger: cfg.ConnLogger, StatsInterval: cfg.StatsInterval, Lease: cfg.Lease,
+		rc := connector.RankConfig{Agent: a, Layout: l, Logger: cfg.ConnLogger, StatsInterval: cfg.StatsInterval, Lease: cfg.Lease, TracerProvider: cfg.TracerProvider,
 			FailurePolicy: connector.Policy(cfg.FailurePolicy)}
 		if cfg.Role == RolePrefill {
 			p, err := e.NewProducer(rc)

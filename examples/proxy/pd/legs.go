@@ -110,7 +110,10 @@ func (p *Proxy) sendWith(ctx context.Context, c *completion, e *engine, path str
 	if a := c.r.Header.Get("Authorization"); a != "" {
 		req.Header.Set("Authorization", a)
 	}
-	return p.client.Do(req)
+	req, span := p.legSpan(req, e)
+	resp, err := p.client.Do(req)
+	endLeg(span, resp, err)
+	return resp, err
 }
 
 // transportError classifies an error of client.Do or of reading a body.
@@ -264,6 +267,7 @@ func (p *Proxy) fail(w http.ResponseWriter, c *completion, le *legError) {
 		return
 	}
 	p.failed.Add(1)
+	c.traceFailed(le)
 	c.log.Warn("request failed", zap.Int("status", le.status), zap.String("error", le.msg))
 	if le.body != nil {
 		if le.ctype != "" {

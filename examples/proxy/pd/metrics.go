@@ -83,7 +83,9 @@ func (m *metrics) leg(name string, start time.Time, ok bool) {
 }
 
 func (m *metrics) firstToken(c *completion) {
-	m.ttft.WithLabelValues(strconv.FormatBool(c.stream)).Observe(time.Since(c.start).Seconds())
+	now := time.Now()
+	m.ttft.WithLabelValues(strconv.FormatBool(c.stream)).Observe(now.Sub(c.start).Seconds())
+	c.traceFirstToken(now)
 }
 
 // routeLabel keeps the route label to the paths the proxy serves: any other is "other", so

@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -96,6 +97,11 @@ type Config struct {
 	StartWait time.Duration
 	// Logger; default: none.
 	Logger *zap.Logger
+	// TracerProvider records one trace per completion (trace.go,
+	// docs/metrics.md), whose context goes to the engines in W3C
+	// traceparent. Default: otel's global provider, which records nothing
+	// unless the program installed one.
+	TracerProvider trace.TracerProvider
 	// Bidirectional (pull) turns on bidirectional KV for multi-turn chats
 	// (conversation.go): a conversation's next turn goes to the engines
 	// that hold its history, and prefill reads it back from decode. The
@@ -328,6 +334,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/metrics" { // before the route table, which stays the API's
 		p.met.handler.ServeHTTP(w, r)
 		return
+	}
+	if r.URL.Path == "/v1/completions" || r.URL.Path == chatPath {
+		var span trace.Span
+		r, span = p.startTrace(r)
+		defer span.End()
 	}
 	switch r.URL.Path {
 	case "/v1/completions":
