@@ -151,7 +151,8 @@ func FuzzProducerNotification(f *testing.F) {
 		h, err := newHolds(1, time.Minute, 16)
 		require.NoError(t, err)
 		clk := connector.NewManualClock(time.Unix(0, 0))
-		p := &Producer{e: &pullEngine{}, cfg: rankConfig{Rank: engine.Rank{Clock: clk}, Config: Config{HeartbeatExtension: time.Second}}, holds: h, stats: newStatsForTest(), log: nopLogger}
+		p := &Producer{e: &pullEngine{}, cfg: rankConfig{Rank: engine.Rank{Clock: clk}, Config: Config{HeartbeatExtension: time.Second}}, stats: newStatsForTest(), log: nopLogger}
+		p.hold = &holder{h: h, extension: time.Second, out: producerEdges{p}}
 		p.duplicates = p.stats.Counter("duplicate_completions", "")
 		p.stale = p.stats.Counter("stale_completions", "")
 		require.NoError(t, h.finish("held", []int{1}, clk.Now()))
@@ -220,8 +221,9 @@ func FuzzKeyedProducerNotification(f *testing.F) {
 		require.NoError(t, err)
 		h.keyed = true
 		clk := connector.NewManualClock(time.Unix(0, 0))
-		p := &Producer{e: &pullEngine{}, cfg: rankConfig{Rank: engine.Rank{Clock: clk}, Config: Config{HeartbeatExtension: time.Second}}, holds: h, stats: newStatsForTest(), log: nopLogger,
+		p := &Producer{e: &pullEngine{}, cfg: rankConfig{Rank: engine.Rank{Clock: clk}, Config: Config{HeartbeatExtension: time.Second}}, stats: newStatsForTest(), log: nopLogger,
 			plainWarn: lograte.New(plainWarnEvery, clk.Now)}
+		p.hold = &holder{h: h, extension: time.Second, out: producerEdges{p}}
 		p.duplicates = p.stats.Counter("duplicate_completions", "")
 		p.foreign = p.stats.Counter("foreign_completions", "")
 		p.stale = p.stats.Counter("stale_completions", "")

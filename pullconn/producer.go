@@ -1,7 +1,6 @@
 package pullconn
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -47,10 +46,11 @@ type Producer struct {
 	// any agent that loaded the rank's metadata can send at will.
 	plainWarn *lograte.Limiter
 
-	mu     sync.Mutex
-	holds  *holds
-	freed  []string
-	closed bool
+	// mu guards hold, the rank's protocol (holder: its closed flag is the
+	// Producer's), and freed.
+	mu    sync.Mutex
+	hold  *holder
+	freed []string
 
 	poll    *poller.Poller
 	stopLog func()
@@ -89,8 +89,8 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	if err != nil {
 		return nil, invalidf("RankConfig.Lease: %v", err)
 	}
-	p := &Producer{e: e, cfg: cfg, stats: stats.New(), holds: h, spans: tracing.New(cfg.TracerProvider),
-		log: cfg.Log(e.ID(), "prefill")}
+	p := &Producer{e: e, cfg: cfg, stats: stats.New(), spans: tracing.New(cfg.TracerProvider), log: cfg.Log(e.ID(), "prefill")}
+	p.hold = &holder{h: h, rank: cfg.Layout.TPRank, lease: cfg.Lease, extension: cfg.HeartbeatExtension, vllm: e.core.VLLM(), out: producerEdges{p}}
 	if cfg.Staging.Enabled() {
 		if err := e.slots.join(&cfg.Staging, cfg.ParamsAfterAllRanks); err != nil {
 			return nil, invalidf("%v", err)
@@ -166,7 +166,7 @@ func (p *Producer) checkFinished(requestID string) error {
 // groups (blocks then nil) with the tokens they cover.
 func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]int, tokens int) (Params, error) {
 	p.mu.Lock()
-	closed, held := p.closed, p.holds.reqs[requestID] != nil
+	closed, held := p.hold.closed, p.hold.held(requestID)
 	p.mu.Unlock()
 	if closed {
 		return Params{}, errClosed
@@ -196,26 +196,28 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 			slot = &i
 		}
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		p.releaseSlot(slot)
-		return Params{}, errClosed
+	base := Params{
+		TransferParams:     engine.Public.Params(p.e.core, requestID, blocks).(connector.TransferParams),
+		PPSize:             1,
+		TransferMode:       handshake.ModePull,
+		RemoteStagingSlot:  slot,
+		RemoteStagingAwait: job != nil,
 	}
-	now := p.cfg.Clock.Now()
 	ids := blocks
 	if groups != nil {
+		base.RemoteBlockIDs, base.RemoteGroupBlockIDs, base.NumTokens = nil, groupids.Copy(groups), tokens
 		ids = groupids.Flatten(groups)
 	}
-	err := p.holds.finish(requestID, ids, now)
-	if err == nil {
-		p.holds.reqs[requestID].made = time.Now()
+	if p.e.core.VLLM() {
+		base.RemoteRegistrationGeneration = p.e.core.RegistrationGeneration()
 	}
-	deadline, _ := p.holds.leases.Deadline(requestID)
+	p.mu.Lock()
+	params, err := p.hold.finish(requestID, ids, p.cfg.Clock.Now(), time.Now(), base)
 	if err == nil && slot != nil {
 		p.slots[requestID] = *slot
 	}
 	if err == nil && job != nil {
+		job.key = params.holdKey()
 		p.startGather(requestID, job, blocks)
 	}
 	p.mu.Unlock()
@@ -224,45 +226,6 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 		return Params{}, err
 	}
 	p.poll.Wake() // switch to the fast polling period
-	// Every rank advertises the deadline of the first to finish the request;
-	// a rank whose own lease would end earlier (a shorter RankConfig.Lease)
-	// holds until the advertised one, so each rank's hold covers it.
-	adv := p.e.advert(requestID, p.cfg.Layout.TPRank, now, deadline)
-	advertised, nonce := adv.deadline, adv.nonce
-	if advertised.After(deadline) {
-		p.mu.Lock()
-		p.holds.leases.Extend(requestID, advertised, 0)
-		p.mu.Unlock()
-	}
-	params := Params{
-		TransferParams: engine.Public.Params(p.e.core, requestID, blocks).(connector.TransferParams),
-		PPSize:         1,
-		TransferMode:   handshake.ModePull,
-		// The hold's deadline: decode never trusts the blocks past it
-		// unless a hold query moved it.
-		RemoteBlocksExpiryTime: expirySeconds(advertised),
-		RemoteStagingSlot:      slot,
-		RemoteStagingAwait:     job != nil,
-		RemoteHoldNonce:        nonce,
-		RemoteIncarnation:      adv.incarnation,
-	}
-	if groups != nil {
-		params.RemoteBlockIDs, params.RemoteGroupBlockIDs, params.NumTokens = nil, groupids.Copy(groups), tokens
-	}
-	if p.e.core.VLLM() {
-		// In vLLM's protocol the deadline is on the side channel's clock,
-		// whose offset the peer measured in the handshake (vLLM's own pull
-		// prefill sends none; its decode reads one this way), and gonixl's
-		// keys are left out: nobody asks for a pin.
-		params.RemoteBlocksExpiryTime, params.RemoteStagingSlot, params.RemoteHoldNonce, params.RemoteIncarnation = adv.mono, nil, 0, 0
-		params.RemoteRegistrationGeneration = p.e.core.RegistrationGeneration()
-	}
-	p.mu.Lock()
-	p.holds.setKey(requestID, params.holdKey())
-	if job != nil {
-		job.key = params.holdKey()
-	}
-	p.mu.Unlock()
 	return params, nil
 }
 
@@ -276,10 +239,10 @@ func (p *Producer) requestFinished(requestID string, blocks []int, groups [][]in
 func (p *Producer) Abort(requestID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.hold.closed {
 		return errClosed
 	}
-	if p.holds.abort(requestID) {
+	if p.hold.abort(requestID) {
 		p.aborted.Inc()
 	}
 	return nil
@@ -309,30 +272,17 @@ func (p *Producer) Abort(requestID string) error {
 // error matching connector.ErrClosed after Close.
 func (p *Producer) DropHolds(why string, unclaimedFor time.Duration) (dropped, kept int, err error) {
 	p.mu.Lock()
-	if p.closed {
+	if p.hold.closed {
 		p.mu.Unlock()
 		return 0, 0, errClosed
 	}
-	if p.e.core.VLLM() {
-		for id := range p.holds.reqs {
-			if p.holds.abort(id) {
-				p.aborted.Inc()
-			}
-		}
-		kept = p.holds.len()
-		p.mu.Unlock()
-		return 0, kept, nil
-	}
-	ids, kept := p.holds.drop(time.Now(), unclaimedFor, why)
-	// Counted before the ids become visible to DrainFreed.
-	p.dropped.Add(uint64(len(ids)))
-	p.freed = append(p.freed, p.releasedSlots(ids)...)
+	dropped, kept, aborted := p.hold.drop(time.Now(), unclaimedFor, why)
+	p.aborted.Add(uint64(aborted))
 	p.mu.Unlock()
-	p.e.dropAdverts(ids)
-	if len(ids) > 0 {
-		p.log.Info("pullconn: dropped holds no decode engine is reading", zap.Int("dropped", len(ids)), zap.Int("kept", kept), zap.String("why", why))
+	if dropped > 0 {
+		p.log.Info("pullconn: dropped holds no decode engine is reading", zap.Int("dropped", dropped), zap.Int("kept", kept), zap.String("why", why))
 	}
-	return len(ids), kept, nil
+	return dropped, kept, nil
 }
 
 // DrainFreed returns, without blocking, the ids whose blocks the engine may
@@ -350,7 +300,7 @@ func (p *Producer) DrainFreed() []string {
 func (p *Producer) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.holds.len()
+	return p.hold.h.len()
 }
 
 // Stats returns the prefill rank's counters: holds that expired or were
@@ -363,7 +313,7 @@ func (p *Producer) Stats() connector.Stats { return engine.StatsOf[connector.Sta
 // every still-held request to DrainFreed and deregisters the memory. It is
 // idempotent.
 func (p *Producer) Close() error {
-	if !engine.Closing(&p.mu, &p.closed) {
+	if !engine.Closing(&p.mu, &p.hold.closed) {
 		return nil
 	}
 	p.poll.Stop()
@@ -377,10 +327,8 @@ func (p *Producer) Close() error {
 	// them then.
 	err := engine.Deregister(p.cfg.Agent, p.cfg.Layout, &p.cfg.Staging)
 	p.mu.Lock()
-	all := p.holds.releaseAll()
-	p.freed = append(p.freed, p.releasedSlots(all)...)
+	p.hold.releaseAll()
 	p.mu.Unlock()
-	p.e.dropAdverts(all)
 	p.leaveSlots()
 	if p.stage != nil {
 		p.e.slots.changed() // readiness queries waiting on this rank answer now
@@ -391,42 +339,23 @@ func (p *Producer) Close() error {
 func (p *Producer) busy() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.holds.len() > 0
+	return p.hold.h.len() > 0
 }
 
 func (p *Producer) tick() {
 	now := p.cfg.Clock.Now()
 	p.mu.Lock()
-	ids := p.holds.expire(now, time.Now())
-	// Count before the ids become visible to DrainFreed, so a caller that
-	// sees them also sees the count.
-	p.stats.ExpiredRequests.Add(uint64(len(ids)))
-	p.freed = append(p.freed, p.releasedSlots(ids)...)
+	ids := p.hold.tick(now, time.Now())
 	p.mu.Unlock()
-	p.e.dropAdverts(ids)
 	if len(ids) > 0 {
 		p.log.Warn("pullconn: lease expired, releasing blocks decode never read", zap.Strings("request_ids", ids), zap.Duration("lease", p.cfg.Lease))
 	}
 }
 
 func (p *Producer) onCompletion(sender string, msg []byte) {
-	// "<id>:<n>" from a vLLM decode; "<id>:<n>#<hold key>" from ours, which
-	// names the hold it read.
-	c, err := notif.DecodeSeqCompletion(msg)
-	if err != nil {
-		p.stats.MalformedNotifications.Inc()
-		p.log.Debug("pullconn: dropped malformed notification", zap.String("from", sender), zap.Error(err))
-		return
-	}
 	p.mu.Lock()
-	out, err := p.holds.complete(c, sender)
-	if out == completionDone {
-		p.freed = append(p.freed, p.releasedSlots([]string{c.ID})...)
-	}
+	c, out, err := p.hold.completion(sender, msg)
 	p.mu.Unlock()
-	if out == completionDone {
-		p.e.dropAdverts([]string{c.ID})
-	}
 	p.countCompletion(out)
 	if out == completionPlain {
 		p.warnPlain(sender, c.ID)
@@ -477,70 +406,59 @@ func (p *Producer) countCompletion(out completionOutcome) {
 }
 
 func (p *Producer) onHeartbeat(sender string, msg []byte) {
-	ids, err := notif.DecodeHeartbeat(msg)
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	err := p.hold.heartbeat(msg, now)
+	p.mu.Unlock()
 	if err != nil {
 		p.stats.MalformedNotifications.Inc()
 		p.log.Debug("pullconn: dropped malformed heartbeat", zap.String("from", sender), zap.Error(err))
-		return
 	}
-	now := p.cfg.Clock.Now()
-	p.mu.Lock()
-	p.holds.heartbeat(ids, now, p.cfg.HeartbeatExtension)
-	p.mu.Unlock()
 }
 
-// extendHolds extends the holds of ids that this rank has and the engine
-// did not abort, as a heartbeat does, and returns their deadlines (zero
-// for the others). It serves hold queries from decode engines.
+// extendHolds serves this rank's part of a hold query (holder.extend).
 func (p *Producer) extendHolds(reader, agent string, ids []string) []time.Time {
 	now := p.cfg.Clock.Now()
-	out := make([]time.Time, len(ids))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return out
-	}
-	for _, id := range ids {
-		p.holds.bind(id, reader, agent)
-	}
-	p.holds.heartbeatFor(ids, reader, now, p.cfg.HeartbeatExtension)
-	for i, id := range ids {
-		if r, ok := p.holds.reqs[id]; ok && !r.aborted && r.reader == reader {
-			out[i], _ = p.holds.leases.Deadline(id)
-		}
-	}
-	return out
+	return p.hold.extend(reader, agent, ids, now)
 }
 
-// pinHold answers one hold of a pin on this rank (see holds.pin): the pin
-// lasts ref.Pin on this process's monotonic clock, which no step of the
-// wall clock (or of RankConfig.Clock) moves, and at most maxPin.
+// pinHold answers one hold of a pin on this rank (holder.pin), timed on
+// this process's monotonic clock.
 func (p *Producer) pinHold(reader, agent string, ref handshake.HoldRef) string {
-	d := time.Duration(ref.PinMicros) * time.Microsecond
-	if limit := p.maxPin(); d > limit {
-		p.notHeld.Inc()
-		return fmt.Sprintf("a pin of %v is longer than the %v this rank grants", d, limit)
-	}
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return "the rank is closed"
-	}
-	verdict := p.holds.pin(ref.ID, ref.Key, reader, agent, time.Now().Add(d))
+	verdict, refused := p.hold.pin(reader, agent, ref, time.Now())
 	p.mu.Unlock()
-	if verdict != "" {
+	switch {
+	case refused:
 		p.notHeld.Inc()
 		p.log.Debug("pullconn: hold not pinned", zap.String("request_id", ref.ID), zap.String("reader", reader), zap.String("agent", agent), zap.String("why", verdict))
-	} else {
+	case verdict == "":
 		p.poll.Wake() // a pinned hold past its lease is released on a tick
 	}
 	return verdict
 }
 
-// maxPin bounds how long a reader may keep a hold past its lease: twice
-// the lease, and at least minMaxPin, which covers a decode's default
-// TransferTimeout and ExpiryMargin.
-func (p *Producer) maxPin() time.Duration { return max(2*p.cfg.Lease, minMaxPin) }
+// producerEdges are a Producer's holder's actions, run under the
+// Producer's lock.
+type producerEdges struct{ p *Producer }
 
-// minMaxPin is the least maxPin grants.
-const minMaxPin = 2 * time.Minute
+func (x producerEdges) advert(id string, rank int, now, own time.Time) advert {
+	return x.p.e.advert(id, rank, now, own)
+}
+
+// released counts ids' holds by how they ended, then, so that a caller
+// that sees the ids also sees the count, hands them to DrainFreed with
+// their staging slots, and drops their adverts.
+func (x producerEdges) released(ids []string, how holdEnd) {
+	p := x.p
+	switch how {
+	case endExpiry:
+		p.stats.ExpiredRequests.Add(uint64(len(ids)))
+	case endDrop:
+		p.dropped.Add(uint64(len(ids)))
+	}
+	p.freed = append(p.freed, p.releasedSlots(ids)...)
+	p.e.dropAdverts(ids)
+}

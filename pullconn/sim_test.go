@@ -58,30 +58,36 @@ import (
 // its shell (simdecode_test.go): the queue and the answers its next tick
 // takes, the side-channel calls it asks for as messages with their
 // clients' timeouts, and a NIXL agent whose READs read the prefill blocks
-// or slots their remote descriptors name. Each prefill rank's protocol
-// state is a real *holds (finish, setKey, bind, pin, complete, heartbeat,
-// heartbeatFor, abort, expire with its overdue holds, releaseAll), the
-// engine's staging slots are a real slotIndex, Params, their holdKey (with
-// RemoteHoldNonce), expirySeconds and expiry are the real ones,
-// completions and heartbeats are encoded by the reader and parsed by the
-// real notif codecs, and decode ranks pair with prefill ranks by the real
-// pair and notifyRanks.
+// or slots their remote descriptors name. Every prefill rank is the
+// production holder (holder.go, the Producer's core, over a real *holds):
+// RequestFinished's hold, the engine's advert and the Params' deadline,
+// nonce and key (finish), completions seq-keyed and plain (completion),
+// heartbeats, its part of hold queries (extend) and pins (pin, with
+// maxPin, on the rank's monotonic clock), expiry (tick), Abort and Close
+// (releaseAll); the simulation is its shell as the Producer is: a simRank
+// is its edges (the engine's real advert table, adverts, whose nonces come
+// from the seed's stream; released holds reported as DrainFreed would)
+// and, to the side channel, a holdRank that the real extendRanks and
+// confirmRanks fold as Engine.extend and Engine.confirm do. The engine's
+// staging slots are a real slotIndex, completions and heartbeats are
+// encoded by the reader and parsed by the real notif codecs inside the
+// holder, and decode ranks pair with prefill ranks by the real pair and
+// notifyRanks. The legacy rules' prefill glue is the cores' own test
+// switches: adverts.legacy and holder.legacyQueries.
 //
-// What is modeled, mirrored from the real code: the prefill glue, that is
-// Producer.RequestFinished's order (gather, finish, advertise, extend,
-// Params with the advert's nonce, setKey), Engine.advertise and
-// Engine.dropAdverts (TestSimAdvertiseMirrorsEngine compares them with the
-// real ones; the nonce comes from the seed's stream, not math/rand), the
-// drop of a released hold's advert, which the real code runs after the
-// rank's lock is let go (Producer.tick, onCompletion, Close) so that
-// another rank's RequestFinished may come in between, Engine.extend with
-// Producer.extendHolds, Engine.confirm with Producer.pinHold (maxPin, the
-// pin's end on the rank's monotonic clock) and Producer.onCompletion; the
-// side-channel clients' clock measurement (handshake.measure) and their
-// conversion of deadlines; and the Consumer's goroutines (a tick soon after
-// each wake, every few milliseconds while a load lives; a pin's verdict
-// applied as it comes). The router sends a request's Params to decode
-// engine A, and those of a retried id to A or B.
+// What is modeled: the prefill engine's side of RequestFinished before the
+// hold (the gather into a staging slot: slotIndex.decide, then a copy of
+// the blocks' tags; a failed gather holds nothing), the Params'
+// TransferParams, the side channel's handshake answer, and the Producer's
+// locking: a rank drops a released hold's advert (pullEngine.dropAdverts)
+// under its own lock but not the engine's, so another rank's
+// RequestFinished may advertise in between, and the simulation sometimes
+// runs the drop a little later to open that window; the side-channel
+// clients' clock measurement (handshake.measure) and their conversion of
+// deadlines; and the Consumer's goroutines (a tick soon after each wake,
+// every few milliseconds while a load lives; a pin's verdict applied as it
+// comes). The router sends a request's Params to decode engine A, and
+// those of a retried id to A or B.
 //
 // Memory is modeled by tags: every prefill block and slot holds the tag of
 // the request (and rank) whose KV it holds; a READ copies the tags at its
@@ -112,7 +118,10 @@ const (
 	// The production reader runs them against a prefill that does not pin
 	// (Payload.Confirms false), with readerRules.handshakeClock (hold
 	// queries never move the clock offset) and readGuard.byID (a read
-	// remote request is known by its id alone).
+	// remote request is known by its id alone); the production holder
+	// runs them with holder.legacyQueries (hold queries bind nothing) and
+	// holds.keyed off, beside an advert table with adverts.legacy (no
+	// nonce; a new advert once the old one's deadline passed).
 	legacyRules
 )
 
@@ -180,9 +189,6 @@ const (
 	simRetryRing = 16
 	simCompRing  = 64
 )
-
-// simMaxPin mirrors Producer.maxPin.
-func simMaxPin() time.Duration { return max(2*simLease, minMaxPin) }
 
 // simConfig is one simulation's shape. Everything else (the decode
 // engines' TP sizes, staging, the block allocator, ParamsAfterAllRanks
@@ -378,6 +384,7 @@ type sim struct {
 	watched []simTraceEntry
 
 	draining       bool
+	pinLog         []simPinned                  // what onPin's ranks pinned, in confirmRanks' order
 	xfers          map[nixl.XferHandle]*simXfer // READs the decode ranks' agents know
 	nextXfer       uint64
 	liveLoads      int
@@ -414,7 +421,8 @@ type simPrefill struct {
 	staging  bool
 	afterAll bool // Config.ParamsAfterAllRanks
 	lifo     bool // blocks are allocated most recently freed first (else at random)
-	adverts  map[string]*advert
+	// adverts is the engine's real advert table (pullEngine.adverts).
+	adverts adverts
 	// rng draws the adverts' nonces (nil: the legacy glue, which has none).
 	rng  *rand.Rand
 	reqs []*simReq // owning blocks at the engine
@@ -422,13 +430,18 @@ type simPrefill struct {
 	down int
 }
 
-// simRank is one prefill rank: a real *holds, its clocks, its memory, and
-// the model's ledger of the holds it made.
+// simRank is one prefill rank: the production core (holder, with its
+// *holds as h), its clocks, its memory, and the model's ledger of the
+// holds it made. It is the holder's edges (holdEdges) and the side
+// channel's view of the rank (holdRank).
 type simRank struct {
+	s         *sim
 	r         int
 	clock     simClock
 	mono      simMono
+	hold      *holder
 	h         *holds
+	adv       time.Time // the deadline of the last advert the rank took
 	up        bool
 	inc       int // incarnation: a restart loads new agent metadata
 	blocks    []uint64
@@ -502,7 +515,9 @@ func newSim(seed uint64, cfg simConfig) *sim {
 	if tp == 0 {
 		tp = 1 + r.IntN(2)
 	}
-	p := &simPrefill{tp: tp, adverts: map[string]*advert{}, byID: map[string]*simReq{}}
+	// A scaled limit (the real one is maxAdverts); the legacy rules are
+	// the table's own test switch.
+	p := &simPrefill{tp: tp, adverts: adverts{limit: 256, legacy: cfg.rules == legacyRules}, byID: map[string]*simReq{}}
 	if cfg.rules == pinRules {
 		p.rng = r
 	}
@@ -518,10 +533,11 @@ func newSim(seed uint64, cfg simConfig) *sim {
 	for b := range simBlocks {
 		p.free = append(p.free, b)
 	}
+	s.p = p
 	for i := range tp {
-		rk := &simRank{r: i, up: true, blocks: make([]uint64, simBlocks), slotMem: make([]uint64, simSlots),
+		rk := &simRank{s: s, r: i, up: true, blocks: make([]uint64, simBlocks), slotMem: make([]uint64, simSlots),
 			held: map[string]*simHold{}, cover: make([]int, simBlocks), slotCover: make([]int, simSlots)}
-		rk.h = s.newHolds(tp)
+		s.newHolder(rk)
 		if cfg.rules == pinRules {
 			rk.mono = s.newMono()
 		}
@@ -532,7 +548,6 @@ func newSim(seed uint64, cfg simConfig) *sim {
 		}
 		p.ranks = append(p.ranks, rk)
 	}
-	s.p = p
 	for i := range s.d {
 		s.d[i] = s.newDecode(i, 1+r.IntN(2))
 	}
@@ -604,15 +619,17 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func (s *sim) newHolds(tp int) *holds {
-	h, err := newHolds(tp, simLease, 1024)
+// newHolder gives rank rk a fresh production core, as NewProducer makes
+// it: gonixl's protocol, whose decodes name the hold they read, and under
+// the legacy rules the hold queries of that revision.
+func (s *sim) newHolder(rk *simRank) {
+	h, err := newHolds(s.p.tp, simLease, 1024)
 	if err != nil {
 		panic(err)
 	}
-	// As NewProducer sets it: gonixl's protocol, whose decodes name the
-	// hold they read.
 	h.keyed = s.cfg.rules == pinRules
-	return h
+	rk.h = h
+	rk.hold = &holder{h: h, rank: rk.r, lease: simLease, extension: simHBExtension, out: rk, legacyQueries: s.cfg.rules == legacyRules}
 }
 
 func (s *sim) violate(what, format string, args ...any) { s.violateID("", what, format, args...) }
@@ -661,7 +678,7 @@ func (s *sim) finish() {
 		if !rk.up {
 			continue
 		}
-		s.release(rk, s.sortedIDs(rk.h.releaseAll()), relClose)
+		rk.hold.releaseAll() // Close: the ranks' edges report them
 	}
 	for _, rk := range s.p.ranks {
 		if rk.nheld != 0 || rk.h.len() != 0 {
@@ -718,7 +735,7 @@ func (s *sim) stepOnce() {
 	case evRestart:
 		s.restart(s.p.ranks[e.a])
 	case evDrop:
-		s.p.dropAdverts(e.msg.ids)
+		s.p.adverts.drop(e.msg.ids)
 	}
 	s.check()
 }
@@ -818,9 +835,9 @@ func (s *sim) writeBlock(rk *simRank, b int, tag uint64, id string) {
 }
 
 // finishOnRank is Producer.RequestFinished on one rank: the gather into a
-// staging slot first (a failed gather holds nothing), then holds.finish,
-// the engine's advertised deadline and nonce (a rank whose own lease ends
-// earlier extends to it), the Params and holds.setKey.
+// staging slot first (a failed gather holds nothing), then the production
+// core's holder.finish (holds.finish, the engine's advert, the Params'
+// deadline, nonce and key).
 func (s *sim) finishOnRank(q *simReq, r int) {
 	p := s.p
 	rk := p.ranks[r]
@@ -865,22 +882,17 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 		}
 	}
 	now := s.now(&rk.clock)
-	if err := rk.h.finish(id, q.blocks, now); err != nil {
+	base := Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteBlockIDs: slices.Clone(q.blocks), RemoteEngineID: "prefill", RemoteRequestID: id, RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: p.tp}, PPSize: 1, TransferMode: handshake.ModePull}
+	if slot >= 0 {
+		v := slot
+		base.RemoteStagingSlot = &v
+	}
+	params, err := rk.hold.finish(id, q.blocks, now, s.mono(&rk.mono), base)
+	if err != nil {
 		s.violate("model", "rank %d: finish %s: %v", r, id, err)
 		return
 	}
-	deadline, _ := rk.h.leases.Deadline(id)
-	adv, nonce := p.advertise(id, r, now, deadline)
-	if adv.After(deadline) {
-		rk.h.leases.Extend(id, adv, 0)
-	}
-	params := Params{TransferParams: connector.TransferParams{DoRemotePrefill: true, RemoteBlockIDs: slices.Clone(q.blocks), RemoteEngineID: "prefill", RemoteRequestID: id, RemoteHost: "127.0.0.1", RemotePort: 5600, TPSize: p.tp}, PPSize: 1, TransferMode: handshake.ModePull, RemoteBlocksExpiryTime: expirySeconds(adv), RemoteHoldNonce: nonce}
-	if slot >= 0 {
-		v := slot
-		params.RemoteStagingSlot = &v
-	}
-	key := params.holdKey()
-	rk.h.setKey(id, key)
+	key, adv := params.holdKey(), rk.adv
 	rk.held[id] = &simHold{req: q, key: key, adv: adv, slot: slot}
 	rk.nheld++
 	for _, b := range q.blocks {
@@ -901,51 +913,39 @@ func (s *sim) finishOnRank(q *simReq, r int) {
 	s.settle(q)
 }
 
-// advertise mirrors Engine.advertise: every rank of the engine advertises
-// the deadline and nonce of the first rank that finished the request; a
-// rank that took the advert already finishes a new request of the id. The
-// nonce comes from the seed's stream (the real one from math/rand); the
-// legacy glue has none, and made a new advert once the deadline had passed
-// on the calling rank's clock instead.
-func (p *simPrefill) advertise(id string, rank int, now, own time.Time) (time.Time, uint64) {
-	a, ok := p.adverts[id]
-	stale := ok && a.took[rank]
-	if p.rng == nil {
-		stale = ok && !now.Before(a.deadline)
-	}
-	if !ok || stale {
-		if len(p.adverts) > 256 {
-			for k, v := range p.adverts {
-				if !now.Before(v.deadline) {
-					delete(p.adverts, k)
-				}
-			}
-		}
-		a = &advert{deadline: own, took: map[int]bool{}}
+// advert is the rank's holdEdges.advert: the engine's real advert table,
+// whose new adverts draw their nonce from the seed's stream (the real one
+// from math/rand; the legacy glue has none).
+func (rk *simRank) advert(id string, rank int, now, own time.Time) advert {
+	p := rk.s.p
+	a := p.adverts.take(id, rank, p.tp, now, own, func(own time.Time) advert {
+		a := advert{deadline: own}
 		if p.rng != nil {
 			a.nonce = p.rng.Uint64()>>11 | 1 // below 2^53, as the real one
 		}
-		p.adverts[id] = a
-	}
-	a.took[rank] = true
-	d := a.deadline
-	if len(a.took) >= p.tp {
-		delete(p.adverts, id)
-	}
-	return d, a.nonce
+		return a
+	})
+	rk.adv = a.deadline
+	return a
 }
 
-// dropAdverts mirrors Engine.dropAdverts.
-func (p *simPrefill) dropAdverts(ids []string) {
-	for _, id := range ids {
-		delete(p.adverts, id)
+// released is the rank's holdEdges.released: DrainFreed (sim.release).
+func (rk *simRank) released(ids []string, how holdEnd) {
+	why := relClose
+	switch how {
+	case endCompletion:
+		why = relCompletion
+	case endExpiry:
+		why = relExpire
 	}
+	rk.s.release(rk, rk.s.sortedIDs(ids), why) // the holder's ids come out of a map
 }
 
 // droppedAdverts is a rank's call of Engine.dropAdverts for the holds it
-// released (pin rules; the legacy glue has none). The real code calls it
-// after letting go of the rank's lock, so another rank's RequestFinished
-// may advertise in between: sometimes it runs a little later.
+// released (pin rules; the legacy glue has none). The real code takes the
+// engine's lock for it only after the rank's holds released them, so
+// another rank's RequestFinished may advertise in between: sometimes it
+// runs a little later.
 func (s *sim) droppedAdverts(ids []string) {
 	if s.cfg.rules != pinRules || len(ids) == 0 {
 		return
@@ -954,7 +954,7 @@ func (s *sim) droppedAdverts(ids []string) {
 		s.schedule(s.between(0, 200*time.Microsecond), simEvent{kind: evDrop, msg: &simMsg{ids: slices.Clone(ids)}})
 		return
 	}
-	s.p.dropAdverts(ids)
+	s.p.adverts.drop(ids)
 }
 
 // settle lets the engine free a request's blocks once no rank holds it or
@@ -1153,9 +1153,7 @@ func (s *sim) ptick(rk *simRank) {
 		return
 	}
 	now, mono := s.now(&rk.clock), s.mono(&rk.mono)
-	if ids := rk.h.expire(now, mono); len(ids) > 0 {
-		s.release(rk, s.sortedIDs(ids), relExpire) // the overdue ones come out of a map
-	}
+	rk.hold.tick(now, mono) // the rank's edges report what it released
 	if d, ok := rk.h.leases.Next(); ok && !d.After(now) {
 		s.violate("release", "rank %d: a lease ending at %v is still held at %v after expire", rk.r, d, now)
 	}
@@ -1178,7 +1176,13 @@ func (s *sim) handle(m *simMsg) {
 		s.onCompletion(m)
 	case mHeartbeat:
 		if rk := s.p.ranks[m.prank]; rk.up {
-			rk.h.heartbeat(m.ids, s.now(&rk.clock), simHBExtension)
+			msg, err := notif.EncodeHeartbeat(m.ids) // as decode sent it
+			if err == nil {
+				err = rk.hold.heartbeat(msg, s.now(&rk.clock))
+			}
+			if err != nil {
+				s.violate("model", "heartbeat %v: %v", m.ids, err)
+			}
 		}
 	case mHelloReply:
 		s.onHelloReply(m)
@@ -1205,107 +1209,88 @@ func (s *sim) onHello(m *simMsg) {
 	s.send(r)
 }
 
-// onQuery mirrors Engine.extend and Producer.extendHolds (legacy: the
-// b6a750d versions, which bind nothing).
+// onQuery is Engine.extend: the real extendRanks over the ranks, each
+// the production core's holder.extend (the legacy rules: its
+// legacyQueries switch, which binds nothing).
 func (s *sim) onQuery(m *simMsg) {
-	p := s.p
-	reader := s.d[m.eng].name
-	out := make([]int64, len(m.ids))
-	remoteNow := s.now(&p.ranks[0].clock).UnixNano()
-	if p.down == 0 {
-		for i, rk := range p.ranks {
-			now := s.now(&rk.clock)
-			ds := make([]time.Time, len(m.ids))
-			if s.cfg.rules == legacyRules {
-				rk.h.heartbeat(m.ids, now, simHBExtension)
-				for k, id := range m.ids {
-					if r, ok := rk.h.reqs[id]; ok && !r.aborted {
-						ds[k], _ = rk.h.leases.Deadline(id)
-					}
-				}
-			} else {
-				for _, id := range m.ids {
-					rk.h.bind(id, reader, m.agent)
-				}
-				rk.h.heartbeatFor(m.ids, reader, now, simHBExtension)
-				for k, id := range m.ids {
-					if r, ok := rk.h.reqs[id]; ok && !r.aborted && r.reader == reader {
-						ds[k], _ = rk.h.leases.Deadline(id)
-					}
-				}
-			}
-			for j, d := range ds {
-				switch {
-				case d.IsZero():
-					out[j] = -1
-				case out[j] == -1:
-				case i == 0 || d.UnixNano() < out[j]:
-					out[j] = d.UnixNano()
-				}
-			}
-		}
-		for j := range out {
-			out[j] = max(out[j], 0)
-		}
-	}
+	remoteNow := s.now(&s.p.ranks[0].clock).UnixNano()
+	out := extendRanks(s.upRanks(), s.d[m.eng].name, m.agent, m.ids)
 	s.send(&simMsg{kind: mQueryReply, call: m.call, eng: m.eng, rank: m.rank, ids: m.ids, holds: out, now: remoteNow, sent: m.sent})
 }
 
-// onPin mirrors Engine.confirm and Producer.pinHold, for each hold the
-// call names: each rank named pins the hold if it holds exactly that hold
-// (its key) for the asking engine, until its monotonic now + PinMicros (at
-// most maxPin); the verdict is "" when every rank did. A rank that pinned
-// keeps its pin whatever the others answered. No completion is counted.
+// upRanks is the ranks the engine's side channel sees: nil unless every
+// rank is up (pullEngine.ranks).
+func (s *sim) upRanks() []*simRank {
+	if s.p.down > 0 {
+		return nil
+	}
+	return s.p.ranks
+}
+
+// extendHolds is Producer.extendHolds on the rank's wall clock.
+func (rk *simRank) extendHolds(reader, agent string, ids []string) []time.Time {
+	return rk.hold.extend(reader, agent, ids, rk.s.now(&rk.clock))
+}
+
+// simPinned is what one rank's answer to one hold of a pin did, for the
+// model's ledger: the hold it pinned (nil: none) until when.
+type simPinned struct {
+	hd    *simHold
+	until time.Time
+}
+
+// onPin is Engine.confirm: the real confirmRanks over the ranks, each the
+// production core's holder.pin on the rank's monotonic clock. The reply
+// carries, per hold and rank named, what was pinned until when (the
+// model's ledger, which the decode side's invariants check against).
 func (s *sim) onPin(m *simMsg) {
 	r := &simMsg{kind: mPinReply, call: m.call, eng: m.eng, rank: m.rank, now: s.now(&s.p.ranks[0].clock).UnixNano(), sent: m.sent, id: m.id}
+	s.pinLog = s.pinLog[:0]
+	ranks := s.upRanks()
+	r.whys = confirmRanks("prefill", ranks, s.d[m.eng].name, m.agent, m.refs)
+	k := 0
 	for _, ref := range m.refs {
-		why, pinned, until := s.pinRef(m, ref)
-		r.whys, r.pinned, r.until = append(r.whys, why), append(r.pinned, pinned), append(r.until, until)
+		pinned := make([]*simHold, len(ref.Ranks))
+		until := make([]time.Time, len(ref.Ranks))
+		if ranks != nil {
+			for i := range ref.Ranks {
+				pinned[i], until[i] = s.pinLog[k].hd, s.pinLog[k].until
+				k++
+			}
+		}
+		r.pinned, r.until = append(r.pinned, pinned), append(r.until, until)
 	}
 	s.sendPinMsg(r)
 }
 
-func (s *sim) pinRef(m *simMsg, ref handshake.HoldRef) (string, []*simHold, []time.Time) {
-	p := s.p
-	reader := s.d[m.eng].name
-	why := ""
-	pinned := make([]*simHold, len(ref.Ranks))
-	until := make([]time.Time, len(ref.Ranks))
-	if p.down > 0 {
-		return "prefill engine does not have all its ranks", pinned, until
-	}
-	d := time.Duration(ref.PinMicros) * time.Microsecond
-	for i, r := range ref.Ranks {
-		rk := p.ranks[r]
-		var v string
-		if d > simMaxPin() {
-			v = fmt.Sprintf("a pin of %v is longer than the %v this rank grants", d, simMaxPin())
+// pinHold is Producer.pinHold on the rank's monotonic clock, noting in the
+// model's ledger what it pinned.
+func (rk *simRank) pinHold(reader, agent string, ref handshake.HoldRef) string {
+	s := rk.s
+	mono := s.mono(&rk.mono)
+	v, _ := rk.hold.pin(reader, agent, ref, mono)
+	pin := simPinned{}
+	if v == "" {
+		hd := rk.held[ref.ID]
+		u := mono.Add(time.Duration(ref.PinMicros) * time.Microsecond)
+		if hd == nil || hd.key != ref.Key {
+			s.violateID(ref.ID, "model", "rank %d pinned %s for key %x, which the model does not hold with that key", rk.r, ref.ID, ref.Key)
 		} else {
-			u := s.mono(&rk.mono).Add(d)
-			if v = rk.h.pin(ref.ID, ref.Key, reader, m.agent, u); v == "" {
-				hd := rk.held[ref.ID]
-				if hd == nil || hd.key != ref.Key {
-					s.violateID(ref.ID, "model", "rank %d pinned %s for key %x, which the model does not hold with that key", r, ref.ID, ref.Key)
-					return "model", pinned, until
-				}
-				if u.After(hd.pinUntil) {
-					hd.pinUntil = u
-				}
-				pinned[i], until[i] = hd, u
-				s.trace("pinned", reader, r, 0, ref.ID)
-				s.ensurePTick(rk) // Producer.pinHold wakes the poller
+			if u.After(hd.pinUntil) {
+				hd.pinUntil = u
 			}
+			pin = simPinned{hd, u}
 		}
-		if v != "" && why == "" {
-			why = fmt.Sprintf("rank %d: %s", r, v)
-		}
+		s.trace("pinned", reader, rk.r, 0, ref.ID)
+		s.ensurePTick(rk) // Producer.pinHold wakes the poller
 	}
-	return why, pinned, until
+	s.pinLog = append(s.pinLog, pin)
+	return v
 }
 
 // onCompletion is Producer.onCompletion: a NIXL "<id>:<n>" or
-// "<id>:<n>#<hold key>" (DecodeSeqCompletion) into holds.complete. A pinned
-// hold is released only by completions naming its key (2c).
+// "<id>:<n>#<hold key>" into the production core's holder.completion. A
+// pinned hold is released only by completions naming its key (2c).
 func (s *sim) onCompletion(m *simMsg) {
 	rk := s.p.ranks[m.prank]
 	if !rk.up {
@@ -1317,12 +1302,7 @@ func (s *sim) onCompletion(m *simMsg) {
 		s.violate("model", "completion %q: %v", m.id, err)
 		return
 	}
-	c, err := notif.DecodeSeqCompletion(msg)
-	if err != nil {
-		s.violate("model", "completion %q: %v", msg, err)
-		return
-	}
-	out, _ := rk.h.complete(c, m.agent)
+	_, out, _ := rk.hold.completion(m.agent, msg) // the rank's edges report a release
 	s.stats.outcomes[out]++
 	if out == completionDone {
 		if hd != nil && !hd.pinUntil.IsZero() && m.seq != hd.key {
@@ -1331,7 +1311,6 @@ func (s *sim) onCompletion(m *simMsg) {
 		if s.cfg.rules == pinRules && m.seq == 0 {
 			s.violateID(m.id, "release", "rank %d: a plain completion from %s released %s", rk.r, m.agent, m.id)
 		}
-		s.release(rk, []string{m.id}, relCompletion)
 	}
 }
 
@@ -1351,7 +1330,7 @@ func (s *sim) chaos() {
 		if n := len(s.p.reqs); n > 0 {
 			q := s.p.reqs[s.rng.IntN(n)]
 			for _, rk := range s.p.ranks {
-				rk.h.abort(q.id) // Producer.Abort: no more extensions
+				rk.hold.abort(q.id) // Producer.Abort: no more extensions
 			}
 			s.trace("prefill-abort", "", 0, 0, q.id)
 		}
@@ -1541,8 +1520,7 @@ func (s *sim) crash() {
 	rk := p.ranks[s.rng.IntN(len(p.ranks))]
 	s.stats.crashes++
 	s.trace("crash", "", rk.r, rk.h.len(), "")
-	ids := s.sortedIDs(rk.h.releaseAll())
-	s.release(rk, ids, relClose)
+	rk.hold.releaseAll() // Producer.Close: the rank's edges report them
 	rk.up = false
 	p.down++
 	if p.staging {
@@ -1566,7 +1544,7 @@ func (s *sim) crash() {
 }
 
 func (s *sim) restart(rk *simRank) {
-	rk.h = s.newHolds(s.p.tp)
+	s.newHolder(rk)
 	if s.cfg.rules == pinRules {
 		rk.mono = s.newMono() // a new process
 	}
@@ -1680,43 +1658,6 @@ func TestSimPinRules(t *testing.T) {
 	}
 	if total.released[relCompletion] == 0 || total.released[relExpire] == 0 || total.released[relClose] == 0 {
 		t.Fatalf("some way of releasing a hold never happened: %v", total)
-	}
-}
-
-// TestSimAdvertiseMirrorsEngine keeps the simulation's copy of
-// Engine.advertise and Engine.dropAdverts (simPrefill's) honest: both
-// answer a random sequence of calls alike, the same deadline and a nonce
-// that is new exactly when the real one is (the nonces themselves are
-// random on both sides).
-func TestSimAdvertiseMirrorsEngine(t *testing.T) {
-	e, err := NewEngine(connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: testGeometry(2, 16)})
-	require.NoError(t, err)
-	defer e.Close()
-	pe := pullOf(t, e)
-	rng := rand.New(rand.NewPCG(1, 2))
-	p := &simPrefill{tp: 2, adverts: map[string]*advert{}, rng: rand.New(rand.NewPCG(3, 4))}
-	toSim, toReal := map[uint64]uint64{}, map[uint64]uint64{}
-	for i := range 20_000 {
-		id := simID(1 + rng.IntN(4))
-		if rng.IntN(8) == 0 {
-			pe.dropAdverts([]string{id})
-			p.dropAdverts([]string{id})
-			continue
-		}
-		rank := rng.IntN(2)
-		now := simEpoch.Add(time.Duration(rng.Int64N(int64(10 * time.Second))))
-		own := now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
-		rd, rn := pe.advertise(id, rank, now, own)
-		sd, sn := p.advertise(id, rank, now, own)
-		require.Equal(t, rd, sd, "call %d: advertise(%s, rank %d, %v, %v)", i, id, rank, now, own)
-		require.NotZero(t, rn)
-		if s, ok := toSim[rn]; ok {
-			require.Equal(t, s, sn, "call %d: the real nonce is an earlier one, the simulation's is not", i)
-		} else {
-			_, old := toReal[sn]
-			require.False(t, old, "call %d: the real nonce is new, the simulation's is an earlier one", i)
-			toSim[rn], toReal[sn] = sn, rn
-		}
 	}
 }
 
@@ -1933,7 +1874,7 @@ func TestSimFindingSlotReusedAfterAFailedGather(t *testing.T) {
 // TestSimFindingHoldKeyReusedByALaterHold checks, on the real Producers,
 // Engine and Consumer, what a pin's hold key rests on: a later hold of the
 // same id does not get the key of an earlier one. Rank 1's gather of r
-// fails, so only rank 0 took the engine's advert of r (Engine.advertise).
+// fails, so only rank 0 took the engine's advert of r (pullEngine.advert).
 // Decode rank 0, which reads prefill rank 0 alone (TP 2 to 2), pins r
 // there, reads it and sends the completion naming the hold, which releases
 // rank 0's hold before its deadline. The engine finishes r again in the

@@ -61,7 +61,7 @@ const (
 	evPTick                      // a prefill rank's poller runs (lease expiry)
 	evChaos                      // a fault is injected
 	evRestart                    // a crashed prefill rank comes back
-	evDrop                       // Engine.dropAdverts, run after the rank's lock was let go
+	evDrop                       // Engine.dropAdverts, run after another rank may have advertised
 )
 
 // simEvent is one entry of the queue. Ties in time are broken by seq, the

@@ -159,9 +159,9 @@ func (p *Producer) stopGathers() {
 func (p *Producer) gatherState(id string, key uint64) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, g := p.holds.reqs[id], p.gathers[id]
+	r, g := p.hold.h.reqs[id], p.gathers[id]
 	switch {
-	case p.closed || r == nil || g == nil || g.ended > 0 || r.key == 0 || r.key != key || g.key != key:
+	case p.hold.closed || r == nil || g == nil || g.ended > 0 || r.key == 0 || r.key != key || g.key != key:
 		return handshake.ReadyNotHeld
 	case g.failed:
 		return handshake.ReadyFailed
