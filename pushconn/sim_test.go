@@ -1875,3 +1875,7 @@ func TestSimFindingUnreleasedWriteOutlivesCancelTimeout(t *testing.T) {
 		"decode handed the blocks back (cancel timeout %v) while prefill's WRITE, held by an agent that could not cancel it within two write timeouts (%v), could still land: it landed", DefaultCancelTimeout, 2*DefaultWriteTimeout)
 	freedOnce(t, p, "x")
 }
+
+// postPart is the progressive WRITE (writeprogress.go): the simulated
+// engine reports no progress, so there is never anything to write.
+func (p *simPrefill) postPart(*pendingReg, *hold) postResult { return postResult{what: postNotify} }
