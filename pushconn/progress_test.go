@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
 // TestProgressiveWriteBeforeFinish: the blocks a prefill reports final go
@@ -147,4 +149,29 @@ func TestProgressAbortMidWay(t *testing.T) {
 		got := await(t, c, 1)
 		require.ErrorIs(t, got[0].Err, connector.ErrAborted)
 	}
+}
+
+// TestProgressFinishWhileWriting: reports come while a progressive WRITE
+// still moves (a slow link), and the request finishes while one does: its
+// final WRITE waits for it, and decode gets every byte once.
+func TestProgressFinishWhileWriting(t *testing.T) {
+	r := newRig(t, rigConfig{preTP: 1, decTP: 1, fabric: []loopback.FabricOption{loopback.WithModel(loopback.Bandwidth(2e6, time.Millisecond))}})
+	defer r.close()
+	src, dst := blocksFrom(0, 16), blocksFrom(20, 16)
+	const seed, tokens = 5, 16 * 16
+	fill(t, r.preLayout[0], src, seed, tokens)
+	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	p := r.producers[0]
+	admitted(t, p, 1)
+	for k := 1; k < 16; k += 3 {
+		require.NoError(t, p.Progress("req", src[:k], tokens))
+		time.Sleep(time.Millisecond)
+	}
+	_, err := p.RequestFinished("req", src)
+	require.NoError(t, err)
+	got := await(t, r.consumers[0], 1)
+	require.NoError(t, got[0].Err)
+	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	require.Positive(t, extra(t, p.Stats(), "progressive_writes"))
+	freedOnce(t, p, "req")
 }

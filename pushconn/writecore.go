@@ -297,6 +297,13 @@ func (c *writeCore) pollWrites() {
 	// the wait for the agent to let go of one that failed, early.
 	now := c.edge.now().mono
 	still := c.inflight[:0]
+	// Progressive WRITEs that ended are settled after the loop: settling
+	// one may post the next (writeprogress.go), into c.inflight.
+	type partEnd struct {
+		wr  *write
+		err error
+	}
+	var parts []partEnd
 	for _, wr := range c.inflight {
 		if wr.cancelling {
 			if c.edge.release(wr) || !now.Before(wr.drainUntil) {
@@ -306,7 +313,7 @@ func (c *writeCore) pollWrites() {
 				}
 				c.edge.ended(wr)
 				if wr.partial {
-					c.partEnded(wr, wr.failErr)
+					parts = append(parts, partEnd{wr, wr.failErr})
 					continue
 				}
 				c.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, wr.failErr)
@@ -322,7 +329,7 @@ func (c *writeCore) pollWrites() {
 			c.peers.forgetIfGone(wr.reg.peer, failed)
 		case done && wr.partial:
 			c.edge.completed(wr)
-			c.partEnded(wr, nil)
+			parts = append(parts, partEnd{wr, nil})
 			continue
 		case done:
 			c.completeWrite(wr)
@@ -344,7 +351,7 @@ func (c *writeCore) pollWrites() {
 		}
 		c.edge.ended(wr)
 		if wr.partial {
-			c.partEnded(wr, failed)
+			parts = append(parts, partEnd{wr, failed})
 			continue
 		}
 		c.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, failed)
@@ -352,6 +359,9 @@ func (c *writeCore) pollWrites() {
 	}
 	clear(c.inflight[len(still):])
 	c.inflight = still
+	for _, p := range parts {
+		c.partEnded(p.wr, p.err)
+	}
 }
 
 // retryAfterHandshake parks a matched WRITE until a fresh handshake with

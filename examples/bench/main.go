@@ -424,8 +424,8 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 func printRatios(w io.Writer, r sweepResult) {
 	modes := []string{"pull", "pull-inline", "push", stack.ModeCollocated}
 	head := []string{"input", "rate", "pull TTFT", "inline", "push", "coll", "push/pull", "push/inline",
-		"pull TPOT", "inline", "push", "coll", "pull good", "inline", "push", "coll", "pull/coll", "push/coll"}
-	widths := []int{-7, -5, 10, 9, 9, 9, 10, 12, 10, 8, 8, 8, 10, 7, 7, 7, 10, 10}
+		"pull TPOT", "inline", "push", "coll", "pull good", "inline", "push", "coll", "pull/coll", "push/coll", "prog TTFT", "prog/push"}
+	widths := []int{-7, -5, 10, 9, 9, 9, 10, 12, 10, 8, 8, 8, 10, 7, 7, 7, 10, 10, 10, 10}
 	row := func(cells []string) {
 		for i, c := range cells {
 			if i > 0 {
@@ -495,6 +495,13 @@ func printRatios(w io.Writer, r sweepResult) {
 				g, ok := good(split)
 				cells = append(cells, ratio(g, coll, ok, okColl))
 			}
+			// Progressive push (stack.ModePushProgressive) beside push.
+			var prog *point
+			if pt, ok := r.lookup(stack.ModePushProgressive, rate, n); ok {
+				prog = &pt
+			}
+			progT, okProg := ttft(prog)
+			cells = append(cells, metric(prog, "mean_ttft_ms", "%.1f"), ratio(progT, pushT, okProg, okPush))
 			row(cells)
 		}
 	}
@@ -536,7 +543,7 @@ func checkMode(mode string) error {
 		return nil
 	}
 	if _, _, err := stack.ConnectorOf(mode); err != nil {
-		return fmt.Errorf("mode %q: want pull, pull-inline, push or collocated", mode)
+		return fmt.Errorf("mode %q: want pull, pull-inline, push, push-progressive or collocated", mode)
 	}
 	return nil
 }
