@@ -458,7 +458,9 @@
 // and, used in vLLM's protocol only, push_fail_withheld,
 // lease_extensions and write_bound_releases; then prefill_gone and
 // prefill_unload_failed (decode: prefill ranks found dead, see Write
-// safety), and decode_restarts (prefill: decode engines found restarted);
+// safety), decode_restarts (prefill: decode engines found restarted),
+// and progressive_writes and progressive_skipped (prefill: progressive
+// push, docs/push.md);
 // a rank that stages adds the staging counters after them
 // (docs/metrics.md). With a Logger, those that moved in an interval are
 // logged on that interval's "KV Transfer metrics:" line, as

@@ -61,13 +61,13 @@ func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts .
 		return invalidf("request %q is already finished and held", requestID)
 	case len(blockIDs) < len(prev.blocks) || !slices.Equal(blockIDs[:len(prev.blocks)], prev.blocks):
 		return invalidf("request %q: the final blocks %v do not extend those reported before (%d blocks)", requestID, blockIDs, len(prev.blocks))
-	case progressing && (tokens != prev.h.tokens || o.transferID != prev.h.transferID):
-		return invalidf("request %q: reported with %d tokens and transfer id %q before, now %d and %q", requestID, prev.h.tokens, prev.h.transferID, tokens, o.transferID)
+	case progressing && (tokens != prev.tokens || o.transferID != prev.transferID):
+		return invalidf("request %q: reported with %d tokens and transfer id %q before, now %d and %q", requestID, prev.tokens, prev.transferID, tokens, o.transferID)
 	case progressing && len(blockIDs) == len(prev.blocks):
 		return nil
 	}
 	if !progressing {
-		prev = progressState{h: &hold{id: requestID, transferID: o.transferID, tokens: tokens}}
+		prev = progressState{h: &hold{id: requestID, transferID: o.transferID, tokens: tokens}, tokens: tokens, transferID: o.transferID}
 		p.held[requestID] = true
 	}
 	prev.blocks = slices.Clone(blockIDs)
@@ -78,10 +78,14 @@ func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts .
 }
 
 // progressState is what the Producer keeps of a request that reports
-// progress: its hold (the same in every report) and its final blocks.
+// progress: its hold (the same in every report; the writer's from the
+// first, so the Producer reads none of its fields but id), its final
+// blocks, its prompt length and transfer id.
 type progressState struct {
-	h      *hold
-	blocks []int
+	h          *hold
+	blocks     []int
+	tokens     int
+	transferID string
 }
 
 // finishing checks a RequestFinished of held id against its progress
@@ -99,11 +103,11 @@ func (p *Producer) finishing(h *hold) (ok bool, err error) {
 		return true, invalidf("request %q reported progress, and grouped requests take none", h.id)
 	case len(h.blocks) < len(st.blocks) || !slices.Equal(h.blocks[:len(st.blocks)], st.blocks):
 		return true, invalidf("request %q: its blocks do not start with the %d it reported final", h.id, len(st.blocks))
-	case h.transferID != st.h.transferID:
-		return true, invalidf("request %q: transfer id %q, its progress reports said %q", h.id, h.transferID, st.h.transferID)
+	case h.transferID != st.transferID:
+		return true, invalidf("request %q: transfer id %q, its progress reports said %q", h.id, h.transferID, st.transferID)
 	}
 	if h.tokens == 0 {
-		h.tokens = st.h.tokens
+		h.tokens = st.tokens
 	}
 	delete(p.progress, h.id)
 	return true, nil

@@ -175,6 +175,7 @@ const (
 	evClockStep                           // an engine's clock steps
 	evCrash                               // a prefill rank's process dies
 	evRestart                             // it starts again, empty
+	evPrefillProgress                     // prefill computed a chunk: Progress on every rank
 )
 
 // simEvent is one scheduled event; n orders events of the same time by when
