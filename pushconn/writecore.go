@@ -39,7 +39,7 @@ type writeCore struct {
 	// have not finished (writeprogress.go), by id.
 	progressing map[string]*hold
 	mem         regMemory
-	out      notices
+	out         notices
 	// legacy restores rules this revision replaced; only the simulation
 	// sets it, to show that it finds the holes they left (sim_test.go).
 	legacy struct {
