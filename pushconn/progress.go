@@ -25,8 +25,9 @@ import (
 //
 // Progress refuses (connector.ErrInvalid, nothing changes) a layout of
 // several KV-cache groups and a rank with staging: their WRITEs go whole
-// at RequestFinished, as without Progress. A report after Abort does
-// nothing. After Close it returns an error matching connector.ErrClosed.
+// at RequestFinished, as without Progress. A report after Abort, while the
+// blocks are still held, does nothing. After Close it returns an error
+// matching connector.ErrClosed.
 func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts ...requestOption) error {
 	o := p.engine.vllmOpts(applyOpts(opts))
 	switch {
