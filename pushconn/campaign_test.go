@@ -761,7 +761,7 @@ func findDec(live []*creq, id string) *creq {
 
 func findPre(live []*creq, id string) *creq {
 	for _, q := range live {
-		if q.preID == id && q.finished {
+		if q.preID == id && (q.finished || q.progressed > 0) { // a rank closed mid-run frees what reported progress too
 			return q
 		}
 	}
