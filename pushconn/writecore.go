@@ -510,6 +510,7 @@ func (c *writeCore) shutdown() {
 			wr.hold.writes--
 			pr := wr.reg
 			pr.partial = nil
+			pr.peer.refs--
 			if pr.finalWaits { // matched: out of the matcher, so told here
 				pr.finalWaits = false
 				c.out.fail(pr.sender, pr.reg, pushwire.FailClosed, why)

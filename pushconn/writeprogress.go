@@ -96,9 +96,11 @@ func (c *writeCore) writePart(pr *pendingReg, h *hold) {
 	case postInFlight, postCancelling:
 		c.push.progressWrites.Inc()
 		pr.partial = r.wr
+		pr.peer.refs++ // not idle (evicted) while it moves, even if the registration ends meanwhile
 		c.inflight = append(c.inflight, r.wr)
 	case postCompleted:
 		c.push.progressWrites.Inc()
+		pr.peer.refs++
 		c.edge.completed(r.wr)
 		c.partEnded(r.wr, nil)
 	case postNotify: // nothing new is final
@@ -123,6 +125,7 @@ func (c *writeCore) skipProgress(pr *pendingReg, h *hold, err error) {
 func (c *writeCore) partEnded(wr *write, err error) {
 	pr, h := wr.reg, wr.hold
 	pr.partial = nil
+	pr.peer.refs--
 	h.writes--
 	switch {
 	case err != nil:
