@@ -92,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.resultFile, "result-filename", "", "the run's JSON file name (default: a name from the settings and the time)")
 	fs.BoolVar(&o.sweep, "sweep", false, "run the preset's grid of modes x rates x input lengths, a fresh in-process stack per point")
 	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q, %q, or a grouped model shape %q or %q", small.Name, qwen3H200.Name, swaDemo.Name, hybridDemo.Name))
-	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push or collocated (no disaggregation: engines that prefill and decode their own requests)")
+	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push, push-progressive (push with chunked prefill reporting progress) or collocated (no disaggregation: engines that prefill and decode their own requests)")
 	fs.StringVar(&o.modes, "modes", "", "sweep: override the preset's modes, e.g. pull,push")
 	fs.IntVar(&o.replicas, "collocated-replicas", stack.DefaultReplicas, "collocated: the engines, each the preset's (its TP and compute model), behind a least-loaded balancer; 2 is the split's GPU count")
 	fs.BoolVar(&o.merge, "merge", false, "sweep: start from -result-dir's sweep.json and replace or add only the points this sweep runs (e.g. -modes collocated), keeping the others")
