@@ -19,8 +19,15 @@ import (
 // TestStackPushProgressive: the prefill engine computes prompts in chunks
 // of 16 tokens and reports each chunk's blocks to the connector, which
 // moves them before the request finishes; decode verifies every byte.
+// In vLLM's protocol too: decode cannot tell (the wire is unchanged).
 func TestStackPushProgressive(t *testing.T) {
-	s, err := Start(Config{Mode: ModePushProgressive, ProgressChunk: 16, Model: tiny, NumBlocks: 64,
+	for _, protocol := range []string{server.ProtocolGonixl, server.ProtocolVLLM} {
+		t.Run(protocol, func(t *testing.T) { testStackPushProgressive(t, protocol) })
+	}
+}
+
+func testStackPushProgressive(t *testing.T, protocol string) {
+	s, err := Start(Config{Mode: ModePushProgressive, ProgressChunk: 16, Model: tiny, NumBlocks: 64, Protocol: protocol,
 		Compute: server.ComputeModel{PrefillPerToken: 100_000}}) // 0.1 ms a token: chunks take time
 	require.NoError(t, err)
 	defer s.Close()
