@@ -42,6 +42,25 @@ type Producer interface {
 	Close() error
 }
 
+// ProgressReporter is a Producer that moves a request's KV while prefill
+// still computes it: push's (progressive push). An engine finds it with a
+// type assertion on its Producer. Pull's Producer is none: decode READs
+// only once it has prefill's answer, which exists after RequestFinished.
+type ProgressReporter interface {
+	// Progress reports that request r, which the engine still prefills,
+	// has r.Blocks final in every layer: the request's first blocks on
+	// this rank, one list in token order (a layout of several KV-cache
+	// groups is refused, ErrInvalid), every token of each computed (a
+	// chunk of chunked prefill ended). r.Tokens is the prompt's length and
+	// r.TransferID the one RequestFinished will carry. Each report of a
+	// request extends the previous one, and RequestFinished still comes,
+	// with the whole list. From the first report the blocks are the
+	// connector's as after RequestFinished: they come out of DrainFreed,
+	// and Abort withdraws the request (RequestFinished is then refused).
+	// Decode sees no difference: the same completion, after every byte.
+	Progress(r Request) error
+}
+
 // Consumer is a decode engine's TP rank, as every connector runs it
 // (vLLM's kv_consumer): the engine starts each remote-prefilled request's
 // transfer once it allocated its blocks, and drains one Result per request.

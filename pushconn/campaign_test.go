@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ type campaignFigures struct {
 	// CancelTimeout without every prefill rank's answer (the documented
 	// remaining risk: a rank still alive may write after that).
 	cancelTimeouts int
+	// progressWrites: progressive WRITEs prefill posted (progressive
+	// campaign).
+	progressWrites int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -66,6 +70,7 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.completionCopies += o.completionCopies
 	f.regCopies += o.regCopies
 	f.cancelTimeouts += o.cancelTimeouts
+	f.progressWrites += o.progressWrites
 	f.done += o.done
 	f.failed += o.failed
 	f.aborted += o.aborted
@@ -128,6 +133,43 @@ func TestFaultCampaign(t *testing.T) {
 		require.Positive(t, total.completionCopies, "no late completion copies")
 		require.Positive(t, total.regCopies, "no PUSH_REG copies")
 	}
+}
+
+// TestFaultCampaignProgressive is the campaign with progressive push:
+// prefill reports each request's blocks final in one to three steps before
+// it finishes (Producer.Progress), filling each block with its bytes only
+// when it reports it, and a tenth of the requests that report are aborted
+// by prefill between a report and the finish. The same faults, the same
+// guarantees: 0 done results with a wrong byte (a block written before it
+// was final, or a completion before a progressive WRITE landed), 0 writes
+// after release (a progressive WRITE landing after a cancel's ack, a
+// PUSH_FAIL or the free). GONIXL_CAMPAIGN=long runs 5 seeds x 2000
+// requests per pairing.
+func TestFaultCampaignProgressive(t *testing.T) {
+	seeds, n := 1, 300
+	if testing.Short() {
+		n = 100
+	}
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, n = 5, 2000
+	}
+	var total campaignFigures
+	for _, tp := range [][2]int{{2, 2}, {2, 1}, {1, 2}} {
+		for k := range seeds {
+			seed := uint64(7000 + 100*tp[0] + tp[1] + 1000*k)
+			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
+				f := runCampaignWith(t, seed, n, tp[0], tp[1], campaignOpts{progressive: true})
+				t.Logf("seed %d: %+v", seed, f)
+				total.add(f)
+			})
+		}
+	}
+	t.Logf("push progressive campaign total: %+v", total)
+	require.Positive(t, total.progressWrites, "no progressive WRITE")
+	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
+	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
+	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
+	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
 }
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
@@ -198,6 +240,12 @@ type creq struct {
 	reuses  *creq
 	copies  []time.Time
 	regMark int
+	// progAt are when prefill reports progress (progressive campaign), of
+	// progTo[i] blocks; progressed says how many reports went.
+	progAt     []time.Time
+	progTo     []int
+	progressed int
+	progHeld   map[int]bool // prefill ranks that took a report (they hold it)
 }
 
 const campaignBlocks = 384
@@ -219,6 +267,9 @@ type campaignOpts struct {
 	pp int
 	// preOrder is prefill's block order ("" HND; decode's stays HND).
 	preOrder string
+	// progressive: prefill reports progress (Producer.Progress) while it
+	// computes each request, so registrations get its final blocks early.
+	progressive bool
 }
 
 func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignOpts) campaignFigures {
@@ -307,6 +358,9 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	disconnected := ""
 	newReq := func(now time.Time, retryOf *creq) *creq {
 		nb := 1 + rng.IntN(3)
+		if o.progressive {
+			nb = 2 + rng.IntN(3) // something to report before the last block
+		}
 		if retryOf != nil {
 			nb = len(retryOf.dblocks) // the same prompt, the same length
 		}
@@ -366,7 +420,13 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 			return nil
 		}
 		for j := range r.preLayout {
-			fillStage(t, r.preLayout[j], q.pblocks, q.n, nb*16) // fill, a stage's layers at their model regions
+			seed := q.n
+			if o.progressive {
+				// Not computed yet: a block written before it was
+				// reported final carries another request's pattern.
+				seed = q.n + 1_000_000
+			}
+			fillStage(t, r.preLayout[j], q.pblocks, seed, nb*16) // fill, a stage's layers at their model regions
 		}
 		q.regAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		q.finAt = now.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
@@ -398,6 +458,23 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 			// decode must hold the blocks past the cancel timeout.
 			q.finAt = q.regAt.Add(450*time.Millisecond + time.Duration(rng.IntN(100_000))*time.Microsecond)
 			q.abortDecAt = q.regAt.Add(time.Duration(rng.IntN(5000)) * time.Microsecond)
+		}
+		if o.progressive {
+			// Reports between now and the finish, each of more blocks;
+			// a tenth of the requests are aborted by prefill between two.
+			span := max(q.finAt.Sub(now), time.Millisecond)
+			m := 0
+			for range 1 + rng.IntN(3) {
+				if m = m + 1 + rng.IntN(nb-m); m >= nb {
+					break
+				}
+				q.progAt = append(q.progAt, now.Add(time.Duration(rng.Int64N(int64(span)))))
+				q.progTo = append(q.progTo, m)
+			}
+			slices.SortFunc(q.progAt, func(a, b time.Time) int { return a.Compare(b) })
+			if len(q.progAt) > 0 && q.abortPreAt.IsZero() && rng.IntN(10) == 0 {
+				q.abortPreAt = q.progAt[0].Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			}
 		}
 		if q.reuses != nil {
 			// One copy soon after the registration, often another later
@@ -474,12 +551,48 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 					q.results[k] = 1 // decode never had it
 				}
 			}
+			for !q.finished && !q.abortedPre && q.progressed < len(q.progAt) && !now.Before(q.progAt[q.progressed]) {
+				m := q.progTo[q.progressed]
+				q.progressed++
+				for j, p := range r.producers {
+					fillStage(t, r.preLayout[j], q.pblocks[:m], q.n, m*16) // those blocks' compute ended
+					err := p.Progress(q.preID, q.pblocks[:m], len(q.pblocks)*16, opts(q)...)
+					switch {
+					case err == nil:
+						if q.progHeld == nil {
+							q.progHeld = map[int]bool{}
+						}
+						q.progHeld[j] = true
+					case !(j == 0 && closed):
+						t.Errorf("Progress %s: %v", q.preID, err)
+					}
+				}
+			}
+			if !q.abortPreAt.IsZero() && !q.abortedPre && !q.finished && q.progressed > 0 && !now.Before(q.abortPreAt) {
+				// Aborted while prefill computes it: it never finishes.
+				q.abortedPre, q.finished = true, true
+				for j, p := range r.producers {
+					if err := p.Abort(q.preID); err != nil && !(j == 0 && closed) {
+						t.Errorf("Abort %s: %v", q.preID, err)
+					}
+					if j == 0 && closed && !q.progHeld[j] {
+						q.frees[j]++ // closed rank: nothing held
+					}
+				}
+			}
 			if !q.finished && !now.Before(q.finAt) {
 				q.finished = true
+				for j := range r.preLayout {
+					if o.progressive {
+						fillStage(t, r.preLayout[j], q.pblocks, q.n, len(q.pblocks)*16)
+					}
+				}
 				for j, p := range r.producers {
 					if _, err := p.RequestFinished(q.preID, q.pblocks, opts(q)...); err != nil {
 						if j == 0 && closed {
-							q.frees[j]++ // closed rank: nothing held
+							if !q.progHeld[j] {
+								q.frees[j]++ // closed rank: nothing held (its Close freed what it held)
+							}
 							continue
 						}
 						t.Errorf("RequestFinished %s: %v", q.preID, err)
@@ -628,6 +741,9 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	for _, c := range r.consumers {
 		fig.cancelTimeouts += int(extra(t, c.Stats(), "cancel_timeouts"))
 	}
+	for _, p := range r.producers {
+		fig.progressWrites += int(extra(t, p.Stats(), "progressive_writes"))
+	}
 	net.mu.Lock()
 	fig.regCopies = net.regCopies
 	net.mu.Unlock()
@@ -649,7 +765,7 @@ func findDec(live []*creq, id string) *creq {
 
 func findPre(live []*creq, id string) *creq {
 	for _, q := range live {
-		if q.preID == id && q.finished {
+		if q.preID == id && (q.finished || q.progressed > 0) { // a rank closed mid-run frees what reported progress too
 			return q
 		}
 	}

@@ -53,6 +53,9 @@ type pushCounters struct {
 	unloadFailed *stats.Counter
 
 	decodeRestarts *stats.Counter
+
+	progressWrites  *stats.Counter
+	progressSkipped *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -89,6 +92,8 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		cancelAckReceived:  s.Counter("push_cancel_ack_received", "PUSH_CANCEL_ACK notifications received and decoded (decode)."),
 		cancelTimeouts:     s.Counter("cancel_timeouts", "Failed requests whose blocks were released at CancelTimeout, before every prefill rank had written, failed or acknowledged the cancel (decode)."),
 		aborted:            s.Counter("aborted_requests", "Requests ended by Abort (both sides)."),
+		progressWrites:     s.Counter("progressive_writes", "WRITEs of blocks a prefill reported final (Progress) posted before the request finished (prefill)."),
+		progressSkipped:    s.Counter("progressive_skipped", "Registrations written whole at RequestFinished although their request reported progress: blocks that do not map one to one, a decode engine not yet handshaken, or a progressive WRITE that failed (prefill)."),
 		oversized:          s.Counter("oversized_ids", "Notifications refused because an id or host in them was longer than the limit (1024 bytes) (prefill)."),
 		superseded:         s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
 		staleCompletions:   s.Counter("stale_completions", "Completions (plain or staged) that name another registration of their request id than the one decode holds, or none when it had a seq; counted for nothing (decode)."),

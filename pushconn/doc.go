@@ -71,6 +71,13 @@
 // engine step (DrainFreed) or a finished handshake, still progressing its
 // agent at the idle period (50 ms) as the native agent needs.
 //
+// Progressive push: Producer.Progress(id, block ids, tokens), while the
+// engine still prefills the request, reports its first blocks final in
+// every layer; the writer WRITEs them at once into the registrations
+// waiting for it, without a completion, and the rest at RequestFinished
+// with it, so decode sees no difference (connector.ProgressReporter,
+// docs/push.md).
+//
 // A push engine paired with a pull engine is refused at the handshake, on
 // either side, with an error naming both modes (connector.ErrIncompatible).
 //

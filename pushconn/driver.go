@@ -101,6 +101,16 @@ func (p producer) requestFinished(r connector.Request) (connector.Params, error)
 	return out, nil
 }
 
+// Progress is Producer.Progress for the request's one block list.
+func (p producer) Progress(r connector.Request) error {
+	if len(p.cfg.Layout.Groups) > 0 || len(r.Blocks) != 1 {
+		return invalidf("request %q: progressive push takes one block list (a layout of one KV-cache group), got %d", r.ID, len(r.Blocks))
+	}
+	return p.Producer.Progress(r.ID, r.Blocks[0], r.Tokens, withTransferID(r.TransferID))
+}
+
+var _ connector.ProgressReporter = producer{}
+
 // DropHolds drops nothing: a push hold waits for its decode engine's
 // registration, which may still come, and Close tells every decode engine
 // that registered (PUSH_FAIL "prefill rank closed").

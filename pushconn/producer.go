@@ -62,6 +62,8 @@ type Producer struct {
 	aborting  map[string]bool // held ids the engine aborted
 	aborts    []string        // aborted ids for the writer
 	finished  []*hold
+	progress  map[string]progressState // requests reporting progress, not finished
+	progressQ []progressEvent          // progress reports for the writer
 	shakes    []shakeResult
 	freed     []string
 	closing   bool     // Close is releasing everything
@@ -97,6 +99,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 		spans:    tracing.New(cfg.TracerProvider),
 		held:     map[string]bool{},
 		aborting: map[string]bool{},
+		progress: map[string]progressState{},
 		world:    e.TPSize(), // vLLM's "world size" in the completion is the TP group's, with or without PP
 	}
 	p.push = newPushCounters(p.stats)
@@ -174,8 +177,13 @@ func (p *Producer) hold(h *hold, tp connector.TransferParams) (Params, error) {
 		p.mu.Unlock()
 		return Params{}, errClosed
 	case p.held[requestID]:
-		p.mu.Unlock()
-		return Params{}, invalidf("request %q is already finished and held", requestID)
+		if ok, err := p.finishing(h); !ok || err != nil {
+			p.mu.Unlock()
+			if err != nil {
+				return Params{}, err
+			}
+			return Params{}, invalidf("request %q is already finished and held", requestID)
+		}
 	}
 	p.held[requestID] = true
 	p.finished = append(p.finished, h)
@@ -268,7 +276,12 @@ func (p *Producer) Close() error {
 	p.stopLog()
 	p.mu.Lock()
 	unseen := p.finished
-	p.finished, p.aborts = nil, nil
+	for _, st := range p.progress {
+		if p.w.core.holds[st.h.id] == nil { // reported, never seen by the writer
+			unseen = append(unseen, st.h)
+		}
+	}
+	p.finished, p.aborts, p.progressQ = nil, nil, nil
 	p.closing = true // the ids shutdown frees wait for the deregistration
 	p.mu.Unlock()
 	for _, h := range unseen {
@@ -294,6 +307,7 @@ func (p *Producer) free(id string) {
 	p.mu.Lock()
 	delete(p.held, id)
 	delete(p.aborting, id)
+	delete(p.progress, id)
 	if p.closing {
 		p.lastFreed = append(p.lastFreed, id)
 	} else {

@@ -195,6 +195,7 @@ type simConfig struct {
 	abortSlow float64 // decode aborts a slow request while it waits
 	abortAny  float64 // decode aborts a request at a random moment
 	preAbort  float64 // prefill's engine aborts a finished request
+	progress  float64 // prefill reports progress (Producer.Progress) before it finishes
 	// Faults.
 	net        simNetConfig
 	postFail   float64 // a WRITE fails to post
@@ -326,6 +327,7 @@ type simStats struct {
 	lapsedFail, expiredRegs, acksUndeliverable, failsUndeliverable  int
 	cancelTimeouts, regTimeouts, crashes, clockSteps, notifFailures int
 	handshakeFailures, prefillAborts, decodeAborts, freedPrefill    int
+	progressReports, progressWrites, progressAborts                 int
 }
 
 type simViolation struct {
@@ -504,6 +506,8 @@ func (w *simWorld) handle(ev *simEvent) {
 		w.decodeAbort(ev.att)
 	case evPrefillAbort:
 		w.prefillAbort(ev.att)
+	case evPrefillProgress:
+		w.prefillProgress(ev.att)
 	case evDecodeShake:
 		w.note("decode handshake ends", ev.rank, "", 0, b2i(ev.ok))
 		w.dec[ev.rank].shakeDone(ev.key, ev.ok)
@@ -629,6 +633,66 @@ func (w *simWorld) arrive(a *simAttempt) {
 	if w.rng.chance(w.cfg.preAbort) {
 		w.schedule(&simEvent{at: w.now + compute + w.rng.between(0, 400*simMs), kind: evPrefillAbort, att: a})
 	}
+	if w.cfg.progress > 0 && w.rng.chance(w.cfg.progress) {
+		// Chunked prefill: one or two reports before the finish, and
+		// now and then the engine drops the request between them.
+		at := w.now + w.rng.between(0, compute)
+		w.schedule(&simEvent{at: at, kind: evPrefillProgress, att: a})
+		if w.rng.chance(0.5) {
+			w.schedule(&simEvent{at: w.rng.between(at, w.now+compute), kind: evPrefillProgress, att: a})
+		}
+		if w.rng.chance(0.1) {
+			w.schedule(&simEvent{at: w.rng.between(at, w.now+compute), kind: evPrefillAbort, att: a})
+		}
+	}
+}
+
+// prefillProgress: prefill computed some more of the attempt (a chunk):
+// the first blocks hold tag L, the others not yet (tag 0), and Progress
+// hands the final ones to every rank (the first report takes the blocks;
+// a rank that holds the id already, or has too few blocks, reports none).
+func (w *simWorld) prefillProgress(a *simAttempt) {
+	k := 1 + w.rng.intn(a.nblocks)
+	for _, p := range w.pre {
+		if p.up {
+			p.progress(a, k)
+		}
+	}
+}
+
+// progress is Producer.Progress of attempt a's first k blocks.
+func (p *simPrefill) progress(a *simAttempt, k int) {
+	h := p.holdOf[a.preID]
+	blocks := p.progAll[a.preID]
+	switch {
+	case p.held[a.preID] == nil:
+		if len(p.freeBlocks) < a.nblocks {
+			return
+		}
+		h = &hold{id: a.preID, transferID: a.tid, tokens: a.nblocks * 16}
+		for i := 0; i < a.nblocks; i++ {
+			j := p.w.rng.intn(len(p.freeBlocks))
+			b := p.freeBlocks[j]
+			p.freeBlocks[j] = p.freeBlocks[len(p.freeBlocks)-1]
+			p.freeBlocks = p.freeBlocks[:len(p.freeBlocks)-1]
+			p.content[b] = 0 // not computed yet
+			p.holder[b] = h
+			blocks = append(blocks, b)
+		}
+		p.held[a.preID], p.holdOf[a.preID], p.progAll[a.preID] = a, h, blocks
+		p.prog[a.preID] = true
+		a.busy++
+	case p.held[a.preID] != a || !p.prog[a.preID] || p.aborting[a.preID]:
+		return // another attempt holds the id, it finished, or it was dropped
+	}
+	k = max(k, p.progTo[a.preID])
+	p.progTo[a.preID] = k
+	for _, b := range blocks[:k] {
+		p.content[b] = a.L
+	}
+	p.w.stats.progressReports++
+	p.w.note("prefill reports progress (x: final blocks)", p.rank, a.preID, 0, int64(k))
+	p.progressQ = append(p.progressQ, progressEvent{h: h, blocks: slices.Clone(blocks[:k]), final: k, tokens: a.nblocks * 16})
 }
 
 // decodeRegister: decode's engine allocates the attempt's blocks (the same
@@ -685,6 +749,9 @@ func (w *simWorld) decodeAbort(a *simAttempt) {
 func (w *simWorld) prefillFinish(a *simAttempt) {
 	busy := false
 	for _, p := range w.pre {
+		if p.up && p.prog[a.preID] && p.held[a.preID] == a {
+			continue // it reported progress: it holds the blocks
+		}
 		busy = busy || p.up && (p.held[a.preID] != nil || len(p.freeBlocks) < a.nblocks)
 	}
 	if busy {
@@ -709,6 +776,9 @@ func (w *simWorld) prefillFinish(a *simAttempt) {
 func (w *simWorld) prefillAbort(a *simAttempt) {
 	for _, p := range w.pre {
 		if p.up && p.held[a.preID] == a {
+			if p.prog[a.preID] {
+				w.stats.progressAborts++
+			}
 			w.stats.prefillAborts++
 			p.abortRequest(a.preID)
 		}
@@ -1109,6 +1179,13 @@ type simPrefill struct {
 	finished []*hold
 	aborts   []string
 	shakes   []shakeResult
+	// Progress (Producer.Progress): ids that reported and have not
+	// finished, how many blocks they reported, and the reports for the
+	// next tick.
+	prog      map[string]bool
+	progTo    map[string]int
+	progAll   map[string][]int // the blocks of each (the core's hold keeps the final ones)
+	progressQ []progressEvent
 	// The agent: WRITEs it holds, and the decode agents whose metadata it
 	// has loaded (a notification to any other fails with ErrNotFound).
 	writes map[*write]*simWrite
@@ -1133,6 +1210,7 @@ func simLayout(tp, rank int) descriptors.Layout {
 func newSimPrefill(w *simWorld, rank, inc int) *simPrefill {
 	p := &simPrefill{w: w, rank: rank, name: simPrefillName(rank), inc: inc, up: true,
 		held: map[string]*simAttempt{}, holdOf: map[string]*hold{}, aborting: map[string]bool{},
+		prog: map[string]bool{}, progTo: map[string]int{}, progAll: map[string][]int{},
 		writes: map[*write]*simWrite{}, loaded: map[string]bool{},
 		content: make([]int32, simBlocks), holder: make([]*hold, simBlocks)}
 	for b := simBlocks - 1; b >= 0; b-- {
@@ -1192,7 +1270,21 @@ func (p *simPrefill) crash() {
 
 // requestFinished is Producer.RequestFinished: the blocks hold L's bytes.
 func (p *simPrefill) requestFinished(a *simAttempt) {
-	h := &hold{id: a.preID, transferID: a.tid, finished: p.now().wall}
+	if p.prog[a.preID] && p.held[a.preID] == a {
+		// It reported progress: the same blocks, every one computed now;
+		// refused after the engine dropped it (Producer.Abort).
+		delete(p.prog, a.preID)
+		if p.aborting[a.preID] {
+			return
+		}
+		blocks := p.progAll[a.preID]
+		for _, b := range blocks {
+			p.content[b] = a.L
+		}
+		p.finished = append(p.finished, &hold{id: a.preID, transferID: a.tid, blocks: slices.Clone(blocks), tokens: a.nblocks * 16, finished: p.now().wall})
+		return
+	}
+	h := &hold{id: a.preID, transferID: a.tid, finished: p.now().wall, tokens: a.nblocks * 16}
 	for i := 0; i < a.nblocks; i++ {
 		j := p.w.rng.intn(len(p.freeBlocks))
 		b := p.freeBlocks[j]
@@ -1224,8 +1316,9 @@ func (p *simPrefill) tick() {
 	if !p.up {
 		return
 	}
-	shakes, finished, aborts := p.shakes, p.finished, p.aborts
-	p.shakes, p.finished, p.aborts = nil, nil, nil
+	shakes, finished, aborts, progress := p.shakes, p.finished, p.aborts, p.progressQ
+	p.shakes, p.finished, p.aborts, p.progressQ = nil, nil, nil, nil
+	p.core.progress(progress)
 	p.core.tick(shakes, finished, aborts)
 }
 
@@ -1371,6 +1464,45 @@ func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		w.stats.postFailed++
 		return postResult{what: postFailed, kind: pushwire.FailPost, err: errors.New("simulated post failure")}
 	}
+	// As the shell's postRest: after progressive WRITEs, the blocks after
+	// them (at least the last).
+	from := cached
+	if pr.progress == h && pr.written > cached {
+		from = min(pr.written, len(h.blocks)-1)
+	}
+	return p.postBlocks(pr, h, in, srank, h.blocks[from:], dst[from-cached:], msg)
+}
+
+// postPart is the progressive WRITE (writeEdge.postPart), as the shell's:
+// the final blocks pr has not had, after decode's prefix hit.
+func (p *simPrefill) postPart(pr *pendingReg, h *hold) postResult {
+	w := p.w
+	srank, _ := strconv.Atoi(pr.sender[len("decode-"):])
+	in := w.dec[srank].byReg[simRegKey{pr.reg.RequestID, pr.reg.Seq}]
+	dst := pr.reg.LocalBlockIDs[0]
+	total := h.tokens / 16
+	cached := total - len(dst)
+	if in == nil || cached < 0 {
+		return postResult{what: postFailed, err: errors.New("simulated: registration does not fit the request")}
+	}
+	from, to := max(pr.written, cached), min(h.final, total)
+	if to <= from {
+		return postResult{what: postNotify}
+	}
+	if w.rng.chance(w.cfg.postFail) {
+		w.stats.postFailed++
+		return postResult{what: postFailed, err: errors.New("simulated post failure")}
+	}
+	w.stats.progressWrites++
+	r := p.postBlocks(pr, h, in, srank, h.blocks[from:to], dst[from-cached:to-cached], nil)
+	r.wr.partial, r.wr.to = true, to
+	return r
+}
+
+// postBlocks posts a WRITE of src into dst with completion msg (nil: none)
+// that completes at once or moves (its transfer planned here).
+func (p *simPrefill) postBlocks(pr *pendingReg, h *hold, in *simInst, srank int, src, dst []int, msg []byte) postResult {
+	w := p.w
 	part := 0
 	for i, s := range simSources(w.cfg.preTP, w.cfg.decTP, srank) {
 		if s == p.rank {
@@ -1378,7 +1510,7 @@ func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		}
 	}
 	wr := &write{reg: pr, hold: h, deadline: p.now().mono.Add(time.Duration(simWriteTimeout))}
-	sw := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, src: h.blocks[cached:], dst: dst, part: part,
+	sw := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, src: src, dst: dst, part: part,
 		landed: make([]bool, len(dst)), notif: msg, posted: w.now}
 	w.stats.posted++
 	w.note("prefill posts WRITE (x: into decode rank)", p.rank, sw.id, sw.seq, int64(srank))
@@ -1388,7 +1520,9 @@ func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
 			sw.landAt(i)
 		}
 		sw.status, sw.released = 1, true
-		p.sendCompletion(sw)
+		if msg != nil {
+			p.sendCompletion(sw)
+		}
 		return postResult{what: postCompleted, wr: wr}
 	}
 	sw.plan()
@@ -1443,17 +1577,25 @@ func (p *simPrefill) cancel(wr *write)    { delete(p.writes, wr) }
 // and are poisoned.
 func (p *simPrefill) free(id string) {
 	h, a := p.holdOf[id], p.held[id]
+	all, progressed := p.progAll[id]
 	delete(p.held, id)
 	delete(p.holdOf, id)
 	delete(p.aborting, id)
+	delete(p.prog, id)
+	delete(p.progTo, id)
+	delete(p.progAll, id)
 	if a == nil {
 		p.w.fail("model: prefill rank %d frees %q, which it does not hold (freed twice?)", p.rank, id)
 		return
 	}
+	blocks := h.blocks
+	if progressed {
+		blocks = all // the core's hold lists only the final ones if it never finished
+	}
 	p.w.unbusy(a.simLogical)
 	p.w.stats.freedPrefill++
-	p.w.note("prefill frees blocks", p.rank, id, 0, int64(len(h.blocks)))
-	for _, b := range h.blocks {
+	p.w.note("prefill frees blocks", p.rank, id, 0, int64(len(blocks)))
+	for _, b := range blocks {
 		if p.holder[b] != h {
 			p.w.fail("prefill rank %d frees block %d for %q twice", p.rank, b, id)
 			return
@@ -1558,7 +1700,9 @@ func (sw *simWrite) agentEnd() {
 	}
 	sw.status = 1
 	w.note("agent: WRITE completes", sw.p.rank, sw.id, sw.seq, 0)
-	sw.p.sendCompletion(sw)
+	if sw.notif != nil { // a progressive WRITE notifies nobody
+		sw.p.sendCompletion(sw)
+	}
 }
 
 // ---- running it ---------------------------------------------------------------
@@ -1753,6 +1897,9 @@ func (s *simStats) add(o *simStats) {
 	s.prefillAborts += o.prefillAborts
 	s.decodeAborts += o.decodeAborts
 	s.freedPrefill += o.freedPrefill
+	s.progressReports += o.progressReports
+	s.progressWrites += o.progressWrites
+	s.progressAborts += o.progressAborts
 }
 
 func (s *simStats) String() string {
@@ -1874,4 +2021,39 @@ func TestSimFindingUnreleasedWriteOutlivesCancelTimeout(t *testing.T) {
 	assert.True(t, poisoned(t, r.decLayout[0], dst),
 		"decode handed the blocks back (cancel timeout %v) while prefill's WRITE, held by an agent that could not cancel it within two write timeouts (%v), could still land: it landed", DefaultCancelTimeout, 2*DefaultWriteTimeout)
 	freedOnce(t, p, "x")
+}
+
+// TestSimProgressive is TestSimCurrentRules's faults with progressive push:
+// half the requests report their blocks final in one or two steps before
+// they finish (Producer.Progress), the blocks not yet reported holding no
+// request's bytes, and a tenth of those are dropped by prefill's engine
+// between a report and the finish. Every invariant holds after every
+// step: a block written before it was final would end a request done with
+// a wrong byte; a progressive WRITE landing after a cancel's ack, a
+// PUSH_FAIL or a free, a write after release.
+//
+// GONIXL_SIM=long: 20 seeds x 200,000 steps per pairing.
+func TestSimProgressive(t *testing.T) {
+	seeds, steps := simSeeds(t, 1, 2), simShortSteps()
+	if simLong() {
+		seeds, steps = simSeeds(t, 1, 20), 200_000
+	}
+	var total simStats
+	for _, seed := range seeds {
+		for _, cfg := range simConfigs() {
+			cfg.progress = 0.5
+			cfg.name += ", progressive"
+			w := newSimWorld(cfg, currentRules, seed)
+			w.run(steps)
+			total.add(&w.stats)
+			if w.violation != nil {
+				t.Fatalf("seed %d, %s: %s", seed, cfg.name, w.violation.what)
+			}
+		}
+	}
+	t.Logf("%d steps: %d requests, %d done, %d failed; %d progress reports, %d progressive WRITEs, %d requests dropped between a report and the finish",
+		total.steps, total.requests, total.done, total.failed, total.progressReports, total.progressWrites, total.progressAborts)
+	require.Positive(t, total.progressWrites, "no progressive WRITE")
+	require.Positive(t, total.progressAborts, "no request dropped while it reported progress")
+	require.Positive(t, total.done)
 }

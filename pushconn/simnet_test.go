@@ -160,21 +160,22 @@ func (w *simWorld) send(m *simMsg) {
 type simEvKind uint8
 
 const (
-	evDeliver        simEvKind = iota + 1 // a message reaches its destination
-	evDecodeTick                          // a decode rank's poller tick (and the engine's Drain)
-	evPrefillTick                         // a prefill rank's writer tick (and the engine's DrainFreed)
-	evArrival                             // the proxy sends a request (or a retry) to both engines
-	evDecodeRegister                      // decode allocated the request's blocks: Register on every rank
-	evPrefillFinish                       // prefill finished computing: RequestFinished on every rank
-	evDecodeAbort                         // decode's engine drops the request: Abort on every rank
-	evPrefillAbort                        // prefill's engine drops the request: Abort on every rank
-	evDecodeShake                         // a decode rank's handshake with prefill ends
-	evPrefillShake                        // a prefill rank's handshake with decode ends
-	evLand                                // some bytes of a WRITE land in decode's memory
-	evAgentEnd                            // a WRITE ends in the agent: completed (notification sent) or failed
-	evClockStep                           // an engine's clock steps
-	evCrash                               // a prefill rank's process dies
-	evRestart                             // it starts again, empty
+	evDeliver         simEvKind = iota + 1 // a message reaches its destination
+	evDecodeTick                           // a decode rank's poller tick (and the engine's Drain)
+	evPrefillTick                          // a prefill rank's writer tick (and the engine's DrainFreed)
+	evArrival                              // the proxy sends a request (or a retry) to both engines
+	evDecodeRegister                       // decode allocated the request's blocks: Register on every rank
+	evPrefillFinish                        // prefill finished computing: RequestFinished on every rank
+	evDecodeAbort                          // decode's engine drops the request: Abort on every rank
+	evPrefillAbort                         // prefill's engine drops the request: Abort on every rank
+	evDecodeShake                          // a decode rank's handshake with prefill ends
+	evPrefillShake                         // a prefill rank's handshake with decode ends
+	evLand                                 // some bytes of a WRITE land in decode's memory
+	evAgentEnd                             // a WRITE ends in the agent: completed (notification sent) or failed
+	evClockStep                            // an engine's clock steps
+	evCrash                                // a prefill rank's process dies
+	evRestart                              // it starts again, empty
+	evPrefillProgress                      // prefill computed a chunk: Progress on every rank
 )
 
 // simEvent is one scheduled event; n orders events of the same time by when

@@ -93,6 +93,7 @@ func (c *writeCore) admit(de *decodeEngine, r parkedReg) {
 		c.push.duplicates.Inc()
 	case out == match.Pending:
 		de.refs++
+		c.progressed(pr)
 	case out == match.Matched:
 		de.refs++
 		c.push.countMatch(m.Kind)
@@ -170,6 +171,12 @@ func (c *writeCore) cancel(sender string, cn *pushwire.Cancel) (*decodeEngine, *
 		// registration; remembered, so its request is freed at once.
 		pr.peer.refs--
 		c.mem.cancelled.add(key, c.edge.now().wall.Add(c.cfg.registrationTimeout))
+		if wr := pr.partial; wr != nil {
+			// A progressive WRITE of it is in flight: answered when it ends.
+			c.mem.ended(c.edge.now().wall, sender, pr.reg)
+			wr.acks = append(wr.acks, cn)
+			return pr.peer, nil, cancelInFlight
+		}
 		return pr.peer, pr.reg, cancelDropped
 	}
 	for _, wr := range c.inflight {

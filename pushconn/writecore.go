@@ -35,8 +35,11 @@ type writeCore struct {
 	holds    map[string]*hold
 	peers    decodePeers
 	inflight []*write
-	mem      regMemory
-	out      notices
+	// progressing are the holds of requests that reported progress and
+	// have not finished (writeprogress.go), by id.
+	progressing map[string]*hold
+	mem         regMemory
+	out         notices
 	// legacy restores rules this revision replaced; only the simulation
 	// sets it, to show that it finds the holes they left (sim_test.go).
 	legacy struct {
@@ -50,7 +53,7 @@ func newWriteCore(cfg writeConfig, edge writeEdge, log *zap.Logger, st *stats.Se
 		return nil, fmt.Errorf("%w: %v", errInvalid, err)
 	}
 	c := &writeCore{cfg: cfg, edge: edge, log: log, stats: st, push: push, matcher: m,
-		holds: map[string]*hold{}, mem: newRegMemory(cfg.registrationTimeout, log, push),
+		holds: map[string]*hold{}, progressing: map[string]*hold{}, mem: newRegMemory(cfg.registrationTimeout, log, push),
 		peers: decodePeers{edge: edge, log: log, push: push, byKey: map[string]*decodeEngine{}}}
 	c.peers.inflight = &c.inflight
 	c.out = notices{cfg: &c.cfg, edge: edge, mem: &c.mem, log: log, stats: st, push: push}
@@ -192,6 +195,7 @@ func (c *writeCore) handshakeDone(s shakeResult) {
 // finish gives a finished request to the matcher and starts the WRITEs of
 // the registrations already waiting for it.
 func (c *writeCore) finish(h *hold) {
+	h = c.adopt(h)
 	c.holds[h.id] = h
 	key := match.Key{RequestID: h.id, TransferID: h.transferID}
 	c.mem.lapsed.forget(key) // registrations pair with these blocks now
@@ -226,6 +230,15 @@ func (c *writeCore) finish(h *hold) {
 // completion notification and, unless it ended at once, keeps it in
 // flight. Every failure ends in a PUSH_FAIL to decode.
 func (c *writeCore) startWrite(pr *pendingReg, h *hold) {
+	if pr.partial != nil {
+		// A progressive WRITE of it is in flight: the completion goes
+		// only after its bytes landed (or it failed), so this starts then.
+		pr.finalWaits, pr.finalHold = true, h
+		return
+	}
+	if pr.progress != h {
+		pr.progress, pr.written = nil, 0
+	}
 	if c.edge.aborted(h.id) {
 		c.failWrite(pr, h, pushwire.FailAborted, errEngineAborted)
 		return
@@ -284,6 +297,13 @@ func (c *writeCore) pollWrites() {
 	// the wait for the agent to let go of one that failed, early.
 	now := c.edge.now().mono
 	still := c.inflight[:0]
+	// Progressive WRITEs that ended are settled after the loop: settling
+	// one may post the next (writeprogress.go), into c.inflight.
+	type partEnd struct {
+		wr  *write
+		err error
+	}
+	var parts []partEnd
 	for _, wr := range c.inflight {
 		if wr.cancelling {
 			if c.edge.release(wr) || !now.Before(wr.drainUntil) {
@@ -292,6 +312,10 @@ func (c *writeCore) pollWrites() {
 					c.log.Error("pushconn: the agent did not release a failed WRITE within the write timeout; reporting it failed anyway", zap.String("request", wr.hold.id))
 				}
 				c.edge.ended(wr)
+				if wr.partial {
+					parts = append(parts, partEnd{wr, wr.failErr})
+					continue
+				}
 				c.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, wr.failErr)
 				c.out.ackEnded(wr)
 				continue
@@ -303,6 +327,10 @@ func (c *writeCore) pollWrites() {
 		switch {
 		case failed != nil:
 			c.peers.forgetIfGone(wr.reg.peer, failed)
+		case done && wr.partial:
+			c.edge.completed(wr)
+			parts = append(parts, partEnd{wr, nil})
+			continue
 		case done:
 			c.completeWrite(wr)
 			c.out.ackEnded(wr)
@@ -322,11 +350,18 @@ func (c *writeCore) pollWrites() {
 			continue
 		}
 		c.edge.ended(wr)
+		if wr.partial {
+			parts = append(parts, partEnd{wr, failed})
+			continue
+		}
 		c.failWrite(wr.reg, wr.hold, pushwire.FailTransfer, failed)
 		c.out.ackEnded(wr)
 	}
 	clear(c.inflight[len(still):])
 	c.inflight = still
+	for _, p := range parts {
+		c.partEnded(p.wr, p.err)
+	}
 }
 
 // retryAfterHandshake parks a matched WRITE until a fresh handshake with
@@ -376,11 +411,14 @@ func (c *writeCore) endWrite(pr *pendingReg, h *hold) {
 
 // maybeRelease frees a request's blocks once nothing can still use them.
 func (c *writeCore) maybeRelease(h *hold) {
-	if h.released || h.writes > 0 || h.inMatcher {
-		return
+	if h.released || h.writes > 0 || h.inMatcher || h.progressive {
+		return // a request still computing is the engine's until it finishes or aborts
 	}
 	h.released = true
 	delete(c.holds, h.id)
+	if c.progressing[h.id] == h {
+		delete(c.progressing, h.id)
+	}
 	c.edge.free(h.id)
 }
 
@@ -389,14 +427,13 @@ func (c *writeCore) maybeRelease(h *hold) {
 func (c *writeCore) expire() {
 	regs, fins := c.matcher.Expire(c.edge.now().wall)
 	for _, r := range regs {
-		r.Reg.peer.refs--
-		if r.Reg.peer.payload != nil && !r.Reg.sameInstance() {
-			c.dropStale(r.Reg, nil) // its PUSH_FAIL would reach the new instance
+		if wr := r.Reg.partial; wr != nil {
+			// Decode takes its blocks back at the PUSH_FAIL: not while a
+			// progressive WRITE into them may still land.
+			wr.after = func() { c.expired(r.Sender, r.Reg) }
 			continue
 		}
-		c.push.unmatchedExp.Inc()
-		c.out.fail(r.Sender, r.Reg.reg, pushwire.FailExpired,
-			fmt.Sprintf("request did not finish on prefill within the registration timeout (%v)", c.cfg.registrationTimeout))
+		c.expired(r.Sender, r.Reg)
 	}
 	for _, f := range fins {
 		c.stats.ExpiredRequests.Inc()
@@ -404,6 +441,19 @@ func (c *writeCore) expire() {
 		c.mem.lapsed.add(f.Key)
 		c.maybeRelease(f.Fin)
 	}
+}
+
+// expired ends registration pr, which waited for its request past the
+// registration timeout, and tells its sender.
+func (c *writeCore) expired(sender string, pr *pendingReg) {
+	pr.peer.refs--
+	if pr.peer.payload != nil && !pr.sameInstance() {
+		c.dropStale(pr, nil) // its PUSH_FAIL would reach the new instance
+		return
+	}
+	c.push.unmatchedExp.Inc()
+	c.out.fail(sender, pr.reg, pushwire.FailExpired,
+		fmt.Sprintf("request did not finish on prefill within the registration timeout (%v)", c.cfg.registrationTimeout))
 }
 
 // abort withdraws the engine's hold on request id (Producer.Abort): it
@@ -419,6 +469,13 @@ func (c *writeCore) abort(id string) {
 		c.matcher.Cancel(h.id)
 		h.inMatcher = false
 		// A registration that arrives for it later is told at once.
+		c.mem.lapsed.add(match.Key{RequestID: h.id, TransferID: h.transferID})
+	}
+	if h.progressive {
+		// Aborted while it computed: no progressive WRITE starts any
+		// more, and a registration that comes later is told at once.
+		h.progressive = false
+		delete(c.progressing, h.id)
 		c.mem.lapsed.add(match.Key{RequestID: h.id, TransferID: h.transferID})
 	}
 	for _, r := range c.peers.takeRewrites(h) {
@@ -448,6 +505,22 @@ func (c *writeCore) onHeartbeat(sender string, msg []byte) {
 func (c *writeCore) shutdown() {
 	const why = "prefill rank closed"
 	for _, wr := range c.inflight {
+		if wr.partial {
+			c.edge.cancel(wr)
+			wr.hold.writes--
+			pr := wr.reg
+			pr.partial = nil
+			pr.peer.refs--
+			if pr.finalWaits { // matched: out of the matcher, so told here
+				pr.finalWaits = false
+				c.out.fail(pr.sender, pr.reg, pushwire.FailClosed, why)
+				pr.finalHold.writes--
+			}
+			if wr.after != nil {
+				wr.after()
+			}
+			continue
+		}
 		c.edge.cancel(wr)
 		c.stats.FailedTransfers.Inc()
 		c.out.fail(wr.reg.sender, wr.reg.reg, pushwire.FailClosed, why)
@@ -472,7 +545,7 @@ func (c *writeCore) shutdown() {
 		de.parked, de.rewrites = nil, nil
 	}
 	for _, h := range c.holds {
-		h.inMatcher = false
+		h.inMatcher, h.progressive = false, false
 		c.maybeRelease(h)
 	}
 }

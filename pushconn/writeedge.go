@@ -46,6 +46,11 @@ type writeEdge interface {
 	// post maps and posts the WRITE of h for registration pr, with
 	// completion msg (see postResult).
 	post(pr *pendingReg, h *hold, msg []byte) postResult
+	// postPart posts the progressive WRITE of h's final blocks that pr
+	// has not had yet (writeprogress.go): no completion rides it, and the
+	// write's to says how far it reaches. postNotify: nothing new to
+	// write; postFailed or postRetry: write pr whole at finish instead.
+	postPart(pr *pendingReg, h *hold) postResult
 	// poll checks a WRITE in flight once: done when every part of it
 	// completed, or the error of one that failed.
 	poll(wr *write) (done bool, err error)

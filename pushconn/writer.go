@@ -51,9 +51,11 @@ func (w *writer) busy() bool { return w.core.busy() }
 func (w *writer) tick() {
 	p := w.p
 	p.mu.Lock()
-	finished, shakes, aborts := p.finished, p.shakes, p.aborts
-	p.finished, p.shakes, p.aborts = nil, nil, nil
+	finished, shakes, aborts, progress := p.finished, p.shakes, p.aborts, p.progressQ
+	p.finished, p.shakes, p.aborts, p.progressQ = nil, nil, nil, nil
 	p.mu.Unlock()
+	// Progress first: a request reports it before it finishes.
+	w.core.progress(progress)
 	w.core.tick(shakes, finished, aborts)
 }
 
@@ -125,6 +127,9 @@ func (w *writer) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		return w.postMapped(pr, h, msg, &w.scratch, w.stageGroups(pr, h, &w.scratch, dst), start)
 	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
+	if err == nil && pr.progress == h && pr.written > cached {
+		return w.postRest(pr, h, msg, dst, dstBlocks, cached, start)
+	}
 	// The lists are reused from WRITE to WRITE (only the poller goroutine
 	// runs the writer): agents copy them in CreateXferReq, and a fragmented
 	// request would otherwise allocate megabytes each time.
@@ -172,7 +177,11 @@ func (w *writer) postMapped(pr *pendingReg, h *hold, msg []byte, t *descriptors.
 	}
 	local, remote := t.Sides(nixl.Write)
 	bytes, descs := t.Bytes, t.Len()
-	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
+	var opts *nixl.Options // a progressive WRITE notifies nobody
+	if msg != nil {
+		opts = nixl.NotifOptions(msg)
+	}
+	xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, opts)
 	if err != nil && peerGone(err) && !pr.retry {
 		return postResult{what: postRetry, err: err}
 	}
@@ -203,6 +212,52 @@ func (w *writer) postMapped(pr *pendingReg, h *hold, msg []byte, t *descriptors.
 	default:
 		return postResult{what: postInFlight, wr: wr}
 	}
+}
+
+// postRest posts the final WRITE of a request whose first pr.written
+// blocks went in progressive WRITEs (writeprogress.go): the blocks after
+// them, with the completion. It always moves at least the last block, so
+// the completion rides a WRITE posted after every other one ended, as
+// without progress.
+func (w *writer) postRest(pr *pendingReg, h *hold, msg []byte, dst *descriptors.Layout, dstBlocks []int, cached int, start time.Time) postResult {
+	from := min(pr.written, len(h.blocks)-1)
+	t := &w.scratch
+	_, err := descriptors.MapCoalescedInto(t, &w.p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:], DstBlocks: dstBlocks[from-cached:]})
+	if err != nil {
+		return postResult{what: postFailed, kind: pushwire.FailLayout, err: fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err)}
+	}
+	return w.postMapped(pr, h, msg, t, nil, start)
+}
+
+// postPart posts the progressive WRITE of h's final blocks that pr has
+// not had (writeEdge.postPart): only between blocks of one size (block i
+// of the request is block i of decode's after its prefix hit), direct.
+func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
+	p := w.p
+	dst := &pr.peer.payload.Ranks[pr.rank].Layout
+	if h.groups != nil || dst.BlockSize != p.cfg.Layout.BlockSize {
+		return postResult{what: postFailed, err: fmt.Errorf("decode rank %d's blocks hold %d tokens, prefill's %d: written whole at finish", pr.rank, dst.BlockSize, p.cfg.Layout.BlockSize)}
+	}
+	dstBlocks := pr.reg.LocalBlockIDs[0]
+	total := (h.tokens + dst.BlockSize - 1) / dst.BlockSize
+	cached := total - len(dstBlocks)
+	if cached < 0 {
+		return postResult{what: postFailed, err: fmt.Errorf("decode registered %d blocks, the request needs %d", len(dstBlocks), total)}
+	}
+	from, to := max(pr.written, cached), min(h.final, total)
+	if to <= from {
+		return postResult{what: postNotify}
+	}
+	start := time.Now()
+	t := &w.scratch
+	if _, err := descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:to], DstBlocks: dstBlocks[from-cached : to-cached]}); err != nil {
+		return postResult{what: postFailed, err: err}
+	}
+	r := w.postMapped(pr, h, nil, t, nil, start)
+	if r.wr != nil {
+		r.wr.partial, r.wr.to = true, to
+	}
+	return r
 }
 
 // dstCached returns how many of the request's blocks decode already held

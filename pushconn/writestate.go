@@ -29,6 +29,11 @@ type hold struct {
 	writes    int       // WRITEs started and not yet ended
 	inMatcher bool      // still waiting for registrations
 	released  bool
+	// progressive: the engine reported progress (Producer.Progress) and
+	// has not finished the request yet; blocks[:final] are final in every
+	// layer, and only those may be written.
+	progressive bool
+	final       int
 }
 
 // pendingReg is a registration admitted into the matcher.
@@ -46,6 +51,17 @@ type pendingReg struct {
 	// incarnations (vLLM's protocol) it is what tells a restarted instance
 	// of the same agent name from the one that registered.
 	metadata []byte
+	// Progressive push (writeprogress.go): the blocks of progress (the hold
+	// whose final blocks were written before it finished) that landed,
+	// h.blocks[:written] (0: none); partial, the one progressive WRITE of
+	// it in flight, if any (its final WRITE waits for it: finalWaits, for
+	// finalHold); skip, no more progressive WRITEs (written whole at finish).
+	progress   *hold
+	written    int
+	partial    *write
+	skip       bool
+	finalWaits bool
+	finalHold  *hold
 }
 
 // decodeEngine is a decode engine as one prefill rank sees it.
@@ -134,6 +150,11 @@ type write struct {
 	// slot is the prefill staging slot a staged WRITE reads, released
 	// once the WRITE ended (nil for a direct WRITE).
 	slot *staging.Slot
+	// partial: a progressive WRITE of hold.blocks[:to] (no completion);
+	// after runs when it ended (a PUSH_FAIL held back until then).
+	partial bool
+	to      int
+	after   func()
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,7 +47,11 @@ func startProcessStack(ctx context.Context, bin stack.Programs, p preset, mode, 
 	if p.RequestTimeout > 0 {
 		args = append(args, "-request-timeout", p.RequestTimeout.String())
 	}
-	pre, err := s.start(bin.Engine, filepath.Join(logDir, mode+"-prefill.log"), append(args, "-role", "prefill", "-engine-id", "prefill-0")...)
+	pargs := append(slices.Clone(args), "-role", "prefill", "-engine-id", "prefill-0")
+	if mode == stack.ModePushProgressive {
+		pargs = append(pargs, "-progress-chunk", strconv.Itoa(stack.DefaultProgressChunk))
+	}
+	pre, err := s.start(bin.Engine, filepath.Join(logDir, mode+"-prefill.log"), pargs...)
 	if err != nil {
 		return nil, err
 	}

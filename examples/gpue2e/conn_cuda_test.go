@@ -368,6 +368,10 @@ type connFixture struct {
 	// auto), for both processes; closeStaging frees prefill's slots.
 	staging      string
 	closeStaging func()
+	// progressChunks (push), when > 1, splits each request's prefill time
+	// into that many chunks and reports the blocks of every chunk but the
+	// last with Producer.Progress as it ends (progressive push).
+	progressChunks int
 }
 
 func newConnFixture(mode string, dev int) (*connFixture, error) {
@@ -532,9 +536,10 @@ type runStats struct {
 // prefill frees every request exactly once.
 func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEvery int, full bool) (runStats, error) {
 	type event struct {
-		at  time.Time
-		k   int
-		fin bool
+		at   time.Time
+		k    int
+		fin  bool
+		prog int // > 0: the end of chunk prog, reported with Progress
 	}
 	slots := f.g.blocks / f.g.reqBlocks
 	pFree, dFree := make([]int, 0, slots), make([]int, 0, slots)
@@ -547,6 +552,9 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		arrive := begin.Add(time.Duration(float64(k) / rate * float64(time.Second)))
 		if f.mode == "push" {
 			evs = append(evs, event{at: arrive, k: k})
+			for c := 1; c < f.progressChunks; c++ {
+				evs = append(evs, event{at: arrive.Add(prefillTime * time.Duration(c) / time.Duration(f.progressChunks)), k: k, prog: c})
+			}
 		}
 		evs = append(evs, event{at: arrive.Add(prefillTime), k: k, fin: true})
 	}
@@ -643,6 +651,13 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 			}
 			r.dSlot, dFree = dFree[0], dFree[1:]
 			r.dBlocks = slotBlocks(f.g, r.dSlot, r.frag, uint64(f.seq))
+		}
+		if ev.prog > 0 {
+			final := len(r.pBlocks) * ev.prog / f.progressChunks
+			if err := f.pushP.Progress(r.id, r.pBlocks[:final], len(r.pBlocks)*16); err != nil {
+				return st, fmt.Errorf("progress of %s: %w", r.id, err)
+			}
+			continue
 		}
 		if f.mode == "push" && !ev.fin {
 			// The proxy hands decode the request; decode registers.
@@ -784,6 +799,49 @@ func BenchmarkCriticalPath(b *testing.B) {
 					b.ReportMetric(float64(st.stalls), "stalls")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkProgressivePush is the critical path of push (from prefill
+// finishing a request to decode holding all its blocks) with and without
+// progressive push: the prefill time (GONIXL_E2E_PREFILL_MS, default 350:
+// a 16k-token prompt of Qwen3-32B on TP 8 H200s) is split into
+// GONIXL_E2E_PROGRESS_CHUNKS chunks (default 8, chunked prefill of 2048
+// tokens), and the blocks of every chunk but the last are reported with
+// Producer.Progress as it ends, so only the last chunk's transfer (and
+// whatever is still moving) is left after prefill. Every request
+// fragmented (no two blocks adjacent); 16k tokens with
+// GONIXL_E2E_REQ_BLOCKS=1024. Staging must be off (progress refuses it).
+//
+//	GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
+//
+// Not yet run on a GPU: the figures belong in docs/gpu.md.
+func BenchmarkProgressivePush(b *testing.B) {
+	needDevices(b, 1)
+	prefill := time.Duration(envInt("GONIXL_E2E_PREFILL_MS", 350)) * time.Millisecond
+	chunks := envInt("GONIXL_E2E_PROGRESS_CHUNKS", 8)
+	for _, dev := range benchDevices() {
+		for _, progressive := range []bool{false, true} {
+			b.Run(fmt.Sprintf("gpu0-gpu%d/progressive=%v", dev, progressive), func(b *testing.B) {
+				f := sharedConn(b, "push", dev)
+				if progressive {
+					f.progressChunks = chunks
+					defer func() { f.progressChunks = 0 }()
+				}
+				b.ResetTimer()
+				// One request at a time: the rate leaves each one its
+				// prefill and transfer alone.
+				st, err := f.run(b.N, 0.5, prefill, 1, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+				sum := latency.Summarize(st.critical)
+				b.ReportMetric(ms(sum.P50), "after_prefill_p50_ms")
+				b.ReportMetric(ms(sum.P99), "after_prefill_p99_ms")
+			})
 		}
 	}
 }

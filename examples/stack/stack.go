@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,16 @@ import (
 // decode engine's loop (vLLM's NixlConnector today), and the push connector.
 var Modes = []string{"pull", "pull-inline", "push"}
 
+// ModePushProgressive is push with progress reports: the prefill engine
+// computes prompts in chunks of Config.ProgressChunk tokens (chunked
+// prefill) and the connector moves each chunk's final blocks while the
+// next computes (connector.ProgressReporter).
+const ModePushProgressive = "push-progressive"
+
+// DefaultProgressChunk is ModePushProgressive's chunk: vLLM's default
+// token budget of a chunked-prefill step for online serving on large GPUs.
+const DefaultProgressChunk = 2048
+
 // Config is what one stack runs. Mode and Model are required.
 type Config struct {
 	// Mode is "pull", "pull-inline", "push" or "collocated"
@@ -41,6 +52,9 @@ type Config struct {
 	// PrefillPPSize is the prefill engine's pipeline-parallel size
 	// (default 1; more needs mode "push").
 	PrefillPPSize int
+	// ProgressChunk is ModePushProgressive's chunk in tokens (0:
+	// DefaultProgressChunk).
+	ProgressChunk int
 	// NumBlocks per rank of each engine (default the engine's).
 	NumBlocks int
 	// MaxBatch bounds the sequences a decode step runs (default the
@@ -106,10 +120,10 @@ func ConnectorOf(mode string) (connector string, inline bool, err error) {
 		return server.ConnPull, false, nil
 	case "pull-inline":
 		return server.ConnPull, true, nil
-	case "push":
+	case "push", ModePushProgressive:
 		return server.ConnPush, false, nil
 	}
-	return "", false, fmt.Errorf("mode %q: want pull, pull-inline or push", mode)
+	return "", false, fmt.Errorf("mode %q: want pull, pull-inline, push or %s", mode, ModePushProgressive)
 }
 
 // Start starts a stack; Close stops it.
@@ -149,6 +163,9 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook, pc.PPSize = server.RolePrefill, "prefill-0", cfg.KVHook, cfg.PrefillPPSize
+	if cfg.Mode == ModePushProgressive {
+		pc.ProgressChunk = cmp.Or(cfg.ProgressChunk, DefaultProgressChunk)
+	}
 	if s.Prefill, err = server.New(pc); err != nil {
 		return nil, fmt.Errorf("prefill engine: %w", err)
 	}

@@ -105,6 +105,13 @@ type Config struct {
 	// PrefillTokenBudget bounds the prompt tokens prefilled per step
 	// (default 8192).
 	PrefillTokenBudget int
+	// ProgressChunk (a push prefill engine) computes each prompt in chunks
+	// of this many tokens, as chunked prefill does, and reports after each
+	// chunk the blocks it made final to the connector
+	// (connector.ProgressReporter), which moves them to decode while the
+	// next chunk computes (progressive push). 0: the prompt in one piece,
+	// reported finished only. Pull has no progress to report: refused.
+	ProgressChunk int
 	// Clock is the time source for timestamps and connector deadlines
 	// (default connector.SystemClock{}). Modeled compute sleeps in real time.
 	Clock connector.Clock
@@ -250,6 +257,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.Connector = ConnPull
 	default:
 		return c, fmt.Errorf("engine: Config.Connector is %q, want %q or %q", c.Connector, ConnPull, ConnPush)
+	}
+	switch {
+	case c.ProgressChunk < 0:
+		return c, fmt.Errorf("engine: Config.ProgressChunk is %d, want >= 0 (0: no progress reports)", c.ProgressChunk)
+	case c.ProgressChunk > 0 && c.Connector != ConnPush:
+		return c, fmt.Errorf("engine: Config.ProgressChunk is %d with connector %q: progress reports need the push connector (pull READs only after prefill answered)", c.ProgressChunk, c.Connector)
 	}
 	switch c.Protocol {
 	case ProtocolGonixl, ProtocolVLLM:

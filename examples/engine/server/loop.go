@@ -69,6 +69,8 @@ type request struct {
 	refused      bool // a rank refused the load: no recompute
 	ranksAborted bool
 	aborting     bool      // the loop ended the load; the connector's results free the blocks
+	progressed   []bool    // prefill: ranks that took a progress report (they hold the blocks)
+	progressOff  []bool    // prefill: ranks that refused one (not asked again)
 	abortErr     *apiError // what to answer then (nil: the client is gone)
 	checksum     uint64
 	generated    int
@@ -542,6 +544,9 @@ func (l *loop) prefillStep() {
 		l.computeKV(r)
 	}
 	if d > 0 {
+		if l.s.cfg.ProgressChunk > 0 {
+			l.computeChunks(batch, start)
+		}
 		if rest := d - time.Since(start); rest > 0 {
 			time.Sleep(rest)
 		}
@@ -595,6 +600,10 @@ func (l *loop) finishPrefill(r *request) {
 		if err != nil {
 			if ferr == nil {
 				ferr = fmt.Errorf("rank %d: %w", i, err)
+			}
+			if i < len(r.progressed) && r.progressed[i] {
+				h.left++ // it holds the blocks from its progress reports: freed after the Abort below
+				continue
 			}
 			h.freed[i] = true
 			continue
@@ -711,6 +720,10 @@ func (l *loop) cancelled(r *request) {
 		l.gone(r)
 	case stPrefill:
 		l.prefillQ = remove(l.prefillQ, r)
+		if l.abortProgress(r) {
+			l.gone(r)
+			return
+		}
 		l.release(r)
 		l.gone(r)
 	case stLoading:

@@ -510,3 +510,34 @@ func (m *Matcher[R, F]) Withdraw(sender string, key Key) (R, bool) {
 	m.dropRegistration(r)
 	return reg, true
 }
+
+// Peek returns the registrations that a request finishing under key would
+// pair with now, leaving them (and everything else) in place: the
+// registrations a prefill rank may already write into while the request's
+// prefill still computes (progressive push).
+func (m *Matcher[R, F]) Peek(key Key) []R {
+	if key.RequestID == "" {
+		return nil
+	}
+	base := Base(key.RequestID)
+	_, firstReg := m.byBase.lookup(base, keyHash(base))
+	hTID := uint64(0)
+	if key.TransferID != "" {
+		hTID = keyHash(key.TransferID)
+	}
+	f := finEntry[F]{key: key}
+	var out []R
+	for f.want == 0 || f.served < f.want {
+		r, _ := m.findRegistration(&f, firstReg, hTID)
+		if r == 0 {
+			break
+		}
+		e := &m.regs.items[r]
+		if f.want == 0 {
+			f.want = e.fanout
+		}
+		f.serve(e.sender)
+		out = append(out, e.reg)
+	}
+	return out
+}
