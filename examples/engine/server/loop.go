@@ -672,6 +672,11 @@ func (l *loop) emit(r *request) {
 func (l *loop) done(r *request, params any) {
 	r.state = stDone
 	l.s.st.done.Add(1)
+	// The gauges first: a client that holds the answer (a prefill's
+	// kv_transfer_params) sees the hold counted, in Stats and in what a
+	// Shutdown waits for. Updated only at the iteration's end, a Shutdown
+	// right after the answer waited for one hold of two.
+	l.gauges()
 	r.events <- event{end: true, params: params}
 }
 

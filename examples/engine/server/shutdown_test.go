@@ -53,8 +53,11 @@ func TestShutdownDoesNotSitOutUnreadHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 			took := time.Since(start)
-			if took < holdDrain || took > holdDrain+2*time.Second {
-				t.Errorf("Shutdown took %v, want about the hold bound %v (lease 1m, drain 30s)", took, holdDrain)
+			// At least the hold bound, and not the lease (1 m) nor the drain
+			// deadline (30 s): the upper bound is the rule, not the machine's
+			// speed.
+			if took < holdDrain || took >= 20*time.Second {
+				t.Errorf("Shutdown took %v, want the hold bound %v, not the lease (1m) or the drain (30s)", took, holdDrain)
 			}
 			if st := s.Stats(); st.BlocksInUse != 0 {
 				t.Errorf("blocks in use after Shutdown: %+v", st)
