@@ -118,7 +118,7 @@ func NewProducer(pub *connector.Engine, config Config) (*Producer, error) {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.poll = cfg.Poller("pushconn", p.log, p.w.busy, p.w.tick)
 	p.poll.Handle(pushwire.RegPrefix, p.w.core.onRegistration)
-	p.poll.Handle(pushwire.CancelPrefix, p.w.core.onCancel)
+	p.poll.Handle(pushwire.CancelPrefix, cancels{p.w.core}.onCancel)
 	p.poll.Handle(pushwire.FailPrefix, p.w.onStray)
 	p.poll.Handle(pushwire.CancelAckPrefix, p.w.onStray)
 	p.poll.Handle(notif.HeartbeatPrefix, p.w.onStray)

@@ -1318,7 +1318,7 @@ func (p *simPrefill) tick() {
 	}
 	shakes, finished, aborts, progress := p.shakes, p.finished, p.aborts, p.progressQ
 	p.shakes, p.finished, p.aborts, p.progressQ = nil, nil, nil, nil
-	p.core.progress(progress)
+	progressWriter{p.core}.progress(progress)
 	p.core.tick(shakes, finished, aborts)
 }
 
@@ -1334,7 +1334,7 @@ func (p *simPrefill) onMessage(m *simMsg) {
 		p.core.onRegistration(sender, m.b)
 	case simCancel:
 		acks := p.acksOwed()
-		p.core.onCancel(sender, m.b)
+		cancels{p.core}.onCancel(sender, m.b)
 		if p.acksOwed() > acks {
 			p.w.stats.cancelInFlight++
 			p.cancelInFlight++

@@ -195,7 +195,7 @@ func (c *writeCore) handshakeDone(s shakeResult) {
 // finish gives a finished request to the matcher and starts the WRITEs of
 // the registrations already waiting for it.
 func (c *writeCore) finish(h *hold) {
-	h = c.adopt(h)
+	h = progressWriter{c}.adopt(h)
 	c.holds[h.id] = h
 	key := match.Key{RequestID: h.id, TransferID: h.transferID}
 	c.mem.lapsed.forget(key) // registrations pair with these blocks now
@@ -360,7 +360,7 @@ func (c *writeCore) pollWrites() {
 	clear(c.inflight[len(still):])
 	c.inflight = still
 	for _, p := range parts {
-		c.partEnded(p.wr, p.err)
+		progressWriter{c}.partEnded(p.wr, p.err)
 	}
 }
 

@@ -26,6 +26,10 @@ import (
 //     (decode's blocks of another size), only turns progress off for its
 //     registration: its final WRITE then moves everything.
 
+// progressWriter is the writer core's progressive push: its own type,
+// over the core's state, so that the core stays one concern.
+type progressWriter struct{ *writeCore }
+
 // progressEvent is one Producer.Progress report: h is the request's hold
 // (the same for every report of it), blocks the request's blocks so far,
 // the first final of them final in every layer, tokens the prompt's length.
@@ -38,7 +42,7 @@ type progressEvent struct {
 
 // progress takes the engine's progress reports and writes what became
 // final into the registrations waiting for their requests.
-func (c *writeCore) progress(evs []progressEvent) {
+func (c progressWriter) progress(evs []progressEvent) {
 	for _, ev := range evs {
 		h := c.holds[ev.h.id]
 		if h == nil {
@@ -63,7 +67,7 @@ func (c *writeCore) progress(evs []progressEvent) {
 // progressed hands a registration just admitted (still pending) the
 // blocks already final of a request that reports progress and that it
 // would pair with.
-func (c *writeCore) progressed(pr *pendingReg) {
+func (c progressWriter) progressed(pr *pendingReg) {
 	for _, h := range c.progressing {
 		if !h.progressive || h.final == 0 || c.edge.aborted(h.id) {
 			continue
@@ -80,7 +84,7 @@ func (c *writeCore) progressed(pr *pendingReg) {
 // writePart posts registration pr's progressive WRITE of h's final blocks
 // not yet written, unless one is in flight (it posts the next when it
 // ends) or progress is off for pr.
-func (c *writeCore) writePart(pr *pendingReg, h *hold) {
+func (c progressWriter) writePart(pr *pendingReg, h *hold) {
 	if pr.partial != nil || pr.skip || !h.progressive {
 		return
 	}
@@ -112,7 +116,7 @@ func (c *writeCore) writePart(pr *pendingReg, h *hold) {
 }
 
 // skipProgress turns progress off for pr: its final WRITE moves all.
-func (c *writeCore) skipProgress(pr *pendingReg, h *hold, err error) {
+func (c progressWriter) skipProgress(pr *pendingReg, h *hold, err error) {
 	pr.skip, pr.written = true, 0
 	c.push.progressSkipped.Inc()
 	c.log.Debug("pushconn: progressive WRITE off for a registration; written whole at finish",
@@ -122,7 +126,7 @@ func (c *writeCore) skipProgress(pr *pendingReg, h *hold, err error) {
 // partEnded settles a progressive WRITE that ended (err nil: completed):
 // the cancels and PUSH_FAILs held back for it go out, the final WRITE
 // waiting for it starts, or the next progressive one.
-func (c *writeCore) partEnded(wr *write, err error) {
+func (c progressWriter) partEnded(wr *write, err error) {
 	pr, h := wr.reg, wr.hold
 	pr.partial = nil
 	pr.peer.refs--
@@ -162,7 +166,7 @@ func (c *writeCore) partEnded(wr *write, err error) {
 
 // adopt merges finished request h into the hold of its progress reports,
 // if it had any, and returns the hold to go on with.
-func (c *writeCore) adopt(h *hold) *hold {
+func (c progressWriter) adopt(h *hold) *hold {
 	ph := c.holds[h.id]
 	if ph == nil || !ph.progressive || ph.released {
 		return h

@@ -55,7 +55,7 @@ func (w *writer) tick() {
 	p.finished, p.shakes, p.aborts, p.progressQ = nil, nil, nil, nil
 	p.mu.Unlock()
 	// Progress first: a request reports it before it finishes.
-	w.core.progress(progress)
+	progressWriter{w.core}.progress(progress)
 	w.core.tick(shakes, finished, aborts)
 }
 

@@ -78,11 +78,19 @@ func (c *Client) Forget(engineID, addr string) { c.cache.Forget(key(engineID, ad
 func (c *Client) fetch(ctx context.Context, engineID, addr string) (*Payload, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	var waiting error // the last "not ready" answer: what the deadline cut short
 	for {
 		p, retry, err := c.once(ctx, engineID, addr)
+		if err != nil && !retry && waiting != nil && ctx.Err() != nil {
+			// The deadline ended an attempt after the engine said it was
+			// starting: that is what the caller needs to hear, not the
+			// last dial's timeout.
+			return nil, fmt.Errorf("%w: engine %q at %s: %v (gave up after %v: %w; the last attempt: %v)", ErrFailed, engineID, addr, waiting, c.timeout, ctx.Err(), err)
+		}
 		if err == nil || !retry {
 			return p, err
 		}
+		waiting = err
 		t := time.NewTimer(retryDelay)
 		select {
 		case <-ctx.Done():
