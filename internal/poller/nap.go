@@ -1,6 +1,9 @@
 package poller
 
-import "time"
+import (
+	"runtime"
+	"time"
+)
 
 // timerFloor is the shortest period the poller waits for with a Go timer.
 // A Go timer waits in the runtime's network poller, which on Linux sleeps
@@ -14,11 +17,17 @@ import "time"
 // waited out by nap instead.
 const timerFloor = time.Millisecond
 
+// spinBelow is the period under which nap does not sleep at all: the
+// kernel's sleep wakes up to its timer slack (50 µs by default) late, so a
+// shorter period can only be kept by yielding (runtime.Gosched) until it
+// has passed, which keeps a CPU busy while the owner is busy.
+const spinBelow = 50 * time.Microsecond
+
 // nap waits about d (d below timerFloor) in the kernel's sleep, which
-// wakes within the thread's timer slack (50 µs by default) rather than at
-// the next millisecond, checking between sleeps whether the poller was
-// stopped (it reports true) or woken. A sleeping poller holds its thread,
-// not a CPU.
+// wakes within the thread's timer slack rather than at the next
+// millisecond, or, for d under spinBelow, by yielding; between sleeps or
+// yields it checks whether the poller was stopped (it reports true) or
+// woken. A sleeping poller holds its thread, not a CPU.
 func (p *Poller) nap(d time.Duration) (stopped bool) {
 	deadline := time.Now().Add(d)
 	for {
@@ -32,6 +41,10 @@ func (p *Poller) nap(d time.Duration) (stopped bool) {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return false
+		}
+		if d < spinBelow {
+			runtime.Gosched()
+			continue
 		}
 		sleep(min(left, napSlice))
 	}

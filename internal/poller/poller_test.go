@@ -143,9 +143,10 @@ func TestStopWithoutStart(t *testing.T) {
 	New(&fakeAgent{}, Options{}).Stop()
 }
 
-// A period under the timer floor is napped, not timed: the poller keeps
-// polling while busy, a Wake during a long idle nap still runs a round, and
-// Stop ends it mid-nap with no round after.
+// A period under the timer floor is napped, not timed (yielding under
+// spinBelow, sleeping above): the poller keeps polling while busy, a Wake
+// during a long idle nap still runs a round, and Stop ends it mid-nap with
+// no round after.
 func TestSubMillisecondIntervalNaps(t *testing.T) {
 	a := &fakeAgent{}
 	var busy atomic.Bool
