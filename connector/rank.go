@@ -53,7 +53,14 @@ type RankConfig struct {
 	Lease time.Duration
 	// PollInterval and IdleInterval are the agent polling periods while
 	// work waits and otherwise (defaults DefaultPollInterval,
-	// DefaultIdleInterval).
+	// DefaultIdleInterval). Each hop of a transfer's end (the initiator
+	// seeing it done, the target seeing its notification) waits for the
+	// next poll, so on a fast link PollInterval bounds the critical path
+	// (docs/gpu.md). Periods of 1 ms and more are Go timers; shorter ones
+	// are kernel sleeps (nanosleep, which wakes within about 50-100 µs,
+	// where a Go timer would fire after about 1 ms); periods under 50 µs
+	// poll without sleeping, yielding between rounds, which keeps one CPU
+	// busy while work waits.
 	PollInterval time.Duration
 	IdleInterval time.Duration
 	// FailurePolicy (decode) is PolicyFail (default) or PolicyRecompute.

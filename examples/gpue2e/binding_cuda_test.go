@@ -96,5 +96,10 @@ func TestTransferOutsideRegistration(t *testing.T) {
 	var ne *nixl.Error
 	require.True(t, errors.As(err, &ne), "error %v is not a *nixl.Error", err)
 	t.Logf("NIXL refused the descriptor past the registration: %v", err)
-	require.ErrorIs(t, err, nixl.ErrNotFound)
+	// NIXL refuses it with NIXL_ERR_NOT_FOUND (nixlcxx); the C API
+	// reports every createXferReq failure as NIXL_ERR_BACKEND
+	// (docs/binding.md; seen with the 1.5.1 wheel on the H100).
+	if !errors.Is(err, nixl.ErrNotFound) && !errors.Is(err, nixl.ErrBackend) {
+		t.Fatalf("error %v: want NIXL_ERR_NOT_FOUND or, over the C API, NIXL_ERR_BACKEND", err)
+	}
 }

@@ -161,6 +161,10 @@ func runDecode() error {
 	var start func(loadMsg) error
 	var drain func() []doneMsg
 	var snapshot func() connector.Stats
+	// ready is the consumer's Ready channel: the drainer wakes on it, not
+	// on a timer (a Go timer under 1 ms fires after about 1 ms on Linux,
+	// which the critical path would count).
+	var ready <-chan struct{}
 	ends := func(id string, err error) doneMsg {
 		d := doneMsg{ID: id, EndNano: time.Now().UnixNano()}
 		if err != nil {
@@ -189,7 +193,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
-		snapshot = pc.Stats
+		snapshot, ready = pc.Stats, pc.Ready()
 		start = func(l loadMsg) error { return pc.Load(l.ID, *l.Pull, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {
@@ -208,7 +212,7 @@ func runDecode() error {
 			return fail(err)
 		}
 		cons = pc
-		snapshot = pc.Stats
+		snapshot, ready = pc.Stats, pc.Ready()
 		start = func(l loadMsg) error { return pc.Register(l.ID, l.Push, l.Blocks) }
 		drain = func() (out []doneMsg) {
 			for _, r := range pc.Drain() {
@@ -239,7 +243,8 @@ func runDecode() error {
 			select {
 			case <-stop:
 				return
-			case <-time.After(20 * time.Microsecond):
+			case <-ready:
+			case <-time.After(time.Millisecond): // Drain also wakes pull's reader
 			}
 		}
 	}()

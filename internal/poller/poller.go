@@ -123,26 +123,33 @@ func (p *Poller) Stop() {
 
 func (p *Poller) run() {
 	defer p.wg.Done()
-	t := time.NewTimer(0)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
 	defer t.Stop()
 	for {
 		select {
 		case <-p.done:
 			return
-		case <-p.wake:
-		case <-t.C:
+		default:
 		}
 		p.Round()
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
+		d := p.opts.IdleInterval
 		if p.opts.Busy == nil || p.opts.Busy() {
-			t.Reset(p.opts.Interval)
-		} else {
-			t.Reset(p.opts.IdleInterval)
+			d = p.opts.Interval
+		}
+		if d < timerFloor {
+			if p.nap(d) {
+				return
+			}
+			continue
+		}
+		t.Reset(d)
+		select {
+		case <-p.done:
+			return
+		case <-p.wake:
+			t.Stop()
+		case <-t.C:
 		}
 	}
 }

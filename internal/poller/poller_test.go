@@ -142,3 +142,31 @@ func TestBusyPollsWithoutWake(t *testing.T) {
 func TestStopWithoutStart(t *testing.T) {
 	New(&fakeAgent{}, Options{}).Stop()
 }
+
+// A period under the timer floor is napped, not timed (yielding under
+// spinBelow, sleeping above): the poller keeps polling while busy, a Wake
+// during a long idle nap still runs a round, and Stop ends it mid-nap with
+// no round after.
+func TestSubMillisecondIntervalNaps(t *testing.T) {
+	a := &fakeAgent{}
+	var busy atomic.Bool
+	busy.Store(true)
+	got := make(chan string, 1)
+	p := New(a, Options{Interval: 20 * time.Microsecond, IdleInterval: 900 * time.Microsecond, Busy: busy.Load})
+	p.Handle("", func(_ string, m []byte) { got <- string(m) })
+	p.Start()
+	require.Eventually(t, func() bool { return a.rounds.Load() >= 50 }, 10*time.Second, time.Millisecond)
+	busy.Store(false)
+	a.push("a", "wake-me")
+	p.Wake()
+	select {
+	case m := <-got:
+		assert.Equal(t, "wake-me", m)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no round delivered the notification")
+	}
+	p.Stop()
+	n := a.rounds.Load()
+	time.Sleep(5 * time.Millisecond)
+	assert.Equal(t, n, a.rounds.Load(), "no round after Stop")
+}
