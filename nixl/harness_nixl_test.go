@@ -4,7 +4,6 @@ package nixl
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/internal/portpick"
 )
 
 // ucxShm makes UCX between agents of one process use shared memory rather
@@ -214,10 +215,9 @@ func eventually(t testing.TB, what string, cond func() bool, agents ...*NativeAg
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := portpick.Pick()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func requireBytes(t testing.TB, want, got []byte, what string) {

@@ -23,6 +23,7 @@ import (
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/oracle"
+	"github.com/gonixl/gonixl/internal/portpick"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pullconn"
 	"github.com/gonixl/gonixl/pushconn"
@@ -52,6 +53,8 @@ type vllmProc struct {
 
 // startVLLM starts vLLM's connector as mode ("prefill" or "decode") with
 // connector ("pull" or "push"); it returns once vLLM's side channel listens.
+// A side-channel port taken between the pick and vLLM's bind (worker.py
+// reports "port_in_use" and exits) is picked again.
 func startVLLM(t *testing.T, mode, conn, engineID string) *vllmProc {
 	t.Helper()
 	if os.Getenv("GONIXL_VLLM_PAIR") != "1" {
@@ -62,8 +65,26 @@ func startVLLM(t *testing.T, mode, conn, engineID string) *vllmProc {
 		// connector", says how to run these.
 		t.Skip("pairing with vLLM's own connector needs this NIXL on a UCX the wheel's UCX speaks (1.22 or newer first on LD_LIBRARY_PATH); set GONIXL_VLLM_PAIR=1 once it is")
 	}
+	const tries = 5
+	for try := 1; ; try++ {
+		port, err := portpick.Pick()
+		require.NoError(t, err)
+		p, ready := launchVLLM(t, mode, conn, engineID, port)
+		if ready["event"] == "ready" {
+			p.ready = ready
+			return p
+		}
+		require.Equal(t, true, ready["port_in_use"], "vLLM %s (%s) failed to start: %v", mode, conn, ready)
+		require.Less(t, try, tries, "vLLM's side-channel port was taken %d times in a row: %v", tries, ready)
+		t.Logf("vLLM %s (%s): side-channel port %d was taken before vLLM bound it; picking another", mode, conn, p.port)
+	}
+}
+
+// launchVLLM starts worker.py with its side channel on port and returns
+// its first "ready" or "failed" event.
+func launchVLLM(t *testing.T, mode, conn, engineID string, port int) (*vllmProc, map[string]any) {
+	t.Helper()
 	py := oracle.Python(t)
-	port := freeTCPPort(t)
 	script := filepath.Join(filepath.Dir(oracle.Script()), "worker.py")
 	g := vllmModel
 	cmd := exec.Command(py, script, mode, "--connector", conn, "--port", strconv.Itoa(port), "--engine-id", engineID,
@@ -104,8 +125,7 @@ func startVLLM(t *testing.T, mode, conn, engineID string) *vllmProc {
 			t.Logf("vLLM %s (%s) stderr, last part:\n%s", mode, conn, lastPart(p.log.String(), 6000))
 		}
 	})
-	p.ready = p.next(t, "ready")
-	return p
+	return p, p.nextAny(t, "ready", "failed")
 }
 
 // next waits for the next event named name; "error" and "failed" events
@@ -154,14 +174,6 @@ func (p *vllmProc) send(t *testing.T, cmd map[string]any) {
 	require.NoError(t, err)
 	_, err = p.stdin.Write(append(b, '\n'))
 	require.NoError(t, err)
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func lastPart(s string, n int) string {
@@ -521,5 +533,26 @@ func TestVLLMHashMismatchRefused(t *testing.T) {
 			// vLLM logs its refusal; the event says only that the request failed.
 			assert.Contains(t, v.log.String(), "NIXL compatibility hash mismatch. Local: "+v.ready["compat_hash"].(string), "vLLM's own message")
 		})
+	}
+}
+
+// vLLM's connector waits without a deadline for its handshake listener to
+// bind; worker.py turns a bind that fails into a "failed" event with
+// port_in_use and an exit, so startVLLM can pick another port (CI once
+// waited five minutes on a port taken between the pick and the bind).
+func TestVLLMWorkerReportsATakenPort(t *testing.T) {
+	if os.Getenv("GONIXL_VLLM_PAIR") != "1" {
+		t.Skip("needs GONIXL_VLLM_PAIR=1, as startVLLM")
+	}
+	port, err := portpick.Pick()
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	require.NoError(t, err)
+	defer l.Close()
+	for _, mode := range []string{"prefill", "decode"} {
+		_, ev := launchVLLM(t, mode, "pull", "vllm-"+mode, port)
+		require.Equal(t, "failed", ev["event"], "%v", ev)
+		require.Equal(t, true, ev["port_in_use"], "%v", ev)
+		require.Contains(t, ev["reason"], "Address already in use")
 	}
 }

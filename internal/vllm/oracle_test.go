@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/oracle"
+	"github.com/gonixl/gonixl/internal/portpick"
 )
 
 // These tests run vLLM's own code (internal/oracle, the release
@@ -150,10 +150,9 @@ func geometryOf(l descriptors.Layout, name string, hnd, nhd, mla descriptors.Geo
 // freePort returns a loopback port nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := portpick.Pick()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // vLLM's handshake listener (NixlBaseConnectorScheduler's) serves the

@@ -21,6 +21,7 @@ examples/vllmpeer check every byte. Exits 0 only when every check held.
 import argparse
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -34,9 +35,25 @@ TOKENS = 96  # three blocks of 32
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now below the kernel's ephemeral range, so no outgoing
+    connection takes it as its source port before the child binds it (as
+    internal/portpick does for the Go tests)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        high = 32768
+    if high - 10000 < 1000:
+        high = 0
+    for _ in range(200):
+        port = random.randrange(10000, high) if high else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise SystemExit("no free port below %d" % high)
 
 
 class Lines:

@@ -473,9 +473,30 @@ def run_decode(eng, q, args):
         emit(ev)
 
 
+def watch_listener(args):
+    """Ends the process when vLLM's handshake listener thread dies.
+
+    The listener binds the side-channel port in its own thread, and the
+    connector waits for it to say it listens with no deadline: a bind that
+    fails (the port taken meanwhile) would leave this process waiting
+    forever. The caller can pick another port on "port_in_use"."""
+    previous = threading.excepthook
+
+    def hook(a):
+        if a.thread is not None and a.thread.name == "nixl_handshake_listener":
+            text = "%s: %s" % (type(a.exc_value).__name__, a.exc_value)
+            emit({"event": "failed", "port": args.port, "reason": "side channel listener: " + text,
+                  "port_in_use": "Address already in use" in text})
+            os._exit(3)
+        previous(a)
+
+    threading.excepthook = hook
+
+
 def main(argv):
     args = parse_args(argv)
     claim_stdout()
+    watch_listener(args)
     eng = Engine(args)
     q = queue.Queue()
     threading.Thread(target=stdin_lines, args=(q,), daemon=True).start()

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gonixl/gonixl/internal/portpick"
 )
 
 // Binary returns the etcd binary's path: $ETCD_BIN, else etcd on PATH, else
@@ -69,11 +71,11 @@ func Start(t testing.TB) *Server {
 }
 
 func start(bin, dir string) (*Server, error) {
-	cport, err := freePort()
+	cport, err := portpick.Pick()
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort()
+	pport, err := portpick.Pick()
 	if err != nil {
 		return nil, err
 	}
@@ -144,15 +146,6 @@ func (s *Server) Stop() {
 
 // Log returns what etcd printed.
 func (s *Server) Log() string { return s.out.String() }
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
 
 type syncBuffer struct {
 	mu sync.Mutex
