@@ -2,6 +2,7 @@ package pd
 
 import (
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,18 +10,19 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gonixl/gonixl/internal/portpick"
 )
 
-// freeAddr returns a 127.0.0.1 address nothing listens on (for now).
+// freeAddr returns a 127.0.0.1 address nothing listens on now, for an
+// engine that binds it later (portpick: outside the ephemeral range).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := portpick.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // The proxy started before its engines (connector unknown) waits, logging it, and serves once
