@@ -111,7 +111,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.core = &decodeCore{
 		cfg: decodeConfig{engineID: e.ID(), host: e.Host(), port: e.Port(), layout: &c.cfg.Layout, vllm: e.vllm(), incarnation: c.incarnation,
 			registrationTimeout: cfg.RegistrationTimeout, cancelTimeout: cfg.CancelTimeout, engineTTL: cfg.EngineTTL},
-		edge: (*consumerEdge)(c), log: c.log, stats: c.stats, push: c.push, stage: c.stage, tracker: c.tracker, peers: map[string]*decodePeer{},
+		edge: (*consumerEdge)(c), log: c.log, stats: c.stats, push: c.push, stage: c.stage, tracker: c.tracker, peers: map[string]*decodePeer{}, spans: c.spans,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.poll = cfg.Poller("pushconn", c.log, c.busy, c.tick)

@@ -2,8 +2,11 @@ package pushconn
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/connector"
@@ -12,6 +15,7 @@ import (
 	"github.com/gonixl/gonixl/internal/notif"
 	"github.com/gonixl/gonixl/internal/staging"
 	"github.com/gonixl/gonixl/internal/stats"
+	"github.com/gonixl/gonixl/internal/tracing"
 	"github.com/gonixl/gonixl/internal/vllm"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -40,6 +44,8 @@ type decodeCore struct {
 	stage   *staging.Counters // nil without staging
 	tracker *tracker
 	peers   map[string]*decodePeer
+	// spans records the traced requests' handshake spans (nil: none).
+	spans *tracing.Book
 	// legacy restores a rule this revision replaced; only the simulation
 	// sets it, to show that it finds the hole it left (sim_test.go).
 	legacy struct {
@@ -169,6 +175,9 @@ func (d *decodeCore) route(r *decodeReq) {
 		d.send(p, r)
 		return
 	}
+	if d.spans.Traced(r.id) {
+		r.parkedAt = d.edge.now().wall
+	}
 	p.waiting = append(p.waiting, r)
 	if !p.busy {
 		p.busy = true
@@ -197,6 +206,7 @@ func (d *decodeCore) handshakeDone(s shakeResult) {
 	}
 	waiting := p.waiting
 	p.waiting = nil
+	d.handshakeSpans(p, waiting, err)
 	if err != nil {
 		d.stats.FailedHandshakes.Inc()
 		d.edge.forgetHandshake(p.prefill)
@@ -228,6 +238,25 @@ func (d *decodeCore) handshakeDone(s shakeResult) {
 		d.send(p, r)
 	}
 	d.push.handshakes.Inc()
+}
+
+// handshakeSpans records the wait of the traced requests that waited for
+// p's handshake, from their parking to its answer (pull's reader records
+// the same span).
+func (d *decodeCore) handshakeSpans(p *decodePeer, waiting []*decodeReq, err error) {
+	var now time.Time
+	for _, r := range waiting {
+		if r.parkedAt.IsZero() {
+			continue
+		}
+		if now.IsZero() {
+			now = d.edge.now().wall
+		}
+		d.spans.Record(r.id, tracing.Handshake, r.parkedAt, now, err,
+			attribute.String("gonixl.remote_engine_id", p.prefill.EngineID),
+			attribute.String("gonixl.remote_addr", net.JoinHostPort(p.prefill.Host, strconv.Itoa(p.prefill.Port))))
+		r.parkedAt = time.Time{}
+	}
 }
 
 // acceptPrefill checks that the engine's layouts can write into this rank,

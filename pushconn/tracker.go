@@ -70,6 +70,10 @@ type decodeReq struct {
 	// until then.
 	via        *handshake.Payload
 	viaSources []string
+	// parkedAt is when it was parked behind its prefill engine's
+	// handshake, on the wall clock, for its handshake span; zero when it
+	// has no trace or did not wait.
+	parkedAt time.Time
 	// resent: its registration was parked for a second try once, after
 	// the first agent it went to was found disconnected.
 	resent bool

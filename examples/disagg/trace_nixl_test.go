@@ -114,6 +114,7 @@ func TestThreeProcessesTrace(t *testing.T) {
 					s := spans[indexNamed(spans, name)]
 					assert.Equal(t, p, parent(s), "%s: the parent of %s", id, name)
 				}
+				assert.Equal(t, 2, countNamed(spans, "engine.first_token"), "%s: each engine's first token", id)
 				xfer := spans[indexNamed(spans, "gonixl.transfer")]
 				assert.Equal(t, "nixl", attrString(xfer, "gonixl.timed_by"), "%s: the transfer is timed by NIXL's telemetry", id)
 				root := spans[indexNamed(spans, "proxy.request")]
@@ -127,6 +128,14 @@ func TestThreeProcessesTrace(t *testing.T) {
 				traceTTFT := time.Duration(first.TimeUnixNano - root.StartTimeUnixNano)
 				assert.Positive(t, traceTTFT)
 				assert.LessOrEqual(t, traceTTFT, ttft[id], "%s: the trace's TTFT lies within the client's", id)
+				overhead := -1.0
+				for _, a := range root.Attributes {
+					if a.Key == "gonixl.coordinator_overhead_seconds" {
+						overhead = a.Value.GetDoubleValue()
+					}
+				}
+				assert.GreaterOrEqual(t, overhead, 0.0, "%s: the request span has the coordinator overhead", id)
+				assert.Less(t, overhead, traceTTFT.Seconds(), id)
 				t.Logf("%s: trace TTFT %v, client TTFT %v, %d spans\n%s", id, traceTTFT, ttft[id], len(spans), tree(spans, root))
 			}
 		})
@@ -244,6 +253,11 @@ func tree(spans []*tracepb.Span, root *tracepb.Span) string {
 		fmt.Fprintf(&b, "%s%-*s +%-9v %v", strings.Repeat("  ", depth), 28-2*depth, s.Name, at.Round(time.Microsecond), d.Round(time.Microsecond))
 		if by := attrString(s, "gonixl.timed_by"); by != "" {
 			fmt.Fprintf(&b, "  timed_by=%s", by)
+		}
+		for _, a := range s.Attributes {
+			if a.Key == "gonixl.coordinator_overhead_seconds" {
+				fmt.Fprintf(&b, "  overhead=%v", time.Duration(a.Value.GetDoubleValue()*float64(time.Second)).Round(time.Microsecond))
+			}
 		}
 		for _, e := range s.Events {
 			fmt.Fprintf(&b, "  %s at +%v", e.Name, time.Duration(e.TimeUnixNano-root.StartTimeUnixNano).Round(time.Microsecond))

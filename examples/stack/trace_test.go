@@ -68,10 +68,27 @@ func TestTracePerRequest(t *testing.T) {
 				xfer := only(t, spans, "gonixl.transfer")
 				childOf(t, xfer, mover)
 				assert.Contains(t, xfer.Attributes, attr("gonixl.timed_by", "connector"), "loopback agents capture no NIXL telemetry")
-				if mode != "push" {
-					// Pull handshakes with the prefill engine for its first
-					// request only.
-					assert.Equal(t, map[bool]int{true: 1, false: 0}[i == 0], count(spans, "gonixl.handshake"), "request %d", i)
+				// Decode handshakes with the prefill engine for its first
+				// request only (pull before its READ, push before its
+				// registration).
+				if i == 0 {
+					childOf(t, only(t, spans, "gonixl.handshake"), wait)
+				} else {
+					assert.Zero(t, count(spans, "gonixl.handshake"), "request %d", i)
+				}
+				// Each engine's first token, after decode's KV came in.
+				for _, e := range []tracetest.SpanStub{pe, de} {
+					var ft []tracetest.SpanStub
+					for _, s := range spans {
+						if s.Name == "engine.first_token" && s.Parent.SpanID() == e.SpanContext.SpanID() {
+							ft = append(ft, s)
+						}
+					}
+					require.Len(t, ft, 1, "%s has one engine.first_token child", e.Name)
+					assert.False(t, ft[0].StartTime.After(ft[0].EndTime))
+					if e.Name == "engine.decode" {
+						assert.False(t, ft[0].StartTime.Before(wait.EndTime), "decode computes once its KV is in")
+					}
 				}
 
 				// The trace's TTFT, within the client's bracket.
@@ -81,6 +98,16 @@ func TestTracePerRequest(t *testing.T) {
 				assert.Positive(t, traceTTFT)
 				assert.LessOrEqual(t, traceTTFT, ttftOf(t, traces, ttfts, i), "the trace's TTFT lies within the client's")
 				assert.False(t, root.Events[ev].Time.Before(wait.EndTime), "decode's first token comes after its KV")
+				// The proxy's own part of the TTFT: not negative, and less
+				// than the TTFT, the legs having been in flight for some.
+				var overhead float64 = -1
+				for _, a := range root.Attributes {
+					if a.Key == pd.OverheadAttr {
+						overhead = a.Value.AsFloat64()
+					}
+				}
+				assert.GreaterOrEqual(t, overhead, 0.0, "the request span has %s", pd.OverheadAttr)
+				assert.Less(t, overhead, traceTTFT.Seconds())
 			}
 		})
 	}

@@ -79,6 +79,10 @@ type request struct {
 	// trace is the request's span's context (trace.go), given to the
 	// ranks with it; nil when no trace is recorded.
 	trace context.Context
+	// computeFrom is when the request could start computing (admitted to
+	// prefill; decode: its KV in and verified), the start of its
+	// first_token span; zero when not traced.
+	computeFrom time.Time
 }
 
 type heldReq struct {
@@ -263,6 +267,7 @@ func (l *loop) admit() {
 			l.startLoad(r)
 		} else if !l.startHistory(r) {
 			r.state = stPrefill
+			r.markCompute()
 			l.prefillQ = append(l.prefillQ, r)
 		}
 	}
@@ -483,6 +488,7 @@ func (l *loop) loadEnded(r *request) {
 		l.s.st.recomputed.Add(1)
 		l.s.log.Warn("KV load failed: recomputing the prompt", zap.String("request_id", r.engID), zap.Error(r.loadErr))
 		r.state = stPrefill
+		r.markCompute()
 		l.prefillQ = append(l.prefillQ, r)
 	case r.loadErr != nil:
 		l.release(r)
@@ -492,6 +498,7 @@ func (l *loop) loadEnded(r *request) {
 		l.verify(r)
 		l.verifying += time.Since(t) // inside the next decode step's modeled time
 		r.state = stRunning
+		r.markCompute()
 		l.running = append(l.running, r)
 	}
 }
@@ -660,6 +667,7 @@ func (l *loop) decodeStep() {
 func (l *loop) emit(r *request) {
 	now := l.s.cfg.Clock.Now()
 	if r.generated == 0 {
+		l.s.firstTokenSpan(r)
 		l.s.prom.ttft.Observe(now.Sub(r.arrival).Seconds())
 	} else {
 		l.s.prom.tpot.Observe(now.Sub(r.lastTok).Seconds())

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -16,10 +17,17 @@ import (
 // span per request, engine.prefill, engine.decode or engine.local, and
 // hands its context to the connector's ranks (connector.Request.Context),
 // whose spans of the request are its children. The decode span has a
-// first_token event when the first token was generated.
+// first_token event when the first token was generated, and every
+// request's span an engine.first_token child: from when the request could
+// start computing (admitted to prefill; decode: its KV in and verified) to
+// its first token.
 
 // traceScope is the instrumentation scope of the engine's spans.
 const traceScope = "github.com/gonixl/gonixl/examples/engine"
+
+// FirstTokenSpan is the name of the span from a request's start of compute
+// to its first token.
+const FirstTokenSpan = "engine.first_token"
 
 // FirstTokenEvent is the name of the span event at a request's first
 // generated token.
@@ -53,5 +61,26 @@ func endSpan(span trace.Span, err *apiError) {
 	if err != nil {
 		span.SetStatus(codes.Error, err.msg)
 	}
+	span.End()
+}
+
+// markCompute notes that a traced request can start computing now.
+func (r *request) markCompute() {
+	if r.trace != nil {
+		r.computeFrom = time.Now()
+	}
+}
+
+// firstTokenSpan records request r's engine.first_token span, ending now.
+func (s *Server) firstTokenSpan(r *request) {
+	if r.trace == nil || r.computeFrom.IsZero() {
+		return
+	}
+	tp := s.cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	_, span := tp.Tracer(traceScope).Start(r.trace, FirstTokenSpan, trace.WithTimestamp(r.computeFrom),
+		trace.WithAttributes(attribute.String("gonixl.request_id", r.id)))
 	span.End()
 }

@@ -57,7 +57,7 @@ func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request) (c *completi
 		}
 		return nil, http.StatusBadRequest, "", fmt.Sprintf("Reading the request body failed (%v); send it again.", err)
 	}
-	c = &completion{r: r, id: r.Header.Get("X-Request-Id"), start: start}
+	c = &completion{r: r, id: r.Header.Get("X-Request-Id"), start: start, legs: &legClock{}}
 	if err := json.Unmarshal(raw, &c.fields); err != nil || c.fields == nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || !json.Valid(raw) {

@@ -31,6 +31,7 @@ type completion struct {
 	stream bool
 	log    *zap.Logger
 	start  time.Time // when the proxy got it: TTFT counts from here
+	legs   *legClock // when its legs were in flight (overhead.go); shared by with's copies
 	// observe, when set, sees decode's answer as it is relayed
 	// (conversation.go).
 	observe func([]byte)
@@ -111,8 +112,9 @@ func (p *Proxy) sendWith(ctx context.Context, c *completion, e *engine, path str
 		req.Header.Set("Authorization", a)
 	}
 	req, span := p.legSpan(req, e)
+	leg := c.legs.begin(time.Now())
 	resp, err := p.client.Do(req)
-	endLeg(span, resp, err)
+	endLeg(span, resp, err, func() { c.legs.end(leg, time.Now()) })
 	return resp, err
 }
 
@@ -235,7 +237,7 @@ func (p *Proxy) serveCompletions(w http.ResponseWriter, r *http.Request, start t
 		writeError(w, status, "reading the request body: "+err.Error())
 		return
 	}
-	c := &completion{r: r, id: r.Header.Get("X-Request-Id"), start: start}
+	c := &completion{r: r, id: r.Header.Get("X-Request-Id"), start: start, legs: &legClock{}}
 	if err := json.Unmarshal(raw, &c.fields); err != nil || c.fields == nil {
 		p.failed.Add(1)
 		msg := "the request body is not a JSON object"

@@ -31,6 +31,9 @@ const (
 	RequestSpan     = "proxy.request"
 	FirstTokenEvent = "first_token"
 	TTFTAttr        = attribute.Key("gonixl.ttft_seconds")
+	// OverheadAttr is the part of the TTFT during which no leg was in
+	// flight: the proxy's own time (legClock).
+	OverheadAttr = attribute.Key("gonixl.coordinator_overhead_seconds")
 )
 
 var traceContext = propagation.TraceContext{}
@@ -67,7 +70,8 @@ func (c *completion) traceFirstToken(now time.Time) {
 	}
 	span.AddEvent(FirstTokenEvent, trace.WithTimestamp(now))
 	if start, ok := ctx.Value(traceStartKey{}).(time.Time); ok {
-		span.SetAttributes(TTFTAttr.Float64(now.Sub(start).Seconds()))
+		span.SetAttributes(TTFTAttr.Float64(now.Sub(start).Seconds()),
+			OverheadAttr.Float64(c.legs.overhead(start, now).Seconds()))
 	}
 }
 
@@ -87,10 +91,11 @@ func (p *Proxy) legSpan(req *http.Request, e *engine) (*http.Request, trace.Span
 	return req.WithContext(ctx), span
 }
 
-// endLeg ends a leg's span when its answer's body is closed (at once when
-// there is none).
-func endLeg(span trace.Span, resp *http.Response, err error) {
+// endLeg ends a leg's span, and calls done, when its answer's body is
+// closed (at once when there is none).
+func endLeg(span trace.Span, resp *http.Response, err error, done func()) {
 	if err != nil {
+		done()
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
@@ -100,18 +105,22 @@ func endLeg(span trace.Span, resp *http.Response, err error) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		span.SetStatus(codes.Error, resp.Status)
 	}
-	resp.Body = &legBody{ReadCloser: resp.Body, span: span}
+	resp.Body = &legBody{ReadCloser: resp.Body, span: span, done: done}
 }
 
 // legBody ends its leg's span once closed.
 type legBody struct {
 	io.ReadCloser
 	span trace.Span
+	done func()
 	once sync.Once
 }
 
 func (b *legBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(func() { b.span.End() })
+	b.once.Do(func() {
+		b.done()
+		b.span.End()
+	})
 	return err
 }
