@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/internal/tracing"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -221,7 +223,11 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 		}
 		wr.handles = append(wr.handles, xh)
 	}
-	p.stats.RecordPost(time.Since(start))
+	posted := time.Now()
+	p.stats.RecordPost(posted.Sub(start))
+	// The post span covers gathering and posting every chunk (the
+	// gathers and posts interleave).
+	p.spans.Record(h.id, tracing.Post, start, posted, nil, attribute.Int("gonixl.staged_chunks", n))
 	if len(wr.handles) == 0 {
 		return postResult{what: postCompleted, wr: wr}
 	}
