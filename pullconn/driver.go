@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/tracing"
 )
 
@@ -47,19 +48,8 @@ func (driver) NewConsumer(e *connector.Engine, o connector.RankOptions) (connect
 // configOf returns a rank's configuration given as a Config or as the
 // shared connector.RankConfig alone.
 func configOf(o connector.RankOptions) (Config, error) {
-	switch c := o.(type) {
-	case Config:
+	if c, ok := engine.ConfigOf(o, func(rc connector.RankConfig) Config { return Config{RankConfig: rc} }); ok {
 		return c, nil
-	case *Config:
-		if c != nil {
-			return *c, nil
-		}
-	case connector.RankConfig:
-		return Config{RankConfig: c}, nil
-	case *connector.RankConfig:
-		if c != nil {
-			return Config{RankConfig: *c}, nil
-		}
 	}
 	return Config{}, invalidf("the rank's configuration is a %T: a pull rank takes a connector.RankConfig or a pullconn.Config", o)
 }
@@ -68,12 +58,11 @@ func configOf(o connector.RankOptions) (Config, error) {
 // signature are the Producer's own.
 type producer struct{ *Producer }
 
-func (p producer) RequestFinished(r connector.Request) (connector.Params, error) {
-	p.spans.Begin(r.Context, r.ID, tracing.Hold)
-	params, err := p.requestFinished(r)
-	if err != nil {
-		p.spans.End(r.ID, err)
-	}
+func (p producer) RequestFinished(r connector.Request) (params connector.Params, err error) {
+	err = p.spans.Open(r.Context, r.ID, tracing.Hold, func() error {
+		params, err = p.requestFinished(r)
+		return err
+	})
 	return params, err
 }
 
@@ -104,9 +93,7 @@ func (p producer) requestFinished(r connector.Request) (connector.Params, error)
 // DrainFreed ends the hold spans of the requests it returns.
 func (p producer) DrainFreed() []string {
 	ids := p.Producer.DrainFreed()
-	for _, id := range ids {
-		p.spans.End(id, nil)
-	}
+	p.spans.EndAll(ids)
 	return ids
 }
 
@@ -125,12 +112,7 @@ func (c consumer) spans() *tracing.Book { return c.rd.spans }
 type consumer struct{ *Consumer }
 
 func (c consumer) Load(r connector.Request) error {
-	c.spans().Begin(r.Context, r.ID, tracing.KVWait)
-	err := c.load(r)
-	if err != nil {
-		c.spans().End(r.ID, err)
-	}
-	return err
+	return c.spans().Open(r.Context, r.ID, tracing.KVWait, func() error { return c.load(r) })
 }
 
 func (c consumer) load(r connector.Request) error {

@@ -82,6 +82,26 @@ func (b *Book) Begin(ctx context.Context, id, name string, attrs ...attribute.Ke
 	b.open[id] = entry{ctx: ctx, span: span}
 }
 
+// Open opens span name for request id (Begin) and runs start, the call
+// that hands the request to the rank; when start fails the request never
+// began, and its span ends at once, failed. Otherwise the span ends with
+// the request (End, EndAll).
+func (b *Book) Open(ctx context.Context, id, name string, start func() error) error {
+	b.Begin(ctx, id, name)
+	err := start()
+	if err != nil {
+		b.End(id, err)
+	}
+	return err
+}
+
+// EndAll closes the spans of requests ids, which ended well.
+func (b *Book) EndAll(ids []string) {
+	for _, id := range ids {
+		b.End(id, nil)
+	}
+}
+
 // End closes request id's span, marking it failed with err when err is
 // not nil. An id without a span does nothing.
 func (b *Book) End(id string, err error) {

@@ -69,3 +69,21 @@ func TestBookCloseEndsWhatIsOpen(t *testing.T) {
 	assert.Equal(t, 1, rec.Spans()[0].Ends)
 	assert.False(t, b.Traced("r1"))
 }
+
+func TestBookOpen(t *testing.T) {
+	rec := &tracingtest.Recorder{}
+	b := tracing.New(rec)
+	require.NoError(t, b.Open(tracingtest.Traced(), "ok", tracing.KVWait, func() error { return nil }))
+	require.True(t, b.Traced("ok"), "a started request keeps its span open")
+	boom := errors.New("refused")
+	require.ErrorIs(t, b.Open(tracingtest.Traced(), "bad", tracing.KVWait, func() error { return boom }), boom)
+	require.False(t, b.Traced("bad"), "a refused request's span ends at once")
+	b.EndAll([]string{"ok", "unknown"})
+	require.False(t, b.Traced("ok"))
+	spans := rec.Spans()
+	require.Len(t, spans, 2)
+	assert.Equal(t, codes.Unset, spans[0].Status)
+	assert.Equal(t, codes.Error, spans[1].Status)
+	assert.Equal(t, 1, spans[0].Ends)
+	assert.Equal(t, 1, spans[1].Ends)
+}
