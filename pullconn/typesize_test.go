@@ -1,12 +1,9 @@
 package pullconn
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"strings"
 	"testing"
+
+	"github.com/gonixl/gonixl/internal/typesize"
 )
 
 // maxTypeLines bounds a type of this package: its declaration and its
@@ -17,45 +14,9 @@ import (
 const maxTypeLines = 600
 
 func TestNoTypeOverMaxLines(t *testing.T) {
-	fs := token.NewFileSet()
-	entries, err := os.ReadDir(".")
+	size, err := typesize.Lines(".")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, e := range entries {
-		if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
-			f, err := parser.ParseFile(fs, name, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, f)
-		}
-	}
-	lines := func(n ast.Node) int { return fs.Position(n.End()).Line - fs.Position(n.Pos()).Line + 1 }
-	size := map[string]int{}
-	for _, f := range files {
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					if ts, ok := s.(*ast.TypeSpec); ok {
-						size[ts.Name.Name] += lines(ts)
-					}
-				}
-			case *ast.FuncDecl:
-				if d.Recv == nil {
-					continue
-				}
-				typ := d.Recv.List[0].Type
-				if s, ok := typ.(*ast.StarExpr); ok {
-					typ = s.X
-				}
-				if id, ok := typ.(*ast.Ident); ok {
-					size[id.Name] += lines(d)
-				}
-			}
-		}
 	}
 	if size["Consumer"] == 0 || size["reader"] == 0 {
 		t.Fatalf("the Consumer or its reader was not found: %v", size)
