@@ -69,6 +69,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Signals are caught before the address is announced, so a supervisor
+	// that stops us right after it sees the address gets a clean shutdown.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		return err
@@ -79,9 +84,6 @@ func run(args []string) error {
 	log.Info("render server listening", zap.String("addr", ln.Addr().String()), zap.Int("workers", *workers),
 		zap.String("tokenizer", *encoding), zap.String("reasoning_parser", *reasoning), zap.String("tool_call_parser", *tools))
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	select {
 	case err := <-served:
 		return err

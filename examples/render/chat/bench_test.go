@@ -39,7 +39,7 @@ func BenchmarkRender9000(b *testing.B) {
 // replay (Replay). The history is reasoning then content, as a thinking
 // model writes it.
 func BenchmarkStreamDerender(b *testing.B) {
-	p := mustPipeline(b, Config{MaxModelLen: 1 << 20})
+	p := mustPipeline(b, Config{MaxModelLen: 1 << 40})
 	req := &Request{Tools: []Tool{{Type: "function", Function: ToolFunction{Name: "f"}}}}
 	sentence := p.Tokenize("Tokens stream in small chunks from the engine, 東京 é, and each chunk is derendered. ")
 	chunk := sentence[:4]

@@ -187,18 +187,15 @@ type hermesStream struct {
 }
 
 type hermesCall struct {
-	body      []byte
-	named     bool
-	argsFrom  int // offset of the arguments value in body; -1 until found
-	argsSent  int // offset in body up to which arguments were sent
-	scanned   int // bytes of body scanned for depth
-	depth     int
-	inString  bool
-	escaped   bool
-	closedAt  int // offset of the '}' closing the outer object; -1 while open
-	sentAny   bool
-	ended     bool
-	emittedID bool
+	body     []byte
+	named    bool
+	argsFrom int // offset of the arguments value in body; -1 until found
+	argsSent int // offset in body up to which arguments were sent
+	scanned  int // bytes of body scanned for depth
+	depth    int
+	inString bool
+	escaped  bool
+	closedAt int // offset of the '}' closing the outer object; -1 while open
 }
 
 func (h *hermesStream) push(text string, d *Delta) {
@@ -359,6 +356,3 @@ func partialSuffixBytes(b []byte, tag string) int {
 	}
 	return 0
 }
-
-// toolsStreamed says whether any tool call header was sent.
-func (h *hermesStream) toolsStreamed() bool { return h.started && (h.index > 0 || h.call.named) }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +44,6 @@ type Server struct {
 	workers chan struct{}
 	reg     *prometheus.Registry
 	m       metrics
-	seq     atomic.Uint64
 }
 
 type metrics struct {
