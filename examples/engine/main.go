@@ -110,6 +110,7 @@ func run(args []string) error {
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
 	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
+	tokensOnly := fs.Bool("tokens-only", false, "vLLM's --tokens-only: serve POST /inference/v1/generate (token ids in and out) and refuse text (chat requests, text prompts, stop strings), as a vLLM engine behind a render server")
 	bidir := fs.Bool("bidirectional-kv-xfer", false, "pull: bidirectional KV for multi-turn chats (vLLM's bidirectional_kv_xfer): decode holds a finished turn for the next, prefill reads it back")
 	recompute := fs.Int("kv-recompute-threshold", 0, "with -bidirectional-kv-xfer, prefill: the least history tokens read back rather than recomputed (default 64, vLLM's)")
 	histTTL := fs.Duration("decoder-kv-blocks-ttl", 0, "with -bidirectional-kv-xfer, decode: how long a finished turn's blocks wait for the next turn (default 480s, vLLM's)")
@@ -210,6 +211,7 @@ func run(args []string) error {
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort, DataParallelIndex: *dpRank,
 		NewAgent: newAgent, MaxBatch: *maxBatch, ProgressChunk: *progressChunk, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
+		TokensOnly:    *tokensOnly,
 		Bidirectional: *bidir, RecomputeThreshold: *recompute, HistoryTTL: *histTTL,
 		Protocol: *protocol, VLLMVersion: *vllmVersion, VLLMConnectorVersion: *connectorVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel, KVLayout: *kvLayout}
 	if *connLog {

@@ -157,6 +157,20 @@ type Config struct {
 	// head-major) or "NHD" (token-major, vLLM's LBNHC; gonixl's protocol
 	// only). Engines of different orders pair: the connectors permute.
 	KVLayout string
+	// TokensOnly is vLLM's `vllm serve --tokens-only`
+	// (vllm/entrypoints/common/cli_args.py@0.34.0): the engine serves POST
+	// /inference/v1/generate, token ids in and out (generate.go), and, having
+	// no tokenizer, refuses text: chat requests and text prompts get vLLM's
+	// 400, a token-id completion's text is "". Off, /inference/v1/generate
+	// answers 403 as vLLM's does without --enable-scale-out.
+	TokensOnly bool
+	// Replies, when set, is the engine's reply script: token-id sequences,
+	// one of which each request answers, chosen by the checksum of the KV
+	// the engine computed or loaded (replies.go; docs/engine.md). A reply
+	// that ends before max_tokens ends the request with finish_reason
+	// "stop", as an EOS token would. Nil: the tokens come from the checksum
+	// alone (docs/kvfill.md) and every request runs to max_tokens.
+	Replies [][]int
 }
 
 // ModelSpec is a model's KV-cache geometry.
@@ -250,6 +264,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.Role = RoleDecode
 	default:
 		return c, fmt.Errorf("engine: Config.Role is %q, want %q or %q", c.Role, RolePrefill, RoleDecode)
+	}
+	if err := checkReplies(c.Replies); err != nil {
+		return c, err
 	}
 	switch c.Connector {
 	case ConnPull, ConnPush:
