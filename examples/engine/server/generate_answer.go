@@ -25,14 +25,14 @@ type generateUsageFinal struct {
 }
 
 type generateChoice struct {
-	Index          int    `json:"index"`
-	FinishReason   any    `json:"finish_reason"` // a string, null in a stream's middle chunks
-	StopReason     any    `json:"stop_reason"`
-	TokenIDs       []int  `json:"token_ids"`
-	RoutedExperts  any    `json:"routed_experts"`
-	SamplingMask   any    `json:"sampling_mask"`
-	WeightVersions any    `json:"weight_versions"`
-	Logprobs       any    `json:"logprobs"`
+	Index          int   `json:"index"`
+	FinishReason   any   `json:"finish_reason"` // a string, null in a stream's middle chunks
+	StopReason     any   `json:"stop_reason"`
+	TokenIDs       []int `json:"token_ids"`
+	RoutedExperts  any   `json:"routed_experts"`
+	SamplingMask   any   `json:"sampling_mask"`
+	WeightVersions any   `json:"weight_versions"`
+	Logprobs       any   `json:"logprobs"`
 }
 
 // GenerateResponse is a whole answer of POST /inference/v1/generate.
