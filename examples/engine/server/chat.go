@@ -209,6 +209,15 @@ func (s *Server) chatCompletions(w http.ResponseWriter, hr *http.Request) {
 		writeFieldError(w, badRequest("", msgTextRefused))
 		return
 	}
+	if s.cfg.Chat != nil {
+		r, cf, a, e := s.pipelineChatRequest(body, reqID)
+		if e != nil {
+			writeFieldError(w, e)
+			return
+		}
+		s.serve(w, hr, r, cf, a)
+		return
+	}
 	var cf commonFields
 	var cr chatRequest
 	if e := decodeRequest(body, &cf, &cr); e != nil {
@@ -246,7 +255,7 @@ func (s *Server) chatRequest(cf *commonFields, cr *chatRequest, reqID string) (*
 		cf.promptParam = "messages"
 	} else if len(toks) == 0 {
 		return nil, badRequest("prompt_token_ids", "prompt_token_ids is empty; leave it out to render messages, or pass on the prefill answer's prompt_token_ids.")
-	} else if e := checkTokenIDs("prompt_token_ids", toks); e != nil {
+	} else if e := checkTokenIDs("prompt_token_ids", toks, s.cfg.VocabSize); e != nil {
 		return nil, e
 	}
 	return s.newRequest(cf, toks, reqID)

@@ -113,7 +113,7 @@ func (s *Server) generateRequest(body []byte, reqID string, fromHeader bool) (*r
 	if len(toks) == 0 {
 		return nil, nil, nil, badRequest("token_ids", "token_ids is empty; send at least one token id.")
 	}
-	if e := checkTokenIDs("token_ids", toks); e != nil {
+	if e := checkTokenIDs("token_ids", toks, s.cfg.VocabSize); e != nil {
 		return nil, nil, nil, e
 	}
 	if isNull(g.SamplingParams) {
@@ -161,7 +161,7 @@ func (s *Server) generateRequest(body []byte, reqID string, fromHeader bool) (*r
 	if mode != "tokens" {
 		return nil, nil, nil, badRequest("output_mode", "output_mode=%q requires a tokenizer, but this server does not load one (--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a tokenizer, or use output_mode='tokens'.", mode)
 	}
-	if e := checkTokenIDs("sampling_params.stop_token_ids", sp.StopTokenIDs); e != nil {
+	if e := checkTokenIDs("sampling_params.stop_token_ids", sp.StopTokenIDs, s.cfg.VocabSize); e != nil {
 		return nil, nil, nil, e
 	}
 	id := reqID

@@ -199,7 +199,7 @@ func decodeRequest(body []byte, cf *commonFields, v any) *fieldError {
 
 const promptHelp = "send a string, a list of token ids, or a list holding one of either"
 
-func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
+func parsePrompt(raw json.RawMessage, vocab int) ([]int, *fieldError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt", "prompt is required; %s.", promptHelp)
@@ -210,7 +210,7 @@ func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
 	}
 	var ids []int
 	if json.Unmarshal(raw, &ids) == nil {
-		return ids, checkTokenIDs("prompt", ids)
+		return ids, checkTokenIDs("prompt", ids, vocab)
 	}
 	var texts []string
 	if json.Unmarshal(raw, &texts) == nil && len(texts) == 1 {
@@ -218,7 +218,7 @@ func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
 	}
 	var lists [][]int
 	if json.Unmarshal(raw, &lists) == nil && len(lists) == 1 {
-		return lists[0], checkTokenIDs("prompt", lists[0])
+		return lists[0], checkTokenIDs("prompt", lists[0], vocab)
 	}
 	if len(texts) > 1 || len(lists) > 1 {
 		return nil, badRequest("prompt", "prompt holds %d prompts; this engine takes one prompt per request: send one request each.", max(len(texts), len(lists)))
@@ -234,10 +234,10 @@ func promptIsText(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &text) == nil || (json.Unmarshal(raw, &texts) == nil && len(texts) > 0)
 }
 
-func checkTokenIDs(param string, ids []int) *fieldError {
+func checkTokenIDs(param string, ids []int, vocab int) *fieldError {
 	for i, t := range ids {
-		if t < 0 || t >= VocabSize {
-			return badRequest(param, "%s[%d] is token id %d, outside the vocabulary [0, %d).", param, i, t, VocabSize)
+		if t < 0 || t >= vocab {
+			return badRequest(param, "%s[%d] is token id %d, outside the vocabulary [0, %d).", param, i, t, vocab)
 		}
 	}
 	return nil
@@ -397,7 +397,7 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		writeFieldError(w, badRequest("prompt", msgTextRefused))
 		return
 	}
-	toks, e := parsePrompt(cr.Prompt)
+	toks, e := parsePrompt(cr.Prompt, s.cfg.VocabSize)
 	if e == nil && len(toks) == 0 {
 		e = badRequest("prompt", "prompt is empty; send at least one token.")
 	}
@@ -504,7 +504,13 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			flusher.Flush()
 		default:
-			writeJSON(w, a.whole(toks, finish, stopReason, u, ev.params))
+			v := a.whole(toks, finish, stopReason, u, ev.params)
+			if e, ok := v.(*apiError); ok {
+				answered = e
+				writeError(w, e)
+			} else {
+				writeJSON(w, v)
+			}
 		}
 		if ev.params != nil && ctx.Err() != nil {
 			s.cancelRequest(r) // nobody got the params: prefill drops the hold

@@ -58,14 +58,14 @@ const (
 
 // checkReplies checks Config.Replies: non-empty scripts of token ids in the
 // vocabulary.
-func checkReplies(replies [][]int) error {
+func checkReplies(replies [][]int, vocab int) error {
 	for i, r := range replies {
 		if len(r) == 0 {
 			return fmt.Errorf("engine: Config.Replies[%d] is empty; every reply needs at least one token", i)
 		}
 		for j, t := range r {
-			if t < 0 || t >= VocabSize {
-				return fmt.Errorf("engine: Config.Replies[%d][%d] is token id %d, outside the vocabulary [0, %d)", i, j, t, VocabSize)
+			if t < 0 || t >= vocab {
+				return fmt.Errorf("engine: Config.Replies[%d][%d] is token id %d, outside the vocabulary [0, %d) (Config.VocabSize)", i, j, t, vocab)
 			}
 		}
 	}
