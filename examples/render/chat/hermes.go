@@ -74,10 +74,11 @@ func parseHermesCall(body string) (ToolCall, error) {
 	return ToolCall{ID: newToolCallID(), Type: "function", Function: FunctionCall{Name: *obj.Name, Arguments: args}}, nil
 }
 
-// newToolCallID makes vLLM's random tool call id, "chatcmpl-tool-" and 32 hex
-// digits (make_tool_call_id in vllm/renderers/chat_utils/tool_call.py@0.34.0).
+// newToolCallID makes vLLM's random tool call id, "chatcmpl-tool-" and 16 hex
+// digits (make_tool_call_id in vllm/renderers/chat_utils/tool_call.py@0.34.0;
+// observed by running it).
 func newToolCallID() string {
-	var b [16]byte
+	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "chatcmpl-tool-" + hex.EncodeToString(b[:])
 }
@@ -309,8 +310,15 @@ func (h *hermesStream) emit(limit int, closed bool, d *Delta) {
 		if loc == nil {
 			return
 		}
-		c.argsFrom = loc[1]
-		c.argsSent = loc[1]
+		from := loc[1]
+		for from < limit && isJSONSpace(c.body[from]) {
+			from++
+		}
+		if from == limit {
+			return // the blanks after the colon may go on: vLLM's \s* takes them all
+		}
+		c.argsFrom = from
+		c.argsSent = from
 	}
 	stop := limit
 	if c.closedAt >= 0 && c.closedAt < stop {

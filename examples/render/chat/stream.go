@@ -175,13 +175,13 @@ func (p *Pipeline) Derender(req *Request, tokens []int) (Message, error) {
 	}
 	text += d.flush()
 	content := text
-	if p.reasoning {
+	if p.reasoning && req.EnableThinking() { // vLLM's Qwen3Parser.extract_reasoning leaves the text alone without thinking
 		rs := reasoningSplitter{inReasoning: req.EnableThinking()}
 		r, c := rs.push(text)
 		r2, c2 := rs.flush()
 		r, content = r+r2, c+c2
 		include := req.IncludeReasoning == nil || *req.IncludeReasoning
-		if include && (r != "" || req.EnableThinking()) {
+		if include {
 			msg.Reasoning = &r
 		}
 	}
