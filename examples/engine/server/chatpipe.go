@@ -176,3 +176,23 @@ func (a *pipelineChatAnswer) whole(toks []int, finish string, stopReason any, u 
 		Choices: []pipelineChoice{{Message: &pipelineMessage{msg}, FinishReason: finishPtr(finish), StopReason: stopReason}},
 		Usage:   u, PromptTokenIDs: a.promptIDs, KVTransferParams: params}
 }
+
+// DemoReplyTexts are the reply script of the render tier's demos and tests
+// (examples/disagg -render): a reasoned answer, a reasoned Hermes tool
+// call, and a plain answer, in the markup the default pipeline's qwen3
+// reasoning and hermes tool-call parsers split.
+var DemoReplyTexts = []string{
+	"<think>\nThe user greets me; a short friendly answer will do.\n</think>\n\nHello! I am a simulated model: my KV cache was computed by prefill and verified by decode.",
+	"<think>\nThe user asks for the weather, so I call the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>",
+	"The KV cache moved from the prefill engine to the decode engine, and decode checked every byte.",
+}
+
+// ReplyScript tokenizes texts with p: a Config.Replies that the pipeline
+// derenders back into the texts' content, reasoning and tool calls.
+func ReplyScript(p *chat.Pipeline, texts []string) [][]int {
+	out := make([][]int, len(texts))
+	for i, t := range texts {
+		out[i] = p.Tokenize(t)
+	}
+	return out
+}
