@@ -18,8 +18,8 @@ type generation struct {
 // with the finish reason vLLM gives it:
 //
 //   - token j is the chosen reply's token j while the reply lasts (replies
-//     set), else outputToken(checksum, j); the reply is replies[checksum mod
-//     len(replies)], so the KV decides which reply, and wrong KV shows;
+//     set), else outputToken(checksum, j); the reply is replies[mix(checksum)
+//     mod len(replies)], so the KV decides which reply, and wrong KV shows;
 //   - the reply's last token ends the request with "stop", as an EOS token
 //     would, unless ignore_eos: then tokens go on from outputToken;
 //   - a token among the stop token ids ends it with "stop" and that id as
@@ -33,7 +33,7 @@ func (r *request) next(replies [][]int) event {
 	r.generated++
 	var reply []int
 	if len(replies) > 0 {
-		reply = replies[r.checksum%uint64(len(replies))]
+		reply = replies[mix64(r.checksum)%uint64(len(replies))]
 	}
 	ev := event{tok: outputToken(r.checksum, j)}
 	if j < len(reply) {
