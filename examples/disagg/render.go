@@ -42,15 +42,15 @@ func renderChatBody(model string, i, promptWords, maxTokens int) []byte {
 }
 
 type renderRow struct {
-	mode, tier   string
-	done         int
-	verified     uint64
-	bad          uint64
-	ttft         []time.Duration
-	replies      []completions.Reply
-	reasoned     int // replies with reasoning and content
-	toolCalls    int // replies with a tool call
-	firstErr     error
+	mode, tier string
+	done       int
+	verified   uint64
+	bad        uint64
+	ttft       []time.Duration
+	replies    []completions.Reply
+	reasoned   int // replies with reasoning and content
+	toolCalls  int // replies with a tool call
+	firstErr   error
 }
 
 // runRender is -render's run.
