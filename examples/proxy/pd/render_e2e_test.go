@@ -206,16 +206,13 @@ func (st *chatStack) chat(t *testing.T, id, body string) (int, chatAnswer, strin
 const weatherTool = `[{"type":"function","function":{"name":"get_weather","description":"The weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string"}},"required":["city"]}}}]`
 
 // chatBodies are the comparison's requests: several prompts (the KV
-// checksum picks each one's reply), with tools and without, thinking on
-// and off.
+// checksum picks each one's reply), with tools, and without them with
+// thinking off.
 func chatBodies(stream bool) []string {
 	var out []string
 	for i := range 9 {
-		extra := ""
-		switch i % 3 {
-		case 1:
-			extra = `,"tools":` + weatherTool
-		case 2:
+		extra := `,"tools":` + weatherTool
+		if i%3 == 2 {
 			extra = `,"chat_template_kwargs":{"enable_thinking":false}`
 		}
 		so := ""
