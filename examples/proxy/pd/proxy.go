@@ -22,8 +22,12 @@
 // that failed after is not (see failover.go). GET /metrics serves the proxy's Prometheus
 // series (metrics.go). Config.StartWait lets the proxy start before its engines (wait.go).
 //
-// The package uses only the standard library, zap and the Prometheus client, so it can be
-// copied out of the repository as a starting point.
+// Config.Render adds the render tier (render.go, render_chat.go): chat completions go render,
+// P/D on token ids, derender.
+//
+// The package uses the standard library, zap, the Prometheus client, and for the render tier
+// the render client (examples/render), so it can be copied out of the repository as a
+// starting point with those.
 package pd
 
 import (

@@ -25,11 +25,10 @@ import (
 // render tier (tokens-only engines, a render server, the three hops) or in
 // process (engines that run the chat pipeline themselves).
 type chatStack struct {
-	front              *httptest.Server
-	proxy              *pd.Proxy
-	prefill, decode    *server.Server
-	render             *httptest.Server // nil in process
-	renderServerClosed bool
+	front           *httptest.Server
+	proxy           *pd.Proxy
+	prefill, decode *server.Server
+	render          *httptest.Server // nil in process
 }
 
 var chatModel = server.ModelSpec{Name: "tiny", Layers: 2, KVHeads: 4, HeadDim: 8, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2}
