@@ -68,6 +68,9 @@ type options struct {
 	turns, conversations int
 	histories            string
 	convRate             float64
+	// renderTier compares chat completions with and without the render
+	// tier (render.go).
+	renderTier bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -90,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "request-timeout", 5*time.Minute, "limit of each request")
 	fs.StringVar(&o.resultDir, "result-dir", "", "write the run's JSON (or the sweep's files) here")
 	fs.StringVar(&o.resultFile, "result-filename", "", "the run's JSON file name (default: a name from the settings and the time)")
+	fs.BoolVar(&o.renderTier, "render-tier", false, "chat completions on the preset's stack in -mode with engines that run the chat pipeline in process, then through the render tier (render server, tokens-only engines): TTFT of each and the proxy's render and derender hop times")
 	fs.BoolVar(&o.sweep, "sweep", false, "run the preset's grid of modes x rates x input lengths, a fresh in-process stack per point")
 	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q, %q, or a grouped model shape %q or %q", small.Name, qwen3H200.Name, swaDemo.Name, hybridDemo.Name))
 	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push, push-progressive (push with chunked prefill reporting progress) or collocated (no disaggregation: engines that prefill and decode their own requests)")
@@ -179,6 +183,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.multiturn {
 		return runMultiTurn(ctx, o, p, stdout, stderr)
+	}
+	if o.renderTier {
+		return runRenderTier(ctx, o, p, stdout)
 	}
 	if o.sweep {
 		return runSweep(ctx, o, p, goal, pcts, stdout, stderr)

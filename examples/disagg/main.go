@@ -15,10 +15,15 @@
 //	go run ./examples/disagg -serve -connector push
 //	go run ./examples/disagg -turns 3 -requests 8
 //	go run ./examples/disagg -kv-layout NHD -decode-kv-layout HND
+//	go run ./examples/disagg -render
 //
 // -kv-layout NHD gives both engines token-major KV blocks (vLLM's LBNHC),
 // -decode-kv-layout the decode engine another order than prefill's: the
 // connectors permute between them, and decode verifies every byte.
+//
+// -render sends chat completions through the render tier instead (render,
+// P/D on token ids with tokens-only engines, derender; render.go) and
+// compares them with engines that run the chat pipeline in process.
 package main
 
 import (
@@ -40,6 +45,7 @@ import (
 
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/examples/engine/server"
+	"github.com/gonixl/gonixl/examples/render/chat"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
 
@@ -69,7 +75,9 @@ type options struct {
 	// kvLayout is both engines' KV block order ("HND" or "NHD"),
 	// decodeKVLayout the decode engine's where it differs.
 	kvLayout, decodeKVLayout string
-	out                      io.Writer
+	// render runs chat completions through the render tier (render.go).
+	render bool
+	out    io.Writer
 }
 
 func main() {
@@ -89,6 +97,7 @@ func main() {
 	flag.IntVar(&o.prefillPP, "prefill-pp", 1, "the prefill engine's pipeline-parallel size (push only; with more than 1 and no -modes, only push runs)")
 	flag.StringVar(&o.kvLayout, "kv-layout", "HND", `both engines' KV block order: "HND" (head-major) or "NHD" (token-major, vLLM's LBNHC)`)
 	flag.StringVar(&o.decodeKVLayout, "decode-kv-layout", "", "the decode engine's KV block order, where it differs from -kv-layout (the connectors permute)")
+	flag.BoolVar(&o.render, "render", false, "chat completions through the render tier: a render server renders and derenders, the engines run tokens-only (P/D on token ids); compared with engines that run the chat pipeline in process")
 	flag.Parse()
 	o.modes = strings.Split(*modes, ",")
 	if o.served == "" {
@@ -130,6 +139,12 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.turns > 0 {
 		return runTurns(ctx, o)
+	}
+	if o.render {
+		if !flagSet("max-tokens") {
+			o.maxTokens = 64 // the demo replies end before: finish_reason "stop"
+		}
+		return runRender(ctx, o)
 	}
 	type row struct {
 		mode     string
@@ -255,6 +270,13 @@ func serve(ctx context.Context, o options) error {
 		return err
 	}
 	cfg.ProxyAddr = fmt.Sprintf("127.0.0.1:%d", o.port)
+	if o.render {
+		pipe, err := chat.New(chat.Config{})
+		if err != nil {
+			return err
+		}
+		cfg.Render, cfg.Chat, cfg.Replies = true, pipe, server.ReplyScript(pipe, server.DemoReplyTexts)
+	}
 	// The engines and the stack log their shutdown steps (what they wait
 	// for, how long) at Info: a stack that takes a while to stop says why.
 	logger := serveLogger(o.out)

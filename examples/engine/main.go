@@ -53,6 +53,7 @@ import (
 	"github.com/gonixl/gonixl/examples/discovery"
 	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/examples/otlp"
+	"github.com/gonixl/gonixl/examples/render/chat"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -110,6 +111,10 @@ func run(args []string) error {
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
 	lease := fs.Duration("lease", 0, "prefill: how long finished blocks wait for decode (default: the connector's, 30s)")
+	tokensOnly := fs.Bool("tokens-only", false, "vLLM's --tokens-only: serve POST /inference/v1/generate (token ids in and out) and refuse text (chat requests, text prompts, stop strings), as a vLLM engine behind a render server")
+	chatPipeline := fs.Bool("chat-pipeline", false, "run the render tier's default chat pipeline (examples/render/chat: Qwen3-style template, cl100k tokenizer, qwen3 reasoning and hermes tool-call parsers) in process for /v1/chat/completions, as vllm serve without --tokens-only")
+	demoReplies := fs.Bool("demo-replies", false, "answer from the demo reply script (reasoning, a tool call, a plain answer; tokenized by the default chat pipeline) instead of tokens from the KV checksum alone")
+	vocabSize := fs.Int("vocab-size", 0, "the largest token id + 1 requests may carry (0: the default chat pipeline's vocabulary with -tokens-only, -chat-pipeline or -demo-replies, else 32000)")
 	bidir := fs.Bool("bidirectional-kv-xfer", false, "pull: bidirectional KV for multi-turn chats (vLLM's bidirectional_kv_xfer): decode holds a finished turn for the next, prefill reads it back")
 	recompute := fs.Int("kv-recompute-threshold", 0, "with -bidirectional-kv-xfer, prefill: the least history tokens read back rather than recomputed (default 64, vLLM's)")
 	histTTL := fs.Duration("decoder-kv-blocks-ttl", 0, "with -bidirectional-kv-xfer, decode: how long a finished turn's blocks wait for the next turn (default 480s, vLLM's)")
@@ -210,10 +215,27 @@ func run(args []string) error {
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort, DataParallelIndex: *dpRank,
 		NewAgent: newAgent, MaxBatch: *maxBatch, ProgressChunk: *progressChunk, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
+		TokensOnly:    *tokensOnly,
 		Bidirectional: *bidir, RecomputeThreshold: *recompute, HistoryTTL: *histTTL,
 		Protocol: *protocol, VLLMVersion: *vllmVersion, VLLMConnectorVersion: *connectorVersion, AttentionBackend: *attnBackend, VLLMModel: *vllmModel, KVLayout: *kvLayout}
 	if *connLog {
 		cfg.ConnLogger = log.Named("kv")
+	}
+	cfg.VocabSize = *vocabSize
+	if *chatPipeline || *demoReplies || *tokensOnly {
+		pipe, err := chat.New(chat.Config{})
+		if err != nil {
+			return err
+		}
+		if *chatPipeline {
+			cfg.Chat = pipe
+		}
+		if *demoReplies {
+			cfg.Replies = server.ReplyScript(pipe, server.DemoReplyTexts)
+		}
+		if cfg.VocabSize == 0 {
+			cfg.VocabSize = pipe.Tokenizer().VocabSize()
+		}
 	}
 	tracing, err := otlp.Start(context.Background(), *otlpEndpoint, "gonixl-engine-"+*role)
 	if err != nil {

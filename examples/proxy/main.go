@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+
 	"fmt"
+	"github.com/gonixl/gonixl/examples/render/chat"
 	"net"
 	"net/http"
 	"os"
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 	cluster := flags.String("cluster", "default", "with -etcd: the cluster name in the key /gonixl/<cluster>/engines/...")
 	etcdTimeout := flags.Duration("etcd-timeout", 10*time.Second, "with -etcd: how long etcd may take to answer at start")
 	bidir := flags.Bool("bidirectional-kv-xfer", false, "pull chats: send a conversation's next turn to the engines that hold its history, for prefill to read it back (the engines need -bidirectional-kv-xfer too)")
+	render := flags.String("render", "", "render servers, host:port,... (examples/render): chat completions go render, P/D on token ids (engines with -tokens-only), derender")
+	renderLocal := flags.Bool("render-local-stream", true, "with -render: derender streams in the proxy with the default chat pipeline (work per chunk in proportion to its tokens; the render servers must run the default pipeline); false: each chunk goes to a render server's stateless streaming derender (vLLM's, which replays the history)")
 	debug := flags.Bool("debug", false, "debug logs")
 	otlpEndpoint := flags.String("otlp-endpoint", "", otlp.FlagUsage)
 	if err := flags.Parse(args); err != nil {
@@ -95,7 +99,15 @@ func run(ctx context.Context, args []string, ready func(addr string)) error {
 			log.Warn("exporting the last spans", zap.Error(err))
 		}
 	}()
+	var pipeline *chat.Pipeline
+	if *render != "" && *renderLocal {
+		if pipeline, err = chat.New(chat.Config{}); err != nil {
+			return err
+		}
+	}
 	p, err := pd.NewContext(ctx, pd.Config{
+		Render:         split(*render),
+		RenderPipeline: pipeline,
 		Prefill:        split(*prefill),
 		Decode:         split(*decode),
 		Connector:      *connector,

@@ -12,6 +12,7 @@ import (
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/examples/proxy/pd"
+	"github.com/gonixl/gonixl/examples/render/chat"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 	"go.opentelemetry.io/otel/trace"
@@ -92,6 +93,19 @@ type Config struct {
 	// connectors' spans: one trace per request (docs/metrics.md, "Traces").
 	// Default: otel's global provider.
 	TracerProvider trace.TracerProvider
+	// Chat is the chat pipeline (examples/render/chat) of chat
+	// completions: the engines run it in process (server.Config.Chat), or,
+	// with Render, a render server runs it and the engines run tokens-only.
+	// Nil with Render: the default pipeline.
+	Chat *chat.Pipeline
+	// Render (split modes) starts the render tier (render.go): a render
+	// server in process, the engines tokens-only, the proxy's three hops.
+	Render bool
+	// RenderWorkers is the render server's Workers (default 1, vLLM's
+	// --renderer-num-workers).
+	RenderWorkers int
+	// Replies is the engines' reply script (server.Config.Replies).
+	Replies [][]int
 }
 
 // DefaultShutdownTimeout bounds Close.
@@ -110,6 +124,9 @@ type Stack struct {
 	fabric     *loopback.Fabric
 	collocated bool
 	log        *zap.Logger
+	// RenderURL is the render server's base URL (Config.Render), else "".
+	RenderURL  string
+	renderHTTP *http.Server
 }
 
 // ConnectorOf returns the engine connector and the decode Inline setting of
@@ -151,12 +168,25 @@ func Start(cfg Config) (_ *Stack, err error) {
 		}
 		newAgent = func(name string) (nixl.Agent, error) { return s.fabric.NewAgent(name) }
 	}
-	base := server.Config{Connector: connector, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
+	if cfg.Render && collocated {
+		return nil, errors.New("stack: Config.Render needs a split mode (the render tier feeds P/D legs)")
+	}
+	if cfg.Render && cfg.Chat == nil {
+		if cfg.Chat, err = chat.New(chat.Config{}); err != nil {
+			return nil, err
+		}
+	}
+	base := server.Config{Connector: connector, Replies: cfg.Replies, Model: cfg.Model, Compute: cfg.Compute, ServedModelName: cfg.ServedModelName,
 		TPSize: cfg.TPSize, NumBlocks: cfg.NumBlocks, MaxBatch: cfg.MaxBatch, NewAgent: newAgent,
 		Lease: cfg.Lease, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Protocol: cfg.Protocol,
 		Bidirectional: cfg.Bidirectional, KVLayout: cfg.KVLayout, TracerProvider: cfg.TracerProvider}
 	if cfg.Protocol == server.ProtocolVLLM {
 		base.VLLMVersion, base.AttentionBackend = "0.0.0", "FLASH_ATTN"
+	}
+	if cfg.Render {
+		base.TokensOnly, base.VocabSize = true, cfg.Chat.Tokenizer().VocabSize()
+	} else {
+		base.Chat = cfg.Chat
 	}
 	if collocated {
 		return s, s.startCollocated(cfg, base)
@@ -178,8 +208,15 @@ func Start(cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("decode engine: %w", err)
 	}
 	s.Engines = []*server.Server{s.Prefill, s.Decode}
-	if s.Proxy, err = pd.New(pd.Config{Prefill: []string{s.Prefill.URL()}, Decode: []string{s.Decode.URL()}, Connector: connector,
-		Bidirectional: cfg.Bidirectional, TracerProvider: cfg.TracerProvider}); err != nil {
+	pcfg := pd.Config{Prefill: []string{s.Prefill.URL()}, Decode: []string{s.Decode.URL()}, Connector: connector,
+		Bidirectional: cfg.Bidirectional, TracerProvider: cfg.TracerProvider}
+	if cfg.Render {
+		if err := s.startRender(cfg); err != nil {
+			return nil, err
+		}
+		pcfg.Render, pcfg.RenderPipeline = []string{s.RenderURL}, cfg.Chat
+	}
+	if s.Proxy, err = pd.New(pcfg); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return s, s.serve(cfg.ProxyAddr, s.Proxy)
@@ -247,7 +284,7 @@ func (s *Stack) Close() error {
 // short: requests in flight are cancelled and blocks released. Calls after
 // the first return nil.
 func (s *Stack) Shutdown(ctx context.Context) error {
-	if s.http == nil && s.Proxy == nil && s.Decode == nil && s.Prefill == nil && len(s.Engines) == 0 && s.fabric == nil {
+	if s.http == nil && s.renderHTTP == nil && s.Proxy == nil && s.Decode == nil && s.Prefill == nil && len(s.Engines) == 0 && s.fabric == nil {
 		return nil
 	}
 	var errs []error
@@ -270,6 +307,10 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 	if s.Proxy != nil {
 		step("proxy closed", s.Proxy.Close)
 		s.Proxy = nil
+	}
+	if s.renderHTTP != nil {
+		step("render server stopped", func() error { return s.renderHTTP.Shutdown(ctx) })
+		s.renderHTTP = nil
 	}
 	if s.Decode != nil {
 		step("decode engine closed", func() error { return s.Decode.Close(ctx) })

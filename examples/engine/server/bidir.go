@@ -328,7 +328,7 @@ func writeKVFrom(l *descriptors.Layout, mem []byte, blocks []int, ph []uint64, f
 // kvParamsChunk is the last chunk of a chat stream whose decode exported
 // its history: no choices, the Params the proxy passes to the next turn.
 func kvParamsChunk(a answer, params any) (any, bool) {
-	ca, ok := a.(chatAnswer)
+	ca, ok := a.(*chatAnswer)
 	if !ok || params == nil {
 		return nil, false
 	}

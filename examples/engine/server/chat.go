@@ -155,15 +155,16 @@ type chatCompletion struct {
 type chatAnswer struct {
 	base      chatCompletion // id, created, model
 	promptIDs []int          // for return_token_ids, else nil
+	n         int            // tokens streamed so far
 }
 
-func (a chatAnswer) chunk() chatCompletion {
+func (a *chatAnswer) chunk() chatCompletion {
 	c := a.base
 	c.Object = "chat.completion.chunk"
 	return c
 }
 
-func (a chatAnswer) first() any {
+func (a *chatAnswer) first() any {
 	c := a.chunk()
 	empty := ""
 	c.Choices = []chatChoice{{Delta: &chatDelta{Role: "assistant", Content: &empty}}}
@@ -171,25 +172,24 @@ func (a chatAnswer) first() any {
 	return c
 }
 
-func (a chatAnswer) token(text string, last bool) any {
+func (a *chatAnswer) token(tok int, finish string, _ any) []any {
 	c := a.chunk()
-	c.Choices = []chatChoice{{Delta: &chatDelta{Content: &text}}}
-	if last {
-		c.Choices[0].FinishReason = &finishLength
-	}
-	return c
+	text := tokenText(tok, a.n)
+	a.n++
+	c.Choices = []chatChoice{{Delta: &chatDelta{Content: &text}, FinishReason: finishPtr(finish)}}
+	return []any{c}
 }
 
-func (a chatAnswer) usage(u *usage) any {
+func (a *chatAnswer) usage(u *usage) any {
 	c := a.chunk()
 	c.Choices, c.Usage = []chatChoice{}, u
 	return c
 }
 
-func (a chatAnswer) whole(text string, u *usage, params any) any {
+func (a *chatAnswer) whole(toks []int, finish string, _ any, u *usage, params any) any {
 	c := a.base
 	c.Object = "chat.completion"
-	c.Choices = []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: text}, FinishReason: &finishLength}}
+	c.Choices = []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: tokensText(toks)}, FinishReason: finishPtr(finish)}}
 	c.Usage, c.PromptTokenIDs, c.KVTransferParams = u, a.promptIDs, params
 	return c
 }
@@ -203,6 +203,21 @@ func (s *Server) chatCompletions(w http.ResponseWriter, hr *http.Request) {
 	if !ok {
 		return
 	}
+	if s.cfg.TokensOnly {
+		// vLLM's chat renders the template with the tokenizer a
+		// tokens-only server does not load (renderers/base.py@0.34.0).
+		writeFieldError(w, badRequest("", msgTextRefused))
+		return
+	}
+	if s.cfg.Chat != nil {
+		r, cf, a, e := s.pipelineChatRequest(body, reqID)
+		if e != nil {
+			writeFieldError(w, e)
+			return
+		}
+		s.serve(w, hr, r, cf, a)
+		return
+	}
 	var cf commonFields
 	var cr chatRequest
 	if e := decodeRequest(body, &cf, &cr); e != nil {
@@ -214,7 +229,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, hr *http.Request) {
 		writeFieldError(w, e)
 		return
 	}
-	a := chatAnswer{base: chatCompletion{ID: "chatcmpl-" + reqID, Created: s.cfg.Clock.Now().Unix(), Model: cf.Model}}
+	a := &chatAnswer{base: chatCompletion{ID: "chatcmpl-" + reqID, Created: s.cfg.Clock.Now().Unix(), Model: cf.Model}}
 	if cf.ReturnTokenIDs {
 		a.promptIDs = r.tokens
 	}
@@ -240,7 +255,7 @@ func (s *Server) chatRequest(cf *commonFields, cr *chatRequest, reqID string) (*
 		cf.promptParam = "messages"
 	} else if len(toks) == 0 {
 		return nil, badRequest("prompt_token_ids", "prompt_token_ids is empty; leave it out to render messages, or pass on the prefill answer's prompt_token_ids.")
-	} else if e := checkTokenIDs("prompt_token_ids", toks); e != nil {
+	} else if e := checkTokenIDs("prompt_token_ids", toks, s.cfg.VocabSize); e != nil {
 		return nil, e
 	}
 	return s.newRequest(cf, toks, reqID)

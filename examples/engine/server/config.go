@@ -9,6 +9,7 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/examples/render/chat"
 	"github.com/gonixl/gonixl/nixl"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -32,7 +33,8 @@ const (
 	// DefaultPrefillTokenBudget bounds the prompt tokens one engine step
 	// prefills (vLLM's max_num_batched_tokens); a longer prompt runs alone.
 	DefaultPrefillTokenBudget = 8192
-	// VocabSize bounds token ids.
+	// VocabSize is Config.VocabSize's default. The engine's own tokens
+	// (Tokenize, outputToken) stay below it whatever the Config says.
 	VocabSize = 32000
 )
 
@@ -157,6 +159,30 @@ type Config struct {
 	// head-major) or "NHD" (token-major, vLLM's LBNHC; gonixl's protocol
 	// only). Engines of different orders pair: the connectors permute.
 	KVLayout string
+	// TokensOnly is vLLM's `vllm serve --tokens-only`
+	// (vllm/entrypoints/common/cli_args.py@0.34.0): the engine serves POST
+	// /inference/v1/generate, token ids in and out (generate.go), and, having
+	// no tokenizer, refuses text: chat requests and text prompts get vLLM's
+	// 400, a token-id completion's text is "". Off, /inference/v1/generate
+	// answers 403 as vLLM's does without --enable-scale-out.
+	TokensOnly bool
+	// Replies, when set, is the engine's reply script: token-id sequences,
+	// one of which each request answers, chosen by the checksum of the KV
+	// the engine computed or loaded (replies.go; docs/engine.md). A reply
+	// that ends before max_tokens ends the request with finish_reason
+	// "stop", as an EOS token would. Nil: the tokens come from the checksum
+	// alone (docs/kvfill.md) and every request runs to max_tokens.
+	Replies [][]int
+	// VocabSize bounds the token ids requests and Replies may hold (default
+	// Chat's tokenizer's, else VocabSize, 32000): a render server's
+	// tokenizer has its own (cl100k's is over 100k).
+	VocabSize int
+	// Chat, when set, is the chat pipeline (examples/render/chat) that
+	// /v1/chat/completions runs in process, as `vllm serve` without
+	// --tokens-only does: its template and tokenizer make the prompt, its
+	// detokenizer and reasoning and tool-call parsers the answer
+	// (chatpipe.go). Nil: the engine's own word template (ChatPrompt).
+	Chat *chat.Pipeline
 }
 
 // ModelSpec is a model's KV-cache geometry.
@@ -250,6 +276,20 @@ func (c Config) withDefaults() (Config, error) {
 		c.Role = RoleDecode
 	default:
 		return c, fmt.Errorf("engine: Config.Role is %q, want %q or %q", c.Role, RolePrefill, RoleDecode)
+	}
+	switch {
+	case c.VocabSize == 0 && c.Chat != nil:
+		c.VocabSize = c.Chat.Tokenizer().VocabSize()
+	case c.VocabSize == 0:
+		c.VocabSize = VocabSize
+	case c.VocabSize < 0:
+		return c, fmt.Errorf("engine: Config.VocabSize is %d, want > 0 (0: %d)", c.VocabSize, VocabSize)
+	}
+	if c.TokensOnly && c.Chat != nil {
+		return c, fmt.Errorf("engine: Config.Chat is set on a TokensOnly engine, which loads no tokenizer; drop one (the render tier runs the pipeline for a tokens-only engine)")
+	}
+	if err := checkReplies(c.Replies, c.VocabSize); err != nil {
+		return c, err
 	}
 	switch c.Connector {
 	case ConnPull, ConnPush:

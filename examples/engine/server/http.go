@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/gonixl/gonixl/connector"
@@ -97,6 +96,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("POST "+generatePath, s.generate)
 	mux.HandleFunc("/", noRoute)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if s.closing.Load() {
@@ -136,6 +136,7 @@ type kvFlags struct {
 var routeMethods = map[string]string{
 	"/v1/completions":      http.MethodPost,
 	"/v1/chat/completions": http.MethodPost,
+	generatePath:           http.MethodPost,
 	"/health":              http.MethodGet,
 	"/v1/models":           http.MethodGet,
 	"/kv_transfer_info":    http.MethodGet,
@@ -198,7 +199,7 @@ func decodeRequest(body []byte, cf *commonFields, v any) *fieldError {
 
 const promptHelp = "send a string, a list of token ids, or a list holding one of either"
 
-func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
+func parsePrompt(raw json.RawMessage, vocab int) ([]int, *fieldError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt", "prompt is required; %s.", promptHelp)
@@ -209,7 +210,7 @@ func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
 	}
 	var ids []int
 	if json.Unmarshal(raw, &ids) == nil {
-		return ids, checkTokenIDs("prompt", ids)
+		return ids, checkTokenIDs("prompt", ids, vocab)
 	}
 	var texts []string
 	if json.Unmarshal(raw, &texts) == nil && len(texts) == 1 {
@@ -217,7 +218,7 @@ func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
 	}
 	var lists [][]int
 	if json.Unmarshal(raw, &lists) == nil && len(lists) == 1 {
-		return lists[0], checkTokenIDs("prompt", lists[0])
+		return lists[0], checkTokenIDs("prompt", lists[0], vocab)
 	}
 	if len(texts) > 1 || len(lists) > 1 {
 		return nil, badRequest("prompt", "prompt holds %d prompts; this engine takes one prompt per request: send one request each.", max(len(texts), len(lists)))
@@ -225,10 +226,18 @@ func parsePrompt(raw json.RawMessage) ([]int, *fieldError) {
 	return nil, badRequest("prompt", "prompt must be a string or a list of token ids; %s.", promptHelp)
 }
 
-func checkTokenIDs(param string, ids []int) *fieldError {
+// promptIsText says whether a prompt is text (a string, or a list of
+// strings), which a tokens-only engine cannot tokenize.
+func promptIsText(raw json.RawMessage) bool {
+	var text string
+	var texts []string
+	return json.Unmarshal(raw, &text) == nil || (json.Unmarshal(raw, &texts) == nil && len(texts) > 0)
+}
+
+func checkTokenIDs(param string, ids []int, vocab int) *fieldError {
 	for i, t := range ids {
-		if t < 0 || t >= VocabSize {
-			return badRequest(param, "%s[%d] is token id %d, outside the vocabulary [0, %d).", param, i, t, VocabSize)
+		if t < 0 || t >= vocab {
+			return badRequest(param, "%s[%d] is token id %d, outside the vocabulary [0, %d).", param, i, t, vocab)
 		}
 	}
 	return nil
@@ -251,7 +260,7 @@ func (s *Server) newRequest(cf *commonFields, toks []int, reqID string) (*reques
 		// The compute model is deterministic: n choices would be n copies.
 		return nil, badRequest("n", "n must be 1, got %d: this engine returns one choice per request; send %d requests instead.", *cf.N, *cf.N)
 	}
-	r := &request{id: reqID, engID: reqID + "-" + randHex(8), tokens: toks, maxTokens: DefaultMaxTokens,
+	r := &request{id: reqID, engID: reqID + "-" + randHex(8), tokens: toks, maxTokens: DefaultMaxTokens, gen: generation{ignoreEOS: cf.IgnoreEOS},
 		promptParam: cmp.Or(cf.promptParam, "prompt"), maxTokensParam: cmp.Or(cf.maxTokensParam, "max_tokens")}
 	if cf.MaxTokens != nil {
 		if *cf.MaxTokens < 1 {
@@ -352,46 +361,6 @@ type chunk struct {
 	Usage   *usage   `json:"usage,omitempty"`
 }
 
-// answer renders one endpoint's answers; serve runs the request and calls it.
-type answer interface {
-	// first is the stream's opening chunk, or nil.
-	first() any
-	// token is the chunk of one generated token's text; last: the final token.
-	token(text string, last bool) any
-	// usage is the stream's closing usage chunk.
-	usage(u *usage) any
-	// whole is the non-streamed answer.
-	whole(text string, u *usage, params any) any
-}
-
-// completionAnswer is /v1/completions' answer.
-type completionAnswer struct{ base chunk }
-
-func (a completionAnswer) first() any { return nil }
-
-func (a completionAnswer) token(text string, last bool) any {
-	c := a.base
-	c.Choices = []choice{{Text: text}}
-	if last {
-		c.Choices[0].FinishReason = &finishLength
-	}
-	return c
-}
-
-func (a completionAnswer) usage(u *usage) any {
-	c := a.base
-	c.Choices, c.Usage = []choice{}, u
-	return c
-}
-
-func (a completionAnswer) whole(text string, u *usage, params any) any {
-	return completion{ID: a.base.ID, Object: a.base.Object, Created: a.base.Created, Model: a.base.Model,
-		Choices: []choice{{Text: text, FinishReason: &finishLength}}, Usage: u, KVTransferParams: params}
-}
-
-// finishLength is every answer's finish_reason: the simulation never emits EOS.
-var finishLength = "length"
-
 // begin reads the request's body and its X-Request-Id; ok false: it answered.
 func (s *Server) begin(w http.ResponseWriter, hr *http.Request) (body []byte, reqID string, ok bool) {
 	reqID = hr.Header.Get("X-Request-Id")
@@ -424,7 +393,11 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		writeFieldError(w, e)
 		return
 	}
-	toks, e := parsePrompt(cr.Prompt)
+	if s.cfg.TokensOnly && promptIsText(cr.Prompt) {
+		writeFieldError(w, badRequest("prompt", msgTextRefused))
+		return
+	}
+	toks, e := parsePrompt(cr.Prompt, s.cfg.VocabSize)
 	if e == nil && len(toks) == 0 {
 		e = badRequest("prompt", "prompt is empty; send at least one token.")
 	}
@@ -437,7 +410,7 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	s.serve(w, hr, r, &cf, completionAnswer{chunk{ID: "cmpl-" + reqID, Object: "text_completion", Created: now.Unix(), Model: cf.Model}})
+	s.serve(w, hr, r, &cf, &completionAnswer{base: chunk{ID: "cmpl-" + reqID, Object: "text_completion", Created: now.Unix(), Model: cf.Model}, noText: s.cfg.TokensOnly})
 }
 
 // serve submits r to the engine loop and answers from its events, streamed or
@@ -460,7 +433,7 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 		writeError(w, &apiError{http.StatusServiceUnavailable, "server_error", "The engine is closing; send the request to another engine.", ""})
 		return
 	}
-	var toks []string
+	var toks []int
 	var flusher http.Flusher
 	streaming := false
 	writeChunk := func(v any) bool {
@@ -471,6 +444,8 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 		flusher.Flush()
 		return true
 	}
+	var finish string
+	var stopReason any
 	for {
 		var ev event
 		select {
@@ -480,11 +455,8 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 			return
 		}
 		if !ev.end {
-			text := Detokenize(ev.tok)
-			if len(toks) > 0 {
-				text = " " + text
-			}
-			toks = append(toks, text)
+			toks = append(toks, ev.tok)
+			finish, stopReason = ev.finish, ev.stopReason
 			if len(toks) == 1 && r.kind != kindPrefill {
 				span.AddEvent(FirstTokenEvent)
 			}
@@ -505,9 +477,11 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 					return
 				}
 			}
-			if !writeChunk(a.token(text, len(toks) == r.maxTokens)) {
-				s.cancelRequest(r)
-				return
+			for _, c := range a.token(ev.tok, ev.finish, ev.stopReason) {
+				if !writeChunk(c) {
+					s.cancelRequest(r)
+					return
+				}
 			}
 			continue
 		}
@@ -530,7 +504,13 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			flusher.Flush()
 		default:
-			writeJSON(w, a.whole(strings.Join(toks, ""), u, ev.params))
+			v := a.whole(toks, finish, stopReason, u, ev.params)
+			if e, ok := v.(*apiError); ok {
+				answered = e
+				writeError(w, e)
+			} else {
+				writeJSON(w, v)
+			}
 		}
 		if ev.params != nil && ctx.Err() != nil {
 			s.cancelRequest(r) // nobody got the params: prefill drops the hold

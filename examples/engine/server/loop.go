@@ -37,10 +37,15 @@ const (
 // event is what the engine loop tells a request's handler: a token, or the
 // end (err, or done with the kv_transfer_params to answer).
 type event struct {
-	tok    int
-	end    bool
-	err    *apiError
-	params any
+	tok int
+	// finish is set on the request's last token: "length" (max_tokens
+	// reached) or "stop" (the reply script ended, or a stop token id came);
+	// stopReason is then the stop token id, else nil (replies.go).
+	finish     string
+	stopReason any
+	end        bool
+	err        *apiError
+	params     any
 }
 
 type request struct {
@@ -49,6 +54,9 @@ type request struct {
 	tokens    []int
 	ph        []uint64
 	maxTokens int
+	// gen is how the request's tokens are made and when it stops
+	// (replies.go).
+	gen generation
 	// promptParam and maxTokensParam are the request fields the prompt and
 	// max_tokens came from (commonFields), for the errors about them.
 	promptParam, maxTokensParam string
@@ -567,8 +575,7 @@ func (l *loop) prefillStep() {
 			l.finishPrefill(r)
 			continue
 		}
-		l.emit(r)
-		if r.generated == r.maxTokens {
+		if l.emit(r) {
 			l.release(r)
 			l.done(r, nil)
 		} else {
@@ -652,8 +659,7 @@ func (l *loop) decodeStep() {
 	l.verifying = 0
 	keep := l.running[:0]
 	for _, r := range l.running {
-		l.emit(r)
-		if r.generated == r.maxTokens {
+		if l.emit(r) {
 			l.done(r, l.finishDecode(r))
 			continue
 		}
@@ -663,8 +669,9 @@ func (l *loop) decodeStep() {
 	l.running = keep
 }
 
-// emit generates the request's next token.
-func (l *loop) emit(r *request) {
+// emit generates the request's next token; last: it was the request's
+// last.
+func (l *loop) emit(r *request) (last bool) {
 	now := l.s.cfg.Clock.Now()
 	if r.generated == 0 {
 		l.s.firstTokenSpan(r)
@@ -673,8 +680,9 @@ func (l *loop) emit(r *request) {
 		l.s.prom.tpot.Observe(now.Sub(r.lastTok).Seconds())
 	}
 	r.lastTok = now
-	r.events <- event{tok: outputToken(r.checksum, r.generated)}
-	r.generated++
+	ev := r.next(l.s.cfg.Replies)
+	r.events <- ev
+	return ev.finish != ""
 }
 
 func (l *loop) done(r *request, params any) {

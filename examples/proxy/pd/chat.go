@@ -33,6 +33,10 @@ func (p *Proxy) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeParamError(w, status, param, msg)
 		return
 	}
+	if p.render != nil {
+		p.serveRenderChat(w, c)
+		return
+	}
 	if p.connector == ConnectorPush {
 		p.servePush(w, c, chatPath)
 		return

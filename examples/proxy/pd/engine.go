@@ -321,6 +321,11 @@ func (p *Proxy) checkAll(ctx context.Context, conn string) {
 	for _, e := range p.pools().all {
 		wg.Go(func() { p.check(ctx, e, conn) })
 	}
+	if p.render != nil {
+		for _, rs := range p.render.servers {
+			wg.Go(func() { p.checkRender(ctx, rs) })
+		}
+	}
 	wg.Wait()
 	p.logGeometry()
 }

@@ -35,11 +35,18 @@ type completion struct {
 	// observe, when set, sees decode's answer as it is relayed
 	// (conversation.go).
 	observe func([]byte)
+	// tokens: the legs are generate requests (render tier, render_chat.go);
+	// derender then answers the client from decode's answer.
+	tokens   bool
+	derender *derenderHop
 }
 
 // body returns the client's request with kv_transfer_params set to kv and, for a prefill
 // leg, max_tokens 1, stream false and no stream_options.
 func (c *completion) body(kv any, prefill bool) []byte {
+	if c.tokens {
+		return c.generateBody(kv, prefill)
+	}
 	m := make(map[string]json.RawMessage, len(c.fields)+4)
 	for k, v := range c.fields {
 		m[k] = v
@@ -508,6 +515,9 @@ func isDialError(err error) bool {
 // [DONE], as an engine ends a stream that fails. It says whether decode's whole answer
 // reached the client.
 func (p *Proxy) relay(w http.ResponseWriter, c *completion, ctx context.Context, de *engine, resp *http.Response) bool {
+	if c.derender != nil {
+		return p.relayDerender(w, c, ctx, de, resp)
+	}
 	defer resp.Body.Close()
 	h := w.Header()
 	for _, k := range []string{"Content-Type", "Cache-Control", "X-Request-Id"} {

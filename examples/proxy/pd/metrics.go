@@ -17,6 +17,7 @@ const (
 	reasonDecodeUnreachable = "decode_unreachable" // no connection to decode: another decode engine
 	reasonDecodeRefused     = "decode_refused"     // decode's 503 before it took the request: another decode engine
 	reasonDecodeClosed      = "decode_closed"      // decode's connection closed before it took the request in: another decode engine
+	reasonRenderFailed      = "render_failed"      // a render or derender hop's server unreachable or 5xx: another render server
 )
 
 // metrics are the proxy's Prometheus series, on a registry of its own so that proxies in
@@ -50,7 +51,7 @@ func newMetrics(p *Proxy) *metrics {
 		[]string{"reason"})
 	m.historyTurns = prometheus.NewCounter(prometheus.CounterOpts{Name: "gonixl_proxy_history_turns_total",
 		Help: "Chat turns whose prefill leg got the conversation's history held on a decode engine, to read back (Config.Bidirectional)."})
-	for _, r := range []string{reasonPrefillFailed, reasonDecodeKVFailed, reasonDecodeUnreachable, reasonDecodeRefused, reasonDecodeClosed} {
+	for _, r := range []string{reasonPrefillFailed, reasonDecodeKVFailed, reasonDecodeUnreachable, reasonDecodeRefused, reasonDecodeClosed, reasonRenderFailed} {
 		m.retries.WithLabelValues(r) // every reason is a series from the start
 	}
 	inRotation := func(r role) prometheus.Collector {

@@ -22,8 +22,12 @@
 // that failed after is not (see failover.go). GET /metrics serves the proxy's Prometheus
 // series (metrics.go). Config.StartWait lets the proxy start before its engines (wait.go).
 //
-// The package uses only the standard library, zap and the Prometheus client, so it can be
-// copied out of the repository as a starting point.
+// Config.Render adds the render tier (render.go, render_chat.go): chat completions go render,
+// P/D on token ids, derender.
+//
+// The package uses the standard library, zap, the Prometheus client, and for the render tier
+// the render client (examples/render), so it can be copied out of the repository as a
+// starting point with those.
 package pd
 
 import (
@@ -37,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonixl/gonixl/examples/render/chat"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
@@ -110,6 +115,18 @@ type Config struct {
 	// ConversationTTL is how long a turn's history is remembered (default
 	// DefaultConversationTTL, the decode engine's default hold).
 	ConversationTTL time.Duration
+	// Render, when set, are render servers' base URLs (examples/render/server):
+	// chat completions then travel three hops (render_chat.go): render to
+	// token ids, the P/D legs on the engines' POST /inference/v1/generate
+	// (the engines run tokens-only), derender. Render servers are health
+	// checked as engines are; round robin among those in rotation.
+	Render []string
+	// RenderPipeline, with Render, derenders streams in the proxy, each
+	// chunk's work in proportion to its own tokens; it must be configured
+	// as the render servers' pipeline is. Nil: each chunk is a call to a
+	// render server's stateless streaming derender (vLLM's, which replays
+	// the history).
+	RenderPipeline *chat.Pipeline
 }
 
 // Stats are the proxy's counters since New.
@@ -139,6 +156,7 @@ type Proxy struct {
 	decodeFailovers                      atomic.Uint64
 	met                                  *metrics
 	convs                                conversations // Config.Bidirectional
+	render                               *renderTier   // Config.Render; nil without
 	geoLog                               geometryLogged
 
 	stop      context.CancelFunc
@@ -214,6 +232,17 @@ func NewContext(ctx context.Context, cfg Config) (*Proxy, error) {
 		}
 	}
 	p.cur.Store(&p.static)
+	if len(cfg.Render) > 0 {
+		if cfg.Bidirectional {
+			return nil, errors.New("pd: Config.Render with Config.Bidirectional: the render tier does not carry bidirectional KV yet")
+		}
+		rt, err := newRenderTier(cfg.Render, p.client, cfg.RenderPipeline)
+		if err != nil {
+			p.closeClient()
+			return nil, err
+		}
+		p.render = rt
+	}
 	p.met = newMetrics(p)
 
 	p.checkAll(context.Background(), p.connector)
@@ -380,6 +409,11 @@ func (p *Proxy) serveHealthcheck(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if p.render != nil && p.render.inRotation() == 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"status":"unavailable","prefill_in_rotation":%d,"decode_in_rotation":%d,"compatible_pair":%v,"render_in_rotation":0}`, np, nd, paired)
+		return
+	}
 	if !paired {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, `{"status":"unavailable","prefill_in_rotation":%d,"decode_in_rotation":%d,"compatible_pair":false}`, np, nd)

@@ -1,0 +1,95 @@
+package completions
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// Reply is an assistant message gathered from a chat stream's deltas:
+// content, reasoning (vLLM 0.34.0's "reasoning", or "reasoning_content")
+// and tool calls (name and argument text, ids left out), and the finish
+// reason.
+type Reply struct {
+	Content, Reasoning string
+	ToolCalls          []ToolCall
+	FinishReason       string
+}
+
+// ToolCall is a streamed tool call, its pieces joined.
+type ToolCall struct {
+	Name, Arguments string
+}
+
+// StreamReply sends a whole chat request body (it must set "stream": true)
+// to url + /v1/chat/completions and gathers the reply. The Sample is timed
+// as StreamChat's, except that a chunk counts as a token when it carries
+// anything of the message (content, reasoning or a tool call), as a
+// reasoning model's first tokens are reasoning.
+func StreamReply(ctx context.Context, client *http.Client, url, requestID string, body []byte) (Sample, Reply) {
+	var r Reply
+	calls := map[int]*ToolCall{}
+	textOf := func(line []byte) (string, *int, error) {
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content          string `json:"content"`
+					Reasoning        string `json:"reasoning"`
+					ReasoningContent string `json:"reasoning_content"`
+					ToolCalls        []struct {
+						Index    int `json:"index"`
+						Function *struct {
+							Name      string `json:"name"`
+							Arguments string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(line, &chunk); err != nil {
+			return "", nil, err
+		}
+		var usage *int
+		if chunk.Usage != nil {
+			usage = &chunk.Usage.CompletionTokens
+		}
+		if len(chunk.Choices) == 0 {
+			return "", usage, nil
+		}
+		c := chunk.Choices[0]
+		if c.FinishReason != nil {
+			r.FinishReason = *c.FinishReason
+		}
+		d := c.Delta
+		reasoning := d.Reasoning + d.ReasoningContent
+		r.Content += d.Content
+		r.Reasoning += reasoning
+		var b strings.Builder
+		b.WriteString(d.Content + reasoning)
+		for _, tc := range d.ToolCalls {
+			call := calls[tc.Index]
+			if call == nil {
+				call = &ToolCall{}
+				calls[tc.Index] = call
+			}
+			if tc.Function != nil {
+				call.Name += tc.Function.Name
+				call.Arguments += tc.Function.Arguments
+				b.WriteString(tc.Function.Name + tc.Function.Arguments)
+			}
+		}
+		return b.String(), usage, nil
+	}
+	s := post(ctx, client, strings.TrimSuffix(url, "/")+"/v1/chat/completions", requestID, body, Sample{}, textOf)
+	for i := range len(calls) {
+		if c := calls[i]; c != nil {
+			r.ToolCalls = append(r.ToolCalls, *c)
+		}
+	}
+	return s, r
+}
