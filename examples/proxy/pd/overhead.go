@@ -10,8 +10,9 @@ import (
 // the close of their answer's body, so that the trace can say how much of
 // its TTFT was the proxy's own (llm-d's P/D sidecar reports it as the
 // coordinator overhead): the part of [start, first token] during which no
-// leg was in flight. Push sends both legs at once, and a retried leg is
-// another interval, so the intervals are merged, not summed.
+// leg was in flight (an engine leg, or a hop to the render tier). Push
+// sends both legs at once, and a retried leg is another interval, so the
+// intervals are merged, not summed.
 type legClock struct {
 	mu   sync.Mutex
 	legs []legInterval

@@ -237,7 +237,9 @@ func (p *Proxy) onRenderServer(c *completion, hop string, first *renderServer, o
 		ctx, span := p.tracer().Start(ctx, "proxy."+hop+"_hop", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("server.address", rs.url)))
 		start := time.Now()
+		leg := c.legs.begin(start) // the render tier's time, not the proxy's own
 		err := op(ctx, rs)
+		c.legs.end(leg, time.Now())
 		var le *legError
 		if err != nil {
 			le = p.renderError(c, ctx, rs, hop, err)
