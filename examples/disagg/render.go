@@ -101,7 +101,7 @@ func runRender(ctx context.Context, o options) error {
 				rp := r.replies[i]
 				if len(rp.ToolCalls) > 0 {
 					r.toolCalls++
-				} else if rp.Reasoning != "" && rp.Content != "" {
+				} else if strings.TrimSpace(rp.Reasoning) != "" && rp.Content != "" {
 					r.reasoned++
 				}
 			}
@@ -145,7 +145,7 @@ func runRender(ctx context.Context, o options) error {
 		last := rows[len(rows)-1]
 		for i, rp := range last.replies[:min(3, len(last.replies))] {
 			fmt.Fprintf(o.out, "  request %d: finish_reason %q\n", i, rp.FinishReason)
-			if rp.Reasoning != "" {
+			if strings.TrimSpace(rp.Reasoning) != "" {
 				fmt.Fprintf(o.out, "    reasoning: %q\n", strings.TrimSpace(rp.Reasoning))
 			}
 			if strings.TrimSpace(rp.Content) != "" {

@@ -184,7 +184,10 @@ func (a *pipelineChatAnswer) whole(toks []int, finish string, stopReason any, u 
 var DemoReplyTexts = []string{
 	"<think>\nThe user greets me; a short friendly answer will do.\n</think>\n\nHello! I am a simulated model: my KV cache was computed by prefill and verified by decode.",
 	"<think>\nThe user asks for the weather, so I call the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>",
-	"The KV cache moved from the prefill engine to the decode engine, and decode checked every byte.",
+	// Qwen3 answers without thinking with an empty think block; without
+	// one, its reasoning parser (as vLLM's) takes the whole text for
+	// reasoning, the chat template having opened the block.
+	"<think>\n\n</think>\n\nThe KV cache moved from the prefill engine to the decode engine, and decode checked every byte.",
 }
 
 // ReplyScript tokenizes texts with p: a Config.Replies that the pipeline
