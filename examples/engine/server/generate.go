@@ -21,7 +21,6 @@ const (
 	msgNoTokenizer = "Tokenizer not available when `skip_tokenizer_init=True`"
 	// msgTextRefused is what this engine adds: what to do instead.
 	msgTextRefused = msgNoTokenizer + ": this engine runs tokens-only and loads no tokenizer; send token ids to POST " + generatePath + " (a render server's /v1/chat/completions/render makes them from a chat)."
-	msgScaleOutOff = "Scale-out endpoints are disabled: POST " + generatePath + " is served only by a tokens-only engine (-tokens-only, server.Config.TokensOnly), as vLLM serves it with --tokens-only or --enable-scale-out."
 )
 
 // generateRequest is GenerateRequest's fields that this engine reads; the
@@ -79,7 +78,7 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request) {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	if !s.cfg.TokensOnly {
-		writeErrorBody(w, http.StatusForbidden, "", msgScaleOutOff)
+		writeErrorBody(w, http.StatusForbidden, "", scaleOutOff(generatePath))
 		return
 	}
 	body, reqID, ok := s.begin(w, hr)
@@ -91,6 +90,8 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request) {
 		writeFieldError(w, e)
 		return
 	}
+	r.abort = make(chan struct{})
+	defer s.gens.add(a.id, r)()
 	s.serve(w, hr, r, cf, a)
 }
 

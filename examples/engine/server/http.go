@@ -72,6 +72,9 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 		// How each completion request ended, so that a client (the soak,
 		// examples/soak) can match the engine's counts with its own.
 		requestsCounter(labels, "done", &s.st.done), requestsCounter(labels, "failed", &s.st.failed), requestsCounter(labels, "aborted", &s.st.aborted),
+		// POST /inference/v1/abort_requests (abort.go), by what each id met.
+		abortCounter(labels, "aborted", &s.st.abortFound), abortCounter(labels, "unknown", &s.st.abortUnknown),
+		abortCounter(labels, "bad_request", &s.st.abortBad),
 		// The engine's goroutines and memory, to tell a leak over hours.
 		collectors.NewGoCollector())
 	for _, c := range cs {
@@ -97,6 +100,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("POST "+generatePath, s.generate)
+	mux.HandleFunc("POST "+abortPath, s.abortRequests)
+	mux.HandleFunc("POST "+legacyAbortPath, s.abortRequests)
 	mux.HandleFunc("/", noRoute)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if s.closing.Load() {
@@ -137,6 +142,8 @@ var routeMethods = map[string]string{
 	"/v1/completions":      http.MethodPost,
 	"/v1/chat/completions": http.MethodPost,
 	generatePath:           http.MethodPost,
+	abortPath:              http.MethodPost,
+	legacyAbortPath:        http.MethodPost,
 	"/health":              http.MethodGet,
 	"/v1/models":           http.MethodGet,
 	"/kv_transfer_info":    http.MethodGet,
@@ -452,6 +459,10 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 		case ev = <-r.events:
 		case <-ctx.Done():
 			s.cancelRequest(r)
+			return
+		case <-r.abort:
+			s.cancelRequest(r)
+			s.answerAborted(w, r, cf, a, toks, streaming, flusher)
 			return
 		}
 		if !ev.end {

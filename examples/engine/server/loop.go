@@ -87,6 +87,10 @@ type request struct {
 	// trace is the request's span's context (trace.go), given to the
 	// ranks with it; nil when no trace is recorded.
 	trace context.Context
+	// abort closes when abort_requests names the request (abort.go); nil
+	// for requests that cannot be aborted so.
+	abort     chan struct{}
+	abortOnce sync.Once
 	// computeFrom is when the request could start computing (admitted to
 	// prefill; decode: its KV in and verified), the start of its
 	// first_token span; zero when not traced.

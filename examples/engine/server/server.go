@@ -94,10 +94,13 @@ type Server struct {
 
 	st struct {
 		done, failed, aborted, verified, verifyFail, recomputed atomic.Uint64
+		abortFound, abortUnknown, abortBad                      atomic.Uint64 // abort_requests ids (abort.go)
 		blocks, running, waiting                                atomic.Int64
 	}
 	reg  *prometheus.Registry
 	prom promMetrics
+
+	gens generating // the generate requests being served, for abort_requests
 
 	closeOnce sync.Once
 	closeErr  error
