@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -103,11 +102,8 @@ func (s *Server) abortRequests(w http.ResponseWriter, hr *http.Request) {
 
 // abortCounter is gonixl_engine_abort_request_ids_total{result}.
 func abortCounter(labels prometheus.Labels, result string, n *atomic.Uint64) prometheus.Collector {
-	l := prometheus.Labels{"result": result}
-	maps.Copy(l, labels)
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gonixl_engine_abort_request_ids_total",
-		Help: "Request ids sent to abort_requests: aborted (a generate request of that id was running), unknown (none was), bad_request (a body that named no ids, counted once).", ConstLabels: l},
-		func() float64 { return float64(n.Load()) })
+	return resultCounter("gonixl_engine_abort_request_ids_total",
+		"Request ids sent to abort_requests: aborted (a generate request of that id was running), unknown (none was), bad_request (a body that named no ids, counted once).", labels, result, n)
 }
 
 // scaleOutOff is the refusal of a scale-out endpoint by an engine that is
@@ -142,13 +138,7 @@ func (s *Server) answerAborted(w http.ResponseWriter, r *request, cf *commonFiel
 		_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
 	}
 	if !streaming {
-		flusher, _ = w.(http.Flusher)
-		if flusher == nil {
-			flusher = nopFlusher{}
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
+		flusher = startStream(w)
 		if f := a.first(); f != nil {
 			write(f)
 		}

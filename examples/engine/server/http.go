@@ -85,14 +85,19 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 	return nil
 }
 
+// resultCounter is counter name{result} over n, with the engine's labels.
+func resultCounter(name, help string, labels prometheus.Labels, result string, n *atomic.Uint64) prometheus.Collector {
+	l := prometheus.Labels{"result": result}
+	maps.Copy(l, labels)
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: l},
+		func() float64 { return float64(n.Load()) })
+}
+
 // requestsCounter is gonixl_engine_requests_total{result}: completion
 // requests that ended so (Stats.RequestsDone, RequestsFailed, RequestsAborted).
 func requestsCounter(labels prometheus.Labels, result string, n *atomic.Uint64) prometheus.Collector {
-	l := prometheus.Labels{"result": result}
-	maps.Copy(l, labels)
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gonixl_engine_requests_total",
-		Help: "Completion requests that ended: done (answered in full), failed (answered with an error), aborted (the client went away first).", ConstLabels: l},
-		func() float64 { return float64(n.Load()) })
+	return resultCounter("gonixl_engine_requests_total",
+		"Completion requests that ended: done (answered in full), failed (answered with an error), aborted (the client went away first).", labels, result, n)
 }
 
 func (s *Server) routes() http.Handler {
@@ -476,13 +481,7 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 			}
 			if !streaming {
 				streaming = true
-				flusher, _ = w.(http.Flusher)
-				if flusher == nil {
-					flusher = nopFlusher{}
-				}
-				w.Header().Set("Content-Type", "text/event-stream")
-				w.Header().Set("Cache-Control", "no-cache")
-				w.WriteHeader(http.StatusOK)
+				flusher = startStream(w)
 				if f := a.first(); f != nil && !writeChunk(f) {
 					s.cancelRequest(r)
 					return
@@ -528,6 +527,19 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request, r *request, cf *
 		}
 		return
 	}
+}
+
+// startStream writes an event stream's header and returns the flusher of
+// its events.
+func startStream(w http.ResponseWriter) http.Flusher {
+	flusher, _ := w.(http.Flusher)
+	if flusher == nil {
+		flusher = nopFlusher{}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return flusher
 }
 
 type nopFlusher struct{}
