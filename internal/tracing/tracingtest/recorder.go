@@ -27,13 +27,13 @@ type Recorder struct {
 // Span is a span as the Recorder kept it.
 type Span struct {
 	noop.Span
-	r          *Recorder
-	Name       string
-	Parent, SC trace.SpanContext
+	r            *Recorder
+	Name         string
+	Parent, SC   trace.SpanContext
 	Began, Ended time.Time
-	Ends       int
-	Status     codes.Code
-	Attrs      map[attribute.Key]attribute.Value
+	Ends         int
+	Status       codes.Code
+	Attrs        map[attribute.Key]attribute.Value
 }
 
 type tracer struct {
