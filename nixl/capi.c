@@ -255,6 +255,38 @@ static void opts_free(capi_opt_args args) {
 	if (args != NULL) nixl_capi_destroy_opt_args(args);
 }
 
+/* no_opts is an absent nixlgo_opts, for calls that take no options. */
+static const nixlgo_opts no_opts;
+
+/* A call about a remote agent: its options and its name, copied from Go's
+ * arguments so that no Go pointer reaches the C API. */
+typedef struct {
+	capi_opt_args args;
+	char *remote;
+} remote_call;
+
+/* remote_call_new builds c's options from o (opts_new's checks) and a
+ * NUL-terminated copy of (remote, remote_len) (cstr's: a NUL byte in the
+ * name is ST_INVALID_PARAM), in that order; on failure it returns the
+ * first failure's status and leaves nothing to free. */
+static int remote_call_new(const nixlgo_opts *o, const char *remote, size_t remote_len,
+                           remote_call *c) {
+	c->remote = NULL;
+	int st = opts_new(o, &c->args);
+	if (st != ST_SUCCESS) return st;
+	c->remote = cstr(remote, remote_len, &st);
+	if (c->remote == NULL) {
+		opts_free(c->args);
+		c->args = NULL;
+	}
+	return st;
+}
+
+static void remote_call_free(remote_call *c) {
+	free(c->remote);
+	opts_free(c->args);
+}
+
 static int xfer_list(int mem, const nixlgo_desc *d, size_t n, capi_xfer_dlist *l) {
 	int s = nixl_capi_create_xfer_dlist(mem, l);
 	if (s != CAPI_SUCCESS) return status(s);
@@ -590,14 +622,12 @@ int nixlgo_check_remote_md(uintptr_t agent, const char *remote, size_t remote_le
 	capi_xfer_dlist l;
 	int st = xfer_list(mem, descs, n, &l);
 	if (st != ST_SUCCESS) return st;
-	int err = ST_SUCCESS;
-	char *r = cstr(remote, remote_len, &err);
-	if (r == NULL) {
-		nixl_capi_destroy_xfer_dlist(l);
-		return err;
+	remote_call c;
+	st = remote_call_new(&no_opts, remote, remote_len, &c);
+	if (st == ST_SUCCESS) {
+		st = status(nixl_capi_check_remote_md(agentOf(agent)->capi, c.remote, l));
+		remote_call_free(&c);
 	}
-	st = status(nixl_capi_check_remote_md(agentOf(agent)->capi, r, l));
-	free(r);
 	nixl_capi_destroy_xfer_dlist(l);
 	return st;
 }
@@ -618,18 +648,11 @@ int nixlgo_send_local_partial_md(uintptr_t agent, int mem, const nixlgo_reg_desc
 
 int nixlgo_fetch_remote_md(uintptr_t agent, const char *remote, size_t remote_len,
                            nixlgo_opts opts) {
-	capi_opt_args args;
-	int st = opts_new(&opts, &args);
+	remote_call c;
+	int st = remote_call_new(&opts, remote, remote_len, &c);
 	if (st != ST_SUCCESS) return st;
-	int err = ST_SUCCESS;
-	char *r = cstr(remote, remote_len, &err);
-	if (r == NULL) {
-		opts_free(args);
-		return err;
-	}
-	st = status(nixl_capi_fetch_remote_md(agentOf(agent)->capi, r, args));
-	free(r);
-	opts_free(args);
+	st = status(nixl_capi_fetch_remote_md(agentOf(agent)->capi, c.remote, c.args));
+	remote_call_free(&c);
 	return st;
 }
 
@@ -644,18 +667,11 @@ int nixlgo_invalidate_local_md(uintptr_t agent, nixlgo_opts opts) {
 
 int nixlgo_make_connection(uintptr_t agent, const char *remote, size_t remote_len,
                            nixlgo_opts opts) {
-	capi_opt_args args;
-	int st = opts_new(&opts, &args);
+	remote_call c;
+	int st = remote_call_new(&opts, remote, remote_len, &c);
 	if (st != ST_SUCCESS) return st;
-	int err = ST_SUCCESS;
-	char *r = cstr(remote, remote_len, &err);
-	if (r == NULL) {
-		opts_free(args);
-		return err;
-	}
-	st = status(nixl_capi_agent_make_connection(agentOf(agent)->capi, r, args));
-	free(r);
-	opts_free(args);
+	st = status(nixl_capi_agent_make_connection(agentOf(agent)->capi, c.remote, c.args));
+	remote_call_free(&c);
 	return st;
 }
 
@@ -667,22 +683,15 @@ int nixlgo_prep_xfer_dlist(uintptr_t agent, const char *remote, size_t remote_le
 	capi_xfer_dlist l;
 	int st = xfer_list(mem, descs, n, &l);
 	if (st != ST_SUCCESS) return st;
-	capi_opt_args args;
-	st = opts_new(&opts, &args);
-	int err = ST_SUCCESS;
-	char *r = NULL;
-	if (st == ST_SUCCESS) {
-		/* An empty name is NIXL_INIT_AGENT: the local agent's list. */
-		r = cstr(remote, remote_len, &err);
-		if (r == NULL) st = err;
-	}
+	/* An empty name is NIXL_INIT_AGENT: the local agent's list. */
+	remote_call c;
+	st = remote_call_new(&opts, remote, remote_len, &c);
 	if (st == ST_SUCCESS) {
 		capi_dlist_handle h = NULL;
-		st = status(nixl_capi_prep_xfer_dlist(agentOf(agent)->capi, r, l, &h, args));
+		st = status(nixl_capi_prep_xfer_dlist(agentOf(agent)->capi, c.remote, l, &h, c.args));
 		if (st == ST_SUCCESS) *dlist = (uintptr_t)h;
+		remote_call_free(&c);
 	}
-	free(r);
-	opts_free(args);
 	nixl_capi_destroy_xfer_dlist(l);
 	return st;
 }
@@ -723,17 +732,15 @@ int nixlgo_create_xfer_req(uintptr_t agent, int op, int local_mem, const nixlgo_
 		nixl_capi_destroy_xfer_dlist(ll);
 		return st;
 	}
-	capi_opt_args args = NULL;
-	char *ra = NULL;
-	st = opts_new(&opts, &args);
-	if (st == ST_SUCCESS) ra = cstr(remote_agent, remote_agent_len, &st);
-	if (ra != NULL) {
+	remote_call c;
+	st = remote_call_new(&opts, remote_agent, remote_agent_len, &c);
+	if (st == ST_SUCCESS) {
 		capi_xfer_req h = NULL;
-		st = status(nixl_capi_create_xfer_req(agentOf(agent)->capi, op, ll, rl, ra, &h, args));
+		st = status(
+		    nixl_capi_create_xfer_req(agentOf(agent)->capi, op, ll, rl, c.remote, &h, c.args));
 		if (st == ST_SUCCESS) *req = (uintptr_t)h;
+		remote_call_free(&c);
 	}
-	free(ra);
-	opts_free(args);
 	nixl_capi_destroy_xfer_dlist(ll);
 	nixl_capi_destroy_xfer_dlist(rl);
 	return st;
@@ -937,17 +944,11 @@ int nixlgo_noop(int x) { return x; }
 
 int nixlgo_gen_notif(uintptr_t agent, const char *remote, size_t remote_len, const char *msg,
                      size_t msg_len, nixlgo_opts opts) {
-	capi_opt_args args;
-	int st = opts_new(&opts, &args);
+	remote_call c;
+	int st = remote_call_new(&opts, remote, remote_len, &c);
 	if (st != ST_SUCCESS) return st;
-	int err = ST_SUCCESS;
-	char *r = cstr(remote, remote_len, &err);
-	if (r == NULL) {
-		opts_free(args);
-		return err;
-	}
-	st = status(nixl_capi_gen_notif(agentOf(agent)->capi, r, msg_len ? msg : "", msg_len, args));
-	free(r);
-	opts_free(args);
+	st = status(
+	    nixl_capi_gen_notif(agentOf(agent)->capi, c.remote, msg_len ? msg : "", msg_len, c.args));
+	remote_call_free(&c);
 	return st;
 }

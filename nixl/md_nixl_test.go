@@ -118,6 +118,52 @@ func TestNativeCAPIRefusesWhatItCannotCarry(t *testing.T) {
 	require.NoError(t, b.Close())
 }
 
+// Every call that names a remote agent copies the name into a C string
+// (capi.c's remote_call_new): one holding a NUL byte is refused by the C
+// side, and options the C API cannot carry are refused first, before the
+// name.
+func TestNativeCAPIRemoteNames(t *testing.T) {
+	if !viaCAPI {
+		t.Skip("the C++ binding takes names as std::string")
+	}
+	p := newPeers(t, 4096, Config{})
+	bad := p.target.Name() + "\x00x"
+	local, remote := dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 4096))
+	calls := map[string]func(name string, o *Options) error{
+		"nixlAgent::checkRemoteMD":  func(n string, _ *Options) error { return p.init.CheckRemoteMD(n, remote) },
+		"nixlAgent::fetchRemoteMD":  func(n string, o *Options) error { return p.init.FetchRemoteMD(n, o) },
+		"nixlAgent::makeConnection": func(n string, o *Options) error { return p.init.MakeConnection(n, o) },
+		"nixlAgent::genNotif":       func(n string, o *Options) error { return p.init.GenNotif(n, []byte("m"), o) },
+		"nixlAgent::prepXferDlist": func(n string, o *Options) error {
+			h, err := p.init.PrepXferDlist(n, remote, o)
+			if err == nil {
+				require.NoError(t, p.init.ReleaseDlistHandle(h))
+			}
+			return err
+		},
+		"nixlAgent::createXferReq": func(n string, o *Options) error {
+			h, err := p.init.CreateXferReq(Write, local, remote, n, o)
+			if err == nil {
+				require.NoError(t, p.init.ReleaseXferReq(h))
+			}
+			return err
+		},
+	}
+	for op, call := range calls {
+		err := call(bad, nil)
+		require.ErrorIs(t, err, ErrInvalidParam, op)
+		assert.Contains(t, err.Error(), op, "refused by the binding's C side")
+		if op != "nixlAgent::checkRemoteMD" { // it takes no options
+			require.ErrorIs(t, call(bad, &Options{MetadataLabel: "label"}), ErrNotSupported, op)
+		}
+	}
+	// The same calls with the right name go through.
+	require.NoError(t, calls["nixlAgent::checkRemoteMD"](p.target.Name(), nil))
+	require.NoError(t, calls["nixlAgent::prepXferDlist"](p.target.Name(), nil))
+	require.NoError(t, calls["nixlAgent::createXferReq"](p.target.Name(), nil))
+	require.NoError(t, calls["nixlAgent::genNotif"](p.target.Name(), nil))
+}
+
 func TestNativeInvalidateRemote(t *testing.T) {
 	p := newPeers(t, 4096, Config{})
 	req, err := p.init.CreateXferReq(Write, dram(p.initBuf.Desc(0, 4096)), dram(p.tgtBuf.Desc(0, 4096)), p.target.Name(), nil)

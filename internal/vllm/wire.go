@@ -65,10 +65,6 @@ const (
 // is outside what this package's bounds allow.
 var ErrMalformed = errors.New("vllm: malformed message")
 
-// maxDepth bounds the nesting of a value a decoder skips (an unknown key's
-// value), so that nested one-element arrays cannot exhaust the stack.
-const maxDepth = 32
-
 // The appenders below write each value in the most compact msgpack form,
 // as msgspec's encoder does.
 

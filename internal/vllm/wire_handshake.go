@@ -47,21 +47,21 @@ func (p *HandshakePayload) Encode() []byte {
 // the hash first (Metadata does both). The payload keeps a copy of the
 // bytes it needs. Every error wraps ErrMalformed.
 func DecodeHandshakePayload(b []byte) (*HandshakePayload, error) {
-	rd := &mpReader{b: b}
-	n, err := rd.mapLen()
+	rd := newReader(b)
+	n, err := rd.MapLen(-1)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", payloadMsg, err)
 	}
 	p := &HandshakePayload{}
 	var seen [len(payloadKeys)]bool
 	for range n {
-		k, err := rd.rawStr(MaxStringLen)
+		k, err := rd.RawStr(MaxStringLen)
 		if err != nil {
 			return nil, fmt.Errorf("%s: map key: %w", payloadMsg, err)
 		}
 		i := keyIndex(payloadKeys[:], k)
 		if i < 0 {
-			if err := rd.skip(1); err != nil {
+			if err := rd.Skip(); err != nil {
 				return nil, fmt.Errorf("%s: unknown key %q: %w", payloadMsg, k, err)
 			}
 			continue
@@ -73,7 +73,7 @@ func DecodeHandshakePayload(b []byte) (*HandshakePayload, error) {
 		if i == 0 {
 			p.CompatibilityHash, err = rd.str()
 		} else {
-			p.AgentMetadataBytes, err = rd.bin(MaxEncodedAgentMetadata)
+			p.AgentMetadataBytes, err = rd.Bin(MaxEncodedAgentMetadata)
 		}
 		if err != nil {
 			return nil, fieldErr(payloadMsg, payloadKeys[i], err)
@@ -119,23 +119,23 @@ const requestMsg = "meta request"
 // element; this refuses it), then the pipeline- and tensor-parallel ranks
 // asked, integers in [0, MaxInt]. Every error wraps ErrMalformed.
 func DecodeMetaRequest(b []byte) (pp, tp int, err error) {
-	rd := &mpReader{b: b}
-	n, err := rd.arrayLen(-1)
+	rd := newReader(b)
+	n, err := rd.ArrayLen(-1)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", requestMsg, err)
 	}
 	if n != 3 {
 		return 0, 0, fmt.Errorf("%w: %s: array of %d elements, want 3 (%s, pp rank, tp rank)", ErrMalformed, requestMsg, n, GetMetaMsg)
 	}
-	c, err := rd.peek()
+	c, err := rd.Peek()
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", requestMsg, err)
 	}
 	var msg []byte
 	if c >= 0xc4 && c <= 0xc6 {
-		msg, err = rd.rawBin(MaxStringLen)
+		msg, err = rd.RawBin(MaxStringLen)
 	} else {
-		msg, err = rd.rawStr(MaxStringLen)
+		msg, err = rd.RawStr(MaxStringLen)
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: element 0: %w", requestMsg, err)
@@ -165,8 +165,8 @@ const timestampMsg = "timestamp"
 // (vLLM decodes it without a schema). A bool, NaN or an infinity is
 // refused, as no clock reads them. Every error wraps ErrMalformed.
 func DecodeTimestamp(b []byte) (float64, error) {
-	rd := &mpReader{b: b}
-	f, err := rd.number()
+	rd := newReader(b)
+	f, err := rd.Number()
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", timestampMsg, err)
 	}

@@ -290,15 +290,15 @@ func DecodeAgentMetadata(b []byte, v Version) (*AgentMetadata, error) {
 	if len(b) > MaxEncodedAgentMetadata {
 		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", ErrMalformed, metadataMsg, len(b), MaxEncodedAgentMetadata)
 	}
-	rd := &mpReader{b: b}
-	n, err := rd.mapLen()
+	rd := newReader(b)
+	n, err := rd.MapLen(-1)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", metadataMsg, err)
 	}
 	m := &AgentMetadata{DCPSize: 1, PCPSize: 1}
 	var seen [numMetadataKeys]bool
 	for range n {
-		k, err := rd.rawStr(MaxStringLen)
+		k, err := rd.RawStr(MaxStringLen)
 		if err != nil {
 			return nil, fmt.Errorf("%s: map key: %w", metadataMsg, err)
 		}
@@ -307,7 +307,7 @@ func DecodeAgentMetadata(b []byte, v Version) (*AgentMetadata, error) {
 			i = -1 // a later version's key is unknown at v
 		}
 		if i < 0 {
-			if err := rd.skip(1); err != nil {
+			if err := rd.Skip(); err != nil {
 				return nil, fmt.Errorf("%s: unknown key %q: %w", metadataMsg, k, err)
 			}
 			continue
@@ -350,7 +350,7 @@ func (m *AgentMetadata) decodeField(rd *mpReader, i int) error {
 	case kEngineID:
 		m.EngineID, err = rd.str()
 	case kAgentMetadata:
-		m.AgentMetadata, err = rd.bin(MaxAgentMetadata)
+		m.AgentMetadata, err = rd.Bin(MaxAgentMetadata)
 	case kKVCachesBaseAddr:
 		m.KVCachesBaseAddr, err = decodeUints(rd)
 	case kDeviceID:
@@ -372,19 +372,19 @@ func (m *AgentMetadata) decodeField(rd *mpReader, i int) error {
 	case kPhysicalBlocksPerLogical:
 		m.PhysicalBlocksPerLogical, err = rd.int(1)
 	case kRegionNumBlocks:
-		if !rd.isNil() {
+		if !rd.IsNil() {
 			m.RegionNumBlocks, err = decodeInts(rd, 0)
 		}
 	case kRegionGroupIDs:
-		if !rd.isNil() {
+		if !rd.IsNil() {
 			m.RegionGroupIDs, err = decodeInts(rd, SharedRegionGroupID)
 		}
 	case kRegionNames:
-		if !rd.isNil() {
+		if !rd.IsNil() {
 			m.RegionNames, err = decodeStrs(rd, MaxRegions)
 		}
 	case kRegionMemTypes:
-		if !rd.isNil() {
+		if !rd.IsNil() {
 			m.RegionMemTypes, err = decodeStrs(rd, MaxRegions)
 		}
 	case kDCPSize:
@@ -392,9 +392,9 @@ func (m *AgentMetadata) decodeField(rd *mpReader, i int) error {
 	case kPCPSize:
 		m.PCPSize, err = rd.int(1)
 	case kPLEBlockLen:
-		if !rd.isNil() {
+		if !rd.IsNil() {
 			var n uint64
-			n, err = rd.uint()
+			n, err = rd.Uint()
 			m.PLEBlockLen = &n
 		}
 	case kRegionMembers:
@@ -409,13 +409,13 @@ func (m *AgentMetadata) decodeField(rd *mpReader, i int) error {
 
 // decodeUints reads a per-region list of unsigned integers (nil when empty).
 func decodeUints(rd *mpReader) ([]uint64, error) {
-	n, err := rd.arrayLen(MaxRegions)
+	n, err := rd.ArrayLen(MaxRegions)
 	if err != nil || n == 0 {
 		return nil, err
 	}
 	vs := make([]uint64, n)
 	for i := range vs {
-		if vs[i], err = rd.uint(); err != nil {
+		if vs[i], err = rd.Uint(); err != nil {
 			return nil, fmt.Errorf("entry %d: %w", i, err)
 		}
 	}
@@ -425,7 +425,7 @@ func decodeUints(rd *mpReader) ([]uint64, error) {
 // decodeInts reads a per-region list of integers in [min, MaxInt]; empty
 // is a non-nil empty slice, as nil stands for None.
 func decodeInts(rd *mpReader, min int) ([]int, error) {
-	n, err := rd.arrayLen(MaxRegions)
+	n, err := rd.ArrayLen(MaxRegions)
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +441,7 @@ func decodeInts(rd *mpReader, min int) ([]int, error) {
 // decodeStrs reads a list of at most max strings; empty is a non-nil empty
 // slice.
 func decodeStrs(rd *mpReader, max int) ([]string, error) {
-	n, err := rd.arrayLen(max)
+	n, err := rd.ArrayLen(max)
 	if err != nil {
 		return nil, err
 	}
@@ -455,16 +455,16 @@ func decodeStrs(rd *mpReader, max int) ([]string, error) {
 }
 
 func decodePair(rd *mpReader) (p [2]uint64, err error) {
-	start := rd.off
-	n, err := rd.arrayLen(-1)
+	start := rd.Off()
+	n, err := rd.ArrayLen(-1)
 	if err != nil {
 		return p, err
 	}
 	if n != 2 {
-		return p, rd.errorAt(start, "array of %d entries, want 2", n)
+		return p, rd.ErrorAt(start, "array of %d entries, want 2", n)
 	}
 	for i := range p {
-		if p[i], err = rd.uint(); err != nil {
+		if p[i], err = rd.Uint(); err != nil {
 			return p, fmt.Errorf("entry %d: %w", i, err)
 		}
 	}
@@ -472,7 +472,7 @@ func decodePair(rd *mpReader) (p [2]uint64, err error) {
 }
 
 func decodeMembers(rd *mpReader) ([][]string, error) {
-	n, err := rd.arrayLen(MaxRegions)
+	n, err := rd.ArrayLen(MaxRegions)
 	if err != nil || n == 0 {
 		return nil, err
 	}

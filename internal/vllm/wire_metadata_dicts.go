@@ -9,7 +9,7 @@ const MaxLayerEntries = MaxRegionMembers
 // decodeLayerGroups reads layer_group_ids, a dict[str, int] of at most
 // MaxLayerEntries entries, in its wire order; nil when empty.
 func decodeLayerGroups(rd *mpReader) ([]LayerGroup, error) {
-	n, err := rd.dictLen()
+	n, err := rd.MapLen(MaxLayerEntries)
 	if err != nil || n == 0 {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func decodeLayerGroups(rd *mpReader) ([]LayerGroup, error) {
 // int]] of at most MaxLayerEntries entries, in its wire order; nil when
 // empty.
 func decodePackedMembers(rd *mpReader) ([]PackedMember, error) {
-	n, err := rd.dictLen()
+	n, err := rd.MapLen(MaxLayerEntries)
 	if err != nil || n == 0 {
 		return nil, err
 	}
@@ -45,19 +45,6 @@ func decodePackedMembers(rd *mpReader) ([]PackedMember, error) {
 		vs[i].Offset, vs[i].PageLen = p[0], p[1]
 	}
 	return vs, nil
-}
-
-// dictLen reads the header of a dict of at most MaxLayerEntries entries.
-func (r *mpReader) dictLen() (int, error) {
-	start := r.off
-	n, err := r.mapLen()
-	if err != nil {
-		return 0, err
-	}
-	if n > MaxLayerEntries {
-		return 0, r.errorAt(start, "map of %d entries, limit %d", n, MaxLayerEntries)
-	}
-	return n, nil
 }
 
 // validateDicts is the part of Validate about layer_group_ids and

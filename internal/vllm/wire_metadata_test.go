@@ -212,7 +212,7 @@ func TestAgentMetadataDecodeStrictness(t *testing.T) {
 			"map key: vllm: malformed message: at byte 1: string of 1025 bytes, limit 1024"},
 		"deep unknown": {append(append([]byte("\x81\xa1z"), bytes.Repeat([]byte{0x91}, 40)...), 0x00),
 			`unknown key "z": vllm: malformed message: at byte 35: value nested deeper than 32 levels`},
-		"unknown truncated": {[]byte("\x81\xa1z\xc6\x00\x00\x01\x00"), "need 256 more bytes, have 0"},
+		"unknown truncated": {[]byte("\x81\xa1z\xc6\x00\x00\x01\x00"), "at byte 8: value claims 256 bytes but only 0 follow"},
 		"unused code":       {[]byte("\x81\xa1z\xc1"), "invalid msgpack code 0xc1"},
 		"ext for int":       {replaceValue(t, ex1, "device_id", "\xd4\x01\x00"), "field device_id: vllm: malformed message: at byte 75: want an integer, got an extension (0xd4)"},
 		"uint64 for int":    {replaceValue(t, ex1, "num_blocks", "\xcf\x80\x00\x00\x00\x00\x00\x00\x00"), "integer 9223372036854775808 is above 2147483647"},
@@ -358,11 +358,10 @@ func TestAppendIntForms(t *testing.T) {
 		math.MinInt32: "d280000000", math.MinInt32 - 1: "d3ffffffff7fffffff", math.MinInt64: "d38000000000000000",
 	} {
 		require.Equal(t, want, hex.EncodeToString(appendInt(nil, v)), "%d", v)
-		rd := &mpReader{b: appendInt(nil, v)}
-		u, neg, err := rd.integer()
+		rd := newReader(appendInt(nil, v))
+		got, err := rd.Int64()
 		require.NoError(t, err)
-		require.Equal(t, v, int64(u), "%d", v)
-		require.Equal(t, v < 0, neg)
+		require.Equal(t, v, got, "%d", v)
 	}
 	require.Equal(t, "cfffffffffffffffff", hex.EncodeToString(appendUint(nil, math.MaxUint64)))
 }
@@ -388,12 +387,12 @@ func TestAppendLengthForms(t *testing.T) {
 		require.Equal(t, c.bin, hex.EncodeToString(appendBin(nil, p)[:len(c.bin)/2]), "bin %d", c.n)
 		require.Equal(t, c.arr, hex.EncodeToString(appendArrayLen(nil, c.n)), "array %d", c.n)
 		require.Equal(t, c.mapp, hex.EncodeToString(appendMapLen(nil, c.n)), "map %d", c.n)
-		rd := &mpReader{b: appendStr(nil, string(p))}
-		got, err := rd.rawStr(math.MaxInt)
+		rd := newReader(appendStr(nil, string(p)))
+		got, err := rd.RawStr(-1)
 		require.NoError(t, err)
 		require.Equal(t, p, got)
-		rd = &mpReader{b: appendBin(nil, p)}
-		got, err = rd.rawBin(math.MaxInt)
+		rd = newReader(appendBin(nil, p))
+		got, err = rd.RawBin(-1)
 		require.NoError(t, err)
 		require.Equal(t, p, got)
 	}

@@ -117,7 +117,7 @@ func DecodeFailure(msg []byte) (*Failure, error) {
 	if !IsFailure(msg) {
 		return nil, fmt.Errorf("%w: PUSH_FAIL: message does not start with %q", ErrMalformed, FailPrefix)
 	}
-	rd := &reader{b: msg, off: len(FailPrefix)}
+	rd := newReader(msg, len(FailPrefix))
 	var f Failure
 	err := decodeMap(rd, "PUSH_FAIL", []string{"request_id", "transfer_id", "engine_id", "rank", "kind", "reason", "registration_seq"}, []int{1, 6},
 		func(i int) (err error) {

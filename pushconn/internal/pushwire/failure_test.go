@@ -60,7 +60,7 @@ func TestFailureDecodeErrors(t *testing.T) {
 		"not a map":   {"PUSH_FAIL:\x90", "want a map, got an array"},
 		"missing":     {"PUSH_FAIL:\x81\xaarequest_id\xa1r", "engine_id is missing"},
 		"empty id":    {"PUSH_FAIL:\x81\xaarequest_id\xa0", "engine_id is missing"},
-		"rank type":   {"PUSH_FAIL:\x81\xa4rank\xa1x", "field rank: malformed notification: at byte 17: want an integer, got a string"},
+		"rank type":   {"PUSH_FAIL:\x81\xa4rank\xa1x", "field rank: malformed notification: at byte 16: want an integer, got a string"},
 		"negative":    {"PUSH_FAIL:\x81\xa4rank\xff", "rank -1 is negative"},
 		"twice":       {"PUSH_FAIL:\x82\xa4kind\xa1x\xa4kind\xa1y", "kind appears twice"},
 		"trailing":    {string(good) + "\x00", "1 bytes after the map"},

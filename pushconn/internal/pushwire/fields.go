@@ -14,7 +14,7 @@ import (
 // refuses a key seen twice, trailing bytes and a missing field (every name
 // but names[optional]). Errors name msg, the message's kind.
 func decodeMap(rd *reader, msg string, names []string, optional []int, field func(i int) error) error {
-	n, err := rd.mapLen()
+	n, err := rd.MapLen(-1)
 	if err != nil {
 		return fmt.Errorf("%s: %w", msg, err)
 	}
@@ -26,7 +26,7 @@ func decodeMap(rd *reader, msg string, names []string, optional []int, field fun
 		}
 		i := slices.Index(names, key)
 		if i < 0 {
-			if err := rd.skip(1); err != nil {
+			if err := rd.Skip(); err != nil {
 				return fmt.Errorf("%s: unknown field %q: %w", msg, key, err)
 			}
 			continue
@@ -39,8 +39,8 @@ func decodeMap(rd *reader, msg string, names []string, optional []int, field fun
 			return fmt.Errorf("%s: field %s: %w", msg, key, err)
 		}
 	}
-	if rd.left() != 0 {
-		return fmt.Errorf("%w: %s: %d bytes after the map", ErrMalformed, msg, rd.left())
+	if rd.Left() != 0 {
+		return fmt.Errorf("%w: %s: %d bytes after the map", ErrMalformed, msg, rd.Left())
 	}
 	for i, name := range names {
 		if !slices.Contains(optional, i) && !seen[i] {
@@ -54,19 +54,19 @@ func decodeMap(rd *reader, msg string, names []string, optional []int, field fun
 func rank(rd *reader) (int, error) {
 	r, err := boundedInt(rd)
 	if err == nil && r < 0 {
-		err = rd.errorf("rank %d is negative", r)
+		err = rd.Errorf("rank %d is negative", r)
 	}
 	return r, err
 }
 
 // seqField reads an optional registration_seq: nil or a positive integer.
 func seqField(rd *reader) (uint64, error) {
-	if rd.isNil() { // consumed: nil counts as absent
+	if rd.IsNil() { // consumed: nil counts as absent
 		return 0, nil
 	}
-	v, err := rd.uint()
+	v, err := rd.Uint()
 	if err == nil && v == 0 {
-		err = rd.errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
+		err = rd.Errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
 	}
 	return v, err
 }

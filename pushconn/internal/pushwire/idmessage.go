@@ -63,7 +63,7 @@ func decodeIDMessage(msg []byte, prefix, name string) (idMessage, error) {
 	if !bytes.HasPrefix(msg, []byte(prefix)) {
 		return m, fmt.Errorf("%w: %s: message does not start with %q", ErrMalformed, name, prefix)
 	}
-	rd := &reader{b: msg, off: len(prefix)}
+	rd := newReader(msg, len(prefix))
 	err := decodeMap(rd, name, []string{"request_id", "transfer_id", "engine_id", "rank", "registration_seq"}, []int{1, 4},
 		func(i int) (err error) {
 			switch i {

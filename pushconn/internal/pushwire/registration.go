@@ -267,8 +267,8 @@ func DecodeRegistration(msg []byte) (*Registration, error) {
 	if !IsRegistration(msg) {
 		return nil, fmt.Errorf("%w: PUSH_REG: message does not start with %q", ErrMalformed, RegPrefix)
 	}
-	rd := &reader{b: msg, off: len(RegPrefix)}
-	n, err := rd.mapLen()
+	rd := newReader(msg, len(RegPrefix))
+	n, err := rd.MapLen(-1)
 	if err != nil {
 		return nil, fmt.Errorf("PUSH_REG: %w", err)
 	}
@@ -287,7 +287,7 @@ func DecodeRegistration(msg []byte) (*Registration, error) {
 			}
 		}
 		if bit == 0 {
-			if err := rd.skip(1); err != nil {
+			if err := rd.Skip(); err != nil {
 				return nil, fmt.Errorf("PUSH_REG: unknown field %q: %w", key, err)
 			}
 			continue
@@ -300,8 +300,8 @@ func DecodeRegistration(msg []byte) (*Registration, error) {
 			return nil, fmt.Errorf("PUSH_REG: field %s: %w", key, err)
 		}
 	}
-	if rd.left() != 0 {
-		return nil, fmt.Errorf("%w: PUSH_REG: %d bytes after the map", ErrMalformed, rd.left())
+	if rd.Left() != 0 {
+		return nil, fmt.Errorf("%w: PUSH_REG: %d bytes after the map", ErrMalformed, rd.Left())
 	}
 	if missing := requiredFields &^ seen; missing != 0 {
 		for i, name := range regFieldNames {
@@ -342,25 +342,25 @@ func (r *Registration) decodeField(rd *reader, bit int) error {
 	case fRemotePPSize:
 		r.RemotePPSize, err = boundedInt(rd)
 	case fTransferID:
-		if !rd.isNil() { // encoders that write None for "no transfer id"
+		if !rd.IsNil() { // encoders that write None for "no transfer id"
 			r.TransferID, err = rd.id()
 		}
 	case fDecodeIncarnation:
-		if !rd.isNil() { // nil, like a missing key, says nothing
-			r.DecodeIncarnation, err = rd.uint()
+		if !rd.IsNil() { // nil, like a missing key, says nothing
+			r.DecodeIncarnation, err = rd.Uint()
 			if err == nil && r.DecodeIncarnation == 0 {
-				err = rd.errorf("incarnation 0 is reserved for \"not said\": leave the key out")
+				err = rd.Errorf("incarnation 0 is reserved for \"not said\": leave the key out")
 			}
 		}
 	case fSeq:
-		if !rd.isNil() {
-			r.Seq, err = rd.uint()
+		if !rd.IsNil() {
+			r.Seq, err = rd.Uint()
 			if err == nil && r.Seq == 0 {
-				err = rd.errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
+				err = rd.Errorf("registration_seq 0 is reserved for \"not said\": leave the key out")
 			}
 		}
 	case fStaging:
-		if !rd.isNil() {
+		if !rd.IsNil() {
 			r.Staging, err = decodeStaging(rd)
 		}
 	}
@@ -385,28 +385,28 @@ func encodeStaging(enc *msgpack.Encoder, s *Staging) error {
 }
 
 func decodeStaging(rd *reader) (*Staging, error) {
-	n, err := rd.arrayLen()
+	n, err := rd.ArrayLen(-1)
 	if err != nil {
 		return nil, err
 	}
 	if n != 3 {
-		return nil, rd.errorf("staging is an array of %d, want [slot, offsets, sizes]", n)
+		return nil, rd.Errorf("staging is an array of %d, want [slot, offsets, sizes]", n)
 	}
 	s := &Staging{}
 	if s.Slot, err = boundedInt(rd); err != nil {
 		return nil, err
 	}
 	for _, l := range []*[]uint64{&s.Offsets, &s.Sizes} {
-		m, err := rd.arrayLen()
+		m, err := rd.ArrayLen(-1)
 		if err != nil {
 			return nil, err
 		}
 		if m > MaxStagingRanks {
-			return nil, rd.errorf("staging list of %d entries, at most %d", m, MaxStagingRanks)
+			return nil, rd.Errorf("staging list of %d entries, at most %d", m, MaxStagingRanks)
 		}
 		*l = make([]uint64, m)
 		for i := range *l {
-			if (*l)[i], err = rd.uint(); err != nil {
+			if (*l)[i], err = rd.Uint(); err != nil {
 				return nil, err
 			}
 		}
@@ -419,35 +419,35 @@ func decodeStaging(rd *reader) (*Staging, error) {
 const maxFieldInt = 1 << 31
 
 func boundedInt(rd *reader) (int, error) {
-	v, err := rd.int()
+	v, err := rd.Int64()
 	if err != nil {
 		return 0, err
 	}
 	if v < -maxFieldInt || v > maxFieldInt {
-		return 0, rd.errorf("integer %d is out of range", v)
+		return 0, rd.Errorf("integer %d is out of range", v)
 	}
 	return int(v), nil
 }
 
 func decodeGroups(rd *reader) ([][]int, error) {
-	n, err := rd.arrayLen()
+	n, err := rd.ArrayLen(-1)
 	if err != nil {
 		return nil, err
 	}
 	groups := make([][]int, n)
 	for g := range groups {
-		m, err := rd.arrayLen()
+		m, err := rd.ArrayLen(-1)
 		if err != nil {
 			return nil, fmt.Errorf("group %d: %w", g, err)
 		}
 		ids := make([]int, m)
 		for i := range ids {
-			v, err := rd.int()
+			v, err := rd.Int64()
 			if err != nil {
 				return nil, fmt.Errorf("group %d entry %d: %w", g, i, err)
 			}
 			if v < 0 {
-				return nil, fmt.Errorf("group %d entry %d: %w", g, i, rd.errorf("block id %d is negative", v))
+				return nil, fmt.Errorf("group %d entry %d: %w", g, i, rd.Errorf("block id %d is negative", v))
 			}
 			ids[i] = int(v)
 		}

@@ -103,7 +103,7 @@ func TestRegistrationInvalidVectorsSayWhatIsWrong(t *testing.T) {
 		"negative_block_id":  "block id -5 is negative",
 		"port_out_of_range":  "decode_port 70000 is outside 0..65535",
 		"tp_zero":            "decode_tp_size 0 is below 1",
-		"huge_array_header":  "array claims 4294967295 elements but only 0 bytes follow",
+		"huge_array_header":  "at byte 26: array claims 4294967295 entries but only 0 bytes follow",
 		"empty":              `does not start with "PUSH_REG:"`,
 	}
 	for _, c := range loadVectors(t) {
