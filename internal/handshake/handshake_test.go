@@ -160,13 +160,27 @@ func TestNotReadyRetriesUntilReady(t *testing.T) {
 }
 
 func TestNotReadyGivesUpAtDeadline(t *testing.T) {
-	s := serve(t, engine(2), ServerOptions{})
+	// The fetch's deadline passes once the engine has answered "not
+	// ready" twice (the test cancels the fetch's context then, standing in
+	// for its timer): the client retries only after it read the first
+	// answer, so it has heard one whatever the machine's speed (a 1 s
+	// deadline once passed before the first answer came back on a loaded
+	// machine). The deadline may cut an attempt's dial or read: the error
+	// still names what the engine said.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var replies atomic.Int64
+	s := serve(t, engine(2), ServerOptions{Now: func() time.Time {
+		if replies.Add(1) == 2 {
+			cancel()
+		}
+		return time.Now()
+	}})
 	require.NoError(t, s.SetRank(rank(0, 2, 16)))
-	// The deadline may cut an attempt's dial or read (on a loaded machine it
-	// did): the error still names what the engine said, not the dial.
-	c := client(t, ModePull, time.Second)
-	_, err := c.Get(context.Background(), "prefill-e", s.Addr().String())
+	c := client(t, ModePull, time.Minute) // bounds a hang only
+	_, err := c.fetch(ctx, "prefill-e", s.Addr().String())
 	assert.ErrorIs(t, err, ErrFailed)
+	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorContains(t, err, `engine "prefill-e" is not ready: rank 1 has not started`)
 }
 
