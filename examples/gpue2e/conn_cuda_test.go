@@ -547,6 +547,11 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		prog int // > 0: the end of chunk prog, reported with Progress
 	}
 	slots := f.g.blocks / f.g.reqBlocks
+	if slots == 0 {
+		// No request would ever find a free slot: say so instead of
+		// waiting for one until the deadline.
+		return runStats{}, fmt.Errorf("a request of %d blocks (GONIXL_E2E_REQ_BLOCKS) does not fit the cache's %d blocks", f.g.reqBlocks, f.g.blocks)
+	}
 	pFree, dFree := make([]int, 0, slots), make([]int, 0, slots)
 	for s := range slots {
 		pFree, dFree = append(pFree, s), append(dFree, (s+slots/2)%slots)
