@@ -547,6 +547,11 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		prog int // > 0: the end of chunk prog, reported with Progress
 	}
 	slots := f.g.blocks / f.g.reqBlocks
+	if slots == 0 {
+		// No request would ever find a free slot: say so instead of
+		// waiting for one until the deadline.
+		return runStats{}, fmt.Errorf("a request of %d blocks (GONIXL_E2E_REQ_BLOCKS) does not fit the cache's %d blocks", f.g.reqBlocks, f.g.blocks)
+	}
 	pFree, dFree := make([]int, 0, slots), make([]int, 0, slots)
 	for s := range slots {
 		pFree, dFree = append(pFree, s), append(dFree, (s+slots/2)%slots)
@@ -816,16 +821,20 @@ func BenchmarkCriticalPath(b *testing.B) {
 // tokens), and the blocks of every chunk but the last are reported with
 // Producer.Progress as it ends, so only the last chunk's transfer (and
 // whatever is still moving) is left after prefill. Every request
-// fragmented (no two blocks adjacent); 16k tokens with
+// fragmented (no two blocks adjacent) unless GONIXL_E2E_FRAG_EVERY says
+// otherwise (0: every request contiguous, whose chunks move as a few large
+// descriptors; n: every nth fragmented); 16k tokens with
 // GONIXL_E2E_REQ_BLOCKS=1024. Staging must be off (progress refuses it).
 //
 //	GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
+//	GONIXL_E2E_FRAG_EVERY=0 GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
 //
-// Not yet run on a GPU: the figures belong in docs/gpu.md.
+// The figures are in docs/gpu.md.
 func BenchmarkProgressivePush(b *testing.B) {
 	needDevices(b, 1)
 	prefill := time.Duration(envInt("GONIXL_E2E_PREFILL_MS", 350)) * time.Millisecond
 	chunks := envInt("GONIXL_E2E_PROGRESS_CHUNKS", 8)
+	fragEvery := envInt("GONIXL_E2E_FRAG_EVERY", 1)
 	for _, dev := range benchDevices() {
 		for _, progressive := range []bool{false, true} {
 			b.Run(fmt.Sprintf("gpu0-gpu%d/progressive=%v", dev, progressive), func(b *testing.B) {
@@ -837,7 +846,7 @@ func BenchmarkProgressivePush(b *testing.B) {
 				b.ResetTimer()
 				// One request at a time: the rate leaves each one its
 				// prefill and transfer alone.
-				st, err := f.run(b.N, 0.5, prefill, 1, false)
+				st, err := f.run(b.N, 0.5, prefill, fragEvery, false)
 				if err != nil {
 					b.Fatal(err)
 				}
