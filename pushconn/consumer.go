@@ -91,7 +91,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 		ready:   make(chan struct{}, 1),
 	}
 	c.tracker.recompute = cfg.FailurePolicy == connector.PolicyRecompute
-	c.tracker.noCancel = e.vllm()
+	c.tracker.noCancel, c.tracker.siblings = e.vllm(), e.vllm()
 	c.stats.SetGroups(cfg.Layout.GroupKinds())
 	c.push = newPushCounters(c.stats)
 	if cfg.Staging.Enabled() {

@@ -306,14 +306,18 @@ func (d *decodeCore) send(p *decodePeer, r *decodeReq) {
 		return
 	}
 	d.edge.lock()
-	alive := d.tracker.expect(r, p.sources)
+	alive := d.tracker.expect(d.edge.now(), r, p.sources)
 	if alive {
 		r.regAt = d.edge.now().mono
 		r.via, r.viaSources = p.payload, p.sources
 	}
+	done := !alive && len(d.tracker.results) > 0
 	d.edge.unlock()
 	if !alive {
-		return // ended while it waited (timeout, Abort)
+		if done {
+			d.edge.signal() // written whole on sibling ranks' registrations
+		}
+		return // ended while it waited (timeout, Abort), or written already
 	}
 	reg := &pushwire.Registration{
 		RequestID:      r.id,
@@ -345,12 +349,20 @@ func (d *decodeCore) send(p *decodePeer, r *decodeReq) {
 			// rank may get the registration after it ended.
 			d.edge.lock()
 			live := d.tracker.live(r)
-			if live {
+			wrote := r.sources[agent] == srcWritten
+			if live && !wrote {
 				d.tracker.sent(r, agent)
 			}
 			d.edge.unlock()
 			if !live {
 				return
+			}
+			if wrote {
+				// vLLM's protocol: that rank already wrote here on a
+				// sibling rank's registration; a vLLM prefill would keep
+				// this one unmatched (pending) for a later request of
+				// the id.
+				continue
 			}
 			if err = d.edge.notify(agent, msg); err != nil {
 				err = fmt.Errorf("%w to prefill agent %q: %w", ErrNotifySend, agent, err)
@@ -390,7 +402,7 @@ func (d *decodeCore) onCompletion(sender string, msg []byte) {
 	}
 	a := d.tracker.complete(d.edge.now(), comp.ID, sender, seq)
 	d.edge.unlock()
-	if d.stage != nil && a != arrivalUnknown && a != arrivalStranger && a != arrivalStale {
+	if d.stage != nil && a != arrivalUnknown && a != arrivalStranger && a != arrivalStale && a != arrivalEarly {
 		d.stage.Direct.Inc()
 	}
 	d.counted(sender, comp, a)
@@ -406,7 +418,7 @@ func (d *decodeCore) counted(sender string, comp notif.Completion, a arrival) {
 			zap.String("sender", sender), zap.String("request", comp.ID), zap.Uint64("seq", comp.Seq))
 	case arrivalDone, arrivalReleased:
 		d.edge.signal()
-	case arrivalSettled:
+	case arrivalSettled, arrivalEarly:
 	case arrivalLate:
 		d.stats.LateNotifications.Inc()
 	case arrivalUnknown, arrivalStranger, arrivalDuplicate:

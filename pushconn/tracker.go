@@ -74,6 +74,9 @@ type decodeReq struct {
 	// handshake, on the wall clock, for its handshake span; zero when it
 	// has no trace or did not wait.
 	parkedAt time.Time
+	// early are the prefill agents whose completion came before the
+	// request's sources were known (tracker.siblings).
+	early []string
 	// resent: its registration was parked for a second try once, after
 	// the first agent it went to was found disconnected.
 	resent bool
@@ -104,6 +107,7 @@ const (
 	arrivalSettled                      // a rank of a draining request ended; more may follow
 	arrivalReleased                     // the last rank of a draining request ended: its result is out
 	arrivalStale                        // a completion of another registration of the id
+	arrivalEarly                        // vLLM's protocol: before this rank's registration went out (kept)
 )
 
 // tracker is the decode side's state machine: requests from registration
@@ -137,6 +141,14 @@ type tracker struct {
 	// cancelTimeout is the drain's bound after the registration timeout
 	// in vLLM's protocol (see writeBound).
 	cancelTimeout time.Duration
+	// siblings: the engine speaks vLLM's protocol, in which a prefill
+	// rank WRITEs into every decode rank it targets on the first
+	// registration of the request it gets, from whichever decode rank
+	// (push_worker.py@0.34.0, _handle_push_reg_notif and
+	// _do_start_push_kv): this rank's blocks may be written, and their
+	// completion arrive, before its own registration went out. Such a
+	// completion counts (early, then when the rank's sources are known).
+	siblings bool
 }
 
 // cancelOrder is a PUSH_CANCEL owed to some prefill ranks for a request
@@ -202,13 +214,27 @@ func (t *tracker) live(r *decodeReq) bool { return t.reqs[r.id] == r }
 // expect records which prefill agents are sent request r's registration;
 // it reports false if r already ended (the id may belong to a newer
 // request by now).
-func (t *tracker) expect(r *decodeReq, agents []string) bool {
+func (t *tracker) expect(now instant, r *decodeReq, agents []string) (send bool) {
 	if !t.live(r) {
 		return false
 	}
 	r.sources = make(map[string]srcState, len(agents))
 	for _, a := range agents {
 		r.sources[a] = srcUnsent
+	}
+	// Completions that came before (vLLM's protocol: on a sibling rank's
+	// registration) count now; those of agents that do not write here
+	// count nothing.
+	for _, a := range r.early {
+		if r.sources[a] == srcUnsent {
+			r.sources[a] = srcWritten
+			r.reported++
+		}
+	}
+	r.early = nil
+	if r.reported > 0 && r.reported == len(r.sources) {
+		t.end(now, r, nil) // every rank wrote: no registration to send
+		return false
 	}
 	return true
 }
@@ -241,6 +267,16 @@ func (t *tracker) complete(now instant, id, sender string, seq uint64) arrival {
 	}
 	st, known := r.sources[sender]
 	switch {
+	case t.siblings && r.sources == nil:
+		// Its prefill engine's handshake is still running: the sources
+		// are not known yet (expect settles it).
+		if !slices.Contains(r.early, sender) {
+			r.early = append(r.early, sender)
+		}
+		return arrivalEarly
+	case t.siblings && known && st == srcUnsent:
+		// Written on a sibling rank's registration before this rank's
+		// went to that agent: the agent will not write again.
 	case !known || st == srcUnsent:
 		return arrivalStranger
 	case st != srcWaiting:

@@ -511,7 +511,7 @@ func TestTrackerVLLMWriteBound(t *testing.T) {
 	add := func(id string, at time.Time, agents ...string) *decodeReq {
 		r := &decodeReq{id: id, blocks: [][]int{{1}}}
 		require.NoError(t, tr.add(both(at), r))
-		require.True(t, tr.expect(r, agents))
+		require.True(t, tr.expect(both(at), r, agents))
 		r.regAt = at.Add(time.Second) // sent after a one-second handshake
 		for _, a := range agents {
 			tr.sent(r, a)
@@ -538,4 +538,66 @@ func TestTrackerVLLMWriteBound(t *testing.T) {
 	require.Equal(t, arrivalReleased, tr.complete(both(t0.Add(22*time.Second)), "late", "p0", 0), "its completion releases it first")
 	require.Equal(t, "late", tr.drain()[0].RequestID)
 	require.Zero(t, tr.pending())
+}
+
+// In vLLM's protocol a prefill rank WRITEs into every decode rank it
+// targets on the first registration of the request it gets, from whichever
+// decode rank (push_worker.py@0.34.0): a completion may reach this rank
+// before its own registration went out. It counts: kept while the prefill
+// engine's handshake runs, then for the agent it came from once the
+// sources are known; one from an agent that does not write here counts
+// nothing; a request written whole so ends without a registration to send.
+// In gonixl's protocol the same completion is a stranger's.
+func TestTrackerSiblingRegistrationCompletions(t *testing.T) {
+	both := func(at time.Time) instant { return instant{wall: at, mono: at} }
+	t0 := rigStart
+	newVLLM := func() *tracker {
+		tr := newTracker(10*time.Second, 3*time.Second)
+		tr.noCancel, tr.siblings = true, true
+		return tr
+	}
+
+	// Before the handshake: kept, then counted.
+	tr := newVLLM()
+	r := &decodeReq{id: "a", blocks: [][]int{{1}}}
+	require.NoError(t, tr.add(both(t0), r))
+	require.Equal(t, arrivalEarly, tr.complete(both(t0), "a", "p0", 0))
+	require.Equal(t, arrivalEarly, tr.complete(both(t0), "a", "p0", 0), "a copy is kept once")
+	require.Equal(t, arrivalEarly, tr.complete(both(t0), "a", "stranger", 0))
+	require.True(t, tr.expect(both(t0), r, []string{"p0", "p1"}), "p1 has not written: send")
+	require.Equal(t, srcWritten, r.sources["p0"])
+	require.Equal(t, srcUnsent, r.sources["p1"])
+	require.NotContains(t, r.sources, "stranger")
+	tr.sent(r, "p1")
+	require.Equal(t, arrivalDone, tr.complete(both(t0), "a", "p1", 0))
+	res := tr.drain()
+	require.Len(t, res, 1)
+	require.NoError(t, res[0].Err)
+
+	// Every source wrote before the handshake: done, nothing to send.
+	r = &decodeReq{id: "b", blocks: [][]int{{1}}}
+	require.NoError(t, tr.add(both(t0), r))
+	require.Equal(t, arrivalEarly, tr.complete(both(t0), "b", "p0", 0))
+	require.False(t, tr.expect(both(t0), r, []string{"p0"}))
+	res = tr.drain()
+	require.Len(t, res, 1)
+	require.Equal(t, "b", res[0].RequestID)
+	require.NoError(t, res[0].Err)
+
+	// Sources known, the registration not yet sent to that agent.
+	r = &decodeReq{id: "c", blocks: [][]int{{1}}}
+	require.NoError(t, tr.add(both(t0), r))
+	require.True(t, tr.expect(both(t0), r, []string{"p0"}))
+	require.Equal(t, arrivalDone, tr.complete(both(t0), "c", "p0", 0))
+	require.Len(t, tr.drain(), 1)
+	require.Zero(t, tr.pending())
+
+	// gonixl's protocol: a stranger's, whatever the state.
+	g := newTracker(10*time.Second, 3*time.Second)
+	r = &decodeReq{id: "d", blocks: [][]int{{1}}, seq: 7}
+	require.NoError(t, g.add(both(t0), r))
+	require.Equal(t, arrivalStranger, g.complete(both(t0), "d", "p0", 7))
+	require.True(t, g.expect(both(t0), r, []string{"p0"}))
+	require.Equal(t, arrivalStranger, g.complete(both(t0), "d", "p0", 7))
+	require.Empty(t, g.drain())
 }
