@@ -1,11 +1,10 @@
 package pullconn
 
 import (
-	"encoding/json"
-	"fmt"
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/tracing"
 )
 
@@ -163,12 +162,6 @@ func oneList(r connector.Request) ([]int, error) {
 }
 
 // convert copies kv_transfer_params from one view (Params,
-// connector.Params) to the other through their JSON, which both read and
-// write as vLLM's object.
-func convert(from, to any) error {
-	b, err := json.Marshal(from)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errInvalid, err)
-	}
-	return json.Unmarshal(b, to)
-}
+// connector.Params) to the other, as their JSON would (groupids.Convert:
+// the block lists copied directly).
+func convert[F, T any](from F, to *T) error { return groupids.Convert(from, to) }

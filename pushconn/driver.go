@@ -2,12 +2,11 @@ package pushconn
 
 import (
 	"cmp"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
+	"github.com/gonixl/gonixl/internal/groupids"
 	"github.com/gonixl/gonixl/internal/tracing"
 )
 
@@ -163,15 +162,9 @@ func prefillOf(p connector.Params) Prefill {
 }
 
 // convert copies kv_transfer_params from one view (Params,
-// connector.Params) to the other through their JSON, which both read and
-// write as vLLM's object.
-func convert(from, to any) error {
-	b, err := json.Marshal(from)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errInvalid, err)
-	}
-	return json.Unmarshal(b, to)
-}
+// connector.Params) to the other, as their JSON would (groupids.Convert:
+// the block lists copied directly).
+func convert[F, T any](from F, to *T) error { return groupids.Convert(from, to) }
 
 func (p producer) isClosed() bool {
 	p.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gonixl/gonixl/descriptors"
@@ -107,6 +108,19 @@ func Decode(raw json.RawMessage) (flat []int, groups [][]int, err error) {
 func OnWire(flat []int, groups [][]int) [][]int {
 	if groups == nil && flat != nil {
 		return [][]int{flat}
+	}
+	for g := range groups {
+		if groups[g] == nil {
+			// A group without blocks is written [], not null: a reader
+			// takes [null] for one group of block id 0.
+			out := slices.Clone(groups)
+			for i := range out {
+				if out[i] == nil {
+					out[i] = []int{}
+				}
+			}
+			return out
+		}
 	}
 	return groups
 }
