@@ -286,7 +286,10 @@ func allocated(f func()) uint64 {
 }
 
 // A header's claim costs nothing: whatever it says, decoding a short input
-// allocates a few hundred bytes at most (the error).
+// allocates what its error takes, a few KiB at most (2.3 KiB for "inner
+// members" since the shared reader's errors; the race detector and other
+// goroutines add some), where honouring any of these claims would take
+// 128 KiB or more.
 func TestDecodersIgnoreLengthClaims(t *testing.T) {
 	ex1 := facts23(t)
 	for name, b := range map[string][]byte{
@@ -302,7 +305,7 @@ func TestDecodersIgnoreLengthClaims(t *testing.T) {
 			_, err := DecodeAgentMetadata(b, V12)
 			require.Error(t, err, name)
 		})
-		require.Less(t, n, uint64(2048+len(b)), "%s: %d bytes allocated", name, n)
+		require.Less(t, n, uint64(4096+len(b)), "%s: %d bytes allocated", name, n)
 	}
 	for name, b := range map[string][]byte{
 		"payload map32": []byte("\xdf\xff\xff\xff\xff"),
@@ -312,13 +315,13 @@ func TestDecodersIgnoreLengthClaims(t *testing.T) {
 			_, err := DecodeHandshakePayload(b)
 			require.Error(t, err, name)
 		})
-		require.Less(t, n, uint64(2048), "%s: %d bytes allocated", name, n)
+		require.Less(t, n, uint64(4096), "%s: %d bytes allocated", name, n)
 	}
 	n := allocated(func() {
 		_, _, err := DecodeMetaRequest([]byte("\xdd\xff\xff\xff\xff"))
 		require.Error(t, err)
 	})
-	require.Less(t, n, uint64(2048))
+	require.Less(t, n, uint64(4096))
 }
 
 // What a decoder allocates is bounded by its input: the worst valid inputs
