@@ -101,6 +101,12 @@ type Server struct {
 	prom promMetrics
 
 	gens generating // the generate requests being served, for abort_requests
+	// drops counts the holds Shutdown dropped as unclaimed, per rank, and
+	// the requests (dropped on every rank) it logged (shutdown.go).
+	drops struct {
+		perRank []int
+		logged  int
+	}
 
 	closeOnce sync.Once
 	closeErr  error

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gonixl/gonixl/connector"
@@ -191,7 +192,17 @@ func (s *Server) waitHeld(ctx context.Context, o ShutdownOptions) {
 // unclaimedFor > 0: only those nobody asked about for that long), logs what
 // it dropped (always when atBound) and returns how many holds stay, the
 // most of any rank.
+//
+// A request's holds are one per rank, and each rank times its own from its
+// RequestFinished, which the engine calls rank after rank: on a busy
+// machine one rank's hold passes unclaimedFor a round before the next
+// rank's. A request counts as dropped once every rank dropped its hold, so
+// the line says how many requests went, once each (s.drops keeps each
+// rank's running count; the fewest is the requests every rank dropped).
 func (s *Server) dropHolds(unclaimedFor time.Duration, atBound bool) (kept int) {
+	if s.drops.perRank == nil {
+		s.drops.perRank = make([]int, len(s.prods))
+	}
 	dropped := 0
 	for i, p := range s.prods {
 		n, k, err := p.DropHolds(shutdownWhy, unclaimedFor)
@@ -199,15 +210,18 @@ func (s *Server) dropHolds(unclaimedFor time.Duration, atBound bool) (kept int) 
 			s.log.Warn("engine closing: dropping holds", zap.Int("tp_rank", i), zap.Error(err))
 			continue
 		}
+		s.drops.perRank[i] += n
 		dropped, kept = max(dropped, n), max(kept, k)
 	}
-	switch {
-	case atBound:
+	if atBound {
 		s.log.Info("engine closing: bound passed, dropped the holds no decode engine is reading; decode engines that come for them are told",
 			zap.Int("dropped", dropped), zap.Int("being_read", kept))
-	case dropped > 0:
-		s.log.Info("engine closing: dropped holds no decode engine asked about", zap.Int("dropped", dropped),
+		return kept
+	}
+	if all := slices.Min(s.drops.perRank); all > s.drops.logged {
+		s.log.Info("engine closing: dropped holds no decode engine asked about", zap.Int("dropped", all-s.drops.logged),
 			zap.Duration("unclaimed_for", unclaimedFor), zap.Int("still_held", kept))
+		s.drops.logged = all
 	}
 	return kept
 }
