@@ -121,11 +121,7 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /kv_transfer_info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.info) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.handlers.Add(1)
-		defer s.handlers.Done()
-		mux.ServeHTTP(w, r)
-	})
+	return s.handlers.gated(mux)
 }
 
 // kvFlags are the kv_transfer_params keys that select the protocol, and push

@@ -83,7 +83,7 @@ type Server struct {
 	served   chan struct{}
 	baseCtx  context.Context
 	cancel   context.CancelFunc
-	handlers sync.WaitGroup
+	handlers handlerGate // the HTTP handlers running (handlers.go)
 
 	submitCh chan *request
 	cancelCh chan *request

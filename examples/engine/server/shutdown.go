@@ -109,7 +109,7 @@ func (s *Server) shutdown(ctx context.Context, o ShutdownOptions) error {
 	}
 	s.cancel() // handlers still running see their context end
 	s.httpSrv.Close()
-	s.handlers.Wait()
+	s.handlers.closeAndWait()
 	<-s.served
 
 	// Let decode engines read what prefill holds (prefill), or loads end
