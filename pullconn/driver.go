@@ -1,7 +1,6 @@
 package pullconn
 
 import (
-
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/engine"
 	"github.com/gonixl/gonixl/internal/groupids"
