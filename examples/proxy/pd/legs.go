@@ -41,20 +41,23 @@ type completion struct {
 	derender *derenderHop
 }
 
-// body returns the client's request with kv_transfer_params set to kv and, for a prefill
-// leg, max_tokens 1, stream false and no stream_options.
+// body returns the client's request with kv_transfer_params set to kv (a
+// generate request's too: at its top level) and, for a prefill leg, one
+// token (max_tokens 1; a generate request's sampling_params.max_tokens),
+// stream false and no stream_options.
 func (c *completion) body(kv any, prefill bool) []byte {
-	if c.tokens {
-		return c.generateBody(kv, prefill)
-	}
 	m := make(map[string]json.RawMessage, len(c.fields)+4)
 	for k, v := range c.fields {
 		m[k] = v
 	}
 	if prefill {
-		m["max_tokens"] = json.RawMessage("1")
-		if _, ok := m["max_completion_tokens"]; ok {
-			m["max_completion_tokens"] = json.RawMessage("1")
+		if c.tokens {
+			prefillTokens(m)
+		} else {
+			m["max_tokens"] = json.RawMessage("1")
+			if _, ok := m["max_completion_tokens"]; ok {
+				m["max_completion_tokens"] = json.RawMessage("1")
+			}
 		}
 		m["stream"] = json.RawMessage("false")
 		delete(m, "stream_options")

@@ -75,35 +75,16 @@ func tokensRoute(c *completion) pullRoute {
 	}}
 }
 
-// generateBody is body for a generate request: kv_transfer_params at the
-// top level, and for a prefill leg sampling_params.max_tokens 1, stream
-// false and no stream_options.
-func (c *completion) generateBody(kv any, prefill bool) []byte {
-	m := make(map[string]json.RawMessage, len(c.fields)+1)
-	for k, v := range c.fields {
-		m[k] = v
+// prefillTokens limits a generate request's prefill leg to one token:
+// sampling_params.max_tokens 1 (render wrote sampling_params, an object).
+func prefillTokens(m map[string]json.RawMessage) {
+	var sp map[string]json.RawMessage
+	_ = json.Unmarshal(m["sampling_params"], &sp)
+	if sp == nil {
+		sp = map[string]json.RawMessage{}
 	}
-	if prefill {
-		var sp map[string]json.RawMessage
-		_ = json.Unmarshal(m["sampling_params"], &sp) // render wrote it: an object
-		if sp == nil {
-			sp = map[string]json.RawMessage{}
-		}
-		sp["max_tokens"] = json.RawMessage("1")
-		m["sampling_params"], _ = json.Marshal(sp)
-		m["stream"] = json.RawMessage("false")
-		delete(m, "stream_options")
-	}
-	raw, err := json.Marshal(kv)
-	if err != nil {
-		panic(err) // kv is built by this package from marshalable values
-	}
-	m["kv_transfer_params"] = raw
-	out, err := json.Marshal(m)
-	if err != nil {
-		panic(err) // values came out of json.Unmarshal
-	}
-	return out
+	sp["max_tokens"] = json.RawMessage("1")
+	m["sampling_params"], _ = json.Marshal(sp)
 }
 
 // relayDerender answers the client from decode's generate answer through
