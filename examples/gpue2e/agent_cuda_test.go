@@ -56,9 +56,10 @@ func ucxParams() map[string]string {
 }
 
 // newAgent creates a native agent with a UCX backend (its calls wrapped by
-// ctxAgent when asked), closed at the end of the test unless tb is nil.
+// ctxAgent when asked), capturing NIXL's telemetry with
+// GONIXL_E2E_TELEMETRY=1, closed at the end of the test unless tb is nil.
 func newAgent(tb testing.TB, name string, m memory) (nixl.Agent, error) {
-	a, err := nixl.New(name, nixl.Config{})
+	a, err := nixl.New(name, nixl.Config{CaptureTelemetry: telemetryOn()})
 	if err != nil {
 		return nil, err
 	}

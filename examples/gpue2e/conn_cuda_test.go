@@ -113,6 +113,16 @@ type (
 		RecvNano int64 `json:"recv"`
 		// Stage is decode's staging counters (cumulative) when it ended.
 		Stage map[string]uint64 `json:"stage,omitempty"`
+		// Decode's cumulative transfer and post times (pull's READs)
+		// when it ended, and how many NIXL's telemetry timed.
+		XferNS int64  `json:"xfer_ns"`
+		Xfers  uint64 `json:"xfers"`
+		PostNS int64  `json:"post_ns"`
+		Posts  uint64 `json:"posts"`
+		ByNIXL uint64 `json:"by_nixl"`
+		// Pull's pin exchanges with prefill and their time (cumulative).
+		Confirms  uint64 `json:"confirms"`
+		ConfirmUS uint64 `json:"confirm_us"`
 	}
 )
 
@@ -237,8 +247,18 @@ func runDecode() error {
 	go func() { // drainer: stamps each end as soon as the connector reports it
 		defer wg.Done()
 		for {
-			for _, d := range drain() {
-				toCheck <- d
+			ds := drain()
+			if len(ds) > 0 {
+				// One snapshot per batch, taken after every end in it
+				// was stamped.
+				s := snapshot()
+				for _, d := range ds {
+					d.XferNS, d.Xfers = int64(s.XferTime.Sum), s.XferTime.Count
+					d.PostNS, d.Posts = int64(s.PostTime.Sum), s.PostTime.Count
+					d.ByNIXL = counter(s, "transfers_timed_by_nixl")
+					d.Confirms, d.ConfirmUS = counter(s, "confirmations"), counter(s, "confirmation_microseconds")
+					toCheck <- d
+				}
 			}
 			select {
 			case <-stop:
@@ -530,6 +550,9 @@ type runStats struct {
 	bytes             uint64            // checked on decode
 	stalls            int               // requests that waited for a free slot
 	stage             map[string]uint64 // decode's staging counters at the last end
+	// initiator is decode's transfer and post times at the last end
+	// (cumulative; pull's initiator).
+	initiator xferCounters
 }
 
 // run sends n requests at rate per second. Each request's prefill compute
@@ -604,6 +627,7 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 			st.load = append(st.load, time.Duration(d.EndNano-d.RecvNano))
 		}
 		st.bytes += d.Checked
+		st.initiator = xferCounters{xfer: time.Duration(d.XferNS), xfers: d.Xfers, post: time.Duration(d.PostNS), posts: d.Posts, byNIXL: d.ByNIXL, confirms: d.Confirms, confirm: time.Duration(d.ConfirmUS) * time.Microsecond}
 		if d.Stage != nil {
 			st.stage = d.Stage
 		}
