@@ -40,25 +40,13 @@ func StreamChat(ctx context.Context, client *http.Client, url, model, requestID 
 
 // chatText is a chat chunk's delta content.
 func chatText(line []byte) (string, *int, error) {
-	var chunk struct {
-		Choices []struct {
-			Delta struct {
-				Content string `json:"content"`
-			} `json:"delta"`
-		} `json:"choices"`
-		Usage *struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
+	c, usage, err := firstChoice[struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	}](line)
+	if err != nil || c == nil {
+		return "", usage, err
 	}
-	if err := json.Unmarshal(line, &chunk); err != nil {
-		return "", nil, err
-	}
-	var usage *int
-	if chunk.Usage != nil {
-		usage = &chunk.Usage.CompletionTokens
-	}
-	if len(chunk.Choices) == 0 {
-		return "", usage, nil
-	}
-	return chunk.Choices[0].Delta.Content, usage, nil
+	return c.Delta.Content, usage, nil
 }

@@ -2,7 +2,6 @@ package completions
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 )
@@ -22,6 +21,23 @@ type ToolCall struct {
 	Name, Arguments string
 }
 
+// replyChoice is what StreamReply reads of a chat chunk's choice.
+type replyChoice struct {
+	Delta struct {
+		Content          string `json:"content"`
+		Reasoning        string `json:"reasoning"`
+		ReasoningContent string `json:"reasoning_content"`
+		ToolCalls        []struct {
+			Index    int `json:"index"`
+			Function *struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"delta"`
+	FinishReason *string `json:"finish_reason"`
+}
+
 // StreamReply sends a whole chat request body (it must set "stream": true)
 // to url + /v1/chat/completions and gathers the reply. The Sample is timed
 // as StreamChat's, except that a chunk counts as a token when it carries
@@ -31,37 +47,10 @@ func StreamReply(ctx context.Context, client *http.Client, url, requestID string
 	var r Reply
 	calls := map[int]*ToolCall{}
 	textOf := func(line []byte) (string, *int, error) {
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					Content          string `json:"content"`
-					Reasoning        string `json:"reasoning"`
-					ReasoningContent string `json:"reasoning_content"`
-					ToolCalls        []struct {
-						Index    int `json:"index"`
-						Function *struct {
-							Name      string `json:"name"`
-							Arguments string `json:"arguments"`
-						} `json:"function"`
-					} `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
+		c, usage, err := firstChoice[replyChoice](line)
+		if err != nil || c == nil {
+			return "", usage, err
 		}
-		if err := json.Unmarshal(line, &chunk); err != nil {
-			return "", nil, err
-		}
-		var usage *int
-		if chunk.Usage != nil {
-			usage = &chunk.Usage.CompletionTokens
-		}
-		if len(chunk.Choices) == 0 {
-			return "", usage, nil
-		}
-		c := chunk.Choices[0]
 		if c.FinishReason != nil {
 			r.FinishReason = *c.FinishReason
 		}

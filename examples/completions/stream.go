@@ -58,25 +58,36 @@ func Stream(ctx context.Context, client *http.Client, url, model, requestID, pro
 
 // completionText is a /v1/completions chunk's text.
 func completionText(line []byte) (string, *int, error) {
+	c, usage, err := firstChoice[struct {
+		Text string `json:"text"`
+	}](line)
+	if err != nil || c == nil {
+		return "", usage, err
+	}
+	return c.Text, usage, nil
+}
+
+// firstChoice decodes a streamed chunk (one "data:" line's JSON) of choices C: its first
+// choice, nil when it has none (the usage chunk), and its usage's completion_tokens, nil when
+// it carries no usage.
+func firstChoice[C any](line []byte) (*C, *int, error) {
 	var chunk struct {
-		Choices []struct {
-			Text string `json:"text"`
-		} `json:"choices"`
-		Usage *struct {
+		Choices []C `json:"choices"`
+		Usage   *struct {
 			CompletionTokens int `json:"completion_tokens"`
 		} `json:"usage"`
 	}
 	if err := json.Unmarshal(line, &chunk); err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	var usage *int
 	if chunk.Usage != nil {
 		usage = &chunk.Usage.CompletionTokens
 	}
 	if len(chunk.Choices) == 0 {
-		return "", usage, nil
+		return nil, usage, nil
 	}
-	return chunk.Choices[0].Text, usage, nil
+	return &chunk.Choices[0], usage, nil
 }
 
 // post sends body to endpoint and reads its stream into s, textOf reading

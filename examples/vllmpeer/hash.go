@@ -7,7 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf16"
+
+	"github.com/gonixl/gonixl/internal/pyjson"
 )
 
 // HashFactors are the facts vLLM's compute_nixl_compatibility_hash takes
@@ -77,7 +78,7 @@ func writePyJSON(b *strings.Builder, v any) error {
 	case int:
 		b.WriteString(strconv.Itoa(x))
 	case string:
-		writePyString(b, x)
+		pyjson.WriteString(b, x, true)
 	case []any:
 		b.WriteByte('[')
 		for i, e := range x {
@@ -109,7 +110,7 @@ func writePyJSON(b *strings.Builder, v any) error {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writePyString(b, k)
+			pyjson.WriteString(b, k, true)
 			b.WriteString(": ")
 			if err := writePyJSON(b, x[k]); err != nil {
 				return err
@@ -120,42 +121,4 @@ func writePyJSON(b *strings.Builder, v any) error {
 		return fmt.Errorf("vllmpeer: compatibility hash: a factor of type %T has no JSON form here", v)
 	}
 	return nil
-}
-
-// writePyString writes s as json.dumps with ensure_ascii=True does.
-func writePyString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			switch {
-			case r < 0x20 || (r >= 0x7f && r < 0x10000):
-				if r == 0x7f {
-					b.WriteRune(r) // DEL is ASCII: Python keeps it
-					continue
-				}
-				fmt.Fprintf(b, `\u%04x`, r)
-			case r >= 0x10000:
-				hi, lo := utf16.EncodeRune(r)
-				fmt.Fprintf(b, `\u%04x\u%04x`, hi, lo)
-			default:
-				b.WriteRune(r)
-			}
-		}
-	}
-	b.WriteByte('"')
 }

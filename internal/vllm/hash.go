@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gonixl/gonixl/internal/pyjson"
 )
 
 // CompatFactors are the facts vLLM's compute_nixl_compatibility_hash hashes;
@@ -129,12 +131,12 @@ func writeJSON(b *strings.Builder, v any) {
 	case int:
 		b.WriteString(strconv.Itoa(v))
 	case string:
-		writeJSONString(b, v)
+		pyjson.WriteString(b, v, true)
 	case *string:
 		if v == nil {
 			b.WriteString("null")
 		} else {
-			writeJSONString(b, *v)
+			pyjson.WriteString(b, *v, true)
 		}
 	case []int:
 		if v == nil {
@@ -158,60 +160,12 @@ func writeJSON(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeJSONString(b, m.key)
+			pyjson.WriteString(b, m.key, true)
 			b.WriteString(": ")
 			writeJSON(b, m.value)
 		}
 		b.WriteByte('}')
 	default:
 		panic("vllm: writeJSON: unsupported type") // only this file builds values
-	}
-}
-
-const hexDigits = "0123456789abcdef"
-
-// writeJSONString writes s quoted as Python's json with ensure_ascii: '"'
-// and '\' and the control characters with a short form (\b \f \n \r \t)
-// escaped with it, every other character outside ' '..'~' as \u and four
-// lowercase hex digits, a character above U+FFFF as its UTF-16 surrogate
-// pair. '/' is not escaped.
-func writeJSONString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			switch {
-			case r >= ' ' && r <= '~':
-				b.WriteByte(byte(r))
-			case r > 0xffff:
-				r -= 0x10000
-				writeU4(b, 0xd800|(r>>10)&0x3ff)
-				writeU4(b, 0xdc00|r&0x3ff)
-			default:
-				writeU4(b, r)
-			}
-		}
-	}
-	b.WriteByte('"')
-}
-
-func writeU4(b *strings.Builder, r rune) {
-	b.WriteString(`\u`)
-	for shift := 12; shift >= 0; shift -= 4 {
-		b.WriteByte(hexDigits[(r>>shift)&0xf])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,32 +79,41 @@ func TestPullDecodeAfterAcceptNotFailedOver(t *testing.T) {
 // Push: decode's 503 before prefill answered: the pair again with another decode engine; the
 // first pair's prefill leg is cancelled.
 func TestPushDecode503FailsOver(t *testing.T) {
+	refusing := newFake(t, "decode", "push", answer503)
+	good := newFake(t, "decode", "push", nil)
+	var answered []any // transfer ids of the prefill legs answered
+	var mu sync.Mutex
 	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
-		if rec.body["kv_transfer_params"].(map[string]any)["transfer_id"] == nil {
+		if transferID(rec) == nil {
 			t.Error("prefill leg without transfer_id")
 		}
-		// The first pair's leg waits for decode's blocks, which never come:
-		// the proxy cancels it. Under load it may be cancelled before it
-		// reaches this engine at all; so every leg waits a while for its
-		// cancel, and a leg not cancelled by then (the second pair's) is
-		// answered.
-		select {
-		case <-r.Context().Done():
-			f.mu.Lock()
-			f.cancelled = append(f.cancelled, r.Header.Get("X-Request-Id"))
-			f.mu.Unlock()
-		case <-time.After(300 * time.Millisecond):
+		// The first pair's leg would wait for decode's blocks, which never come: it waits
+		// for the proxy to cancel it (it may also be cancelled before it reaches this
+		// engine at all). The second pair's is answered.
+		switch partner, _ := f.pushPartner(r, rec, refusing, good); partner {
+		case refusing:
+			f.waitCancelled(r)
+		case good:
+			mu.Lock()
+			answered = append(answered, transferID(rec))
+			mu.Unlock()
 			answerJSON(f, w, r, rec)
 		}
 	})
-	refusing := newFake(t, "decode", "push", answer503)
-	good := newFake(t, "decode", "push", nil)
 	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{pf}, []*fake{refusing, good})
 	h.postOK(t)
-	// The first pair's prefill leg, when it reached the engine, was cancelled.
-	if n := len(pf.requests()); len(refusing.requests()) != 1 || len(good.requests()) != 1 || n < 1 || n > 2 || len(pf.cancels()) != n-1 {
-		t.Fatalf("refusing %d, good %d, prefill %d (cancelled %d): want 1, 1, 2 (1) or 1 (0)", len(refusing.requests()), len(good.requests()), n, len(pf.cancels()))
+	if len(refusing.requests()) != 1 || len(good.requests()) != 1 {
+		t.Fatalf("refusing %d, good %d: want 1 and 1", len(refusing.requests()), len(good.requests()))
 	}
+	// The answer came once the second pair's prefill leg was answered; the first
+	// pair's, if it reached the engine, is cancelled (its engine sees that a little later).
+	mu.Lock()
+	got := answered
+	mu.Unlock()
+	if want := transferID(good.requests()[0]); len(got) != 1 || got[0] != want {
+		t.Fatalf("prefill answered the legs of transfers %v, want only the second pair's %v", got, want)
+	}
+	eventually(t, "the first pair's prefill leg cancelled, if it came", func() bool { return len(pf.cancels()) == len(pf.requests())-1 })
 	if s := h.p.Stats(); s != (Stats{Requests: 1, Retried: 1, DecodeFailovers: 1}) {
 		t.Fatalf("stats %+v", s)
 	}
@@ -177,8 +187,7 @@ func TestPullDecodeClosedAfterTakenInNotFailedOver(t *testing.T) {
 		answer func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded)
 	}{
 		{"after 103", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
-			takeIn(w, r)
-			time.Sleep(10 * time.Millisecond) // the 103 is read before the close
+			takeIn(w, r) // written to the connection before the close: the proxy reads it first
 			hangUp(w)
 		}},
 		{"never announces", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) { hangUp(w) }},
@@ -202,13 +211,6 @@ func TestPullDecodeClosedAfterTakenInNotFailedOver(t *testing.T) {
 // Push: a decode engine that announces closes the connection under a leg before it took
 // it in (it registered no blocks): the pair again with the other decode engine.
 func TestPushDecodeClosedBeforeTakenInFailsOver(t *testing.T) {
-	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
-		select { // as in TestPushDecode503FailsOver: a cancelled first pair, or an answer
-		case <-r.Context().Done():
-		case <-time.After(300 * time.Millisecond):
-			answerJSON(f, w, r, rec)
-		}
-	})
 	var n atomic.Int32
 	dying := newFake(t, "decode", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
 		if n.Add(1) == 1 {
@@ -219,6 +221,16 @@ func TestPushDecodeClosedBeforeTakenInFailsOver(t *testing.T) {
 		hangUp(w)
 	})
 	other := newFake(t, "decode", "push", nil)
+	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		// As in TestPushDecode503FailsOver: the leg of a pair whose decode leg the dying
+		// engine hangs up on waits for its cancel; any other is answered.
+		switch partner, dr := f.pushPartner(r, rec, dying, other); {
+		case partner == dying && transferID(dr) != transferID(dying.requests()[0]):
+			f.waitCancelled(r)
+		case partner != nil:
+			answerJSON(f, w, r, rec)
+		}
+	})
 	h := newHarness(t, Config{HealthInterval: time.Hour}, []*fake{pf}, []*fake{dying, other})
 	sent := 0
 	for ; len(dying.requests()) < 2 && sent < 20; sent++ {
@@ -227,6 +239,7 @@ func TestPushDecodeClosedBeforeTakenInFailsOver(t *testing.T) {
 	if got := len(dying.requests()); got != 2 {
 		t.Fatalf("the dying decode engine got %d requests in %d, want 2", got, sent)
 	}
+	eventually(t, "the prefill leg of the pair hung up on cancelled, if it came", func() bool { return len(pf.cancels()) == len(pf.requests())-sent })
 	if s := h.p.Stats(); s != (Stats{Requests: uint64(sent), Retried: 1, DecodeFailovers: 1}) {
 		t.Fatalf("stats %+v, want %d requests, 1 retried, 1 decode failover", s, sent)
 	}

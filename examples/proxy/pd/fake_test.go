@@ -139,6 +139,42 @@ func (f *fake) waitCancelled(r *http.Request) bool {
 	}
 }
 
+// transferID is a push leg's kv_transfer_params.transfer_id.
+func transferID(rec recorded) any {
+	kv, _ := rec.body["kv_transfer_params"].(map[string]any)
+	return kv["transfer_id"]
+}
+
+// pushPartner waits, in a push prefill engine's handler, for the leg's decode partner (the
+// decode leg with its transfer_id) to reach one of decodes, and returns that engine and the
+// partner's request: a prefill engine answers only once decode registered. When the proxy
+// cancels the leg first it records the cancel and returns nil. The wait is bounded (5 s, a
+// test error) only against a hang.
+func (f *fake) pushPartner(r *http.Request, rec recorded, decodes ...*fake) (*fake, recorded) {
+	tid := transferID(rec)
+	deadline := time.After(5 * time.Second)
+	for {
+		for _, d := range decodes {
+			for _, dr := range d.requests() {
+				if transferID(dr) == tid {
+					return d, dr
+				}
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			f.mu.Lock()
+			f.cancelled = append(f.cancelled, r.Header.Get("X-Request-Id"))
+			f.mu.Unlock()
+			return nil, recorded{}
+		case <-deadline:
+			f.t.Errorf("engine %s: the decode leg of transfer %v never came", f.info.EngineID, tid)
+			return nil, recorded{}
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func (f *fake) nextRequest(t *testing.T) recorded {
 	t.Helper()
 	select {

@@ -56,21 +56,29 @@ func TestHealthCheckHysteresis(t *testing.T) {
 	}
 }
 
+// hungCheck runs one health check of e that runs out of time: e's fake hangs
+// (hangHealth), and the check's deadline is short. The harness's HealthTimeout stays
+// generous, so that a check that should pass never times out on a busy machine.
+func (h *harness) hungCheck(e *engine) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	h.p.check(ctx, e, h.p.connector)
+}
+
 // A health check that hangs past its timeout counts as one failure, not
 // as the engine leaving rotation.
 func TestHealthCheckHangsOnce(t *testing.T) {
 	pf := newFake(t, "prefill", "pull", nil)
 	df := newFake(t, "decode", "pull", nil)
-	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, HealthTimeout: 20 * time.Millisecond, HealthFailures: 2},
-		[]*fake{pf}, []*fake{df})
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, HealthFailures: 2}, []*fake{pf}, []*fake{df})
 	decode := h.p.pools().decode
 	check := func() { h.p.checkAll(context.Background(), h.p.connector) }
 	df.hangHealth.Store(true)
-	check()
+	h.hungCheck(decode[0])
 	if n := h.p.inRotationCount(decode); n != 1 {
 		t.Fatalf("after one hung check: %d in rotation, want 1", n)
 	}
-	check()
+	h.hungCheck(decode[0])
 	if n := h.p.inRotationCount(decode); n != 0 {
 		t.Fatalf("after HealthFailures (2) hung checks: %d in rotation, want 0", n)
 	}
@@ -109,13 +117,12 @@ func TestWrongRoleLoggedOnce(t *testing.T) {
 func TestSlowEngineServesWhenNoneIsInRotation(t *testing.T) {
 	pf := newFake(t, "prefill", "pull", nil)
 	df := newFake(t, "decode", "pull", nil)
-	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, HealthTimeout: 20 * time.Millisecond, HealthFailures: 2},
-		[]*fake{pf}, []*fake{df})
+	h := newHarness(t, Config{Connector: "pull", HealthInterval: time.Hour, HealthFailures: 2}, []*fake{pf}, []*fake{df})
 	decode := h.p.pools().decode
 	check := func() { h.p.checkAll(context.Background(), h.p.connector) }
 	df.hangHealth.Store(true)
-	check()
-	check()
+	h.hungCheck(decode[0])
+	h.hungCheck(decode[0])
 	if n := h.p.inRotationCount(decode); n != 0 {
 		t.Fatalf("after 2 hung checks: %d in rotation, want 0", n)
 	}
@@ -132,7 +139,7 @@ func TestSlowEngineServesWhenNoneIsInRotation(t *testing.T) {
 	// And timeouts after that error do not bring it back before a pass.
 	df.health.Store(0)
 	df.hangHealth.Store(true)
-	check()
+	h.hungCheck(decode[0])
 	resp = h.post(t, context.Background(), clientBody, nil)
 	if b := readAll(t, resp); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("hung checks after a failed one: status %d: %s", resp.StatusCode, b)

@@ -386,10 +386,6 @@ func TestPushClientDisconnect(t *testing.T) {
 // In push, a failing prefill leg cancels the decode leg; the pair is retried once on
 // another prefill engine with a new transfer id.
 func TestPushPrefillFailRetriesPair(t *testing.T) {
-	bad := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
-		time.Sleep(20 * time.Millisecond) // decode is registered by now
-		answer500(f, w, r, rec)
-	})
 	good := newFake(t, "prefill", "push", nil)
 	df := newFake(t, "decode", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
 		tid := rec.body["kv_transfer_params"].(map[string]any)["transfer_id"]
@@ -408,6 +404,11 @@ func TestPushPrefillFailRetriesPair(t *testing.T) {
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
+		}
+	})
+	bad := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		if partner, _ := f.pushPartner(r, rec, df); partner != nil { // decode registered
+			answer500(f, w, r, rec)
 		}
 	})
 	h := newHarness(t, Config{}, []*fake{bad, good}, []*fake{df})
@@ -434,12 +435,13 @@ func TestPushPrefillFailRetriesPair(t *testing.T) {
 }
 
 func TestPushPrefillFail502(t *testing.T) {
-	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
-		time.Sleep(20 * time.Millisecond)
-		answer500(f, w, r, rec)
-	})
 	df := newFake(t, "decode", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
 		f.waitCancelled(r)
+	})
+	pf := newFake(t, "prefill", "push", func(f *fake, w http.ResponseWriter, r *http.Request, rec recorded) {
+		if partner, _ := f.pushPartner(r, rec, df); partner != nil { // decode registered
+			answer500(f, w, r, rec)
+		}
 	})
 	h := newHarness(t, Config{}, []*fake{pf}, []*fake{df})
 	resp := h.post(t, context.Background(), clientBody, map[string]string{"X-Request-Id": "x"})

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,13 @@ type chatStack struct {
 var chatModel = server.ModelSpec{Name: "tiny", Layers: 2, KVHeads: 4, HeadDim: 8, DTypeBytes: 2, DType: "bfloat16", BlockSize: 16, TPSize: 2}
 
 func newChatStack(t *testing.T, conn string, renderTier, localStream bool) *chatStack {
+	t.Helper()
+	return newChatStackWith(t, conn, renderTier, localStream, nil)
+}
+
+// newChatStackWith is newChatStack whose render server's handler is
+// wrapRender's wrapping of it (nil: as it is).
+func newChatStackWith(t *testing.T, conn string, renderTier, localStream bool, wrapRender func(http.Handler) http.Handler) *chatStack {
 	t.Helper()
 	pipe, err := chat.New(chat.Config{})
 	if err != nil {
@@ -66,7 +74,11 @@ func newChatStack(t *testing.T, conn string, renderTier, localStream bool) *chat
 		if err != nil {
 			t.Fatal(err)
 		}
-		st.render = httptest.NewServer(rsrv.Handler())
+		h := rsrv.Handler()
+		if wrapRender != nil {
+			h = wrapRender(h)
+		}
+		st.render = httptest.NewServer(h)
 		cfg.Render = []string{st.render.URL}
 		if localStream {
 			cfg.RenderPipeline = pipe
@@ -336,5 +348,54 @@ func TestRenderServerDown(t *testing.T) {
 	}
 	if s := st.decode.Stats(); s.RequestsDone != 1 {
 		t.Errorf("decode engine saw more than the first request: %+v", s)
+	}
+}
+
+// A render server that closes a kept-alive connection as the proxy sends a
+// hop on it (restarted, or its keep-alive timeout ran out then: vLLM's
+// closes idle connections after 5 s, the proxy keeps them 90 s) costs the
+// client nothing: the hop goes again on a new connection. Here the render
+// server hangs up on the second request of every connection, so every hop
+// after the first meets a closed connection.
+func TestRenderHopResentWhenKeptAliveConnectionCloses(t *testing.T) {
+	var mu sync.Mutex
+	perConn := map[string]int{} // requests by the proxy's address
+	hungUp, served := 0, 0      // hops
+	st := newChatStackWith(t, "pull", true, false, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			perConn[r.RemoteAddr]++
+			hang := perConn[r.RemoteAddr] == 2
+			if hang {
+				hungUp++
+			} else if r.Method == http.MethodPost {
+				served++
+			}
+			mu.Unlock()
+			if hang {
+				if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+					conn.Close()
+				}
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	for i, body := range append(chatBodies(false)[:2], chatBodies(true)[:2]...) {
+		if code, _, raw := st.chat(t, fmt.Sprint("r", i), body); code != 200 {
+			t.Fatalf("chat %d: %d %s", i, code, raw)
+		}
+	}
+	if s := st.proxy.Stats(); s.Requests != 4 || s.Failed != 0 || s.Retried != 0 {
+		t.Errorf("proxy stats %+v: want 4 requests, none failed or retried", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Each chat is a render hop and one derender hop or more (8 at least),
+	// each served on a new connection; every one but perhaps the first (the
+	// health check's connection may be gone) first met the closed
+	// connection its predecessor left kept alive.
+	if served < 8 || hungUp < served-1 || hungUp > served {
+		t.Errorf("%d hops served, %d met a closed connection: want 8 hops at least, each but perhaps the first after a closed connection", served, hungUp)
 	}
 }

@@ -34,7 +34,15 @@ func TestStartBeforeEngines(t *testing.T) {
 	var listening atomic.Bool
 	go func() {
 		defer close(up)
-		time.Sleep(300 * time.Millisecond) // lets New find no engine first
+		// New finds no engine first: the engines come up once it said it waits.
+		deadline := time.Now().Add(time.Minute)
+		for logs.FilterMessage("waiting for the engines").Len() == 0 {
+			if time.Now().After(deadline) {
+				t.Error("New never said it waits for the engines")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
 		listening.Store(true)
 		for _, e := range []struct{ addr, role string }{{pa, "prefill"}, {da, "decode"}} {
 			ln, err := net.Listen("tcp", e.addr)

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gonixl/gonixl/internal/pyjson"
 )
 
 // extractHermes is the one-shot Hermes tool-call parser, following vLLM
@@ -123,7 +125,7 @@ func pythonJSON(raw json.RawMessage) (string, error) {
 			b.WriteByte(byte(v))
 			stack = append(stack, frame{object: v == '{'})
 		case string:
-			writePythonString(&b, v)
+			pyjson.WriteString(&b, v, false)
 		case json.Number:
 			b.WriteString(v.String())
 		case bool:
@@ -136,35 +138,6 @@ func pythonJSON(raw json.RawMessage) (string, error) {
 			b.WriteString("null")
 		}
 	}
-}
-
-func writePythonString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			if r < 0x20 {
-				fmt.Fprintf(b, `\u%04x`, r)
-			} else {
-				b.WriteRune(r)
-			}
-		}
-	}
-	b.WriteByte('"')
 }
 
 var hermesNameRE = regexp.MustCompile(`"name"\s*:\s*"([^"]+)"`)

@@ -47,6 +47,13 @@ func (c *Client) post(ctx context.Context, path string, in, out any) error {
 		return fmt.Errorf("render client: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	// Every call is a pure function of its body (a stream's state travels
+	// in it), so it may be sent twice. Marked so (a nil Idempotency-Key is
+	// not sent), net/http sends it again on a new connection when a
+	// kept-alive one closes under it before any answer: the server
+	// restarted, or its keep-alive timeout ran out as the call went out
+	// (vLLM's render server closes idle connections after 5 s).
+	hreq.Header["Idempotency-Key"] = nil
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
