@@ -74,7 +74,8 @@ type Config struct {
 	// outstanding requests (it is chosen after prefill).
 	Policy string
 	// Client sends every upstream request; default: a client with dial timeouts and
-	// keep-alives, no overall timeout (streams), no transparent compression.
+	// keep-alives that it drops after IdleConnTimeout idle (below the engines' own), no
+	// overall timeout (streams), no transparent compression.
 	Client *http.Client
 	// RequestTimeout bounds each leg (the decode leg including its stream); default 120 s.
 	RequestTimeout time.Duration
@@ -311,13 +312,25 @@ func normalizeURL(u string) (string, error) {
 	return u, nil
 }
 
+// IdleConnTimeout is how long the default client keeps an idle connection to an engine
+// or a render server. It must be shorter than the server's own keep-alive: a server that
+// closes an idle connection just as the proxy sends a request on it makes that request
+// fail with EOF, and a POST that failed so is not sent again (net/http resends only
+// idempotent requests, and the proxy cannot tell it from an engine that died after it
+// took the request in; see failover.go). vLLM's HTTP servers close connections idle for
+// VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5 s (vllm/envs.py@0.34.0, passed as uvicorn's
+// timeout_keep_alive in vllm/entrypoints/launchers/api_server/entry.py@0.34.0 and
+// launchers/render/entry.py@0.34.0), so the proxy lets go of its side a second earlier.
+// An engine set up with a shorter keep-alive needs a Client with a shorter one still.
+const IdleConnTimeout = 4 * time.Second
+
 func defaultClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       IdleConnTimeout,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true, // pass the engines' bytes through as they are
