@@ -111,7 +111,7 @@ func TestProgressStagedParts(t *testing.T) {
 			}
 			regions := r.preLayout[0].NumRegions()
 			want := []int{regions} // the part: one run per region
-			for range rigChunks {   // the rest: a chunk per region here, one run each
+			for range rigChunks {  // the rest: a chunk per region here, one run each
 				want = append(want, regions/rigChunks)
 			}
 			require.Equal(t, want, rec.got(), "descriptors of prefill rank 0's WRITEs")

@@ -152,7 +152,7 @@ func (p preset) postCost() time.Duration {
 // modes' gather cost is charged per.
 func (p preset) rankBlockBytes() uint64 {
 	heads := max(p.Model.KVHeads/p.TPSize, 1)
-	return uint64(2*p.Model.Layers*p.Model.BlockSize*heads*p.Model.HeadDim*p.Model.DTypeBytes)
+	return uint64(2 * p.Model.Layers * p.Model.BlockSize * heads * p.Model.HeadDim * p.Model.DTypeBytes)
 }
 
 // gatherPerBlock is the staged modes' modeled gather cost per block of a
