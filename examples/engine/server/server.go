@@ -73,8 +73,10 @@ type Server struct {
 	info   Info
 	agents []nixl.Agent
 	bufs   []*nixl.Buffer
-	// staging is every rank's staging memory (Config.Staging).
-	staging []nixl.Desc
+	// staging is every rank's staging memory (Config.Staging), in
+	// stageBufs.
+	staging   []nixl.Desc
+	stageBufs []*nixl.Buffer
 	lays    []descriptors.Layout
 	closeE  func() error // the connector Engine's Close
 	prods   []connector.Producer
@@ -170,7 +172,7 @@ func New(cfg Config) (_ *Server, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("engine: staging memory of rank %d (%d bytes): %w", r, n, err)
 			}
-			s.bufs = append(s.bufs, sb)
+			s.stageBufs = append(s.stageBufs, sb) // not in bufs, which the loop indexes by rank
 			rc.Staging = cfg.Staging
 			rc.Staging.Mem, rc.Staging.Base = l.Mem, sb.Addr()
 			s.staging = append(s.staging, nixl.Desc{Addr: sb.Addr(), Len: n})
@@ -263,5 +265,8 @@ func (s *Server) release() {
 	for _, b := range s.bufs {
 		b.Free()
 	}
-	s.bufs = nil
+	for _, b := range s.stageBufs {
+		b.Free()
+	}
+	s.bufs, s.stageBufs = nil, nil
 }
