@@ -77,11 +77,11 @@ type Server struct {
 	// stageBufs.
 	staging   []nixl.Desc
 	stageBufs []*nixl.Buffer
-	lays    []descriptors.Layout
-	closeE  func() error // the connector Engine's Close
-	prods   []connector.Producer
-	conss   []connector.Consumer
-	hist    historyRoles // bidirectional KV's D->P roles
+	lays      []descriptors.Layout
+	closeE    func() error // the connector Engine's Close
+	prods     []connector.Producer
+	conss     []connector.Consumer
+	hist      historyRoles // bidirectional KV's D->P roles
 
 	ln       net.Listener
 	httpSrv  *http.Server
