@@ -58,8 +58,12 @@ type campaignFigures struct {
 	// remaining risk: a rank still alive may write after that).
 	cancelTimeouts int
 	// progressWrites: progressive WRITEs prefill posted (progressive
-	// campaign).
-	progressWrites int
+	// campaign), progressStaged those of them into decode's staging slot,
+	// progressDeferred the staged parts put off for want of a slot.
+	progressWrites, progressStaged, progressDeferred int
+	// slotsLeft: staging slots still held on any rank once every request
+	// ended (staged campaigns).
+	slotsLeft int
 }
 
 func (f *campaignFigures) add(o campaignFigures) {
@@ -71,6 +75,9 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.regCopies += o.regCopies
 	f.cancelTimeouts += o.cancelTimeouts
 	f.progressWrites += o.progressWrites
+	f.progressStaged += o.progressStaged
+	f.progressDeferred += o.progressDeferred
+	f.slotsLeft += o.slotsLeft
 	f.done += o.done
 	f.failed += o.failed
 	f.aborted += o.aborted
@@ -203,6 +210,48 @@ func TestFaultCampaignStaged(t *testing.T) {
 		}
 	}
 	t.Logf("push staged campaign total: %+v", total)
+	require.Zero(t, total.slotsLeft, "staging slots never given back")
+	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
+	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
+	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
+	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+}
+
+// TestFaultCampaignProgressiveStaged is the progressive campaign with
+// staging on every rank (4 slots each, so some parts are put off and some
+// finals find no slot): TP 2 -> 2 and 1 -> 1 write their parts into
+// decode's slot (blocks one to one), 2 -> 1 into decode's blocks (prefill
+// holds half the heads). The same faults, the same guarantees, and every
+// slot comes back. GONIXL_CAMPAIGN=long runs 5 seeds x 2000 requests per
+// pairing.
+func TestFaultCampaignProgressiveStaged(t *testing.T) {
+	seeds, n := 1, 300
+	if testing.Short() {
+		n = 100
+	}
+	if os.Getenv("GONIXL_CAMPAIGN") == "long" {
+		seeds, n = 5, 2000
+	}
+	var total campaignFigures
+	for _, tp := range [][2]int{{2, 2}, {1, 1}, {2, 1}} {
+		for k := range seeds {
+			seed := uint64(9000 + 100*tp[0] + tp[1] + 1000*k)
+			t.Run(fmt.Sprintf("tp%dto%d/seed%d", tp[0], tp[1], seed), func(t *testing.T) {
+				m := newStagingMem(t, connector.StagingOn, 4, 256<<10)
+				cc := &stagingtest.Copier{}
+				m.copier = func(string) connector.Copier { return cc }
+				f := runCampaignWith(t, seed, n, tp[0], tp[1], campaignOpts{progressive: true, staged: []*stagingMem{m}})
+				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.Count())
+				if tp[0] == tp[1] {
+					require.Positive(t, f.progressStaged, "no staged part")
+				}
+				total.add(f)
+			})
+		}
+	}
+	t.Logf("push progressive staged campaign total: %+v", total)
+	require.Positive(t, total.progressWrites, "no progressive WRITE")
+	require.Zero(t, total.slotsLeft, "staging slots never given back")
 	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
 	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
 	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
@@ -743,6 +792,20 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	}
 	for _, p := range r.producers {
 		fig.progressWrites += int(extra(t, p.Stats(), "progressive_writes"))
+		fig.progressStaged += int(extra(t, p.Stats(), "progressive_staged_writes"))
+		fig.progressDeferred += int(extra(t, p.Stats(), "progressive_deferred"))
+	}
+	if len(staged) > 0 {
+		// Every request ended: every slot must come back, each once (a
+		// slot released twice is refused and logged, and would show here
+		// as one held by two requests at once: a count off).
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if pre, dec := inUse(r); pre+dec == 0 {
+				break
+			}
+		}
+		pre, dec := inUse(r)
+		fig.slotsLeft = pre + dec
 	}
 	net.mu.Lock()
 	fig.regCopies = net.regCopies

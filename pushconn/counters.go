@@ -56,6 +56,10 @@ type pushCounters struct {
 
 	progressWrites  *stats.Counter
 	progressSkipped *stats.Counter
+	// progressDeferred: staged parts put off for want of a prefill slot.
+	progressDeferred *stats.Counter
+	// progressStaged: progressive WRITEs into decode's staging slot.
+	progressStaged *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -94,6 +98,8 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		aborted:            s.Counter("aborted_requests", "Requests ended by Abort (both sides)."),
 		progressWrites:     s.Counter("progressive_writes", "WRITEs of blocks a prefill reported final (Progress) posted before the request finished (prefill)."),
 		progressSkipped:    s.Counter("progressive_skipped", "Registrations written whole at RequestFinished although their request reported progress: blocks that do not map one to one, a decode engine not yet handshaken, or a progressive WRITE that failed (prefill)."),
+		progressDeferred:   s.Counter("progressive_deferred", "Progressive WRITEs into decode's staging slot put off because no prefill staging slot was free: their blocks go with the request's next report or its final WRITE (prefill)."),
+		progressStaged:     s.Counter("progressive_staged_writes", "Progressive WRITEs gathered into a staging slot and written into decode's slot (counted in progressive_writes too) (prefill)."),
 		oversized:          s.Counter("oversized_ids", "Notifications refused because an id or host in them was longer than the limit (1024 bytes) (prefill)."),
 		superseded:         s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
 		staleCompletions:   s.Counter("stale_completions", "Completions (plain or staged) that name another registration of their request id than the one decode holds, or none when it had a seq; counted for nothing (decode)."),

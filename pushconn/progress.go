@@ -23,11 +23,18 @@ import (
 // flight ends first). Blocks decode holds at another block size are
 // written whole at RequestFinished (counted in progressive_skipped).
 //
+// With RankConfig.Staging, a registration whose decode rank offered a
+// staging slot gets reported blocks gathered into a prefill slot and
+// written into decode's slot, one run per region (a staged part), and the
+// rest at RequestFinished as the staged WRITE's chunks with their staged
+// completions; a report that finds no prefill slot free is put off to the
+// next report or RequestFinished (counted in progressive_deferred).
+//
 // Progress refuses (connector.ErrInvalid, nothing changes) a layout of
-// several KV-cache groups and a rank with staging: their WRITEs go whole
-// at RequestFinished, as without Progress. A report after Abort, while the
-// blocks are still held, does nothing. After Close it returns an error
-// matching connector.ErrClosed.
+// several KV-cache groups: its WRITEs go whole at RequestFinished, as
+// without Progress. A report after Abort, while the blocks are still held,
+// does nothing. After Close it returns an error matching
+// connector.ErrClosed.
 func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts ...requestOption) error {
 	o := p.engine.vllmOpts(applyOpts(opts))
 	switch {
@@ -35,8 +42,6 @@ func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts .
 		return invalidf("request id must be 1..%d bytes, got %d", notif.MaxIDLen, len(requestID))
 	case len(p.cfg.Layout.Groups) > 0:
 		return invalidf("request %q: progressive push takes a layout of one KV-cache group, this one has %d", requestID, len(p.cfg.Layout.Groups))
-	case p.cfg.Staging.Enabled():
-		return invalidf("request %q: progressive push does not stage; this rank has RankConfig.Staging", requestID)
 	case tokens < 1:
 		return invalidf("request %q: tokens is %d, want the prompt's length (>= 1)", requestID, tokens)
 	case len(blockIDs)*p.cfg.Layout.BlockSize > tokens+p.cfg.Layout.BlockSize-1:

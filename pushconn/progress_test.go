@@ -114,16 +114,6 @@ func TestProgressRefusals(t *testing.T) {
 	require.True(t, errors.Is(p.Progress("c", []int{1}, 16), connector.ErrClosed))
 }
 
-// TestProgressRefusedWithStaging: a staging rank refuses progress by name.
-func TestProgressRefusedWithStaging(t *testing.T) {
-	m := newStagingMem(t, connector.StagingOn, 2, 64<<10)
-	r := newRig(t, rigConfig{rank: m.rank("both")})
-	defer r.close()
-	err := r.producers[0].Progress("x", []int{1}, 16)
-	require.ErrorIs(t, err, connector.ErrInvalid)
-	require.ErrorContains(t, err, "does not stage")
-}
-
 // TestProgressAbortMidWay: prefill aborts a request after a progressive
 // WRITE, decode cancels its registration: the blocks come back once on
 // both sides, decode's result is an abort.

@@ -26,11 +26,24 @@ type stagedWrite struct {
 	// chunk k being its regions [R0, R1); else segs[k] is chunk k's.
 	blocks *staging.BlockCopy
 	segs   [][]staging.Seg
+	// run, when set, is what the WRITE moves instead of the whole image:
+	// image blocks [run.j0, run.j1) of every region (stageprogress.go),
+	// gathered into the slot at their image offsets or, with no slot,
+	// written from the blocks. part: a progressive WRITE, one chunk of
+	// every region with no completion.
+	run  *imageRun
+	part bool
 }
 
 // gather copies chunk k of the image into the slot, running progress
 // while it copies (see staging.ProgressCopier).
 func (sw *stagedWrite) gather(p *Producer, k int, progress func()) error {
+	if sw.run != nil {
+		if sw.slot == nil {
+			return nil // written from the blocks
+		}
+		return p.stage.CopyBlocksProgress(p.cfg.Staging.Copier, sw.run.gather(sw.slot.Addr, sw.chunks[k].R0, sw.chunks[k].R1), progress)
+	}
 	if sw.blocks != nil {
 		return p.stage.CopyBlocksProgress(p.cfg.Staging.Copier, sw.blocks.Regions(sw.chunks[k].R0, sw.chunks[k].R1), progress)
 	}
@@ -104,22 +117,8 @@ func (w *writer) stageGroups(pr *pendingReg, h *hold, t *descriptors.Transfer, d
 // the staged WRITE without its gather, or nil to write into the blocks.
 func (w *writer) stageSlot(pr *pendingReg, h *hold, dst *descriptors.Layout, size uint64, descs int, bytes uint64, chunks []staging.Chunk) *stagedWrite {
 	p := w.p
-	offer := pr.reg.Staging
-	info := pr.peer.payload.Ranks[pr.rank].Staging
-	me := p.cfg.Layout.TPRank
-	if info == nil || me >= len(offer.Offsets) {
-		return nil
-	}
-	off := offer.Offsets[me]
-	if size != offer.Sizes[me] || off > info.SlotBytes || size > info.SlotBytes-off || off%16 != 0 {
-		// Decode's image of this rank is not ours (or lies outside its
-		// advertised slot): write into the blocks, which is always right.
-		p.log.Debug("pushconn: decode's staging offer does not fit this rank; writing directly",
-			zap.String("decode_request", pr.reg.RequestID), zap.Uint64("offered_bytes", offer.Sizes[me]), zap.Uint64("image_bytes", size))
-		return nil
-	}
-	remote, err := info.Slot(offer.Slot)
-	if err != nil {
+	remote, ok := w.offered(pr, size)
+	if !ok {
 		return nil
 	}
 	if p.model.Choose(descs, bytes, 1) != staging.Staged {
@@ -133,10 +132,38 @@ func (w *writer) stageSlot(pr *pendingReg, h *hold, dst *descriptors.Layout, siz
 	return &stagedWrite{
 		slot:   &slot,
 		local:  nixl.XferList{Mem: p.cfg.Layout.Mem, Descs: []nixl.Desc{{Addr: slot.Addr, Len: size, DevID: p.cfg.Layout.Regions[0].DevID}}},
-		remote: nixl.XferList{Mem: dst.Mem, Descs: []nixl.Desc{{Addr: remote + off, Len: size, DevID: dst.Regions[0].DevID}}},
+		remote: nixl.XferList{Mem: dst.Mem, Descs: []nixl.Desc{{Addr: remote, Len: size, DevID: dst.Regions[0].DevID}}},
 		bytes:  size,
 		chunks: chunks,
 	}
+}
+
+// offered returns where in decode's offered slot this rank's image of
+// size bytes goes, or false when decode offered none that fits (its image
+// of this rank is not ours, or lies outside its advertised slot): then the
+// WRITE goes into the blocks, which is always right.
+func (w *writer) offered(pr *pendingReg, size uint64) (uint64, bool) {
+	p := w.p
+	offer := pr.reg.Staging
+	if p.pool == nil || offer == nil {
+		return 0, false
+	}
+	info := pr.peer.payload.Ranks[pr.rank].Staging
+	me := p.cfg.Layout.TPRank
+	if info == nil || me >= len(offer.Offsets) || me >= len(offer.Sizes) {
+		return 0, false
+	}
+	off := offer.Offsets[me]
+	if size != offer.Sizes[me] || off > info.SlotBytes || size > info.SlotBytes-off || off%16 != 0 {
+		p.log.Debug("pushconn: decode's staging offer does not fit this rank; writing directly",
+			zap.String("decode_request", pr.reg.RequestID), zap.Uint64("offered_bytes", offer.Sizes[me]), zap.Uint64("image_bytes", size))
+		return 0, false
+	}
+	remote, err := info.Slot(offer.Slot)
+	if err != nil {
+		return 0, false
+	}
+	return remote + off, true
 }
 
 // planned finishes a staged WRITE from its planned gather: cut at the
@@ -181,19 +208,28 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 			// An earlier chunk failed in flight (counted by pollHandles).
 			return w.abandon(wr, pushwire.FailTransfer, inFlight)
 		}
-		var msg []byte
-		var err error
-		if n == 1 {
-			msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world, pr.reg.Seq)
+		var opts *nixl.Options // a progressive part notifies nobody
+		if !sw.part {
+			var msg []byte
+			var err error
+			if n == 1 {
+				msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world, pr.reg.Seq)
+			} else {
+				msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n, pr.reg.Seq)
+			}
+			if err != nil {
+				return w.abandon(wr, pushwire.FailLayout, err)
+			}
+			opts = nixl.NotifOptions(msg)
+		}
+		var local, remote nixl.XferList
+		if sw.run != nil {
+			local, remote = sw.run.lists(sw.slot, ch.R0, ch.R1)
 		} else {
-			msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n, pr.reg.Seq)
+			local, remote = staging.ChunkLists(sw.local, sw.remote, ch)
 		}
-		if err != nil {
-			return w.abandon(wr, pushwire.FailLayout, err)
-		}
-		local, remote := staging.ChunkLists(sw.local, sw.remote, ch)
 		local, remote = staging.SplitLists(local, remote, p.cfg.Staging.TransferChunk)
-		xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, nixl.NotifOptions(msg))
+		xh, err := p.cfg.Agent.CreateXferReq(nixl.Write, local, remote, pr.sender, opts)
 		var status nixl.Status
 		if err == nil {
 			status, err = p.cfg.Agent.PostXferReq(xh, nil)

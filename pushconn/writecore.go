@@ -237,7 +237,7 @@ func (c *writeCore) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	if pr.progress != h {
-		pr.progress, pr.written = nil, 0
+		pr.progress, pr.written, pr.partInto = nil, 0, partUndecided
 	}
 	if c.edge.aborted(h.id) {
 		c.failWrite(pr, h, pushwire.FailAborted, errEngineAborted)

@@ -89,7 +89,7 @@ func (c progressWriter) writePart(pr *pendingReg, h *hold) {
 		return
 	}
 	if pr.progress != h {
-		pr.progress, pr.written = h, 0
+		pr.progress, pr.written, pr.partInto = h, 0, partUndecided
 	}
 	if pr.peer.payload == nil || !pr.sameInstance() {
 		return // its final WRITE handshakes or drops it, as without progress

@@ -128,6 +128,9 @@ func (w *writer) post(pr *pendingReg, h *hold, msg []byte) postResult {
 	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
 	if err == nil && pr.progress == h && pr.written > cached {
+		if pr.partInto == partStaged {
+			return w.postStagedRest(pr, h, dst, dstBlocks, cached, start)
+		}
 		return w.postRest(pr, h, msg, dst, dstBlocks, cached, start)
 	}
 	// The lists are reused from WRITE to WRITE (only the poller goroutine
@@ -231,7 +234,9 @@ func (w *writer) postRest(pr *pendingReg, h *hold, msg []byte, dst *descriptors.
 
 // postPart posts the progressive WRITE of h's final blocks that pr has
 // not had (writeEdge.postPart): only between blocks of one size (block i
-// of the request is block i of decode's after its prefix hit), direct.
+// of the request is block i of decode's after its prefix hit); staged into
+// decode's slot where it offered one that fits (stageprogress.go), else
+// direct.
 func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	p := w.p
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
@@ -249,13 +254,26 @@ func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 		return postResult{what: postNotify}
 	}
 	start := time.Now()
+	into := partDirect
+	sw, use := w.stagePart(pr, h, dst, dstBlocks, cached, from, to)
 	t := &w.scratch
-	if _, err := descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:to], DstBlocks: dstBlocks[from-cached : to-cached]}); err != nil {
-		return postResult{what: postFailed, err: err}
+	switch {
+	case use && sw == nil: // no prefill slot free: put off
+		return postResult{what: postNotify}
+	case use:
+		into = partStaged
+	default:
+		if _, err := descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:to], DstBlocks: dstBlocks[from-cached : to-cached]}); err != nil {
+			return postResult{what: postFailed, err: err}
+		}
 	}
-	r := w.postMapped(pr, h, nil, t, nil, start)
+	r := w.postMapped(pr, h, nil, t, sw, start)
 	if r.wr != nil {
 		r.wr.partial, r.wr.to = true, to
+		pr.partInto = into
+		if into == partStaged {
+			p.push.progressStaged.Inc()
+		}
 	}
 	return r
 }

@@ -55,13 +55,15 @@ type pendingReg struct {
 	// whose final blocks were written before it finished) that landed,
 	// h.blocks[:written] (0: none); partial, the one progressive WRITE of
 	// it in flight, if any (its final WRITE waits for it: finalWaits, for
-	// finalHold); skip, no more progressive WRITEs (written whole at finish).
+	// finalHold); skip, no more progressive WRITEs (written whole at finish);
+	// partInto, which way its parts go (stageprogress.go).
 	progress   *hold
 	written    int
 	partial    *write
 	skip       bool
 	finalWaits bool
 	finalHold  *hold
+	partInto   int
 }
 
 // decodeEngine is a decode engine as one prefill rank sees it.

@@ -96,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.renderTier, "render-tier", false, "chat completions on the preset's stack in -mode with engines that run the chat pipeline in process, then through the render tier (render server, tokens-only engines): TTFT of each and the proxy's render and derender hop times")
 	fs.BoolVar(&o.sweep, "sweep", false, "run the preset's grid of modes x rates x input lengths, a fresh in-process stack per point")
 	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q, %q, or a grouped model shape %q or %q", small.Name, qwen3H200.Name, swaDemo.Name, hybridDemo.Name))
-	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push, push-progressive (push with chunked prefill reporting progress) or collocated (no disaggregation: engines that prefill and decode their own requests)")
+	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push, push-progressive (push with chunked prefill reporting progress), push-staged and push-progressive-staged (the same with staging slots; loopback only) or collocated (no disaggregation: engines that prefill and decode their own requests)")
 	fs.StringVar(&o.modes, "modes", "", "sweep: override the preset's modes, e.g. pull,push")
 	fs.IntVar(&o.replicas, "collocated-replicas", stack.DefaultReplicas, "collocated: the engines, each the preset's (its TP and compute model), behind a least-loaded balancer; 2 is the split's GPU count")
 	fs.BoolVar(&o.merge, "merge", false, "sweep: start from -result-dir's sweep.json and replace or add only the points this sweep runs (e.g. -modes collocated), keeping the others")
@@ -311,18 +311,24 @@ func startPresetStack(p preset, mode string, native bool, run string, adjust ...
 		return nil, nil, err
 	}
 	cost, block := p.postCost(), p.postBlockBytes()
+	ranges := &stagingRanges{}
 	cfg.NewAgent = func(name string) (nixl.Agent, error) {
 		a, err := fab.NewAgent(name)
 		if err != nil {
 			return nil, err
 		}
-		return withPostCost(a, cost, block), nil
+		return withPostCost(a, cost, block, ranges), nil
+	}
+	if mode == stack.ModePushStaged || mode == stack.ModePushProgressiveStaged {
+		cfg.StagingCopier = gatherCostCopier{perBlock: p.gatherPerBlock(), blockBytes: p.rankBlockBytes()}
 	}
 	s, err := stack.Start(cfg)
 	if err != nil {
 		fab.Close()
 		return nil, nil, err
 	}
+	ranges.add(s.Prefill.StagingMemory()...)
+	ranges.add(s.Decode.StagingMemory()...)
 	return s, func() error { return errors.Join(s.Close(), fab.Close()) }, nil
 }
 
@@ -342,6 +348,9 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 			}
 			if m == stack.ModeCollocated && o.agents == "processes" {
 				return fmt.Errorf("-agents processes runs split stacks only: drop collocated from -modes")
+			}
+			if (m == stack.ModePushStaged || m == stack.ModePushProgressiveStaged) && o.agents == "processes" {
+				return fmt.Errorf("mode %q: the staged modes run in process only (the engine command has no staging flags): drop -agents processes", m)
 			}
 		}
 	}
@@ -550,7 +559,7 @@ func checkMode(mode string) error {
 		return nil
 	}
 	if _, _, err := stack.ConnectorOf(mode); err != nil {
-		return fmt.Errorf("mode %q: want pull, pull-inline, push, push-progressive or collocated", mode)
+		return fmt.Errorf("mode %q: want pull, pull-inline, push, push-progressive, push-staged, push-progressive-staged or collocated", mode)
 	}
 	return nil
 }

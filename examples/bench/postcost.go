@@ -19,10 +19,14 @@ import (
 // of per descriptor: what a connector that posts one descriptor per block
 // and region (vLLM's NixlConnector, which does not merge adjacent blocks)
 // would pay for the same bytes.
+//
+// A descriptor in staging memory (staged, a slot's run) is charged as one
+// descriptor either way: that is what a staged WRITE posts.
 type postCostAgent struct {
 	nixl.Agent
 	perDesc    time.Duration
 	blockBytes uint64
+	staging    *stagingRanges
 
 	mu    sync.Mutex
 	descs map[nixl.XferHandle]int
@@ -30,11 +34,11 @@ type postCostAgent struct {
 
 var _ nixl.Agent = (*postCostAgent)(nil)
 
-func withPostCost(a nixl.Agent, perDesc time.Duration, blockBytes uint64) nixl.Agent {
+func withPostCost(a nixl.Agent, perDesc time.Duration, blockBytes uint64, staging *stagingRanges) nixl.Agent {
 	if perDesc <= 0 {
 		return a
 	}
-	return &postCostAgent{Agent: a, perDesc: perDesc, blockBytes: blockBytes, descs: map[nixl.XferHandle]int{}}
+	return &postCostAgent{Agent: a, perDesc: perDesc, blockBytes: blockBytes, staging: staging, descs: map[nixl.XferHandle]int{}}
 }
 
 func (a *postCostAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferList, remoteAgent string, opts *nixl.Options) (nixl.XferHandle, error) {
@@ -43,10 +47,15 @@ func (a *postCostAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferLis
 		n := len(local.Descs)
 		if a.blockBytes > 0 {
 			var bytes uint64
+			n = 0
 			for _, d := range local.Descs {
+				if a.staging.contains(d.Addr) {
+					n++
+					continue
+				}
 				bytes += uint64(d.Len)
 			}
-			n = int((bytes + a.blockBytes - 1) / a.blockBytes)
+			n += int((bytes + a.blockBytes - 1) / a.blockBytes)
 		}
 		a.remember(h, n)
 	}

@@ -148,6 +148,17 @@ func (p preset) postCost() time.Duration {
 	return time.Duration(float64(p.PostPerDescriptor) * d)
 }
 
+// rankBlockBytes is one block of one rank, every region: what the staged
+// modes' gather cost is charged per.
+func (p preset) rankBlockBytes() uint64 {
+	heads := max(p.Model.KVHeads/p.TPSize, 1)
+	return uint64(2 * p.Model.Layers * p.Model.BlockSize * heads * p.Model.HeadDim * p.Model.DTypeBytes)
+}
+
+// gatherPerBlock is the staged modes' modeled gather cost per block of a
+// rank (DefaultGatherPerBlock).
+func (p preset) gatherPerBlock() time.Duration { return DefaultGatherPerBlock }
+
 // postBlockBytes is the block size of one region the post cost is charged
 // per with PostPerBlock (0: per descriptor).
 func (p preset) postBlockBytes() uint64 {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/examples/proxy/pd"
@@ -29,6 +30,19 @@ var Modes = []string{"pull", "pull-inline", "push"}
 // prefill) and the connector moves each chunk's final blocks while the
 // next computes (connector.ProgressReporter).
 const ModePushProgressive = "push-progressive"
+
+// ModePushStaged is push with staging on both engines
+// (connector.StagingOn): a request's blocks are gathered into a staging
+// slot and written as a few large runs, which decode scatters.
+// ModePushProgressiveStaged is ModePushProgressive with the same staging:
+// each progress report's blocks go as a staged part.
+const (
+	ModePushStaged            = "push-staged"
+	ModePushProgressiveStaged = "push-progressive-staged"
+)
+
+// DefaultStagingSlots is the staging slots per rank of the staged modes.
+const DefaultStagingSlots = 8
 
 // DefaultProgressChunk is ModePushProgressive's chunk: vLLM's default
 // token budget of a chunked-prefill step for online serving on large GPUs.
@@ -56,6 +70,13 @@ type Config struct {
 	// ProgressChunk is ModePushProgressive's chunk in tokens (0:
 	// DefaultProgressChunk).
 	ProgressChunk int
+	// StagingSlots and StagingSlotBytes are each rank's staging slots in
+	// the staged modes (defaults DefaultStagingSlots, and a slot of 2048
+	// blocks of the rank: a 32k-token prompt). StagingCopier is the prefill
+	// engine's gather (nil: a host copy); decode scatters with a host copy.
+	StagingSlots     int
+	StagingSlotBytes uint64
+	StagingCopier    connector.Copier
 	// NumBlocks per rank of each engine (default the engine's).
 	NumBlocks int
 	// MaxBatch bounds the sequences a decode step runs (default the
@@ -137,10 +158,10 @@ func ConnectorOf(mode string) (connector string, inline bool, err error) {
 		return server.ConnPull, false, nil
 	case "pull-inline":
 		return server.ConnPull, true, nil
-	case "push", ModePushProgressive:
+	case "push", ModePushProgressive, ModePushStaged, ModePushProgressiveStaged:
 		return server.ConnPush, false, nil
 	}
-	return "", false, fmt.Errorf("mode %q: want pull, pull-inline, push or %s", mode, ModePushProgressive)
+	return "", false, fmt.Errorf("mode %q: want pull, pull-inline, push, %s, %s or %s", mode, ModePushProgressive, ModePushStaged, ModePushProgressiveStaged)
 }
 
 // Start starts a stack; Close stops it.
@@ -193,8 +214,14 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook, pc.PPSize = server.RolePrefill, "prefill-0", cfg.KVHook, cfg.PrefillPPSize
-	if cfg.Mode == ModePushProgressive {
+	if cfg.Mode == ModePushProgressive || cfg.Mode == ModePushProgressiveStaged {
 		pc.ProgressChunk = cmp.Or(cfg.ProgressChunk, DefaultProgressChunk)
+	}
+	staged := cfg.Mode == ModePushStaged || cfg.Mode == ModePushProgressiveStaged
+	if staged {
+		st := stagingOf(cfg)
+		base.Staging, pc.Staging = st, st
+		pc.Staging.Copier = cfg.StagingCopier
 	}
 	if s.Prefill, err = server.New(pc); err != nil {
 		return nil, fmt.Errorf("prefill engine: %w", err)
@@ -220,6 +247,22 @@ func Start(cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return s, s.serve(cfg.ProxyAddr, s.Proxy)
+}
+
+// stagingOf is the staged modes' staging of each rank (StagingOn).
+func stagingOf(cfg Config) connector.Staging {
+	return connector.Staging{Mode: connector.StagingOn, Slots: cmp.Or(cfg.StagingSlots, DefaultStagingSlots),
+		SlotBytes: cmp.Or(cfg.StagingSlotBytes, stagingSlotBytes(cfg))}
+}
+
+// stagingSlotBytes is the default staging slot: 2048 blocks of one rank's
+// KV (every layer's K and V of its heads), 16-byte aligned.
+func stagingSlotBytes(cfg Config) uint64 {
+	m := cfg.Model
+	tp := max(cmp.Or(cfg.TPSize, m.TPSize), 1)
+	heads := max(m.KVHeads/tp, 1)
+	perBlock := uint64(2*m.Layers*heads*m.HeadDim*m.DTypeBytes) * uint64(m.BlockSize)
+	return (2048*perBlock + 15) &^ 15
 }
 
 // serve starts the stack's front HTTP server on addr.

@@ -114,6 +114,12 @@ type Config struct {
 	// next chunk computes (progressive push). 0: the prompt in one piece,
 	// reported finished only. Pull has no progress to report: refused.
 	ProgressChunk int
+	// Staging gives every rank staging slots for fragmented requests
+	// (connector.Staging, RankConfig.Staging): Slots x SlotBytes of host
+	// memory per rank, which the server allocates (Mem and Base are its to
+	// set) and frees on Close; Mode, Copier, Chunks and the cost model as
+	// connector.Staging says. The zero value stages nothing.
+	Staging connector.Staging
 	// Clock is the time source for timestamps and connector deadlines
 	// (default connector.SystemClock{}). Modeled compute sleeps in real time.
 	Clock connector.Clock
@@ -303,6 +309,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("engine: Config.ProgressChunk is %d, want >= 0 (0: no progress reports)", c.ProgressChunk)
 	case c.ProgressChunk > 0 && c.Connector != ConnPush:
 		return c, fmt.Errorf("engine: Config.ProgressChunk is %d with connector %q: progress reports need the push connector (pull READs only after prefill answered)", c.ProgressChunk, c.Connector)
+	}
+	if c.Staging.Mode != connector.StagingOff && (c.Staging.Slots < 1 || c.Staging.SlotBytes == 0) {
+		return c, fmt.Errorf("engine: Config.Staging.Mode is %q with %d slots of %d bytes: want at least one slot of at least one byte", c.Staging.Mode, c.Staging.Slots, c.Staging.SlotBytes)
 	}
 	switch c.Protocol {
 	case ProtocolGonixl, ProtocolVLLM:

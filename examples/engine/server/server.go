@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -72,11 +73,15 @@ type Server struct {
 	info   Info
 	agents []nixl.Agent
 	bufs   []*nixl.Buffer
-	lays   []descriptors.Layout
-	closeE func() error // the connector Engine's Close
-	prods  []connector.Producer
-	conss  []connector.Consumer
-	hist   historyRoles // bidirectional KV's D->P roles
+	// staging is every rank's staging memory (Config.Staging), in
+	// stageBufs.
+	staging   []nixl.Desc
+	stageBufs []*nixl.Buffer
+	lays      []descriptors.Layout
+	closeE    func() error // the connector Engine's Close
+	prods     []connector.Producer
+	conss     []connector.Consumer
+	hist      historyRoles // bidirectional KV's D->P roles
 
 	ln       net.Listener
 	httpSrv  *http.Server
@@ -161,6 +166,17 @@ func New(cfg Config) (_ *Server, err error) {
 		// tag added here would appear twice in each.
 		rc := connector.RankConfig{Agent: a, Layout: l, Logger: cfg.ConnLogger, StatsInterval: cfg.StatsInterval, Lease: cfg.Lease, TracerProvider: cfg.TracerProvider,
 			FailurePolicy: connector.Policy(cfg.FailurePolicy)}
+		if cfg.Staging.Mode != connector.StagingOff {
+			n := cfg.Staging.SlotBytes * uint64(cfg.Staging.Slots)
+			sb, err := nixl.AllocBuffer(int(n))
+			if err != nil {
+				return nil, fmt.Errorf("engine: staging memory of rank %d (%d bytes): %w", r, n, err)
+			}
+			s.stageBufs = append(s.stageBufs, sb) // not in bufs, which the loop indexes by rank
+			rc.Staging = cfg.Staging
+			rc.Staging.Mem, rc.Staging.Base = l.Mem, sb.Addr()
+			s.staging = append(s.staging, nixl.Desc{Addr: sb.Addr(), Len: n})
+		}
 		if cfg.Role == RolePrefill {
 			p, err := e.NewProducer(rc)
 			if err != nil {
@@ -210,6 +226,10 @@ func New(cfg Config) (_ *Server, err error) {
 // URL returns the HTTP base URL, "http://host:port".
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 
+// StagingMemory returns every rank's staging memory (Config.Staging), one
+// range per rank; nil without staging.
+func (s *Server) StagingMemory() []nixl.Desc { return slices.Clone(s.staging) }
+
 // Info returns what GET /kv_transfer_info returns.
 func (s *Server) Info() Info { return s.info }
 
@@ -245,5 +265,8 @@ func (s *Server) release() {
 	for _, b := range s.bufs {
 		b.Free()
 	}
-	s.bufs = nil
+	for _, b := range s.stageBufs {
+		b.Free()
+	}
+	s.bufs, s.stageBufs = nil, nil
 }

@@ -1,0 +1,275 @@
+package pushconn
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonixl/gonixl/connector"
+	"github.com/gonixl/gonixl/internal/staging"
+	"github.com/gonixl/gonixl/nixl"
+	"github.com/gonixl/gonixl/nixl/loopback"
+)
+
+// descRecorder records the descriptors of every WRITE prefill agents
+// create, in order.
+type descRecorder struct {
+	mu    sync.Mutex
+	descs []int
+}
+
+type recordingAgent struct {
+	nixl.Agent
+	rec *descRecorder
+}
+
+func (a recordingAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferList, to string, opts *nixl.Options) (nixl.XferHandle, error) {
+	a.rec.mu.Lock()
+	a.rec.descs = append(a.rec.descs, len(local.Descs))
+	a.rec.mu.Unlock()
+	return a.Agent.CreateXferReq(op, local, remote, to, opts)
+}
+
+func (r *descRecorder) wrap(name string, a nixl.Agent) nixl.Agent {
+	if name != "prefill-0" {
+		return a
+	}
+	return recordingAgent{Agent: a, rec: r}
+}
+
+func (r *descRecorder) got() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.descs)
+}
+
+// slotsBack waits until every staging slot of the rig is free.
+func slotsBack(t testing.TB, r *rig) {
+	t.Helper()
+	eventually(t, "every staging slot back", func() bool { pre, dec := inUse(r); return pre == 0 && dec == 0 })
+}
+
+// TestProgressStagedParts: with staging on both sides, a report's blocks
+// go into decode's offered slot as one staged part (one descriptor per
+// region), not into decode's blocks; the final WRITE writes the rest chunk
+// by chunk with the staged completions, decode scatters the whole image,
+// and every byte is right although prefill spoiled the reported blocks
+// once their part landed. Every slot comes back.
+func TestProgressStagedParts(t *testing.T) {
+	for _, tp := range [][2]int{{1, 1}, {2, 2}} {
+		t.Run(fmt.Sprintf("tp%dto%d", tp[0], tp[1]), func(t *testing.T) {
+			m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
+			rec := &descRecorder{}
+			r := stagingRig(t, rigConfig{preTP: tp[0], decTP: tp[1], wrap: rec.wrap}, m)
+			defer r.close()
+			rng := rand.New(rand.NewPCG(uint64(tp[0]), 3))
+			src, dst := fragmented(rng, 8), fragmented(rng, 8)
+			const seed, tokens = 21, 8*16 - 5
+			for _, l := range r.preLayout {
+				fill(t, l, src, seed+1, tokens) // not computed yet
+			}
+			for _, l := range r.decLayout {
+				zero(t, l, dst)
+			}
+			for _, c := range r.consumers {
+				require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
+			}
+			for _, p := range r.producers {
+				admitted(t, p, 1)
+			}
+			for i, p := range r.producers {
+				fill(t, r.preLayout[i], src[:4], seed, 64)
+				require.NoError(t, p.Progress("req", src[:4], tokens))
+			}
+			for _, p := range r.producers {
+				eventually(t, "the staged parts", func() bool { return extra(t, p.Stats(), "progressive_staged_writes") == 1 })
+				require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_writes"))
+				require.Zero(t, extra(t, p.Stats(), "progressive_deferred"))
+			}
+			// The part landed in decode's slot: its blocks are untouched
+			// until the staged completions scatter the image.
+			eventually(t, "the part's WRITE ended", func() bool { pre, _ := inUse(r); return pre == 0 })
+			for i, l := range r.decLayout {
+				require.False(t, holds(t, l, dst[:1], seed, 16), "decode rank %d's blocks before the finish", i)
+			}
+			require.Empty(t, r.consumers[0].Drain(), "no result before the finish")
+			for i, p := range r.producers {
+				fill(t, r.preLayout[i], src[:4], seed+2, 64) // spoiled: must not move again
+				visit(t, r.preLayout[i], src[4:], 64, tokens, func(p *byte, region, head, token, b int) { *p = kvByte(seed, region, head, token, b) })
+				_, err := p.RequestFinished("req", src)
+				require.NoError(t, err)
+			}
+			for i, c := range r.consumers {
+				got := await(t, c, 1)
+				require.NoError(t, got[0].Err)
+				require.Positive(t, check(t, r.decLayout[i], dst, 0, seed, tokens), "decode rank %d", i)
+			}
+			regions := r.preLayout[0].NumRegions()
+			want := []int{regions} // the part: one run per region
+			for range rigChunks {  // the rest: a chunk per region here, one run each
+				want = append(want, regions/rigChunks)
+			}
+			require.Equal(t, want, rec.got(), "descriptors of prefill rank 0's WRITEs")
+			slotsBack(t, r)
+			for _, p := range r.producers {
+				freedOnce(t, p, "req")
+				require.Zero(t, extra(t, p.Stats(), "staging_no_slot"))
+			}
+		})
+	}
+}
+
+// TestProgressStagedDirectWhereNotSame: between ranks whose blocks do not
+// map one to one (TP 1 -> 2: decode holds half the heads), a staging rank
+// writes its parts into decode's blocks as before, and the rest directly.
+func TestProgressStagedDirectWhereNotSame(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
+	r := stagingRig(t, rigConfig{preTP: 1, decTP: 2}, m)
+	defer r.close()
+	src, dst := []int{3, 9, 10, 20}, []int{5, 6, 30, 31}
+	const seed, tokens = 4, 64
+	fill(t, r.preLayout[0], src[:2], seed, 32)
+	for _, c := range r.consumers {
+		require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
+	}
+	p := r.producers[0]
+	admitted(t, p, 2)
+	require.NoError(t, p.Progress("req", src[:2], tokens))
+	for i, l := range r.decLayout {
+		eventually(t, fmt.Sprintf("decode rank %d holds the part", i), func() bool { return holds(t, l, dst[:2], seed, 32) })
+	}
+	fill(t, r.preLayout[0], src, seed, tokens)
+	_, err := p.RequestFinished("req", src)
+	require.NoError(t, err)
+	for i, c := range r.consumers {
+		got := await(t, c, 1)
+		require.NoError(t, got[0].Err)
+		require.Positive(t, check(t, r.decLayout[i], dst, 0, seed, tokens))
+	}
+	require.Equal(t, uint64(2), extra(t, p.Stats(), "progressive_writes"))
+	require.Zero(t, extra(t, p.Stats(), "progressive_staged_writes"))
+	slotsBack(t, r)
+	freedOnce(t, p, "req")
+}
+
+// TestProgressStagedNoSlot: a report that finds every prefill slot taken
+// is put off (progressive_deferred) and its blocks go with the next
+// report's part; a finish that finds none writes the rest from the blocks
+// into decode's slot, chunk by chunk with the staged completions. Every
+// byte is right and no wait is involved.
+func TestProgressStagedNoSlot(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
+	rec := &descRecorder{}
+	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1, wrap: rec.wrap}, m)
+	defer r.close()
+	rng := rand.New(rand.NewPCG(9, 9))
+	src, dst := fragmented(rng, 8), fragmented(rng, 8)
+	const seed, tokens = 13, 8 * 16
+	fill(t, r.preLayout[0], src, seed, tokens)
+	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	p := r.producers[0]
+	admitted(t, p, 1)
+	hog := func() []staging.Slot {
+		var out []staging.Slot
+		for {
+			s, ok := p.pool.Acquire("hog")
+			if !ok {
+				return out
+			}
+			out = append(out, s)
+		}
+	}
+	unhog := func(s []staging.Slot) {
+		for _, x := range s {
+			require.NoError(t, p.pool.Release(x))
+		}
+	}
+	held := hog()
+	require.Len(t, held, 2)
+	require.NoError(t, p.Progress("req", src[:2], tokens))
+	eventually(t, "the part put off", func() bool { return extra(t, p.Stats(), "progressive_deferred") == 1 })
+	require.Zero(t, extra(t, p.Stats(), "progressive_writes"))
+	unhog(held)
+	require.NoError(t, p.Progress("req", src[:5], tokens))
+	eventually(t, "the next part", func() bool { return extra(t, p.Stats(), "progressive_staged_writes") == 1 })
+	eventually(t, "the part's WRITE ended", func() bool { pre, _ := inUse(r); return pre == 0 })
+	held = hog()
+	_, err := p.RequestFinished("req", src)
+	require.NoError(t, err)
+	got := await(t, r.consumers[0], 1)
+	require.NoError(t, got[0].Err)
+	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	unhog(held)
+	regions := r.preLayout[0].NumRegions()
+	var runs int // the rest, blocks 5..7, from the blocks: one descriptor per run and region
+	for k := 5; k < 8; k++ {
+		if k == 5 || src[k] != src[k-1]+1 {
+			runs++
+		}
+	}
+	want := []int{regions}
+	for range rigChunks {
+		want = append(want, runs*regions/rigChunks)
+	}
+	require.Equal(t, want, rec.got(), "the part from the slot, the rest from the blocks chunk by chunk")
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_writes"))
+	require.Equal(t, uint64(2), extra(t, p.Stats(), "staging_no_slot"))
+	slotsBack(t, r)
+	freedOnce(t, p, "req")
+}
+
+// TestProgressStagedAbortMidWay: prefill aborts a request while its
+// staged part moves over a slow link; decode cancels. The blocks are
+// freed once, the slots come back once, decode's result is an abort.
+func TestProgressStagedAbortMidWay(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
+	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1, fabric: []loopback.FabricOption{loopback.WithModel(loopback.Bandwidth(1e6, 20*time.Millisecond))}}, m)
+	defer r.close()
+	src, dst := []int{1, 7, 3, 9}, []int{8, 2, 10, 4}
+	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	p := r.producers[0]
+	admitted(t, p, 1)
+	require.NoError(t, p.Progress("req", src[:3], 64))
+	eventually(t, "the staged part posted", func() bool { return extra(t, p.Stats(), "progressive_staged_writes") == 1 })
+	require.NoError(t, p.Abort("req"))
+	freedOnce(t, p, "req")
+	require.NoError(t, r.consumers[0].Abort("req"))
+	got := await(t, r.consumers[0], 1)
+	require.ErrorIs(t, got[0].Err, connector.ErrAborted)
+	slotsBack(t, r)
+	require.Empty(t, p.DrainFreed(), "freed once")
+}
+
+// TestProgressStagedPartFails: a staged part that fails in flight turns
+// progress off for its registration (progressive_skipped), and the final
+// WRITE moves everything: every byte right, slots back.
+func TestProgressStagedPartFails(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
+	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1}, m)
+	defer r.close()
+	rng := rand.New(rand.NewPCG(5, 5))
+	src, dst := fragmented(rng, 6), fragmented(rng, 6)
+	const seed, tokens = 17, 6*16 - 3
+	fill(t, r.preLayout[0], src, seed, tokens)
+	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	p := r.producers[0]
+	admitted(t, p, 1)
+	id, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "prefill-0", Count: 1})
+	require.NoError(t, err)
+	require.NoError(t, p.Progress("req", src[:3], tokens))
+	eventually(t, "progress off", func() bool { return extra(t, p.Stats(), "progressive_skipped") == 1 })
+	require.Equal(t, 1, r.fabric.Injected(id))
+	_, err = p.RequestFinished("req", src)
+	require.NoError(t, err)
+	got := await(t, r.consumers[0], 1)
+	require.NoError(t, got[0].Err)
+	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_staged_writes"))
+	slotsBack(t, r)
+	freedOnce(t, p, "req")
+}
