@@ -848,10 +848,13 @@ func BenchmarkCriticalPath(b *testing.B) {
 // fragmented (no two blocks adjacent) unless GONIXL_E2E_FRAG_EVERY says
 // otherwise (0: every request contiguous, whose chunks move as a few large
 // descriptors; n: every nth fragmented); 16k tokens with
-// GONIXL_E2E_REQ_BLOCKS=1024. Staging must be off (progress refuses it).
+// GONIXL_E2E_REQ_BLOCKS=1024. With GONIXL_E2E_STAGING=on each report's
+// blocks are gathered into a staging slot and written into decode's as one
+// run per region (prog_staged counts those WRITEs).
 //
 //	GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
 //	GONIXL_E2E_FRAG_EVERY=0 GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
+//	GONIXL_E2E_STAGING=on GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
 //
 // The figures are in docs/gpu.md.
 func BenchmarkProgressivePush(b *testing.B) {
@@ -867,6 +870,8 @@ func BenchmarkProgressivePush(b *testing.B) {
 					f.progressChunks = chunks
 					defer func() { f.progressChunks = 0 }()
 				}
+				s0 := f.pushP.Stats()
+				w0, sw0, d0 := counter(s0, "progressive_writes"), counter(s0, "progressive_staged_writes"), counter(s0, "progressive_deferred")
 				b.ResetTimer()
 				// One request at a time: the rate leaves each one its
 				// prefill and transfer alone.
@@ -879,6 +884,14 @@ func BenchmarkProgressivePush(b *testing.B) {
 				sum := latency.Summarize(st.critical)
 				b.ReportMetric(ms(sum.P50), "after_prefill_p50_ms")
 				b.ReportMetric(ms(sum.P99), "after_prefill_p99_ms")
+				// Per request: the WRITEs posted while prefill ran, those of
+				// them gathered into decode's staging slot, and the reports
+				// put off for want of a free prefill slot.
+				s1 := f.pushP.Stats()
+				n := float64(b.N)
+				b.ReportMetric(float64(counter(s1, "progressive_writes")-w0)/n, "prog_writes")
+				b.ReportMetric(float64(counter(s1, "progressive_staged_writes")-sw0)/n, "prog_staged")
+				b.ReportMetric(float64(counter(s1, "progressive_deferred")-d0)/n, "prog_deferred")
 			})
 		}
 	}
