@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gonixl/gonixl/examples/engine/server"
 	"github.com/gonixl/gonixl/examples/stack"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
@@ -327,8 +328,11 @@ func startPresetStack(p preset, mode string, native bool, run string, adjust ...
 		fab.Close()
 		return nil, nil, err
 	}
-	ranges.add(s.Prefill.StagingMemory()...)
-	ranges.add(s.Decode.StagingMemory()...)
+	for _, e := range []*server.Server{s.Prefill, s.Decode} {
+		if e != nil { // collocated: one engine
+			ranges.add(e.StagingMemory()...)
+		}
+	}
 	return s, func() error { return errors.Join(s.Close(), fab.Close()) }, nil
 }
 

@@ -26,11 +26,55 @@ func TestStackPushProgressive(t *testing.T) {
 	}
 }
 
+// TestStackPushStaged: the staged modes, whole (push-staged) and
+// progressive (push-progressive-staged, each chunk's blocks gathered into a
+// staging slot and written into decode's); decode verifies every byte and
+// prefill's counters show the WRITEs went through the slots.
+func TestStackPushStaged(t *testing.T) {
+	for _, mode := range []string{ModePushStaged, ModePushProgressiveStaged} {
+		t.Run(mode, func(t *testing.T) {
+			s := testStackPush(t, mode, server.ProtocolGonixl)
+			require.Positive(t, prefillCounter(t, s, "staged_transfers"), "no staged WRITE")
+			if mode == ModePushProgressiveStaged {
+				require.Positive(t, prefillCounter(t, s, "progressive_staged_writes"), "no staged progressive WRITE")
+			}
+		})
+		// Staging is gonixl's own protocol: a stack that speaks vLLM's
+		// is refused at the start, naming why.
+		t.Run(mode+"/vllm", func(t *testing.T) {
+			_, err := Start(Config{Mode: mode, Model: tiny, NumBlocks: 64, Protocol: server.ProtocolVLLM})
+			require.ErrorContains(t, err, `RankConfig.Staging.Mode is "on": staging is gonixl's own protocol, and this engine speaks vLLM's`)
+		})
+	}
+}
+
 func testStackPushProgressive(t *testing.T, protocol string) {
-	s, err := Start(Config{Mode: ModePushProgressive, ProgressChunk: 16, Model: tiny, NumBlocks: 64, Protocol: protocol,
+	s := testStackPush(t, ModePushProgressive, protocol)
+	assert.Positive(t, prefillCounter(t, s, "progressive_writes"), "no progressive WRITE")
+}
+
+// prefillCounter reads one counter of the prefill engine's /metrics.
+func prefillCounter(t *testing.T, s *Stack, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.Prefill.URL() + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`(?m)^\S*` + name + `\S* (\S+)$`).FindSubmatch(metrics)
+	require.NotNil(t, m, "no %s in prefill's metrics", name)
+	n, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(t, err)
+	return n
+}
+
+// testStackPush sends three prompts of 6 blocks through a stack of the
+// push mode, prefill computing in chunks of 16 tokens, and checks decode
+// verified every byte.
+func testStackPush(t *testing.T, mode, protocol string) *Stack {
+	s, err := Start(Config{Mode: mode, ProgressChunk: 16, Model: tiny, NumBlocks: 64, Protocol: protocol,
 		Compute: server.ComputeModel{PrefillPerToken: 100_000}}) // 0.1 ms a token: chunks take time
 	require.NoError(t, err)
-	defer s.Close()
+	t.Cleanup(func() { _ = s.Close() })
 	prompt := strings.Repeat("one two three four five six seven eight ", 12) // 96 tokens: 6 blocks
 	for i := range 3 {
 		body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": prompt, "max_tokens": 3 + i})
@@ -44,15 +88,7 @@ func testStackPushProgressive(t *testing.T, protocol string) {
 	assert.Zero(t, st.KVVerifyFailures)
 	assert.NotZero(t, st.KVBytesVerified)
 	assert.Equal(t, uint64(3), st.RequestsDone)
-	resp, err := http.Get(s.Prefill.URL() + "/metrics")
-	require.NoError(t, err)
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := regexp.MustCompile(`(?m)^\S*progressive_writes\S* (\S+)$`).FindSubmatch(metrics)
-	require.NotNil(t, m, "no progressive_writes in prefill's metrics")
-	n, err := strconv.ParseFloat(string(m[1]), 64)
-	require.NoError(t, err)
-	assert.Positive(t, n, "no progressive WRITE")
+	return s
 }
 
 func TestProgressChunkNeedsPush(t *testing.T) {
