@@ -75,7 +75,14 @@ package pushconn
 //     post, fail in flight, hang, and are released late; handshakes and
 //     decode's sends fail.
 //
-// Left out (each is tested elsewhere): staging, decode restarts and
+// Staging (TestSimProgressiveStaged) is in simstage_test.go, which says
+// what of it is real and what modeled; of staging it leaves out grouped
+// requests, pipeline stages, the planned (non one-to-one) staged WRITE of
+// 2 -> 1 and 1 -> 2 (those pairings write directly there while decode
+// offers its slot), prefix hits, and a staged WRITE the agent will not let
+// go of when its gather fails (abandon's cancelling case).
+//
+// Left out (each is tested elsewhere): decode restarts and
 // incarnations (decode never restarts here, so no WRITE is retried after a
 // fresh handshake), the MaxPeers and MaxPendingRegistrations limits,
 // prefix hits (decode always registers every block), Close, vLLM's
@@ -196,6 +203,8 @@ type simConfig struct {
 	abortAny  float64 // decode aborts a request at a random moment
 	preAbort  float64 // prefill's engine aborts a finished request
 	progress  float64 // prefill reports progress (Producer.Progress) before it finishes
+	// staging is the slots on every rank (simstage_test.go); nil: none.
+	staging *simStaging
 	// Faults.
 	net        simNetConfig
 	postFail   float64 // a WRITE fails to post
@@ -328,6 +337,9 @@ type simStats struct {
 	cancelTimeouts, regTimeouts, crashes, clockSteps, notifFailures int
 	handshakeFailures, prefillAborts, decodeAborts, freedPrefill    int
 	progressReports, progressWrites, progressAborts                 int
+	// staging (simstage_test.go)
+	stagedParts, partsDeferred, stagedRests, restsNoSlot, stagedWholes int
+	stagedWrites, slotsOffered, copyFails                              int
 }
 
 type simViolation struct {
@@ -909,16 +921,24 @@ type simDecode struct {
 	byReg   map[simRegKey]*simInst // every registration it sent, for the WRITEs prefill posts for them
 	out     []*simInst             // published since the engine's last Drain
 	owner   []*simInst             // per block: the request registered into it
-	content []int32                // per block and part: the tag of the bytes there (0: poison)
+	regions int
+	content []int32 // per block, part and region (cell): the tag of the bytes there (0: poison)
+	// staging (simstage_test.go): nil without; slotOwner is the request
+	// each slot was offered to.
+	st        *simDecodeStage
+	slotOwner []*simInst
 }
+
+// cell is the index in content of block b's region r of part part.
+func (d *simDecode) cell(b, part, r int) int { return (b*d.parts+part)*d.regions + r }
 
 func newSimDecode(w *simWorld, r int) *simDecode {
 	d := &simDecode{w: w, rank: r, name: simDecodeName(r), tr: newTracker(time.Duration(simDecodeRT), time.Duration(simCancelTimeout)),
 		layout: simLayout(w.cfg.decTP, r), seq: w.rng.r.Uint64() >> 1, inc: w.rng.r.Uint64() | 1,
 		insts: map[*decodeReq]*simInst{}, byReg: map[simRegKey]*simInst{},
 		sources: simSources(w.cfg.preTP, w.cfg.decTP, r), owner: make([]*simInst, simBlocks)}
-	d.parts = len(d.sources)
-	d.content = make([]int32, simBlocks*d.parts)
+	d.parts, d.regions = len(d.sources), len(d.layout.Regions)
+	d.content = make([]int32, simBlocks*d.parts*d.regions)
 	d.tr.onPublish = d.publish
 	st := stats.New()
 	d.core = &decodeCore{
@@ -927,6 +947,9 @@ func newSimDecode(w *simWorld, r int) *simDecode {
 		edge: d, log: zap.NewNop(), stats: st, push: newPushCounters(st), tracker: d.tr, peers: map[string]*decodePeer{},
 	}
 	d.core.legacy.anySeqCompletion = !w.rules.seqCompletions
+	if w.cfg.staging != nil {
+		d.enableStaging(w.cfg.staging)
+	}
 	return d
 }
 
@@ -981,6 +1004,7 @@ func (d *simDecode) tick() {
 		w.note("decode gives up waiting for cancel answers (cancel timeout)", d.rank, "", 0, int64(n))
 	}
 	d.tr.drain()
+	d.checkSlots()
 	out := d.out
 	d.out = nil
 	for _, in := range out {
@@ -1002,6 +1026,9 @@ func (d *simDecode) onMessage(m *simMsg) {
 	sender := simPrefillName(m.from)
 	switch m.kind {
 	case simCompletion:
+		if d.onStaged(sender, m.b) {
+			return
+		}
 		d.core.onCompletion(sender, m.b)
 	case simFail:
 		d.core.onFailure(sender, m.b)
@@ -1080,13 +1107,20 @@ func (d *simDecode) shakeDone(key string, ok bool) {
 	d.shakes = append(d.shakes, shakeResult{key: key, payload: pl})
 }
 
-func (d *simDecode) forgetHandshake(Prefill)                                {}
-func (d *simDecode) loadMD(agent string, _ []byte) (string, error)          { return agent, nil }
-func (d *simDecode) unloadMD(string) error                                  { return nil }
-func (d *simDecode) closing() bool                                          { return false }
-func (d *simDecode) signal()                                                {}
-func (d *simDecode) now() instant                                           { return d.w.decodeAt() }
-func (d *simDecode) stagingOffer(*decodePeer, *decodeReq) *pushwire.Staging { return nil }
+func (d *simDecode) forgetHandshake(Prefill)                       {}
+func (d *simDecode) loadMD(agent string, _ []byte) (string, error) { return agent, nil }
+func (d *simDecode) unloadMD(string) error                         { return nil }
+func (d *simDecode) closing() bool                                 { return false }
+func (d *simDecode) signal()                                       {}
+func (d *simDecode) now() instant                                  { return d.w.decodeAt() }
+
+// stagingOffer is the Consumer's offerStaging (simstage_test.go), or none.
+func (d *simDecode) stagingOffer(p *decodePeer, r *decodeReq) *pushwire.Staging {
+	if d.st == nil {
+		return nil
+	}
+	return d.offer(p, r)
+}
 
 // publish is the tracker's onPublish: the request's connector.Result goes out and
 // its blocks go back to the engine, which poisons them. Invariants 1, 3
@@ -1111,19 +1145,19 @@ func (d *simDecode) publish(r *decodeReq) {
 		}
 		if in.done {
 			for part := 0; part < d.parts; part++ {
-				if got := d.content[b*d.parts+part]; got != in.att.L {
-					w.failID(r.id, "invariant 1: request %q (logical %d) is done on decode rank %d, but block %d part %d (prefill rank %d) holds bytes of logical request %d (0: poison)",
-						r.id, in.att.L, d.rank, b, part, d.sources[part], got)
-					return
+				for reg := 0; reg < d.regions; reg++ {
+					if got := d.content[d.cell(b, part, reg)]; got != in.att.L {
+						w.failID(r.id, "invariant 1: request %q (logical %d) is done on decode rank %d, but block %d part %d (prefill rank %d) region %d holds bytes of logical request %d (0: poison)",
+							r.id, in.att.L, d.rank, b, part, d.sources[part], reg, got)
+						return
+					}
 				}
 			}
 		}
 	}
 	for _, b := range in.blocks {
 		d.owner[b] = nil
-		for part := 0; part < d.parts; part++ {
-			d.content[b*d.parts+part] = 0
-		}
+		clear(d.content[d.cell(b, 0, 0):d.cell(b+1, 0, 0)])
 		if w.decHeld[b]--; w.decHeld[b] == 0 {
 			w.decFree = append(w.decFree, b)
 		}
@@ -1155,6 +1189,12 @@ type simWrite struct {
 	notif    []byte
 	// What the simulation counted of it.
 	timedOut, cancelling bool
+	// A staged WRITE (simstage_test.go) moves cells, not blocks: moves
+	// (landed per move), and each chunk's staged completion (none for a
+	// progressive part).
+	staged    bool
+	moves     []simMove
+	chunkMsgs [][]byte
 }
 
 // simPrefill is one prefill TP rank: the real writer core (writeCore,
@@ -1190,6 +1230,8 @@ type simPrefill struct {
 	// has loaded (a notification to any other fails with ErrNotFound).
 	writes map[*write]*simWrite
 	loaded map[string]bool
+	// st is the rank's staging (simstage_test.go), nil without.
+	st *simPrefillStage
 	// The engine's memory on this rank.
 	content    []int32
 	freeBlocks []int
@@ -1229,6 +1271,9 @@ func newSimPrefill(w *simWorld, rank, inc int) *simPrefill {
 	c.legacy.plainCompletions = !w.rules.seqCompletions
 	c.mem.noSeqless = !w.rules.seqlessMemory
 	p.core = c
+	if w.cfg.staging != nil {
+		p.enableStaging(w.cfg.staging)
+	}
 	return p
 }
 
@@ -1320,6 +1365,7 @@ func (p *simPrefill) tick() {
 	p.shakes, p.finished, p.aborts, p.progressQ = nil, nil, nil, nil
 	progressWriter{p.core}.progress(progress)
 	p.core.tick(shakes, finished, aborts)
+	p.checkSlots()
 }
 
 // onMessage is the shell's poller dispatch.
@@ -1424,7 +1470,7 @@ func (p *simPrefill) shakeDone(key string, ok bool) {
 	}
 	pl := &handshake.Payload{EngineID: "decode", TPSize: w.cfg.decTP, PPSize: 1, BlockSize: 16}
 	for r, d := range w.dec {
-		pl.Ranks = append(pl.Ranks, handshake.Rank{TPRank: r, Agent: d.name, Metadata: []byte(d.name), Layout: simLayout(w.cfg.decTP, r), Incarnation: d.inc})
+		pl.Ranks = append(pl.Ranks, handshake.Rank{TPRank: r, Agent: d.name, Metadata: []byte(d.name), Layout: simLayout(w.cfg.decTP, r), Incarnation: d.inc, Staging: w.decodeStagingInfo()})
 	}
 	p.shakes = append(p.shakes, shakeResult{key: key, payload: pl})
 }
@@ -1460,6 +1506,11 @@ func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		// Decode registered more blocks than the request has.
 		return postResult{what: postFailed, kind: pushwire.FailLayout, err: errors.New("simulated: more blocks registered than finished")}
 	}
+	if p.st != nil {
+		if r, staged := p.postFinalStaged(pr, h, in, srank, dst, cached); staged {
+			return r
+		}
+	}
 	if w.rng.chance(w.cfg.postFail) {
 		w.stats.postFailed++
 		return postResult{what: postFailed, kind: pushwire.FailPost, err: errors.New("simulated post failure")}
@@ -1489,6 +1540,11 @@ func (p *simPrefill) postPart(pr *pendingReg, h *hold) postResult {
 	if to <= from {
 		return postResult{what: postNotify}
 	}
+	if p.st != nil {
+		if r, staged := p.postPartStaged(pr, h, in, srank, dst, cached, from, to); staged {
+			return r
+		}
+	}
 	if w.rng.chance(w.cfg.postFail) {
 		w.stats.postFailed++
 		return postResult{what: postFailed, err: errors.New("simulated post failure")}
@@ -1496,6 +1552,7 @@ func (p *simPrefill) postPart(pr *pendingReg, h *hold) postResult {
 	w.stats.progressWrites++
 	r := p.postBlocks(pr, h, in, srank, h.blocks[from:to], dst[from-cached:to-cached], nil)
 	r.wr.partial, r.wr.to = true, to
+	pr.partInto = partDirect
 	return r
 }
 
@@ -1569,9 +1626,18 @@ func (p *simPrefill) release(wr *write) bool {
 	return true
 }
 
-func (p *simPrefill) completed(wr *write) { delete(p.writes, wr) }
-func (p *simPrefill) ended(wr *write)     { delete(p.writes, wr) }
-func (p *simPrefill) cancel(wr *write)    { delete(p.writes, wr) }
+func (p *simPrefill) completed(wr *write) { p.settled(wr) }
+func (p *simPrefill) ended(wr *write)     { p.settled(wr) }
+func (p *simPrefill) cancel(wr *write)    { p.settled(wr) }
+
+// settled forgets a WRITE that ended and frees its staging slot (the
+// shell's freeSlot).
+func (p *simPrefill) settled(wr *write) {
+	delete(p.writes, wr)
+	if p.st != nil {
+		p.st.wr.freeSlot(wr.slot)
+	}
+}
 
 // free is Producer.free plus the engine's DrainFreed: the blocks go back
 // and are poisoned.
@@ -1659,6 +1725,10 @@ func (sw *simWrite) landAt(i int) {
 	w := sw.p.w
 	sw.landed[i] = true
 	w.stats.landed++
+	if sw.staged {
+		sw.landCell(i)
+		return
+	}
 	in := sw.inst
 	d := w.dec[sw.srank]
 	b := sw.dst[i]
@@ -1680,7 +1750,9 @@ func (sw *simWrite) landAt(i int) {
 			time.Duration(sw.posted-in.endReal), time.Duration(w.now-in.endReal))
 		return // its bytes do not land: nothing later is this violation's consequence
 	}
-	d.content[b*d.parts+sw.part] = tag
+	for reg := 0; reg < d.regions; reg++ {
+		d.content[d.cell(b, sw.part, reg)] = tag
+	}
 }
 
 // agentEnd: the WRITE completes (every block lands, the completion
@@ -1691,6 +1763,9 @@ func (sw *simWrite) agentEnd() {
 	}
 	w := sw.p.w
 	if sw.willFail {
+		if sw.staged && len(sw.chunkMsgs) > 1 && w.rng.chance(0.5) {
+			sw.sendChunks(w.rng.intn(len(sw.chunkMsgs))) // its first chunks completed
+		}
 		sw.status = -1
 		w.note("agent: WRITE fails in flight", sw.p.rank, sw.id, sw.seq, 0)
 		return
@@ -1700,6 +1775,10 @@ func (sw *simWrite) agentEnd() {
 	}
 	sw.status = 1
 	w.note("agent: WRITE completes", sw.p.rank, sw.id, sw.seq, 0)
+	if sw.staged {
+		sw.sendChunks(len(sw.chunkMsgs))
+		return
+	}
 	if sw.notif != nil { // a progressive WRITE notifies nobody
 		sw.p.sendCompletion(sw)
 	}
@@ -1900,6 +1979,14 @@ func (s *simStats) add(o *simStats) {
 	s.progressReports += o.progressReports
 	s.progressWrites += o.progressWrites
 	s.progressAborts += o.progressAborts
+	s.stagedParts += o.stagedParts
+	s.partsDeferred += o.partsDeferred
+	s.stagedRests += o.stagedRests
+	s.restsNoSlot += o.restsNoSlot
+	s.stagedWholes += o.stagedWholes
+	s.stagedWrites += o.stagedWrites
+	s.slotsOffered += o.slotsOffered
+	s.copyFails += o.copyFails
 }
 
 func (s *simStats) String() string {

@@ -168,10 +168,20 @@ func (w *writer) stagePart(pr *pendingReg, h *hold, dst *descriptors.Layout, dst
 // them (at least the last), chunk by chunk with their staged completions,
 // gathered into a prefill slot or, when none is free, from the blocks.
 func (w *writer) postStagedRest(pr *pendingReg, h *hold, dst *descriptors.Layout, dstBlocks []int, cached int, start time.Time) postResult {
+	sw, err := w.stagedRest(pr, h, dst, dstBlocks, cached)
+	if err != nil {
+		return postResult{what: postFailed, kind: pushwire.FailLayout, err: err}
+	}
+	return w.postMapped(pr, h, nil, nil, sw, start)
+}
+
+// stagedRest plans postStagedRest's WRITE (the simulation runs it on its
+// modeled agent): its chunks, and the prefill slot it takes if one is free.
+func (w *writer) stagedRest(pr *pendingReg, h *hold, dst *descriptors.Layout, dstBlocks []int, cached int) (*stagedWrite, error) {
 	p := w.p
 	run, ok := w.stageImage(pr, dst, len(dstBlocks))
 	if !ok { // not reached: the offer and layouts are the registration's
-		return postResult{what: postFailed, kind: pushwire.FailLayout, err: fmt.Errorf("decode rank %d's staging offer no longer fits the parts written into it", pr.rank)}
+		return nil, fmt.Errorf("decode rank %d's staging offer no longer fits the parts written into it", pr.rank)
 	}
 	end := cached + min(len(h.blocks)-cached, len(dstBlocks))
 	from := min(pr.written, end-1)
@@ -189,5 +199,5 @@ func (w *writer) postStagedRest(pr *pendingReg, h *hold, dst *descriptors.Layout
 		p.log.Debug("pushconn: no staging slot for the rest of a progressive request; writing it from the blocks into decode's slot",
 			zap.String("request", h.id), zap.Int("blocks", end-from))
 	}
-	return w.postMapped(pr, h, nil, nil, sw, start)
+	return sw, nil
 }
