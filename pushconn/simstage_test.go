@@ -599,13 +599,21 @@ func TestSimProgressiveStaged(t *testing.T) {
 	}
 }
 
-// TestSimProgressiveStagedReplay: one staged seed run twice gives the same
-// trace, event for event.
+// TestSimProgressiveStagedReplay: one staged seed run eight times gives
+// the same trace, event for event. Seed 5 at TP 2 -> 2 is the regression
+// seed of progressed's pick (writeprogress.go): a registration that two
+// progressing requests of its base id would pair with got the part of
+// whichever map order gave first, so about every other run of this seed
+// diverged (at step 2567, prefill rank 1 writing a part on the PUSH_REG of
+// "req2-27ec2fff" or not); it now takes the one that reported first.
 func TestSimProgressiveStagedReplay(t *testing.T) {
 	cfg := simStagedConfigs(5)[3]
 	n := simShortSteps()
-	a, b := simRun(cfg, currentRules, 5, n), simRun(cfg, currentRules, 5, n)
-	require.Equal(t, a.hash, b.hash, "seed 5 ran twice: the staged simulation is not deterministic")
-	require.Equal(t, a.traceN, b.traceN)
-	require.Positive(t, a.stats.stagedParts)
+	first := simRun(cfg, currentRules, 5, n)
+	require.Positive(t, first.stats.stagedParts)
+	for range 7 {
+		again := simRun(cfg, currentRules, 5, n)
+		require.Equal(t, first.hash, again.hash, "seed 5 ran again: the staged simulation is not deterministic")
+		require.Equal(t, first.traceN, again.traceN)
+	}
 }

@@ -38,6 +38,7 @@ type writeCore struct {
 	// progressing are the holds of requests that reported progress and
 	// have not finished (writeprogress.go), by id.
 	progressing map[string]*hold
+	reports     uint64 // the holds that reported progress so far (hold.reported)
 	mem         regMemory
 	out         notices
 	// legacy restores rules this revision replaced; only the simulation

@@ -48,6 +48,8 @@ func (c progressWriter) progress(evs []progressEvent) {
 		if h == nil {
 			h = ev.h
 			h.progressive = true
+			c.reports++
+			h.reported = c.reports
 			c.holds[h.id] = h
 			c.progressing[h.id] = h
 		}
@@ -66,18 +68,25 @@ func (c progressWriter) progress(evs []progressEvent) {
 
 // progressed hands a registration just admitted (still pending) the
 // blocks already final of a request that reports progress and that it
-// would pair with.
+// would pair with. When several would (requests of one base id, which the
+// matcher pairs by: a retry while the first attempt still computes), the
+// one that reported first: a rule, so that a run is the same every time
+// (map order picked one before, which the simulation's replay found).
 func (c progressWriter) progressed(pr *pendingReg) {
+	var first *hold
 	for _, h := range c.progressing {
-		if !h.progressive || h.final == 0 || c.edge.aborted(h.id) {
+		if !h.progressive || h.final == 0 || c.edge.aborted(h.id) || first != nil && first.reported < h.reported {
 			continue
 		}
 		for _, q := range c.matcher.Peek(match.Key{RequestID: h.id, TransferID: h.transferID}) {
 			if q == pr {
-				c.writePart(pr, h)
-				return
+				first = h
+				break
 			}
 		}
+	}
+	if first != nil {
+		c.writePart(pr, first)
 	}
 }
 

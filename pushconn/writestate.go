@@ -34,6 +34,10 @@ type hold struct {
 	// layer, and only those may be written.
 	progressive bool
 	final       int
+	// reported orders the holds of progress reports by their first report
+	// (writeCore.reports), so that progressed picks one by a rule, not by
+	// map order.
+	reported uint64
 }
 
 // pendingReg is a registration admitted into the matcher.
