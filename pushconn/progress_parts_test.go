@@ -10,6 +10,7 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/internal/staging/stagingtest"
 	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
@@ -270,4 +271,32 @@ func TestStagedPartsBad(t *testing.T) {
 	require.True(t, allZero(t, r.decLayout[0], dst), "released blocks written")
 	require.Equal(t, uint64(1), extra(t, c.Stats(), "staged_parts_scattered"))
 	freedOnce(t, p, "req")
+}
+
+// TestStagedPartScatterFails: a part decode cannot scatter fails its
+// request, but with the rank still expected (its final WRITE, into the
+// slot, is still to come): decode cancels, and its result, and its slot,
+// wait for prefill's ack. Prefill, which then aborts the request, writes
+// nothing more and frees the blocks once; every slot comes back.
+func TestStagedPartScatterFails(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
+	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1}, m)
+	defer r.close()
+	c, p := r.consumers[0], r.producers[0]
+	c.cfg.Staging.Copier = &stagingtest.Copier{FailAt: 1}
+	src, dst := []int{4, 9, 2, 30}, []int{7, 8, 20, 3}
+	require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
+	admitted(t, p, 1)
+	fill(t, r.preLayout[0], src[:2], 6, 32)
+	require.NoError(t, p.Progress("req", src[:2], 64))
+	got := await(t, c, 1)
+	require.ErrorIs(t, got[0].Err, errStaging)
+	require.ErrorContains(t, got[0].Err, "part of blocks [0, 2)")
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "push_cancel_ack_received"), "the result waited for prefill's ack")
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "staging_failures"))
+	require.Zero(t, extra(t, c.Stats(), "staged_parts_scattered"))
+	require.NoError(t, p.Abort("req"))
+	freedOnce(t, p, "req")
+	slotsBack(t, r)
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_writes"), "nothing written after the cancel")
 }

@@ -40,7 +40,7 @@ func (c *Consumer) onStagedPart(sender string, msg []byte) {
 		return
 	}
 	c.mu.Lock()
-	bc, err := c.partScatter(sender, pt)
+	r, bc, err := c.partScatter(sender, pt)
 	c.mu.Unlock()
 	switch {
 	case errors.Is(err, errPartDropped):
@@ -55,13 +55,21 @@ func (c *Consumer) onStagedPart(sender string, msg []byte) {
 	err = c.stage.CopyBlocks(c.cfg.Staging.Copier, bc)
 	c.mu.Lock()
 	if err != nil {
-		c.tracker.scatterFailed(c.now(), pt.ID, sender, pt.Seq, fmt.Errorf("%w: request %q: part of blocks [%d, %d) from prefill agent %q: %v", errStaging, pt.ID, pt.From, pt.To, sender, err))
+		// The request fails with the sender still expected: unlike a
+		// chunk's, a part's rank has its final WRITE still to come, into
+		// the slot, so the request drains (PUSH_CANCEL) until the rank
+		// answers, and the slot is not given to another request meanwhile.
+		if c.tracker.reqs[pt.ID] == r {
+			c.tracker.end(c.now(), r, fmt.Errorf("%w: request %q: part of blocks [%d, %d) from prefill agent %q: %v", errStaging, pt.ID, pt.From, pt.To, sender, err))
+		}
 		c.mu.Unlock()
 		c.log.Warn("pushconn: staged part could not be scattered", zap.String("request", pt.ID), zap.String("sender", sender), zap.Error(err))
 		c.signal()
 		return
 	}
-	if r := c.tracker.reqs[pt.ID]; r != nil && r.stage != nil {
+	// Remembered only if r is still the live request of the id: one
+	// that ended while the part was copied takes no chunk scatter.
+	if c.tracker.reqs[pt.ID] == r && r.stage != nil {
 		done := r.stage.scattered[sender]
 		for j := pt.From; j < pt.To; j++ {
 			done[j] = true
@@ -74,42 +82,43 @@ func (c *Consumer) onStagedPart(sender string, msg []byte) {
 // errPartDropped is partScatter's answer for a part of no request held.
 var errPartDropped = errors.New("no request holds the part")
 
-// partScatter returns the scatter of part pt from prefill agent sender
-// (c.mu held): errPartDropped when no live request expects the sender in
-// a slot (or pt answers another registration of the id), another error
-// when pt does not fit the request. The request is left as it was.
-func (c *Consumer) partScatter(sender string, pt pushwire.StagedPart) (staging.BlockCopy, error) {
+// partScatter returns the request that part pt from prefill agent sender
+// is of and the part's scatter (c.mu held): errPartDropped when no live
+// request expects the sender in a slot (or pt answers another
+// registration of the id), another error when pt does not fit the
+// request. What the request holds stays as it was.
+func (c *Consumer) partScatter(sender string, pt pushwire.StagedPart) (*decodeReq, staging.BlockCopy, error) {
 	r, _ := c.tracker.stagedPart(pt.ID, sender, pt.Seq)
 	if r == nil || c.tracker.reqs[pt.ID] != r {
 		// Unknown, released, another registration, or failed and only
 		// draining: its blocks take nothing more.
-		return staging.BlockCopy{}, errPartDropped
+		return nil, staging.BlockCopy{}, errPartDropped
 	}
 	part, ok := r.stage.parts[sender]
 	if !ok {
-		return staging.BlockCopy{}, errPartDropped
+		return nil, staging.BlockCopy{}, errPartDropped
 	}
 	if len(part.scatter) != 1 {
-		return staging.BlockCopy{}, fmt.Errorf("request %q: the image of several KV-cache groups takes no parts", pt.ID)
+		return nil, staging.BlockCopy{}, fmt.Errorf("request %q: the image of several KV-cache groups takes no parts", pt.ID)
 	}
 	bc := part.scatter[0].BlockCopy
 	if pt.To > len(bc.Blocks) {
-		return staging.BlockCopy{}, fmt.Errorf("request %q: part of blocks [%d, %d) outside the image's %d", pt.ID, pt.From, pt.To, len(bc.Blocks))
-	}
-	if r.stage.scattered == nil {
-		r.stage.scattered = map[string][]bool{}
+		return nil, staging.BlockCopy{}, fmt.Errorf("request %q: part of blocks [%d, %d) outside the image's %d", pt.ID, pt.From, pt.To, len(bc.Blocks))
 	}
 	done := r.stage.scattered[sender]
-	if done == nil {
-		done = make([]bool, len(bc.Blocks))
-		r.stage.scattered[sender] = done
-	}
-	for j := pt.From; j < pt.To; j++ {
+	for j := pt.From; j < pt.To && done != nil; j++ {
 		if done[j] {
-			return staging.BlockCopy{}, fmt.Errorf("request %q: part of blocks [%d, %d): block %d scattered already", pt.ID, pt.From, pt.To, j)
+			return nil, staging.BlockCopy{}, fmt.Errorf("request %q: part of blocks [%d, %d): block %d scattered already", pt.ID, pt.From, pt.To, j)
 		}
 	}
-	return bc.BlockRange(pt.From, pt.To), nil
+	if done == nil {
+		// No block scattered yet: none marked is the same state.
+		if r.stage.scattered == nil {
+			r.stage.scattered = map[string][]bool{}
+		}
+		r.stage.scattered[sender] = make([]bool, len(bc.Blocks))
+	}
+	return r, bc.BlockRange(pt.From, pt.To), nil
 }
 
 // unscattered returns the copies of a chunk's scatter cut to the blocks no
