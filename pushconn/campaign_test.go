@@ -61,6 +61,10 @@ type campaignFigures struct {
 	// campaign), progressStaged those of them into decode's staging slot,
 	// progressDeferred the staged parts put off for want of a slot.
 	progressWrites, progressStaged, progressDeferred int
+	// partsScattered: staged parts decode scattered as they landed
+	// (PUSH_STAGED_PART); partsDropped those of requests decode no longer
+	// held, partsRejected those that did not fit.
+	partsScattered, partsDropped, partsRejected int
 	// slotsLeft: staging slots still held on any rank once every request
 	// ended (staged campaigns).
 	slotsLeft int
@@ -77,6 +81,9 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.progressWrites += o.progressWrites
 	f.progressStaged += o.progressStaged
 	f.progressDeferred += o.progressDeferred
+	f.partsScattered += o.partsScattered
+	f.partsDropped += o.partsDropped
+	f.partsRejected += o.partsRejected
 	f.slotsLeft += o.slotsLeft
 	f.done += o.done
 	f.failed += o.failed
@@ -244,6 +251,7 @@ func TestFaultCampaignProgressiveStaged(t *testing.T) {
 				t.Logf("seed %d: %+v; %d gathers and scatters", seed, f, cc.Count())
 				if tp[0] == tp[1] {
 					require.Positive(t, f.progressStaged, "no staged part")
+					require.Positive(t, f.partsScattered, "no staged part scattered as it landed")
 				}
 				total.add(f)
 			})
@@ -789,6 +797,9 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	}
 	for _, c := range r.consumers {
 		fig.cancelTimeouts += int(extra(t, c.Stats(), "cancel_timeouts"))
+		fig.partsScattered += int(extra(t, c.Stats(), "staged_parts_scattered"))
+		fig.partsDropped += int(extra(t, c.Stats(), "staged_parts_dropped"))
+		fig.partsRejected += int(extra(t, c.Stats(), "staged_parts_rejected"))
 	}
 	for _, p := range r.producers {
 		fig.progressWrites += int(extra(t, p.Stats(), "progressive_writes"))

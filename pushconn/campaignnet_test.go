@@ -72,10 +72,14 @@ func (a *netPrefillAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferL
 	return a.Agent.CreateXferReq(op, local, remote, agent, opts)
 }
 
-// completionID reads the decode request id of a plain or staged completion.
+// completionID reads the decode request id of a plain or staged
+// completion, or of a staged part's notification.
 func completionID(msg []byte) (string, bool) {
 	s := string(msg)
 	switch {
+	case strings.HasPrefix(s, pushwire.StagedPartPrefix):
+		c, err := pushwire.DecodeStagedPart(msg)
+		return c.ID, err == nil
 	case strings.HasPrefix(s, pushwire.StagedChunkPrefix):
 		c, err := pushwire.DecodeStagedChunk(msg)
 		return c.ID, err == nil

@@ -66,6 +66,9 @@ type Consumer struct {
 	// RankConfig.Staging).
 	pool  *staging.Pool
 	stage *staging.Counters
+	// noStagingParts makes the rank's offers leave out Staging.Parts, as
+	// a decode that predates PUSH_STAGED_PART sends them (tests).
+	noStagingParts bool
 }
 
 // NewConsumer starts a decode rank: it registers the layout's memory with
@@ -121,6 +124,7 @@ func NewConsumer(pub *connector.Engine, config Config) (*Consumer, error) {
 	c.poll.Handle(pushwire.CancelAckPrefix, c.core.onCancelAck)
 	c.poll.Handle(pushwire.StagedPrefix, c.onStaged)
 	c.poll.Handle(pushwire.StagedChunkPrefix, c.onStagedChunk)
+	c.poll.Handle(pushwire.StagedPartPrefix, c.onStagedPart)
 	if e.vllm() {
 		// None of gonixl's messages is part of vLLM's protocol: a peer
 		// that speaks it never sends them, so one that arrives changes

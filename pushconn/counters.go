@@ -60,6 +60,13 @@ type pushCounters struct {
 	progressDeferred *stats.Counter
 	// progressStaged: progressive WRITEs into decode's staging slot.
 	progressStaged *stats.Counter
+	// stagedParts: staged parts decode scattered as they landed;
+	// stagedPartsDropped: part notifications of no request decode holds
+	// (nothing scattered); stagedPartsRejected: those that do not fit the
+	// request (nothing changed).
+	stagedParts         *stats.Counter
+	stagedPartsDropped  *stats.Counter
+	stagedPartsRejected *stats.Counter
 }
 
 func newPushCounters(s *stats.Set) *pushCounters {
@@ -91,19 +98,22 @@ func newPushCounters(s *stats.Set) *pushCounters {
 		forgotten:       s.Counter("forgotten_engines", "Peer engines forgotten after RankConfig.EngineTTL without a request (their metadata unloaded; the next request handshakes again)."),
 		stale:           s.Counter("stale_registrations", "Registrations dropped without a WRITE or PUSH_FAIL because the decode rank that sent them has restarted since (prefill)."),
 
-		cancelAckSent:      s.Counter("push_cancel_ack_sent", "PUSH_CANCEL_ACK notifications sent: no WRITE of the cancelled registration can land any more (prefill)."),
-		cancelAckUndeliver: s.Counter("push_cancel_ack_undeliverable", "PUSH_CANCEL_ACK notifications that could not be sent (prefill)."),
-		cancelAckReceived:  s.Counter("push_cancel_ack_received", "PUSH_CANCEL_ACK notifications received and decoded (decode)."),
-		cancelTimeouts:     s.Counter("cancel_timeouts", "Failed requests whose blocks were released at CancelTimeout, before every prefill rank had written, failed or acknowledged the cancel (decode)."),
-		aborted:            s.Counter("aborted_requests", "Requests ended by Abort (both sides)."),
-		progressWrites:     s.Counter("progressive_writes", "WRITEs of blocks a prefill reported final (Progress) posted before the request finished (prefill)."),
-		progressSkipped:    s.Counter("progressive_skipped", "Registrations written whole at RequestFinished although their request reported progress: blocks that do not map one to one, a decode engine not yet handshaken, or a progressive WRITE that failed (prefill)."),
-		progressDeferred:   s.Counter("progressive_deferred", "Progressive WRITEs into decode's staging slot put off because no prefill staging slot was free: their blocks go with the request's next report or its final WRITE (prefill)."),
-		progressStaged:     s.Counter("progressive_staged_writes", "Progressive WRITEs gathered into a staging slot and written into decode's slot (counted in progressive_writes too) (prefill)."),
-		oversized:          s.Counter("oversized_ids", "Notifications refused because an id or host in them was longer than the limit (1024 bytes) (prefill)."),
-		superseded:         s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
-		staleCompletions:   s.Counter("stale_completions", "Completions (plain or staged) that name another registration of their request id than the one decode holds, or none when it had a seq; counted for nothing (decode)."),
-		seqlessCopies:      s.Counter("seqless_copies_dropped", "Registrations without registration_seq dropped as late copies (same sender, ids and block ids) of one the rank had ended without a WRITE and told decode so, by PUSH_CANCEL_ACK or PUSH_FAIL (prefill)."),
+		cancelAckSent:       s.Counter("push_cancel_ack_sent", "PUSH_CANCEL_ACK notifications sent: no WRITE of the cancelled registration can land any more (prefill)."),
+		cancelAckUndeliver:  s.Counter("push_cancel_ack_undeliverable", "PUSH_CANCEL_ACK notifications that could not be sent (prefill)."),
+		cancelAckReceived:   s.Counter("push_cancel_ack_received", "PUSH_CANCEL_ACK notifications received and decoded (decode)."),
+		cancelTimeouts:      s.Counter("cancel_timeouts", "Failed requests whose blocks were released at CancelTimeout, before every prefill rank had written, failed or acknowledged the cancel (decode)."),
+		aborted:             s.Counter("aborted_requests", "Requests ended by Abort (both sides)."),
+		progressWrites:      s.Counter("progressive_writes", "WRITEs of blocks a prefill reported final (Progress) posted before the request finished (prefill)."),
+		progressSkipped:     s.Counter("progressive_skipped", "Registrations written whole at RequestFinished although their request reported progress: blocks that do not map one to one, a decode engine not yet handshaken, or a progressive WRITE that failed (prefill)."),
+		progressDeferred:    s.Counter("progressive_deferred", "Progressive WRITEs into decode's staging slot put off because no prefill staging slot was free: their blocks go with the request's next report or its final WRITE (prefill)."),
+		progressStaged:      s.Counter("progressive_staged_writes", "Progressive WRITEs gathered into a staging slot and written into decode's slot (counted in progressive_writes too) (prefill)."),
+		stagedParts:         s.Counter("staged_parts_scattered", "Progressive staged parts (PUSH_STAGED_PART) scattered from the staging slot into the blocks as they landed, before their request finished (decode)."),
+		stagedPartsDropped:  s.Counter("staged_parts_dropped", "PUSH_STAGED_PART notifications of a request decode no longer holds (released, failed, another registration of the id) or of a rank it does not expect in a slot: nothing scattered (decode)."),
+		stagedPartsRejected: s.Counter("staged_parts_rejected", "PUSH_STAGED_PART notifications that do not fit their request (blocks outside the image, blocks scattered already, an image of several KV-cache groups): nothing changed (decode)."),
+		oversized:           s.Counter("oversized_ids", "Notifications refused because an id or host in them was longer than the limit (1024 bytes) (prefill)."),
+		superseded:          s.Counter("superseded_registrations", "Waiting registrations replaced by the same request id registered again by the same decode rank (prefill)."),
+		staleCompletions:    s.Counter("stale_completions", "Completions (plain or staged) that name another registration of their request id than the one decode holds, or none when it had a seq; counted for nothing (decode)."),
+		seqlessCopies:       s.Counter("seqless_copies_dropped", "Registrations without registration_seq dropped as late copies (same sender, ids and block ids) of one the rank had ended without a WRITE and told decode so, by PUSH_CANCEL_ACK or PUSH_FAIL (prefill)."),
 
 		failWithheld:  s.Counter("push_fail_withheld", "Registrations that failed or expired on prefill without a PUSH_FAIL, which vLLM's protocol does not have: decode sees them at its registration timeout (prefill, vLLM protocol)."),
 		leaseExtended: s.Counter("lease_extensions", "Leases of finished requests waiting for their registration extended by a vLLM heartbeat (prefill, vLLM protocol)."),

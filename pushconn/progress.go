@@ -25,9 +25,10 @@ import (
 //
 // With RankConfig.Staging, a registration whose decode rank offered a
 // staging slot gets reported blocks gathered into a prefill slot and
-// written into decode's slot, one run per region (a staged part), and the
-// rest at RequestFinished as the staged WRITE's chunks with their staged
-// completions; a report that finds no prefill slot free is put off to the
+// written into decode's slot, one run per region (a staged part, which a
+// decode that offers parts scatters as it lands, PUSH_STAGED_PART), and
+// the rest at RequestFinished as the staged WRITE's chunks with their
+// staged completions; a report that finds no prefill slot free is put off to the
 // next report or RequestFinished (counted in progressive_deferred).
 //
 // Progress refuses (connector.ErrInvalid, nothing changes) a layout of

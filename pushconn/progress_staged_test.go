@@ -56,8 +56,9 @@ func slotsBack(t testing.TB, r *rig) {
 
 // TestProgressStagedParts: with staging on both sides, a report's blocks
 // go into decode's offered slot as one staged part (one descriptor per
-// region), not into decode's blocks; the final WRITE writes the rest chunk
-// by chunk with the staged completions, decode scatters the whole image,
+// region), not into decode's blocks, and decode scatters the part when its
+// PUSH_STAGED_PART lands; the final WRITE writes the rest chunk by chunk
+// with the staged completions, decode scatters the blocks no part did,
 // and every byte is right although prefill spoiled the reported blocks
 // once their part landed. Every slot comes back.
 func TestProgressStagedParts(t *testing.T) {
@@ -91,11 +92,11 @@ func TestProgressStagedParts(t *testing.T) {
 				require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_writes"))
 				require.Zero(t, extra(t, p.Stats(), "progressive_deferred"))
 			}
-			// The part landed in decode's slot: its blocks are untouched
-			// until the staged completions scatter the image.
-			eventually(t, "the part's WRITE ended", func() bool { pre, _ := inUse(r); return pre == 0 })
-			for i, l := range r.decLayout {
-				require.False(t, holds(t, l, dst[:1], seed, 16), "decode rank %d's blocks before the finish", i)
+			// The part landed in decode's slot with its PUSH_STAGED_PART:
+			// decode scattered it into its blocks before the finish.
+			for i, c := range r.consumers {
+				eventually(t, "the part scattered", func() bool { return extra(t, c.Stats(), "staged_parts_scattered") == 1 })
+				require.Positive(t, check(t, r.decLayout[i], dst[:4], 0, seed, 64), "decode rank %d's blocks before the finish", i)
 			}
 			require.Empty(t, r.consumers[0].Drain(), "no result before the finish")
 			for i, p := range r.producers {

@@ -21,6 +21,10 @@ type decodeStage struct {
 	// chunks is, per prefill agent whose WRITE came in chunks, the chunks
 	// scattered so far.
 	chunks map[string]*chunkState
+	// scattered is, per prefill agent that sent staged parts, the image
+	// blocks its parts scattered, in every region (stagedparts.go); its
+	// chunks scatter the others.
+	scattered map[string][]bool
 }
 
 // chunkState is the chunks of one prefill rank's part seen so far: their
@@ -102,6 +106,10 @@ func (c *Consumer) offerStaging(p *decodePeer, r *decodeReq) *pushwire.Staging {
 		}
 	}
 	offer.Slot = slot.Index
+	// Parts scatter by image block, which an image of several groups
+	// has not (staging.GroupDstImage); prefill stages no part of one
+	// either (Producer.Progress takes one group).
+	offer.Parts = !grouped && !c.noStagingParts
 	r.stage = &decodeStage{slot: slot, offer: offer, parts: parts}
 	o := offer
 	return &o
@@ -220,10 +228,11 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 		c.stats.UnknownNotifications.Inc()
 		return
 	}
+	done := r.stage.scattered[sender]
 	c.mu.Unlock()
 	r0, r1 := staging.ChunkRegions(regions, ch.Chunks, ch.Chunk)
 	var err error
-	for _, bc := range staging.ChunkCopies(part.scatter, r0, r1) {
+	for _, bc := range unscattered(staging.ChunkCopies(part.scatter, r0, r1), done) {
 		if err = c.stage.CopyBlocks(c.cfg.Staging.Copier, bc); err != nil {
 			break
 		}

@@ -17,19 +17,25 @@ import (
 // a report made final are gathered into a prefill slot, at their offsets
 // in decode's image of this rank (region-major: region r's image block j
 // at r*stride + j*perBlock), and written as one run per region into
-// decode's slot, with no completion. The final WRITE, at RequestFinished,
+// decode's slot. When decode's offer says it scatters parts
+// (pushwire.Staging.Parts), the part's WRITE carries PUSH_STAGED_PART
+// naming its image blocks [j0, j1), and decode scatters them into its
+// blocks when it lands (stagedparts.go); else it carries nothing, as for
+// a decode that predates parts. The final WRITE, at RequestFinished,
 // writes the image blocks not written yet the same way, chunk by chunk
 // (ranges of regions, staging.ChunkRegions), each chunk with its staged
-// completion: decode scatters a chunk's regions, every block of them,
-// when its completion comes, exactly as for a staged WRITE of the whole
-// image, and the parts landed before (the final WRITE waits for the part
-// in flight). Decode is unchanged.
+// completion: decode scatters a chunk's regions of every block no part
+// scattered (all of them for a decode that took no part), exactly as for
+// a staged WRITE of the whole image (the final WRITE waits for the part
+// in flight). So after prefill's end only the last part is gathered,
+// written and scattered.
 //
 // Which way a registration's parts go is fixed by the first part posted
 // (pendingReg.partInto): staged parts and direct parts never mix, because
-// the final staged WRITE's completions make decode scatter the whole image
-// (direct blocks would be overwritten by what the slot holds there), and a
-// final direct WRITE's completion scatters nothing.
+// the final staged WRITE's completions make decode scatter every block no
+// staged part scattered (direct blocks would be overwritten by what the
+// slot holds there), and a final direct WRITE's completion scatters
+// nothing.
 //
 // Prefill's slots are taken per WRITE and given back when it ends, as for
 // any staged WRITE (write.slot), so a request that computes holds none

@@ -208,13 +208,18 @@ func (w *writer) postStaged(pr *pendingReg, h *hold, sw *stagedWrite, start time
 			// An earlier chunk failed in flight (counted by pollHandles).
 			return w.abandon(wr, pushwire.FailTransfer, inFlight)
 		}
-		var opts *nixl.Options // a progressive part notifies nobody
-		if !sw.part {
+		var opts *nixl.Options
+		if !sw.part || pr.reg.Staging.Parts {
+			// A progressive part notifies only a decode that scatters
+			// parts (stagedparts.go); its notification is no completion.
 			var msg []byte
 			var err error
-			if n == 1 {
+			switch {
+			case sw.part:
+				msg, err = pushwire.EncodeStagedPart(pr.reg.RequestID, p.world, sw.run.j0, sw.run.j1, pr.reg.Seq)
+			case n == 1:
 				msg, err = pushwire.EncodeStaged(pr.reg.RequestID, p.world, pr.reg.Seq)
-			} else {
+			default:
 				msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, p.world, k, n, pr.reg.Seq)
 			}
 			if err != nil {

@@ -16,7 +16,7 @@ import (
 
 // gonixlOnlyToDecode are the prefixes of gonixl's messages to a decode
 // rank that vLLM's protocol does not have.
-var gonixlOnlyToDecode = []string{pushwire.FailPrefix, pushwire.CancelAckPrefix, pushwire.StagedPrefix, pushwire.StagedChunkPrefix}
+var gonixlOnlyToDecode = []string{pushwire.FailPrefix, pushwire.CancelAckPrefix, pushwire.StagedPrefix, pushwire.StagedChunkPrefix, pushwire.StagedPartPrefix}
 
 // heartbeatExtension is how far a vLLM heartbeat moves a finished
 // request's lease: two thirds of the lease from now, as vLLM's prefill

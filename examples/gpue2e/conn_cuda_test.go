@@ -175,6 +175,9 @@ func runDecode() error {
 	// on a timer (a Go timer under 1 ms fires after about 1 ms on Linux,
 	// which the critical path would count).
 	var ready <-chan struct{}
+	// parts is decode's staged_parts_scattered at the last end: each end
+	// reports the parts scattered since (one request at a time: its own).
+	var parts uint64
 	ends := func(id string, err error) doneMsg {
 		d := doneMsg{ID: id, EndNano: time.Now().UnixNano()}
 		if err != nil {
@@ -187,6 +190,8 @@ func runDecode() error {
 				d.Stage[k], _ = s.Get(k)
 			}
 			d.Stage["xfer_us"], d.Stage["xfers"] = uint64(s.XferTime.Sum.Microseconds()), s.XferTime.Count
+			now, _ := s.Get("staged_parts_scattered")
+			d.Stage["parts_since"], parts = now-parts, now
 		}
 		return d
 	}
@@ -550,6 +555,9 @@ type runStats struct {
 	bytes             uint64            // checked on decode
 	stalls            int               // requests that waited for a free slot
 	stage             map[string]uint64 // decode's staging counters at the last end
+	// partScatters: staged parts decode scattered as they landed
+	// (PUSH_STAGED_PART), over the run's requests.
+	partScatters uint64
 	// initiator is decode's transfer and post times at the last end
 	// (cumulative; pull's initiator).
 	initiator xferCounters
@@ -630,6 +638,7 @@ func (f *connFixture) run(n int, rate float64, prefillTime time.Duration, fragEv
 		st.initiator = xferCounters{xfer: time.Duration(d.XferNS), xfers: d.Xfers, post: time.Duration(d.PostNS), posts: d.Posts, byNIXL: d.ByNIXL, confirms: d.Confirms, confirm: time.Duration(d.ConfirmUS) * time.Microsecond}
 		if d.Stage != nil {
 			st.stage = d.Stage
+			st.partScatters += d.Stage["parts_since"]
 		}
 		return nil
 	}
@@ -850,7 +859,8 @@ func BenchmarkCriticalPath(b *testing.B) {
 // descriptors; n: every nth fragmented); 16k tokens with
 // GONIXL_E2E_REQ_BLOCKS=1024. With GONIXL_E2E_STAGING=on each report's
 // blocks are gathered into a staging slot and written into decode's as one
-// run per region (prog_staged counts those WRITEs).
+// run per region (prog_staged counts those WRITEs), which decode scatters
+// as each lands (dec_part_scatters, per request).
 //
 //	GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
 //	GONIXL_E2E_FRAG_EVERY=0 GONIXL_E2E_REQ_BLOCKS=1024 go test -tags "nixl cuda" -run '^$' -bench ProgressivePush -benchtime 8x ./examples/gpue2e
@@ -892,6 +902,9 @@ func BenchmarkProgressivePush(b *testing.B) {
 				b.ReportMetric(float64(counter(s1, "progressive_writes")-w0)/n, "prog_writes")
 				b.ReportMetric(float64(counter(s1, "progressive_staged_writes")-sw0)/n, "prog_staged")
 				b.ReportMetric(float64(counter(s1, "progressive_deferred")-d0)/n, "prog_deferred")
+				// And decode's part scatters per request: parts it scattered
+				// as they landed, before prefill ended.
+				b.ReportMetric(float64(st.partScatters)/n, "dec_part_scatters")
 			})
 		}
 	}

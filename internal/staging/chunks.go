@@ -73,6 +73,15 @@ func (b BlockCopy) Regions(r0, r1 int) BlockCopy {
 	return b
 }
 
+// BlockRange returns the part of the block copy that covers its blocks
+// [j0, j1) (indexes into Blocks): its items (r, j) for j in the range, at
+// the same slot offsets. A progressive part of an image is such a range.
+func (b BlockCopy) BlockRange(j0, j1 int) BlockCopy {
+	b.Slot += uint64(j0) * b.Len
+	b.Blocks = b.Blocks[j0:j1]
+	return b
+}
+
 // Chunk is one piece of a staged transfer: the regions [R0, R1) of its
 // image, the bytes [Off, Off+Len) of it in the slot.
 type Chunk struct {

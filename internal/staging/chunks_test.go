@@ -68,3 +68,18 @@ func TestBlockCopyRegions(t *testing.T) {
 	part := b.Regions(1, 3).Segs(nil)
 	require.Equal(t, whole[2:], part)
 }
+
+// TestBlockCopyBlockRange: a block copy's block range keeps its items'
+// slot offsets: the ranges of a split cover the whole copy's segments.
+func TestBlockCopyBlockRange(t *testing.T) {
+	b := BlockCopy{Bases: []uint64{1000, 2000}, Blocks: []int{7, 2, 0, 5}, BlockLen: 10, Len: 10, Slot: 50000, SlotStride: 40}
+	require.Equal(t, []Seg{{Src: 50010, Dst: 1020, Len: 10}, {Src: 50020, Dst: 1000, Len: 10}, {Src: 50050, Dst: 2020, Len: 10}, {Src: 50060, Dst: 2000, Len: 10}},
+		b.BlockRange(1, 3).Segs(nil))
+	var split []Seg
+	for _, reg := range []int{0, 1} {
+		for _, r := range [][2]int{{0, 1}, {1, 3}, {3, 4}} {
+			split = append(split, b.Regions(reg, reg+1).BlockRange(r[0], r[1]).Segs(nil)...)
+		}
+	}
+	require.ElementsMatch(t, b.Segs(nil), split)
+}

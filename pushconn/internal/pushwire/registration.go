@@ -63,11 +63,22 @@ type Registration struct {
 // in slot Slot of the decode rank's advertised staging memory and then
 // sends PUSH_STAGED instead of the plain completion. A rank may always
 // write into the blocks instead (then decode does not scatter).
+//
+// Parts says decode scatters progressive staged parts as they land
+// (PUSH_STAGED_PART): our own key "staging_parts" beside "staging", with
+// the part protocol's version (1), so that a prefill that predates it
+// skips the key, and a decode that predates it never receives a part
+// notification.
 type Staging struct {
 	Slot    int
 	Offsets []uint64
 	Sizes   []uint64
+	Parts   bool
 }
+
+// StagingPartsVersion is the version of PUSH_STAGED_PART that "staging_parts"
+// announces.
+const StagingPartsVersion = 1
 
 // MaxStagingRanks bounds the per-rank lists of a Staging.
 const MaxStagingRanks = 1024
@@ -148,9 +159,10 @@ func IsRegistration(msg []byte) bool { return bytes.HasPrefix(msg, []byte(RegPre
 
 // AppendRegistration validates r and appends its notification bytes to dst:
 // RegPrefix, then a msgpack map whose keys come in the order of the wire
-// vectors, with the most compact integer widths, then transfer_id and
-// decode_incarnation and registration_seq, each only when set (so a registration without them
-// encodes exactly as vLLM's encoder does).
+// vectors, with the most compact integer widths, then transfer_id,
+// decode_incarnation, registration_seq, staging and staging_parts, each
+// only when set (so a registration without them encodes exactly as vLLM's
+// encoder does).
 func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return dst, err
@@ -171,6 +183,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	}
 	if r.Staging != nil {
 		n++
+		if r.Staging.Parts {
+			n++
+		}
 	}
 	err := errors.Join(
 		enc.EncodeMapLen(n),
@@ -197,6 +212,9 @@ func AppendRegistration(dst []byte, r *Registration) ([]byte, error) {
 	}
 	if err == nil && r.Staging != nil {
 		err = encodeStaging(enc, r.Staging)
+	}
+	if err == nil && r.Staging != nil && r.Staging.Parts {
+		err = errors.Join(enc.EncodeString("staging_parts"), enc.EncodeUint(StagingPartsVersion))
 	}
 	if err != nil {
 		return dst, fmt.Errorf("encode PUSH_REG: %w", err)
@@ -249,6 +267,7 @@ const (
 	fDecodeIncarnation
 	fSeq
 	fStaging
+	fStagingParts
 
 	requiredFields = fTransferID - 1
 )
@@ -257,7 +276,7 @@ var regFieldNames = []string{
 	"request_id", "decode_engine_id", "decode_host", "decode_port", "decode_tp_size",
 	"local_block_ids", "remote_engine_id", "remote_host", "remote_port",
 	"remote_tp_size", "remote_pp_size", "transfer_id", "decode_incarnation",
-	"registration_seq", "staging",
+	"registration_seq", "staging", "staging_parts",
 }
 
 // DecodeRegistration parses a PUSH_REG notification. Unknown keys are
@@ -274,6 +293,7 @@ func DecodeRegistration(msg []byte) (*Registration, error) {
 	}
 	var reg Registration
 	var seen int
+	var parts bool
 	for range n {
 		key, err := rd.str()
 		if err != nil {
@@ -296,6 +316,20 @@ func DecodeRegistration(msg []byte) (*Registration, error) {
 			return nil, fmt.Errorf("%w: PUSH_REG: field %s appears twice", ErrMalformed, key)
 		}
 		seen |= bit
+		if bit == fStagingParts {
+			// The part protocol's version: any from 1 on understands
+			// version 1's PUSH_STAGED_PART (a later one that does not
+			// takes another key).
+			v, err := rd.Uint()
+			if err == nil && v == 0 {
+				err = rd.Errorf("staging_parts 0 is reserved for \"not said\": leave the key out")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("PUSH_REG: field %s: %w", key, err)
+			}
+			parts = true
+			continue
+		}
 		if err := reg.decodeField(rd, bit); err != nil {
 			return nil, fmt.Errorf("PUSH_REG: field %s: %w", key, err)
 		}
@@ -309,6 +343,12 @@ func DecodeRegistration(msg []byte) (*Registration, error) {
 				return nil, fieldError(name, "is missing")
 			}
 		}
+	}
+	if parts {
+		if reg.Staging == nil {
+			return nil, fieldError("staging_parts", "comes without staging")
+		}
+		reg.Staging.Parts = true
 	}
 	if err := reg.Validate(); err != nil {
 		return nil, err
