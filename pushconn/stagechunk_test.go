@@ -204,3 +204,28 @@ func regSeq(t testing.TB, c *Consumer, id string) uint64 {
 	require.NotZero(t, r.seq)
 	return r.seq
 }
+
+// TestStagedChunkScatterFailsWhileChunksMove: a chunk whose scatter fails
+// while the rank's other chunks may still be moving into decode's slot
+// fails the request with the rank still expected: the request drains
+// (PUSH_CANCEL) and its slot is not handed on until prefill answered, so
+// no later chunk of it can land in another request's slot.
+func TestStagedChunkScatterFailsWhileChunksMove(t *testing.T) {
+	m := newStagingMem(t, connector.StagingOn, 1, 64<<10)
+	r := stagingRig(t, rigConfig{}, m)
+	c, p := r.consumers[0], r.producers[0]
+	c.cfg.Staging.Copier = &stagingtest.Copier{FailAt: 1}
+	require.NoError(t, c.Register("x", Coordinates(r.pre), []int{3, 9}))
+	admitted(t, p, 1)
+	// Chunk 0's completion, before prefill wrote anything: the rank's other
+	// chunks are still to come.
+	first := fmt.Sprintf("PUSH_STAGED_CHUNK:0:%d:x:1#%d", rigChunks, regSeq(t, c, "x"))
+	require.NoError(t, r.preAgents[0].GenNotif(r.decAgents[0].Name(), []byte(first), nil))
+	res := await(t, c, 1)
+	require.ErrorIs(t, res[0].Err, errStaging)
+	require.ErrorContains(t, res[0].Err, fmt.Sprintf("chunk 0 of %d", rigChunks))
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "push_cancel_ack_received"), "the result waited for prefill's answer to the cancel")
+	require.Equal(t, uint64(1), extra(t, c.Stats(), "staging_failures"))
+	eventually(t, "slots released", func() bool { pre, dec := inUse(r); return pre == 0 && dec == 0 })
+	require.Empty(t, p.DrainFreed(), "prefill held no block of x (it never finished)")
+}

@@ -240,7 +240,13 @@ func (c *Consumer) stagedArrived(sender string, ch pushwire.StagedChunk) {
 	c.mu.Lock()
 	now := c.now()
 	if err != nil {
-		c.tracker.scatterFailed(now, ch.ID, sender, ch.Seq, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", errStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
+		// The chunk is accounted for; the rank has written all it will
+		// only once every chunk of it arrived. Until then its later chunks
+		// may still be moving into the slot, so the request fails with the
+		// rank still expected and drains (PUSH_CANCEL) rather than handing
+		// the slot to another request under a WRITE in flight.
+		st.got |= 1 << ch.Chunk
+		c.tracker.scatterFailed(now, ch.ID, sender, ch.Seq, st.got == 1<<st.n-1, fmt.Errorf("%w: request %q: chunk %d of %d from prefill agent %q: %v", errStaging, ch.ID, ch.Chunk, ch.Chunks, sender, err))
 		c.mu.Unlock()
 		c.log.Warn("pushconn: staged chunk could not be scattered", zap.String("request", ch.ID), zap.String("sender", sender), zap.Error(err))
 		c.signal()

@@ -291,18 +291,20 @@ func (t *tracker) complete(now instant, id, sender string, seq uint64) arrival {
 	return arrivalDone
 }
 
-// scatterFailed ends request id, registered with seq, whose staged part
-// from prefill agent sender arrived but could not be scattered: that rank
-// has written (it will not write again), and the request fails with err.
-func (t *tracker) scatterFailed(now instant, id, sender string, seq uint64, err error) {
+// scatterFailed ends request id, registered with seq, whose staged chunk
+// from prefill agent sender arrived but could not be scattered, with err.
+// written says every chunk of that rank has arrived (it will not write
+// again): the rank is then settled; otherwise it stays expected, and the
+// request drains until the rank's last chunk or its cancel answer.
+func (t *tracker) scatterFailed(now instant, id, sender string, seq uint64, written bool, err error) {
 	if r, ok := t.reqs[id]; ok && r.seq == seq {
-		if st, known := r.sources[sender]; known && st == srcWaiting {
+		if st, known := r.sources[sender]; known && st == srcWaiting && written {
 			r.sources[sender] = srcWritten
 		}
 		t.end(now, r, err)
 		return
 	}
-	if d, ok := t.draining[id]; ok && d.seq == seq {
+	if d, ok := t.draining[id]; ok && d.seq == seq && written {
 		t.settle(now, id, sender, srcWritten, seq)
 	}
 }
