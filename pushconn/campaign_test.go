@@ -138,10 +138,7 @@ func TestFaultCampaign(t *testing.T) {
 	t.Logf("push campaign total: %d requests (%d seeds x %d x 4 shapes, %d retries; %d seq-less, %d reusing an id, %d completion copies, %d PUSH_REG copies) in %v: %d done, %d failed (%d aborted), %d wrong-byte done results, %d writes after release",
 		total.requests, seeds, n, total.retries, total.seqless, total.reused, total.completionCopies, total.regCopies, time.Since(start).Round(time.Millisecond),
 		total.done, total.failed, total.aborted, total.wrongBytes, total.writesAfterRelease)
-	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
-	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
-	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
-	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+	total.requireHeld(t)
 	if os.Getenv("GONIXL_CAMPAIGN_SEED") == "" {
 		require.Positive(t, total.seqless, "no seq-less registrations")
 		require.Positive(t, total.completionCopies, "no late completion copies")
@@ -180,10 +177,7 @@ func TestFaultCampaignProgressive(t *testing.T) {
 	}
 	t.Logf("push progressive campaign total: %+v", total)
 	require.Positive(t, total.progressWrites, "no progressive WRITE")
-	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
-	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
-	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
-	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+	total.requireHeld(t)
 }
 
 // TestFaultCampaignStaged is the campaign with staging on every rank (4
@@ -218,10 +212,7 @@ func TestFaultCampaignStaged(t *testing.T) {
 	}
 	t.Logf("push staged campaign total: %+v", total)
 	require.Zero(t, total.slotsLeft, "staging slots never given back")
-	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
-	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
-	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
-	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+	total.requireHeld(t)
 }
 
 // TestFaultCampaignProgressiveStaged is the progressive campaign with
@@ -260,10 +251,7 @@ func TestFaultCampaignProgressiveStaged(t *testing.T) {
 	t.Logf("push progressive staged campaign total: %+v", total)
 	require.Positive(t, total.progressWrites, "no progressive WRITE")
 	require.Zero(t, total.slotsLeft, "staging slots never given back")
-	require.Zero(t, total.wrongBytes, "done results with a wrong byte")
-	require.Zero(t, total.writesAfterRelease, "writes into blocks after their release")
-	require.Zero(t, total.decodeResultsTwice+total.prefillFreeTwice, "ended or freed twice")
-	require.Zero(t, total.missingResults+total.missingFrees, "never ended or never freed")
+	total.requireHeld(t)
 }
 
 // campaign request: one attempt of one request, on every rank.
@@ -939,4 +927,15 @@ func watchPauses(t *testing.T) func() time.Duration {
 	}()
 	t.Cleanup(func() { close(stop); <-done })
 	return func() time.Duration { return time.Duration(longest.Load()) }
+}
+
+// requireHeld fails t unless the campaign kept the promise: no done result
+// with a wrong byte, no write into blocks after their release, every
+// request ended and every hold freed exactly once.
+func (f campaignFigures) requireHeld(t *testing.T) {
+	t.Helper()
+	require.Zero(t, f.wrongBytes, "done results with a wrong byte")
+	require.Zero(t, f.writesAfterRelease, "writes into blocks after their release")
+	require.Zero(t, f.decodeResultsTwice+f.prefillFreeTwice, "ended or freed twice")
+	require.Zero(t, f.missingResults+f.missingFrees, "never ended or never freed")
 }
