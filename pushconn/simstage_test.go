@@ -6,11 +6,15 @@ package pushconn
 //
 // What is REAL here, called as the connector calls it:
 //   - decode: Consumer.offerStaging (a slot of the rank's real pool, the
-//     scatter planned), Consumer.onStaged / onStagedChunk (the chunk
-//     checks, the scatter through the copier, the tracker's count) and
-//     Consumer.releaseStage as the tracker publishes a request, on a
-//     Consumer that holds the simulated rank's real tracker and decode
-//     core;
+//     scatter planned, staging_parts announced unless the rank is an
+//     old decode: simStaging.oldDecode), Consumer.onStaged /
+//     onStagedChunk (the chunk checks, the scatter through the copier of
+//     the blocks no part scattered, the tracker's count),
+//     Consumer.onStagedPart (the part's checks, its scatter through the
+//     copier, what it marks scattered, a failed scatter failing the
+//     request) and Consumer.releaseStage as the tracker publishes a
+//     request, on a Consumer that holds the simulated rank's real tracker
+//     and decode core;
 //   - prefill: the shell's staging decisions and plans on a Producer that
 //     holds the rank's real pool and cost model: writer.stagePart (staged,
 //     direct, or put off for want of a slot), writer.stagedRest (the final
@@ -24,7 +28,12 @@ package pushconn
 // being one block of one region; it fails now and then, after a random
 // prefix of its segments), and the agent's side of a staged WRITE
 // (postStaged's loop: each chunk gathered, then posted; the WRITE's cells
-// land one by one; each chunk's staged completion rides it). A gather that
+// land one by one; each chunk's staged completion rides it, and a
+// progressive part's WRITE carries PUSH_STAGED_PART, built with the real
+// codec as writer.postStaged builds it, only to a decode whose offer said
+// staging_parts). Part notifications go through the network as every
+// notification does (kind simPart: lost, delayed, late copies), and only
+// once the part's cells landed; a WRITE that fails sends none. A gather that
 // fails after earlier chunks were posted lands a random part of them and
 // is let go at once (writer.abandon's released case).
 //
@@ -34,7 +43,11 @@ package pushconn
 // reused by another WRITE; every slot goes back exactly once (decode: at
 // its request's publish, each tick the pool's count equals the slots the
 // model knows held; prefill: each tick the pool's count equals the WRITEs
-// in flight that hold one).
+// in flight that hold one). A part scatter (simDecode.inPart) must write
+// only blocks of the slot's request, not yet published, and copy only
+// cells that hold that request's bytes (its part landed); a done request's
+// blocks, scattered partly by parts and partly by the final chunks, hold
+// its bytes (invariant 1 as before). No part reaches an old decode.
 
 import (
 	"errors"
@@ -606,7 +619,9 @@ func simStagedConfigs(seed uint64) []simConfig {
 // rank: progressive parts gathered into prefill's slots and written into
 // decode's, put off when prefill has no slot free, the rest at finish as
 // staged chunks (from the blocks when no slot is free), whole WRITEs
-// staged, copies failing now and then, and every invariant plus the slots'
+// staged, copies failing now and then, parts scattered by decode as their
+// PUSH_STAGED_PART lands (lost, late copies dropped or rejected), some
+// decode ranks taking no parts, and every invariant plus the slots'
 // checked after every step. Same seed, same trace (the replay hash).
 //
 // GONIXL_SIM=long: 20 seeds x 200,000 steps per pairing.
