@@ -344,7 +344,7 @@ type simStats struct {
 	// part notifications: sent, parts written to a decode that takes
 	// none, and what decode's real onStagedPart counted
 	partNotes, partsSilent, partScatters, partsDropped, partsRejected int
-	partCells                                                         int // cells part scatters copied
+	partCells, partCopyFails                                          int // cells part scatters copied, part scatters whose copy failed
 }
 
 type simViolation struct {
@@ -2004,6 +2004,7 @@ func (s *simStats) add(o *simStats) {
 	s.partsDropped += o.partsDropped
 	s.partsRejected += o.partsRejected
 	s.partCells += o.partCells
+	s.partCopyFails += o.partCopyFails
 }
 
 func (s *simStats) String() string {

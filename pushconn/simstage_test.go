@@ -71,6 +71,7 @@ import (
 type simStaging struct {
 	preSlots, decSlots int
 	copyFail           float64 // a gather or scatter fails
+	partCopyFail       float64 // a part's scatter fails (the request drains behind PUSH_CANCEL)
 	// oldDecode: bit r set makes decode rank r a decode that predates
 	// PUSH_STAGED_PART (its offers leave out staging_parts).
 	oldDecode uint
@@ -133,19 +134,24 @@ type simCopier struct {
 	dec  *simDecode
 	mem  *simCells
 	fail float64
+	// partFail is decode's fail for a part scatter.
+	partFail float64
 }
 
 var errSimCopy = errors.New("simulated: the staging copy failed")
 
 func (c *simCopier) Copy(segs []staging.Seg) error {
 	w := c.w
-	failAt := -1
-	if w.rng.chance(c.fail) {
+	failAt, fail := -1, c.fail
+	if c.dec != nil && c.dec.inPart {
+		fail = c.partFail
+	}
+	if w.rng.chance(fail) {
 		failAt = w.rng.intn(len(segs) + 1)
 	}
 	for i, s := range segs {
 		if i == failAt {
-			w.stats.copyFails++
+			c.failed()
 			return errSimCopy
 		}
 		n, err := c.mem.cells(s.Len)
@@ -162,10 +168,18 @@ func (c *simCopier) Copy(segs []staging.Seg) error {
 		}
 	}
 	if failAt == len(segs) {
-		w.stats.copyFails++
+		c.failed()
 		return errSimCopy
 	}
 	return nil
+}
+
+// failed counts a failed copy (and a failed part scatter apart).
+func (c *simCopier) failed() {
+	c.w.stats.copyFails++
+	if c.dec != nil && c.dec.inPart {
+		c.w.stats.partCopyFails++
+	}
 }
 
 // copyCell copies one cell: on prefill a block into a slot, on decode a
@@ -242,7 +256,7 @@ func (d *simDecode) enableStaging(st *simStaging) {
 	c.cfg.Rank.Layout = d.layout
 	c.cfg.Rank.Clock = simClock{w}
 	c.cfg.Rank.Staging = staging.Config{Mode: staging.ModeOn, Base: simSlotBase, SlotBytes: simSlotBytes, Slots: st.decSlots,
-		Copier: &simCopier{w: w, dec: d, mem: mem, fail: st.copyFail}}
+		Copier: &simCopier{w: w, dec: d, mem: mem, fail: st.copyFail, partFail: st.partCopyFail}}
 	c.noStagingParts = st.oldDecode&(1<<d.rank) != 0
 	d.core.stage = c.stage
 	d.st = &simDecodeStage{cons: c, mem: mem}
@@ -600,7 +614,7 @@ func simStagedConfigs(seed uint64) []simConfig {
 	var out []simConfig
 	for i, cfg := range simConfigs() {
 		cfg.progress = 0.6
-		cfg.staging = &simStaging{preSlots: 1 + int(seed+uint64(i))%3, decSlots: 2 + int(seed+uint64(i))%7, copyFail: 0.01}
+		cfg.staging = &simStaging{preSlots: 1 + int(seed+uint64(i))%3, decSlots: 2 + int(seed+uint64(i))%7, copyFail: 0.01, partCopyFail: 0.05}
 		// Decode ranks that take no parts: none, rank 0, rank 1 (of two),
 		// or every one, by turns.
 		cfg.staging.oldDecode = uint(seed+uint64(i)) % 4 & (1<<cfg.decTP - 1)
@@ -642,10 +656,10 @@ func TestSimProgressiveStaged(t *testing.T) {
 		}
 	}
 	t.Logf("%d steps: %d requests, %d done, %d failed; %d reports, %d progressive WRITEs (%d staged parts, %d put off), %d staged rests (%d with no slot), %d whole WRITEs staged, %d staged WRITEs; %d slots offered by decode; %d copies failed; %d requests dropped between a report and the finish; "+
-		"%d PUSH_STAGED_PART sent (%d lost, %d late copies), %d parts to a decode that takes none; decode: %d parts scattered (%d cells), %d dropped, %d rejected",
+		"%d PUSH_STAGED_PART sent (%d lost, %d late copies), %d parts to a decode that takes none; decode: %d parts scattered (%d cells), %d dropped, %d rejected, %d part scatters failed (their copy)",
 		total.steps, total.requests, total.done, total.failed, total.progressReports, total.progressWrites, total.stagedParts, total.partsDeferred,
 		total.stagedRests, total.restsNoSlot, total.stagedWholes, total.stagedWrites, total.slotsOffered, total.copyFails, total.progressAborts,
-		total.partNotes, total.lost[simPart], total.dups[simPart], total.partsSilent, total.partScatters, total.partCells, total.partsDropped, total.partsRejected)
+		total.partNotes, total.lost[simPart], total.dups[simPart], total.partsSilent, total.partScatters, total.partCells, total.partsDropped, total.partsRejected, total.partCopyFails)
 	for _, c := range []struct {
 		what string
 		n    int
@@ -657,7 +671,7 @@ func TestSimProgressiveStaged(t *testing.T) {
 		{"part notifications", total.partNotes}, {"parts to a decode that takes none", total.partsSilent},
 		{"part scatters", total.partScatters}, {"cells scattered by parts", total.partCells},
 		{"parts dropped", total.partsDropped}, {"parts rejected", total.partsRejected},
-		{"lost part notifications", total.lost[simPart]}, {"late copies of part notifications", total.dups[simPart]},
+		{"failed part scatters", total.partCopyFails}, {"lost part notifications", total.lost[simPart]}, {"late copies of part notifications", total.dups[simPart]},
 	} {
 		require.Positive(t, c.n, "the simulation never went through %s", c.what)
 	}
