@@ -234,6 +234,7 @@ func simGeneral(preTP, decTP int) simConfig {
 	c.net.lossAll(0.01)
 	c.net.dupAll(0.03)
 	c.net.dup[simCompletion] = 0.1 // late copies of completions meet reused ids more often
+	c.net.dup[simPart] = 0.1       // and late copies of parts meet the final chunks and reused ids
 	return c
 }
 
@@ -340,6 +341,10 @@ type simStats struct {
 	// staging (simstage_test.go)
 	stagedParts, partsDeferred, stagedRests, restsNoSlot, stagedWholes int
 	stagedWrites, slotsOffered, copyFails                              int
+	// part notifications: sent, parts written to a decode that takes
+	// none, and what decode's real onStagedPart counted
+	partNotes, partsSilent, partScatters, partsDropped, partsRejected int
+	partCells, partCopyFails                                          int // cells part scatters copied, part scatters whose copy failed
 }
 
 type simViolation struct {
@@ -927,6 +932,7 @@ type simDecode struct {
 	// each slot was offered to.
 	st        *simDecodeStage
 	slotOwner []*simInst
+	inPart    bool // the copier scatters a staged part (onStagedPart)
 }
 
 // cell is the index in content of block b's region r of part part.
@@ -1018,6 +1024,9 @@ func (d *simDecode) harvest() {
 	s.stale += int(c.staleCompletions.Load())
 	s.regTimeouts += int(c.timeouts.Load())
 	s.cancelTimeouts += int(c.cancelTimeouts.Load())
+	s.partScatters += int(c.stagedParts.Load())
+	s.partsDropped += int(c.stagedPartsDropped.Load())
+	s.partsRejected += int(c.stagedPartsRejected.Load())
 }
 
 // onMessage is the Consumer's poller dispatch: onCompletion, onFailure,
@@ -1025,7 +1034,7 @@ func (d *simDecode) harvest() {
 func (d *simDecode) onMessage(m *simMsg) {
 	sender := simPrefillName(m.from)
 	switch m.kind {
-	case simCompletion:
+	case simCompletion, simPart:
 		if d.onStaged(sender, m.b) {
 			return
 		}
@@ -1190,11 +1199,13 @@ type simWrite struct {
 	// What the simulation counted of it.
 	timedOut, cancelling bool
 	// A staged WRITE (simstage_test.go) moves cells, not blocks: moves
-	// (landed per move), and each chunk's staged completion (none for a
-	// progressive part).
+	// (landed per move), and each chunk's staged completion (for a
+	// progressive part: its PUSH_STAGED_PART, or none to a decode that
+	// takes no parts), of kind chunkKind.
 	staged    bool
 	moves     []simMove
 	chunkMsgs [][]byte
+	chunkKind simMsgKind
 }
 
 // simPrefill is one prefill TP rank: the real writer core (writeCore,
@@ -1987,6 +1998,13 @@ func (s *simStats) add(o *simStats) {
 	s.stagedWrites += o.stagedWrites
 	s.slotsOffered += o.slotsOffered
 	s.copyFails += o.copyFails
+	s.partNotes += o.partNotes
+	s.partsSilent += o.partsSilent
+	s.partScatters += o.partScatters
+	s.partsDropped += o.partsDropped
+	s.partsRejected += o.partsRejected
+	s.partCells += o.partCells
+	s.partCopyFails += o.partCopyFails
 }
 
 func (s *simStats) String() string {

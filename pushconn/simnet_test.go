@@ -65,10 +65,11 @@ const (
 	simCompletion                       // "<id>:<n>[#<seq>]", prefill -> decode (rides the WRITE)
 	simCancelAck                        // PUSH_CANCEL_ACK, prefill -> decode
 	simFail                             // PUSH_FAIL, prefill -> decode
+	simPart                             // PUSH_STAGED_PART, prefill -> decode (rides a staged part's WRITE)
 	simMsgKinds
 )
 
-var simMsgNames = [...]string{"", "PUSH_REG", "PUSH_CANCEL", "completion", "PUSH_CANCEL_ACK", "PUSH_FAIL"}
+var simMsgNames = [...]string{"", "PUSH_REG", "PUSH_CANCEL", "completion", "PUSH_CANCEL_ACK", "PUSH_FAIL", "PUSH_STAGED_PART"}
 
 func (k simMsgKind) String() string { return simMsgNames[k] }
 

@@ -6,11 +6,15 @@ package pushconn
 //
 // What is REAL here, called as the connector calls it:
 //   - decode: Consumer.offerStaging (a slot of the rank's real pool, the
-//     scatter planned), Consumer.onStaged / onStagedChunk (the chunk
-//     checks, the scatter through the copier, the tracker's count) and
-//     Consumer.releaseStage as the tracker publishes a request, on a
-//     Consumer that holds the simulated rank's real tracker and decode
-//     core;
+//     scatter planned, staging_parts announced unless the rank is an
+//     old decode: simStaging.oldDecode), Consumer.onStaged /
+//     onStagedChunk (the chunk checks, the scatter through the copier of
+//     the blocks no part scattered, the tracker's count),
+//     Consumer.onStagedPart (the part's checks, its scatter through the
+//     copier, what it marks scattered, a failed scatter failing the
+//     request) and Consumer.releaseStage as the tracker publishes a
+//     request, on a Consumer that holds the simulated rank's real tracker
+//     and decode core;
 //   - prefill: the shell's staging decisions and plans on a Producer that
 //     holds the rank's real pool and cost model: writer.stagePart (staged,
 //     direct, or put off for want of a slot), writer.stagedRest (the final
@@ -24,7 +28,12 @@ package pushconn
 // being one block of one region; it fails now and then, after a random
 // prefix of its segments), and the agent's side of a staged WRITE
 // (postStaged's loop: each chunk gathered, then posted; the WRITE's cells
-// land one by one; each chunk's staged completion rides it). A gather that
+// land one by one; each chunk's staged completion rides it, and a
+// progressive part's WRITE carries PUSH_STAGED_PART, built with the real
+// codec as writer.postStaged builds it, only to a decode whose offer said
+// staging_parts). Part notifications go through the network as every
+// notification does (kind simPart: lost, delayed, late copies), and only
+// once the part's cells landed; a WRITE that fails sends none. A gather that
 // fails after earlier chunks were posted lands a random part of them and
 // is let go at once (writer.abandon's released case).
 //
@@ -34,7 +43,11 @@ package pushconn
 // reused by another WRITE; every slot goes back exactly once (decode: at
 // its request's publish, each tick the pool's count equals the slots the
 // model knows held; prefill: each tick the pool's count equals the WRITEs
-// in flight that hold one).
+// in flight that hold one). A part scatter (simDecode.inPart) must write
+// only blocks of the slot's request, not yet published, and copy only
+// cells that hold that request's bytes (its part landed); a done request's
+// blocks, scattered partly by parts and partly by the final chunks, hold
+// its bytes (invariant 1 as before). No part reaches an old decode.
 
 import (
 	"errors"
@@ -58,6 +71,10 @@ import (
 type simStaging struct {
 	preSlots, decSlots int
 	copyFail           float64 // a gather or scatter fails
+	partCopyFail       float64 // a part's scatter fails (the request drains behind PUSH_CANCEL)
+	// oldDecode: bit r set makes decode rank r a decode that predates
+	// PUSH_STAGED_PART (its offers leave out staging_parts).
+	oldDecode uint
 }
 
 const (
@@ -117,19 +134,24 @@ type simCopier struct {
 	dec  *simDecode
 	mem  *simCells
 	fail float64
+	// partFail is decode's fail for a part scatter.
+	partFail float64
 }
 
 var errSimCopy = errors.New("simulated: the staging copy failed")
 
 func (c *simCopier) Copy(segs []staging.Seg) error {
 	w := c.w
-	failAt := -1
-	if w.rng.chance(c.fail) {
+	failAt, fail := -1, c.fail
+	if c.dec != nil && c.dec.inPart {
+		fail = c.partFail
+	}
+	if w.rng.chance(fail) {
 		failAt = w.rng.intn(len(segs) + 1)
 	}
 	for i, s := range segs {
 		if i == failAt {
-			w.stats.copyFails++
+			c.failed()
 			return errSimCopy
 		}
 		n, err := c.mem.cells(s.Len)
@@ -146,10 +168,18 @@ func (c *simCopier) Copy(segs []staging.Seg) error {
 		}
 	}
 	if failAt == len(segs) {
-		w.stats.copyFails++
+		c.failed()
 		return errSimCopy
 	}
 	return nil
+}
+
+// failed counts a failed copy (and a failed part scatter apart).
+func (c *simCopier) failed() {
+	c.w.stats.copyFails++
+	if c.dec != nil && c.dec.inPart {
+		c.w.stats.partCopyFails++
+	}
 }
 
 // copyCell copies one cell: on prefill a block into a slot, on decode a
@@ -183,7 +213,22 @@ func (c *simCopier) copyCell(src, dst uint64) error {
 	if d.parts != 1 {
 		return fmt.Errorf("model: a staged part at decode rank %d of %d parts", d.rank, d.parts)
 	}
-	d.content[d.cell(db, 0, dr)] = c.mem.slots[sc]
+	tag := c.mem.slots[sc]
+	if d.inPart {
+		// A part scatter (onStagedPart): the part's cells landed before
+		// its notification, so the slot holds the request's bytes there.
+		if in.published {
+			c.w.failID(in.req.id, "invariant 2: decode rank %d scatters a staged part into block %d of %q, published", d.rank, db, in.req.id)
+			return nil
+		}
+		if tag != in.att.L {
+			c.w.failID(in.req.id, "invariant 1: decode rank %d scatters a staged part of %q (logical %d) from slot %d cell %d, which holds bytes of logical request %d (0: poison)",
+				d.rank, in.req.id, in.att.L, ss, sc, tag)
+			return nil
+		}
+		c.w.stats.partCells++
+	}
+	d.content[d.cell(db, 0, dr)] = tag
 	return nil
 }
 
@@ -211,7 +256,8 @@ func (d *simDecode) enableStaging(st *simStaging) {
 	c.cfg.Rank.Layout = d.layout
 	c.cfg.Rank.Clock = simClock{w}
 	c.cfg.Rank.Staging = staging.Config{Mode: staging.ModeOn, Base: simSlotBase, SlotBytes: simSlotBytes, Slots: st.decSlots,
-		Copier: &simCopier{w: w, dec: d, mem: mem, fail: st.copyFail}}
+		Copier: &simCopier{w: w, dec: d, mem: mem, fail: st.copyFail, partFail: st.partCopyFail}}
+	c.noStagingParts = st.oldDecode&(1<<d.rank) != 0
 	d.core.stage = c.stage
 	d.st = &simDecodeStage{cons: c, mem: mem}
 	d.slotOwner = make([]*simInst, st.decSlots)
@@ -271,6 +317,13 @@ func (d *simDecode) onStaged(sender string, msg []byte) bool {
 		d.st.cons.onStagedChunk(sender, msg)
 	case strings.HasPrefix(string(msg), pushwire.StagedPrefix):
 		d.st.cons.onStaged(sender, msg)
+	case strings.HasPrefix(string(msg), pushwire.StagedPartPrefix):
+		if d.st.cons.noStagingParts {
+			d.w.fail("model: decode rank %d, which offers no parts, got %q", d.rank, msg)
+		}
+		d.inPart = true
+		d.st.cons.onStagedPart(sender, msg)
+		d.inPart = false
 	default:
 		return false
 	}
@@ -400,7 +453,7 @@ type simMove struct {
 func (p *simPrefill) postStaged(pr *pendingReg, h *hold, in *simInst, srank int, sw *stagedWrite) postResult {
 	w := p.w
 	wr := &write{reg: pr, hold: h, deadline: p.now().mono.Add(time.Duration(simWriteTimeout)), slot: sw.slot}
-	s := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, posted: w.now, staged: true}
+	s := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, posted: w.now, staged: true, chunkKind: simCompletion}
 	if sw.slot != nil {
 		p.st.gathered[sw.slot.Index] = s
 	}
@@ -437,14 +490,20 @@ func (p *simPrefill) postStaged(pr *pendingReg, h *hold, in *simInst, srank int,
 				s.moves = append(s.moves, simMove{src: ld.Addr + off, dst: rd.Addr + off, chunk: k})
 			}
 		}
-		if sw.part {
-			continue
-		}
 		var msg []byte
 		var err error
-		if n == 1 {
+		switch {
+		case sw.part && !pr.reg.Staging.Parts:
+			// A decode that takes no parts: the part's WRITE notifies
+			// nobody.
+			w.stats.partsSilent++
+			continue
+		case sw.part:
+			msg, err = pushwire.EncodeStagedPart(pr.reg.RequestID, w.cfg.preTP, sw.run.j0, sw.run.j1, pr.reg.Seq)
+			s.chunkKind = simPart
+		case n == 1:
 			msg, err = pushwire.EncodeStaged(pr.reg.RequestID, w.cfg.preTP, pr.reg.Seq)
-		} else {
+		default:
 			msg, err = pushwire.EncodeStagedChunk(pr.reg.RequestID, w.cfg.preTP, k, n, pr.reg.Seq)
 		}
 		if err != nil {
@@ -485,7 +544,10 @@ func (sw *simWrite) sendChunks(k int) {
 		}
 	}
 	for _, msg := range sw.chunkMsgs[:k] {
-		sw.p.w.send(&simMsg{kind: simCompletion, toDecode: true, from: sw.p.rank, to: sw.srank, b: msg, id: sw.id, seq: sw.seq})
+		if sw.chunkKind == simPart {
+			sw.p.w.stats.partNotes++
+		}
+		sw.p.w.send(&simMsg{kind: sw.chunkKind, toDecode: true, from: sw.p.rank, to: sw.srank, b: msg, id: sw.id, seq: sw.seq})
 	}
 }
 
@@ -552,8 +614,16 @@ func simStagedConfigs(seed uint64) []simConfig {
 	var out []simConfig
 	for i, cfg := range simConfigs() {
 		cfg.progress = 0.6
-		cfg.staging = &simStaging{preSlots: 1 + int(seed+uint64(i))%3, decSlots: 2 + int(seed+uint64(i))%7, copyFail: 0.01}
-		cfg.name += fmt.Sprintf(", progressive staged (%d/%d slots)", cfg.staging.preSlots, cfg.staging.decSlots)
+		cfg.staging = &simStaging{preSlots: 1 + int(seed+uint64(i))%3, decSlots: 2 + int(seed+uint64(i))%7, copyFail: 0.01, partCopyFail: 0.05}
+		// Decode ranks that take no parts: none, rank 0, rank 1 (of two),
+		// or every one, by turns.
+		cfg.staging.oldDecode = uint(seed+uint64(i)) % 4 & (1<<cfg.decTP - 1)
+		// Late copies of parts, often enough that some meet their request
+		// still computing (rejected: scattered already) and some meet
+		// another registration of the id or none (dropped).
+		cfg.net.dup[simPart] = 0.3
+		cfg.net.loss[simPart] = 0.05 // the final chunks then scatter the part's blocks
+		cfg.name += fmt.Sprintf(", progressive staged (%d/%d slots, old decode ranks %b)", cfg.staging.preSlots, cfg.staging.decSlots, cfg.staging.oldDecode)
 		out = append(out, cfg)
 	}
 	return out
@@ -563,7 +633,9 @@ func simStagedConfigs(seed uint64) []simConfig {
 // rank: progressive parts gathered into prefill's slots and written into
 // decode's, put off when prefill has no slot free, the rest at finish as
 // staged chunks (from the blocks when no slot is free), whole WRITEs
-// staged, copies failing now and then, and every invariant plus the slots'
+// staged, copies failing now and then, parts scattered by decode as their
+// PUSH_STAGED_PART lands (lost, late copies dropped or rejected), some
+// decode ranks taking no parts, and every invariant plus the slots'
 // checked after every step. Same seed, same trace (the replay hash).
 //
 // GONIXL_SIM=long: 20 seeds x 200,000 steps per pairing.
@@ -583,9 +655,11 @@ func TestSimProgressiveStaged(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d steps: %d requests, %d done, %d failed; %d reports, %d progressive WRITEs (%d staged parts, %d put off), %d staged rests (%d with no slot), %d whole WRITEs staged, %d staged WRITEs; %d slots offered by decode; %d copies failed; %d requests dropped between a report and the finish",
+	t.Logf("%d steps: %d requests, %d done, %d failed; %d reports, %d progressive WRITEs (%d staged parts, %d put off), %d staged rests (%d with no slot), %d whole WRITEs staged, %d staged WRITEs; %d slots offered by decode; %d copies failed; %d requests dropped between a report and the finish; "+
+		"%d PUSH_STAGED_PART sent (%d lost, %d late copies), %d parts to a decode that takes none; decode: %d parts scattered (%d cells), %d dropped, %d rejected, %d part scatters failed (their copy)",
 		total.steps, total.requests, total.done, total.failed, total.progressReports, total.progressWrites, total.stagedParts, total.partsDeferred,
-		total.stagedRests, total.restsNoSlot, total.stagedWholes, total.stagedWrites, total.slotsOffered, total.copyFails, total.progressAborts)
+		total.stagedRests, total.restsNoSlot, total.stagedWholes, total.stagedWrites, total.slotsOffered, total.copyFails, total.progressAborts,
+		total.partNotes, total.lost[simPart], total.dups[simPart], total.partsSilent, total.partScatters, total.partCells, total.partsDropped, total.partsRejected, total.partCopyFails)
 	for _, c := range []struct {
 		what string
 		n    int
@@ -594,6 +668,10 @@ func TestSimProgressiveStaged(t *testing.T) {
 		{"rests with no slot", total.restsNoSlot}, {"whole WRITEs staged", total.stagedWholes}, {"failed copies", total.copyFails},
 		{"requests dropped between a report and the finish", total.progressAborts}, {"done requests", total.done},
 		{"decode aborts", total.decodeAborts},
+		{"part notifications", total.partNotes}, {"parts to a decode that takes none", total.partsSilent},
+		{"part scatters", total.partScatters}, {"cells scattered by parts", total.partCells},
+		{"parts dropped", total.partsDropped}, {"parts rejected", total.partsRejected},
+		{"failed part scatters", total.partCopyFails}, {"lost part notifications", total.lost[simPart]}, {"late copies of part notifications", total.dups[simPart]},
 	} {
 		require.Positive(t, c.n, "the simulation never went through %s", c.what)
 	}
@@ -611,6 +689,7 @@ func TestSimProgressiveStagedReplay(t *testing.T) {
 	n := simShortSteps()
 	first := simRun(cfg, currentRules, 5, n)
 	require.Positive(t, first.stats.stagedParts)
+	require.Positive(t, first.stats.partScatters)
 	for range 7 {
 		again := simRun(cfg, currentRules, 5, n)
 		require.Equal(t, first.hash, again.hash, "seed 5 ran again: the staged simulation is not deterministic")
