@@ -70,10 +70,30 @@ func TestStreamReplyGathersTheMessage(t *testing.T) {
 	s, r := StreamReply(context.Background(), srv.Client(), srv.URL+"/", "r-1", body)
 	require.NoError(t, s.Err)
 	assert.Equal(t, Reply{Content: "Checking.", Reasoning: "Look it up.", FinishReason: "tool_calls",
-		ToolCalls: []ToolCall{{Name: "get_weather", Arguments: `{"city": "Paris"}`}, {Name: "get_time", Arguments: "{}"}}}, r)
+		ToolCalls: []ToolCall{{Name: "get_weather", Arguments: `{"city": "Paris"}`}, {Index: 1, Name: "get_time", Arguments: "{}"}}}, r)
 	assert.Equal(t, 9, s.OutputTokens)
 	assert.Len(t, s.ITL, 6, "7 chunks carry something of the message")
 	assert.Equal(t, `Look it up.Checking.get_weather{"city": "Paris"}get_time{}`, s.Text)
+}
+
+// vLLM leaves a gap in the tool-call indexes where it dropped a call (a name that is no tool of
+// the request); every call is kept under its own index, in index order, whatever order the
+// pieces come in and however many one delta carries.
+func TestStreamReplyKeepsSparseToolCallIndexes(t *testing.T) {
+	srv := chatSSE(t, []string{
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"id":"chatcmpl-tool-3","type":"function","function":{"name":"get_weather"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"chatcmpl-tool-1","type":"function","function":{"name":"get_time","arguments":"{"}},{"index":3,"function":{"arguments":"{\"city\": "}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"function":{"arguments":"\"Paris\"}"}},{"index":1,"function":{"arguments":"}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":6,"id":"chatcmpl-tool-6","type":"function","function":{"name":"noop","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+	}, nil)
+	s, r := StreamReply(context.Background(), srv.Client(), srv.URL, "r-2", []byte(`{"stream":true}`))
+	require.NoError(t, s.Err)
+	assert.Equal(t, Reply{FinishReason: "tool_calls", ToolCalls: []ToolCall{
+		{Index: 1, Name: "get_time", Arguments: "{}"},
+		{Index: 3, Name: "get_weather", Arguments: `{"city": "Paris"}`},
+		{Index: 6, Name: "noop", Arguments: "{}"},
+	}}, r)
+	assert.Equal(t, `get_weatherget_time{{"city": "Paris"}}noop{}`, s.Text)
 }
 
 func TestStreamReplyBadChunk(t *testing.T) {

@@ -2,7 +2,9 @@ package completions
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -18,6 +20,13 @@ type Reply struct {
 
 // ToolCall is a streamed tool call, its pieces joined.
 type ToolCall struct {
+	// Index is the call's "index" in the stream. It may skip values: vLLM
+	// numbers a call by its place in the model's output and sends a call only
+	// once its name is accepted, so a call whose name is no tool of the
+	// request leaves a gap (vllm/parser/engine/parser_engine.py@0.34.0,
+	// _emit_name_delta and _handle_tool_end), and parallel_tool_calls=false
+	// keeps index 0 alone (vllm/entrypoints/serve/utils/tool_calls_utils.py@0.34.0).
+	Index           int
 	Name, Arguments string
 }
 
@@ -39,7 +48,11 @@ type replyChoice struct {
 }
 
 // StreamReply sends a whole chat request body (it must set "stream": true)
-// to url + /v1/chat/completions and gathers the reply. The Sample is timed
+// to url + /v1/chat/completions and gathers the reply. A tool call's pieces
+// are joined by their "index" (vLLM 0.34.0 sends the name first and then
+// argument text under the same index, several calls in one delta allowed:
+// vllm/entrypoints/generate/base/protocol.py@0.34.0, DeltaToolCall), and the
+// calls come out in index order, every index kept. The Sample is timed
 // as StreamChat's, except that a chunk counts as a token when it carries
 // anything of the message (content, reasoning or a tool call), as a
 // reasoning model's first tokens are reasoning.
@@ -63,7 +76,7 @@ func StreamReply(ctx context.Context, client *http.Client, url, requestID string
 		for _, tc := range d.ToolCalls {
 			call := calls[tc.Index]
 			if call == nil {
-				call = &ToolCall{}
+				call = &ToolCall{Index: tc.Index}
 				calls[tc.Index] = call
 			}
 			if tc.Function != nil {
@@ -75,10 +88,8 @@ func StreamReply(ctx context.Context, client *http.Client, url, requestID string
 		return b.String(), usage, nil
 	}
 	s := post(ctx, client, strings.TrimSuffix(url, "/")+"/v1/chat/completions", requestID, body, Sample{}, textOf)
-	for i := range len(calls) {
-		if c := calls[i]; c != nil {
-			r.ToolCalls = append(r.ToolCalls, *c)
-		}
+	for _, i := range slices.Sorted(maps.Keys(calls)) {
+		r.ToolCalls = append(r.ToolCalls, *calls[i])
 	}
 	return s, r
 }
