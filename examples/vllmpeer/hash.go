@@ -14,6 +14,10 @@ import (
 // HashFactors are the facts vLLM's compute_nixl_compatibility_hash takes
 // (docs/vllm.md, "The compatibility hash"). Two engines pair only when the
 // SHA-256 of their factors agree.
+//
+// It repeats internal/vllm.CompatFactors on purpose (the peer imports none of
+// internal/vllm, see the package doc); TestPeerAgainstVLLMOracle checks it
+// against vLLM 0.34.0's own function.
 type HashFactors struct {
 	VLLMVersion     string // vllm.__version__, exactly
 	Model           string // model_config.model, exactly
