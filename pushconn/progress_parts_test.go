@@ -3,68 +3,14 @@ package pushconn
 import (
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonixl/gonixl/connector"
-	"github.com/gonixl/gonixl/descriptors"
 	"github.com/gonixl/gonixl/internal/staging/stagingtest"
-	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/pushconn/internal/pushwire"
 )
-
-// notifRecorder records the notifications prefill ranks' WRITEs carry.
-type notifRecorder struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-type notifRecordingAgent struct {
-	nixl.Agent
-	rec *notifRecorder
-}
-
-func (a notifRecordingAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferList, to string, opts *nixl.Options) (nixl.XferHandle, error) {
-	if opts != nil && opts.Notif != nil {
-		a.rec.mu.Lock()
-		a.rec.msgs = append(a.rec.msgs, string(opts.Notif))
-		a.rec.mu.Unlock()
-	}
-	return a.Agent.CreateXferReq(op, local, remote, to, opts)
-}
-
-func (r *notifRecorder) wrap(name string, a nixl.Agent) nixl.Agent {
-	if len(name) < 8 || name[:8] != "prefill-" {
-		return a
-	}
-	return notifRecordingAgent{Agent: a, rec: r}
-}
-
-// with returns the recorded notifications that start with prefix.
-func (r *notifRecorder) with(prefix string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, m := range r.msgs {
-		if len(m) >= len(prefix) && m[:len(prefix)] == prefix {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// allZero reports whether every byte of blocks on l is 0.
-func allZero(t testing.TB, l descriptors.Layout, blocks []int) bool {
-	ok := true
-	visit(t, l, blocks, 0, 1<<30, func(p *byte, _, _, _, _ int) {
-		if *p != 0 {
-			ok = false
-		}
-	})
-	return ok
-}
 
 // TestStagedPartsScatterOnArrival: two reports of a request staged into
 // decode's slot are scattered by decode as each part lands: after each,
@@ -76,7 +22,7 @@ func TestStagedPartsScatterOnArrival(t *testing.T) {
 	for _, tp := range [][2]int{{1, 1}, {2, 2}} {
 		t.Run(fmt.Sprintf("tp%dto%d", tp[0], tp[1]), func(t *testing.T) {
 			m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
-			rec := &notifRecorder{}
+			rec := &writeRecorder{}
 			r := stagingRig(t, rigConfig{preTP: tp[0], decTP: tp[1], wrap: rec.wrap}, m)
 			defer r.close()
 			rng := rand.New(rand.NewPCG(uint64(tp[0]), 11))
@@ -85,12 +31,7 @@ func TestStagedPartsScatterOnArrival(t *testing.T) {
 			for _, l := range r.decLayout {
 				zero(t, l, dst)
 			}
-			for _, c := range r.consumers {
-				require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-			}
-			for _, p := range r.producers {
-				admitted(t, p, 1)
-			}
+			registerReq(t, r, dst, 1)
 			regions := r.decLayout[0].NumRegions()
 			for k, upTo := range []int{4, 6} {
 				for i, p := range r.producers {
@@ -107,12 +48,7 @@ func TestStagedPartsScatterOnArrival(t *testing.T) {
 					require.Empty(t, c.Drain(), "no result before the finish")
 				}
 			}
-			for i, p := range r.producers {
-				fill(t, r.preLayout[i], src[:6], seed+5, 96) // spoiled: must not move again
-				visit(t, r.preLayout[i], src[6:], 96, tokens, func(p *byte, region, head, token, b int) { *p = kvByte(seed, region, head, token, b) })
-				_, err := p.RequestFinished("req", src)
-				require.NoError(t, err)
-			}
+			finishRest(t, r, src, 6, seed, seed+5, tokens)
 			for i, c := range r.consumers {
 				got := await(t, c, 1)
 				require.NoError(t, got[0].Err)
@@ -123,7 +59,7 @@ func TestStagedPartsScatterOnArrival(t *testing.T) {
 				require.Zero(t, extra(t, c.Stats(), "staged_parts_dropped")+extra(t, c.Stats(), "staged_parts_rejected"))
 				require.Zero(t, c.Stats().MalformedNotifications+c.Stats().UnknownNotifications)
 			}
-			parts := rec.with(pushwire.StagedPartPrefix)
+			parts := rec.notifs(pushwire.StagedPartPrefix)
 			require.Len(t, parts, 2*tp[0], "one part notification per part and prefill rank")
 			for _, msg := range parts {
 				pt, err := pushwire.DecodeStagedPart([]byte(msg))
@@ -146,7 +82,7 @@ func TestStagedPartsScatterOnArrival(t *testing.T) {
 // scatter the whole image, every byte right.
 func TestStagedPartsOldDecode(t *testing.T) {
 	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
-	rec := &notifRecorder{}
+	rec := &writeRecorder{}
 	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1, wrap: rec.wrap}, m)
 	defer r.close()
 	c, p := r.consumers[0], r.producers[0]
@@ -155,21 +91,16 @@ func TestStagedPartsOldDecode(t *testing.T) {
 	src, dst := fragmented(rng, 8), fragmented(rng, 8)
 	const seed, tokens = 8, 8 * 16
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-	admitted(t, p, 1)
+	registerReq(t, r, dst, 1)
 	fill(t, r.preLayout[0], src[:5], seed, 80)
 	require.NoError(t, p.Progress("req", src[:5], tokens))
 	eventually(t, "the staged part", func() bool { return extra(t, p.Stats(), "progressive_staged_writes") == 1 })
 	eventually(t, "the part's WRITE ended", func() bool { pre, _ := inUse(r); return pre == 0 })
 	require.True(t, allZero(t, r.decLayout[0], dst), "decode's blocks before the finish")
 	fill(t, r.preLayout[0], src, seed, tokens)
-	_, err := p.RequestFinished("req", src)
-	require.NoError(t, err)
-	got := await(t, c, 1)
-	require.NoError(t, got[0].Err)
-	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
-	require.Empty(t, rec.with(pushwire.StagedPartPrefix), "no part notification to a decode that did not offer parts")
-	require.Len(t, rec.with(pushwire.StagedChunkPrefix), rigChunks)
+	finishWhole(t, r, src, dst, seed, tokens)
+	require.Empty(t, rec.notifs(pushwire.StagedPartPrefix), "no part notification to a decode that did not offer parts")
+	require.Len(t, rec.notifs(pushwire.StagedChunkPrefix), rigChunks)
 	require.Zero(t, extra(t, c.Stats(), "staged_parts_scattered"))
 	require.Equal(t, uint64(8*r.decLayout[0].NumRegions())*r.decLayout[0].BlockLen(), extra(t, c.Stats(), "staging_copied_bytes"), "the whole image scattered at the finish")
 	require.Zero(t, c.Stats().MalformedNotifications+c.Stats().UnknownNotifications)
@@ -186,24 +117,19 @@ func TestStagedPartsOldDecodeRouting(t *testing.T) {
 	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
 	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1}, m)
 	defer r.close()
-	c, p := r.consumers[0], r.producers[0]
+	c := r.consumers[0]
 	c.poll.Handle(pushwire.StagedPartPrefix, c.core.onCompletion) // an old decode's routing
 	src, dst := []int{4, 9, 2, 30}, []int{7, 8, 20, 3}
 	const seed, tokens = 3, 64
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-	admitted(t, p, 1)
+	registerReq(t, r, dst, 1)
 	msg, err := pushwire.EncodeStagedPart("req", 1, 0, 2, regSeq(t, c, "req"))
 	require.NoError(t, err)
 	require.NoError(t, r.preAgents[0].GenNotif(r.decAgents[0].Name(), msg, nil))
 	eventually(t, "the part counted unknown", func() bool { return c.Stats().UnknownNotifications == 1 })
 	require.True(t, allZero(t, r.decLayout[0], dst))
 	fill(t, r.preLayout[0], src, seed, tokens)
-	_, err = p.RequestFinished("req", src)
-	require.NoError(t, err)
-	got := await(t, c, 1)
-	require.NoError(t, got[0].Err)
-	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	finishWhole(t, r, src, dst, seed, tokens)
 }
 
 // TestStagedPartsBad: part notifications that do not fit change nothing
@@ -219,8 +145,7 @@ func TestStagedPartsBad(t *testing.T) {
 	src, dst := []int{4, 9, 2, 30}, []int{7, 8, 20, 3}
 	const seed, tokens = 5, 64
 	zero(t, r.decLayout[0], dst)
-	require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-	admitted(t, p, 1)
+	registerReq(t, r, dst, 1)
 	seq := regSeq(t, c, "req")
 	fill(t, r.preLayout[0], src[:2], seed, 32)
 	require.NoError(t, p.Progress("req", src[:2], tokens))
@@ -258,11 +183,7 @@ func TestStagedPartsBad(t *testing.T) {
 	require.Equal(t, uint64(1), extra(t, c.Stats(), "staged_parts_scattered"))
 	require.True(t, allZero(t, r.decLayout[0], dst[2:]), "blocks no good part named")
 	fill(t, r.preLayout[0], src, seed, tokens)
-	_, err := p.RequestFinished("req", src)
-	require.NoError(t, err)
-	got := await(t, c, 1)
-	require.NoError(t, got[0].Err)
-	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	finishWhole(t, r, src, dst, seed, tokens)
 	slotsBack(t, r)
 	// Released: the blocks are the engine's; a late part writes nothing.
 	zero(t, r.decLayout[0], dst)
@@ -285,8 +206,7 @@ func TestStagedPartScatterFails(t *testing.T) {
 	c, p := r.consumers[0], r.producers[0]
 	c.cfg.Staging.Copier = &stagingtest.Copier{FailAt: 1}
 	src, dst := []int{4, 9, 2, 30}, []int{7, 8, 20, 3}
-	require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-	admitted(t, p, 1)
+	registerReq(t, r, dst, 1)
 	fill(t, r.preLayout[0], src[:2], 6, 32)
 	require.NoError(t, p.Progress("req", src[:2], 64))
 	got := await(t, c, 1)

@@ -3,8 +3,6 @@ package pushconn
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,47 +10,8 @@ import (
 
 	"github.com/gonixl/gonixl/connector"
 	"github.com/gonixl/gonixl/internal/staging"
-	"github.com/gonixl/gonixl/nixl"
 	"github.com/gonixl/gonixl/nixl/loopback"
 )
-
-// descRecorder records the descriptors of every WRITE prefill agents
-// create, in order.
-type descRecorder struct {
-	mu    sync.Mutex
-	descs []int
-}
-
-type recordingAgent struct {
-	nixl.Agent
-	rec *descRecorder
-}
-
-func (a recordingAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferList, to string, opts *nixl.Options) (nixl.XferHandle, error) {
-	a.rec.mu.Lock()
-	a.rec.descs = append(a.rec.descs, len(local.Descs))
-	a.rec.mu.Unlock()
-	return a.Agent.CreateXferReq(op, local, remote, to, opts)
-}
-
-func (r *descRecorder) wrap(name string, a nixl.Agent) nixl.Agent {
-	if name != "prefill-0" {
-		return a
-	}
-	return recordingAgent{Agent: a, rec: r}
-}
-
-func (r *descRecorder) got() []int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.descs)
-}
-
-// slotsBack waits until every staging slot of the rig is free.
-func slotsBack(t testing.TB, r *rig) {
-	t.Helper()
-	eventually(t, "every staging slot back", func() bool { pre, dec := inUse(r); return pre == 0 && dec == 0 })
-}
 
 // TestProgressStagedParts: with staging on both sides, a report's blocks
 // go into decode's offered slot as one staged part (one descriptor per
@@ -65,7 +24,7 @@ func TestProgressStagedParts(t *testing.T) {
 	for _, tp := range [][2]int{{1, 1}, {2, 2}} {
 		t.Run(fmt.Sprintf("tp%dto%d", tp[0], tp[1]), func(t *testing.T) {
 			m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
-			rec := &descRecorder{}
+			rec := &writeRecorder{}
 			r := stagingRig(t, rigConfig{preTP: tp[0], decTP: tp[1], wrap: rec.wrap}, m)
 			defer r.close()
 			rng := rand.New(rand.NewPCG(uint64(tp[0]), 3))
@@ -77,12 +36,7 @@ func TestProgressStagedParts(t *testing.T) {
 			for _, l := range r.decLayout {
 				zero(t, l, dst)
 			}
-			for _, c := range r.consumers {
-				require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-			}
-			for _, p := range r.producers {
-				admitted(t, p, 1)
-			}
+			registerReq(t, r, dst, 1)
 			for i, p := range r.producers {
 				fill(t, r.preLayout[i], src[:4], seed, 64)
 				require.NoError(t, p.Progress("req", src[:4], tokens))
@@ -99,23 +53,14 @@ func TestProgressStagedParts(t *testing.T) {
 				require.Positive(t, check(t, r.decLayout[i], dst[:4], 0, seed, 64), "decode rank %d's blocks before the finish", i)
 			}
 			require.Empty(t, r.consumers[0].Drain(), "no result before the finish")
-			for i, p := range r.producers {
-				fill(t, r.preLayout[i], src[:4], seed+2, 64) // spoiled: must not move again
-				visit(t, r.preLayout[i], src[4:], 64, tokens, func(p *byte, region, head, token, b int) { *p = kvByte(seed, region, head, token, b) })
-				_, err := p.RequestFinished("req", src)
-				require.NoError(t, err)
-			}
-			for i, c := range r.consumers {
-				got := await(t, c, 1)
-				require.NoError(t, got[0].Err)
-				require.Positive(t, check(t, r.decLayout[i], dst, 0, seed, tokens), "decode rank %d", i)
-			}
+			finishRest(t, r, src, 4, seed, seed+2, tokens)
+			awaitRight(t, r, dst, seed, tokens)
 			regions := r.preLayout[0].NumRegions()
 			want := []int{regions} // the part: one run per region
 			for range rigChunks {  // the rest: a chunk per region here, one run each
 				want = append(want, regions/rigChunks)
 			}
-			require.Equal(t, want, rec.got(), "descriptors of prefill rank 0's WRITEs")
+			require.Equal(t, want, rec.descs("prefill-0"), "descriptors of prefill rank 0's WRITEs")
 			slotsBack(t, r)
 			for _, p := range r.producers {
 				freedOnce(t, p, "req")
@@ -135,11 +80,8 @@ func TestProgressStagedDirectWhereNotSame(t *testing.T) {
 	src, dst := []int{3, 9, 10, 20}, []int{5, 6, 30, 31}
 	const seed, tokens = 4, 64
 	fill(t, r.preLayout[0], src[:2], seed, 32)
-	for _, c := range r.consumers {
-		require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-	}
+	registerReq(t, r, dst, 2)
 	p := r.producers[0]
-	admitted(t, p, 2)
 	require.NoError(t, p.Progress("req", src[:2], tokens))
 	for i, l := range r.decLayout {
 		eventually(t, fmt.Sprintf("decode rank %d holds the part", i), func() bool { return holds(t, l, dst[:2], seed, 32) })
@@ -147,11 +89,7 @@ func TestProgressStagedDirectWhereNotSame(t *testing.T) {
 	fill(t, r.preLayout[0], src, seed, tokens)
 	_, err := p.RequestFinished("req", src)
 	require.NoError(t, err)
-	for i, c := range r.consumers {
-		got := await(t, c, 1)
-		require.NoError(t, got[0].Err)
-		require.Positive(t, check(t, r.decLayout[i], dst, 0, seed, tokens))
-	}
+	awaitRight(t, r, dst, seed, tokens)
 	require.Equal(t, uint64(2), extra(t, p.Stats(), "progressive_writes"))
 	require.Zero(t, extra(t, p.Stats(), "progressive_staged_writes"))
 	slotsBack(t, r)
@@ -165,16 +103,15 @@ func TestProgressStagedDirectWhereNotSame(t *testing.T) {
 // byte is right and no wait is involved.
 func TestProgressStagedNoSlot(t *testing.T) {
 	m := newStagingMem(t, connector.StagingOn, 2, 256<<10)
-	rec := &descRecorder{}
+	rec := &writeRecorder{}
 	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1, wrap: rec.wrap}, m)
 	defer r.close()
 	rng := rand.New(rand.NewPCG(9, 9))
 	src, dst := fragmented(rng, 8), fragmented(rng, 8)
 	const seed, tokens = 13, 8 * 16
 	fill(t, r.preLayout[0], src, seed, tokens)
-	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	registerReq(t, r, dst, 1)
 	p := r.producers[0]
-	admitted(t, p, 1)
 	hog := func() []staging.Slot {
 		var out []staging.Slot
 		for {
@@ -200,11 +137,7 @@ func TestProgressStagedNoSlot(t *testing.T) {
 	eventually(t, "the next part", func() bool { return extra(t, p.Stats(), "progressive_staged_writes") == 1 })
 	eventually(t, "the part's WRITE ended", func() bool { pre, _ := inUse(r); return pre == 0 })
 	held = hog()
-	_, err := p.RequestFinished("req", src)
-	require.NoError(t, err)
-	got := await(t, r.consumers[0], 1)
-	require.NoError(t, got[0].Err)
-	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	finishWhole(t, r, src, dst, seed, tokens)
 	unhog(held)
 	regions := r.preLayout[0].NumRegions()
 	var runs int // the rest, blocks 5..7, from the blocks: one descriptor per run and region
@@ -217,7 +150,7 @@ func TestProgressStagedNoSlot(t *testing.T) {
 	for range rigChunks {
 		want = append(want, runs*regions/rigChunks)
 	}
-	require.Equal(t, want, rec.got(), "the part from the slot, the rest from the blocks chunk by chunk")
+	require.Equal(t, want, rec.descs("prefill-0"), "the part from the slot, the rest from the blocks chunk by chunk")
 	require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_writes"))
 	require.Equal(t, uint64(2), extra(t, p.Stats(), "staging_no_slot"))
 	slotsBack(t, r)
@@ -232,9 +165,8 @@ func TestProgressStagedAbortMidWay(t *testing.T) {
 	r := stagingRig(t, rigConfig{preTP: 1, decTP: 1, fabric: []loopback.FabricOption{loopback.WithModel(loopback.Bandwidth(1e6, 20*time.Millisecond))}}, m)
 	defer r.close()
 	src, dst := []int{1, 7, 3, 9}, []int{8, 2, 10, 4}
-	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	registerReq(t, r, dst, 1)
 	p := r.producers[0]
-	admitted(t, p, 1)
 	require.NoError(t, p.Progress("req", src[:3], 64))
 	eventually(t, "the staged part posted", func() bool { return extra(t, p.Stats(), "progressive_staged_writes") == 1 })
 	require.NoError(t, p.Abort("req"))
@@ -257,19 +189,14 @@ func TestProgressStagedPartFails(t *testing.T) {
 	src, dst := fragmented(rng, 6), fragmented(rng, 6)
 	const seed, tokens = 17, 6*16 - 3
 	fill(t, r.preLayout[0], src, seed, tokens)
-	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	registerReq(t, r, dst, 1)
 	p := r.producers[0]
-	admitted(t, p, 1)
 	id, err := r.fabric.AddFault(loopback.Fault{Kind: loopback.FailInFlight, From: "prefill-0", Count: 1})
 	require.NoError(t, err)
 	require.NoError(t, p.Progress("req", src[:3], tokens))
 	eventually(t, "progress off", func() bool { return extra(t, p.Stats(), "progressive_skipped") == 1 })
 	require.Equal(t, 1, r.fabric.Injected(id))
-	_, err = p.RequestFinished("req", src)
-	require.NoError(t, err)
-	got := await(t, r.consumers[0], 1)
-	require.NoError(t, got[0].Err)
-	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	finishWhole(t, r, src, dst, seed, tokens)
 	require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_staged_writes"))
 	slotsBack(t, r)
 	freedOnce(t, p, "req")

@@ -30,12 +30,8 @@ func TestProgressiveWriteBeforeFinish(t *testing.T) {
 			for _, l := range r.decLayout {
 				zero(t, l, dst)
 			}
-			for _, c := range r.consumers {
-				require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-			}
-			for _, p := range r.producers {
-				admitted(t, p, uint64(max(len(r.consumers)/len(r.producers), 1)))
-			}
+			want := uint64(max(len(r.consumers)/len(r.producers), 1))
+			registerReq(t, r, dst, want)
 			// The first chunk's four blocks are final.
 			for i, p := range r.producers {
 				fill(t, r.preLayout[i], src[:4], seed, 64)
@@ -44,18 +40,11 @@ func TestProgressiveWriteBeforeFinish(t *testing.T) {
 			for i, l := range r.decLayout {
 				eventually(t, fmt.Sprintf("decode rank %d has the first chunk", i), func() bool { return holds(t, l, dst[:4], seed, 64) })
 			}
-			want := uint64(max(len(r.consumers)/len(r.producers), 1))
 			for _, p := range r.producers {
 				eventually(t, "the progressive WRITEs", func() bool { return extra(t, p.Stats(), "progressive_writes") == want })
 			}
 			require.Empty(t, r.consumers[0].Drain(), "no result before the finish")
-			for i, p := range r.producers {
-				fill(t, r.preLayout[i], src[:4], seed+2, 64) // spoiled: must not move again
-				// The last chunk, tokens 64 on.
-				visit(t, r.preLayout[i], src[4:], 64, tokens, func(p *byte, region, head, token, b int) { *p = kvByte(seed, region, head, token, b) })
-				_, err := p.RequestFinished("req", src)
-				require.NoError(t, err)
-			}
+			finishRest(t, r, src, 4, seed, seed+2, tokens) // the last chunk, tokens 64 on
 			for i, c := range r.consumers {
 				got := await(t, c, 1)
 				require.NoError(t, got[0].Err)
@@ -121,11 +110,8 @@ func TestProgressAbortMidWay(t *testing.T) {
 	r := newRig(t, rigConfig{preTP: 1, decTP: 2})
 	defer r.close()
 	src, dst := []int{1, 2, 3, 4}, []int{8, 9, 10, 11}
-	for _, c := range r.consumers {
-		require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
-	}
+	registerReq(t, r, dst, 2)
 	p := r.producers[0]
-	admitted(t, p, 2)
 	require.NoError(t, p.Progress("req", src[:2], 64))
 	eventually(t, "progressive WRITEs", func() bool { return extra(t, p.Stats(), "progressive_writes") == 2 })
 	require.NoError(t, p.Abort("req"))
@@ -146,18 +132,13 @@ func TestProgressFinishWhileWriting(t *testing.T) {
 	src, dst := blocksFrom(0, 16), blocksFrom(20, 16)
 	const seed, tokens = 5, 16 * 16
 	fill(t, r.preLayout[0], src, seed, tokens)
-	require.NoError(t, r.consumers[0].Register("req", Coordinates(r.pre), dst))
+	registerReq(t, r, dst, 1)
 	p := r.producers[0]
-	admitted(t, p, 1)
 	for k := 1; k < 16; k += 3 {
 		require.NoError(t, p.Progress("req", src[:k], tokens))
 		time.Sleep(time.Millisecond)
 	}
-	_, err := p.RequestFinished("req", src)
-	require.NoError(t, err)
-	got := await(t, r.consumers[0], 1)
-	require.NoError(t, got[0].Err)
-	require.Positive(t, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	finishWhole(t, r, src, dst, seed, tokens)
 	require.Positive(t, extra(t, p.Stats(), "progressive_writes"))
 	freedOnce(t, p, "req")
 }
