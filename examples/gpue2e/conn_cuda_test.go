@@ -790,6 +790,26 @@ func sharedConn(tb testing.TB, mode string, dev int) *connFixture {
 	return f
 }
 
+// ownConn returns a fixture of its own for mode, decode on device 0, made
+// with GONIXL_E2E_STAGING set to staging; it is closed when tb ends.
+func ownConn(tb testing.TB, mode, staging string) *connFixture {
+	tb.Helper()
+	defer withEnv("GONIXL_E2E_STAGING", staging)()
+	f, err := newConnFixture(mode, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := f.close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return f
+}
+
+// millis is d in milliseconds, as the benchmarks report times.
+func millis(d time.Duration) float64 { return float64(d) / 1e6 }
+
 // TestConnectors moves four requests through each connector with both KV
 // caches in VRAM, prefill on GPU 0 and decode in another process on GPU 0
 // and, when present, GPU 1; every byte of every request is checked on
@@ -835,10 +855,9 @@ func BenchmarkCriticalPath(b *testing.B) {
 						b.Fatal(err)
 					}
 					b.StopTimer()
-					ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 					sum := latency.Summarize(st.critical)
-					b.ReportMetric(ms(sum.P50), "p50_ms")
-					b.ReportMetric(ms(sum.P99), "p99_ms")
+					b.ReportMetric(millis(sum.P50), "p50_ms")
+					b.ReportMetric(millis(sum.P99), "p99_ms")
 					b.ReportMetric(float64(st.stalls), "stalls")
 				})
 			}
@@ -890,10 +909,9 @@ func BenchmarkProgressivePush(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 				sum := latency.Summarize(st.critical)
-				b.ReportMetric(ms(sum.P50), "after_prefill_p50_ms")
-				b.ReportMetric(ms(sum.P99), "after_prefill_p99_ms")
+				b.ReportMetric(millis(sum.P50), "after_prefill_p50_ms")
+				b.ReportMetric(millis(sum.P99), "after_prefill_p99_ms")
 				// Per request: the WRITEs posted while prefill ran, those of
 				// them gathered into decode's staging slot, and the reports
 				// put off for want of a free prefill slot.

@@ -143,15 +143,14 @@ func benchRawSplit(b *testing.B, op nixl.XferOp, notif bool, gap time.Duration, 
 		}
 	}
 	b.StopTimer()
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	p50 := latency.Summarize(dones).P50
-	b.ReportMetric(ms(p50), "p50_ms")
-	b.ReportMetric(ms(latency.Summarize(posts).P50), "post_ms")
+	b.ReportMetric(millis(p50), "p50_ms")
+	b.ReportMetric(millis(latency.Summarize(posts).P50), "post_ms")
 	b.ReportMetric(float64(t.Bytes)/p50.Seconds()/1e9/y, "x_DtoD")
 	b.ReportMetric(float64(t.Len()), "descs")
 	if tels > 0 {
-		b.ReportMetric(ms(nixlPost/time.Duration(tels)), "nixl_post_ms")
-		b.ReportMetric(ms(nixlXfer/time.Duration(tels)), "nixl_xfer_ms")
+		b.ReportMetric(millis(nixlPost/time.Duration(tels)), "nixl_post_ms")
+		b.ReportMetric(millis(nixlXfer/time.Duration(tels)), "nixl_xfer_ms")
 	}
 }
 
@@ -196,17 +195,7 @@ func rawOnce(p *pair, op nixl.XferOp, local, remote nixl.XferList, opts *nixl.Op
 // connector mode with staging off, after one that warms the pair up (the
 // handshake) and gives the counters' starting point.
 func benchConnSplit(b *testing.B, mode string, reqBytes uint64, y float64) {
-	restore := withEnv("GONIXL_E2E_STAGING", "off")
-	f, err := newConnFixture(mode, 0)
-	restore()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := f.close(); err != nil {
-			b.Error(err)
-		}
-	}()
+	f := ownConn(b, mode, "off")
 	f.g.frag = "full"
 	warm, err := f.run(1, 1, 20*time.Millisecond, 0, false)
 	if err != nil {
@@ -227,9 +216,8 @@ func benchConnSplit(b *testing.B, mode string, reqBytes uint64, y float64) {
 	}
 	b.StopTimer()
 	x1 := f.initiatorTimes(last)
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	p50 := latency.Summarize(crit).P50
-	b.ReportMetric(ms(p50), "p50_ms")
+	b.ReportMetric(millis(p50), "p50_ms")
 	b.ReportMetric(float64(reqBytes)/p50.Seconds()/1e9/y, "x_DtoD")
 	// NIXL's xferDuration runs from the start of postXferReq, so it
 	// holds the post; the connector's own clock starts the transfer once
@@ -238,28 +226,28 @@ func benchConnSplit(b *testing.B, mode string, reqBytes uint64, y float64) {
 	outside := p50
 	if n := x1.xfers - x0.xfers; n > 0 {
 		xfer := (x1.xfer - x0.xfer) / time.Duration(n)
-		b.ReportMetric(ms(xfer), "xfer_ms")
+		b.ReportMetric(millis(xfer), "xfer_ms")
 		outside -= xfer
 	}
 	if n := x1.posts - x0.posts; n > 0 {
 		post := (x1.post - x0.post) / time.Duration(n)
-		b.ReportMetric(ms(post), "post_ms")
+		b.ReportMetric(millis(post), "post_ms")
 		if !byNIXL {
 			outside -= post
 		}
 	}
-	b.ReportMetric(ms(outside), "outside_ms")
+	b.ReportMetric(millis(outside), "outside_ms")
 	if byNIXL {
 		b.ReportMetric(1, "nixl_timed")
 	} else {
 		b.ReportMetric(0, "nixl_timed")
 	}
 	if n := x1.confirms - x0.confirms; n > 0 {
-		b.ReportMetric(ms((x1.confirm-x0.confirm)/time.Duration(n)), "confirm_ms")
+		b.ReportMetric(millis((x1.confirm-x0.confirm)/time.Duration(n)), "confirm_ms")
 	}
 	if len(fin) > 0 {
-		b.ReportMetric(ms(latency.Summarize(fin).P50), "finish_ms")
-		b.ReportMetric(ms(latency.Summarize(hop).P50), "hop_ms")
+		b.ReportMetric(millis(latency.Summarize(fin).P50), "finish_ms")
+		b.ReportMetric(millis(latency.Summarize(hop).P50), "hop_ms")
 	}
 }
 

@@ -119,15 +119,7 @@ func TestStagedConnectors(t *testing.T) {
 	defer withEnv("GONIXL_E2E_STAGING", "on")()
 	for _, mode := range []string{"pull", "push"} {
 		t.Run(mode, func(t *testing.T) {
-			f, err := newConnFixture(mode, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := f.close(); err != nil {
-					t.Error(err)
-				}
-			}()
+			f := ownConn(t, mode, "on")
 			for _, frag := range []string{"full", "half"} {
 				f.g.frag = frag
 				s0, _ := f.prefillStaged()
@@ -209,17 +201,7 @@ func BenchmarkStagedKV(b *testing.B) {
 	for _, mode := range []string{"push", "pull"} {
 		for _, st := range []string{"off", "on", "auto"} {
 			b.Run(fmt.Sprintf("%s/staging=%s", mode, st), func(b *testing.B) {
-				restore := withEnv("GONIXL_E2E_STAGING", st)
-				f, err := newConnFixture(mode, 0)
-				restore()
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() {
-					if err := f.close(); err != nil {
-						b.Error(err)
-					}
-				}()
+				f := ownConn(b, mode, st)
 				for _, frag := range []string{"contiguous", "half", "full"} {
 					b.Run(frag, func(b *testing.B) {
 						f.g.frag = frag
@@ -271,7 +253,7 @@ func BenchmarkStagedKV(b *testing.B) {
 						if f.pushP != nil {
 							x := f.pushP.Stats().XferTime
 							if n := x.Count - px0.Count; n > 0 {
-								b.ReportMetric(float64((x.Sum-px0.Sum)/time.Duration(n))/1e6, "xfer_ms")
+								b.ReportMetric(millis((x.Sum-px0.Sum)/time.Duration(n)), "xfer_ms")
 							}
 						} else if b.N > 1 && first != nil && last != nil {
 							if n := last["xfers"] - first["xfers"]; n > 0 {
@@ -284,14 +266,14 @@ func BenchmarkStagedKV(b *testing.B) {
 							// runs in the background), the Params' hop to
 							// the decode process (the harness's pipe),
 							// decode's load (the gather's wait included).
-							b.ReportMetric(float64(latency.Summarize(fin).P50)/1e6, "finish_ms")
-							b.ReportMetric(float64(latency.Summarize(hop).P50)/1e6, "hop_ms")
-							b.ReportMetric(float64(latency.Summarize(load).P50)/1e6, "load_ms")
+							b.ReportMetric(millis(latency.Summarize(fin).P50), "finish_ms")
+							b.ReportMetric(millis(latency.Summarize(hop).P50), "hop_ms")
+							b.ReportMetric(millis(latency.Summarize(load).P50), "load_ms")
 						}
 						p50 := latency.Summarize(crit).P50
 						gbs := float64(reqBytes) / p50.Seconds() / 1e9
 						s1, _ := f.prefillStaged()
-						b.ReportMetric(float64(p50)/1e6, "p50_ms")
+						b.ReportMetric(millis(p50), "p50_ms")
 						b.ReportMetric(gbs, "GB/s")
 						b.ReportMetric(gbs/y, "x_DtoD")
 						if st != "off" {
