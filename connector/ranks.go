@@ -58,6 +58,9 @@ type ProgressReporter interface {
 	// connector's as after RequestFinished: they come out of DrainFreed,
 	// and Abort withdraws the request (RequestFinished is then refused).
 	// Decode sees no difference: the same completion, after every byte.
+	// With r.FinalLayers > 0 a report is per layer: the blocks beyond
+	// those final in every layer are final in the first r.FinalLayers
+	// layers (see Request.FinalLayers).
 	Progress(r Request) error
 }
 
@@ -118,6 +121,13 @@ type Request struct {
 	// transfer_id; on decode, Params.TransferID when empty): push matches
 	// prefill and decode on it before request ids; pull does not use it.
 	TransferID string
+	// FinalLayers is read by ProgressReporter.Progress only (per-layer
+	// progress: a layer of prefill's forward pass ended). 0 reports Blocks
+	// final in every layer. n > 0 reports the blocks after those an
+	// earlier report gave final in every layer as final in layers [0, n)
+	// of the rank's layout (its first n layers), the earlier ones staying
+	// final in every layer. n equal to the layout's NumLayers is 0.
+	FinalLayers int
 	// Params (decode) are the decode leg's kv_transfer_params: the prefill
 	// answer's (pull), or the prefill engine's coordinates that the proxy
 	// had before prefill ran (push: remote_engine_id, remote_host,
