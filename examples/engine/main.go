@@ -107,6 +107,7 @@ func run(args []string) error {
 	sidePortS := fs.String("side-channel-port", envOr("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"), "side channel base port ($VLLM_NIXL_SIDE_CHANNEL_PORT; the engine listens on it + -data-parallel-rank, as vLLM does)")
 	dpRank := fs.Int("data-parallel-rank", 0, "this engine's data-parallel index, added to -side-channel-port as vLLM adds it")
 	maxBatch := fs.Int("max-num-seqs", server.DefaultMaxBatch, "decode batch size limit")
+	progressLayers := fs.Bool("progress-layers", false, "push prefill: report progress after each layer of each chunk (of -progress-chunk; 0: the prompt is one chunk), the blocks final in the layers done (per-layer progressive push)")
 	progressChunk := fs.Int("progress-chunk", 0, "push prefill: compute prompts in chunks of this many tokens and report each chunk's final blocks to the connector, which moves them while the next computes (progressive push; 0: off)")
 	reqTimeout := fs.Duration("request-timeout", server.DefaultRequestTimeout, "bound on a request's waits (blocks, KV)")
 	policy := fs.String("kv-load-failure-policy", "fail", `decode: "fail" (answer 500) or "recompute" (prefill locally)`)
@@ -213,7 +214,7 @@ func run(args []string) error {
 	cfg := server.Config{Role: *role, Connector: *connector, Inline: *inline, EngineID: *engineID, ServedModelName: *served,
 		Model: model, Compute: compute, TPSize: *tp, PPSize: *pp, NumBlocks: *numBlocks,
 		HTTPAddr: net.JoinHostPort(*host, strconv.Itoa(*port)), SideChannelHost: *sideHost, SideChannelPort: sidePort, DataParallelIndex: *dpRank,
-		NewAgent: newAgent, MaxBatch: *maxBatch, ProgressChunk: *progressChunk, RequestTimeout: *reqTimeout, Logger: log,
+		NewAgent: newAgent, MaxBatch: *maxBatch, ProgressChunk: *progressChunk, ProgressLayers: *progressLayers, RequestTimeout: *reqTimeout, Logger: log,
 		FailurePolicy: *policy, Lease: *lease,
 		TokensOnly:    *tokensOnly,
 		Bidirectional: *bidir, RecomputeThreshold: *recompute, HistoryTTL: *histTTL,

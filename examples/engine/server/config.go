@@ -114,6 +114,14 @@ type Config struct {
 	// next chunk computes (progressive push). 0: the prompt in one piece,
 	// reported finished only. Pull has no progress to report: refused.
 	ProgressChunk int
+	// ProgressLayers (a push prefill engine) reports progress per layer as
+	// well: each chunk's modeled time is split evenly over the model's
+	// layers, and after each layer the chunk's blocks are reported final
+	// in the layers done (connector.Request.FinalLayers), as a forward
+	// pass that WRITEs each layer's KV as it is computed (vLLM #56874).
+	// Without ProgressChunk the prompt is one chunk: per-layer reports of
+	// a prefill that is not chunked. Pull: refused.
+	ProgressLayers bool
 	// Staging gives every rank staging slots for fragmented requests
 	// (connector.Staging, RankConfig.Staging): Slots x SlotBytes of host
 	// memory per rank, which the server allocates (Mem and Base are its to
@@ -309,6 +317,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("engine: Config.ProgressChunk is %d, want >= 0 (0: no progress reports)", c.ProgressChunk)
 	case c.ProgressChunk > 0 && c.Connector != ConnPush:
 		return c, fmt.Errorf("engine: Config.ProgressChunk is %d with connector %q: progress reports need the push connector (pull READs only after prefill answered)", c.ProgressChunk, c.Connector)
+	case c.ProgressLayers && c.Connector != ConnPush:
+		return c, fmt.Errorf("engine: Config.ProgressLayers is set with connector %q: progress reports need the push connector (pull READs only after prefill answered)", c.Connector)
 	}
 	if c.Staging.Mode != connector.StagingOff && (c.Staging.Slots < 1 || c.Staging.SlotBytes == 0) {
 		return c, fmt.Errorf("engine: Config.Staging.Mode is %q with %d slots of %d bytes: want at least one slot of at least one byte", c.Staging.Mode, c.Staging.Slots, c.Staging.SlotBytes)

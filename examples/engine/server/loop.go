@@ -116,6 +116,7 @@ type loop struct {
 	histLoading map[string]*request
 	pending     atomic.Int64         // waitHeld's view: held + loading, last step
 	drained     [][]connector.Result // drainConsumers' results, reused
+	oneList     [][]int              // progressLists' one list, reused
 	// verifying is the time spent checking loaded KV since the last decode
 	// step; the next step's modeled time includes it, as a real engine
 	// spends none.
@@ -563,7 +564,7 @@ func (l *loop) prefillStep() {
 		l.computeKV(r)
 	}
 	if d > 0 {
-		if l.s.cfg.ProgressChunk > 0 {
+		if l.s.cfg.ProgressChunk > 0 || l.s.cfg.ProgressLayers {
 			l.computeChunks(batch, start)
 		}
 		if rest := d - time.Since(start); rest > 0 {
