@@ -119,6 +119,7 @@ func (l *loop) progressLists(i int, blocks []int, tokens int) [][]int {
 	l.oneList[0] = blocks
 	return l.oneList
 }
+
 // abortProgress ends a request cancelled during its prefill after it
 // reported progress: the ranks that took a report hold its blocks until
 // their DrainFreed says so. It reports whether any did.
