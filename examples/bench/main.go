@@ -96,8 +96,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.resultFile, "result-filename", "", "the run's JSON file name (default: a name from the settings and the time)")
 	fs.BoolVar(&o.renderTier, "render-tier", false, "chat completions on the preset's stack in -mode with engines that run the chat pipeline in process, then through the render tier (render server, tokens-only engines): TTFT of each and the proxy's render and derender hop times")
 	fs.BoolVar(&o.sweep, "sweep", false, "run the preset's grid of modes x rates x input lengths, a fresh in-process stack per point")
-	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q, %q, or a grouped model shape %q or %q", small.Name, qwen3H200.Name, swaDemo.Name, hybridDemo.Name))
-	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push, push-progressive (push with chunked prefill reporting progress), push-staged and push-progressive-staged (the same with staging slots; loopback only) or collocated (no disaggregation: engines that prefill and decode their own requests)")
+	fs.StringVar(&o.presetName, "preset", small.Name, fmt.Sprintf("in-process stack and sweep setting: %q, %q, %q (its 64 layers scaled, for push-progressive-layers), or a grouped model shape %q or %q", small.Name, qwen3H200.Name, qwen3H200Layers.Name, swaDemo.Name, hybridDemo.Name))
+	fs.StringVar(&o.mode, "mode", "push", "in-process stack without -base-url: pull, pull-inline, push, push-progressive (push with chunked prefill reporting progress), push-progressive-layers (the same reporting after each layer too), push-staged and push-progressive-staged (the same with staging slots; loopback only) or collocated (no disaggregation: engines that prefill and decode their own requests)")
 	fs.StringVar(&o.modes, "modes", "", "sweep: override the preset's modes, e.g. pull,push")
 	fs.IntVar(&o.replicas, "collocated-replicas", stack.DefaultReplicas, "collocated: the engines, each the preset's (its TP and compute model), behind a least-loaded balancer; 2 is the split's GPU count")
 	fs.BoolVar(&o.merge, "merge", false, "sweep: start from -result-dir's sweep.json and replace or add only the points this sweep runs (e.g. -modes collocated), keeping the others")
@@ -444,8 +444,8 @@ func runSweep(ctx context.Context, o options, p preset, goal slo, pcts []float64
 func printRatios(w io.Writer, r sweepResult) {
 	modes := []string{"pull", "pull-inline", "push", stack.ModeCollocated}
 	head := []string{"input", "rate", "pull TTFT", "inline", "push", "coll", "push/pull", "push/inline",
-		"pull TPOT", "inline", "push", "coll", "pull good", "inline", "push", "coll", "pull/coll", "push/coll", "prog TTFT", "prog/push"}
-	widths := []int{-7, -5, 10, 9, 9, 9, 10, 12, 10, 8, 8, 8, 10, 7, 7, 7, 10, 10, 10, 10}
+		"pull TPOT", "inline", "push", "coll", "pull good", "inline", "push", "coll", "pull/coll", "push/coll", "prog TTFT", "prog/push", "layers TTFT", "layers/push"}
+	widths := []int{-7, -5, 10, 9, 9, 9, 10, 12, 10, 8, 8, 8, 10, 7, 7, 7, 10, 10, 10, 10, 11, 11}
 	row := func(cells []string) {
 		for i, c := range cells {
 			if i > 0 {
@@ -515,13 +515,16 @@ func printRatios(w io.Writer, r sweepResult) {
 				g, ok := good(split)
 				cells = append(cells, ratio(g, coll, ok, okColl))
 			}
-			// Progressive push (stack.ModePushProgressive) beside push.
-			var prog *point
-			if pt, ok := r.lookup(stack.ModePushProgressive, rate, n); ok {
-				prog = &pt
+			// Progressive push (stack.ModePushProgressive), and per layer
+			// (stack.ModePushProgressiveLayers), beside push.
+			for _, mode := range []string{stack.ModePushProgressive, stack.ModePushProgressiveLayers} {
+				var prog *point
+				if pt, ok := r.lookup(mode, rate, n); ok {
+					prog = &pt
+				}
+				progT, okProg := ttft(prog)
+				cells = append(cells, metric(prog, "mean_ttft_ms", "%.1f"), ratio(progT, pushT, okProg, okPush))
 			}
-			progT, okProg := ttft(prog)
-			cells = append(cells, metric(prog, "mean_ttft_ms", "%.1f"), ratio(progT, pushT, okProg, okPush))
 			row(cells)
 		}
 	}
@@ -563,7 +566,7 @@ func checkMode(mode string) error {
 		return nil
 	}
 	if _, _, err := stack.ConnectorOf(mode); err != nil {
-		return fmt.Errorf("mode %q: want pull, pull-inline, push, push-progressive, push-staged, push-progressive-staged or collocated", mode)
+		return fmt.Errorf("mode %q: want pull, pull-inline, push, push-progressive, push-progressive-layers, push-staged, push-progressive-staged or collocated", mode)
 	}
 	return nil
 }

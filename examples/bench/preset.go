@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gonixl/gonixl/examples/engine/server"
@@ -83,6 +85,29 @@ var qwen3H200 = func() preset {
 	}
 }()
 
+// qwen3H200Layers is qwen3H200 with a scaled geometry of Qwen3-32B's 64
+// layers, for per-layer progress (stack.ModePushProgressiveLayers): the
+// one layer of qwen3H200 has nothing to report per layer. Its heads are
+// 1 wide instead of 16 (2-byte rows), so a block of a rank is 4 KiB
+// instead of 1 KiB, a descriptor stands for one (128 regions, as the
+// model's), and one byte moved for 128.
+var qwen3H200Layers = func() preset {
+	p := qwen3H200
+	p.Name = "qwen3-32b-h200-layers"
+	p.Description = "qwen3-32b-h200 with the model's 64 layers in the engines' scaled geometry (1-wide heads), for per-layer progress"
+	p.Model.Layers, p.Model.HeadDim = p.Modeled.Layers, 1
+	p.EngineArgs = slices.Clone(p.EngineArgs)
+	for i, a := range p.EngineArgs {
+		switch a {
+		case "-layers":
+			p.EngineArgs[i+1] = strconv.Itoa(p.Model.Layers)
+		case "-head-dim":
+			p.EngineArgs[i+1] = "1"
+		}
+	}
+	return p
+}()
+
 // small is a preset for tests and a quick look: a small model, a short grid.
 var small = preset{
 	Name: "small", Description: "a 4-layer model, TP 2, 2 GB/s links, 2 µs per descriptor",
@@ -113,13 +138,13 @@ func grouped(name, what string) preset {
 var (
 	swaDemo    = grouped("swa-demo", "full-attention layers beside sliding-window ones (window 128)")
 	hybridDemo = grouped("hybrid-demo", "an attention layer beside two Mamba2 layers")
-	presets    = map[string]preset{qwen3H200.Name: qwen3H200, small.Name: small, swaDemo.Name: swaDemo, hybridDemo.Name: hybridDemo}
+	presets    = map[string]preset{qwen3H200.Name: qwen3H200, qwen3H200Layers.Name: qwen3H200Layers, small.Name: small, swaDemo.Name: swaDemo, hybridDemo.Name: hybridDemo}
 )
 
 func presetByName(name string) (preset, error) {
 	p, ok := presets[name]
 	if !ok {
-		return p, fmt.Errorf("preset %q: want %q, %q, %q or %q", name, qwen3H200.Name, small.Name, swaDemo.Name, hybridDemo.Name)
+		return p, fmt.Errorf("preset %q: want %q, %q, %q, %q or %q", name, qwen3H200.Name, qwen3H200Layers.Name, small.Name, swaDemo.Name, hybridDemo.Name)
 	}
 	return p, nil
 }

@@ -48,8 +48,11 @@ func startProcessStack(ctx context.Context, bin stack.Programs, p preset, mode, 
 		args = append(args, "-request-timeout", p.RequestTimeout.String())
 	}
 	pargs := append(slices.Clone(args), "-role", "prefill", "-engine-id", "prefill-0")
-	if mode == stack.ModePushProgressive {
+	if mode == stack.ModePushProgressive || mode == stack.ModePushProgressiveLayers {
 		pargs = append(pargs, "-progress-chunk", strconv.Itoa(stack.DefaultProgressChunk))
+	}
+	if mode == stack.ModePushProgressiveLayers {
+		pargs = append(pargs, "-progress-layers")
 	}
 	pre, err := s.start(bin.Engine, filepath.Join(logDir, mode+"-prefill.log"), pargs...)
 	if err != nil {

@@ -28,7 +28,7 @@ func withCollocated(r sweepResult) sweepResult {
 	return r
 }
 
-var tableHead = strings.Fields("input rate pull TTFT inline push coll push/pull push/inline pull TPOT inline push coll pull good inline push coll pull/coll push/coll prog TTFT prog/push")
+var tableHead = strings.Fields("input rate pull TTFT inline push coll push/pull push/inline pull TPOT inline push coll pull good inline push coll pull/coll push/coll prog TTFT prog/push layers TTFT layers/push")
 
 // -modes pull,push: the pull-inline and collocated columns say "-", not 0.0.
 func TestPrintRatiosMissingModeIsADash(t *testing.T) {
@@ -48,7 +48,7 @@ func TestPrintRatiosMissingModeIsADash(t *testing.T) {
 	assert.Equal(t, tableHead, strings.Fields(lines[0]))
 	// input 1024, rate 1: pull 20.24, push 22.24 (fakeSweep's values); no
 	// goodput SLO.
-	assert.Equal(t, []string{"1024", "1", "20.2", "-", "22.2", "-", "1.10", "-", "0.20", "-", "0.22", "-", "-", "-", "-", "-", "-", "-", "-", "-"}, strings.Fields(lines[1]))
+	assert.Equal(t, []string{"1024", "1", "20.2", "-", "22.2", "-", "1.10", "-", "0.20", "-", "0.22", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}, strings.Fields(lines[1]))
 	for _, l := range lines[1:] {
 		f := strings.Fields(l)
 		for _, i := range []int{3, 5, 7, 9, 11} {
@@ -65,25 +65,31 @@ func TestPrintRatiosAllModes(t *testing.T) {
 	assert.Equal(t, tableHead, strings.Fields(lines[0]))
 	// Goodput 0.5 for the split modes and 0.25 collocated at 1 QPS: 2.00.
 	assert.Equal(t, []string{"1024", "1", "20.2", "21.2", "22.2", "23.2", "1.10", "1.05", "0.20", "0.21", "0.22", "0.23",
-		"0.50", "0.50", "0.50", "0.25", "2.00", "2.00", "-", "-"}, strings.Fields(lines[1]))
+		"0.50", "0.50", "0.50", "0.25", "2.00", "2.00", "-", "-", "-", "-"}, strings.Fields(lines[1]))
 }
 
-// A sweep with progressive push: its mean TTFT and its ratio to push's.
+// A sweep with progressive push, whole chunks and per layer: their mean
+// TTFTs and their ratios to push's.
 func TestPrintRatiosProgressive(t *testing.T) {
 	r := fakeSweep()
 	for _, p := range r.Points {
 		if p.Mode == "push" {
+			ttft := p.Metrics["mean_ttft_ms"]
 			p.Mode = "push-progressive"
-			p.Metrics = map[string]float64{"mean_ttft_ms": p.Metrics["mean_ttft_ms"] / 2}
+			p.Metrics = map[string]float64{"mean_ttft_ms": ttft / 2}
+			r.Points = append(r.Points, p)
+			p.Mode = "push-progressive-layers"
+			p.Metrics = map[string]float64{"mean_ttft_ms": ttft / 4}
 			r.Points = append(r.Points, p)
 		}
 	}
-	r.Modes = append(r.Modes, "push-progressive")
+	r.Modes = append(r.Modes, "push-progressive", "push-progressive-layers")
 	var out bytes.Buffer
 	printRatios(&out, r)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	assert.Equal(t, tableHead, strings.Fields(lines[0]))
 	f := strings.Fields(lines[1])
-	assert.Equal(t, []string{"22.2", "11.1", "0.50"}, []string{f[4], f[18], f[19]})
+	assert.Equal(t, []string{"22.2", "11.1", "0.50", "5.6", "0.25"}, []string{f[4], f[18], f[19], f[20], f[21]})
 }
 
 // A sweep of collocated alone: its columns only, no ratio.
@@ -100,5 +106,5 @@ func TestPrintRatiosCollocatedAlone(t *testing.T) {
 	var out bytes.Buffer
 	printRatios(&out, r)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	assert.Equal(t, []string{"1024", "1", "-", "-", "-", "23.2", "-", "-", "-", "-", "-", "0.23", "-", "-", "-", "0.25", "-", "-", "-", "-"}, strings.Fields(lines[1]))
+	assert.Equal(t, []string{"1024", "1", "-", "-", "-", "23.2", "-", "-", "-", "-", "-", "0.23", "-", "-", "-", "0.25", "-", "-", "-", "-", "-", "-"}, strings.Fields(lines[1]))
 }

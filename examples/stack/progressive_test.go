@@ -48,6 +48,24 @@ func TestStackPushStaged(t *testing.T) {
 	}
 }
 
+// TestStackPushProgressiveLayers: the prefill engine reports each chunk's
+// blocks after each of the model's layers (FinalLayers), and the connector
+// moves them layer range by layer range before the request finishes;
+// decode verifies every byte, in both protocols.
+func TestStackPushProgressiveLayers(t *testing.T) {
+	for _, protocol := range []string{server.ProtocolGonixl, server.ProtocolVLLM} {
+		t.Run(protocol, func(t *testing.T) {
+			s := testStackPush(t, ModePushProgressiveLayers, protocol)
+			assert.Positive(t, prefillCounter(t, s, "progressive_writes"), "no progressive WRITE")
+		})
+	}
+}
+
+func TestProgressLayersNeedPush(t *testing.T) {
+	_, err := server.New(server.Config{Role: server.RolePrefill, Connector: server.ConnPull, Model: tiny, ProgressLayers: true})
+	require.ErrorContains(t, err, "Config.ProgressLayers is set with connector \"pull\": progress reports need the push connector")
+}
+
 func testStackPushProgressive(t *testing.T, protocol string) {
 	s := testStackPush(t, ModePushProgressive, protocol)
 	assert.Positive(t, prefillCounter(t, s, "progressive_writes"), "no progressive WRITE")

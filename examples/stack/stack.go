@@ -31,6 +31,12 @@ var Modes = []string{"pull", "pull-inline", "push"}
 // next computes (connector.ProgressReporter).
 const ModePushProgressive = "push-progressive"
 
+// ModePushProgressiveLayers is ModePushProgressive reporting per layer as
+// well (server.Config.ProgressLayers): after each layer of each chunk the
+// chunk's blocks are reported final in the layers done, and the connector
+// WRITEs those layers while the next layer computes.
+const ModePushProgressiveLayers = "push-progressive-layers"
+
 // ModePushStaged is push with staging on both engines
 // (connector.StagingOn): a request's blocks are gathered into a staging
 // slot and written as a few large runs, which decode scatters.
@@ -67,7 +73,7 @@ type Config struct {
 	// PrefillPPSize is the prefill engine's pipeline-parallel size
 	// (default 1; more needs mode "push").
 	PrefillPPSize int
-	// ProgressChunk is ModePushProgressive's chunk in tokens (0:
+	// ProgressChunk is the progressive modes' chunk in tokens (0:
 	// DefaultProgressChunk).
 	ProgressChunk int
 	// StagingSlots and StagingSlotBytes are each rank's staging slots in
@@ -158,10 +164,10 @@ func ConnectorOf(mode string) (connector string, inline bool, err error) {
 		return server.ConnPull, false, nil
 	case "pull-inline":
 		return server.ConnPull, true, nil
-	case "push", ModePushProgressive, ModePushStaged, ModePushProgressiveStaged:
+	case "push", ModePushProgressive, ModePushProgressiveLayers, ModePushStaged, ModePushProgressiveStaged:
 		return server.ConnPush, false, nil
 	}
-	return "", false, fmt.Errorf("mode %q: want pull, pull-inline, push, %s, %s or %s", mode, ModePushProgressive, ModePushStaged, ModePushProgressiveStaged)
+	return "", false, fmt.Errorf("mode %q: want pull, pull-inline, push, %s, %s, %s or %s", mode, ModePushProgressive, ModePushProgressiveLayers, ModePushStaged, ModePushProgressiveStaged)
 }
 
 // Start starts a stack; Close stops it.
@@ -214,9 +220,10 @@ func Start(cfg Config) (_ *Stack, err error) {
 	}
 	pc := base
 	pc.Role, pc.EngineID, pc.KVHook, pc.PPSize = server.RolePrefill, "prefill-0", cfg.KVHook, cfg.PrefillPPSize
-	if cfg.Mode == ModePushProgressive || cfg.Mode == ModePushProgressiveStaged {
+	if cfg.Mode == ModePushProgressive || cfg.Mode == ModePushProgressiveLayers || cfg.Mode == ModePushProgressiveStaged {
 		pc.ProgressChunk = cmp.Or(cfg.ProgressChunk, DefaultProgressChunk)
 	}
+	pc.ProgressLayers = cfg.Mode == ModePushProgressiveLayers
 	staged := cfg.Mode == ModePushStaged || cfg.Mode == ModePushProgressiveStaged
 	if staged {
 		st := stagingOf(cfg)
