@@ -25,7 +25,9 @@ type writer struct {
 	p       *Producer
 	core    *writeCore
 	scratch descriptors.Transfer // mapping lists, reused by post
-	planner staging.Planner
+	// layerRun: one run's lists of a per-layer WRITE (mapRuns), reused.
+	layerRun descriptors.Transfer
+	planner  staging.Planner
 }
 
 // newWriter makes p's writer and its core.
@@ -127,7 +129,7 @@ func (w *writer) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		return w.postMapped(pr, h, msg, &w.scratch, w.stageGroups(pr, h, &w.scratch, dst), start)
 	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
-	if err == nil && pr.progress == h && pr.written > cached {
+	if err == nil && pr.progress == h && pr.wroteAny(cached) {
 		if pr.partInto == partStaged {
 			return w.postStagedRest(pr, h, dst, dstBlocks, cached, start)
 		}
@@ -217,26 +219,50 @@ func (w *writer) postMapped(pr *pendingReg, h *hold, msg []byte, t *descriptors.
 	}
 }
 
-// postRest posts the final WRITE of a request whose first pr.written
-// blocks went in progressive WRITEs (writeprogress.go): the blocks after
-// them, with the completion. It always moves at least the last block, so
+// postRest posts the final WRITE of a request of which pr had some
+// blocks written in progressive WRITEs (writeprogress.go, in some layers
+// only: writelayers.go): exactly what it has not had, with the
+// completion. When it had everything it moves the last block again, so
 // the completion rides a WRITE posted after every other one ended, as
 // without progress.
 func (w *writer) postRest(pr *pendingReg, h *hold, msg []byte, dst *descriptors.Layout, dstBlocks []int, cached int, start time.Time) postResult {
-	from := min(pr.written, len(h.blocks)-1)
-	t := &w.scratch
-	_, err := descriptors.MapCoalescedInto(t, &w.p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:], DstBlocks: dstBlocks[from-cached:]})
-	if err != nil {
+	all := len(h.blocks)
+	runs := layerRuns(pr.mark(), layerMark{all, all, 0}, w.p.cfg.Layout.NumLayers, cached, cached+len(dstBlocks))
+	if len(runs) == 0 {
+		runs = []layerRun{{from: all - 1, to: all, lo: 0, hi: w.p.cfg.Layout.NumLayers}}
+	}
+	if err := w.mapRuns(pr, h, dst, dstBlocks, cached, runs); err != nil {
 		return postResult{what: postFailed, kind: pushwire.FailLayout, err: fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err)}
 	}
-	return w.postMapped(pr, h, msg, t, nil, start)
+	return w.postMapped(pr, h, msg, &w.scratch, nil, start)
 }
 
-// postPart posts the progressive WRITE of h's final blocks that pr has
+// mapRuns maps runs of h's blocks (in their layers) onto decode's blocks
+// after its prefix hit of cached, into w.scratch: the runs' lists one
+// after the other.
+func (w *writer) mapRuns(pr *pendingReg, h *hold, dst *descriptors.Layout, dstBlocks []int, cached int, runs []layerRun) error {
+	t := &w.scratch
+	src, dstDescs := t.Src.Descs[:0], t.Dst.Descs[:0]
+	var bytes uint64
+	for _, r := range runs {
+		req := descriptors.Request{SrcBlocks: h.blocks[r.from:r.to], DstBlocks: dstBlocks[r.from-cached : r.to-cached]}
+		if _, err := descriptors.MapLayersInto(&w.layerRun, &w.p.cfg.Layout, dst, req, r.lo, r.hi); err != nil {
+			return err
+		}
+		src, dstDescs = append(src, w.layerRun.Src.Descs...), append(dstDescs, w.layerRun.Dst.Descs...)
+		bytes += w.layerRun.Bytes
+	}
+	*t = descriptors.Transfer{Src: nixl.XferList{Mem: w.p.cfg.Layout.Mem, Descs: src}, Dst: nixl.XferList{Mem: dst.Mem, Descs: dstDescs}, Bytes: bytes}
+	return nil
+}
+
+// postPart posts the progressive WRITE of what of h is final and pr has
 // not had (writeEdge.postPart): only between blocks of one size (block i
 // of the request is block i of decode's after its prefix hit); staged into
 // decode's slot where it offered one that fits (stageprogress.go), else
-// direct.
+// direct. A registration whose parts are staged, or may be, takes blocks
+// final in every layer only (a staged part is whole image blocks); one
+// whose parts go direct takes a per-layer report's new layers too.
 func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	p := w.p
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
@@ -249,33 +275,57 @@ func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	if cached < 0 {
 		return postResult{what: postFailed, err: fmt.Errorf("decode registered %d blocks, the request needs %d", len(dstBlocks), total)}
 	}
-	from, to := max(pr.written, cached), min(h.final, total)
-	if to <= from {
+	want := h.mark()
+	if want.layers > 0 && w.wholeParts(pr, dst, len(dstBlocks)) {
+		want = layerMark{h.final, h.final, 0}
+	}
+	want = want.clip(total)
+	numLayers := p.cfg.Layout.NumLayers
+	runs := layerRuns(pr.mark(), want, numLayers, cached, total)
+	if len(runs) == 0 {
 		return postResult{what: postNotify}
 	}
 	start := time.Now()
 	into := partDirect
-	sw, use := w.stagePart(pr, h, dst, dstBlocks, cached, from, to)
-	t := &w.scratch
+	var sw *stagedWrite
+	use := false
+	if len(runs) == 1 && runs[0].lo == 0 && runs[0].hi == numLayers {
+		// Whole blocks: a staged part where it can be.
+		sw, use = w.stagePart(pr, h, dst, dstBlocks, cached, runs[0].from, runs[0].to)
+	}
 	switch {
 	case use && sw == nil: // no prefill slot free: put off
 		return postResult{what: postNotify}
 	case use:
 		into = partStaged
 	default:
-		if _, err := descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:to], DstBlocks: dstBlocks[from-cached : to-cached]}); err != nil {
+		if err := w.mapRuns(pr, h, dst, dstBlocks, cached, runs); err != nil {
 			return postResult{what: postFailed, err: err}
 		}
 	}
-	r := w.postMapped(pr, h, nil, t, sw, start)
+	r := w.postMapped(pr, h, nil, &w.scratch, sw, start)
 	if r.wr != nil {
-		r.wr.partial, r.wr.to = true, to
+		r.wr.partial, r.wr.to, r.wr.tailTo, r.wr.tailLayers = true, want.full, want.tail, want.layers
 		pr.partInto = into
 		if into == partStaged {
 			p.push.progressStaged.Inc()
 		}
 	}
 	return r
+}
+
+// wholeParts reports whether pr's parts are staged, or may be (decode
+// offered a slot its image fits and no part went direct yet): then it
+// takes no per-layer writes.
+func (w *writer) wholeParts(pr *pendingReg, dst *descriptors.Layout, dstBlocks int) bool {
+	switch pr.partInto {
+	case partStaged:
+		return true
+	case partDirect:
+		return false
+	}
+	_, ok := w.stageImage(pr, dst, dstBlocks)
+	return ok
 }
 
 // dstCached returns how many of the request's blocks decode already held
