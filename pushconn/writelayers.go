@@ -1,6 +1,11 @@
 package pushconn
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/gonixl/gonixl/descriptors"
+	"github.com/gonixl/gonixl/nixl"
+)
 
 // Per-layer progressive push. Prefill's forward pass ends layer by layer,
 // so the engine may report a chunk's blocks final in the rank's first
@@ -74,6 +79,31 @@ func layerRuns(had, want layerMark, numLayers, first, end int) []layerRun {
 	return runs
 }
 
+// partRuns returns what registration pr, which had had written, takes in
+// its next progressive WRITE of h (decode's blocks are h's [cached,
+// total)), and what it then has had; whole: pr takes blocks final in
+// every layer only (its parts are staged, or may be).
+func partRuns(had layerMark, h *hold, whole bool, numLayers, cached, total int) ([]layerRun, layerMark) {
+	want := h.mark()
+	if whole {
+		want = layerMark{h.final, h.final, 0}
+	}
+	want = want.clip(total)
+	return layerRuns(had, want, numLayers, cached, total), want
+}
+
+// restRuns returns what the final WRITE of a request of all blocks moves
+// for a registration that had had written (decode's blocks are the
+// request's [cached, cached+registered)): the rest, or, when it had
+// everything, the last block again, for the completion to ride a WRITE.
+func restRuns(had layerMark, all, numLayers, cached, registered int) []layerRun {
+	runs := layerRuns(had, layerMark{all, all, 0}, numLayers, cached, cached+registered)
+	if len(runs) == 0 {
+		runs = []layerRun{{from: all - 1, to: all, lo: 0, hi: numLayers}}
+	}
+	return runs
+}
+
 // mark returns what of h is final.
 func (h *hold) mark() layerMark {
 	if h.layers == 0 {
@@ -101,4 +131,26 @@ func (pr *pendingReg) wroteAny(cached int) bool {
 func (pr *pendingReg) behind(h *hold) bool {
 	m := h.mark()
 	return m.full > pr.written || m.layers > 0 && (m.tail > pr.tailTo || m.layers > pr.tailLayers)
+}
+
+// runMapper maps the runs of a per-layer WRITE (the writer's, reused from
+// WRITE to WRITE on the poller goroutine).
+type runMapper struct{ run descriptors.Transfer }
+
+// mapRuns maps runs of a request's blocks src (in their layers) from
+// layout from onto decode's dstBlocks after its prefix hit of cached, on
+// layout to, into t: the runs' lists one after the other.
+func (m *runMapper) mapRuns(t *descriptors.Transfer, from, to *descriptors.Layout, src, dstBlocks []int, cached int, runs []layerRun) error {
+	s, d := t.Src.Descs[:0], t.Dst.Descs[:0]
+	var bytes uint64
+	for _, r := range runs {
+		req := descriptors.Request{SrcBlocks: src[r.from:r.to], DstBlocks: dstBlocks[r.from-cached : r.to-cached]}
+		if _, err := descriptors.MapLayersInto(&m.run, from, to, req, r.lo, r.hi); err != nil {
+			return err
+		}
+		s, d = append(s, m.run.Src.Descs...), append(d, m.run.Dst.Descs...)
+		bytes += m.run.Bytes
+	}
+	*t = descriptors.Transfer{Src: nixl.XferList{Mem: from.Mem, Descs: s}, Dst: nixl.XferList{Mem: to.Mem, Descs: d}, Bytes: bytes}
+	return nil
 }

@@ -7,9 +7,10 @@ import (
 )
 
 // Progressive push: the engine reports, while it still computes a request,
-// which of its blocks are final in every layer (Producer.Progress), and
-// the writer core WRITEs those blocks into every registration already
-// waiting for the request, with no completion; the rest goes at
+// which of its blocks are final in every layer, and which in its first
+// layers only (Producer.Progress; writelayers.go), and the writer core
+// WRITEs what became final into every registration already waiting for
+// the request, with no completion; the rest goes at
 // RequestFinished, in the WRITE that carries the completion as before. So
 // decode and the wire are unchanged (a vLLM decode pairs), and the promise
 // holds the same way:

@@ -25,9 +25,8 @@ type writer struct {
 	p       *Producer
 	core    *writeCore
 	scratch descriptors.Transfer // mapping lists, reused by post
-	// layerRun: one run's lists of a per-layer WRITE (mapRuns), reused.
-	layerRun descriptors.Transfer
-	planner  staging.Planner
+	runs    runMapper            // per-layer WRITEs' lists, into scratch
+	planner staging.Planner
 }
 
 // newWriter makes p's writer and its core.
@@ -226,34 +225,11 @@ func (w *writer) postMapped(pr *pendingReg, h *hold, msg []byte, t *descriptors.
 // the completion rides a WRITE posted after every other one ended, as
 // without progress.
 func (w *writer) postRest(pr *pendingReg, h *hold, msg []byte, dst *descriptors.Layout, dstBlocks []int, cached int, start time.Time) postResult {
-	all := len(h.blocks)
-	runs := layerRuns(pr.mark(), layerMark{all, all, 0}, w.p.cfg.Layout.NumLayers, cached, cached+len(dstBlocks))
-	if len(runs) == 0 {
-		runs = []layerRun{{from: all - 1, to: all, lo: 0, hi: w.p.cfg.Layout.NumLayers}}
-	}
-	if err := w.mapRuns(pr, h, dst, dstBlocks, cached, runs); err != nil {
+	runs := restRuns(pr.mark(), len(h.blocks), w.p.cfg.Layout.NumLayers, cached, len(dstBlocks))
+	if err := w.runs.mapRuns(&w.scratch, &w.p.cfg.Layout, dst, h.blocks, dstBlocks, cached, runs); err != nil {
 		return postResult{what: postFailed, kind: pushwire.FailLayout, err: fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err)}
 	}
 	return w.postMapped(pr, h, msg, &w.scratch, nil, start)
-}
-
-// mapRuns maps runs of h's blocks (in their layers) onto decode's blocks
-// after its prefix hit of cached, into w.scratch: the runs' lists one
-// after the other.
-func (w *writer) mapRuns(pr *pendingReg, h *hold, dst *descriptors.Layout, dstBlocks []int, cached int, runs []layerRun) error {
-	t := &w.scratch
-	src, dstDescs := t.Src.Descs[:0], t.Dst.Descs[:0]
-	var bytes uint64
-	for _, r := range runs {
-		req := descriptors.Request{SrcBlocks: h.blocks[r.from:r.to], DstBlocks: dstBlocks[r.from-cached : r.to-cached]}
-		if _, err := descriptors.MapLayersInto(&w.layerRun, &w.p.cfg.Layout, dst, req, r.lo, r.hi); err != nil {
-			return err
-		}
-		src, dstDescs = append(src, w.layerRun.Src.Descs...), append(dstDescs, w.layerRun.Dst.Descs...)
-		bytes += w.layerRun.Bytes
-	}
-	*t = descriptors.Transfer{Src: nixl.XferList{Mem: w.p.cfg.Layout.Mem, Descs: src}, Dst: nixl.XferList{Mem: dst.Mem, Descs: dstDescs}, Bytes: bytes}
-	return nil
 }
 
 // postPart posts the progressive WRITE of what of h is final and pr has
@@ -275,22 +251,16 @@ func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	if cached < 0 {
 		return postResult{what: postFailed, err: fmt.Errorf("decode registered %d blocks, the request needs %d", len(dstBlocks), total)}
 	}
-	want := h.mark()
-	if want.layers > 0 && w.wholeParts(pr, dst, len(dstBlocks)) {
-		want = layerMark{h.final, h.final, 0}
+	whole := pr.partInto == partStaged // staged parts, or parts that may be, take whole blocks only
+	if !whole && h.layers > 0 && pr.partInto == partUndecided {
+		_, whole = w.stageImage(pr, dst, len(dstBlocks))
 	}
-	want = want.clip(total)
-	numLayers := p.cfg.Layout.NumLayers
-	runs := layerRuns(pr.mark(), want, numLayers, cached, total)
+	runs, want := partRuns(pr.mark(), h, whole, p.cfg.Layout.NumLayers, cached, total)
 	if len(runs) == 0 {
 		return postResult{what: postNotify}
 	}
-	start := time.Now()
-	into := partDirect
-	var sw *stagedWrite
-	use := false
-	if len(runs) == 1 && runs[0].lo == 0 && runs[0].hi == numLayers {
-		// Whole blocks: a staged part where it can be.
+	start, into, sw, use := time.Now(), partDirect, (*stagedWrite)(nil), false
+	if len(runs) == 1 && runs[0].lo == 0 && runs[0].hi == p.cfg.Layout.NumLayers { // whole blocks: a staged part where it can be
 		sw, use = w.stagePart(pr, h, dst, dstBlocks, cached, runs[0].from, runs[0].to)
 	}
 	switch {
@@ -299,7 +269,7 @@ func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	case use:
 		into = partStaged
 	default:
-		if err := w.mapRuns(pr, h, dst, dstBlocks, cached, runs); err != nil {
+		if err := w.runs.mapRuns(&w.scratch, &p.cfg.Layout, dst, h.blocks, dstBlocks, cached, runs); err != nil {
 			return postResult{what: postFailed, err: err}
 		}
 	}
@@ -312,20 +282,6 @@ func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 		}
 	}
 	return r
-}
-
-// wholeParts reports whether pr's parts are staged, or may be (decode
-// offered a slot its image fits and no part went direct yet): then it
-// takes no per-layer writes.
-func (w *writer) wholeParts(pr *pendingReg, dst *descriptors.Layout, dstBlocks int) bool {
-	switch pr.partInto {
-	case partStaged:
-		return true
-	case partDirect:
-		return false
-	}
-	_, ok := w.stageImage(pr, dst, dstBlocks)
-	return ok
 }
 
 // dstCached returns how many of the request's blocks decode already held
