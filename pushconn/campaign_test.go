@@ -61,6 +61,9 @@ type campaignFigures struct {
 	// campaign), progressStaged those of them into decode's staging slot,
 	// progressDeferred the staged parts put off for want of a slot.
 	progressWrites, progressStaged, progressDeferred int
+	// layerReports: per-layer reports prefill ranks took (a third of the
+	// progressive requests report per layer, writelayers.go).
+	layerReports int
 	// partsScattered: staged parts decode scattered as they landed
 	// (PUSH_STAGED_PART); partsDropped those of requests decode no longer
 	// held, partsRejected those that did not fit.
@@ -81,6 +84,7 @@ func (f *campaignFigures) add(o campaignFigures) {
 	f.progressWrites += o.progressWrites
 	f.progressStaged += o.progressStaged
 	f.progressDeferred += o.progressDeferred
+	f.layerReports += o.layerReports
 	f.partsScattered += o.partsScattered
 	f.partsDropped += o.partsDropped
 	f.partsRejected += o.partsRejected
@@ -149,7 +153,10 @@ func TestFaultCampaign(t *testing.T) {
 // TestFaultCampaignProgressive is the campaign with progressive push:
 // prefill reports each request's blocks final in one to three steps before
 // it finishes (Producer.Progress), filling each block with its bytes only
-// when it reports it, and a tenth of the requests that report are aborted
+// when it reports it; a third of the requests report per layer (the 4
+// layers' ranks: each chunk in its first 1 to 3 layers, once or twice,
+// then in every layer, the last chunk perhaps the whole prompt until the
+// finish), a layer's bytes filled only when reported; a tenth of the requests that report are aborted
 // by prefill between a report and the finish. The same faults, the same
 // guarantees: 0 done results with a wrong byte (a block written before it
 // was final, or a completion before a progressive WRITE landed), 0 writes
@@ -177,6 +184,7 @@ func TestFaultCampaignProgressive(t *testing.T) {
 	}
 	t.Logf("push progressive campaign total: %+v", total)
 	require.Positive(t, total.progressWrites, "no progressive WRITE")
+	require.Positive(t, total.layerReports, "no per-layer report")
 	total.requireHeld(t)
 }
 
@@ -250,6 +258,7 @@ func TestFaultCampaignProgressiveStaged(t *testing.T) {
 	}
 	t.Logf("push progressive staged campaign total: %+v", total)
 	require.Positive(t, total.progressWrites, "no progressive WRITE")
+	require.Positive(t, total.layerReports, "no per-layer report")
 	require.Zero(t, total.slotsLeft, "staging slots never given back")
 	total.requireHeld(t)
 }
@@ -286,9 +295,13 @@ type creq struct {
 	copies  []time.Time
 	regMark int
 	// progAt are when prefill reports progress (progressive campaign), of
-	// progTo[i] blocks; progressed says how many reports went.
+	// progTo[i] blocks, the blocks after progFinal final in progLayers[i]
+	// layers (0: every layer, and progFinal becomes progTo[i]);
+	// progressed says how many reports went.
 	progAt     []time.Time
 	progTo     []int
+	progLayers []int
+	progFinal  int
 	progressed int
 	progHeld   map[int]bool // prefill ranks that took a report (they hold it)
 }
@@ -342,9 +355,13 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 	// after release and a wrong-byte result, which a machine's speed, not
 	// the protocol, decided.
 	pauses := watchPauses(t)
+	layers := 0 // the rig's
+	if o.progressive {
+		layers = 4 // per-layer reports of 1, 2 or 3 layers
+	}
 	net := newCampaignNet(seed, 0.05)
 	r := newRig(t, rigConfig{
-		preTP: preTP, decTP: decTP, prePP: o.pp, numBlocks: campaignBlocks, clock: lease.SystemClock{},
+		preTP: preTP, decTP: decTP, prePP: o.pp, numBlocks: campaignBlocks, clock: lease.SystemClock{}, layers: layers,
 		fabric: fabricOpts, wrap: net.wrap, vllm: o.vllm, preOrder: o.preOrder,
 		rank: func(c *Config) {
 			c.Logger = logger
@@ -509,12 +526,30 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 			// a tenth of the requests are aborted by prefill between two.
 			span := max(q.finAt.Sub(now), time.Millisecond)
 			m := 0
-			for range 1 + rng.IntN(3) {
-				if m = m + 1 + rng.IntN(nb-m); m >= nb {
-					break
+			if layers := r.preLayout[0].NumLayers; rng.IntN(3) == 0 {
+				// Per layer: each chunk in one or two reports of its first
+				// layers, then in every layer, except the last chunk,
+				// which may be the whole prompt: RequestFinished ends it.
+				for m < nb {
+					m += 1 + rng.IntN(nb-m)
+					for l := 0; l < layers-1 && (l == 0 || rng.IntN(2) == 0); {
+						l += 1 + rng.IntN(layers-1-l)
+						q.progTo, q.progLayers = append(q.progTo, m), append(q.progLayers, l)
+					}
+					if m < nb {
+						q.progTo, q.progLayers = append(q.progTo, m), append(q.progLayers, 0)
+					}
 				}
+			} else {
+				for range 1 + rng.IntN(3) {
+					if m = m + 1 + rng.IntN(nb-m); m >= nb {
+						break
+					}
+					q.progTo, q.progLayers = append(q.progTo, m), append(q.progLayers, 0)
+				}
+			}
+			for range q.progTo {
 				q.progAt = append(q.progAt, now.Add(time.Duration(rng.Int64N(int64(span)))))
-				q.progTo = append(q.progTo, m)
 			}
 			slices.SortFunc(q.progAt, func(a, b time.Time) int { return a.Compare(b) })
 			if len(q.progAt) > 0 && q.abortPreAt.IsZero() && rng.IntN(10) == 0 {
@@ -597,13 +632,24 @@ func runCampaignWith(t *testing.T, seed uint64, n, preTP, decTP int, o campaignO
 				}
 			}
 			for !q.finished && !q.abortedPre && q.progressed < len(q.progAt) && !now.Before(q.progAt[q.progressed]) {
-				m := q.progTo[q.progressed]
+				m, n, final := q.progTo[q.progressed], q.progLayers[q.progressed], q.progFinal
 				q.progressed++
+				if n == 0 {
+					q.progFinal = m
+				}
 				for j, p := range r.producers {
-					fillStage(t, r.preLayout[j], q.pblocks[:m], q.n, m*16) // those blocks' compute ended
-					err := p.Progress(q.preID, q.pblocks[:m], len(q.pblocks)*16, opts(q)...)
+					if n == 0 {
+						fillStage(t, r.preLayout[j], q.pblocks[:m], q.n, m*16) // those blocks' compute ended
+					} else {
+						// Their first n layers' compute ended; the others still hold no request's bytes.
+						fillStageLayers(t, r.preLayout[j], q.pblocks[final:m], final*16, m*16, 0, n, q.n)
+					}
+					err := p.Progress(q.preID, q.pblocks[:m], len(q.pblocks)*16, append(opts(q), withLayers(n))...)
 					switch {
 					case err == nil:
+						if n > 0 {
+							fig.layerReports++
+						}
 						if q.progHeld == nil {
 							q.progHeld = map[int]bool{}
 						}

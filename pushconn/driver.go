@@ -89,12 +89,13 @@ func (p producer) requestFinished(r connector.Request) (connector.Params, error)
 	return out, nil
 }
 
-// Progress is Producer.Progress for the request's one block list.
+// Progress is Producer.Progress for the request's one block list, per
+// layer with r.FinalLayers.
 func (p producer) Progress(r connector.Request) error {
 	if len(p.cfg.Layout.Groups) > 0 || len(r.Blocks) != 1 {
 		return invalidf("request %q: progressive push takes one block list (a layout of one KV-cache group), got %d", r.ID, len(r.Blocks))
 	}
-	return p.Producer.Progress(r.ID, r.Blocks[0], r.Tokens, withTransferID(r.TransferID))
+	return p.Producer.Progress(r.ID, r.Blocks[0], r.Tokens, withTransferID(r.TransferID), withLayers(r.FinalLayers))
 }
 
 var _ connector.ProgressReporter = producer{}

@@ -12,6 +12,9 @@ type requestOpts struct {
 	// prefixHits are a grouped registration's prefix-hit blocks per
 	// group, set by RegisterGroups and counted once register takes it.
 	prefixHits []int
+	// layers: Producer.Progress's blocks after the request's final ones
+	// are final in the rank's first layers only (withLayers).
+	layers int
 	// noSeq: Register sends no registration_seq, as vLLM's decode does;
 	// only the package's tests set it (withoutSeq), to drive prefill
 	// through what a seq-less peer sends.
@@ -34,6 +37,15 @@ func withTransferID(id string) requestOption {
 // per-group prefix hits.
 func withTokens(n int) requestOption {
 	return func(o *requestOpts) { o.tokens = n }
+}
+
+// withLayers makes a Producer.Progress report per layer: the blocks after
+// those an earlier report gave final in every layer are final in the
+// rank's first n layers (connector.Request.FinalLayers; 0, or the
+// layout's NumLayers, is a report of blocks final in every layer). The
+// driver passes Request.FinalLayers on as this option.
+func withLayers(n int) requestOption {
+	return func(o *requestOpts) { o.layers = n }
 }
 
 // withoutSeq makes Consumer.Register send its PUSH_REG without

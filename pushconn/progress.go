@@ -23,6 +23,18 @@ import (
 // flight ends first). Blocks decode holds at another block size are
 // written whole at RequestFinished (counted in progressive_skipped).
 //
+// Per layer (the option connector.Request.FinalLayers sets, n > 0): the
+// blocks after those final in every layer are final in the rank's first n
+// layers (a layer's forward pass ended), and the writer WRITEs each newly
+// final layer of them at once; the blocks before them stay final in every
+// layer. A later report gives them more layers (never fewer), or every
+// layer (n 0, or the layout's NumLayers), perhaps with more blocks; a
+// per-layer report adds no blocks while the previous ones are final in some
+// layers only (prefill ends a chunk in every layer before the next starts).
+// A registration that takes staged parts (below) writes whole blocks only:
+// its per-layer blocks wait for the report that makes them final in every
+// layer, or for RequestFinished.
+//
 // With RankConfig.Staging, a registration whose decode rank offered a
 // staging slot gets reported blocks gathered into a prefill slot and
 // written into decode's slot, one run per region (a staged part, which a
@@ -45,6 +57,8 @@ func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts .
 		return invalidf("request %q: progressive push takes a layout of one KV-cache group, this one has %d", requestID, len(p.cfg.Layout.Groups))
 	case tokens < 1:
 		return invalidf("request %q: tokens is %d, want the prompt's length (>= 1)", requestID, tokens)
+	case o.layers < 0 || o.layers > p.cfg.Layout.NumLayers:
+		return invalidf("request %q: FinalLayers is %d, want 0..%d (the rank's layers; 0 or %d: every layer)", requestID, o.layers, p.cfg.Layout.NumLayers, p.cfg.Layout.NumLayers)
 	case len(blockIDs)*p.cfg.Layout.BlockSize > tokens+p.cfg.Layout.BlockSize-1:
 		return invalidf("request %q: %d final blocks of %d tokens are more than a prompt of %d tokens fills", requestID, len(blockIDs), p.cfg.Layout.BlockSize, tokens)
 	}
@@ -70,27 +84,45 @@ func (p *Producer) Progress(requestID string, blockIDs []int, tokens int, opts .
 		return invalidf("request %q: the final blocks %v do not extend those reported before (%d blocks)", requestID, blockIDs, len(prev.blocks))
 	case progressing && (tokens != prev.tokens || o.transferID != prev.transferID):
 		return invalidf("request %q: reported with %d tokens and transfer id %q before, now %d and %q", requestID, prev.tokens, prev.transferID, tokens, o.transferID)
-	case progressing && len(blockIDs) == len(prev.blocks):
-		return nil
+	}
+	// What the report makes final: every block in every layer, or (per
+	// layer) the blocks after the final ones in the first layers.
+	final, layers := len(blockIDs), 0
+	if o.layers > 0 && o.layers < p.cfg.Layout.NumLayers {
+		final, layers = prev.final, o.layers
+	}
+	tail := len(prev.blocks) > prev.final // blocks final in some layers only
+	switch {
+	case layers > 0 && tail && len(blockIDs) > len(prev.blocks):
+		return invalidf("request %q: blocks %d..%d reported final in layers [0, %d) while blocks %d..%d are final in %d of %d layers only (a chunk ends in every layer before the next starts)",
+			requestID, len(prev.blocks), len(blockIDs)-1, layers, prev.final, len(prev.blocks)-1, prev.layers, p.cfg.Layout.NumLayers)
+	case layers > 0 && tail && layers < prev.layers:
+		return invalidf("request %q: blocks %d..%d reported final in %d layers, before in %d (layers do not go backwards)",
+			requestID, prev.final, len(prev.blocks)-1, layers, prev.layers)
+	case progressing && final == prev.final && (final == len(blockIDs) || layers == prev.layers):
+		return nil // nothing new
 	}
 	if !progressing {
 		prev = progressState{h: &hold{id: requestID, transferID: o.transferID, tokens: tokens}, tokens: tokens, transferID: o.transferID}
 		p.held[requestID] = true
 	}
-	prev.blocks = slices.Clone(blockIDs)
+	prev.blocks, prev.final, prev.layers = slices.Clone(blockIDs), final, layers
 	p.progress[requestID] = prev
-	p.progressQ = append(p.progressQ, progressEvent{h: prev.h, blocks: prev.blocks, final: len(prev.blocks), tokens: tokens})
+	p.progressQ = append(p.progressQ, progressEvent{h: prev.h, blocks: prev.blocks, final: final, layers: layers, tokens: tokens})
 	p.poll.Wake()
 	return nil
 }
 
 // progressState is what the Producer keeps of a request that reports
 // progress: its hold (the same in every report; the writer's from the
-// first, so the Producer reads none of its fields but id), its final
-// blocks, its prompt length and transfer id.
+// first, so the Producer reads none of its fields but id), its reported
+// blocks (blocks[:final] final in every layer, the rest in the first
+// layers), its prompt length and transfer id.
 type progressState struct {
 	h          *hold
 	blocks     []int
+	final      int
+	layers     int
 	tokens     int
 	transferID string
 }

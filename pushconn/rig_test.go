@@ -33,6 +33,7 @@ type rigConfig struct {
 	clock              connector.Clock
 	noProducers        bool
 	numBlocks          int // per region; default numBlocks
+	layers             int // the model's layers; default numLayers
 	// newAgent creates the agents (default: loopback agents on the rig's
 	// fabric); the rig closes them.
 	newAgent func(t testing.TB, name string) nixl.Agent
@@ -85,6 +86,9 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	if rc.numBlocks == 0 {
 		rc.numBlocks = numBlocks
 	}
+	if rc.layers == 0 {
+		rc.layers = numLayers
+	}
 	f, err := loopback.NewFabric(rc.fabric...)
 	require.NoError(t, err)
 	r := &rig{t: t, fabric: f, clock: connector.NewManualClock(rigStart)}
@@ -95,6 +99,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 	}
 	pg, dg := testGeometry(rc.preTP, rc.preBlock, rc.numBlocks), testGeometry(rc.decTP, rc.decBlock, rc.numBlocks)
 	pg.PPSize = rc.prePP
+	pg.Layers, dg.Layers = rc.layers, rc.layers
 	pg.Order, dg.Order = rc.preOrder, rc.decOrder
 	pcfg := connector.EngineConfig{EngineID: "prefill", Model: "m", Geometry: pg}
 	dcfg := connector.EngineConfig{EngineID: "decode", Model: "m", Geometry: dg}
@@ -120,7 +125,7 @@ func newRig(t testing.TB, rc rigConfig) *rig {
 				a = rc.wrap(name, a)
 			}
 		}
-		l := testLayout(t, tp, rank, block, rc.numBlocks)
+		l := testLayoutOf(t, tp, rank, block, rc.numBlocks, rc.layers)
 		if side == "prefill" && rc.prePP > 1 {
 			freeLayout(l)
 			l = stageTestLayout(t, pg, rank) // rank is the world rank
@@ -184,14 +189,19 @@ func (r *rig) close() {
 // testLayout allocates one rank's KV cache: 2*numLayers regions of
 // numBlocks blocks, the rank's share of the model's heads.
 func testLayout(t testing.TB, tp, rank, block, blocks int) descriptors.Layout {
+	return testLayoutOf(t, tp, rank, block, blocks, numLayers)
+}
+
+// testLayoutOf is testLayout for a model of layers layers.
+func testLayoutOf(t testing.TB, tp, rank, block, blocks, layers int) descriptors.Layout {
 	t.Helper()
 	l := descriptors.Layout{
-		Mem: nixl.DRAM, NumLayers: numLayers, NumBlocks: blocks, BlockSize: block,
+		Mem: nixl.DRAM, NumLayers: layers, NumBlocks: blocks, BlockSize: block,
 		KVHeads: modelHeads / tp, HeadBytes: headBytes, DType: "bfloat16", TPRank: rank, TPSize: tp,
 	}
-	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * blocks * 2 * numLayers)
+	buf, err := nixl.AllocBuffer(int(l.BlockLen()) * blocks * 2 * layers)
 	require.NoError(t, err)
-	for i := range 2 * numLayers {
+	for i := range 2 * layers {
 		l.Regions = append(l.Regions, descriptors.Region{Base: buf.Addr() + uint64(i)*l.RegionLen()})
 	}
 	layoutBufs[l.Regions[0].Base] = buf

@@ -185,6 +185,7 @@ const (
 	simWriteTimeout  = 300 * simMs                       // prefill WriteTimeout (30 s)
 	simLease         = 300 * simMs                       // prefill Lease (30 s)
 	simBlocks        = 128                               // KV blocks per rank on either side
+	simLayers        = 3                                 // layers of the model (K and V regions each): per-layer reports of 1 or 2
 	simMaxReqBlocks  = 4
 )
 
@@ -203,6 +204,9 @@ type simConfig struct {
 	abortAny  float64 // decode aborts a request at a random moment
 	preAbort  float64 // prefill's engine aborts a finished request
 	progress  float64 // prefill reports progress (Producer.Progress) before it finishes
+	// layerProgress: of those, the share that report per layer too
+	// (simAttempt.perLayer).
+	layerProgress float64
 	// staging is the slots on every rank (simstage_test.go); nil: none.
 	staging *simStaging
 	// Faults.
@@ -312,6 +316,9 @@ type simAttempt struct {
 	dropped bool       // decode's engine dropped it (Abort)
 	ended   int        // decode ranks whose connector.Result is out
 	failed  bool
+	// perLayer: prefill reports its progress per layer too (a chunk in
+	// its first layers, then in every layer).
+	perLayer bool
 }
 
 // simInst is an attempt on one decode rank: one decodeReq of its tracker.
@@ -338,6 +345,7 @@ type simStats struct {
 	cancelTimeouts, regTimeouts, crashes, clockSteps, notifFailures int
 	handshakeFailures, prefillAborts, decodeAborts, freedPrefill    int
 	progressReports, progressWrites, progressAborts                 int
+	layerReports                                                    int // per-layer progress reports
 	// staging (simstage_test.go)
 	stagedParts, partsDeferred, stagedRests, restsNoSlot, stagedWholes int
 	stagedWrites, slotsOffered, copyFails                              int
@@ -658,6 +666,12 @@ func (w *simWorld) arrive(a *simAttempt) {
 		if w.rng.chance(0.5) {
 			w.schedule(&simEvent{at: w.rng.between(at, w.now+compute), kind: evPrefillProgress, att: a})
 		}
+		if w.cfg.layerProgress > 0 && w.rng.chance(w.cfg.layerProgress) {
+			// Per layer: a third report, and each may give a chunk in
+			// its first layers only.
+			a.perLayer = true
+			w.schedule(&simEvent{at: w.rng.between(at, w.now+compute), kind: evPrefillProgress, att: a})
+		}
 		if w.rng.chance(0.1) {
 			w.schedule(&simEvent{at: w.rng.between(at, w.now+compute), kind: evPrefillAbort, att: a})
 		}
@@ -670,15 +684,23 @@ func (w *simWorld) arrive(a *simAttempt) {
 // a rank that holds the id already, or has too few blocks, reports none).
 func (w *simWorld) prefillProgress(a *simAttempt) {
 	k := 1 + w.rng.intn(a.nblocks)
+	n := 0 // every layer
+	if a.perLayer {
+		n = 1 + w.rng.intn(simLayers) // simLayers: every layer
+	}
 	for _, p := range w.pre {
 		if p.up {
-			p.progress(a, k)
+			p.progress(a, k, n%simLayers)
 		}
 	}
 }
 
-// progress is Producer.Progress of attempt a's first k blocks.
-func (p *simPrefill) progress(a *simAttempt, k int) {
+// progress is Producer.Progress of attempt a's first k blocks, per layer
+// with n > 0 (blocks after the final ones in the first n layers): as the
+// engine reports, a chunk in every layer before the next starts, so while
+// a rank's blocks after the final ones are final in some layers only, the
+// report is of those blocks (k does not count).
+func (p *simPrefill) progress(a *simAttempt, k, n int) {
 	h := p.holdOf[a.preID]
 	blocks := p.progAll[a.preID]
 	switch {
@@ -692,7 +714,7 @@ func (p *simPrefill) progress(a *simAttempt, k int) {
 			b := p.freeBlocks[j]
 			p.freeBlocks[j] = p.freeBlocks[len(p.freeBlocks)-1]
 			p.freeBlocks = p.freeBlocks[:len(p.freeBlocks)-1]
-			p.content[b] = 0 // not computed yet
+			p.content[b], p.layersOf[b] = 0, 0 // not computed yet
 			p.holder[b] = h
 			blocks = append(blocks, b)
 		}
@@ -702,14 +724,45 @@ func (p *simPrefill) progress(a *simAttempt, k int) {
 	case p.held[a.preID] != a || !p.prog[a.preID] || p.aborting[a.preID]:
 		return // another attempt holds the id, it finished, or it was dropped
 	}
-	k = max(k, p.progTo[a.preID])
-	p.progTo[a.preID] = k
+	final, tail, layers := p.progTo[a.preID], p.progTail[a.preID], p.progLayers[a.preID]
+	if tail > final { // a chunk final in some layers only: it goes on
+		k = tail
+		if n > 0 && n <= layers {
+			return // nothing new
+		}
+	}
+	k = max(k, final)
+	if n > 0 {
+		if k == final {
+			return // no blocks after the final ones
+		}
+		p.progTail[a.preID], p.progLayers[a.preID] = k, n
+		for _, b := range blocks[final:k] {
+			p.content[b], p.layersOf[b] = a.L, n
+		}
+		p.w.stats.progressReports++
+		p.w.stats.layerReports++
+		p.w.note("prefill reports progress per layer (x: layers)", p.rank, a.preID, 0, int64(n))
+		p.progressQ = append(p.progressQ, progressEvent{h: h, blocks: slices.Clone(blocks[:k]), final: final, layers: n, tokens: a.nblocks * 16})
+		return
+	}
+	p.progTo[a.preID], p.progTail[a.preID], p.progLayers[a.preID] = k, k, 0
 	for _, b := range blocks[:k] {
-		p.content[b] = a.L
+		p.content[b], p.layersOf[b] = a.L, 0
 	}
 	p.w.stats.progressReports++
 	p.w.note("prefill reports progress (x: final blocks)", p.rank, a.preID, 0, int64(k))
 	p.progressQ = append(p.progressQ, progressEvent{h: h, blocks: slices.Clone(blocks[:k]), final: k, tokens: a.nblocks * 16})
+}
+
+// tag is the tag of the bytes prefill holds in block b's region reg: a
+// block computed in its first layers only holds no request's bytes in
+// the others.
+func (p *simPrefill) tag(b, reg int) int32 {
+	if l := p.layersOf[b]; l > 0 && reg/2 >= l { // K and V: two regions a layer
+		return 0
+	}
+	return p.content[b]
 }
 
 // decodeRegister: decode's engine allocates the attempt's blocks (the same
@@ -1186,7 +1239,10 @@ type simWrite struct {
 	id       string
 	seq      uint64
 	src, dst []int
-	part     int
+	// layers: per index of src, the layers [lo, hi) it writes (a
+	// per-layer WRITE); nil: every layer.
+	layers [][2]int
+	part   int
 	// The agent's side.
 	status   int8 // 0 moving, 1 completed, -1 failed
 	willFail bool
@@ -1233,18 +1289,25 @@ type simPrefill struct {
 	// Progress (Producer.Progress): ids that reported and have not
 	// finished, how many blocks they reported, and the reports for the
 	// next tick.
-	prog      map[string]bool
-	progTo    map[string]int
-	progAll   map[string][]int // the blocks of each (the core's hold keeps the final ones)
-	progressQ []progressEvent
+	prog    map[string]bool
+	progTo  map[string]int
+	progAll map[string][]int // the blocks of each (the core's hold keeps the final ones)
+	// progTail and progLayers: per-layer reports (simAttempt.perLayer),
+	// the blocks up to progTail final in the first progLayers layers.
+	progTail   map[string]int
+	progLayers map[string]int
+	progressQ  []progressEvent
 	// The agent: WRITEs it holds, and the decode agents whose metadata it
 	// has loaded (a notification to any other fails with ErrNotFound).
 	writes map[*write]*simWrite
 	loaded map[string]bool
 	// st is the rank's staging (simstage_test.go), nil without.
 	st *simPrefillStage
-	// The engine's memory on this rank.
+	// The engine's memory on this rank: per block the tag of its bytes,
+	// in its first layersOf layers only where that is not 0 (a chunk
+	// computed in some layers).
 	content    []int32
+	layersOf   []int
 	freeBlocks []int
 	holder     []*hold
 }
@@ -1252,7 +1315,7 @@ type simPrefill struct {
 // simLayout is a rank's KV layout for the real core's handshake checks
 // (descriptors.Compatible, Targets): 8 KV heads, split by TP.
 func simLayout(tp, rank int) descriptors.Layout {
-	g := descriptors.Geometry{Layers: 1, KVHeads: 8, HeadDim: 4, DType: "bfloat16", BlockSize: 16, Blocks: simBlocks, TPSize: tp}
+	g := descriptors.Geometry{Layers: simLayers, KVHeads: 8, HeadDim: 4, DType: "bfloat16", BlockSize: 16, Blocks: simBlocks, TPSize: tp}
 	l, err := g.Layout(nixl.DRAM, rank, nixl.Desc{Addr: 1 << 20, Len: g.RankBytes()})
 	if err != nil {
 		panic(err)
@@ -1263,8 +1326,9 @@ func simLayout(tp, rank int) descriptors.Layout {
 func newSimPrefill(w *simWorld, rank, inc int) *simPrefill {
 	p := &simPrefill{w: w, rank: rank, name: simPrefillName(rank), inc: inc, up: true,
 		held: map[string]*simAttempt{}, holdOf: map[string]*hold{}, aborting: map[string]bool{},
-		prog: map[string]bool{}, progTo: map[string]int{}, progAll: map[string][]int{},
-		writes: map[*write]*simWrite{}, loaded: map[string]bool{},
+		prog: map[string]bool{}, progTo: map[string]int{}, progAll: map[string][]int{}, progTail: map[string]int{}, progLayers: map[string]int{},
+		layersOf: make([]int, simBlocks),
+		writes:   map[*write]*simWrite{}, loaded: map[string]bool{},
 		content: make([]int32, simBlocks), holder: make([]*hold, simBlocks)}
 	for b := simBlocks - 1; b >= 0; b-- {
 		p.freeBlocks = append(p.freeBlocks, b)
@@ -1335,7 +1399,7 @@ func (p *simPrefill) requestFinished(a *simAttempt) {
 		}
 		blocks := p.progAll[a.preID]
 		for _, b := range blocks {
-			p.content[b] = a.L
+			p.content[b], p.layersOf[b] = a.L, 0
 		}
 		p.finished = append(p.finished, &hold{id: a.preID, transferID: a.tid, blocks: slices.Clone(blocks), tokens: a.nblocks * 16, finished: p.now().wall})
 		return
@@ -1526,13 +1590,26 @@ func (p *simPrefill) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		w.stats.postFailed++
 		return postResult{what: postFailed, kind: pushwire.FailPost, err: errors.New("simulated post failure")}
 	}
-	// As the shell's postRest: after progressive WRITEs, the blocks after
-	// them (at least the last).
-	from := cached
-	if pr.progress == h && pr.written > cached {
-		from = min(pr.written, len(h.blocks)-1)
+	// As the shell's postRest: after progressive WRITEs, exactly what
+	// they did not write (at least the last block).
+	if pr.progress == h && pr.wroteAny(cached) {
+		runs := restRuns(pr.mark(), len(h.blocks), simLayers, cached, len(dst))
+		return p.postRuns(pr, h, in, srank, runs, dst, cached, msg)
 	}
-	return p.postBlocks(pr, h, in, srank, h.blocks[from:], dst[from-cached:], msg)
+	return p.postBlocks(pr, h, in, srank, h.blocks[cached:], dst, nil, msg)
+}
+
+// postRuns posts the WRITE of runs of h's blocks in their layers
+// (writer.mapRuns) with completion msg (nil: none).
+func (p *simPrefill) postRuns(pr *pendingReg, h *hold, in *simInst, srank int, runs []layerRun, dst []int, cached int, msg []byte) postResult {
+	var src, to []int
+	var layers [][2]int
+	for _, r := range runs {
+		for i := r.from; i < r.to; i++ {
+			src, to, layers = append(src, h.blocks[i]), append(to, dst[i-cached]), append(layers, [2]int{r.lo, r.hi})
+		}
+	}
+	return p.postBlocks(pr, h, in, srank, src, to, layers, msg)
 }
 
 // postPart is the progressive WRITE (writeEdge.postPart), as the shell's:
@@ -1547,12 +1624,18 @@ func (p *simPrefill) postPart(pr *pendingReg, h *hold) postResult {
 	if in == nil || cached < 0 {
 		return postResult{what: postFailed, err: errors.New("simulated: registration does not fit the request")}
 	}
-	from, to := max(pr.written, cached), min(h.final, total)
-	if to <= from {
+	// As the shell's: what became final and pr has not had, whole blocks
+	// only where its parts are staged or may be.
+	whole := pr.partInto == partStaged
+	if !whole && p.st != nil && h.layers > 0 && pr.partInto == partUndecided {
+		_, whole = p.st.wr.stageImage(pr, &pr.peer.payload.Ranks[pr.rank].Layout, len(dst))
+	}
+	runs, want := partRuns(pr.mark(), h, whole, simLayers, cached, total)
+	if len(runs) == 0 {
 		return postResult{what: postNotify}
 	}
-	if p.st != nil {
-		if r, staged := p.postPartStaged(pr, h, in, srank, dst, cached, from, to); staged {
+	if whole := len(runs) == 1 && runs[0].lo == 0 && runs[0].hi == simLayers; whole && p.st != nil {
+		if r, staged := p.postPartStaged(pr, h, in, srank, dst, cached, runs[0].from, runs[0].to); staged {
 			return r
 		}
 	}
@@ -1561,15 +1644,15 @@ func (p *simPrefill) postPart(pr *pendingReg, h *hold) postResult {
 		return postResult{what: postFailed, err: errors.New("simulated post failure")}
 	}
 	w.stats.progressWrites++
-	r := p.postBlocks(pr, h, in, srank, h.blocks[from:to], dst[from-cached:to-cached], nil)
-	r.wr.partial, r.wr.to = true, to
+	r := p.postRuns(pr, h, in, srank, runs, dst, cached, nil)
+	r.wr.partial, r.wr.to, r.wr.tailTo, r.wr.tailLayers = true, want.full, want.tail, want.layers
 	pr.partInto = partDirect
 	return r
 }
 
 // postBlocks posts a WRITE of src into dst with completion msg (nil: none)
 // that completes at once or moves (its transfer planned here).
-func (p *simPrefill) postBlocks(pr *pendingReg, h *hold, in *simInst, srank int, src, dst []int, msg []byte) postResult {
+func (p *simPrefill) postBlocks(pr *pendingReg, h *hold, in *simInst, srank int, src, dst []int, layers [][2]int, msg []byte) postResult {
 	w := p.w
 	part := 0
 	for i, s := range simSources(w.cfg.preTP, w.cfg.decTP, srank) {
@@ -1578,7 +1661,7 @@ func (p *simPrefill) postBlocks(pr *pendingReg, h *hold, in *simInst, srank int,
 		}
 	}
 	wr := &write{reg: pr, hold: h, deadline: p.now().mono.Add(time.Duration(simWriteTimeout))}
-	sw := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, src: src, dst: dst, part: part,
+	sw := &simWrite{p: p, wr: wr, inst: in, srank: srank, id: pr.reg.RequestID, seq: pr.reg.Seq, src: src, dst: dst, layers: layers, part: part,
 		landed: make([]bool, len(dst)), notif: msg, posted: w.now}
 	w.stats.posted++
 	w.note("prefill posts WRITE (x: into decode rank)", p.rank, sw.id, sw.seq, int64(srank))
@@ -1661,6 +1744,8 @@ func (p *simPrefill) free(id string) {
 	delete(p.prog, id)
 	delete(p.progTo, id)
 	delete(p.progAll, id)
+	delete(p.progTail, id)
+	delete(p.progLayers, id)
 	if a == nil {
 		p.w.fail("model: prefill rank %d frees %q, which it does not hold (freed twice?)", p.rank, id)
 		return
@@ -1678,7 +1763,7 @@ func (p *simPrefill) free(id string) {
 			return
 		}
 		p.holder[b] = nil
-		p.content[b] = 0
+		p.content[b], p.layersOf[b] = 0, 0
 		p.freeBlocks = append(p.freeBlocks, b)
 	}
 }
@@ -1743,7 +1828,6 @@ func (sw *simWrite) landAt(i int) {
 	in := sw.inst
 	d := w.dec[sw.srank]
 	b := sw.dst[i]
-	tag := sw.p.content[sw.src[i]] // read from prefill's memory as it is now
 	w.note("WRITE lands a block (x: block)", d.rank, in.req.id, in.req.seq, int64(b))
 	if in.published || d.owner[b] != in {
 		// Which rule let it through, where the model can tell: decode
@@ -1762,7 +1846,10 @@ func (sw *simWrite) landAt(i int) {
 		return // its bytes do not land: nothing later is this violation's consequence
 	}
 	for reg := 0; reg < d.regions; reg++ {
-		d.content[d.cell(b, sw.part, reg)] = tag
+		if sw.layers != nil && (reg/2 < sw.layers[i][0] || reg/2 >= sw.layers[i][1]) {
+			continue // a layer this WRITE does not move
+		}
+		d.content[d.cell(b, sw.part, reg)] = sw.p.tag(sw.src[i], reg) // read from prefill's memory as it is now
 	}
 }
 
@@ -1988,6 +2075,7 @@ func (s *simStats) add(o *simStats) {
 	s.decodeAborts += o.decodeAborts
 	s.freedPrefill += o.freedPrefill
 	s.progressReports += o.progressReports
+	s.layerReports += o.layerReports
 	s.progressWrites += o.progressWrites
 	s.progressAborts += o.progressAborts
 	s.stagedParts += o.stagedParts
@@ -2146,7 +2234,7 @@ func TestSimProgressive(t *testing.T) {
 	var total simStats
 	for _, seed := range seeds {
 		for _, cfg := range simConfigs() {
-			cfg.progress = 0.5
+			cfg.progress, cfg.layerProgress = 0.5, 0.4
 			cfg.name += ", progressive"
 			w := newSimWorld(cfg, currentRules, seed)
 			w.run(steps)
@@ -2156,9 +2244,10 @@ func TestSimProgressive(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d steps: %d requests, %d done, %d failed; %d progress reports, %d progressive WRITEs, %d requests dropped between a report and the finish",
-		total.steps, total.requests, total.done, total.failed, total.progressReports, total.progressWrites, total.progressAborts)
+	t.Logf("%d steps: %d requests, %d done, %d failed; %d progress reports (%d per layer), %d progressive WRITEs, %d requests dropped between a report and the finish",
+		total.steps, total.requests, total.done, total.failed, total.progressReports, total.layerReports, total.progressWrites, total.progressAborts)
 	require.Positive(t, total.progressWrites, "no progressive WRITE")
+	require.Positive(t, total.layerReports, "no per-layer report")
 	require.Positive(t, total.progressAborts, "no request dropped while it reported progress")
 	require.Positive(t, total.done)
 }

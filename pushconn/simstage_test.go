@@ -78,8 +78,8 @@ type simStaging struct {
 }
 
 const (
-	simSlotBase  = 1 << 32 // staging memory, on either side (each rank its own)
-	simSlotBytes = 8 << 10 // one image of simMaxReqBlocks blocks of a rank (or two half ones)
+	simSlotBase  = 1 << 32             // staging memory, on either side (each rank its own)
+	simSlotBytes = 8 << 10 * simLayers // one image of simMaxReqBlocks blocks of a rank (or two half ones)
 )
 
 // simCells is one rank's memory as tags per cell (one block of one
@@ -185,7 +185,7 @@ func (c *simCopier) failed() {
 // copyCell copies one cell: on prefill a block into a slot, on decode a
 // slot into a block of the request that owns the slot.
 func (c *simCopier) copyCell(src, dst uint64) error {
-	ss, sc, _, sb, err := c.mem.where(src)
+	ss, sc, sr, sb, err := c.mem.where(src)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (c *simCopier) copyCell(src, dst uint64) error {
 		if ss >= 0 || ds < 0 {
 			return fmt.Errorf("model: prefill copies %#x -> %#x, not a block into a slot", src, dst)
 		}
-		c.mem.slots[dc] = c.pre.content[sb]
+		c.mem.slots[dc] = c.pre.tag(sb, sr)
 		return nil
 	}
 	if ss < 0 || ds >= 0 {
@@ -414,7 +414,7 @@ func (p *simPrefill) postPartStaged(pr *pendingReg, h *hold, in *simInst, srank 
 func (p *simPrefill) postFinalStaged(pr *pendingReg, h *hold, in *simInst, srank int, dst []int, cached int) (postResult, bool) {
 	w := p.w
 	dl := &pr.peer.payload.Ranks[pr.rank].Layout
-	if pr.progress == h && pr.written > cached {
+	if pr.progress == h && pr.wroteAny(cached) {
 		if pr.partInto != partStaged {
 			return postResult{}, false // postRest
 		}
@@ -557,7 +557,7 @@ func (sw *simWrite) sendChunks(k int) {
 func (sw *simWrite) landCell(i int) {
 	w, p := sw.p.w, sw.p
 	mv := sw.moves[i]
-	ss, sc, _, sb, err := p.st.mem.where(mv.src)
+	ss, sc, sr, sb, err := p.st.mem.where(mv.src)
 	if err != nil {
 		w.fail("%v", err)
 		return
@@ -570,7 +570,7 @@ func (sw *simWrite) landCell(i int) {
 		}
 		tag = p.st.mem.slots[sc]
 	} else {
-		tag = p.content[sb]
+		tag = p.tag(sb, sr)
 	}
 	d := w.dec[sw.srank]
 	ds, dc, _, _, err := d.st.mem.where(mv.dst)
@@ -613,7 +613,7 @@ func (p *simPrefill) checkSlots() {
 func simStagedConfigs(seed uint64) []simConfig {
 	var out []simConfig
 	for i, cfg := range simConfigs() {
-		cfg.progress = 0.6
+		cfg.progress, cfg.layerProgress = 0.6, 0.2 // per-layer tails: direct parts take them, staged ones wait
 		cfg.staging = &simStaging{preSlots: 1 + int(seed+uint64(i))%3, decSlots: 2 + int(seed+uint64(i))%7, copyFail: 0.01, partCopyFail: 0.05}
 		// Decode ranks that take no parts: none, rank 0, rank 1 (of two),
 		// or every one, by turns.
@@ -655,9 +655,9 @@ func TestSimProgressiveStaged(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d steps: %d requests, %d done, %d failed; %d reports, %d progressive WRITEs (%d staged parts, %d put off), %d staged rests (%d with no slot), %d whole WRITEs staged, %d staged WRITEs; %d slots offered by decode; %d copies failed; %d requests dropped between a report and the finish; "+
+	t.Logf("%d steps: %d requests, %d done, %d failed; %d reports (%d per layer), %d progressive WRITEs (%d staged parts, %d put off), %d staged rests (%d with no slot), %d whole WRITEs staged, %d staged WRITEs; %d slots offered by decode; %d copies failed; %d requests dropped between a report and the finish; "+
 		"%d PUSH_STAGED_PART sent (%d lost, %d late copies), %d parts to a decode that takes none; decode: %d parts scattered (%d cells), %d dropped, %d rejected, %d part scatters failed (their copy)",
-		total.steps, total.requests, total.done, total.failed, total.progressReports, total.progressWrites, total.stagedParts, total.partsDeferred,
+		total.steps, total.requests, total.done, total.failed, total.progressReports, total.layerReports, total.progressWrites, total.stagedParts, total.partsDeferred,
 		total.stagedRests, total.restsNoSlot, total.stagedWholes, total.stagedWrites, total.slotsOffered, total.copyFails, total.progressAborts,
 		total.partNotes, total.lost[simPart], total.dups[simPart], total.partsSilent, total.partScatters, total.partCells, total.partsDropped, total.partsRejected, total.partCopyFails)
 	for _, c := range []struct {
@@ -667,6 +667,7 @@ func TestSimProgressiveStaged(t *testing.T) {
 		{"staged parts", total.stagedParts}, {"parts put off", total.partsDeferred}, {"staged rests", total.stagedRests},
 		{"rests with no slot", total.restsNoSlot}, {"whole WRITEs staged", total.stagedWholes}, {"failed copies", total.copyFails},
 		{"requests dropped between a report and the finish", total.progressAborts}, {"done requests", total.done},
+		{"per-layer reports", total.layerReports},
 		{"decode aborts", total.decodeAborts},
 		{"part notifications", total.partNotes}, {"parts to a decode that takes none", total.partsSilent},
 		{"part scatters", total.partScatters}, {"cells scattered by parts", total.partCells},

@@ -130,6 +130,18 @@ func fillStage(t testing.TB, l descriptors.Layout, blocks []int, seed, tokens in
 	})
 }
 
+// fillStageLayers is fillStage of blocks starting at token first, in the
+// stage's layers [lo, hi) only.
+func fillStageLayers(t testing.TB, l descriptors.Layout, blocks []int, first, tokens, lo, hi, seed int) {
+	per := l.NumRegions() / l.NumLayers
+	shift := l.FirstLayer * per
+	visit(t, l, blocks, first, tokens, func(p *byte, region, head, token, b int) {
+		if region/per >= lo && region/per < hi {
+			*p = kvByte(seed, region+shift, head, token, b)
+		}
+	})
+}
+
 // writers returns how many prefill ranks write into decode rank d: one per
 // Sources rank of every stage.
 func (r *stageRig) writers(d int) int {

@@ -37,6 +37,12 @@ import (
 // slot holds there), and a final direct WRITE's completion scatters
 // nothing.
 //
+// Per-layer reports (writelayers.go) are not staged: a part names whole
+// image blocks in every region, so a registration whose parts are staged,
+// or may be, takes only blocks final in every layer (writer.wholeParts),
+// and its per-layer tail waits for the report that makes it final in
+// every layer, or for the final WRITE.
+//
 // Prefill's slots are taken per WRITE and given back when it ends, as for
 // any staged WRITE (write.slot), so a request that computes holds none
 // between its reports. A part that finds no slot free is put off

@@ -17,8 +17,11 @@ type writeRecorder struct {
 
 type recordedWrite struct {
 	agent string
+	to    string
 	descs int
 	notif []byte // nil: none
+	// remote is the WRITE's destination list.
+	remote []nixl.Desc
 }
 
 type recordingAgent struct {
@@ -28,7 +31,7 @@ type recordingAgent struct {
 }
 
 func (a recordingAgent) CreateXferReq(op nixl.XferOp, local, remote nixl.XferList, to string, opts *nixl.Options) (nixl.XferHandle, error) {
-	w := recordedWrite{agent: a.name, descs: len(local.Descs)}
+	w := recordedWrite{agent: a.name, to: to, descs: len(local.Descs), remote: slices.Clone(remote.Descs)}
 	if opts != nil {
 		w.notif = slices.Clone(opts.Notif) // the caller may reuse its bytes
 	}

@@ -238,7 +238,8 @@ func (c *writeCore) startWrite(pr *pendingReg, h *hold) {
 		return
 	}
 	if pr.progress != h {
-		pr.progress, pr.written, pr.partInto = nil, 0, partUndecided
+		pr.progress, pr.partInto = nil, partUndecided
+		pr.setMark(layerMark{})
 	}
 	if c.edge.aborted(h.id) {
 		c.failWrite(pr, h, pushwire.FailAborted, errEngineAborted)

@@ -7,9 +7,10 @@ import (
 )
 
 // Progressive push: the engine reports, while it still computes a request,
-// which of its blocks are final in every layer (Producer.Progress), and
-// the writer core WRITEs those blocks into every registration already
-// waiting for the request, with no completion; the rest goes at
+// which of its blocks are final in every layer, and which in its first
+// layers only (Producer.Progress; writelayers.go), and the writer core
+// WRITEs what became final into every registration already waiting for
+// the request, with no completion; the rest goes at
 // RequestFinished, in the WRITE that carries the completion as before. So
 // decode and the wire are unchanged (a vLLM decode pairs), and the promise
 // holds the same way:
@@ -32,11 +33,13 @@ type progressWriter struct{ *writeCore }
 
 // progressEvent is one Producer.Progress report: h is the request's hold
 // (the same for every report of it), blocks the request's blocks so far,
-// the first final of them final in every layer, tokens the prompt's length.
+// the first final of them final in every layer and the others in the
+// rank's first layers (0: none), tokens the prompt's length.
 type progressEvent struct {
 	h      *hold
 	blocks []int
 	final  int
+	layers int
 	tokens int
 }
 
@@ -56,7 +59,7 @@ func (c progressWriter) progress(evs []progressEvent) {
 		if h != ev.h || !h.progressive || h.released {
 			continue // finished, freed or another request of the id: nothing to add
 		}
-		h.blocks, h.final, h.tokens = ev.blocks, ev.final, ev.tokens
+		h.blocks, h.final, h.layers, h.tokens = ev.blocks, ev.final, ev.layers, ev.tokens
 		if c.edge.aborted(h.id) {
 			continue
 		}
@@ -75,7 +78,7 @@ func (c progressWriter) progress(evs []progressEvent) {
 func (c progressWriter) progressed(pr *pendingReg) {
 	var first *hold
 	for _, h := range c.progressing {
-		if !h.progressive || h.final == 0 || c.edge.aborted(h.id) || first != nil && first.reported < h.reported {
+		if !h.progressive || h.final == 0 && h.layers == 0 || c.edge.aborted(h.id) || first != nil && first.reported < h.reported {
 			continue
 		}
 		for _, q := range c.matcher.Peek(match.Key{RequestID: h.id, TransferID: h.transferID}) {
@@ -98,7 +101,8 @@ func (c progressWriter) writePart(pr *pendingReg, h *hold) {
 		return
 	}
 	if pr.progress != h {
-		pr.progress, pr.written, pr.partInto = h, 0, partUndecided
+		pr.progress, pr.partInto = h, partUndecided
+		pr.setMark(layerMark{})
 	}
 	if pr.peer.payload == nil || !pr.sameInstance() {
 		return // its final WRITE handshakes or drops it, as without progress
@@ -126,7 +130,8 @@ func (c progressWriter) writePart(pr *pendingReg, h *hold) {
 
 // skipProgress turns progress off for pr: its final WRITE moves all.
 func (c progressWriter) skipProgress(pr *pendingReg, h *hold, err error) {
-	pr.skip, pr.written = true, 0
+	pr.skip = true
+	pr.setMark(layerMark{})
 	c.push.progressSkipped.Inc()
 	c.log.Debug("pushconn: progressive WRITE off for a registration; written whole at finish",
 		zap.String("request", h.id), zap.String("decode_request", pr.reg.RequestID), zap.Error(err))
@@ -144,7 +149,7 @@ func (c progressWriter) partEnded(wr *write, err error) {
 	case err != nil:
 		c.skipProgress(pr, h, err)
 	case pr.progress == h:
-		pr.written = wr.to
+		pr.setMark(layerMark{wr.to, wr.tailTo, wr.tailLayers})
 	}
 	// Decode cancelled the registration while this moved: once the ack
 	// is out it reuses the blocks, so nothing more of it is written.
@@ -163,7 +168,7 @@ func (c progressWriter) partEnded(wr *write, err error) {
 			break
 		}
 		c.startWrite(pr, fh)
-	case wr.after == nil && h.progressive && h.final > pr.written && !c.edge.aborted(h.id):
+	case wr.after == nil && h.progressive && pr.behind(h) && !c.edge.aborted(h.id):
 		for _, q := range c.matcher.Peek(match.Key{RequestID: h.id, TransferID: h.transferID}) {
 			if q == pr {
 				c.writePart(pr, h)
@@ -182,7 +187,7 @@ func (c progressWriter) adopt(h *hold) *hold {
 	}
 	ph.progressive = false
 	delete(c.progressing, ph.id)
-	ph.blocks, ph.groups, ph.tokens, ph.final = h.blocks, h.groups, h.tokens, len(h.blocks)
+	ph.blocks, ph.groups, ph.tokens, ph.final, ph.layers = h.blocks, h.groups, h.tokens, len(h.blocks), 0
 	ph.finished, ph.transferID = h.finished, h.transferID
 	return ph
 }

@@ -25,6 +25,7 @@ type writer struct {
 	p       *Producer
 	core    *writeCore
 	scratch descriptors.Transfer // mapping lists, reused by post
+	runs    runMapper            // per-layer WRITEs' lists, into scratch
 	planner staging.Planner
 }
 
@@ -127,7 +128,7 @@ func (w *writer) post(pr *pendingReg, h *hold, msg []byte) postResult {
 		return w.postMapped(pr, h, msg, &w.scratch, w.stageGroups(pr, h, &w.scratch, dst), start)
 	}
 	cached, err := dstCached(len(h.blocks), len(dstBlocks), p.cfg.Layout.BlockSize, dst.BlockSize, h.tokens)
-	if err == nil && pr.progress == h && pr.written > cached {
+	if err == nil && pr.progress == h && pr.wroteAny(cached) {
 		if pr.partInto == partStaged {
 			return w.postStagedRest(pr, h, dst, dstBlocks, cached, start)
 		}
@@ -217,26 +218,27 @@ func (w *writer) postMapped(pr *pendingReg, h *hold, msg []byte, t *descriptors.
 	}
 }
 
-// postRest posts the final WRITE of a request whose first pr.written
-// blocks went in progressive WRITEs (writeprogress.go): the blocks after
-// them, with the completion. It always moves at least the last block, so
+// postRest posts the final WRITE of a request of which pr had some
+// blocks written in progressive WRITEs (writeprogress.go, in some layers
+// only: writelayers.go): exactly what it has not had, with the
+// completion. When it had everything it moves the last block again, so
 // the completion rides a WRITE posted after every other one ended, as
 // without progress.
 func (w *writer) postRest(pr *pendingReg, h *hold, msg []byte, dst *descriptors.Layout, dstBlocks []int, cached int, start time.Time) postResult {
-	from := min(pr.written, len(h.blocks)-1)
-	t := &w.scratch
-	_, err := descriptors.MapCoalescedInto(t, &w.p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:], DstBlocks: dstBlocks[from-cached:]})
-	if err != nil {
+	runs := restRuns(pr.mark(), len(h.blocks), w.p.cfg.Layout.NumLayers, cached, len(dstBlocks))
+	if err := w.runs.mapRuns(&w.scratch, &w.p.cfg.Layout, dst, h.blocks, dstBlocks, cached, runs); err != nil {
 		return postResult{what: postFailed, kind: pushwire.FailLayout, err: fmt.Errorf("map prefill blocks onto decode rank %d: %w", pr.rank, err)}
 	}
-	return w.postMapped(pr, h, msg, t, nil, start)
+	return w.postMapped(pr, h, msg, &w.scratch, nil, start)
 }
 
-// postPart posts the progressive WRITE of h's final blocks that pr has
+// postPart posts the progressive WRITE of what of h is final and pr has
 // not had (writeEdge.postPart): only between blocks of one size (block i
 // of the request is block i of decode's after its prefix hit); staged into
 // decode's slot where it offered one that fits (stageprogress.go), else
-// direct.
+// direct. A registration whose parts are staged, or may be, takes blocks
+// final in every layer only (a staged part is whole image blocks); one
+// whose parts go direct takes a per-layer report's new layers too.
 func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	p := w.p
 	dst := &pr.peer.payload.Ranks[pr.rank].Layout
@@ -249,27 +251,31 @@ func (w *writer) postPart(pr *pendingReg, h *hold) postResult {
 	if cached < 0 {
 		return postResult{what: postFailed, err: fmt.Errorf("decode registered %d blocks, the request needs %d", len(dstBlocks), total)}
 	}
-	from, to := max(pr.written, cached), min(h.final, total)
-	if to <= from {
+	whole := pr.partInto == partStaged // staged parts, or parts that may be, take whole blocks only
+	if !whole && h.layers > 0 && pr.partInto == partUndecided {
+		_, whole = w.stageImage(pr, dst, len(dstBlocks))
+	}
+	runs, want := partRuns(pr.mark(), h, whole, p.cfg.Layout.NumLayers, cached, total)
+	if len(runs) == 0 {
 		return postResult{what: postNotify}
 	}
-	start := time.Now()
-	into := partDirect
-	sw, use := w.stagePart(pr, h, dst, dstBlocks, cached, from, to)
-	t := &w.scratch
+	start, into, sw, use := time.Now(), partDirect, (*stagedWrite)(nil), false
+	if len(runs) == 1 && runs[0].lo == 0 && runs[0].hi == p.cfg.Layout.NumLayers { // whole blocks: a staged part where it can be
+		sw, use = w.stagePart(pr, h, dst, dstBlocks, cached, runs[0].from, runs[0].to)
+	}
 	switch {
 	case use && sw == nil: // no prefill slot free: put off
 		return postResult{what: postNotify}
 	case use:
 		into = partStaged
 	default:
-		if _, err := descriptors.MapCoalescedInto(t, &p.cfg.Layout, dst, descriptors.Request{SrcBlocks: h.blocks[from:to], DstBlocks: dstBlocks[from-cached : to-cached]}); err != nil {
+		if err := w.runs.mapRuns(&w.scratch, &p.cfg.Layout, dst, h.blocks, dstBlocks, cached, runs); err != nil {
 			return postResult{what: postFailed, err: err}
 		}
 	}
-	r := w.postMapped(pr, h, nil, t, sw, start)
+	r := w.postMapped(pr, h, nil, &w.scratch, sw, start)
 	if r.wr != nil {
-		r.wr.partial, r.wr.to = true, to
+		r.wr.partial, r.wr.to, r.wr.tailTo, r.wr.tailLayers = true, want.full, want.tail, want.layers
 		pr.partInto = into
 		if into == partStaged {
 			p.push.progressStaged.Inc()

@@ -31,9 +31,11 @@ type hold struct {
 	released  bool
 	// progressive: the engine reported progress (Producer.Progress) and
 	// has not finished the request yet; blocks[:final] are final in every
-	// layer, and only those may be written.
+	// layer, blocks[final:] in the rank's layers [0, layers) (0: none, a
+	// per-layer report's tail), and only those may be written.
 	progressive bool
 	final       int
+	layers      int
 	// reported orders the holds of progress reports by their first report
 	// (writeCore.reports), so that progressed picks one by a rule, not by
 	// map order.
@@ -57,12 +59,16 @@ type pendingReg struct {
 	metadata []byte
 	// Progressive push (writeprogress.go): the blocks of progress (the hold
 	// whose final blocks were written before it finished) that landed,
-	// h.blocks[:written] (0: none); partial, the one progressive WRITE of
-	// it in flight, if any (its final WRITE waits for it: finalWaits, for
-	// finalHold); skip, no more progressive WRITEs (written whole at finish);
-	// partInto, which way its parts go (stageprogress.go).
+	// h.blocks[:written] (0: none) in every layer, and h.blocks[written:
+	// tailTo] in the rank's layers [0, tailLayers) (per layer,
+	// writelayers.go); partial, the one progressive WRITE of it in flight,
+	// if any (its final WRITE waits for it: finalWaits, for finalHold);
+	// skip, no more progressive WRITEs (written whole at finish); partInto,
+	// which way its parts go (stageprogress.go).
 	progress   *hold
 	written    int
+	tailTo     int
+	tailLayers int
 	partial    *write
 	skip       bool
 	finalWaits bool
@@ -156,11 +162,15 @@ type write struct {
 	// slot is the prefill staging slot a staged WRITE reads, released
 	// once the WRITE ended (nil for a direct WRITE).
 	slot *staging.Slot
-	// partial: a progressive WRITE of hold.blocks[:to] (no completion);
-	// after runs when it ended (a PUSH_FAIL held back until then).
-	partial bool
-	to      int
-	after   func()
+	// partial: a progressive WRITE (no completion) after which its
+	// registration has had hold.blocks[:to] in every layer and
+	// hold.blocks[to:tailTo] in layers [0, tailLayers); after runs when it
+	// ended (a PUSH_FAIL held back until then).
+	partial    bool
+	to         int
+	tailTo     int
+	tailLayers int
+	after      func()
 }
 
 // idle reports whether nothing of the rank's refers to de: no handshake in
