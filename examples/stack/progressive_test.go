@@ -57,8 +57,23 @@ func TestStackPushProgressiveLayers(t *testing.T) {
 		t.Run(protocol, func(t *testing.T) {
 			s := testStackPush(t, ModePushProgressiveLayers, protocol)
 			assert.Positive(t, prefillCounter(t, s, "progressive_writes"), "no progressive WRITE")
+			// 6 chunks of 2 layers, the last chunk's last layer the
+			// finish's: 11 reports a request, all taken.
+			st := s.Prefill.Stats()
+			assert.Equal(t, [2]uint64{3 * 11, 0}, [2]uint64{st.ProgressReports, st.ProgressRefused})
 		})
 	}
+}
+
+// TestStackPushProgressiveLayersStages: a prefill engine of 2 pipeline
+// stages, a layer each: each stage's rank hears of its own layer only,
+// and decode verifies every byte. Stage 0 takes a whole report after
+// layer 0 of each of the 6 chunks, stage 1 after layer 1 of the first 5
+// (the last one is the finish's): 11 a request.
+func TestStackPushProgressiveLayersStages(t *testing.T) {
+	s := testStackPushPP(t, ModePushProgressiveLayers, server.ProtocolGonixl, 2)
+	st := s.Prefill.Stats()
+	assert.Equal(t, [2]uint64{3 * 11, 0}, [2]uint64{st.ProgressReports, st.ProgressRefused})
 }
 
 func TestProgressLayersNeedPush(t *testing.T) {
@@ -69,6 +84,9 @@ func TestProgressLayersNeedPush(t *testing.T) {
 func testStackPushProgressive(t *testing.T, protocol string) {
 	s := testStackPush(t, ModePushProgressive, protocol)
 	assert.Positive(t, prefillCounter(t, s, "progressive_writes"), "no progressive WRITE")
+	// 6 chunks, the last one the finish's: 5 reports a request, all taken.
+	st := s.Prefill.Stats()
+	assert.Equal(t, [2]uint64{3 * 5, 0}, [2]uint64{st.ProgressReports, st.ProgressRefused})
 }
 
 // prefillCounter reads one counter of the prefill engine's /metrics.
@@ -89,7 +107,13 @@ func prefillCounter(t *testing.T, s *Stack, name string) float64 {
 // push mode, prefill computing in chunks of 16 tokens, and checks decode
 // verified every byte.
 func testStackPush(t *testing.T, mode, protocol string) *Stack {
-	s, err := Start(Config{Mode: mode, ProgressChunk: 16, Model: tiny, NumBlocks: 64, Protocol: protocol,
+	return testStackPushPP(t, mode, protocol, 1)
+}
+
+// testStackPushPP is testStackPush with a prefill engine of pp pipeline
+// stages.
+func testStackPushPP(t *testing.T, mode, protocol string, pp int) *Stack {
+	s, err := Start(Config{Mode: mode, ProgressChunk: 16, Model: tiny, NumBlocks: 64, Protocol: protocol, PrefillPPSize: pp,
 		Compute: server.ComputeModel{PrefillPerToken: 100_000}}) // 0.1 ms a token: chunks take time
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })

@@ -72,6 +72,11 @@ func (s *Server) initMetrics(engine promstats.Source) error {
 		// How each completion request ended, so that a client (the soak,
 		// examples/soak) can match the engine's counts with its own.
 		requestsCounter(labels, "done", &s.st.done), requestsCounter(labels, "failed", &s.st.failed), requestsCounter(labels, "aborted", &s.st.aborted),
+		// Progress reports to the connector ranks (progress.go), by their answer.
+		resultCounter("gonixl_engine_progress_reports_total", "Progress reports to the connector ranks: taken, or refused (the request then moves at its finish).",
+			labels, "taken", &s.st.progressTaken),
+		resultCounter("gonixl_engine_progress_reports_total", "Progress reports to the connector ranks: taken, or refused (the request then moves at its finish).",
+			labels, "refused", &s.st.progressRefused),
 		// POST /inference/v1/abort_requests (abort.go), by what each id met.
 		abortCounter(labels, "aborted", &s.st.abortFound), abortCounter(labels, "unknown", &s.st.abortUnknown),
 		abortCounter(labels, "bad_request", &s.st.abortBad),

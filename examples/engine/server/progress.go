@@ -98,10 +98,12 @@ func (l *loop) reportProgress(r *request, final, done int) {
 		err := pr.Progress(connector.Request{ID: r.engID, Blocks: l.progressLists(i, r.blocks[:final], len(r.tokens)),
 			Tokens: len(r.tokens), TransferID: r.tid, FinalLayers: finalLayers})
 		if err != nil {
+			l.s.st.progressRefused.Add(1)
 			r.progressOff[i] = true
 			l.s.log.Debug("progress report refused; the request moves at its finish", zap.String("request_id", r.engID), zap.Int("rank", i), zap.Error(err))
 			continue
 		}
+		l.s.st.progressTaken.Add(1)
 		r.progressed[i] = true
 	}
 }

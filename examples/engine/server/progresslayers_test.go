@@ -77,6 +77,7 @@ func TestProgressLayersChunked(t *testing.T) {
 		rep([]int{7, 3, 9}, 1), rep([]int{7, 3, 9}, 2),
 	}, ranks[0].reports)
 	assert.Equal(t, []bool{true}, r.progressed)
+	assert.Equal(t, Stats{ProgressReports: 8}, l.s.Stats())
 }
 
 // Per layer without ProgressChunk: the prompt is one chunk, reported
@@ -133,6 +134,7 @@ func TestProgressLayersRefused(t *testing.T) {
 	assert.Equal(t, []report{rep([]int{7}, 1)}, ranks[1].reports)
 	assert.Equal(t, []bool{true, false}, r.progressed)
 	assert.Equal(t, []bool{false, true}, r.progressOff)
+	assert.Equal(t, Stats{ProgressReports: 8, ProgressRefused: 1}, l.s.Stats())
 }
 
 // A request prefilled for itself (no remote decode) reports nothing.

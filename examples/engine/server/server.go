@@ -57,6 +57,10 @@ type Stats struct {
 	KVBytesVerified  uint64 // decode: KV bytes that matched the prompt's pattern
 	KVVerifyFailures uint64 // decode: requests with at least one wrong KV byte
 	KVRecomputed     uint64 // decode: failed loads prefilled locally (FailurePolicy "recompute")
+	// Progress reports (push prefill, Config.ProgressChunk and
+	// ProgressLayers): calls a rank took, and calls a rank refused (it is
+	// not asked again for that request, which moves at its finish).
+	ProgressReports, ProgressRefused uint64
 	// Bidirectional KV (bidir.go): prefill's history tokens read back from
 	// decode and those offered but recomputed; decode's turns exported.
 	HistoryTokensRead, HistoryTokensRecomputed, HistoryExported uint64
@@ -100,6 +104,7 @@ type Server struct {
 	st struct {
 		done, failed, aborted, verified, verifyFail, recomputed atomic.Uint64
 		abortFound, abortUnknown, abortBad                      atomic.Uint64 // abort_requests ids (abort.go)
+		progressTaken, progressRefused                          atomic.Uint64 // progress reports (progress.go)
 		blocks, running, waiting                                atomic.Int64
 	}
 	reg  *prometheus.Registry
@@ -237,6 +242,7 @@ func (s *Server) Info() Info { return s.info }
 func (s *Server) Stats() Stats {
 	st := Stats{RequestsDone: s.st.done.Load(), RequestsFailed: s.st.failed.Load(), RequestsAborted: s.st.aborted.Load(),
 		KVBytesVerified: s.st.verified.Load(), KVVerifyFailures: s.st.verifyFail.Load(), KVRecomputed: s.st.recomputed.Load(),
+		ProgressReports: s.st.progressTaken.Load(), ProgressRefused: s.st.progressRefused.Load(),
 		BlocksInUse: int(s.st.blocks.Load()), Running: int(s.st.running.Load()), Waiting: int(s.st.waiting.Load())}
 	s.historyStats(&st)
 	return st
