@@ -26,6 +26,9 @@ type transferStats struct {
 	// The simulated engine's own checks (examples/engine): KV bytes decode
 	// verified, and requests whose KV differed.
 	KVVerified, KVVerifyFailures float64
+	// A push prefill engine's progress reports to its ranks, taken and
+	// refused (gonixl_engine_progress_reports_total).
+	ProgressTaken, ProgressRefused float64
 }
 
 // maxMetricsBytes bounds what is read from a /metrics endpoint.
@@ -81,6 +84,19 @@ func parseTransfers(r io.Reader) (transferStats, error) {
 			st.KVVerifyFailures += counterSum(f)
 		case "nixl_num_failed_transfers_total", "nixl_num_failed_transfers":
 			st.FailedXfers += counterSum(f)
+		case "engine_progress_reports_total", "engine_progress_reports":
+			for _, m := range f.GetMetric() {
+				v := m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+				for _, l := range m.GetLabel() {
+					switch {
+					case l.GetName() != "result":
+					case l.GetValue() == "taken":
+						st.ProgressTaken += v
+					case l.GetValue() == "refused":
+						st.ProgressRefused += v
+					}
+				}
+			}
 		}
 	}
 	return st, nil
@@ -106,7 +122,8 @@ func histogramSum(f *dto.MetricFamily) float64 {
 func (a transferStats) sub(b transferStats) transferStats {
 	return transferStats{Transfers: a.Transfers - b.Transfers, XferSeconds: a.XferSeconds - b.XferSeconds,
 		Descriptors: a.Descriptors - b.Descriptors, Bytes: a.Bytes - b.Bytes, FailedXfers: a.FailedXfers - b.FailedXfers,
-		HaveHistograms: a.HaveHistograms, KVVerified: a.KVVerified - b.KVVerified, KVVerifyFailures: a.KVVerifyFailures - b.KVVerifyFailures}
+		HaveHistograms: a.HaveHistograms, KVVerified: a.KVVerified - b.KVVerified, KVVerifyFailures: a.KVVerifyFailures - b.KVVerifyFailures,
+		ProgressTaken: a.ProgressTaken - b.ProgressTaken, ProgressRefused: a.ProgressRefused - b.ProgressRefused}
 }
 
 // add sums two engines' figures.
@@ -114,7 +131,8 @@ func (a transferStats) add(b transferStats) transferStats {
 	return transferStats{Transfers: a.Transfers + b.Transfers, XferSeconds: a.XferSeconds + b.XferSeconds,
 		Descriptors: a.Descriptors + b.Descriptors, Bytes: a.Bytes + b.Bytes, FailedXfers: a.FailedXfers + b.FailedXfers,
 		HaveHistograms: a.HaveHistograms || b.HaveHistograms, KVVerified: a.KVVerified + b.KVVerified,
-		KVVerifyFailures: a.KVVerifyFailures + b.KVVerifyFailures}
+		KVVerifyFailures: a.KVVerifyFailures + b.KVVerifyFailures,
+		ProgressTaken:    a.ProgressTaken + b.ProgressTaken, ProgressRefused: a.ProgressRefused + b.ProgressRefused}
 }
 
 // mean is the mean transfer time, descriptors and bytes per transfer.

@@ -37,6 +37,9 @@ vllm:nixl_num_failed_transfers_total 1
 gonixl_engine_kv_bytes_verified_total{engine="0"} 4096
 # TYPE gonixl_engine_kv_verify_failures_total counter
 gonixl_engine_kv_verify_failures_total{engine="0"} 2
+# TYPE gonixl_engine_progress_reports_total counter
+gonixl_engine_progress_reports_total{engine="0",result="taken"} 511
+gonixl_engine_progress_reports_total{engine="0",result="refused"} 1
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running 0
 `
@@ -45,7 +48,7 @@ func TestParseTransfers(t *testing.T) {
 	st, err := parseTransfers(strings.NewReader(engineMetrics))
 	require.NoError(t, err)
 	assert.Equal(t, transferStats{Transfers: 6, XferSeconds: 0.75, Descriptors: 600, Bytes: 6291456, FailedXfers: 1, HaveHistograms: true,
-		KVVerified: 4096, KVVerifyFailures: 2}, st)
+		KVVerified: 4096, KVVerifyFailures: 2, ProgressTaken: 511, ProgressRefused: 1}, st)
 	mean, descs, bytes := st.mean()
 	assert.Equal(t, 125*time.Millisecond, mean)
 	assert.Equal(t, 100.0, descs)
@@ -56,6 +59,7 @@ func TestParseTransfers(t *testing.T) {
 	sum := d.add(transferStats{Transfers: 1, KVVerified: 4})
 	assert.Equal(t, uint64(5), sum.Transfers)
 	assert.Equal(t, 4100.0, sum.KVVerified)
+	assert.Equal(t, 511.0, sum.ProgressTaken, "sub and add keep the progress reports")
 	assert.True(t, sum.HaveHistograms)
 }
 

@@ -56,15 +56,21 @@ type point struct {
 	// What the engines saw: KV bytes decode verified and mismatches (real
 	// bytes, scaled geometry), and the NIXL transfers of the run (modeled
 	// descriptors: each moved descriptor stands for the preset's ratio).
-	KVBytesVerified   uint64  `json:"kv_bytes_verified"`
-	KVVerifyFailures  uint64  `json:"kv_verify_failures"`
-	Transfers         uint64  `json:"transfers"`
-	MeanXferMs        float64 `json:"mean_xfer_ms"`
-	MeanDescriptors   float64 `json:"mean_descriptors_per_transfer"`
-	BlocksLeftPrefill int64   `json:"blocks_left_prefill"`
-	BlocksLeftDecode  int64   `json:"blocks_left_decode"`
-	FirstError        string  `json:"first_error,omitempty"`
-	RunFile           string  `json:"run_file"`
+	KVBytesVerified  uint64  `json:"kv_bytes_verified"`
+	KVVerifyFailures uint64  `json:"kv_verify_failures"`
+	Transfers        uint64  `json:"transfers"`
+	MeanXferMs       float64 `json:"mean_xfer_ms"`
+	MeanDescriptors  float64 `json:"mean_descriptors_per_transfer"`
+	// ProgressReports and ProgressRefused are the prefill engine's progress
+	// reports to its ranks (one per call and rank), taken and refused: a
+	// progressive mode whose reports were refused moved every request
+	// whole at its finish.
+	ProgressReports   uint64 `json:"progress_reports,omitempty"`
+	ProgressRefused   uint64 `json:"progress_refused,omitempty"`
+	BlocksLeftPrefill int64  `json:"blocks_left_prefill"`
+	BlocksLeftDecode  int64  `json:"blocks_left_decode"`
+	FirstError        string `json:"first_error,omitempty"`
+	RunFile           string `json:"run_file"`
 }
 
 // sweepResult is the sweep's JSON file.
@@ -191,6 +197,9 @@ func sweep(ctx context.Context, cfg sweepConfig) (sweepResult, error) {
 				fmt.Fprintf(log, "%-11s input %5d rate %4g: %d/%d done, TTFT mean %8.1f ms p99 %8.1f ms, TPOT mean %6.2f ms, xfer %6.1f ms (%5.0f descs)\n",
 					mode, n, rate, pt.Completed, pt.NumPrompts, pt.Metrics["mean_ttft_ms"], pt.Metrics["p99_ttft_ms"], pt.Metrics["mean_tpot_ms"],
 					pt.MeanXferMs, pt.MeanDescriptors)
+				if pt.ProgressRefused > 0 {
+					fmt.Fprintf(log, "%-11s input %5d rate %4g: %d progress reports refused (those requests moved whole at their finish)\n", mode, n, rate, pt.ProgressRefused)
+				}
 				if pt.Failed > 0 || pt.KVVerifyFailures > 0 {
 					errs = append(errs, fmt.Errorf("%s at %g req/s, input %d: %d failed, %d KV mismatches (%s)", mode, rate, n, pt.Failed, pt.KVVerifyFailures, pt.FirstError))
 				}
@@ -272,6 +281,7 @@ func sweepPoint(ctx context.Context, cfg sweepConfig, mode string, rate float64,
 		Completed: sum.Completed, Failed: sum.Failed, Duration: dur.Seconds(), RequestThroughput: sum.RequestThroughput,
 		RequestGoodput: r.RequestGoodput, OutputThroughput: sum.OutputThroughput, Metrics: r.Metrics,
 		KVBytesVerified: uint64(xfer.KVVerified), KVVerifyFailures: uint64(xfer.KVVerifyFailures),
+		ProgressReports: uint64(xfer.ProgressTaken), ProgressRefused: uint64(xfer.ProgressRefused),
 		Transfers: xfer.Transfers, MeanXferMs: ms(meanXfer), MeanDescriptors: meanDescs * descScale, RunFile: filepath.Join("runs", name)}
 	for _, x := range samples {
 		if x.Err != nil {
