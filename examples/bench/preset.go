@@ -85,17 +85,22 @@ var qwen3H200 = func() preset {
 	}
 }()
 
-// qwen3H200Layers is qwen3H200 with a scaled geometry of Qwen3-32B's 64
-// layers, for per-layer progress (stack.ModePushProgressiveLayers): the
-// one layer of qwen3H200 has nothing to report per layer. Its heads are
-// 1 wide instead of 16 (2-byte rows), so a block of a rank is 4 KiB
-// instead of 1 KiB, a descriptor stands for one (128 regions, as the
-// model's), and one byte moved for 128.
+// qwen3H200Layers is qwen3H200 with 16 layers in the engines' scaled
+// geometry, for per-layer progress (stack.ModePushProgressiveLayers): the
+// one layer of qwen3H200 has nothing to report per layer. Each layer
+// stands for 4 of Qwen3-32B's 64, and its heads are 1 wide instead of 16
+// (2-byte rows), so a block of a rank is 1 KiB as in qwen3H200, a
+// descriptor stands for 4 (32 regions instead of 128) and a byte moved for
+// 512. Not 64 layers: on the 2-core machine (polyglot) the work of the
+// engines and agents, which grows with blocks x regions, then took 0.9 s
+// of CPU per 16k request (the bench process, push, one request at a
+// time), more than its modeled prefill, and a lone request's TTFT more
+// than doubled (947 ms against qwen3H200's 402 ms; 16 layers: 460 ms).
 var qwen3H200Layers = func() preset {
 	p := qwen3H200
 	p.Name = "qwen3-32b-h200-layers"
-	p.Description = "qwen3-32b-h200 with the model's 64 layers in the engines' scaled geometry (1-wide heads), for per-layer progress"
-	p.Model.Layers, p.Model.HeadDim = p.Modeled.Layers, 1
+	p.Description = "qwen3-32b-h200 with 16 layers (each for 4 of the model's 64) in the engines' scaled geometry, 1-wide heads, for per-layer progress"
+	p.Model.Layers, p.Model.HeadDim = 16, 1
 	p.EngineArgs = slices.Clone(p.EngineArgs)
 	for i, a := range p.EngineArgs {
 		switch a {
