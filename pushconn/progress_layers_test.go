@@ -397,3 +397,76 @@ func TestProgressLayersStagedWaits(t *testing.T) {
 	slotsBack(t, r)
 	freedOnce(t, p, "req")
 }
+
+// TestProgressLayersStage: a pipeline stage counts its layers from its
+// first: stage 0 of a 3-layer model (layers 0 and 1) reports its first
+// layer, which lands in decode's layer 0, and takes no more than its 2;
+// stage 1 (layer 2) just finishes. Decode ends with every byte right,
+// although stage 0's layer 0 was spoiled once it landed.
+func TestProgressLayersStage(t *testing.T) {
+	r := newStageRig(t, stageRigConfig{pp: 2, preTP: 1, decTP: 1})
+	const seed, spoil, tokens = 11, 12, 3*16 + 5
+	src, dst := []int{9, 3, 40, 7}, []int{1, 22, 5, 60}
+	s0, s1 := r.preLayout[0], r.preLayout[1]
+	require.Equal(t, []int{0, 2, 2, 1}, []int{s0.FirstLayer, s0.NumLayers, s1.FirstLayer, s1.NumLayers})
+	fillStage(t, s0, src, spoil, tokens)
+	fillStage(t, s1, src, seed, tokens)
+	for _, c := range r.consumers {
+		require.NoError(t, c.Register("req", Coordinates(r.pre), dst))
+	}
+	for _, p := range r.producers {
+		admitted(t, p, 1)
+	}
+	p := r.producers[0]
+	err := reportLayers(p, src, tokens, 3)
+	require.EqualError(t, err, `pushconn: invalid argument: request "req": FinalLayers is 3, want 0..2 (the rank's layers; 0 or 2: every layer)`)
+	fillStageLayers(t, s0, src, 0, tokens, 0, 1, seed)
+	require.NoError(t, reportLayers(p, src, tokens, 1))
+	eventually(t, "decode holds layer 0", func() bool { return holdsLayers(t, r.decLayout[0], dst, 0, tokens, 0, 1, seed) })
+	fillStageLayers(t, s0, src, 0, tokens, 0, 1, spoil)
+	fillStageLayers(t, s0, src, 0, tokens, 1, 2, seed)
+	for _, pr := range r.producers {
+		_, err := pr.RequestFinished("req", src, withTokens(tokens))
+		require.NoError(t, err)
+	}
+	got := await(t, r.consumers[0], 1)
+	require.NoError(t, got[0].Err)
+	require.Equal(t, 2*stageLayers*tokens*r.decLayout[0].KVHeads*headBytes, check(t, r.decLayout[0], dst, 0, seed, tokens))
+	require.Equal(t, uint64(1), extra(t, p.Stats(), "progressive_writes"))
+	for _, pr := range r.producers {
+		freedOnce(t, pr, "req")
+	}
+}
+
+// TestProgressLayersPrefixHit: decode holds the request's first two
+// blocks (a prefix-cache hit) and registers the other four: per-layer
+// WRITEs take only those, each (block, region) of them once.
+func TestProgressLayersPrefixHit(t *testing.T) {
+	rec := &writeRecorder{}
+	r := newRig(t, rigConfig{layers: layersN, wrap: rec.wrap})
+	defer r.close()
+	src, dst := []int{8, 1, 2, 30, 31, 33}, []int{4, 5, 6, 9}
+	const seed, spoil, tokens = 5, 6, 6*16 - 2
+	l, p := r.preLayout[0], r.producers[0]
+	fill(t, l, src, spoil, tokens)
+	zero(t, r.decLayout[0], dst)
+	registerReq(t, r, dst, 1)
+	fillLayers(t, l, src[:3], 0, tokens, 0, 2, seed)
+	require.NoError(t, reportLayers(p, src[:3], tokens, 2)) // block 2 of decode's: layers 0, 1
+	eventually(t, "decode holds block 2 in layers 0 and 1", func() bool { return holdsLayers(t, r.decLayout[0], dst[:1], 32, tokens, 0, 2, seed) })
+	fillLayers(t, l, src[:3], 0, tokens, 0, 2, spoil)
+	fillLayers(t, l, src[:4], 0, tokens, 2, layersN, seed)
+	fillLayers(t, l, src[3:4], 48, tokens, 0, 2, seed)
+	require.NoError(t, reportLayers(p, src[:4], tokens, 0))
+	eventually(t, "decode holds block 3", func() bool { return holdsLayers(t, r.decLayout[0], dst[:2], 32, tokens, 0, layersN, seed) })
+	fill(t, l, src[:4], spoil, 64)
+	fillLayers(t, l, src[4:], 64, tokens, 0, layersN, seed)
+	_, err := p.RequestFinished("req", src)
+	require.NoError(t, err)
+	got := await(t, r.consumers[0], 1)
+	require.NoError(t, got[0].Err)
+	require.Positive(t, check(t, r.decLayout[0], dst, 2, seed, tokens))
+	require.Equal(t, uint64(2), extra(t, p.Stats(), "progressive_writes"))
+	writtenOnce(t, r, rec, 0, dst)
+	freedOnce(t, p, "req")
+}

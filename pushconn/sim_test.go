@@ -2251,3 +2251,21 @@ func TestSimProgressive(t *testing.T) {
 	require.Positive(t, total.progressAborts, "no request dropped while it reported progress")
 	require.Positive(t, total.done)
 }
+
+// TestSimProgressiveReplay: a progressive seed whose prefill reports per
+// layer runs three times to the same trace, event for event, and another
+// seed to another.
+func TestSimProgressiveReplay(t *testing.T) {
+	cfg := simConfigs()[1]
+	cfg.progress, cfg.layerProgress = 0.5, 0.4
+	n := simShortSteps()
+	first := simRun(cfg, currentRules, 7, n)
+	require.Nil(t, first.violation)
+	require.Positive(t, first.stats.layerReports)
+	for range 2 {
+		again := simRun(cfg, currentRules, 7, n)
+		require.Equal(t, first.hash, again.hash, "seed 7 ran again: the progressive simulation is not deterministic")
+		require.Equal(t, first.traceN, again.traceN)
+	}
+	require.NotEqual(t, first.hash, simRun(cfg, currentRules, 8, n).hash)
+}

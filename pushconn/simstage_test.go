@@ -691,6 +691,7 @@ func TestSimProgressiveStagedReplay(t *testing.T) {
 	first := simRun(cfg, currentRules, 5, n)
 	require.Positive(t, first.stats.stagedParts)
 	require.Positive(t, first.stats.partScatters)
+	require.Positive(t, first.stats.layerReports)
 	for range 7 {
 		again := simRun(cfg, currentRules, 5, n)
 		require.Equal(t, first.hash, again.hash, "seed 5 ran again: the staged simulation is not deterministic")
