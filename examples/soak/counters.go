@@ -48,6 +48,7 @@ func (r *runner) countersAt(i int, label string, strict bool) {
 			}
 		}
 		r.mu.Unlock()
+		r.progressAt(conn, i, now[partPrefill], prev[partPrefill])
 		if !strict || ph == nil || label == "start" {
 			return
 		}
@@ -217,4 +218,39 @@ type freeSample struct {
 	At   time.Duration
 	Who  string
 	Free float64 // fraction of the engine's blocks free
+}
+
+// progressAt checks a push-progressive stack's prefill engine at an idle
+// point: no progress report refused since the last one (a refusal moves
+// the request whole at its finish, right but no longer progressive, so
+// the stack would soak plain push), and counts the reports taken, which
+// the run wants some of (checkProgressTaken). A restarted engine counts
+// from zero: only growth counts.
+func (r *runner) progressAt(conn string, i int, now, prev series) {
+	if conn != stackPushProgressive || now == nil {
+		return
+	}
+	var refused, taken float64
+	if prev != nil {
+		refused = now.sum("gonixl_engine_progress_reports_total", `result="refused"`) - prev.sum("gonixl_engine_progress_reports_total", `result="refused"`)
+		taken = now.sum("gonixl_engine_progress_reports_total", `result="taken"`) - prev.sum("gonixl_engine_progress_reports_total", `result="taken"`)
+	}
+	if refused > 0 {
+		r.fail("%s: the prefill engine refused %v progress reports by the idle point after step %d (want none)", conn, refused, i+1)
+	}
+	if taken > 0 {
+		r.mu.Lock()
+		r.rep.ProgressReports += int(taken)
+		r.mu.Unlock()
+	}
+}
+
+// checkProgressTaken fails a run whose push-progressive stack took no
+// progress report at all: it soaked plain push.
+func (r *runner) checkProgressTaken() {
+	for _, c := range r.cfg.Connectors {
+		if c == stackPushProgressive && r.rep.ProgressReports == 0 {
+			r.fail("%s: the prefill engine took no progress report in the whole run", c)
+		}
+	}
 }

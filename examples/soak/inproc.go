@@ -49,10 +49,11 @@ func startInproc(connector string, shape stackShape) (_ *inproc, err error) {
 	scale(&compute.DecodeBase)
 	scale(&compute.DecodePerSeq)
 	for _, part := range []string{partPrefill, partDecode} {
-		c := server.Config{Role: part, Connector: connector, EngineID: connector + "-" + part, Model: m, Compute: compute,
+		c := server.Config{Role: part, Connector: connectorOf(connector), EngineID: connector + "-" + part, Model: m, Compute: compute,
 			ServedModelName: shape.ServedModel, NumBlocks: shape.NumBlocks, MaxBatch: shape.MaxBatch,
 			Lease: shape.Lease, RequestTimeout: shape.RequestTimeout,
 			NewAgent: func(name string) (nixl.Agent, error) { return t.fabric.NewAgent(name) }}
+		progressive(connector, part, &c)
 		e, err := server.New(c)
 		if err != nil {
 			return nil, fmt.Errorf("%s engine: %w", part, err)
@@ -72,7 +73,7 @@ func startInproc(connector string, shape stackShape) (_ *inproc, err error) {
 
 func (t *inproc) startProxy(within time.Duration) error {
 	p, err := pd.New(pd.Config{Prefill: []string{t.EngineURL(partPrefill)}, Decode: []string{t.EngineURL(partDecode)},
-		Connector: t.connector, RequestTimeout: t.shape.ProxyTimeout, HealthInterval: t.shape.HealthInterval, StartWait: within})
+		Connector: connectorOf(t.connector), RequestTimeout: t.shape.ProxyTimeout, HealthInterval: t.shape.HealthInterval, StartWait: within})
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}

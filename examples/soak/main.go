@@ -37,7 +37,7 @@ func runMain(ctx context.Context, args []string) (int, error) {
 	duration := fs.Duration("duration", time.Hour, "how long the schedule runs (planned; the last step ends it)")
 	short := fs.Bool("short", false, "the CI preset: every kind of step once, one idle gap past every idle timeout (about 2 minutes)")
 	mode := fs.String("mode", defaultMode, `"process" (engines and proxy as separate programs, NIXL over UCX: needs -tags nixl) or "inprocess" (one process, loopback agents, real HTTP)`)
-	conns := fs.String("connectors", "pull,push", "connectors to soak, each its own stack, in lockstep")
+	conns := fs.String("connectors", "pull,push,push-progressive", "stacks to soak, each its own, in lockstep: pull, push, push-progressive (push whose prefill reports progress per chunk and per layer)")
 	out := fs.String("out", "soak-out", "directory of the report, the plots and the programs' logs")
 	deadline := fs.Duration("deadline", clientWindow, "bound of every client request: one that passes it is UNANSWERED")
 	if err := fs.Parse(args); err != nil {
@@ -51,8 +51,8 @@ func runMain(ctx context.Context, args []string) (int, error) {
 	}
 	var cs []string
 	for _, c := range strings.Split(*conns, ",") {
-		if c != "pull" && c != "push" {
-			return 2, fmt.Errorf("-connectors: %q is not pull or push", c)
+		if err := checkStack(c); err != nil {
+			return 2, err
 		}
 		cs = append(cs, c)
 	}

@@ -48,10 +48,10 @@ func startProcs(ctx context.Context, bin stack.Programs, logDir, connector strin
 	engine := []string{"-model", "qwen2.5-7b", "-layers", strconv.Itoa(shape.Layers), "-kv-heads", strconv.Itoa(shape.KVHeads),
 		"-head-dim", strconv.Itoa(shape.HeadDim), "-tp", strconv.Itoa(shape.TP), "-num-blocks", strconv.Itoa(shape.NumBlocks),
 		"-max-num-seqs", strconv.Itoa(shape.MaxBatch), "-compute-scale", strconv.FormatFloat(shape.ComputeScale, 'g', -1, 64),
-		"-served-model-name", shape.ServedModel, "-agent", "nixl", "-connector", connector, "-connector-log=false",
+		"-served-model-name", shape.ServedModel, "-agent", "nixl", "-connector", connectorOf(connector), "-connector-log=false",
 		"-lease", shape.Lease.String(), "-request-timeout", shape.RequestTimeout.String()}
 	for _, part := range []string{partPrefill, partDecode} {
-		args := append(append([]string{}, engine...), "-role", part, "-engine-id", connector+"-"+part)
+		args := append(append(append([]string{}, engine...), "-role", part, "-engine-id", connector+"-"+part), progressiveArgs(connector, part)...)
 		log, err := t.start(part, append(args, "-port", "0", "-side-channel-port", "0"))
 		if err != nil {
 			return nil, err
@@ -65,7 +65,7 @@ func startProcs(ctx context.Context, bin stack.Programs, logDir, connector strin
 		}
 		t.args[part] = append(args, "-port", port(t.urls[part]), "-side-channel-port", strconv.Itoa(side))
 	}
-	proxy := []string{"-connector", connector, "-request-timeout", shape.ProxyTimeout.String(), "-health-interval", shape.HealthInterval.String(),
+	proxy := []string{"-connector", connectorOf(connector), "-request-timeout", shape.ProxyTimeout.String(), "-health-interval", shape.HealthInterval.String(),
 		"-prefill", strings.TrimPrefix(t.urls[partPrefill], "http://"), "-decode", strings.TrimPrefix(t.urls[partDecode], "http://")}
 	log, err := t.start(partProxy, append(proxy, "-port", "0"))
 	if err != nil {

@@ -27,7 +27,10 @@ type report struct {
 	Free       []freeSample
 	FreeWaits  []time.Duration
 	Flat       []flatness
-	Failures   []string
+	// ProgressReports are the progress reports push-progressive's
+	// prefill engine took over the run (none refused: a check).
+	ProgressReports int
+	Failures        []string
 }
 
 // Failed says whether any check failed.
@@ -173,6 +176,9 @@ func (r *report) markdown() string {
 	}
 	fmt.Fprintf(&b, "# Soak report: %s\n\nSeed %d, mode %s, connectors %s, %v. Schedule: %s.\n\n",
 		verdict, r.Seed, r.Mode, strings.Join(r.Connectors, ", "), r.Elapsed.Round(time.Second), r.Schedule)
+	if r.ProgressReports > 0 {
+		fmt.Fprintf(&b, "push-progressive's prefill engine took %d progress reports (per chunk and per layer), none refused.\n\n", r.ProgressReports)
+	}
 	if r.Mode == modeInproc {
 		b.WriteString("In-process mode (a build without `-tags nixl`): the engines and the proxy run in the soak's process over real HTTP, on loopback agents; a kill is a Close with a cancelled context (the proxy: its listener and connections closed) and the restart binds the same ports. RSS, fds and goroutines are the whole process's.\n\n")
 	}

@@ -108,6 +108,7 @@ func run(ctx context.Context, cfg Config) (*report, error) {
 		}
 	}
 	stopSampling()
+	r.checkProgressTaken()
 	r.closeTargets()
 	r.rep.Elapsed = time.Since(r.start)
 	r.rep.finish(cfg)

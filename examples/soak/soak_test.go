@@ -37,7 +37,7 @@ func TestExpectedTextIsTheEngines(t *testing.T) {
 }
 
 // The short soak, in-process (loopback agents, real HTTP): every kind of
-// step on both connectors, one idle gap past every idle timeout, a kill and
+// step on every stack (pull, push, push-progressive), one idle gap past every idle timeout, a kill and
 // restart of each part; every check must pass. It runs with the package's
 // tests (about 1.5 minutes, 2 with -race on a busy 2-core machine; -short
 // skips it). Nothing in it is timed: its deadlines (each call's, the idle
@@ -60,7 +60,7 @@ func TestShortSoak(t *testing.T) {
 	}
 	out := t.TempDir()
 	var progress strings.Builder
-	rep, err := run(context.Background(), Config{Seed: 1, Short: true, Mode: mode, Connectors: []string{"pull", "push"},
+	rep, err := run(context.Background(), Config{Seed: 1, Short: true, Mode: mode, Connectors: []string{stackPull, stackPush, stackPushProgressive},
 		Out: out, Progress: &progress, Deadline: 3 * time.Minute})
 	require.NoError(t, err)
 	t.Log(progress.String())
@@ -76,4 +76,7 @@ func TestShortSoak(t *testing.T) {
 	}
 	assert.NotZero(t, calls)
 	assert.Zero(t, unanswered)
+	// push-progressive soaked progressive push, not plain push: its
+	// prefill took reports (and refused none: a check of the run).
+	assert.NotZero(t, rep.ProgressReports)
 }
