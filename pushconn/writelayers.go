@@ -141,6 +141,15 @@ type runMapper struct{ run descriptors.Transfer }
 // layout from onto decode's dstBlocks after its prefix hit of cached, on
 // layout to, into t: the runs' lists one after the other.
 func (m *runMapper) mapRuns(t *descriptors.Transfer, from, to *descriptors.Layout, src, dstBlocks []int, cached int, runs []layerRun) error {
+	if len(runs) == 1 {
+		// The common case (a chunk's report, a final WRITE after one):
+		// straight into t, without a second copy of the lists on the
+		// poller goroutine.
+		r := runs[0]
+		req := descriptors.Request{SrcBlocks: src[r.from:r.to], DstBlocks: dstBlocks[r.from-cached : r.to-cached]}
+		_, err := descriptors.MapLayersInto(t, from, to, req, r.lo, r.hi)
+		return err
+	}
 	s, d := t.Src.Descs[:0], t.Dst.Descs[:0]
 	var bytes uint64
 	for _, r := range runs {
