@@ -16,19 +16,11 @@ func TestMapLayersIntoSplitsTheWhole(t *testing.T) {
 	mla := qwen(16, 0, 1, 1<<40)
 	mla.MLA, mla.KVHeads = true, 1
 	mla.Regions = mla.Regions[:mla.NumRegions()]
-	mlaDst := *mla
-	mlaDst.Regions = make([]Region, len(mla.Regions))
-	for i := range mlaDst.Regions {
-		mlaDst.Regions[i] = Region{Base: 1<<41 + uint64(i)*mla.RegionLen()}
-	}
+	mlaDst := regionsAt(mla, 1<<41)
 	packed := qwen(16, 0, 1, 1<<40)
 	packed.KVPacked, packed.HeadBytes = true, 512
 	packed.Regions = packed.Regions[:packed.NumRegions()]
-	packedDst := *packed
-	packedDst.Regions = make([]Region, len(packed.Regions))
-	for i := range packedDst.Regions {
-		packedDst.Regions[i] = Region{Base: 1<<41 + uint64(i)*packed.RegionLen()}
-	}
+	packedDst := regionsAt(packed, 1<<41)
 	req := Request{SrcBlocks: ids(8, 0, 2), DstBlocks: ids(8, 3, 1)}
 	for name, pair := range map[string][2]*Layout{
 		"K and V":            {qwen(16, 0, 1, 1<<40), qwen(16, 0, 1, 1<<41)},
@@ -94,4 +86,14 @@ func TestMapLayersIntoErrors(t *testing.T) {
 	_, err = MapLayersInto(&buf, src, dst, Request{SrcBlocks: []int{0}, DstBlocks: []int{4096}}, 0, 1)
 	assert.Equal(t, "descriptors: destination block id 4096 at index 0 out of range [0, 4096)", err.Error())
 	assert.Equal(t, Transfer{}, buf)
+}
+
+// regionsAt returns a copy of l whose regions lie back to back from base.
+func regionsAt(l *Layout, base uint64) Layout {
+	c := *l
+	c.Regions = make([]Region, len(l.Regions))
+	for i := range c.Regions {
+		c.Regions[i] = Region{Base: base + uint64(i)*l.RegionLen()}
+	}
+	return c
 }
