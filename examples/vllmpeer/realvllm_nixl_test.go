@@ -556,3 +556,63 @@ func TestVLLMWorkerReportsATakenPort(t *testing.T) {
 		require.Contains(t, ev["reason"], "Address already in use")
 	}
 }
+
+// A gonixl push prefill that writes progressively (Producer.Progress: the
+// first blocks while the prompt still computes, the rest with the
+// completion at RequestFinished) pairs with vLLM's own push decode
+// unchanged: vLLM's decode compares every byte of the request and sees one
+// completion. The first request of each pairing is plain push, whose
+// Params, with the ids changed, the progressive ones reuse (a push decode
+// needs only prefill's coordinates and request id before prefill ends).
+func TestGonixlProgressivePrefillVLLMDecode(t *testing.T) {
+	for _, tp := range []int{1, 2} {
+		t.Run(fmt.Sprintf("push/tp%d-to-tp1", tp), func(t *testing.T) {
+			v := startVLLM(t, "decode", "push", "vllm-decode")
+			pre := newSide(t, "push", true, tp, v.ready, nil)
+			var template pushconn.Params
+			for n := range 3 {
+				seed, pblocks, dblocks := 300+n, ints(1+3*n, 3), ints(60-3*n-2, 3)
+				id := fmt.Sprintf("req-%d-0000aaaa", n)
+				for _, rp := range pre.pages {
+					rp.fill(seed, pblocks)
+				}
+				var kv pushconn.Params
+				written := make([]uint64, len(pre.pushP))
+				if n == 0 {
+					for i, p := range pre.pushP {
+						ps, err := p.RequestFinished(id, pblocks)
+						require.NoError(t, err)
+						if i == 0 {
+							template = ps
+						}
+					}
+					kv = template
+				} else {
+					// Two of the three blocks are final before decode asks.
+					for i, p := range pre.pushP {
+						written[i], _ = p.Stats().Get("progressive_writes")
+						require.NoError(t, p.Progress(id, pblocks[:2], 96))
+					}
+					kv = template
+					kv.RemoteRequestID, kv.RemoteBlockIDs = id, pblocks
+				}
+				v.send(t, map[string]any{"request_id": fmt.Sprintf("req-%d-0000bbbb", n), "blocks": dblocks, "num_tokens": 96, "seed": seed, "kv_transfer_params": kv})
+				if n > 0 {
+					// Every prefill rank wrote its part into vLLM's blocks
+					// on decode's registration; only then does prefill end.
+					for i, p := range pre.pushP {
+						require.Eventually(t, func() bool {
+							w, _ := p.Stats().Get("progressive_writes")
+							return w > written[i]
+						}, time.Minute, 10*time.Millisecond, "rank %d wrote no progressive part", i)
+						_, err := p.RequestFinished(id, pblocks)
+						require.NoError(t, err)
+					}
+				}
+				got := v.next(t, "received")
+				assert.Equal(t, true, got["match"], "request %d: vLLM's decode compared every byte: %v", n, got)
+				pre.freed(t, id)
+			}
+		})
+	}
+}
