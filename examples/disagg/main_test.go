@@ -107,7 +107,12 @@ func TestClientDisconnectReleasesEveryBlock(t *testing.T) {
 			buf := make([]byte, 64)
 			_, err = resp.Body.Read(buf) // the first chunk: decode is generating
 			require.NoError(t, err)
-			require.NotZero(t, s.Decode.Stats().BlocksInUse)
+			// The engine's gauge is stored at the end of its loop's
+			// iteration, after the token went out: wait for it (decode
+			// has hundreds of modeled steps left) rather than read it at
+			// once, which a busy machine loses.
+			require.Eventually(t, func() bool { return s.Decode.Stats().BlocksInUse != 0 }, 10*time.Second, time.Millisecond,
+				"decode holds no block while it streams")
 			cancel()
 			resp.Body.Close()
 			blocksBack(t, s)
